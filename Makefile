@@ -1,0 +1,36 @@
+# The two commands: `make serve` and `make test`. Both install what is missing first.
+JOBS  ?= $(shell nproc)
+BUILD ?= build
+PY    := .venv/bin/python
+MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
+FUZZ_SECONDS ?= 30
+
+.PHONY: all setup build test unit pytest fuzz serve bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+# Interactive chat on the default model (the HTTP server replaces this in the serving issue).
+serve: build
+	./$(BUILD)/fathom chat --model $(MODEL)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	$(MAKE) --no-print-directory fuzz
+	FATHOM_BUILD=$(BUILD) $(PY) -m pytest -q tests/e2e
+
+# libFuzzer over the GGUF parser for a bounded time.
+fuzz: setup
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+bench: build
+	FATHOM_BUILD=$(BUILD) $(PY) bench/run_bench.py
+
+clean:
+	rm -rf $(BUILD) build-fuzz

@@ -1,0 +1,74 @@
+#pragma once
+// Tokenizers built from a GGUF vocabulary (tokenizer.ggml.*):
+//   "llama" -> SentencePiece (a serialized ModelProto built from the GGUF vocabulary, run by
+//              libsentencepiece), "gpt2" -> byte-level BPE (our own implementation, with the
+//              pre-tokenizer regex chosen by tokenizer.ggml.pre).
+// Special/control tokens (e.g. <|im_start|>, <start_of_turn>) are matched as whole tokens when
+// parse_special is set, never split into pieces.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fathom {
+
+class GgufFile;
+
+struct EncodeOptions {
+  bool add_bos = true;        // prepend BOS when the vocabulary asks for it (tokenizer.ggml.add_bos_token)
+  bool parse_special = true;  // recognise special-token text in the input
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Throws fathom::Error for an unsupported or malformed vocabulary.
+  static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& file);
+
+  virtual std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opts = {}) const = 0;
+  // The bytes this token contributes to the text (may be part of a UTF-8 character; may be
+  // empty for control tokens such as BOS). For SentencePiece the leading-space marker of a
+  // word-initial piece becomes a space; byte tokens <0xAB> become the byte.
+  virtual std::string token_bytes(int32_t id) const = 0;
+  // Whole-sequence decode (concatenated token_bytes, with the tokenizer's leading-space rule).
+  virtual std::string decode(const std::vector<int32_t>& ids) const;
+
+  int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
+  const std::string& piece(int32_t id) const { return pieces_.at(id); }  // the vocabulary string
+  int32_t bos_id() const { return bos_id_; }
+  int32_t eos_id() const { return eos_id_; }
+  bool add_bos() const { return add_bos_; }
+  bool is_control(int32_t id) const;
+  // Tokens that end generation: EOS, EOT and the chat templates' end-of-turn tokens.
+  const std::vector<int32_t>& end_of_generation_ids() const { return eog_ids_; }
+  bool is_end_of_generation(int32_t id) const;
+  // -1 when `text` is not exactly one token of the vocabulary.
+  int32_t token_id(std::string_view text) const;
+
+ protected:
+  std::vector<std::string> pieces_;
+  std::vector<int32_t> token_types_;  // tokenizer.ggml.token_type (1 normal, 3 control, 4 user-defined, 6 byte)
+  int32_t bos_id_ = -1, eos_id_ = -1;
+  bool add_bos_ = false;
+  std::vector<int32_t> eog_ids_;
+};
+
+// Turns a stream of token ids into text pieces without ever emitting half a UTF-8 character:
+// bytes of an incomplete character are held back until the character completes.
+class IncrementalDetokenizer {
+ public:
+  explicit IncrementalDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  // Text that became complete with this token (possibly empty).
+  std::string push(int32_t id);
+  // Whatever is still held back (invalid/incomplete trailing bytes), at end of stream.
+  std::string flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::vector<int32_t> ids_;
+  std::string pending_;
+  bool first_ = true;
+};
+
+}  // namespace fathom

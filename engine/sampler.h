@@ -1,0 +1,47 @@
+#pragma once
+// Token sampling from one row of logits: greedy, temperature, top-k, top-p, min-p,
+// repetition / presence / frequency penalties, logit bias, per-request seed, logprobs.
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <utility>
+#include <vector>
+
+namespace fathom {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  int32_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off
+  float repetition_penalty = 1.0f;  // 1 = off; over prompt + generated tokens (CTRL/HF rule)
+  float presence_penalty = 0.0f;    // over generated tokens (OpenAI rule)
+  float frequency_penalty = 0.0f;   // over generated tokens (OpenAI rule)
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> added to the logit
+  std::optional<uint64_t> seed;     // unset: drawn from the engine's generator
+  int32_t logprobs = -1;            // -1 off; 0 chosen token only; n: also the top n alternatives
+};
+
+struct SampledToken {
+  int32_t id = -1;
+  float logprob = 0.0f;  // log-softmax of the raw model logits (before penalties and temperature)
+  std::vector<std::pair<int32_t, float>> top;  // top alternatives by raw logprob, best first
+};
+
+class Sampler {
+ public:
+  // `fallback_seed` is used when params.seed is unset.
+  Sampler(const SamplingParams& params, uint64_t fallback_seed);
+  // logits: [vocab]; prompt / generated: the token ids so far (for penalties).
+  SampledToken sample(const float* logits, int32_t vocab, const std::vector<int32_t>& prompt,
+                      const std::vector<int32_t>& generated);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<float> scratch_;
+  std::vector<int32_t> index_scratch_;
+};
+
+}  // namespace fathom

@@ -1,0 +1,85 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define FATHOM_PAUSE() _mm_pause()
+#else
+#define FATHOM_PAUSE() ((void)0)
+#endif
+
+namespace fathom {
+namespace {
+constexpr int kSpinIterations = 200000;  // ~ tens of microseconds before sleeping
+}
+
+ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
+  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_.store(true);
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
+      FATHOM_PAUSE();
+      ++spins;
+    }
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    (*job_)(index, threads_);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
+  if (threads_ == 1) {
+    fn(0, 1);
+    return;
+  }
+  job_ = &fn;
+  pending_.store(threads_ - 1, std::memory_order_release);
+  {
+    // Taking the lock orders the generation bump with sleepers' predicate check.
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  wake_.notify_all();
+  fn(0, threads_);
+  while (pending_.load(std::memory_order_acquire) != 0) FATHOM_PAUSE();
+  job_ = nullptr;
+}
+
+void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t chunks = (n + grain - 1) / grain;
+  const int used = static_cast<int>(std::min<int64_t>(threads_, chunks));
+  if (used == 1) {
+    fn(0, n, 0);
+    return;
+  }
+  run_on_all([&](int t, int) {
+    if (t >= used) return;
+    const int64_t c0 = chunks * t / used, c1 = chunks * (t + 1) / used;
+    const int64_t b = c0 * grain, e = std::min(n, c1 * grain);
+    if (b < e) fn(b, e, t);
+  });
+}
+
+}  // namespace fathom

