@@ -1,6 +1,45 @@
-// fathom: one executable, subcommands. (placeholder until the CLI lands)
+// fathom: one executable with subcommands.
 #include <cstdio>
-int main() {
-  std::puts("fathom: no subcommand yet");
-  return 1;
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "engine/error.h"
+#include "server/commands.h"
+
+namespace {
+
+void usage() {
+  std::fputs(
+      "usage: fathom <command> [options]\n"
+      "  generate --model PATH (--prompt TEXT | --chat JSON | --prompt-ids 1,2,3)... [--max-tokens N]\n"
+      "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--logprobs N]\n"
+      "           [--threads N] [--kv-dtype f16|f32] [--precision q8|f32] [--ignore-eos] [--json]\n"
+      "  logits   --model PATH (--prompt TEXT | --prompt-ids 1,2,3) --out FILE   (f32 logits of every position)\n"
+      "  chat     --model PATH [--max-tokens N] [--temperature T]                 (interactive)\n",
+      stderr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "generate") return fathom::run_generate(argc, argv);
+    if (command == "logits") return fathom::run_logits(argc, argv);
+    if (command == "chat") return fathom::run_chat(argc, argv);
+    std::fprintf(stderr, "fathom: unknown command '%s'\n", command.c_str());
+    usage();
+    return 2;
+  } catch (const fathom::Error& e) {
+    std::fprintf(stderr, "fathom: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fathom: internal error: %s\n", e.what());
+    return 3;
+  }
 }

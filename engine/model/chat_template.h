@@ -31,4 +31,8 @@ class ChatTemplate {
   std::string bos_text_;
 };
 
+// The family to assume when a GGUF has no tokenizer.chat_template: "gemma" for gemma/gemma2/gemma3,
+// "" (none) otherwise.
+std::string default_family_for_architecture(const std::string& arch);
+
 }  // namespace fathom

@@ -1,0 +1,50 @@
+#pragma once
+// Model hyperparameters, read entirely from GGUF metadata (<arch>.* keys).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fathom {
+
+class GgufFile;
+
+enum class Architecture { kLlama, kGemma3 };
+enum class Activation { kSilu, kGeluTanh };  // gate activation of the gated MLP (SwiGLU / GeGLU)
+
+struct LayerConfig {
+  bool sliding = false;     // sliding-window attention layer (gemma3 local layers)
+  int32_t window = 0;       // tokens a query may see, itself included; 0 = unlimited
+  float rope_base = 10000;  // RoPE theta for this layer
+  float rope_scale = 1.0f;  // linear position scaling (positions are divided by this)
+};
+
+struct ModelConfig {
+  Architecture arch = Architecture::kLlama;
+  std::string arch_name;
+  int32_t n_layers = 0;
+  int32_t dim = 0;         // residual stream width
+  int32_t n_heads = 0;     // query heads
+  int32_t n_kv_heads = 0;  // key/value heads (GQA: n_heads % n_kv_heads == 0)
+  int32_t head_dim = 0;    // per head, for q, k and v
+  int32_t ffn_dim = 0;
+  int32_t vocab = 0;
+  int32_t context_length = 0;
+  int32_t rope_dim = 0;    // dimensions rotated per head (<= head_dim)
+  bool rope_neox = false;  // rotate (i, i + rope_dim/2) pairs instead of adjacent (2i, 2i+1)
+  float rms_eps = 1e-5f;
+  float embed_scale = 1.0f;  // gemma: sqrt(dim)
+  float attn_scale = 0.0f;   // logit scale, 1/sqrt(head_dim) unless the model says otherwise
+  bool qk_norm = false;      // RMSNorm over head_dim on q and k (gemma3)
+  bool post_norms = false;   // RMSNorm on the attention and MLP outputs before the residual add
+  Activation activation = Activation::kSilu;
+  std::vector<LayerConfig> layers;
+
+  int32_t q_dim() const { return n_heads * head_dim; }
+  int32_t kv_dim() const { return n_kv_heads * head_dim; }
+  int32_t group_size() const { return n_heads / n_kv_heads; }
+
+  // Throws fathom::Error for an unknown architecture or missing/inconsistent metadata.
+  static ModelConfig from_gguf(const GgufFile& file);
+};
+
+}  // namespace fathom

@@ -1,0 +1,46 @@
+#pragma once
+// Model weights: views into the mapped GGUF file, in their stored format.
+// Small vectors (norm weights, biases) are converted to f32 once at load.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "kernels/ggml_type.h"
+
+namespace fathom {
+
+class GgufFile;
+
+// A weight matrix W: [rows][cols] in `type`; y = x · Wᵀ maps cols -> rows.
+struct WeightMatrix {
+  GgmlType type = GgmlType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0;  // output features (GGUF dims[1])
+  int64_t cols = 0;  // input features (GGUF dims[0])
+  size_t bytes() const { return ggml_row_size(type, cols) * rows; }
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;                // (dim)
+  WeightMatrix wq, wk, wv, wo;                 // (q_dim, dim) (kv_dim, dim) (kv_dim, dim) (dim, q_dim)
+  std::vector<float> bq, bk, bv;               // optional biases (q_dim) (kv_dim) (kv_dim) — Qwen2 style
+  std::vector<float> q_norm, k_norm;           // (head_dim), gemma3 QK-norm
+  std::vector<float> post_attn_norm;           // (dim), gemma3
+  std::vector<float> ffn_norm;                 // (dim)
+  WeightMatrix w_gate, w_up, w_down;           // (ffn, dim) (ffn, dim) (dim, ffn)
+  std::vector<float> post_ffn_norm;            // (dim), gemma3
+};
+
+struct ModelWeights {
+  WeightMatrix token_embd;   // (vocab, dim)
+  WeightMatrix output;       // (vocab, dim); the embedding when tied
+  std::vector<float> output_norm;  // (dim)
+  std::vector<LayerWeights> layers;
+  size_t matrix_bytes = 0;   // bytes of every matrix read per decoded token (embedding row excluded)
+
+  // Throws fathom::Error for a missing tensor, wrong shape, or a type the kernels cannot read.
+  static ModelWeights from_gguf(const GgufFile& file, const ModelConfig& config);
+};
+
+}  // namespace fathom

@@ -1,0 +1,89 @@
+#include "kernels/cpu/ops.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/ref/dequant.h"
+
+namespace fathom::cpu {
+
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv * w[i];
+  }
+}
+
+void rope_table(const int32_t* pos, int64_t n_tokens, int32_t rope_dim, float base, float scale, float* cos_out,
+                float* sin_out) {
+  const int32_t half = rope_dim / 2;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const double p = static_cast<double>(pos[t]) / scale;
+    for (int32_t i = 0; i < half; ++i) {
+      const double inv_freq = std::pow(static_cast<double>(base), -2.0 * i / rope_dim);
+      const double angle = p * inv_freq;
+      cos_out[t * half + i] = static_cast<float>(std::cos(angle));
+      sin_out[t * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t rope_dim, bool neox,
+                const float* cos_t, const float* sin_t) {
+  const int32_t half = rope_dim / 2;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* c = cos_t + t * half;
+    const float* s = sin_t + t * half;
+    for (int32_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int32_t i = 0; i < half; ++i) {
+        const int32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[i] - x1 * s[i];
+        v[b] = x0 * s[i] + x1 * c[i];
+      }
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void scale_inplace(float* y, float alpha, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= alpha;
+}
+
+void kv_store(const float* src, void* dst, KvDtype dtype, int64_t n) {
+  switch (dtype) {
+    case KvDtype::kF32:
+      std::memcpy(dst, src, sizeof(float) * n);
+      return;
+    case KvDtype::kF16: {
+      auto* out = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) out[i] = ref::fp32_to_fp16(src[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace fathom::cpu

@@ -1,0 +1,32 @@
+#pragma once
+// Element-wise and row-wise ops of the forward pass (cheap next to the matmuls and attention:
+// plain loops the compiler vectorises). The formulas are the specification; ref == cpu here.
+#include <cstdint>
+
+#include "kernels/kv_dtype.h"
+
+namespace fathom::cpu {
+
+// y[r][:] = x[r][:] / sqrt(mean(x[r]^2) + eps) * w, for `rows` rows of n. In-place allowed.
+void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps);
+
+// RoPE angle table for one rotation config: cos/sin [n_tokens][rope_dim / 2],
+// angle(t, i) = (pos[t] / scale) * base^(-2i / rope_dim).
+void rope_table(const int32_t* pos, int64_t n_tokens, int32_t rope_dim, float base, float scale, float* cos_out,
+                float* sin_out);
+// Rotates the first rope_dim dims of each head of x: [n_tokens][n_heads][head_dim].
+// neox: pairs (i, i + rope_dim/2); otherwise adjacent pairs (2i, 2i+1).
+void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t rope_dim, bool neox,
+                const float* cos_t, const float* sin_t);
+
+// gate[i] = act(gate[i]) * up[i] for n elements: SwiGLU (silu) or GeGLU (tanh-approximated gelu).
+void silu_mul(float* gate, const float* up, int64_t n);
+void gelu_tanh_mul(float* gate, const float* up, int64_t n);
+
+void add_inplace(float* y, const float* x, int64_t n);  // y += x
+void scale_inplace(float* y, float alpha, int64_t n);   // y *= alpha
+
+// Stores n f32 values into KV storage of type `dtype` (f16: round to nearest even).
+void kv_store(const float* src, void* dst, KvDtype dtype, int64_t n);
+
+}  // namespace fathom::cpu

@@ -1,0 +1,133 @@
+// fathom generate / fathom logits.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "server/commands.h"
+#include "server/model_options.h"
+#include "server/prompt_input.h"
+
+namespace fathom {
+namespace {
+
+std::set<std::string> with_model_options(std::set<std::string> names) {
+  names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
+  return names;
+}
+
+SamplingParams sampling_from_args(const CliArgs& args) {
+  SamplingParams p;
+  p.temperature = static_cast<float>(args.get_double("temperature", 0.8));
+  p.top_k = static_cast<int32_t>(args.get_int("top-k", 0));
+  p.top_p = static_cast<float>(args.get_double("top-p", 1.0));
+  p.min_p = static_cast<float>(args.get_double("min-p", 0.0));
+  p.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", 1.0));
+  p.presence_penalty = static_cast<float>(args.get_double("presence-penalty", 0.0));
+  p.frequency_penalty = static_cast<float>(args.get_double("frequency-penalty", 0.0));
+  p.logprobs = static_cast<int32_t>(args.get_int("logprobs", -1));
+  if (args.has("seed")) p.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  return p;
+}
+
+nlohmann::json result_json(const Model& model, const std::vector<int32_t>& prompt, const GenerateResult& r,
+                           bool with_logprobs) {
+  nlohmann::json j;
+  j["text"] = model.tokenizer().decode(r.tokens);
+  j["token_ids"] = r.tokens;
+  j["prompt_tokens"] = prompt.size();
+  j["completion_tokens"] = r.tokens.size();
+  j["finish_reason"] = r.finish_reason;
+  if (with_logprobs) {
+    nlohmann::json lp = nlohmann::json::array();
+    for (const SampledToken& t : r.sampled) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [id, logprob] : t.top) top.push_back({{"id", id}, {"logprob", logprob}});
+      lp.push_back({{"id", t.id}, {"logprob", t.logprob}, {"top", top}});
+    }
+    j["logprobs"] = lp;
+  }
+  return j;
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv) {
+  CliArgs args(with_model_options({"prompt", "chat", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p",
+                                   "min-p", "seed", "logprobs", "repetition-penalty", "presence-penalty",
+                                   "frequency-penalty"}),
+               {"json", "ignore-eos"});
+  args.parse(argc, argv, 2);
+  auto model = Model::load(args.require("model"), model_options_from_args(args));
+  const auto prompts = prompts_from_args(*model, args);
+  std::vector<GenerateRequest> requests;
+  for (const auto& p : prompts) {
+    GenerateRequest r;
+    r.prompt = p;
+    r.sampling = sampling_from_args(args);
+    r.max_tokens = static_cast<int32_t>(args.get_int("max-tokens", 128));
+    if (r.max_tokens < 0) throw Error("--max-tokens must not be negative");
+    r.stop_at_end_of_generation = !args.flag("ignore-eos");
+    requests.push_back(std::move(r));
+  }
+  const bool json = args.flag("json");
+  // Plain output streams the text of a single prompt as it is generated.
+  IncrementalDetokenizer detok(model->tokenizer());
+  TokenCallback stream;
+  if (!json && requests.size() == 1)
+    stream = [&](size_t, int32_t id) {
+      std::fputs(detok.push(id).c_str(), stdout);
+      std::fflush(stdout);
+    };
+  GenerateStats stats;
+  const auto results = generate(*model, requests, &stats, stream);
+  const double prefill_tps = stats.prefill_seconds > 0 ? stats.prefill_tokens / stats.prefill_seconds : 0;
+  const double decode_tps = stats.decode_seconds > 0 ? stats.decode_tokens / stats.decode_seconds : 0;
+  if (json) {
+    nlohmann::json out;
+    const bool lp = requests[0].sampling.logprobs >= 0;
+    if (results.size() == 1) {
+      out = result_json(*model, prompts[0], results[0], lp);
+    } else {
+      out["results"] = nlohmann::json::array();
+      for (size_t i = 0; i < results.size(); ++i) out["results"].push_back(result_json(*model, prompts[i], results[i], lp));
+    }
+    out["prefill_tokens_per_second"] = prefill_tps;
+    out["decode_tokens_per_second"] = decode_tps;
+    std::cout << out.dump() << "\n";
+  } else if (requests.size() == 1) {
+    std::fputs(detok.flush().c_str(), stdout);
+    std::fprintf(stderr, "\n[prefill %lld tokens at %.1f tok/s, decode %lld tokens at %.1f tok/s]\n",
+                 static_cast<long long>(stats.prefill_tokens), prefill_tps, static_cast<long long>(stats.decode_tokens),
+                 decode_tps);
+  } else {
+    for (size_t i = 0; i < results.size(); ++i)
+      std::printf("[%zu] %s\n", i, model->tokenizer().decode(results[i].tokens).c_str());
+  }
+  return 0;
+}
+
+int run_logits(int argc, char** argv) {
+  CliArgs args(with_model_options({"prompt", "prompt-ids", "out"}), {});
+  args.parse(argc, argv, 2);
+  // Logits for comparison with a reference: f32 compute and f32 KV unless overridden.
+  ModelOptions defaults;
+  defaults.precision = cpu::Precision::kF32;
+  defaults.kv_dtype = KvDtype::kF32;
+  auto model = Model::load(args.require("model"), model_options_from_args(args, defaults));
+  const auto prompts = prompts_from_args(*model, args);
+  if (prompts.size() != 1) throw Error("logits takes exactly one prompt");
+  const std::vector<float> logits = prompt_logits(*model, prompts[0]);
+  const std::string out_path = args.require("out");
+  std::ofstream out(out_path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
+  if (!out) throw Error("cannot write " + out_path);
+  nlohmann::json j{{"ids", prompts[0]}, {"vocab", model->vocab()}};
+  std::cout << j.dump() << "\n";
+  return 0;
+}
+
+}  // namespace fathom

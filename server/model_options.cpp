@@ -1,0 +1,25 @@
+#include "server/model_options.h"
+
+#include "engine/error.h"
+
+namespace fathom {
+
+ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& defaults) {
+  ModelOptions o = defaults;
+  o.threads = static_cast<int>(args.get_int("threads", o.threads));
+  if (o.threads < 0 || o.threads > 1024) throw Error("--threads must be between 0 and 1024");
+  if (auto v = args.get("kv-dtype")) o.kv_dtype = parse_kv_dtype(*v);
+  if (auto v = args.get("precision")) {
+    if (*v == "q8") o.precision = cpu::Precision::kQ8;
+    else if (*v == "f32") o.precision = cpu::Precision::kF32;
+    else throw Error("--precision must be q8 or f32, got '" + *v + "'");
+  }
+  o.block_size = static_cast<int32_t>(args.get_int("block-size", o.block_size));
+  const int64_t mib = args.get_int("kv-cache-mib", 0);
+  if (mib < 0) throw Error("--kv-cache-mib must not be negative");
+  if (mib > 0) o.kv_cache_bytes = mib << 20;
+  if (auto v = args.get("chat-template")) o.chat_template = *v;
+  return o;
+}
+
+}  // namespace fathom

@@ -1,0 +1,17 @@
+#pragma once
+// Options shared by every subcommand that loads a model, and their parsing.
+#include <set>
+#include <string>
+
+#include "engine/model.h"
+#include "server/cli_args.h"
+
+namespace fathom {
+
+// --threads N --kv-dtype f16|f32 --precision q8|f32 --block-size N --kv-cache-mib N --chat-template F
+inline const std::set<std::string> kModelOptionNames = {"model", "threads", "kv-dtype", "precision", "block-size",
+                                                        "kv-cache-mib", "chat-template"};
+
+ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& defaults = {});
+
+}  // namespace fathom
