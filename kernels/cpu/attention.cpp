@@ -13,8 +13,8 @@ namespace {
 
 PartialAttentionFn select_kernel() {
   const std::string level = simd_level();
-  if (level == "avx512") return partial_attention_avx512();
-  if (level == "avx2") return partial_attention_avx2();
+  if (level == "avx512" && partial_attention_avx512()) return partial_attention_avx512();
+  if (level != "portable" && partial_attention_avx2()) return partial_attention_avx2();
   return partial_attention_portable();
 }
 
@@ -31,6 +31,10 @@ struct WorkItem {
 
 void paged_attention(ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& a) {
   static const PartialAttentionFn kernel = select_kernel();
+  paged_attention_with(kernel, pool, kv, a);
+}
+
+void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& a) {
   const int32_t d = kv.head_dim, group = a.n_heads / kv.n_kv_heads, bs = kv.block_size;
   const int32_t last_pos = a.pos0 + a.n_q - 1;
   const int32_t first_lo = a.window > 0 ? std::max(0, a.pos0 - a.window + 1) : 0;
@@ -45,8 +49,9 @@ void paged_attention(ThreadPool& pool, const PagedKvView& kv, const AttentionArg
     const int32_t want = static_cast<int32_t>((4 * pool.size() + base_items - 1) / base_items);
     n_chunks = std::max(1, std::min(want, span / (4 * bs)));
   }
-  const int32_t chunk_blocks = ((span + bs - 1) / bs + n_chunks - 1) / n_chunks;
-  const int32_t chunk_start = first_lo / bs * bs;
+  const int32_t chunk_start = first_lo / bs * bs;  // chunks are block aligned
+  const int32_t span_blocks = (last_pos + 1 - chunk_start + bs - 1) / bs;
+  const int32_t chunk_blocks = (span_blocks + n_chunks - 1) / n_chunks;
 
   std::vector<WorkItem> items;
   for (int32_t qb = 0; qb < n_qblocks; ++qb)

@@ -50,6 +50,8 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 
 }  // namespace
 
-PartialAttentionFn partial_attention_avx2() { return &partial_attention; }
+PartialAttentionFn partial_attention_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &partial_attention : nullptr;
+}
 
 }  // namespace fathom::cpu

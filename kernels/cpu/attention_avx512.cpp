@@ -46,6 +46,8 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 
 }  // namespace
 
-PartialAttentionFn partial_attention_avx512() { return &partial_attention; }
+PartialAttentionFn partial_attention_avx512() {
+  return __builtin_cpu_supports("avx512f") ? &partial_attention : nullptr;
+}
 
 }  // namespace fathom::cpu

@@ -2,6 +2,7 @@
 // The per-ISA inner kernel of kernels/cpu/attention.cpp.
 #include <cstdint>
 
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/paged_kv.h"
 
 namespace fathom::cpu {
@@ -22,7 +23,11 @@ using PartialAttentionFn = void (*)(const PagedKvView& kv, int32_t head, const P
                                     int32_t t1, float scale, float* acc, float* m, float* l, float* scratch);
 
 PartialAttentionFn partial_attention_portable();
+// nullptr when this CPU lacks the ISA.
 PartialAttentionFn partial_attention_avx2();
 PartialAttentionFn partial_attention_avx512();
+
+// cpu::paged_attention with an explicit inner kernel (tests run every ISA variant).
+void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& args);
 
 }  // namespace fathom::cpu
