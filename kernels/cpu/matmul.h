@@ -10,6 +10,9 @@
 // Precision::kQ8: activations are quantized on the fly to 8-bit blocks and multiplied with
 //   integer dot products (VNNI) where that is how the format is fast, as ggml does it.
 //   Faster; adds activation-quantization error.
+//   Activations are quantized per 32-element block: q = round(x / d), d = max|x| / 127, so
+//   |x - d q| <= d / 2 and |y - y_exact| <= sum over blocks b of d_b / 2 * sum_{k in b} |W[n][k]|
+//   (plus f32 rounding). Float weight formats (F32, F16, BF16) always use the kF32 path.
 #include <cstdint>
 
 #include "kernels/cpu/thread_pool.h"
@@ -23,9 +26,19 @@ void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t 
             int64_t M, float* y, Precision precision = Precision::kF32);
 
 // One row of W (row index `row`, K elements) dequantized to f32: embedding lookup.
+// Bit-exact with ref::dequantize_row.
 void dequantize_row(GgmlType wtype, const void* W, int64_t K, int64_t row, float* dst);
 
+// True when matmul / dequantize_row accept `wtype`.
+bool matmul_supports(GgmlType wtype);
+
 // Name of the SIMD level chosen at run time: "avx512", "avx2" or "portable".
+// The environment variable FATHOM_SIMD=portable|avx2|avx512 caps the level (read once).
 const char* simd_level();
+
+// Tests: caps the level at `level` ("portable", "avx2", "avx512"); the effective level is the
+// lower of this and what the CPU supports. Returns false (and changes nothing) when the CPU
+// does not support `level` or the name is unknown. Not thread-safe with concurrent matmuls.
+bool set_simd_level_for_testing(const char* level);
 
 }  // namespace fathom::cpu

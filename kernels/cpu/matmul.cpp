@@ -1,0 +1,304 @@
+// matmul driver: SIMD level selection, activation preparation and threading over N.
+// The kernels themselves live in matmul_portable.cpp and matmul_*_{avx2,avx512}.cpp.
+//
+// Paths (y[M][N] = x[M][K] . W[N][K]^T):
+//   kF32, M <= kMaxMr: dot kernels stream each W row once and reuse it in registers for the
+//     M activation rows (decode). Formats with a min (Q4_1, Q5_1, Q4_K, Q5_K) use per-32
+//     block sums of x so the min costs one multiply per block.
+//   kF32, M > kMaxMr: per thread, a tile of kTileN W rows x kTileK columns is dequantized
+//     once into an f32 buffer (L1-resident) and multiplied with all M rows (prefill).
+//   kQ8: x rows are quantized to 8-bit blocks once per call; dot kernels use integer dots.
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+#include "kernels/cpu/matmul_kernels.h"
+
+namespace fathom::cpu {
+namespace detail {
+
+int fmt_index(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return kF32;
+    case GgmlType::F16: return kF16;
+    case GgmlType::BF16: return kBF16;
+    case GgmlType::Q4_0: return kQ4_0;
+    case GgmlType::Q4_1: return kQ4_1;
+    case GgmlType::Q5_0: return kQ5_0;
+    case GgmlType::Q5_1: return kQ5_1;
+    case GgmlType::Q8_0: return kQ8_0;
+    case GgmlType::Q4_K: return kQ4_K;
+    case GgmlType::Q5_K: return kQ5_K;
+    case GgmlType::Q6_K: return kQ6_K;
+    default: return -1;
+  }
+}
+
+const KernelTable& avx2_kernels() {
+  static const KernelTable t = [] {
+    KernelTable k;
+    register_avx2_dequant(k);
+    register_avx2_dot_f32(k);
+    register_avx2_dot_q8(k);
+    register_avx2_gemm(k);
+    return k;
+  }();
+  return t;
+}
+
+const KernelTable& avx512_kernels() {
+  static const KernelTable t = [] {
+    KernelTable k;
+    register_avx512_dequant(k);
+    register_avx512_dot_f32(k);
+    register_avx512_dot_q8(k);
+    register_avx512_gemm(k);
+    return k;
+  }();
+  return t;
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
+enum class Level { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+
+constexpr int64_t kTileN = 16;   // W rows per dequantized GEMM tile
+constexpr int64_t kTileK = 256;  // columns per tile (multiple of every block size)
+
+Level cpu_level() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return Level::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return Level::kAvx2;
+#endif
+  return Level::kPortable;
+}
+
+bool parse_level(const char* s, Level* out) {
+  const std::string v = s ? s : "";
+  if (v == "portable") *out = Level::kPortable;
+  else if (v == "avx2") *out = Level::kAvx2;
+  else if (v == "avx512") *out = Level::kAvx512;
+  else return false;
+  return true;
+}
+
+Level& active_level() {
+  static Level level = [] {
+    Level l = cpu_level(), cap;
+    if (parse_level(std::getenv("FATHOM_SIMD"), &cap) && cap < l) l = cap;
+    return l;
+  }();
+  return level;
+}
+
+const KernelTable& table_for(Level l) {
+  switch (l) {
+    case Level::kAvx512: return avx512_kernels();
+    case Level::kAvx2: return avx2_kernels();
+    case Level::kPortable: return portable_kernels();
+  }
+  return portable_kernels();
+}
+
+DequantFn dequant_fn(int f) {
+  const DequantFn fn = table_for(active_level()).dequant[f];
+  return fn ? fn : portable_kernels().dequant[f];
+}
+DotFn dot_f32_fn(int f) {
+  const DotFn fn = table_for(active_level()).dot_f32[f];
+  return fn ? fn : portable_kernels().dot_f32[f];
+}
+DotFn dot_q8_fn(int f) {
+  const DotFn fn = table_for(active_level()).dot_q8[f];
+  return fn ? fn : portable_kernels().dot_q8[f];
+}
+QuantizeQ8Fn quantize_fn() {
+  const QuantizeQ8Fn fn = table_for(active_level()).quantize_q8;
+  return fn ? fn : portable_kernels().quantize_q8;
+}
+GemmF32Fn gemm_fn() {
+  const GemmF32Fn fn = table_for(active_level()).gemm_f32;
+  return fn ? fn : portable_kernels().gemm_f32;
+}
+
+bool has_min(int f) { return f == kQ4_1 || f == kQ5_1 || f == kQ4_K || f == kQ5_K; }
+bool is_float(int f) { return f == kF32 || f == kF16 || f == kBF16; }
+
+// Grows a per-thread scratch buffer; contents are not preserved.
+template <typename T>
+T* scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// Runs `fn` over all N rows and M activation rows, kMaxMr activation rows per call. For M >
+// kMaxMr the rows are visited in chunks small enough to stay in L1 across the M loop.
+void run_dot(ThreadPool& pool, DotFn fn, const DotArgs& base, int64_t M, int64_t N) {
+  const int64_t chunk = M <= kMaxMr ? N : std::max<int64_t>(4, 8192 / static_cast<int64_t>(base.row_bytes));
+  pool.parallel_for(N, [&](int64_t b, int64_t e, int) {
+    for (int64_t n0 = b; n0 < e; n0 += chunk) {
+      const int64_t n1 = std::min(e, n0 + chunk);
+      for (int64_t m0 = 0; m0 < M; m0 += kMaxMr) {
+        DotArgs a = base;
+        a.mr = static_cast<int>(std::min<int64_t>(kMaxMr, M - m0));
+        if (a.x) {
+          a.x += m0 * a.ldx;
+          if (a.bsum) a.bsum += m0 * a.ldb;
+        }
+        if (a.q) {
+          a.q += m0 * a.ldq;
+          a.qd += m0 * a.ldqs;
+          a.qsum += m0 * a.ldqs;
+          a.qsum16 += m0 * 2 * a.ldqs;
+        }
+        a.y += m0 * a.ldy;
+        fn(a, n0, n1);
+      }
+    }
+  }, 16);
+}
+
+void gemm_tiles(ThreadPool& pool, GgmlType wtype, const uint8_t* W, size_t row_bytes, int64_t N,
+                int64_t K, const float* x, int64_t M, float* y) {
+  const int f = fmt_index(wtype);
+  const DequantFn dequant = dequant_fn(f);
+  const GemmF32Fn gemm = gemm_fn();
+  const int64_t block = ggml_info(wtype).block_size, block_bytes = ggml_info(wtype).type_size;
+  pool.parallel_for(N, [&](int64_t b, int64_t e, int) {
+    static thread_local std::vector<float> tile_buf;
+    float* tile = scratch(tile_buf, kTileN * kTileK);
+    for (int64_t n0 = b; n0 < e; n0 += kTileN) {
+      const int64_t nt = std::min(kTileN, e - n0);
+      for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
+        const int64_t kc = std::min(kTileK, K - k0);
+        const float* w;
+        int64_t ldw;
+        if (f == kF32) {
+          w = reinterpret_cast<const float*>(W + n0 * row_bytes) + k0;
+          ldw = K;
+        } else {
+          const size_t off = static_cast<size_t>(k0 / block * block_bytes);
+          for (int64_t r = 0; r < nt; ++r) dequant(W + (n0 + r) * row_bytes + off, tile + r * kTileK, kc);
+          w = tile;
+          ldw = kTileK;
+        }
+        gemm(x + k0, K, w, ldw, M, nt, kc, y + n0, N, k0 > 0);
+      }
+    }
+  }, kTileN);
+}
+
+}  // namespace
+
+bool matmul_supports(GgmlType wtype) { return fmt_index(wtype) >= 0; }
+
+void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t K, const float* x,
+            int64_t M, float* y, Precision precision) {
+  const int f = fmt_index(wtype);
+  if (f < 0) throw Error(std::string("matmul: unsupported weight type ") + ggml_type_name(wtype));
+  const int64_t bs = ggml_info(wtype).block_size;
+  FATHOM_CHECK(K > 0 && K % bs == 0, "K must be a positive multiple of the block size");
+  if (M <= 0 || N <= 0) return;
+  const auto* w = static_cast<const uint8_t*>(W);
+  const size_t row_bytes = ggml_row_size(wtype, K);
+
+  DotArgs a;
+  a.w = w;
+  a.row_bytes = row_bytes;
+  a.K = K;
+  a.y = y;
+  a.ldy = N;
+
+  if (precision == Precision::kQ8 && !is_float(f)) {
+    // K is a multiple of 32 for every quantized format.
+    static thread_local std::vector<int8_t> q_buf;
+    static thread_local std::vector<float> d_buf;
+    static thread_local std::vector<int32_t> s_buf;
+    static thread_local std::vector<int16_t> s16_buf;
+    const int64_t nb = K / kActBlock;
+    int8_t* q = scratch(q_buf, static_cast<size_t>(M * K));
+    float* qd = scratch(d_buf, static_cast<size_t>(M * nb));
+    int32_t* qs = scratch(s_buf, static_cast<size_t>(M * nb));
+    int16_t* qs16 = scratch(s16_buf, static_cast<size_t>(M * nb * 2));
+    const QuantizeQ8Fn quantize = quantize_fn();
+    auto quantize_rows = [&](int64_t b, int64_t e, int) {
+      for (int64_t m = b; m < e; ++m)
+        quantize(x + m * K, K, q + m * K, qd + m * nb, qs + m * nb, qs16 + m * nb * 2);
+    };
+    if (M >= 8) pool.parallel_for(M, quantize_rows);
+    else quantize_rows(0, M, 0);
+    a.q = q;
+    a.ldq = K;
+    a.qd = qd;
+    a.qsum = qs;
+    a.qsum16 = qs16;
+    a.ldqs = nb;
+    run_dot(pool, dot_q8_fn(f), a, M, N);
+    return;
+  }
+
+  if (M > kMaxMr) {
+    gemm_tiles(pool, wtype, w, row_bytes, N, K, x, M, y);
+    return;
+  }
+  a.x = x;
+  a.ldx = K;
+  if (has_min(f)) {
+    static thread_local std::vector<float> bsum_buf;
+    const int64_t nb = K / kActBlock;
+    float* bsum = scratch(bsum_buf, static_cast<size_t>(M * nb));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t i = 0; i < nb; ++i) {
+        const float* xb = x + m * K + i * kActBlock;
+        float s[8] = {};
+        for (int j = 0; j < kActBlock; j += 8)
+          for (int l = 0; l < 8; ++l) s[l] += xb[j + l];
+        bsum[m * nb + i] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+      }
+    a.bsum = bsum;
+    a.ldb = nb;
+  }
+  run_dot(pool, dot_f32_fn(f), a, M, N);
+}
+
+void dequantize_row(GgmlType wtype, const void* W, int64_t K, int64_t row, float* dst) {
+  const int f = fmt_index(wtype);
+  if (f < 0) throw Error(std::string("dequantize_row: unsupported weight type ") + ggml_type_name(wtype));
+  FATHOM_CHECK(K % ggml_info(wtype).block_size == 0, "K must be a multiple of the block size");
+  const auto* src = static_cast<const uint8_t*>(W) + static_cast<size_t>(row) * ggml_row_size(wtype, K);
+  dequant_fn(f)(src, dst, K);
+}
+
+const char* simd_level() {
+  switch (active_level()) {
+    case Level::kAvx512: return "avx512";
+    case Level::kAvx2: return "avx2";
+    case Level::kPortable: return "portable";
+  }
+  return "portable";
+}
+
+bool set_simd_level_for_testing(const char* level) {
+  Level l;
+  if (!parse_level(level, &l) || l > cpu_level()) return false;
+  active_level() = l;
+  return true;
+}
+
+}  // namespace fathom::cpu

@@ -1,0 +1,79 @@
+#pragma once
+// Internal interface between the matmul driver (matmul.cpp) and its per-SIMD-level kernels
+// (matmul_portable.cpp, matmul_*_avx2.cpp, matmul_*_avx512.cpp). Not for use outside kernels/cpu.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ggml_type.h"
+
+namespace fathom::cpu::detail {
+
+// Weight formats matmul reads, as a dense index into the kernel tables.
+enum Fmt : int { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kFmtCount };
+// -1 when matmul cannot read `t`.
+int fmt_index(GgmlType t);
+
+constexpr int kMaxMr = 4;     // activation rows one dot kernel call handles
+constexpr int kActBlock = 32;  // activation quantization block (elements)
+
+// One call computes y[m][n] for m in [0, mr) and n in [n0, n1):
+//   y[m * ldy + n] = sum_k x[m][k] * W[n][k].
+struct DotArgs {
+  const uint8_t* w;  // row n starts at w + n * row_bytes
+  size_t row_bytes;
+  int64_t K;
+  int mr;  // 1..kMaxMr
+  // f32 activations (Precision::kF32): x [mr][ldx]; bsum [mr][ldb]: sums of x over each
+  // 32-element block (only for formats with a min: Q4_1, Q5_1, Q4_K, Q5_K).
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  const float* bsum = nullptr;
+  int64_t ldb = 0;
+  // 8-bit activations (Precision::kQ8), one block per 32 elements of a row:
+  //   x[k] ~= qd[k / 32] * q[k];  qsum[b] = sum of the 32 q of block b.
+  const int8_t* q = nullptr;  // [mr][ldq]
+  int64_t ldq = 0;
+  const float* qd = nullptr;      // [mr][ldqs]
+  const int32_t* qsum = nullptr;  // [mr][ldqs]
+  const int16_t* qsum16 = nullptr;  // [mr][2 * ldqs]: sums over 16-element halves (Q6_K)
+  int64_t ldqs = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+using DequantFn = void (*)(const void* src, float* dst, int64_t n);
+using DotFn = void (*)(const DotArgs& a, int64_t n0, int64_t n1);
+// Quantizes one row x[0..K) (K multiple of 32) into q[K], qd[K/32], qsum[K/32], qsum16[K/16].
+// q = round-half-away(x / d), d = max|x| / 127 (d = 0 and q = 0 for an all-zero block).
+using QuantizeQ8Fn = void (*)(const float* x, int64_t K, int8_t* q, float* qd, int32_t* qsum,
+                              int16_t* qsum16);
+// y[m][n] (+)= sum_{k<K} x[m][k] * w[n][k] for m < M, n < N; x [M][ldx], w [N][ldw], y [M][ldy].
+// Overwrites y when !accumulate.
+using GemmF32Fn = void (*)(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t M,
+                           int64_t N, int64_t K, float* y, int64_t ldy, bool accumulate);
+
+// A null entry means "use the portable kernel".
+struct KernelTable {
+  DequantFn dequant[kFmtCount] = {};
+  DotFn dot_f32[kFmtCount] = {};
+  DotFn dot_q8[kFmtCount] = {};
+  QuantizeQ8Fn quantize_q8 = nullptr;
+  GemmF32Fn gemm_f32 = nullptr;
+};
+
+const KernelTable& portable_kernels();
+const KernelTable& avx2_kernels();    // defined in matmul_*_avx2.cpp
+const KernelTable& avx512_kernels();  // defined in matmul_*_avx512.cpp
+
+// Registration hooks the per-ISA files fill in (each file adds its own entries).
+// Called once, and only when the CPU supports the ISA.
+void register_avx2_dequant(KernelTable& t);   // matmul_dequant_avx2.cpp
+void register_avx2_dot_f32(KernelTable& t);   // matmul_dotf32_avx2.cpp
+void register_avx2_dot_q8(KernelTable& t);    // matmul_dotq8_avx2.cpp
+void register_avx2_gemm(KernelTable& t);      // matmul_avx2.cpp (also quantize_q8)
+void register_avx512_dequant(KernelTable& t);
+void register_avx512_dot_f32(KernelTable& t);
+void register_avx512_dot_q8(KernelTable& t);
+void register_avx512_gemm(KernelTable& t);
+
+}  // namespace fathom::cpu::detail

@@ -1,0 +1,76 @@
+#pragma once
+// Block layouts of the GGML weight formats fathom reads (byte-exact with ggml's block_*
+// structs and gguf-py's quants.py), plus helpers every backend shares to decode them.
+// A row of K elements is K / block_size consecutive blocks; f16 fields are raw IEEE half bits.
+#include <cstdint>
+#include <cstring>
+
+namespace fathom::quant {
+
+constexpr int kQK = 32;    // elements per block of the *_0 / *_1 formats
+constexpr int kQKK = 256;  // elements per super-block of the K-quants
+
+struct BlockQ4_0 {  // w = d * (q - 8), q in [0, 15]
+  uint16_t d;
+  uint8_t qs[kQK / 2];  // element i: low nibble of qs[i]; element i + 16: high nibble
+};
+struct BlockQ4_1 {  // w = d * q + m
+  uint16_t d, m;
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ5_0 {  // w = d * (q - 16), q = nibble | (bit i of qh) << 4
+  uint16_t d;
+  uint8_t qh[4];  // little-endian uint32: bit i is the 5th bit of element i
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ5_1 {  // w = d * q + m
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ8_0 {  // w = d * q
+  uint16_t d;
+  int8_t qs[kQK];
+};
+// K-quants: 8 sub-blocks of 32 with 6-bit scale and min packed in `scales` (see scale_min_k4).
+struct BlockQ4_K {  // w = d * sc[j] * q - dmin * m[j]
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQKK / 2];  // 4 chunks of 32 bytes; chunk c: low nibbles = sub-block 2c, high = 2c+1
+};
+struct BlockQ5_K {  // as Q4_K with a 5th bit: qh[i] bit j is the high bit of sub-block j, element i
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+struct BlockQ6_K {  // w = d * scales[i / 16] * (q - 32), q 6 bits (see ref::dequantize_row)
+  uint8_t ql[kQKK / 2];
+  uint8_t qh[kQKK / 4];
+  int8_t scales[kQKK / 16];
+  uint16_t d;
+};
+
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block
+// (ggml's get_scale_min_k4).
+inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+}  // namespace fathom::quant

@@ -1,0 +1,193 @@
+// cpu::matmul against a double-precision reference computed from ref::dequantize_row, for
+// every weight format, every SIMD level this machine has, both precisions, 1 and 2 threads,
+// over a shape grid with odd sizes (M in {1,3,17,64}, N in {1,7,83,256}, K: one block,
+// several blocks, ~769 rounded up to the block size).
+//
+// Tolerances, with S = sum_k |x[m][k]| |W[n][k]| (per output element):
+//   kF32: |y - ref| <= 1e-5 * S. Weights are exact after dequantization; the only error is
+//     f32 rounding in products and sums (<= ~K * 2^-24 * S in the worst case, far less in
+//     practice because the kernels sum in many independent partial sums).
+//   kQ8:  |y - ref| <= 1.001 * B + 1e-5 * S with B = sum over 32-blocks b of
+//     (max_{k in b} |x[m][k]| / 127) / 2 * sum_{k in b} |W[n][k]|: each activation is
+//     rounded to a multiple of d_b = max|x| / 127, i.e. moved by at most d_b / 2, and the
+//     integer dot product of the quantized values is exact, so the result is
+//     sum_k W[n][k] * xhat[k] up to f32 rounding of the block scales (the 1e-5 * S term).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/ref/dequant.h"
+
+namespace fathom {
+namespace {
+
+const char* kLevels[] = {"portable", "avx2", "avx512"};
+
+std::vector<int> f16_fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return {0};
+    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+// N rows of K elements: random quant bytes with random scales of magnitude 2^-7..2^-2
+// (mins too), or normal values for the float formats.
+std::vector<uint8_t> random_weights(GgmlType t, int64_t N, int64_t K, std::mt19937& rng) {
+  const size_t row = ggml_row_size(t, K);
+  std::vector<uint8_t> w(row * N);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  if (t == GgmlType::F32) {
+    for (size_t i = 0; i < w.size(); i += 4) {
+      const float f = normal(rng);
+      std::memcpy(&w[i], &f, 4);
+    }
+    return w;
+  }
+  if (t == GgmlType::F16 || t == GgmlType::BF16) {
+    for (size_t i = 0; i < w.size(); i += 2) {
+      const float f = normal(rng);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      const uint16_t h = t == GgmlType::F16 ? ref::fp32_to_fp16(f) : static_cast<uint16_t>(u >> 16);
+      std::memcpy(&w[i], &h, 2);
+    }
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> expo(-7.0f, -2.0f);
+  const int64_t ts = ggml_info(t).type_size;
+  for (size_t blk = 0; blk < w.size(); blk += ts)
+    for (int off : f16_fields(t)) {
+      const float s = std::exp2(expo(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+      const uint16_t h = ref::fp32_to_fp16(s);
+      std::memcpy(&w[blk + off], &h, 2);
+    }
+  return w;
+}
+
+struct Worst {
+  double f32 = 0;      // max |err| / S, kF32
+  double q8 = 0;       // max |err| / (1.001 B + 1e-5 S), kQ8 (must stay <= 1)
+  double q8_rel = 0;   // max |err| / S, kQ8 (for information)
+};
+
+void check_format(GgmlType t, Worst* worst_out) {
+  std::mt19937 rng(static_cast<uint32_t>(t) * 7919u + 1);
+  const int64_t bs = ggml_info(t).block_size;
+  std::vector<int64_t> ks = {bs, bs == 1 ? 48 : 3 * bs, (769 + bs - 1) / bs * bs};
+  const int64_t Ms[] = {1, 3, 17, 64};
+  const int64_t Ns[] = {1, 7, 83, 256};
+  ThreadPool pool1(1), pool2(2);
+  for (int64_t K : ks) {
+    const int64_t Nmax = 256;
+    const auto W = random_weights(t, Nmax, K, rng);
+    std::vector<float> Wf(Nmax * K);
+    for (int64_t n = 0; n < Nmax; ++n)
+      ref::dequantize_row(t, W.data() + n * ggml_row_size(t, K), Wf.data() + n * K, K);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(64 * K);
+    for (auto& v : x) v = normal(rng);
+    for (int64_t k = 0; k < std::min<int64_t>(K, 32); ++k) x[K + k] = 0.0f;  // a zero block (row 1)
+    for (int64_t k = 0; k < K; k += 97) x[2 * K + k] *= 100.0f;              // outliers (row 2)
+    for (int64_t M : Ms)
+      for (int64_t N : Ns) {
+        // Reference and error scales: ref[m][n], S[m][n], B[m][n].
+        std::vector<double> ref(M * N), S(M * N), B(M * N);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            double r = 0, s = 0, b = 0;
+            const float* xr = &x[m * K];
+            const float* wr = &Wf[n * K];
+            for (int64_t k0 = 0; k0 < K; k0 += 32) {
+              double amax = 0, wabs = 0;
+              for (int64_t k = k0; k < std::min(K, k0 + 32); ++k) {
+                r += static_cast<double>(xr[k]) * wr[k];
+                s += std::fabs(static_cast<double>(xr[k]) * wr[k]);
+                amax = std::max(amax, std::fabs(static_cast<double>(xr[k])));
+                wabs += std::fabs(wr[k]);
+              }
+              b += amax / 127.0 / 2.0 * wabs;
+            }
+            ref[m * N + n] = r;
+            S[m * N + n] = s;
+            B[m * N + n] = b;
+          }
+        for (ThreadPool* pool : {&pool1, &pool2})
+          for (cpu::Precision p : {cpu::Precision::kF32, cpu::Precision::kQ8}) {
+            std::vector<float> y(M * N, std::nanf(""));
+            cpu::matmul(*pool, t, W.data(), N, K, x.data(), M, y.data(), p);
+            const bool q8 = p == cpu::Precision::kQ8 && bs > 1;
+            for (int64_t i = 0; i < M * N; ++i) {
+              const double err = std::fabs(y[i] - ref[i]);
+              const double tol = q8 ? 1.001 * B[i] + 1e-5 * S[i] : 1e-5 * S[i];
+              if (!(err <= tol + 1e-30)) {
+                ADD_FAILURE() << ggml_type_name(t) << " level " << cpu::simd_level() << (q8 ? " kQ8" : " kF32")
+                              << " threads " << pool->size() << " M " << M << " N " << N << " K " << K
+                              << " at m " << i / N << " n " << i % N << ": got " << y[i] << " want "
+                              << ref[i] << " err " << err << " tol " << tol;
+                return;
+              }
+              if (q8) {
+                worst_out->q8 = std::max(worst_out->q8, err / (1.001 * B[i] + 1e-5 * S[i] + 1e-30));
+                worst_out->q8_rel = std::max(worst_out->q8_rel, err / (S[i] + 1e-30));
+              } else {
+                worst_out->f32 = std::max(worst_out->f32, err / (S[i] + 1e-30));
+              }
+            }
+          }
+      }
+  }
+}
+
+class MatmulTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatmulTest, MatchesDoubleReferenceAtEveryLevel) {
+  const GgmlType t = GetParam();
+  for (const char* level : kLevels) {
+    if (!cpu::set_simd_level_for_testing(level)) {
+      std::printf("[matmul] %-5s level %-8s not supported here, skipped\n", ggml_type_name(t), level);
+      continue;
+    }
+    Worst w;
+    check_format(t, &w);
+    std::printf("[matmul] %-5s %-8s worst kF32 err/S %.2e | kQ8 err/bound %.3f, err/S %.2e\n",
+                ggml_type_name(t), level, w.f32, w.q8, w.q8_rel);
+  }
+  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
+                         ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0,
+                                           GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
+                                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K),
+                         [](const ::testing::TestParamInfo<GgmlType>& i) { return std::string(ggml_type_name(i.param)); });
+
+TEST(Matmul, EmptyShapesAreNoOps) {
+  ThreadPool pool(2);
+  float y = 7.0f;
+  const float x[32] = {};
+  const uint8_t w[34] = {};
+  cpu::matmul(pool, GgmlType::Q8_0, w, 0, 32, x, 1, &y);
+  cpu::matmul(pool, GgmlType::Q8_0, w, 1, 32, x, 0, &y);
+  EXPECT_EQ(y, 7.0f);
+}
+
+TEST(Matmul, RejectsUnsupportedTypeAndBadK) {
+  ThreadPool pool(1);
+  float y[4];
+  const float x[64] = {};
+  const uint8_t w[256] = {};
+  EXPECT_THROW(cpu::matmul(pool, GgmlType::Q2_K, w, 1, 256, x, 1, y), std::exception);
+  EXPECT_THROW(cpu::matmul(pool, GgmlType::Q8_0, w, 1, 33, x, 1, y), std::exception);
+}
+
+}  // namespace
+}  // namespace fathom
