@@ -28,6 +28,18 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;  // top alternatives by raw logprob, best first
 };
 
+// Throws fathom::Error naming the offending field when params are out of range for a model
+// with `vocab` tokens. Call once when a request is admitted; Sampler assumes valid params.
+void validate(const SamplingParams& params, int32_t vocab);
+
+// In place on logits [vocab], in the order sample() uses: logit_bias added; repetition
+// penalty over distinct tokens of prompt ∪ generated (logit > 0 ? logit / p : logit * p);
+// then for each distinct generated token: -= presence + frequency * count.
+// Exposed so tests can check the formulas directly.
+void apply_penalties_and_bias(float* logits, int32_t vocab, const SamplingParams& params,
+                              const std::vector<int32_t>& prompt,
+                              const std::vector<int32_t>& generated);
+
 class Sampler {
  public:
   // `fallback_seed` is used when params.seed is unset.
@@ -40,8 +52,9 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<float> scratch_;
-  std::vector<int32_t> index_scratch_;
+  std::vector<float> scratch_;         // [vocab] processed logits, then weights
+  std::vector<uint64_t> key_scratch_;   // candidates as (value, id) sort keys, see sampler.cpp
+  std::vector<int32_t> count_scratch_;  // [vocab] per-token counts, all zero between calls
 };
 
 }  // namespace fathom
