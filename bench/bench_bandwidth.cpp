@@ -1,0 +1,257 @@
+// Read-only memory bandwidth: the roofline that bounds decode speed.
+//
+// A buffer far larger than the last-level cache (default 1 GiB) is split into one contiguous
+// part per thread; each thread sums its part with the widest SIMD the CPU has (AVX-512, else
+// AVX2, else scalar; chosen at run time). One repetition = all threads released together by a
+// barrier, wall time until the last one finishes. Bandwidth = buffer bytes / that time
+// (GB = 1e9 bytes). The best of --reps repetitions is the figure (the machine's capability;
+// slower repetitions are disturbance), the median is reported beside it.
+//
+//   bench_bandwidth [--threads 1,2] [--size-mib 1024] [--reps 7] [--json FILE]
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <immintrin.h>
+#include <sys/mman.h>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Sums n 64-bit words (n a multiple of 64, p 64-byte aligned). Integer adds: one-cycle latency,
+// no FP exceptions, and the total is checkable. Eight accumulators keep many loads in flight.
+__attribute__((target("avx512f"))) uint64_t sum_avx512(const uint64_t* p, size_t n) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (size_t i = 0; i < n; i += 64) {
+    a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + i));
+    a1 = _mm512_add_epi64(a1, _mm512_load_si512(p + i + 8));
+    a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + i + 16));
+    a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + i + 24));
+    a4 = _mm512_add_epi64(a4, _mm512_load_si512(p + i + 32));
+    a5 = _mm512_add_epi64(a5, _mm512_load_si512(p + i + 40));
+    a6 = _mm512_add_epi64(a6, _mm512_load_si512(p + i + 48));
+    a7 = _mm512_add_epi64(a7, _mm512_load_si512(p + i + 56));
+  }
+  a0 = _mm512_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)),
+                        _mm512_add_epi64(_mm512_add_epi64(a4, a5), _mm512_add_epi64(a6, a7)));
+  // Lanes through memory: GCC 12's _mm512_reduce_add_epi64 trips -Wuninitialized in its own header.
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, a0);
+  uint64_t total = 0;
+  for (uint64_t lane : lanes) total += lane;
+  return total;
+}
+
+__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (size_t i = 0; i < n; i += 64) {
+    const __m256i* v = reinterpret_cast<const __m256i*>(p + i);
+    a0 = _mm256_add_epi64(a0, _mm256_add_epi64(_mm256_load_si256(v + 0), _mm256_load_si256(v + 1)));
+    a1 = _mm256_add_epi64(a1, _mm256_add_epi64(_mm256_load_si256(v + 2), _mm256_load_si256(v + 3)));
+    a2 = _mm256_add_epi64(a2, _mm256_add_epi64(_mm256_load_si256(v + 4), _mm256_load_si256(v + 5)));
+    a3 = _mm256_add_epi64(a3, _mm256_add_epi64(_mm256_load_si256(v + 6), _mm256_load_si256(v + 7)));
+    a4 = _mm256_add_epi64(a4, _mm256_add_epi64(_mm256_load_si256(v + 8), _mm256_load_si256(v + 9)));
+    a5 = _mm256_add_epi64(a5, _mm256_add_epi64(_mm256_load_si256(v + 10), _mm256_load_si256(v + 11)));
+    a6 = _mm256_add_epi64(a6, _mm256_add_epi64(_mm256_load_si256(v + 12), _mm256_load_si256(v + 13)));
+    a7 = _mm256_add_epi64(a7, _mm256_add_epi64(_mm256_load_si256(v + 14), _mm256_load_si256(v + 15)));
+  }
+  a0 = _mm256_add_epi64(_mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)),
+                        _mm256_add_epi64(_mm256_add_epi64(a4, a5), _mm256_add_epi64(a6, a7)));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), a0);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+uint64_t sum_scalar(const uint64_t* p, size_t n) {
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    a0 += p[i];
+    a1 += p[i + 1];
+    a2 += p[i + 2];
+    a3 += p[i + 3];
+  }
+  return a0 + a1 + a2 + a3;
+}
+
+using SumFn = uint64_t (*)(const uint64_t*, size_t);
+
+struct Simd {
+  const char* name;
+  SumFn fn;
+};
+
+Simd pick_simd(const std::string& forced) {
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+  if (forced == "avx512" && !avx512) throw std::runtime_error("--simd avx512: the CPU has no AVX-512F");
+  if (forced == "avx2" && !avx2) throw std::runtime_error("--simd avx2: the CPU has no AVX2");
+  if (forced == "scalar") return {"scalar", sum_scalar};
+  if (forced == "avx2") return {"avx2", sum_avx2};
+  if (forced == "avx512" || (forced.empty() && avx512)) return {"avx512", sum_avx512};
+  if (forced.empty() && avx2) return {"avx2", sum_avx2};
+  if (forced.empty()) return {"scalar", sum_scalar};
+  throw std::runtime_error("--simd must be avx512, avx2 or scalar, got '" + forced + "'");
+}
+
+// Sum of the words [a, b) when word i holds i (mod 2^64, as the SIMD sums wrap).
+uint64_t expected_sum(uint64_t a, uint64_t b) {
+  const uint64_t n = b - a;
+  const uint64_t x = a + b - 1;  // sum = n * x / 2; one of n, x is even
+  return (n % 2 == 0) ? (n / 2) * x : n * (x / 2);
+}
+
+std::vector<int> parse_int_list(const std::string& s, const char* flag) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 1024)
+      throw std::runtime_error(std::string(flag) + ": expected a comma-separated list of positive integers, got '" +
+                               s + "'");
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) throw std::runtime_error(std::string(flag) + " is empty");
+  return out;
+}
+
+struct Result {
+  int threads;
+  std::vector<double> gbps;  // one per repetition
+  double best() const { return *std::max_element(gbps.begin(), gbps.end()); }
+  double median() const {
+    std::vector<double> v = gbps;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+};
+
+// One thread count: `threads` workers, each owning a contiguous, 64-word-aligned part.
+// The main thread only times: it passes the start barrier with the workers and takes the
+// clock after the end barrier, so thread start-up is outside every measurement.
+Result measure(const uint64_t* buf, size_t words, int threads, int reps, SumFn fn) {
+  Result r{threads, {}};
+  std::barrier sync(threads + 1);
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);  // a cache line apart
+  std::vector<size_t> bounds(threads + 1);
+  for (int t = 0; t <= threads; ++t) bounds[t] = words / 64 * t / threads * 64;
+  const int passes = reps + 1;  // the first pass warms TLBs and the prefetchers; not timed
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      for (int pass = 0; pass < passes; ++pass) {
+        sync.arrive_and_wait();
+        sums[t * 8] = fn(buf + bounds[t], bounds[t + 1] - bounds[t]);
+        sync.arrive_and_wait();
+      }
+    });
+  const size_t bytes = bounds[threads] * sizeof(uint64_t);
+  for (int pass = 0; pass < passes; ++pass) {
+    sync.arrive_and_wait();
+    const auto t0 = Clock::now();
+    sync.arrive_and_wait();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    uint64_t total = 0;
+    for (int t = 0; t < threads; ++t) total += sums[t * 8];
+    if (total != expected_sum(0, bounds[threads]))
+      throw std::runtime_error("sum mismatch: the kernel did not read the whole buffer");
+    if (pass > 0) r.gbps.push_back(static_cast<double>(bytes) / s / 1e9);
+  }
+  for (std::thread& w : workers) w.join();
+  return r;
+}
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: bench_bandwidth [--threads 1,2] [--size-mib 1024] [--reps 7] [--simd avx512|avx2|scalar]\n"
+               "                       [--json FILE]\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<int> threads = {1, 2};
+    long size_mib = 1024;
+    int reps = 7;
+    std::string json_path, forced_simd;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--threads") threads = parse_int_list(value(), "--threads");
+      else if (a == "--size-mib") size_mib = std::atol(value().c_str());
+      else if (a == "--reps") reps = std::atoi(value().c_str());
+      else if (a == "--json") json_path = value();
+      else if (a == "--simd") forced_simd = value();
+      else if (a == "-h" || a == "--help") { usage(); return 0; }
+      else throw std::runtime_error("unknown argument '" + a + "'");
+    }
+    if (size_mib < 64) throw std::runtime_error("--size-mib must be at least 64 (the buffer must dwarf the LLC)");
+    if (reps < 5) throw std::runtime_error("--reps must be at least 5");
+    const Simd simd = pick_simd(forced_simd);
+
+    const size_t bytes = static_cast<size_t>(size_mib) << 20;
+    const size_t words = bytes / sizeof(uint64_t);
+    // 2 MiB alignment so transparent huge pages can back the buffer (fewer TLB misses, as
+    // a large mapped weight file would also mostly get); advisory only.
+    auto* buf = static_cast<uint64_t*>(std::aligned_alloc(2u << 20, bytes));
+    if (!buf) throw std::runtime_error("cannot allocate " + std::to_string(size_mib) + " MiB");
+    madvise(buf, bytes, MADV_HUGEPAGE);
+    // Write every word (real pages, not the shared zero page), in parallel to be quick.
+    {
+      const int fill_threads = std::max(1u, std::thread::hardware_concurrency());
+      std::vector<std::thread> fill;
+      for (int t = 0; t < fill_threads; ++t)
+        fill.emplace_back([=] {
+          for (size_t i = words * t / fill_threads; i < words * (t + 1) / fill_threads; ++i) buf[i] = i;
+        });
+      for (std::thread& f : fill) f.join();
+    }
+
+    std::printf("bench_bandwidth: %ld MiB buffer, %s, best of %d repetitions (GB = 1e9 bytes)\n", size_mib, simd.name,
+                reps);
+    nlohmann::json results = nlohmann::json::array();
+    for (int t : threads) {
+      const Result r = measure(buf, words, t, reps, simd.fn);
+      std::printf("  threads %2d: %6.2f GB/s best, %6.2f GB/s median\n", t, r.best(), r.median());
+      std::fflush(stdout);
+      results.push_back({{"threads", t}, {"best_gbps", r.best()}, {"median_gbps", r.median()}, {"all_gbps", r.gbps}});
+    }
+    std::free(buf);
+
+    if (!json_path.empty()) {
+      nlohmann::json j = {{"benchmark", "bandwidth"},
+                          {"description", "read-only sum over a buffer split into one contiguous part per thread; "
+                                          "GB/s = buffer bytes / wall time of one pass, best of reps"},
+                          {"buffer_bytes", bytes},
+                          {"simd", simd.name},
+                          {"reps", reps},
+                          {"hardware_threads", std::thread::hardware_concurrency()},
+                          {"results", results}};
+      std::ofstream out(json_path);
+      if (!out) throw std::runtime_error("cannot write " + json_path);
+      out << j.dump(2) << "\n";
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_bandwidth: %s\n", e.what());
+    return 1;
+  }
+}
