@@ -11,7 +11,7 @@
 
 namespace fathom {
 namespace {
-constexpr int kSpinIterations = 200000;  // ~ tens of microseconds before sleeping
+constexpr int kSpinIterations = 20000;  // ~ a hundred microseconds before sleeping
 }
 
 ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
@@ -61,7 +61,12 @@ void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
   }
   wake_.notify_all();
   fn(0, threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) FATHOM_PAUSE();
+  // Spin first (the usual case: workers finish within microseconds); yield when the wait is
+  // long, e.g. when more threads than cores are runnable and a worker has been descheduled.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < kSpinIterations / 10) FATHOM_PAUSE();
+    else std::this_thread::yield();
+  }
   job_ = nullptr;
 }
 
