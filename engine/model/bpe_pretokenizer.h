@@ -1,0 +1,36 @@
+#pragma once
+// Pre-tokenizers of byte-level BPE vocabularies: split text into the words BPE merges within,
+// exactly as the regular expression of the vocabulary's tokenizer.json / llama.cpp's
+// tokenizer.ggml.pre would, but matched by hand (no std::regex) over Unicode categories from a
+// generated table (engine/model/unicode_categories.inc).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fathom {
+
+enum class PreTokenizer {
+  // GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  kGpt2,
+  // StarCoder / SmolLM: every \p{N} character is its own piece first, then the GPT-2 regex.
+  kDigitsThenGpt2,
+  // Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
+  //          | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kLlama3,
+  // Qwen 2: as Llama 3 with \p{N} (single digits) in place of \p{N}{1,3}.
+  kQwen2,
+};
+
+// The pre-tokenizer for a tokenizer.ggml.pre value; fathom::Error for one we do not implement
+// (guessing would silently produce token ids the model was not trained on).
+PreTokenizer pre_tokenizer_for(const std::string& pre_name);
+
+// Appends the words of `text` to `words` (views into `text`, in order, covering it exactly).
+void pre_tokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view>& words);
+
+// Unicode general category class of a code point, as the regexes above need it.
+enum class CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
+CharClass char_class(uint32_t cp);
+
+}  // namespace fathom

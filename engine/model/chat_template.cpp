@@ -1,0 +1,226 @@
+// Chat template families, each a hand-written rendering of its reference Jinja template:
+//   chatml : <|im_start|>{role}\n{content}<|im_end|>\n ... (SmolLM2 adds a default system turn)
+//   gemma  : Gemma 3's template (BOS, system text prepended to the first user turn, "model" role)
+//   llama2 : Llama-2-chat's template ([INST] ... [/INST], <<SYS>> block in the first turn)
+//   llama3 : Llama 3 Instruct's template (<|start_header_id|>role<|end_header_id|>\n\n ... <|eot_id|>)
+#include "engine/model/chat_template.h"
+
+#include <initializer_list>
+#include <string_view>
+
+#include "engine/error.h"
+
+namespace fathom {
+namespace {
+
+// Python's str.isspace() code points: what Jinja's `trim` and str.strip() remove.
+bool is_python_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000;
+}
+
+// Decodes the character starting at s[i] (1..3 bytes suffice for every space above); returns
+// {code point, length}, with an invalid/4-byte lead as a non-space.
+std::pair<uint32_t, size_t> char_at(const std::string& s, size_t i) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  if (b0 < 0x80) return {b0, 1};
+  auto cont = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) & 0x3Fu : 0u; };
+  if ((b0 & 0xE0) == 0xC0) return {((b0 & 0x1Fu) << 6) | cont(1), 2};
+  if ((b0 & 0xF0) == 0xE0) return {((b0 & 0x0Fu) << 12) | (cont(1) << 6) | cont(2), 3};
+  return {0xFFFFFFFF, 1};
+}
+
+std::string python_strip(const std::string& s) {
+  size_t begin = 0;
+  while (begin < s.size()) {
+    auto [cp, n] = char_at(s, begin);
+    if (!is_python_space(cp)) break;
+    begin += n;
+  }
+  size_t end = s.size();
+  while (end > begin) {
+    // Step back to the start of the last character.
+    size_t start = end - 1;
+    while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    auto [cp, n] = char_at(s, start);
+    if (!is_python_space(cp) || start + n != end) break;
+    end = start;
+  }
+  return s.substr(begin, end - begin);
+}
+
+// Appends the parts in order (instead of operator+ chains, which trip GCC 12's -Wrestrict).
+void append(std::string& out, std::initializer_list<std::string_view> parts) {
+  for (std::string_view p : parts) out.append(p);
+}
+
+void check_roles(const std::vector<ChatMessage>& messages) {
+  if (messages.empty()) throw Error("chat template: the message list is empty");
+  for (const ChatMessage& m : messages)
+    if (m.role != "system" && m.role != "user" && m.role != "assistant")
+      throw Error("chat template: unknown role '" + m.role + "' (expected system, user or assistant)");
+}
+
+// A ChatML template's literal default system turn: the text of the first
+// '<|im_start|>system\n TEXT <|im_end|>' in which TEXT is plain (no Jinja expression). The literal
+// may spell the newline as a real newline (SmolLM2's GGUF) or as the escape \n (Qwen 2.5).
+std::string find_default_system(const std::string& tmpl) {
+  const std::string open = "<|im_start|>system";
+  for (size_t at = tmpl.find(open); at != std::string::npos; at = tmpl.find(open, at + 1)) {
+    size_t p = at + open.size();
+    if (tmpl.compare(p, 1, "\n") == 0) {
+      p += 1;
+    } else if (tmpl.compare(p, 2, "\\n") == 0) {
+      p += 2;
+    } else {
+      continue;
+    }
+    const size_t close = tmpl.find("<|im_end|>", p);
+    if (close == std::string::npos) break;
+    std::string text = tmpl.substr(p, close - p);
+    if (text.empty() || text.find_first_of("'\"{}") != std::string::npos) continue;
+    std::string out;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '\\' && i + 1 < text.size() && text[i + 1] == 'n') {
+        out += '\n';
+        ++i;
+      } else {
+        out += text[i];
+      }
+    }
+    return out;
+  }
+  return {};
+}
+
+std::string render_chatml(const std::vector<ChatMessage>& messages, const std::string& default_system,
+                          bool add_generation_prompt) {
+  std::string out;
+  if (!default_system.empty() && messages[0].role != "system")
+    append(out, {"<|im_start|>system\n", default_system, "<|im_end|>\n"});
+  for (const ChatMessage& m : messages) append(out, {"<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n"});
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// Gemma 3: a leading system message becomes "<content>\n\n" before the first turn's text; turns
+// must alternate user/model starting with user (the template raises otherwise); text is trimmed.
+std::string render_gemma(const std::vector<ChatMessage>& messages, const std::string& bos, bool add_generation_prompt) {
+  std::string out = bos;
+  std::string first_prefix;
+  size_t begin = 0;
+  if (messages[0].role == "system") {
+    append(first_prefix, {messages[0].content, "\n\n"});
+    begin = 1;
+  }
+  for (size_t i = begin; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const size_t index0 = i - begin;
+    if ((m.role == "user") != (index0 % 2 == 0))
+      throw Error("gemma chat template: conversation roles must alternate user/assistant/user/assistant/...");
+    const std::string role = m.role == "assistant" ? "model" : m.role;
+    append(out, {"<start_of_turn>", role, "\n", index0 == 0 ? first_prefix : "", python_strip(m.content),
+                 "<end_of_turn>\n"});
+  }
+  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
+// Llama 2 chat. Its template has no generation prompt: the prompt ends with " [/INST]".
+std::string render_llama2(const std::vector<ChatMessage>& messages, const std::string& bos) {
+  const std::string eos = "</s>";  // every Llama 2 vocabulary spells EOS this way
+  std::string out;
+  size_t begin = 0;
+  const bool has_system = messages[0].role == "system";
+  if (has_system) begin = 1;
+  for (size_t i = begin; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const size_t index0 = i - begin;
+    if ((m.role == "user") != (index0 % 2 == 0))
+      throw Error("llama2 chat template: conversation roles must alternate user/assistant/user/assistant/...");
+    std::string content = m.content;
+    if (index0 == 0 && has_system) {
+      content.clear();
+      append(content, {"<<SYS>>\n", messages[0].content, "\n<</SYS>>\n\n", m.content});
+    }
+    if (m.role == "user") {
+      append(out, {bos, "[INST] ", python_strip(content), " [/INST]"});
+    } else if (m.role == "assistant") {
+      append(out, {" ", python_strip(content), " ", eos});
+    }
+  }
+  return out;
+}
+
+std::string render_llama3(const std::vector<ChatMessage>& messages, const std::string& bos, bool add_generation_prompt) {
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (i == 0) out += bos;
+    append(out, {"<|start_header_id|>", messages[i].role, "<|end_header_id|>\n\n", python_strip(messages[i].content),
+                 "<|eot_id|>"});
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::resolve(const std::string& template_text, const std::string& family_name,
+                                   const std::string& bos_text) {
+  ChatTemplate t;
+  t.bos_text_ = bos_text;
+  if (family_name == "chatml") {
+    t.family_ = ChatFamily::kChatML;
+  } else if (family_name == "gemma") {
+    t.family_ = ChatFamily::kGemma;
+  } else if (family_name == "llama2") {
+    t.family_ = ChatFamily::kLlama2;
+  } else if (family_name == "llama3") {
+    t.family_ = ChatFamily::kLlama3;
+  } else if (!family_name.empty()) {
+    throw Error("unknown chat template family '" + family_name + "' (known: chatml, gemma, llama2, llama3)");
+  } else if (template_text.find("<start_of_turn>") != std::string::npos) {
+    t.family_ = ChatFamily::kGemma;
+  } else if (template_text.find("<|start_header_id|>") != std::string::npos) {
+    t.family_ = ChatFamily::kLlama3;
+  } else if (template_text.find("<|im_start|>") != std::string::npos) {
+    t.family_ = ChatFamily::kChatML;
+  } else if (template_text.find("[INST]") != std::string::npos && template_text.find("<<SYS>>") != std::string::npos) {
+    t.family_ = ChatFamily::kLlama2;
+  } else if (template_text.empty()) {
+    throw Error("the model has no chat template; name a family (chatml, gemma, llama2, llama3)");
+  } else {
+    throw Error("unrecognised chat template (not chatml, gemma, llama2 or llama3); name a family explicitly");
+  }
+  if (t.family_ == ChatFamily::kChatML) t.default_system_ = find_default_system(template_text);
+  return t;
+}
+
+const char* ChatTemplate::family_name() const {
+  switch (family_) {
+    case ChatFamily::kChatML: return "chatml";
+    case ChatFamily::kGemma: return "gemma";
+    case ChatFamily::kLlama2: return "llama2";
+    case ChatFamily::kLlama3: return "llama3";
+  }
+  return "?";
+}
+
+std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  check_roles(messages);
+  switch (family_) {
+    case ChatFamily::kChatML: return render_chatml(messages, default_system_, add_generation_prompt);
+    case ChatFamily::kGemma: return render_gemma(messages, bos_text_, add_generation_prompt);
+    case ChatFamily::kLlama2: return render_llama2(messages, bos_text_);
+    case ChatFamily::kLlama3: return render_llama3(messages, bos_text_, add_generation_prompt);
+  }
+  throw Error("chat template: invalid family");
+}
+
+std::string default_family_for_architecture(const std::string& arch) {
+  if (arch == "gemma" || arch == "gemma2" || arch == "gemma3") return "gemma";
+  return "";
+}
+
+}  // namespace fathom

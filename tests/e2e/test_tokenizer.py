@@ -1,0 +1,382 @@
+"""fathom's tokenizers and chat templates (tools/tokenize) against independent references.
+
+References, and why they are independent of the code under test:
+  * Token ids: HF `tokenizers` (Rust) models built from the same GGUF vocabularies by transformers'
+    own GGUF converters (transformers.integrations.gguf.gguf_tokenizer_mapping; loading through
+    AutoTokenizer.from_pretrained(gguf_file=...) needs torch, which is not installed, so the
+    converter functions are called directly on metadata read by the small reader below).
+      - SmolLM2 (gpt2 / pre "smollm"): the byte-level BPE from the GGUF vocabulary and merges, with
+        SmolLM2's own tokenizer.json pre-tokenizer, Digits(individual_digits) then ByteLevel (which
+        is what llama.cpp's "smollm" pre-tokenizer stands for). fathom's BPE, pre-tokenizer regexes
+        and Unicode tables are hand-written C++; the reference is Rust tokenizers + Oniguruma.
+      - Gemma 3 (SentencePiece): transformers' Gemma converter, a tokenizers BPE whose merges are
+        rebuilt from the vocabulary order, Replace(" " -> U+2581) normalizer and byte fallback.
+        fathom runs libsentencepiece on a ModelProto it serializes itself; the two share no code.
+  * Chat prompts: transformers' apply_chat_template (Jinja2) on SmolLM2's template as stored in the
+    GGUF, and on the official Gemma 3 template text (below; the Gemma GGUF carries no template).
+"""
+import json
+import os
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / os.environ.get("FATHOM_BUILD", "build")
+TOKENIZE = BUILD / "tokenize"
+MODELS = {
+    "smollm2": ROOT / "models" / "smollm2-135m-instruct-q4_1.gguf",
+    "gemma3": ROOT / "models" / "gemma-3-270m-q4_k_m.gguf",
+}
+
+CORPUS = [
+    "Hello world",
+    "Hello, world! How are you today?",
+    " leading space",
+    "trailing space ",
+    "   three leading spaces and two trailing  ",
+    "multiple     spaces    between     words",
+    "tabs\tand\t\ttabs\t",
+    "line one\nline two\n\nline four\r\nwindows line",
+    "\n\n\n",
+    " \n \t \r\n",
+    "",
+    "a",
+    "The year 2024 had 366 days; π ≈ 3.14159265358979.",
+    "1234567890 12345678901234567890 007 1,000,000.50",
+    "Numbers: ١٢٣ (Arabic-Indic), ५६७ (Devanagari), Ⅻ (Roman), ½ ¾",
+    "Café, naïve, résumé, façade, jalapeño, Ærøskøbing, Straße",
+    "e\u0301 (decomposed) vs \u00e9 (precomposed); A\u030a",
+    "Привет, мир! Как дела? Съешь же ещё этих мягких французских булок.",
+    "مرحبا بالعالم، كيف حالك؟",
+    "שלום עולם",
+    "日本語のテキストと漢字、ひらがな、カタカナ。",
+    "中文测试：你好，世界！这是一个句子。",
+    "한국어 문장입니다. 안녕하세요!",
+    "ภาษาไทย ไม่มีช่องว่าง",
+    "Emoji: 😀😃😄 🎉 🚀 ❤️ 👍🏽",
+    "ZWJ families: 👨‍👩‍👧‍👦 👩‍❤️‍👨 🏳️‍🌈 🧑🏿‍💻",
+    "Flags: 🇺🇸🇫🇷🇯🇵 and keycaps 1️⃣ #️⃣",
+    "Rare CJK: 𠀀𠀁𪚥 and math 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛",
+    "def f(x):\n    return x ** 2  # square\n\nprint(f(3))",
+    "int main() {\n\tprintf(\"%d\\n\", a[i] << 2 | 0xFF);\n\treturn 0;\n}",
+    "<html><body><td>cell</td><br/></body></html>",
+    "don't won't I'm you're we've they'll he'd IT'S DON'T",
+    "URL: https://example.com/path?query=1&x=y#frag — email a.b@c.org",
+    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n",
+    "text<|im_end|>more<start_of_turn>x<bos>y<eos><|endoftext|>",
+    "<|im_start <|im_start|x <start_of_turn <unused0> <unk>",
+    "!!!??? ... --- *** ### @@@ $$$ %%% ^^^ &&& ((( )))",
+    "mixed ascii, Ελληνικά, العربية, हिन्दी, and 😀 in one line",
+    "\u00a0non-breaking\u00a0spaces\u2009thin\u3000ideographic",
+    "zero\u200bwidth\u200cjoiner\u200dtest\ufeffbom",
+    "a" * 300 + " " + "ab" * 150,
+    "🙂" * 20,
+]
+
+
+def is_special_text(s):
+    return any(t in s for t in ("<|im_", "<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>", "<|endoftext|>", "<unused0>", "<unk>"))
+
+
+# --- a minimal GGUF metadata reader (only the key/value section) --------------------------------
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1", 10: "<u8", 11: "<i8", 12: "<f8"}
+
+
+def read_gguf_metadata(path):
+    data = Path(path).read_bytes()[: 64 << 20]  # the metadata of both models fits in the first 64 MiB
+    pos = 0
+
+    def take(n):
+        nonlocal pos
+        pos += n
+        return data[pos - n : pos]
+
+    def string():
+        (n,) = struct.unpack("<Q", take(8))
+        return take(n).decode("utf-8")
+
+    def value(t):
+        if t == 8:
+            return string()
+        if t == 9:
+            (et,) = struct.unpack("<I", take(4))
+            (count,) = struct.unpack("<Q", take(8))
+            if et == 8:
+                return [string() for _ in range(count)]
+            dt = np.dtype(_NUMPY[et])
+            return np.frombuffer(take(dt.itemsize * count), dtype=dt).tolist()
+        fmt = _SCALARS[t]
+        return struct.unpack(fmt, take(struct.calcsize(fmt)))[0]
+
+    assert take(4) == b"GGUF"
+    _version, _n_tensors, n_kv = struct.unpack("<IQQ", take(20))
+    meta = {}
+    for _ in range(n_kv):
+        key = string()
+        (t,) = struct.unpack("<I", take(4))
+        meta[key] = value(t)
+    return meta
+
+
+# --- references ----------------------------------------------------------------------------------
+
+
+def build_reference(name, meta):
+    from tokenizers import pre_tokenizers
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+        add_gguf_special_tokens,
+        byte_level_tokenizer,
+        gemma_tokenizer,
+    )
+
+    d = {
+        "tokenizer_type": meta["tokenizer.ggml.model"],
+        "pre_tokenizer_type": meta.get("tokenizer.ggml.pre"),
+        "tokens": meta["tokenizer.ggml.tokens"],
+        "token_type": meta.get("tokenizer.ggml.token_type"),
+    }
+    if "tokenizer.ggml.scores" in meta:
+        d["scores"] = meta["tokenizer.ggml.scores"]
+    if "tokenizer.ggml.merges" in meta:
+        d["merges"] = meta["tokenizer.ggml.merges"]
+    if name == "smollm2":
+        assert d["pre_tokenizer_type"] == "smollm"
+        tok = byte_level_tokenizer(d)
+        # SmolLM2's tokenizer.json pre-tokenizer (= llama.cpp's "smollm": \p{N} split, then GPT-2's regex).
+        tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True),
+             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    else:
+        tok = gemma_tokenizer(d)
+    tok = add_gguf_special_tokens(tok, d)
+    tok.bos_token = d["tokens"][meta["tokenizer.ggml.bos_token_id"]]
+    tok.eos_token = d["tokens"][meta["tokenizer.ggml.eos_token_id"]]
+    return tok
+
+
+class Model:
+    def __init__(self, name):
+        self.name = name
+        self.path = MODELS[name]
+        self.meta = read_gguf_metadata(self.path)
+        self.ref = build_reference(name, self.meta)
+        self.add_bos = bool(self.meta.get("tokenizer.ggml.add_bos_token", False))
+        self.bos_id = self.meta["tokenizer.ggml.bos_token_id"]
+
+    def ref_ids(self, text, parse_special=True, add_bos=True):
+        backend = self.ref.backend_tokenizer
+        backend.encode_special_tokens = not parse_special
+        try:
+            ids = backend.encode(text, add_special_tokens=False).ids
+        finally:
+            backend.encode_special_tokens = False
+        return ([self.bos_id] if add_bos and self.add_bos else []) + ids
+
+
+def run_tool(model, *args, stdin=""):
+    r = subprocess.run([str(TOKENIZE), str(model.path), *args], input=stdin.encode("utf-8"),
+                       capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    return json.loads(r.stdout.decode("utf-8"))
+
+
+@pytest.fixture(scope="module", params=["smollm2", "gemma3"])
+def model(request):
+    assert TOKENIZE.exists(), f"{TOKENIZE} is not built (set FATHOM_BUILD to the build directory)"
+    assert MODELS[request.param].exists(), f"{MODELS[request.param]} is missing (run make setup)"
+    return Model(request.param)
+
+
+def test_corpus_is_broad():
+    assert len(CORPUS) >= 30
+
+
+def _compare(model, got_all, parse_special, add_bos):
+    mismatches = []
+    for text, got in zip(CORPUS, got_all):
+        want = model.ref_ids(text, parse_special=parse_special, add_bos=add_bos)
+        if got != want:
+            mismatches.append(f"{text!r}:\n  fathom {got}\n  ref    {want}")
+    assert not mismatches, f"{len(mismatches)}/{len(CORPUS)} differ:\n" + "\n".join(mismatches[:5])
+
+
+def test_encode_matches_reference(model):
+    got = run_tool(model, "--batch", stdin=json.dumps(CORPUS))["ids"]
+    _compare(model, got, parse_special=True, add_bos=True)
+
+
+def test_encode_without_special_matches_reference(model):
+    got = run_tool(model, "--batch", "--no-special", "--no-bos", stdin=json.dumps(CORPUS))["ids"]
+    _compare(model, got, parse_special=False, add_bos=False)
+
+
+def test_single_text_from_stdin(model):
+    text = CORPUS[7]
+    assert run_tool(model, stdin=text)["ids"] == model.ref_ids(text)
+
+
+def test_bos(model):
+    ids = run_tool(model, stdin="Hello")["ids"]
+    no_bos = run_tool(model, "--no-bos", stdin="Hello")["ids"]
+    if model.add_bos:
+        assert ids == [model.bos_id] + no_bos
+    else:
+        assert ids == no_bos
+
+
+def test_special_tokens_are_single_ids(model):
+    names = ["<|im_start|>", "<|im_end|>"] if model.name == "smollm2" else ["<start_of_turn>", "<end_of_turn>"]
+    for name in names:
+        ids = run_tool(model, "--no-bos", stdin=name)["ids"]
+        assert ids == [model.meta["tokenizer.ggml.tokens"].index(name)]
+        assert len(run_tool(model, "--no-bos", "--no-special", stdin=name)["ids"]) > 1
+
+
+def test_decode_round_trip(model):
+    ids = run_tool(model, "--batch", "--no-special", "--no-bos", stdin=json.dumps(CORPUS))["ids"]
+    texts = run_tool(model, "--decode", stdin=json.dumps(ids))["text"]
+    for original, text in zip(CORPUS, texts):
+        assert text == original
+
+
+def test_decode_round_trip_with_special_tokens(model):
+    ids = run_tool(model, "--batch", "--no-bos", stdin=json.dumps(CORPUS))["ids"]
+    with_special = run_tool(model, "--decode", "--special", stdin=json.dumps(ids))["text"]
+    plain = run_tool(model, "--decode", stdin=json.dumps(ids))["text"]
+    for original, text, dropped in zip(CORPUS, with_special, plain):
+        assert text == original
+        if not is_special_text(original):
+            assert dropped == original
+
+
+def test_decode_matches_reference(model):
+    ids = run_tool(model, "--batch", "--no-special", "--no-bos", stdin=json.dumps(CORPUS))["ids"]
+    texts = run_tool(model, "--decode", stdin=json.dumps(ids))["text"]
+    for i, text in zip(ids, texts):
+        assert text == model.ref.decode(i, skip_special_tokens=True)
+
+
+def test_incremental_detokenizer(model):
+    ids = run_tool(model, "--batch", "--no-special", "--no-bos", stdin=json.dumps(CORPUS))["ids"]
+    streams = run_tool(model, "--stream", stdin=json.dumps(ids))["pieces"]
+    for text, pieces in zip(CORPUS, streams):
+        assert "".join(pieces) == text
+        assert all("\ufffd" not in p for p in pieces)  # nothing was emitted half-way through a character
+
+
+def test_end_of_generation(model):
+    info = run_tool(model, "--info")
+    tokens = model.meta["tokenizer.ggml.tokens"]
+    eog = {tokens[i] for i in info["end_of_generation_ids"]}
+    assert tokens[model.meta["tokenizer.ggml.eos_token_id"]] in eog
+    assert ("<|im_end|>" if model.name == "smollm2" else "<end_of_turn>") in eog
+
+
+# --- chat templates -------------------------------------------------------------------------------
+
+# google/gemma-3-*-it's chat template (tokenizer_config.json), verbatim.
+GEMMA3_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"""
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi!"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2+2?"}],
+    [
+        {"role": "user", "content": "  Tell me a joke.\n"},
+        {"role": "assistant", "content": "Why did the chicken cross the road?  "},
+        {"role": "user", "content": "Why? 🤔 日本語"},
+    ],
+    [
+        {"role": "system", "content": "Answer in French.\n"},
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Bonjour"},
+        {"role": "user", "content": "\tMerci\u3000"},
+    ],
+]
+
+
+def reference_chat(model, messages, add_generation_prompt):
+    if model.name == "gemma3":
+        assert "tokenizer.chat_template" not in model.meta  # so the official template is the reference
+        model.ref.chat_template = GEMMA3_TEMPLATE
+    else:
+        model.ref.chat_template = model.meta["tokenizer.chat_template"]
+    return model.ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+@pytest.mark.parametrize("conversation", range(len(CONVERSATIONS)))
+@pytest.mark.parametrize("generation_prompt", [True, False])
+def test_chat_template_matches_reference(model, conversation, generation_prompt):
+    messages = CONVERSATIONS[conversation]
+    args = ["--chat"] + ([] if generation_prompt else ["--no-generation-prompt"])
+    got = run_tool(model, *args, stdin=json.dumps(messages))
+    assert got["family"] == ("chatml" if model.name == "smollm2" else "gemma")
+    assert got["text"] == reference_chat(model, messages, generation_prompt)
+
+
+def test_chat_prompt_tokens_match_reference(model):
+    messages = CONVERSATIONS[2]
+    text = run_tool(model, "--chat", stdin=json.dumps(messages))["text"]
+    assert run_tool(model, "--no-bos", stdin=text)["ids"] == model.ref_ids(text, add_bos=False)
+
+
+def test_chat_errors(model):
+    r = subprocess.run([str(TOKENIZE), str(model.path), "--chat"], input=b"[]", capture_output=True, timeout=300)
+    assert r.returncode == 1 and b"empty" in r.stderr
+    bad_role = json.dumps([{"role": "wizard", "content": "x"}])
+    r = subprocess.run([str(TOKENIZE), str(model.path), "--chat"], input=bad_role.encode(), capture_output=True,
+                       timeout=300)
+    assert r.returncode == 1 and b"wizard" in r.stderr
+    if model.name == "gemma3":  # the official template raises on non-alternating roles; so do we
+        two_users = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+        with pytest.raises(Exception, match="alternate"):
+            reference_chat(model, two_users, True)
+        r = subprocess.run([str(TOKENIZE), str(model.path), "--chat"], input=json.dumps(two_users).encode(),
+                           capture_output=True, timeout=300)
+        assert r.returncode == 1 and b"alternate" in r.stderr
