@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/attention_partial.h"
@@ -18,14 +18,59 @@ PartialAttentionFn select_kernel() {
   return partial_attention_portable();
 }
 
-constexpr int32_t kQueryBlock = 8;  // query tokens that share one pass over a K/V tile
+constexpr int32_t kQueryBlock = 8;    // query tokens that share one pass over a K/V tile
+constexpr int32_t kKeyChunk = 256;    // keys per chunk (rounded up to whole blocks)
 
-// One work item: a block of query tokens x one kv head x one chunk of keys.
-struct WorkItem {
-  int32_t q_begin, q_end;  // query token indices
-  int32_t head;            // kv head
-  int32_t chunk;           // key chunk index
+// Batch invariance: keys are cut into chunks at fixed absolute positions (multiples of the chunk
+// size), every chunk's partial result is computed from a fresh softmax state, and partials are
+// folded in chunk order with fold() — whether the chunks ran on one thread or were spread over
+// several. A row's output therefore depends only on its own query and keys, not on the batch,
+// the number of query tokens in the call, or the thread count.
+struct RowState {
+  float* acc;  // [head_dim], unnormalised
+  float m;     // max logit, -inf before any key
+  float l;     // Σ exp(logit - m)
 };
+
+void fold(RowState& s, const float* acc_c, float m_c, float l_c, int32_t d) {
+  if (m_c == -INFINITY) return;  // the chunk held no key of this row
+  if (s.m == -INFINITY) {
+    std::copy(acc_c, acc_c + d, s.acc);
+    s.m = m_c;
+    s.l = l_c;
+    return;
+  }
+  const float m = std::max(s.m, m_c);
+  const float a = std::exp(s.m - m), b = std::exp(m_c - m);
+  for (int32_t x = 0; x < d; ++x) s.acc[x] = s.acc[x] * a + acc_c[x] * b;
+  s.l = s.l * a + l_c * b;
+  s.m = m;
+}
+
+struct Rows {
+  std::vector<const float*> q;
+  std::vector<int32_t> lo, hi;
+  std::vector<int64_t> out_row;  // index into [n_q * n_heads]
+};
+
+// The rows of one (query block, kv head): query tokens x GQA heads.
+void collect_rows(const AttentionArgs& a, int32_t head, int32_t group, int32_t d, int32_t q_begin, int32_t q_end,
+                  Rows& rows) {
+  rows.q.clear();
+  rows.lo.clear();
+  rows.hi.clear();
+  rows.out_row.clear();
+  for (int32_t i = q_begin; i < q_end; ++i) {
+    const int32_t pos = a.pos0 + i;
+    for (int32_t j = 0; j < group; ++j) {
+      const int64_t row = static_cast<int64_t>(i) * a.n_heads + head * group + j;
+      rows.q.push_back(a.q + row * d);
+      rows.lo.push_back(a.window > 0 ? std::max(0, pos - a.window + 1) : 0);
+      rows.hi.push_back(pos);
+      rows.out_row.push_back(row);
+    }
+  }
+}
 
 }  // namespace
 
@@ -39,90 +84,73 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
   const int32_t last_pos = a.pos0 + a.n_q - 1;
   const int32_t first_lo = a.window > 0 ? std::max(0, a.pos0 - a.window + 1) : 0;
   const int32_t n_qblocks = (a.n_q + kQueryBlock - 1) / kQueryBlock;
-
-  // Split keys into chunks only when there are too few (query block, head) items to keep every
-  // thread busy — i.e. decode of long sequences. Chunks are whole blocks, at least 4 of them.
-  const int32_t span = last_pos - first_lo + 1;
-  int32_t n_chunks = 1;
-  const int64_t base_items = static_cast<int64_t>(n_qblocks) * kv.n_kv_heads;
-  if (base_items < 4 * pool.size()) {
-    const int32_t want = static_cast<int32_t>((4 * pool.size() + base_items - 1) / base_items);
-    n_chunks = std::max(1, std::min(want, span / (4 * bs)));
-  }
-  const int32_t chunk_start = first_lo / bs * bs;  // chunks are block aligned
-  const int32_t span_blocks = (last_pos + 1 - chunk_start + bs - 1) / bs;
-  const int32_t chunk_blocks = (span_blocks + n_chunks - 1) / n_chunks;
-
-  std::vector<WorkItem> items;
-  for (int32_t qb = 0; qb < n_qblocks; ++qb)
-    for (int32_t h = 0; h < kv.n_kv_heads; ++h)
-      for (int32_t c = 0; c < n_chunks; ++c)
-        items.push_back({qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), h, c});
-
-  // Partial results per (query token, query head, chunk): acc[d], m, l.
-  const int64_t rows_total = static_cast<int64_t>(a.n_q) * a.n_heads;
-  std::vector<float> acc(rows_total * n_chunks * d), m(rows_total * n_chunks), l(rows_total * n_chunks);
+  const int32_t chunk = (kKeyChunk + bs - 1) / bs * bs;
+  const int32_t chunk0 = first_lo / chunk, chunk1 = last_pos / chunk;  // chunks touched, inclusive
+  const int32_t n_chunks = chunk1 - chunk0 + 1;
   const int64_t scratch_floats = 2 * static_cast<int64_t>(bs) * d + bs;
-  std::vector<float> scratch(scratch_floats * pool.size());
+  const int64_t rows_per_item = static_cast<int64_t>(kQueryBlock) * group;
 
-  pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end, int thread) {
-    std::vector<const float*> q_rows;
-    std::vector<int32_t> lo, hi;
-    std::vector<float> item_acc, item_m, item_l;
-    for (int64_t w = begin; w < end; ++w) {
-      const WorkItem& it = items[w];
-      q_rows.clear();
-      lo.clear();
-      hi.clear();
-      for (int32_t i = it.q_begin; i < it.q_end; ++i) {
-        const int32_t pos = a.pos0 + i;
-        for (int32_t j = 0; j < group; ++j) {
-          const int32_t h = it.head * group + j;
-          q_rows.push_back(a.q + (static_cast<int64_t>(i) * a.n_heads + h) * d);
-          lo.push_back(a.window > 0 ? std::max(0, pos - a.window + 1) : 0);
-          hi.push_back(pos);
+  // Spread the chunks of a row over threads only when (query block, head) items alone cannot
+  // keep every thread busy: decode of long sequences.
+  const int64_t base_items = static_cast<int64_t>(n_qblocks) * kv.n_kv_heads;
+  const bool split = base_items < 2 * pool.size() && n_chunks > 1;
+
+  if (!split) {
+    pool.parallel_for(base_items, [&](int64_t begin, int64_t end, int) {
+      Rows rows;
+      std::vector<float> scratch(scratch_floats), acc_c(rows_per_item * d), m_c(rows_per_item), l_c(rows_per_item);
+      std::vector<RowState> state;
+      for (int64_t w = begin; w < end; ++w) {
+        const int32_t qb = static_cast<int32_t>(w / kv.n_kv_heads), head = static_cast<int32_t>(w % kv.n_kv_heads);
+        collect_rows(a, head, group, d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
+        const int32_t R = static_cast<int32_t>(rows.q.size());
+        state.clear();
+        for (int32_t r = 0; r < R; ++r) state.push_back({a.out + rows.out_row[r] * d, -INFINITY, 0.0f});
+        const PartialRows pr{R, rows.q.data(), rows.lo.data(), rows.hi.data()};
+        for (int32_t c = chunk0; c <= chunk1; ++c) {
+          kernel(kv, head, pr, c * chunk, std::min(last_pos + 1, (c + 1) * chunk), a.scale, acc_c.data(), m_c.data(),
+                 l_c.data(), scratch.data());
+          for (int32_t r = 0; r < R; ++r) fold(state[r], &acc_c[static_cast<int64_t>(r) * d], m_c[r], l_c[r], d);
         }
+        for (RowState& s : state)
+          for (int32_t x = 0; x < d; ++x) s.acc[x] /= s.l;
       }
-      const int32_t R = static_cast<int32_t>(q_rows.size());
-      item_acc.resize(static_cast<size_t>(R) * d);
-      item_m.resize(R);
-      item_l.resize(R);
-      const int32_t t0 = chunk_start + it.chunk * chunk_blocks * bs;
-      const int32_t t1 = std::min(last_pos + 1, t0 + chunk_blocks * bs);
-      PartialRows rows{R, q_rows.data(), lo.data(), hi.data()};
-      kernel(kv, it.head, rows, t0, t1, a.scale, item_acc.data(), item_m.data(), item_l.data(),
-             scratch.data() + scratch_floats * thread);
-      // Scatter into [row][chunk] slots; row = token * n_heads + query head.
-      int32_t r = 0;
-      for (int32_t i = it.q_begin; i < it.q_end; ++i)
-        for (int32_t j = 0; j < group; ++j, ++r) {
-          const int64_t row = static_cast<int64_t>(i) * a.n_heads + it.head * group + j;
-          const int64_t slot = row * n_chunks + it.chunk;
-          std::memcpy(&acc[slot * d], &item_acc[static_cast<size_t>(r) * d], sizeof(float) * d);
-          m[slot] = item_m[r];
-          l[slot] = item_l[r];
-        }
+    });
+    return;
+  }
+
+  // Split: partials per (item, chunk) in [item][chunk][row] slots, folded in chunk order after.
+  const int64_t slots = base_items * n_chunks * rows_per_item;
+  std::vector<float> acc(slots * d), m(slots), l(slots);
+  pool.parallel_for(base_items * n_chunks, [&](int64_t begin, int64_t end, int) {
+    Rows rows;
+    std::vector<float> scratch(scratch_floats);
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t item = w / n_chunks;
+      const int32_t c = chunk0 + static_cast<int32_t>(w % n_chunks);
+      const int32_t qb = static_cast<int32_t>(item / kv.n_kv_heads), head = static_cast<int32_t>(item % kv.n_kv_heads);
+      collect_rows(a, head, group, d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
+      const PartialRows pr{static_cast<int32_t>(rows.q.size()), rows.q.data(), rows.lo.data(), rows.hi.data()};
+      const int64_t slot = w * rows_per_item;
+      kernel(kv, head, pr, c * chunk, std::min(last_pos + 1, (c + 1) * chunk), a.scale, &acc[slot * d], &m[slot],
+             &l[slot], scratch.data());
     }
   });
-
-  // Exact log-sum-exp merge of the chunks of each row; a chunk that saw no key has m = -inf, l = 0.
-  for (int64_t row = 0; row < rows_total; ++row) {
-    float max_m = -INFINITY;
-    for (int32_t c = 0; c < n_chunks; ++c) max_m = std::max(max_m, m[row * n_chunks + c]);
-    float* out = a.out + row * d;
-    std::fill(out, out + d, 0.0f);
-    if (max_m == -INFINITY) continue;  // unreachable for causal rows (a row always sees itself)
-    float denom = 0;
-    for (int32_t c = 0; c < n_chunks; ++c) {
-      const int64_t slot = row * n_chunks + c;
-      if (m[slot] == -INFINITY) continue;
-      const float w = std::exp(m[slot] - max_m);
-      denom += w * l[slot];
-      for (int32_t x = 0; x < d; ++x) out[x] += w * acc[slot * d + x];
+  pool.parallel_for(base_items, [&](int64_t begin, int64_t end, int) {
+    Rows rows;
+    for (int64_t item = begin; item < end; ++item) {
+      const int32_t qb = static_cast<int32_t>(item / kv.n_kv_heads), head = static_cast<int32_t>(item % kv.n_kv_heads);
+      collect_rows(a, head, group, d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
+      for (size_t r = 0; r < rows.q.size(); ++r) {
+        RowState s{a.out + rows.out_row[r] * d, -INFINITY, 0.0f};
+        for (int32_t c = 0; c < n_chunks; ++c) {
+          const int64_t slot = (item * n_chunks + c) * rows_per_item + static_cast<int64_t>(r);
+          fold(s, &acc[slot * d], m[slot], l[slot], d);
+        }
+        for (int32_t x = 0; x < d; ++x) s.acc[x] /= s.l;
+      }
     }
-    const float inv = 1.0f / denom;
-    for (int32_t x = 0; x < d; ++x) out[x] *= inv;
-  }
+  });
 }
 
 }  // namespace fathom::cpu

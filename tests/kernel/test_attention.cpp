@@ -104,3 +104,33 @@ TEST(PagedAttention, MatchesReferenceOnGrid) {
 
 }  // namespace
 }  // namespace fathom
+
+namespace fathom {
+namespace {
+
+// A row's output must not depend on how many other query tokens share the call, nor on the
+// thread count (the engine's batch invariance and exact recompute-preemption rely on it).
+TEST(PagedAttention, RowResultIsBitwiseIndependentOfBatchAndThreads) {
+  std::mt19937 rng(99);
+  ThreadPool pool1(1), pool2(2);
+  for (int32_t s : {40, 700, 1500}) {
+    const Case c{64, 3, s, 19, 0, KvDtype::kF16};
+    Fixture f = make(c, rng);
+    PagedKvView kv{f.k.data(), f.v.data(), c.dtype, f.table.data(), f.block_size, f.n_kv_heads, c.head_dim};
+    const int32_t n_heads = c.group * f.n_kv_heads, row = n_heads * c.head_dim;
+    std::vector<float> all(f.q.size());
+    cpu::paged_attention(pool2, kv, AttentionArgs{f.q.data(), all.data(), c.n_q, n_heads, s - c.n_q, 0, 0.125f});
+    for (int32_t i : {0, 7, 18}) {
+      for (ThreadPool* pool : {&pool1, &pool2}) {
+        std::vector<float> one(row);
+        cpu::paged_attention(*pool, kv, AttentionArgs{f.q.data() + static_cast<int64_t>(i) * row, one.data(), 1,
+                                                       n_heads, s - c.n_q + i, 0, 0.125f});
+        for (int32_t x = 0; x < row; ++x)
+          ASSERT_EQ(one[x], all[static_cast<int64_t>(i) * row + x]) << "S=" << s << " token " << i << " elem " << x;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fathom
