@@ -1,5 +1,7 @@
 #include "engine/kv/block_pool.h"
 
+#include <cstring>
+
 #include "engine/error.h"
 
 namespace fathom {
@@ -40,6 +42,32 @@ void BlockPool::retain(int32_t block) {
 void BlockPool::release(int32_t block) {
   FATHOM_CHECK(refs_.at(block) > 0, "release of a free block");
   if (--refs_[block] == 0) free_.push_back(block);
+}
+
+void BlockPool::read_block(int32_t block, std::byte* dst) const {
+  const size_t n = layout_.block_elems() * kv_dtype_bytes(layout_.dtype), off = n * static_cast<size_t>(block);
+  for (int32_t l = 0; l < layout_.n_layers; ++l) {
+    std::memcpy(dst, k_[l].data() + off, n);
+    std::memcpy(dst + n, v_[l].data() + off, n);
+    dst += 2 * n;
+  }
+}
+
+void BlockPool::write_block(int32_t block, const std::byte* src) {
+  const size_t n = layout_.block_elems() * kv_dtype_bytes(layout_.dtype), off = n * static_cast<size_t>(block);
+  for (int32_t l = 0; l < layout_.n_layers; ++l) {
+    std::memcpy(k_[l].data() + off, src, n);
+    std::memcpy(v_[l].data() + off, src + n, n);
+    src += 2 * n;
+  }
+}
+
+void BlockPool::copy_block(int32_t src, int32_t dst) {
+  const size_t n = layout_.block_elems() * kv_dtype_bytes(layout_.dtype);
+  for (int32_t l = 0; l < layout_.n_layers; ++l) {
+    std::memcpy(k_[l].data() + n * dst, k_[l].data() + n * src, n);
+    std::memcpy(v_[l].data() + n * dst, v_[l].data() + n * src, n);
+  }
 }
 
 void* BlockPool::k_tile(int32_t layer, int32_t block, int32_t head) {

@@ -45,6 +45,12 @@ class BlockPool {
   // Start of the [block_size][head_dim] tile of (layer, block, kv head).
   void* k_tile(int32_t layer, int32_t block, int32_t head);
   void* v_tile(int32_t layer, int32_t block, int32_t head);
+  // Whole-block copies across every layer, K then V per layer: layout().block_bytes() bytes.
+  // Used to swap a block to the host tier and back, and for copy-on-write of a shared block.
+  void read_block(int32_t block, std::byte* dst) const;
+  void write_block(int32_t block, const std::byte* src);
+  void copy_block(int32_t src, int32_t dst);
+
   // Base of a layer's K / V storage (for kernels that take a block table).
   void* k_layer(int32_t layer) { return k_[layer].data(); }
   void* v_layer(int32_t layer) { return v_[layer].data(); }

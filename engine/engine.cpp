@@ -1,0 +1,150 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "engine/error.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+
+namespace fathom {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "none";
+}
+
+bool RequestHandle::next(StreamEvent& event, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty() || unfinished_ == 0; })) return false;
+  if (events_.empty()) return false;
+  event = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+bool RequestHandle::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return unfinished_ == 0 && events_.empty();
+}
+
+RequestUsage RequestHandle::usage() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return usage_;
+}
+
+void RequestHandle::push(StreamEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (event.finish != FinishReason::kNone) --unfinished_;
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+void RequestHandle::set_usage(const RequestUsage& usage) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  usage_ = usage;
+}
+
+Engine::Engine(Model& model, const SchedulerConfig& config, MetricsRegistry& metrics)
+    : model_(model), config_(config), metrics_(metrics),
+      scheduler_(std::make_unique<Scheduler>(model, config, metrics)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_.store(true);
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<RequestHandle> Engine::submit(Request request) {
+  if (draining_.load()) throw EngineDraining("the server is shutting down");
+  const ModelConfig& c = model_.config();
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  if (prompt == 0) throw Error("the prompt is empty");
+  for (int32_t id : request.prompt)
+    if (id < 0 || id >= model_.vocab())
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(model_.vocab()) + ")");
+  if (request.max_tokens < 1) throw Error("max_tokens must be at least 1");
+  if (prompt + request.max_tokens > c.context_length)
+    throw Error("this model's maximum context length is " + std::to_string(c.context_length) + " tokens; the request has " +
+                std::to_string(prompt) + " prompt tokens and asks for " + std::to_string(request.max_tokens) +
+                " more");
+  if (request.n < 1 || request.n > 128) throw Error("n must be between 1 and 128");
+  if (request.attention.name != "dense")
+    throw Error("unknown attention policy '" + request.attention.name + "' (available: dense)");
+  validate(request.sampling, model_.vocab());
+  const int32_t bs = model_.kv_pool().layout().block_size;
+  if ((prompt + bs) / bs > model_.kv_pool().num_blocks())
+    throw Error("the prompt needs more KV cache blocks than the server has (" +
+                std::to_string(model_.kv_pool().num_blocks()) + " blocks of " + std::to_string(bs) + " tokens)");
+
+  auto state = std::make_unique<RequestState>();
+  if (request.id.empty()) request.id = "req-" + std::to_string(next_id_.fetch_add(1));
+  state->handle = std::make_shared<RequestHandle>(request.id, request.n);
+  state->arrival = Clock::now();
+  state->request = std::move(request);
+  std::shared_ptr<RequestHandle> handle = state->handle;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (waiting_count_.load() + static_cast<int32_t>(incoming_.size()) >= config_.max_queue)
+      throw EngineBusy("too many requests are waiting (" + std::to_string(config_.max_queue) + ")");
+    state->order = next_order_++;
+    incoming_.push_back(std::move(state));
+    handles_.push_back(handle);
+  }
+  wake_.notify_all();
+  return handle;
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<std::unique_ptr<RequestState>> batch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      // Idle: sleep until a request arrives. Busy: a short wait would only add latency.
+      if (!scheduler_->has_work())
+        wake_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_.load() || !incoming_.empty(); });
+      if (stop_.load()) break;
+      batch.swap(incoming_);
+      std::erase_if(handles_, [](const std::weak_ptr<RequestHandle>& h) {
+        auto p = h.lock();
+        return !p || p->done();
+      });
+    }
+    for (auto& r : batch) scheduler_->add(std::move(r));
+    if (scheduler_->has_work()) scheduler_->step();
+    running_count_.store(scheduler_->running_requests());
+    waiting_count_.store(scheduler_->waiting_requests());
+    idle_.notify_all();
+  }
+  scheduler_->cancel_all();
+}
+
+bool Engine::drain(std::chrono::milliseconds timeout) {
+  draining_.store(true);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool finished = idle_.wait_until(lock, deadline, [&] {
+    return incoming_.empty() && running_count_.load() == 0 && waiting_count_.load() == 0;
+  });
+  if (!finished)
+    for (auto& weak : handles_)
+      if (auto h = weak.lock()) h->cancel();
+  return finished;
+}
+
+int32_t Engine::running() const { return running_count_.load(); }
+int32_t Engine::waiting() const { return waiting_count_.load(); }
+
+}  // namespace fathom

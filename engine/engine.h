@@ -1,0 +1,108 @@
+#pragma once
+// The serving engine: thread-safe submit() from any thread; one scheduler thread drives the
+// model with iteration-level continuous batching (see scheduler.h). Each request gets a
+// RequestHandle whose stream yields StreamEvents until every choice has finished.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/metrics.h"
+#include "engine/request.h"
+
+namespace fathom {
+
+class Model;
+class Scheduler;
+struct RequestState;
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 64;          // sequences in one step
+  int32_t max_batched_tokens = 512;   // tokens (decode + prefill chunks) in one step
+  int32_t max_queue = 256;            // waiting requests before submit() refuses (HTTP 429)
+  int64_t host_kv_bytes = 0;          // host tier budget for swapped-out KV blocks; 0 = no swap
+  bool prefix_caching = true;
+};
+
+// Shared between the engine thread and one client: a queue of events plus cancellation.
+class RequestHandle {
+ public:
+  // Blocks until an event is available or `timeout` passes; false on timeout.
+  // After the final event of every choice, done() is true and next() returns false at once.
+  bool next(StreamEvent& event, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000));
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  bool done() const;
+  const std::string& id() const { return id_; }
+  RequestUsage usage() const;
+
+  // Engine side.
+  RequestHandle(std::string id, int32_t n) : id_(std::move(id)), unfinished_(n) {}
+  void push(StreamEvent event);
+  void set_usage(const RequestUsage& usage);
+
+ private:
+  std::string id_;
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<StreamEvent> events_;
+  int32_t unfinished_;
+  RequestUsage usage_;
+  std::atomic<bool> cancelled_{false};
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const SchedulerConfig& config, MetricsRegistry& metrics);
+  ~Engine();  // stops the scheduler thread; unfinished requests finish as cancelled
+
+  // Validates and queues the request. Throws fathom::Error for invalid input (HTTP 400 /
+  // INVALID_ARGUMENT) and EngineBusy when the waiting queue is full (HTTP 429).
+  std::shared_ptr<RequestHandle> submit(Request request);
+
+  // Stops admission (submit throws EngineDraining) and waits up to `timeout` for running
+  // and queued requests to finish; whatever remains is cancelled. Returns true if all finished.
+  bool drain(std::chrono::milliseconds timeout);
+  bool draining() const { return draining_.load(); }
+
+  Model& model() { return model_; }
+  const SchedulerConfig& config() const { return config_; }
+  int32_t running() const;  // sequences being processed
+  int32_t waiting() const;  // requests queued
+
+ private:
+  void loop();
+
+  Model& model_;
+  SchedulerConfig config_;
+  MetricsRegistry& metrics_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::thread thread_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;  // signalled after every scheduler iteration
+  std::vector<std::unique_ptr<RequestState>> incoming_;
+  std::vector<std::weak_ptr<RequestHandle>> handles_;  // to cancel what a drain leaves behind
+  uint64_t next_order_ = 0;
+  std::atomic<int32_t> running_count_{0}, waiting_count_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{1};
+};
+
+class EngineBusy : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class EngineDraining : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace fathom

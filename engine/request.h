@@ -1,0 +1,55 @@
+#pragma once
+// What a client asks the engine for, and what the engine streams back. Protocol-free: the HTTP
+// and gRPC layers translate into and out of these.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace fathom {
+
+// Decode attention policy of a request. Only "dense" exists so far; the field is the hook for
+// the sparse policies (sparq, hip, swa), whose parameters join it.
+struct AttentionPolicy {
+  std::string name = "dense";
+};
+
+struct StopConditions {
+  std::vector<std::string> strings;  // generation ends before the first occurrence; never emitted
+  std::vector<int32_t> token_ids;    // extra stop tokens (not emitted)
+  bool ignore_eos = false;           // do not stop on the model's end-of-generation tokens
+};
+
+struct Request {
+  std::string id;                // for logs; the engine assigns one when empty
+  std::vector<int32_t> prompt;   // token ids, BOS included when wanted
+  SamplingParams sampling;
+  int32_t max_tokens = 16;       // per choice; clamped to the context
+  int32_t n = 1;                 // choices sampled from one prefill of the prompt
+  int32_t priority = 0;          // higher is scheduled first; FCFS within a priority
+  StopConditions stop;
+  AttentionPolicy attention;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+// One event of a request's stream. Events of different choices interleave.
+struct StreamEvent {
+  int32_t choice = 0;
+  std::vector<int32_t> token_ids;      // tokens accepted this step (usually one)
+  std::string text;                    // text that became final this step (stop strings held back)
+  std::vector<SampledToken> logprobs;  // per token id, when sampling.logprobs >= 0
+  FinishReason finish = FinishReason::kNone;  // set on the choice's last event
+  std::string error;                   // for kError
+};
+
+struct RequestUsage {
+  int32_t prompt_tokens = 0;
+  int32_t cached_prompt_tokens = 0;  // served from the prefix cache
+  int32_t completion_tokens = 0;     // summed over choices
+};
+
+}  // namespace fathom

@@ -1,0 +1,445 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "engine/error.h"
+#include "engine/model.h"
+
+namespace fathom {
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+bool before(const RequestState& a, const RequestState& b) {
+  if (a.request.priority != b.request.priority) return a.request.priority > b.request.priority;
+  return a.order < b.order;
+}
+
+}  // namespace
+
+// The engine's metric families (names are the contract with the README and dashboards).
+struct Scheduler::Metrics {
+  explicit Metrics(MetricsRegistry& r)
+      : running(r.gauge("fathom_requests_running", "Requests with at least one sequence admitted")),
+        waiting(r.gauge("fathom_requests_waiting", "Requests queued for admission")),
+        prompt_tokens(r.counter("fathom_prompt_tokens_total", "Prompt tokens of admitted requests")),
+        generation_tokens(r.counter("fathom_generation_tokens_total", "Tokens generated")),
+        ttft(r.histogram("fathom_time_to_first_token_seconds", "Time from arrival to the first token",
+                         MetricsRegistry::latency_buckets())),
+        itl(r.histogram("fathom_inter_token_latency_seconds", "Time between consecutive tokens of a sequence",
+                        MetricsRegistry::latency_buckets())),
+        e2e(r.histogram("fathom_e2e_request_latency_seconds", "Time from arrival to the last token",
+                        MetricsRegistry::latency_buckets())),
+        queue(r.histogram("fathom_queue_time_seconds", "Time from arrival to admission",
+                          MetricsRegistry::latency_buckets())),
+        blocks_device(r.gauge("fathom_kv_blocks_used", "KV blocks in use (including cached prefixes)", {{"tier", "device"}})),
+        blocks_host(r.gauge("fathom_kv_blocks_used", "KV blocks in use (including cached prefixes)", {{"tier", "host"}})),
+        usage_device(r.gauge("fathom_kv_usage_ratio", "Fraction of the tier's KV capacity in use", {{"tier", "device"}})),
+        usage_host(r.gauge("fathom_kv_usage_ratio", "Fraction of the tier's KV capacity in use", {{"tier", "host"}})),
+        prefix_queries(r.counter("fathom_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache")),
+        prefix_hits(r.counter("fathom_prefix_cache_hits_total", "Prompt tokens served from the prefix cache")),
+        preempt_swap(r.counter("fathom_preemptions_total", "Sequences preempted under KV pressure", {{"mode", "swap"}})),
+        preempt_recompute(
+            r.counter("fathom_preemptions_total", "Sequences preempted under KV pressure", {{"mode", "recompute"}})),
+        swap_out(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "out"}})),
+        swap_in(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "in"}})),
+        registry(r) {}
+
+  Counter& finished(FinishReason reason) {
+    return registry.counter("fathom_request_finished_total", "Requests finished, by finish reason",
+                            {{"reason", finish_reason_name(reason)}});
+  }
+
+  Gauge &running, &waiting;
+  Counter &prompt_tokens, &generation_tokens;
+  Histogram &ttft, &itl, &e2e, &queue;
+  Gauge &blocks_device, &blocks_host, &usage_device, &usage_host;
+  Counter &prefix_queries, &prefix_hits, &preempt_swap, &preempt_recompute, &swap_out, &swap_in;
+  MetricsRegistry& registry;
+};
+
+Scheduler::Scheduler(Model& model, const SchedulerConfig& config, MetricsRegistry& metrics)
+    : model_(model),
+      config_(config),
+      metrics_(std::make_unique<Metrics>(metrics)),
+      prefix_(model.kv_pool()),
+      host_(config.host_kv_bytes) {
+  for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
+    metrics_->finished(r);  // export every reason from the start, at 0
+  update_gauges();
+}
+
+Scheduler::~Scheduler() {
+  cancel_all();
+  prefix_.clear();
+}
+
+void Scheduler::add(std::unique_ptr<RequestState> r) {
+  auto seq = std::make_unique<Sequence>();
+  seq->request = r.get();
+  seq->choice = 0;
+  seq->tokens = r->request.prompt;
+  const SamplingParams& p = r->request.sampling;
+  seq->sampler = std::make_unique<Sampler>(p, seed_rng_());
+  seq->text = std::make_unique<TextStream>(model_.tokenizer(), r->request.stop.strings);
+  r->unfinished = r->request.n;
+  r->usage.prompt_tokens = static_cast<int32_t>(r->request.prompt.size());
+  r->seqs.push_back(std::move(seq));
+  requests_.push_back(std::move(r));
+  update_gauges();
+}
+
+int32_t Scheduler::available_blocks() const {
+  return model_.kv_pool().free_blocks() + (config_.prefix_caching ? prefix_.evictable() : 0);
+}
+
+bool Scheduler::allocate_block(Sequence& seq) {
+  BlockPool& pool = model_.kv_pool();
+  int32_t b = pool.allocate();
+  if (b < 0 && prefix_.evict(1) > 0) b = pool.allocate();
+  if (b < 0) return false;
+  seq.blocks.push_back(b);
+  return true;
+}
+
+bool Scheduler::ensure_room(Sequence& seq, int32_t tokens) {
+  const int32_t bs = model_.kv_pool().layout().block_size;
+  while (static_cast<int32_t>(seq.blocks.size()) * bs < tokens)
+    if (!allocate_block(seq)) return false;
+  return true;
+}
+
+void Scheduler::release_blocks(Sequence& seq) {
+  for (int32_t b : seq.blocks) model_.kv_pool().release(b);
+  seq.blocks.clear();
+}
+
+void Scheduler::register_full_blocks(Sequence& seq) {
+  if (!config_.prefix_caching) return;
+  const int32_t bs = model_.kv_pool().layout().block_size;
+  const int32_t full = seq.n_computed / bs;
+  for (int32_t i = seq.n_registered; i < full; ++i)
+    seq.last_hash = prefix_.insert(seq.last_hash, std::span<const int32_t>(seq.tokens).subspan(i * bs, bs), seq.blocks[i]);
+  seq.n_registered = std::max(seq.n_registered, full);
+}
+
+Sequence* Scheduler::pick_victim(const Sequence* except) {
+  // The last running sequence in (priority, arrival) order; nullptr when that is `except`.
+  std::vector<Sequence*> running;
+  for (auto& r : requests_)
+    for (auto& s : r->seqs)
+      if (s->state == SeqState::kRunning) running.push_back(s.get());
+  if (running.empty()) return nullptr;
+  Sequence* last = *std::max_element(running.begin(), running.end(), [](Sequence* a, Sequence* b) {
+    if (a->request == b->request) return a->choice < b->choice;
+    return before(*a->request, *b->request);
+  });
+  return last == except ? nullptr : last;
+}
+
+void Scheduler::preempt(Sequence& seq) {
+  BlockPool& pool = model_.kv_pool();
+  const int64_t block_bytes = static_cast<int64_t>(pool.layout().block_bytes());
+  const int64_t bytes = block_bytes * static_cast<int64_t>(seq.blocks.size());
+  if (bytes > 0 && host_.try_reserve(bytes)) {
+    seq.swapped_kv.resize(bytes);
+    for (size_t i = 0; i < seq.blocks.size(); ++i) pool.read_block(seq.blocks[i], seq.swapped_kv.data() + i * block_bytes);
+    release_blocks(seq);
+    seq.state = SeqState::kSwapped;
+    metrics_->preempt_swap.inc();
+    metrics_->swap_out.inc(static_cast<double>(bytes));
+    return;
+  }
+  release_blocks(seq);
+  seq.n_computed = 0;
+  seq.n_registered = 0;
+  seq.last_hash = 0;
+  seq.state = SeqState::kWaiting;
+  metrics_->preempt_recompute.inc();
+}
+
+bool Scheduler::swap_in(Sequence& seq) {
+  BlockPool& pool = model_.kv_pool();
+  const int64_t block_bytes = static_cast<int64_t>(pool.layout().block_bytes());
+  const int32_t n = static_cast<int32_t>(static_cast<int64_t>(seq.swapped_kv.size()) / block_bytes);
+  if (available_blocks() < n + 1) return false;  // +1: room for the next token
+  for (int32_t i = 0; i < n; ++i) {
+    FATHOM_CHECK(allocate_block(seq));
+    pool.write_block(seq.blocks.back(), seq.swapped_kv.data() + i * block_bytes);
+  }
+  host_.release(static_cast<int64_t>(seq.swapped_kv.size()));
+  metrics_->swap_in.inc(static_cast<double>(seq.swapped_kv.size()));
+  seq.swapped_kv.clear();
+  seq.swapped_kv.shrink_to_fit();
+  seq.state = SeqState::kRunning;
+  return true;
+}
+
+void Scheduler::admit(Sequence& seq) {
+  RequestState& r = *seq.request;
+  const int32_t bs = model_.kv_pool().layout().block_size;
+  const int32_t n_tokens = static_cast<int32_t>(seq.tokens.size());
+  // At least one token is always computed: its logits give the next token.
+  if (config_.prefix_caching) {
+    seq.blocks = prefix_.match(seq.tokens, (n_tokens - 1) / bs);
+    metrics_->prefix_queries.inc(n_tokens);
+    metrics_->prefix_hits.inc(static_cast<double>(seq.blocks.size()) * bs);
+  }
+  seq.n_computed = static_cast<int32_t>(seq.blocks.size()) * bs;
+  if (seq.choice == 0 && !r.first_token_seen) {
+    r.usage.cached_prompt_tokens = seq.n_computed;
+    metrics_->queue.observe(seconds_between(r.arrival, Clock::now()));
+    metrics_->prompt_tokens.inc(n_tokens);
+  }
+  seq.state = SeqState::kRunning;
+}
+
+void Scheduler::step() {
+  reap_cancelled();
+  if (requests_.empty()) return;
+  std::vector<RequestState*> order;
+  for (auto& r : requests_) order.push_back(r.get());
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return before(*a, *b); });
+  std::vector<Sequence*> seqs;
+  for (RequestState* r : order)
+    for (auto& s : r->seqs)
+      if (s->state != SeqState::kFinished) seqs.push_back(s.get());
+
+  // 1. Room for every running sequence's pending tokens, preempting from the back if short.
+  bool preempted = false;
+  for (Sequence* s : seqs) {
+    if (s->state != SeqState::kRunning) continue;
+    while (!ensure_room(*s, static_cast<int32_t>(s->tokens.size()))) {
+      Sequence* victim = pick_victim(s);
+      preempt(victim ? *victim : *s);
+      preempted = true;
+      if (!victim) break;
+    }
+  }
+  // 2. Swapped sequences come back first when there is room (they are older than new ones).
+  if (!preempted)
+    for (Sequence* s : seqs)
+      if (s->state == SeqState::kSwapped && !swap_in(*s)) break;
+
+  // 3. The step: decode tokens first, then prefill chunks, then admissions.
+  BatchPlan plan;
+  std::vector<Sequence*> planned;
+  std::vector<int32_t> chunk_of;
+  int32_t budget = config_.max_batched_tokens;
+  auto add_to_plan = [&](Sequence* s, int32_t chunk) {
+    const bool last = s->n_computed + chunk == static_cast<int32_t>(s->tokens.size());
+    plan.seqs.push_back(SeqStep{std::span<const int32_t>(s->tokens).subspan(s->n_computed, chunk), s->n_computed,
+                                &s->blocks, last ? LogitsWanted::kLast : LogitsWanted::kNone});
+    planned.push_back(s);
+    chunk_of.push_back(chunk);
+    budget -= chunk;
+  };
+  const int32_t max_seqs = config_.max_num_seqs;
+  for (Sequence* s : seqs)
+    if (s->state == SeqState::kRunning && s->pending() == 1 && static_cast<int32_t>(planned.size()) < max_seqs &&
+        budget > 0)
+      add_to_plan(s, 1);
+  for (Sequence* s : seqs)
+    if (s->state == SeqState::kRunning && s->pending() > 1 && static_cast<int32_t>(planned.size()) < max_seqs &&
+        budget > 0)
+      add_to_plan(s, std::min(s->pending(), budget));
+  const int32_t bs = model_.kv_pool().layout().block_size;
+  for (Sequence* s : seqs) {
+    if (s->state != SeqState::kWaiting) continue;
+    if (static_cast<int32_t>(planned.size()) >= max_seqs || budget <= 0) break;
+    const int32_t need = (static_cast<int32_t>(s->tokens.size()) + bs) / bs;  // whole prompt + next token
+    if (need > model_.kv_pool().num_blocks()) {
+      finish(*s, FinishReason::kLength);  // can never fit: the cache is smaller than this sequence
+      continue;
+    }
+    admit(*s);
+    if (!ensure_room(*s, static_cast<int32_t>(s->tokens.size())) || available_blocks() < 1) {
+      release_blocks(*s);  // not enough room now: back to the queue, keep FCFS order
+      s->n_computed = 0;
+      s->state = SeqState::kWaiting;
+      break;
+    }
+    add_to_plan(s, std::min(s->pending(), budget));
+  }
+  update_gauges();
+  if (plan.seqs.empty()) return;
+
+  model_.forward(plan, logits_);
+
+  // 4. Results: advance, cache full blocks, sample where logits came back.
+  const int32_t vocab = model_.vocab();
+  int64_t row = 0;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    Sequence& s = *planned[i];
+    s.n_computed += chunk_of[i];
+    register_full_blocks(s);
+    if (plan.seqs[i].logits != LogitsWanted::kLast) continue;
+    const float* logits = &logits_[row++ * vocab];
+    RequestState& r = *s.request;
+    if (s.state == SeqState::kFinished) continue;  // finished as a side effect (cannot happen today)
+    if (s.choice == 0 && !r.forked && r.request.n > 1 && s.generated() == 0) fork_choices(r, logits);
+    const std::vector<int32_t> generated(s.tokens.begin() + static_cast<std::ptrdiff_t>(r.request.prompt.size()),
+                                         s.tokens.end());
+    accept_token(s, s.sampler->sample(logits, vocab, r.request.prompt, generated));
+  }
+  // Finished requests leave.
+  requests_.erase(std::remove_if(requests_.begin(), requests_.end(), [](auto& r) { return r->unfinished == 0; }),
+                  requests_.end());
+  update_gauges();
+}
+
+void Scheduler::fork_choices(RequestState& r, const float* logits) {
+  Sequence& parent = *r.seqs[0];
+  const int32_t bs = model_.kv_pool().layout().block_size;
+  const SamplingParams& p = r.request.sampling;
+  r.forked = true;
+  for (int32_t c = 1; c < r.request.n; ++c) {
+    auto child = std::make_unique<Sequence>();
+    child->request = &r;
+    child->choice = c;
+    child->tokens = parent.tokens;
+    SamplingParams cp = p;
+    if (p.seed) cp.seed = *p.seed + static_cast<uint64_t>(c);  // choices differ, yet reproducibly
+    child->sampler = std::make_unique<Sampler>(cp, seed_rng_());
+    child->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings);
+    // Share the full prompt blocks; copy the partial last block (copy-on-write at fork time).
+    const int32_t full = parent.n_computed / bs;
+    for (int32_t i = 0; i < full; ++i) {
+      model_.kv_pool().retain(parent.blocks[i]);
+      child->blocks.push_back(parent.blocks[i]);
+    }
+    child->n_computed = parent.n_computed;
+    child->n_registered = parent.n_registered;  // == full: the parent registered its full blocks
+    child->last_hash = parent.last_hash;
+    if (parent.n_computed % bs != 0) {
+      if (allocate_block(*child)) {
+        model_.kv_pool().copy_block(parent.blocks[full], child->blocks.back());
+      } else {  // no room to copy: this choice recomputes its prompt later (prefix cache helps)
+        release_blocks(*child);
+        child->n_computed = 0;
+        child->n_registered = 0;
+        child->last_hash = 0;
+      }
+    }
+    child->state = child->n_computed > 0 ? SeqState::kRunning : SeqState::kWaiting;
+    Sequence& ref = *child;
+    r.seqs.push_back(std::move(child));
+    if (ref.state == SeqState::kRunning)
+      accept_token(ref, ref.sampler->sample(logits, model_.vocab(), r.request.prompt, {}));
+  }
+}
+
+void Scheduler::accept_token(Sequence& seq, const SampledToken& tok) {
+  RequestState& r = *seq.request;
+  const auto now = Clock::now();
+  if (!r.first_token_seen) {
+    r.first_token_seen = true;
+    metrics_->ttft.observe(seconds_between(r.arrival, now));
+  } else if (seq.generated() > 0) {
+    metrics_->itl.observe(seconds_between(seq.last_token_time, now));
+  }
+  seq.last_token_time = now;
+  const StopConditions& stop = r.request.stop;
+  const bool stop_token = (!stop.ignore_eos && model_.tokenizer().is_end_of_generation(tok.id)) ||
+                          std::find(stop.token_ids.begin(), stop.token_ids.end(), tok.id) != stop.token_ids.end();
+  if (stop_token) {
+    finish(seq, FinishReason::kStop, seq.text->finish());  // held-back text was not a stop string
+    return;
+  }
+  seq.tokens.push_back(tok.id);
+  ++r.usage.completion_tokens;
+  metrics_->generation_tokens.inc();
+  StreamEvent ev;
+  ev.choice = seq.choice;
+  ev.token_ids.push_back(tok.id);
+  TextStream::Piece piece = seq.text->push(tok.id);
+  ev.text = std::move(piece.text);
+  if (r.request.sampling.logprobs >= 0) ev.logprobs.push_back(tok);
+  if (piece.stopped) {
+    ev.finish = FinishReason::kStop;
+  } else if (seq.generated() >= r.request.max_tokens ||
+             static_cast<int32_t>(seq.tokens.size()) >= model_.config().context_length) {
+    ev.text += seq.text->finish();
+    ev.finish = FinishReason::kLength;
+  }
+  if (ev.finish == FinishReason::kNone) {
+    r.handle->push(std::move(ev));
+    return;
+  }
+  const FinishReason reason = ev.finish;
+  ev.finish = FinishReason::kNone;  // finish() sends the final event with the reason
+  r.handle->push(std::move(ev));
+  finish(seq, reason);
+}
+
+void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail) {
+  RequestState& r = *seq.request;
+  if (seq.state == SeqState::kFinished) return;
+  register_full_blocks(seq);
+  release_blocks(seq);
+  if (!seq.swapped_kv.empty()) host_.release(static_cast<int64_t>(seq.swapped_kv.size()));
+  seq.swapped_kv.clear();
+  seq.state = SeqState::kFinished;
+  std::vector<StreamEvent> events(1);
+  events[0].choice = seq.choice;
+  events[0].text = std::move(tail);
+  events[0].finish = reason;
+  --r.unfinished;
+  if (!r.forked && seq.choice == 0) {
+    // n > 1 and the request ended before its first sample: the other choices never started.
+    for (int32_t c = 1; c < r.request.n; ++c) {
+      StreamEvent other;
+      other.choice = c;
+      other.finish = reason;
+      events.push_back(std::move(other));
+    }
+    r.unfinished = 0;
+  }
+  if (r.unfinished == 0) {  // usage is final before the stream's last event
+    r.handle->set_usage(r.usage);
+    metrics_->finished(reason).inc();
+    metrics_->e2e.observe(seconds_between(r.arrival, Clock::now()));
+  }
+  for (StreamEvent& ev : events) r.handle->push(std::move(ev));
+}
+
+void Scheduler::reap_cancelled() {
+  for (auto& r : requests_) {
+    if (!r->handle->cancelled()) continue;
+    for (size_t i = 0; i < r->seqs.size(); ++i)  // finish() may not add sequences, index is stable
+      if (r->seqs[i]->state != SeqState::kFinished && r->unfinished > 0) finish(*r->seqs[i], FinishReason::kCancelled);
+  }
+  requests_.erase(std::remove_if(requests_.begin(), requests_.end(), [](auto& r) { return r->unfinished == 0; }),
+                  requests_.end());
+}
+
+void Scheduler::cancel_all() {
+  for (auto& r : requests_) r->handle->cancel();
+  reap_cancelled();
+  update_gauges();
+}
+
+int32_t Scheduler::running_requests() const {
+  int32_t n = 0;
+  for (const auto& r : requests_)
+    n += std::any_of(r->seqs.begin(), r->seqs.end(), [](auto& s) { return s->state != SeqState::kWaiting; });
+  return n;
+}
+
+int32_t Scheduler::waiting_requests() const { return static_cast<int32_t>(requests_.size()) - running_requests(); }
+
+void Scheduler::update_gauges() {
+  const BlockPool& pool = model_.kv_pool();
+  const int64_t block_bytes = static_cast<int64_t>(pool.layout().block_bytes());
+  metrics_->running.set(running_requests());
+  metrics_->waiting.set(waiting_requests());
+  metrics_->blocks_device.set(pool.used_blocks());
+  metrics_->usage_device.set(static_cast<double>(pool.used_blocks()) / pool.num_blocks());
+  metrics_->blocks_host.set(static_cast<double>(host_.used() / block_bytes));
+  metrics_->usage_host.set(host_.budget() > 0 ? static_cast<double>(host_.used()) / host_.budget() : 0.0);
+}
+
+}  // namespace fathom

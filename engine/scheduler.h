@@ -1,0 +1,73 @@
+#pragma once
+// Iteration-level continuous batching. Every step():
+//   1. finishes cancelled requests (their blocks are released in this step);
+//   2. gives every running sequence room for its next token, preempting the lowest-priority,
+//      latest-arrived sequences when the device pool is short — by swap to the host tier when it
+//      has budget, else by recompute (blocks dropped, sequence re-queued for prefill);
+//   3. swaps sequences back in when there is room;
+//   4. admits waiting sequences in (priority, arrival) order while the step has token and
+//      sequence budget and their whole prompt fits in free + evictable blocks, reusing the
+//      longest cached prefix;
+//   5. runs one forward pass over decode tokens and prefill chunks (chunks bounded by
+//      max_batched_tokens), samples, detokenizes, checks stops and streams events.
+// n > 1 requests prefill once; at the first sample the other choices fork off, sharing the full
+// prompt blocks and copying the partial last one (copy-on-write).
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/kv/host_tier.h"
+#include "engine/kv/prefix_index.h"
+#include "engine/sequence.h"
+
+namespace fathom {
+
+class Model;
+
+class Scheduler {
+ public:
+  Scheduler(Model& model, const SchedulerConfig& config, MetricsRegistry& metrics);
+  ~Scheduler();
+
+  void add(std::unique_ptr<RequestState> request);
+  bool has_work() const { return !requests_.empty(); }
+  void step();
+  void cancel_all();  // finishes every request as cancelled
+
+  int32_t running_requests() const;
+  int32_t waiting_requests() const;
+
+ private:
+  struct Metrics;
+
+  bool allocate_block(Sequence& seq);        // evicts cached prefixes if needed
+  bool ensure_room(Sequence& seq, int32_t tokens);
+  int32_t available_blocks() const;          // free + evictable
+  void preempt(Sequence& victim);
+  bool swap_in(Sequence& seq);
+  Sequence* pick_victim(const Sequence* except);
+  void admit(Sequence& seq);                 // prefix lookup, blocks for the whole prompt
+  void release_blocks(Sequence& seq);
+  void register_full_blocks(Sequence& seq);
+  void fork_choices(RequestState& r, const float* logits);
+  void accept_token(Sequence& seq, const SampledToken& tok);
+  // Ends a choice: releases its blocks and sends its last event (`tail`: text still to emit).
+  void finish(Sequence& seq, FinishReason reason, std::string tail = {});
+  void reap_cancelled();
+  void update_gauges();
+
+  Model& model_;
+  SchedulerConfig config_;
+  std::unique_ptr<Metrics> metrics_;
+  PrefixIndex prefix_;
+  HostTier host_;
+  std::vector<std::unique_ptr<RequestState>> requests_;
+  std::mt19937_64 seed_rng_{0x5eed};
+  std::vector<float> logits_;
+};
+
+}  // namespace fathom

@@ -1,0 +1,59 @@
+#pragma once
+// Engine-internal state of one request and of each of its choices (sequences).
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/text_stream.h"
+
+namespace fathom {
+
+using Clock = std::chrono::steady_clock;
+
+struct RequestState;
+
+enum class SeqState {
+  kWaiting,   // needs (re)prefill before it holds blocks: new, or preempted by recompute
+  kRunning,   // holds its blocks in the device pool
+  kSwapped,   // preempted by swap: its KV is in the host tier
+  kFinished,
+};
+
+struct Sequence {
+  RequestState* request = nullptr;
+  int32_t choice = 0;
+  SeqState state = SeqState::kWaiting;
+  std::vector<int32_t> tokens;  // prompt + generated; the last one may not be computed yet
+  int32_t n_computed = 0;       // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;  // block table (one reference held per entry)
+  int32_t n_registered = 0;     // leading full blocks offered to the prefix index
+  uint64_t last_hash = 0;       // chain hash of block n_registered - 1
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TextStream> text;
+  std::vector<std::byte> swapped_kv;  // the blocks' bytes while in the host tier
+  Clock::time_point last_token_time;
+
+  int32_t generated() const;
+  int32_t pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+};
+
+struct RequestState {
+  Request request;
+  std::shared_ptr<RequestHandle> handle;
+  uint64_t order = 0;  // arrival order (FCFS within a priority)
+  Clock::time_point arrival;
+  bool first_token_seen = false;
+  bool forked = false;  // n > 1: the choices beyond 0 exist
+  int32_t unfinished = 0;
+  RequestUsage usage;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+};
+
+inline int32_t Sequence::generated() const {
+  return static_cast<int32_t>(tokens.size()) - static_cast<int32_t>(request->request.prompt.size());
+}
+
+}  // namespace fathom

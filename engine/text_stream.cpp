@@ -1,0 +1,44 @@
+#include "engine/text_stream.h"
+
+#include <algorithm>
+
+namespace fathom {
+
+size_t TextStream::held_suffix() const {
+  size_t held = 0;
+  for (const std::string& stop : stops_) {
+    const size_t max_len = std::min(stop.size() - 1, pending_.size());
+    for (size_t len = max_len; len > held; --len)
+      if (pending_.compare(pending_.size() - len, len, stop, 0, len) == 0) {
+        held = len;
+        break;
+      }
+  }
+  return held;
+}
+
+TextStream::Piece TextStream::push(int32_t token) {
+  pending_ += detok_.push(token);
+  Piece out;
+  size_t first_stop = std::string::npos;
+  for (const std::string& stop : stops_)
+    if (!stop.empty()) first_stop = std::min(first_stop, pending_.find(stop));
+  if (first_stop != std::string::npos) {
+    out.text = pending_.substr(0, first_stop);
+    out.stopped = true;
+    pending_.clear();
+    return out;
+  }
+  const size_t keep = held_suffix();
+  out.text = pending_.substr(0, pending_.size() - keep);
+  pending_.erase(0, pending_.size() - keep);
+  return out;
+}
+
+std::string TextStream::finish() {
+  std::string out = pending_ + detok_.flush();
+  pending_.clear();
+  return out;
+}
+
+}  // namespace fathom

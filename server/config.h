@@ -1,0 +1,34 @@
+#pragma once
+// The server's configuration: one plain struct filled from configs/*.json, then CLI flags.
+// Unknown keys are errors (a typo must not silently fall back to a default).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model.h"
+
+namespace fathom {
+
+struct ServerConfig {
+  std::string model;                // path to a GGUF file
+  std::string model_name;           // id reported by /v1/models; default: file name without .gguf
+  ModelOptions model_options;       // threads, kv dtype, block size, kv budget, precision, chat template
+  SchedulerConfig scheduler;
+  std::string host = "127.0.0.1";
+  int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
+  int32_t grpc_port = 0;            // 0 = gRPC off; -1 = pick a free port
+  std::vector<std::string> api_keys;  // empty = no auth
+  std::string log_level = "info";
+  int64_t max_body_bytes = 1 << 20;
+  int32_t max_n = 16;
+  int32_t max_tokens_limit = 4096;  // largest max_tokens a request may ask for
+  int32_t drain_timeout_ms = 30000;
+  int32_t default_max_tokens = 256;
+};
+
+// Throws fathom::Error naming the key for unknown keys, wrong types and out-of-range values.
+ServerConfig load_server_config(const std::string& json_path);
+ServerConfig parse_server_config(const std::string& json_text, const std::string& origin);
+
+}  // namespace fathom
