@@ -1,0 +1,367 @@
+// The gRPC front end: fathom.v1.Fathom (proto/fathom.proto) on the synchronous gRPC API, plus
+// grpc.health.v1 and server reflection. Like the HTTP layer it only translates: a
+// GenerateRequest becomes an engine Request, StreamEvents become GenerateResponses.
+//
+// Validation mirrors the HTTP layer's ranges (server/openai_request.cpp) so that the same
+// request means the same thing on both protocols; errors map to status codes in
+// status_from_exception() and nowhere else.
+#include "server/grpc_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/error.h"
+#include "engine/model.h"
+#include "proto/fathom.grpc.pb.h"
+#include "proto/fathom.pb.h"
+#include "server/config.h"
+
+namespace fathom {
+namespace {
+
+namespace pb = ::fathom::v1;
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kMaxTopLogprobs = 20;  // as over HTTP
+constexpr size_t kMaxStopStrings = 4;
+constexpr int32_t kDefaultMaxTokens = 16;  // as OpenAI's /v1/completions
+constexpr int32_t kMaxPriority = 1000000;
+// How often a waiting Generate call looks at client cancellation.
+constexpr std::chrono::milliseconds kPollInterval{50};
+constexpr std::chrono::seconds kShutdownGrace{3};
+
+const char* const kServiceName = "fathom.v1.Fathom";
+
+// A request error with its gRPC code, thrown while translating a request.
+class RpcError : public std::runtime_error {
+ public:
+  RpcError(grpc::StatusCode code, const std::string& message) : std::runtime_error(message), code(code) {}
+  grpc::StatusCode code;
+};
+
+[[noreturn]] void invalid(const std::string& message) { throw RpcError(grpc::StatusCode::INVALID_ARGUMENT, message); }
+
+// The one place exceptions become gRPC statuses; call inside a catch block.
+grpc::Status status_from_exception() {
+  try {
+    throw;
+  } catch (const RpcError& e) {
+    return grpc::Status(e.code, e.what());
+  } catch (const EngineBusy& e) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, e.what());
+  } catch (const EngineDraining& e) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, e.what());
+  } catch (const Error& e) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("grpc: internal error: {}", e.what());
+    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+  }
+}
+
+// The id the server reports; the same rule as /v1/models (file name without .gguf by default).
+std::string model_id(const ServerConfig& config) {
+  if (!config.model_name.empty()) return config.model_name;
+  return std::filesystem::path(config.model).stem().string();
+}
+
+// An empty name means "the served model"; otherwise it must name it (id, path or file name).
+void check_model(const std::string& name, const ServerConfig& config) {
+  if (name.empty()) return;
+  const std::filesystem::path file(config.model);
+  if (name == model_id(config) || name == config.model || name == file.filename().string() ||
+      name == file.stem().string())
+    return;
+  throw RpcError(grpc::StatusCode::NOT_FOUND,
+                 "the model '" + name + "' does not exist (this server serves '" + model_id(config) + "')");
+}
+
+// `v` within [lo, hi] (NaN fails), else INVALID_ARGUMENT naming the field.
+float in_range(float v, float lo, float hi, const char* field, bool lo_open = false) {
+  const bool ok = lo_open ? (v > lo && v <= hi) : (v >= lo && v <= hi);
+  if (!ok) {
+    invalid(std::string("sampling.") + field + " must be in " + (lo_open ? "(" : "[") + std::to_string(lo) + ", " +
+            std::to_string(hi) + "], got " + std::to_string(v));
+  }
+  return v;
+}
+
+SamplingParams to_sampling(const pb::SamplingParameters& s, int32_t vocab) {
+  SamplingParams p;
+  if (s.has_temperature()) p.temperature = in_range(s.temperature(), 0.0f, 2.0f, "temperature");
+  if (s.has_top_p()) p.top_p = in_range(s.top_p(), 0.0f, 1.0f, "top_p", /*lo_open=*/true);
+  if (s.has_top_k()) {
+    if (s.top_k() < -1 || s.top_k() > vocab)
+      invalid("sampling.top_k must be in [-1, " + std::to_string(vocab) + "] (0 or -1: off)");
+    p.top_k = std::max(0, s.top_k());
+  }
+  if (s.has_min_p()) p.min_p = in_range(s.min_p(), 0.0f, 1.0f, "min_p");
+  if (s.has_presence_penalty()) p.presence_penalty = in_range(s.presence_penalty(), -2.0f, 2.0f, "presence_penalty");
+  if (s.has_frequency_penalty())
+    p.frequency_penalty = in_range(s.frequency_penalty(), -2.0f, 2.0f, "frequency_penalty");
+  if (s.has_repetition_penalty())
+    p.repetition_penalty = in_range(s.repetition_penalty(), 0.0f, 10.0f, "repetition_penalty", /*lo_open=*/true);
+  if (s.has_seed()) p.seed = s.seed();
+  for (const auto& [id, bias] : s.logit_bias()) {
+    if (id < 0 || id >= vocab)
+      invalid("sampling.logit_bias key " + std::to_string(id) + " is not a token id of this model");
+    if (!(bias >= -100.0f && bias <= 100.0f)) invalid("sampling.logit_bias values must be in [-100, 100]");
+    p.logit_bias.emplace_back(id, bias);
+  }
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());  // map order is unspecified; keep requests reproducible
+  if (s.has_logprobs()) {
+    if (s.logprobs() < 0 || s.logprobs() > kMaxTopLogprobs)
+      invalid("sampling.logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
+    p.logprobs = s.logprobs();
+  }
+  validate(p, vocab);  // the sampler's own checks (fathom::Error -> INVALID_ARGUMENT)
+  return p;
+}
+
+Request to_engine_request(const pb::GenerateRequest& in, Model& model, const ServerConfig& config) {
+  check_model(in.model(), config);
+  if (!in.attention().empty() && in.attention() != "dense")
+    invalid("unsupported attention policy '" + in.attention() + "' (only \"dense\" so far)");
+
+  Request r;
+  const int32_t vocab = model.vocab();
+  switch (in.input_case()) {
+    case pb::GenerateRequest::kText:
+      if (in.text().empty()) invalid("text is empty");
+      r.prompt = model.tokenizer().encode(in.text());  // BOS when the vocabulary asks for it
+      break;
+    case pb::GenerateRequest::kTokenIds:
+      for (int32_t id : in.token_ids().ids()) {
+        if (id < 0 || id >= vocab)
+          invalid("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+        r.prompt.push_back(id);
+      }
+      break;
+    case pb::GenerateRequest::INPUT_NOT_SET:
+      break;
+  }
+  if (r.prompt.empty()) invalid("the prompt is empty: set text or token_ids");
+
+  const int64_t context = model.config().context_length;
+  const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
+  if (prompt_len >= context)
+    invalid("the prompt has " + std::to_string(prompt_len) + " tokens; this model's context is " +
+            std::to_string(context) + " tokens");
+  if (in.has_max_tokens()) {
+    const int64_t m = in.max_tokens();
+    if (m < 1) invalid("max_tokens must be at least 1");
+    if (m > config.max_tokens_limit) invalid("max_tokens must be at most " + std::to_string(config.max_tokens_limit));
+    if (prompt_len + m > context)
+      invalid("max_tokens is " + std::to_string(m) + " but the prompt has " + std::to_string(prompt_len) +
+              " tokens and the context is " + std::to_string(context) + " tokens");
+    r.max_tokens = static_cast<int32_t>(m);
+  } else {
+    r.max_tokens = static_cast<int32_t>(std::min<int64_t>(kDefaultMaxTokens, context - prompt_len));
+  }
+
+  if (in.n() < 0 || in.n() > config.max_n) invalid("n must be in [1, " + std::to_string(config.max_n) + "]");
+  r.n = std::max(1, in.n());
+  if (in.priority() < -kMaxPriority || in.priority() > kMaxPriority)
+    invalid("priority must be in [-1000000, 1000000]");
+  r.priority = in.priority();
+
+  if (static_cast<size_t>(in.stop_size()) > kMaxStopStrings) invalid("at most 4 stop strings are supported");
+  for (const std::string& s : in.stop()) {
+    if (s.empty()) invalid("stop strings must not be empty");
+    r.stop.strings.push_back(s);
+  }
+  r.stop.ignore_eos = in.ignore_eos();
+  r.sampling = to_sampling(in.sampling(), vocab);
+  r.attention.name = "dense";
+  return r;
+}
+
+void fill_event(const StreamEvent& ev, pb::GenerateResponse& out) {
+  out.set_choice(ev.choice);
+  for (int32_t id : ev.token_ids) out.add_token_ids(id);
+  out.set_text(ev.text);
+  for (const SampledToken& t : ev.logprobs) {
+    pb::TokenLogprob* lp = out.add_logprobs();
+    lp->set_id(t.id);
+    lp->set_logprob(t.logprob);
+    for (const auto& [id, logprob] : t.top) {
+      pb::TopLogprob* top = lp->add_top();
+      top->set_id(id);
+      top->set_logprob(logprob);
+    }
+  }
+  if (ev.finish != FinishReason::kNone) out.set_finish_reason(finish_reason_name(ev.finish));
+}
+
+void fill_usage(const RequestUsage& u, pb::GenerateResponse& out) {
+  pb::Usage* usage = out.mutable_usage();
+  usage->set_prompt_tokens(u.prompt_tokens);
+  usage->set_completion_tokens(u.completion_tokens);
+  usage->set_cached_prompt_tokens(u.cached_prompt_tokens);
+}
+
+class FathomService final : public pb::Fathom::Service {
+ public:
+  FathomService(Engine& engine, const ServerConfig& config) : engine_(engine), config_(config) {}
+
+  grpc::Status Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* in,
+                        grpc::ServerWriter<pb::GenerateResponse>* writer) override {
+    std::shared_ptr<RequestHandle> handle;
+    int32_t n = 1;
+    const Clock::time_point start = Clock::now();
+    try {
+      Request request = to_engine_request(*in, engine_.model(), config_);
+      n = request.n;
+      handle = engine_.submit(std::move(request));
+    } catch (...) {
+      return status_from_exception();
+    }
+
+    int32_t unfinished = n;
+    std::optional<double> ttft_ms;
+    std::string finish = "cancelled";
+    StreamEvent ev;
+    while (unfinished > 0) {
+      if (ctx->IsCancelled()) {
+        handle->cancel();
+        log_request(*handle, "client-cancelled", ttft_ms);
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
+      }
+      if (!handle->next(ev, kPollInterval)) {
+        if (handle->done()) break;  // the engine ended the request without a final event per choice
+        continue;
+      }
+      if (ev.finish == FinishReason::kError) {
+        handle->cancel();
+        log_request(*handle, "error", ttft_ms);
+        return grpc::Status(grpc::StatusCode::INTERNAL, ev.error.empty() ? "generation failed" : ev.error);
+      }
+      if (!ttft_ms && !ev.token_ids.empty())
+        ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      pb::GenerateResponse out;
+      fill_event(ev, out);
+      if (ev.finish != FinishReason::kNone) {
+        finish = finish_reason_name(ev.finish);
+        --unfinished;
+      }
+      // The event that finishes the last choice also carries the request's usage.
+      if (unfinished == 0) fill_usage(handle->usage(), out);
+      if (!writer->Write(out)) {  // the client went away
+        handle->cancel();
+        log_request(*handle, "write-failed", ttft_ms);
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed");
+      }
+    }
+    if (unfinished > 0) {  // defensive: still end the stream with the usage
+      pb::GenerateResponse out;
+      fill_usage(handle->usage(), out);
+      writer->Write(out);
+    }
+    log_request(*handle, finish, ttft_ms);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Tokenize(grpc::ServerContext*, const pb::TokenizeRequest* in, pb::TokenizeResponse* out) override {
+    try {
+      check_model(in->model(), config_);
+      EncodeOptions opts;
+      opts.add_bos = in->add_special();
+      for (int32_t id : engine_.model().tokenizer().encode(in->text(), opts)) out->add_token_ids(id);
+      return grpc::Status::OK;
+    } catch (...) {
+      return status_from_exception();
+    }
+  }
+
+  grpc::Status ListModels(grpc::ServerContext*, const pb::ListModelsRequest*, pb::ListModelsResponse* out) override {
+    pb::ModelInfo* m = out->add_models();
+    m->set_id(model_id(config_));
+    m->set_context_length(engine_.model().config().context_length);
+    m->set_architecture(engine_.model().config().arch_name);
+    return grpc::Status::OK;
+  }
+
+ private:
+  void log_request(const RequestHandle& handle, const std::string& finish, std::optional<double> ttft_ms) {
+    const RequestUsage u = handle.usage();
+    spdlog::info("grpc request {}: prompt {} (cached {}) completion {} ttft {} finish {}", handle.id(),
+                 u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens,
+                 ttft_ms ? fmt::format("{:.1f} ms", *ttft_ms) : std::string("-"), finish);
+  }
+
+  Engine& engine_;
+  const ServerConfig& config_;
+};
+
+class GrpcServerImpl final : public GrpcServer {
+ public:
+  GrpcServerImpl(Engine& engine, const ServerConfig& config, int port) : service_(engine, config) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    // IPv6 literals need brackets in a gRPC address.
+    const std::string host = config.host.find(':') != std::string::npos && config.host.front() != '['
+                                 ? "[" + config.host + "]"
+                                 : config.host;
+    const std::string address = host + ":" + std::to_string(std::max(0, port));
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      if (server_) server_->Shutdown();
+      throw Error("cannot listen for gRPC on " + address);
+    }
+    set_serving(true);
+  }
+
+  ~GrpcServerImpl() override { shutdown(); }
+
+  int port() const override { return port_; }
+
+  void set_serving(bool serving) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_) return;
+    grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+    if (!health) return;
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(kServiceName, serving);
+  }
+
+  void shutdown() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_) return;
+    stopped_ = true;
+    if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+    // Calls still running at the deadline are cancelled; Generate sees IsCancelled() and
+    // cancels its engine request within kPollInterval.
+    server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    server_->Wait();
+  }
+
+ private:
+  FathomService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::mutex mutex_;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<GrpcServer> start_grpc_server(Engine& engine, const ServerConfig& config, int port) {
+  return std::make_unique<GrpcServerImpl>(engine, config, port);
+}
+
+}  // namespace fathom
