@@ -3,8 +3,8 @@
 //
 // Paths (y[M][N] = x[M][K] . W[N][K]^T):
 //   kF32, M <= kMaxMr: dot kernels stream each W row once and reuse it in registers for the
-//     M activation rows (decode). Formats with a min (Q4_1, Q5_1, Q4_K, Q5_K) use per-32
-//     block sums of x so the min costs one multiply per block.
+//     M activation rows (decode). Formats with a min or an offset (Q4_0/1, Q5_0/1) use
+//     per-32 block sums of x so that term costs one multiply per block.
 //   kF32, M > kMaxMr: per thread, a tile of kTileN W rows x kTileK columns is dequantized
 //     once into an f32 buffer (L1-resident) and multiplied with all M rows (prefill).
 //   kQ8: x rows are quantized to 8-bit blocks once per call; dot kernels use integer dots.
@@ -71,7 +71,7 @@ using namespace detail;
 
 enum class Level { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
-constexpr int64_t kTileN = 16;   // W rows per dequantized GEMM tile
+constexpr int64_t kTileN = 32;   // W rows per dequantized GEMM tile (one AVX-512 panel)
 constexpr int64_t kTileK = 256;  // columns per tile (multiple of every block size)
 
 Level cpu_level() {
@@ -137,7 +137,8 @@ GemmF32Fn gemm_fn() {
   return fn ? fn : portable_kernels().gemm_f32;
 }
 
-bool has_min(int f) { return f == kQ4_1 || f == kQ5_1 || f == kQ4_K || f == kQ5_K; }
+// kF32 dot kernels of 32-block formats use per-block sums of x (for the min or the offset).
+bool needs_bsum(int f) { return f == kQ4_0 || f == kQ4_1 || f == kQ5_0 || f == kQ5_1 || f == kQ4_K || f == kQ5_K; }
 bool is_float(int f) { return f == kF32 || f == kF16 || f == kBF16; }
 
 // Grows a per-thread scratch buffer; contents are not preserved.
@@ -259,7 +260,7 @@ void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t 
   }
   a.x = x;
   a.ldx = K;
-  if (has_min(f)) {
+  if (needs_bsum(f)) {
     static thread_local std::vector<float> bsum_buf;
     const int64_t nb = K / kActBlock;
     float* bsum = scratch(bsum_buf, static_cast<size_t>(M * nb));

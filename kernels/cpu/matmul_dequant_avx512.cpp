@@ -1,7 +1,161 @@
+// AVX-512 row dequantization, bit-exact with ref::dequantize_row: the same products and
+// sums in the same order (a product followed by an add goes through rounded() so the
+// compiler cannot fuse it into an FMA). 16 elements per vector.
+// GCC 12 reports _mm512_undefined_* inside intrinsics as maybe-uninitialized (a known false
+// positive); silence it for this file only.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include <type_traits>
+
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/quant_blocks.h"
 
 namespace fathom::cpu::detail {
+namespace {
 
-void register_avx512_dequant(KernelTable& t) { (void)t; }
+using namespace fathom::quant;
+
+inline __m512 rounded(__m512 v) {
+  __asm__("" : "+v"(v));
+  return v;
+}
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+// 16 bytes -> 16 int32 lanes (zero-extended).
+inline __m512i u8x16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m512 to_f(__m512i v) { return _mm512_cvtepi32_ps(v); }
+
+void dq_f32(const void* src, float* y, int64_t n) { std::memcpy(y, src, static_cast<size_t>(n) * 4); }
+
+void dq_f16(const void* src, float* y, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  for (; i < n; ++i) y[i] = h2f(h[i]);
+}
+
+void dq_bf16(const void* src, float* y, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i)));
+    _mm512_storeu_ps(y + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+  }
+  for (; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(h[i]) << 16;
+    std::memcpy(y + i, &bits, 4);
+  }
+}
+
+template <bool kQ5, bool kMin, typename B>
+void dq_q4q5(const void* src, float* y, int64_t n) {
+  const B* b = static_cast<const B*>(src);
+  const __m512i mask = _mm512_set1_epi32(0xF), sixteen = _mm512_set1_epi32(16);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const __m512i v = u8x16(b[i].qs);
+    __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_srli_epi32(v, 4);
+    if constexpr (kQ5) {
+      const uint32_t qh = load_u32(b[i].qh);
+      lo = _mm512_mask_or_epi32(lo, static_cast<__mmask16>(qh), lo, sixteen);
+      hi = _mm512_mask_or_epi32(hi, static_cast<__mmask16>(qh >> 16), hi, sixteen);
+    }
+    const __m512 d = _mm512_set1_ps(h2f(b[i].d));
+    if constexpr (kMin) {
+      const __m512 m = _mm512_set1_ps(h2f(b[i].m));
+      _mm512_storeu_ps(y, _mm512_add_ps(rounded(_mm512_mul_ps(to_f(lo), d)), m));
+      _mm512_storeu_ps(y + 16, _mm512_add_ps(rounded(_mm512_mul_ps(to_f(hi), d)), m));
+    } else {
+      const __m512i off = _mm512_set1_epi32(kQ5 ? 16 : 8);
+      _mm512_storeu_ps(y, _mm512_mul_ps(to_f(_mm512_sub_epi32(lo, off)), d));
+      _mm512_storeu_ps(y + 16, _mm512_mul_ps(to_f(_mm512_sub_epi32(hi, off)), d));
+    }
+  }
+}
+
+void dq_q8_0(const void* src, float* y, int64_t n) {
+  const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const __m512 d = _mm512_set1_ps(h2f(b[i].d));
+    const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs)));
+    const __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16)));
+    _mm512_storeu_ps(y, _mm512_mul_ps(to_f(q0), d));
+    _mm512_storeu_ps(y + 16, _mm512_mul_ps(to_f(q1), d));
+  }
+}
+
+// Q4_K and Q5_K: per pair of sub-blocks (64 elements) one 32-byte chunk of nibbles.
+template <bool kQ5, typename B>
+void dq_qk45(const void* src, float* y, int64_t n) {
+  const B* b = static_cast<const B*>(src);
+  const __m512i mask = _mm512_set1_epi32(0xF), sixteen = _mm512_set1_epi32(16);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+    const uint8_t* q = b[i].qs;
+    for (int j = 0; j < 8; j += 2, q += 32, y += 64) {
+      uint8_t sc, m;
+      scale_min_k4(j, b[i].scales, &sc, &m);
+      const __m512 d1 = _mm512_set1_ps(d * sc), m1 = _mm512_set1_ps(dmin * m);
+      scale_min_k4(j + 1, b[i].scales, &sc, &m);
+      const __m512 d2 = _mm512_set1_ps(d * sc), m2 = _mm512_set1_ps(dmin * m);
+      for (int l = 0; l < 32; l += 16) {
+        const __m512i v = u8x16(q + l);
+        __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_srli_epi32(v, 4);
+        if constexpr (kQ5) {
+          const __m512i h = u8x16(reinterpret_cast<const uint8_t*>(b[i].qh) + l);
+          lo = _mm512_mask_or_epi32(lo, _mm512_test_epi32_mask(h, _mm512_set1_epi32(1 << j)), lo, sixteen);
+          hi = _mm512_mask_or_epi32(hi, _mm512_test_epi32_mask(h, _mm512_set1_epi32(2 << j)), hi, sixteen);
+        }
+        _mm512_storeu_ps(y + l, _mm512_sub_ps(rounded(_mm512_mul_ps(d1, to_f(lo))), m1));
+        _mm512_storeu_ps(y + 32 + l, _mm512_sub_ps(rounded(_mm512_mul_ps(d2, to_f(hi))), m2));
+      }
+    }
+  }
+}
+
+void dq_q6_k(const void* src, float* y, int64_t n) {
+  const BlockQ6_K* b = static_cast<const BlockQ6_K*>(src);
+  const __m512i mask = _mm512_set1_epi32(0xF), three = _mm512_set1_epi32(3), off = _mm512_set1_epi32(32);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = h2f(b[i].d);
+    const uint8_t* ql = b[i].ql;
+    const uint8_t* qh = b[i].qh;
+    const int8_t* sc = b[i].scales;
+    for (int h = 0; h < 2; ++h, ql += 64, qh += 32, sc += 8, y += 128) {
+      for (int l = 0; l < 32; l += 16) {
+        const int is = l / 16;
+        const __m512i a = u8x16(ql + l), c = u8x16(ql + l + 32), hb = u8x16(qh + l);
+        const __m512i q1 = _mm512_or_si512(_mm512_and_si512(a, mask), _mm512_slli_epi32(_mm512_and_si512(hb, three), 4));
+        const __m512i q2 = _mm512_or_si512(_mm512_and_si512(c, mask),
+                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), three), 4));
+        const __m512i q3 = _mm512_or_si512(_mm512_srli_epi32(a, 4),
+                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), three), 4));
+        const __m512i q4 = _mm512_or_si512(_mm512_srli_epi32(c, 4), _mm512_slli_epi32(_mm512_srli_epi32(hb, 6), 4));
+        _mm512_storeu_ps(y + l, _mm512_mul_ps(_mm512_set1_ps(d * sc[is]), to_f(_mm512_sub_epi32(q1, off))));
+        _mm512_storeu_ps(y + l + 32, _mm512_mul_ps(_mm512_set1_ps(d * sc[is + 2]), to_f(_mm512_sub_epi32(q2, off))));
+        _mm512_storeu_ps(y + l + 64, _mm512_mul_ps(_mm512_set1_ps(d * sc[is + 4]), to_f(_mm512_sub_epi32(q3, off))));
+        _mm512_storeu_ps(y + l + 96, _mm512_mul_ps(_mm512_set1_ps(d * sc[is + 6]), to_f(_mm512_sub_epi32(q4, off))));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void register_avx512_dequant(KernelTable& t) {
+  t.dequant[kF32] = dq_f32;
+  t.dequant[kF16] = dq_f16;
+  t.dequant[kBF16] = dq_bf16;
+  t.dequant[kQ4_0] = dq_q4q5<false, false, BlockQ4_0>;
+  t.dequant[kQ4_1] = dq_q4q5<false, true, BlockQ4_1>;
+  t.dequant[kQ5_0] = dq_q4q5<true, false, BlockQ5_0>;
+  t.dequant[kQ5_1] = dq_q4q5<true, true, BlockQ5_1>;
+  t.dequant[kQ8_0] = dq_q8_0;
+  t.dequant[kQ4_K] = dq_qk45<false, BlockQ4_K>;
+  t.dequant[kQ5_K] = dq_qk45<true, BlockQ5_K>;
+  t.dequant[kQ6_K] = dq_q6_k;
+}
 
 }  // namespace fathom::cpu::detail

@@ -1,7 +1,190 @@
+// AVX-512 dot kernels for Precision::kF32 (decode, M <= kMaxMr): weights are unpacked to f32
+// in registers and multiplied with f32 activations with FMA, f32 accumulation.
+//
+// 32-element block formats compute, per block b,  d_b * sum_i q_i x_i + c_b * sum_i x_i
+// with q_i the raw unsigned quant and c_b the block's min (Q4_1, Q5_1) or -8 d_b / -16 d_b
+// (Q4_0 / Q5_0); sum_i x_i comes precomputed per block (DotArgs::bsum). The block scales of
+// 16 blocks are fetched with one gather and converted together.
+// K-quants and BF16 dequantize 256 elements at a time into an L1 buffer (the exact dequant
+// kernels) and FMA from there; F32 and F16 stream directly.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in intrinsics
+#include <immintrin.h>
+
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/quant_blocks.h"
 
 namespace fathom::cpu::detail {
+namespace {
 
-void register_avx512_dot_f32(KernelTable& t) { (void)t; }
+using namespace fathom::quant;
+
+DequantFn g_dequant[kFmtCount];  // this level's exact dequantizers, set at registration
+
+inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// ---- F32 / F16 -------------------------------------------------------------------------------
+
+template <bool kHalf>
+inline __m512 load_w(const uint8_t* row, int64_t k) {
+  if constexpr (kHalf)
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
+  else
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+}
+template <bool kHalf>
+inline __m512 load_w_tail(const uint8_t* row, int64_t k, __mmask16 mask) {
+  if constexpr (kHalf)
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, row + 2 * k));
+  else
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + k);
+}
+
+template <bool kHalf, int MR>
+void dot_float(const DotArgs& a, int64_t n0, int64_t n1) {
+  const int64_t K = a.K;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = a.w + n * a.row_bytes;
+    __m512 acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+      const __m512 w0 = load_w<kHalf>(row, k), w1 = load_w<kHalf>(row, k + 16);
+      for (int m = 0; m < MR; ++m) {
+        acc[m][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(a.x + m * a.ldx + k), acc[m][0]);
+        acc[m][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(a.x + m * a.ldx + k + 16), acc[m][1]);
+      }
+    }
+    for (; k < K; k += 16) {
+      const __mmask16 mask = K - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (K - k)) - 1);
+      const __m512 w = load_w_tail<kHalf>(row, k, mask);
+      for (int m = 0; m < MR; ++m)
+        acc[m][0] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(mask, a.x + m * a.ldx + k), acc[m][0]);
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(_mm512_add_ps(acc[m][0], acc[m][1]));
+  }
+}
+
+// ---- 32-element block formats ----------------------------------------------------------------
+
+template <GgmlType T> struct Q32;
+template <> struct Q32<GgmlType::Q4_0> { static constexpr int kStride = 18, kQs = 2, kQh = -1, kOff = 8; static constexpr bool kMin = false; };
+template <> struct Q32<GgmlType::Q4_1> { static constexpr int kStride = 20, kQs = 4, kQh = -1, kOff = 0; static constexpr bool kMin = true; };
+template <> struct Q32<GgmlType::Q5_0> { static constexpr int kStride = 22, kQs = 6, kQh = 2, kOff = 16; static constexpr bool kMin = false; };
+template <> struct Q32<GgmlType::Q5_1> { static constexpr int kStride = 24, kQs = 8, kQh = 4, kOff = 0; static constexpr bool kMin = true; };
+template <> struct Q32<GgmlType::Q8_0> { static constexpr int kStride = 34, kQs = 2, kQh = -1, kOff = 0; static constexpr bool kMin = false; };
+
+template <GgmlType T, int MR>
+void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
+  using F = Q32<T>;
+  constexpr bool kBsum = F::kMin || F::kOff != 0;
+  const int64_t nb = a.K / 32;
+  const __m512i gidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(F::kStride));
+  const __m512i nib = _mm512_set1_epi32(0xF), sixteen = _mm512_set1_epi32(16);
+  alignas(64) float dbuf[16];
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = a.w + n * a.row_bytes;
+    __m512 acc[MR], accc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = accc[m] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < nb; g0 += 16) {
+      const int gn = static_cast<int>(nb - g0 < 16 ? nb - g0 : 16);
+      const __mmask16 gmask = static_cast<__mmask16>((1u << gn) - 1);
+      const uint8_t* blk = row + g0 * F::kStride;
+      const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gmask, gidx, blk, 1);
+      const __m512 d16 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+      _mm512_store_ps(dbuf, d16);
+      if constexpr (kBsum) {
+        const __m512 c16 = F::kMin ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))
+                                   : _mm512_mul_ps(d16, _mm512_set1_ps(-static_cast<float>(F::kOff)));
+        for (int m = 0; m < MR; ++m)
+          accc[m] = _mm512_fmadd_ps(c16, _mm512_maskz_loadu_ps(gmask, a.bsum + m * a.ldb + g0), accc[m]);
+      }
+      for (int j = 0; j < gn; ++j, blk += F::kStride) {
+        __m512 lo, hi;
+        if constexpr (T == GgmlType::Q8_0) {
+          lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2))));
+          hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
+        } else {
+          const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + F::kQs)));
+          __m512i l = _mm512_and_si512(v, nib), h = _mm512_srli_epi32(v, 4);
+          if constexpr (F::kQh >= 0) {
+            const uint32_t qh = load_u32(blk + F::kQh);
+            l = _mm512_mask_or_epi32(l, static_cast<__mmask16>(qh), l, sixteen);
+            h = _mm512_mask_or_epi32(h, static_cast<__mmask16>(qh >> 16), h, sixteen);
+          }
+          lo = _mm512_cvtepi32_ps(l);
+          hi = _mm512_cvtepi32_ps(h);
+        }
+        const __m512 d = _mm512_set1_ps(dbuf[j]);
+        for (int m = 0; m < MR; ++m) {
+          const float* x = a.x + m * a.ldx + (g0 + j) * 32;
+          const __m512 t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(x)));
+          acc[m] = _mm512_fmadd_ps(d, t, acc[m]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(_mm512_add_ps(acc[m], accc[m]));
+  }
+}
+
+// ---- any format through the exact dequantizer --------------------------------------------------
+
+// Bytes of 256 elements.
+constexpr int64_t chunk_bytes(int f) { return f == kBF16 ? 512 : f == kQ4_K ? 144 : f == kQ5_K ? 176 : 210; }
+
+template <int F, int MR>
+void dot_dequant(const DotArgs& a, int64_t n0, int64_t n1) {
+  constexpr int64_t kChunk = 256;
+  alignas(64) float buf[kChunk];
+  const DequantFn dq = g_dequant[F];
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = a.w + n * a.row_bytes;
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t k0 = 0; k0 < a.K; k0 += kChunk) {
+      // The last chunk of a BF16 row may be short (masked below).
+      const int64_t kc = a.K - k0 < kChunk ? a.K - k0 : kChunk;
+      dq(row + k0 / kChunk * chunk_bytes(F), buf, kc);
+      for (int64_t k = 0; k < kc; k += 16) {
+        const __mmask16 mask = kc - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (kc - k)) - 1);
+        const __m512 w = _mm512_maskz_loadu_ps(mask, buf + k);
+        for (int m = 0; m < MR; ++m)
+          acc[m] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(mask, a.x + m * a.ldx + k0 + k), acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]);
+  }
+}
+
+template <template <int> class K>
+void by_mr(const DotArgs& a, int64_t n0, int64_t n1) {
+  switch (a.mr) {
+    case 1: return K<1>::run(a, n0, n1);
+    case 2: return K<2>::run(a, n0, n1);
+    case 3: return K<3>::run(a, n0, n1);
+    default: return K<4>::run(a, n0, n1);
+  }
+}
+
+template <bool kHalf> struct FloatK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_float<kHalf, MR>(a, b, e); } }; };
+template <GgmlType T> struct Q32K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q32<T, MR>(a, b, e); } }; };
+template <int F> struct DqK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_dequant<F, MR>(a, b, e); } }; };
+
+}  // namespace
+
+void register_avx512_dot_f32(KernelTable& t) {
+  for (int f = 0; f < kFmtCount; ++f) g_dequant[f] = t.dequant[f];
+  t.dot_f32[kF32] = by_mr<FloatK<false>::K>;
+  t.dot_f32[kF16] = by_mr<FloatK<true>::K>;
+  t.dot_f32[kQ4_0] = by_mr<Q32K<GgmlType::Q4_0>::K>;
+  t.dot_f32[kQ4_1] = by_mr<Q32K<GgmlType::Q4_1>::K>;
+  t.dot_f32[kQ5_0] = by_mr<Q32K<GgmlType::Q5_0>::K>;
+  t.dot_f32[kQ5_1] = by_mr<Q32K<GgmlType::Q5_1>::K>;
+  t.dot_f32[kQ8_0] = by_mr<Q32K<GgmlType::Q8_0>::K>;
+  if (g_dequant[kBF16]) t.dot_f32[kBF16] = by_mr<DqK<kBF16>::K>;
+  if (g_dequant[kQ4_K]) t.dot_f32[kQ4_K] = by_mr<DqK<kQ4_K>::K>;
+  if (g_dequant[kQ5_K]) t.dot_f32[kQ5_K] = by_mr<DqK<kQ5_K>::K>;
+  if (g_dequant[kQ6_K]) t.dot_f32[kQ6_K] = by_mr<DqK<kQ6_K>::K>;
+}
 
 }  // namespace fathom::cpu::detail

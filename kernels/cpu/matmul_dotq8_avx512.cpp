@@ -1,7 +1,262 @@
+// AVX-512 VNNI dot kernels for Precision::kQ8: weights stay packed, activations are 8-bit
+// blocks of 32 (see DotArgs), products are _mm512_dpbusd_epi32 (u8 weights x s8 activations,
+// 64 pairs per instruction) and each 32-element block is scaled once in f32.
+//
+// Unsigned weights: the formats' offsets are removed through the activation block sums,
+//   sum_i (q_i - c) x_i = sum_i q_i x_i - c * qsum  (Q4_0: c = 8, Q5_0: 16, Q6_K: 32 per 16),
+// and Q8_0's signed weights are made unsigned as q + 128 (xor 0x80), c = 128.
+// Per-block weight scales of 16 consecutive blocks are fetched with one gather and
+// converted together; a permute spreads them over the lanes of each block pair.
+// GCC 12 reports _mm512_undefined_* inside intrinsics as maybe-uninitialized (a known false
+// positive); silence it for this file only.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <type_traits>
+
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/quant_blocks.h"
 
 namespace fathom::cpu::detail {
+namespace {
 
-void register_avx512_dot_q8(KernelTable& t) { (void)t; }
+using namespace fathom::quant;
+
+inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// ---- formats with 32-element blocks --------------------------------------------------------
+
+// Byte layout per format: block stride, qh / qs offsets, constant c and whether a min exists.
+template <GgmlType T> struct Q32;
+template <> struct Q32<GgmlType::Q4_0> { static constexpr int kStride = 18, kQs = 2, kQh = -1, kOff = 8; static constexpr bool kMin = false; };
+template <> struct Q32<GgmlType::Q4_1> { static constexpr int kStride = 20, kQs = 4, kQh = -1, kOff = 0; static constexpr bool kMin = true; };
+template <> struct Q32<GgmlType::Q5_0> { static constexpr int kStride = 22, kQs = 6, kQh = 2, kOff = 16; static constexpr bool kMin = false; };
+template <> struct Q32<GgmlType::Q5_1> { static constexpr int kStride = 24, kQs = 8, kQh = 4, kOff = 0; static constexpr bool kMin = true; };
+template <> struct Q32<GgmlType::Q8_0> { static constexpr int kStride = 34, kQs = 2, kQh = -1, kOff = 128; static constexpr bool kMin = false; };
+
+// 64 unsigned weight bytes of blocks b0 and b1 (element order), or b0 and zeros when !two.
+template <GgmlType T>
+inline __m512i unpack_pair(const uint8_t* b0, bool two) {
+  using F = Q32<T>;
+  const uint8_t* b1 = b0 + F::kStride;
+  if constexpr (T == GgmlType::Q8_0) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + F::kQs));
+    __m512i w = _mm512_zextsi256_si512(lo);
+    if (two) w = _mm512_inserti64x4(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + F::kQs)), 1);
+    else w = _mm512_inserti64x4(w, _mm256_set1_epi8(static_cast<char>(0x80)), 1);  // xor -> 0
+    return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
+  } else {
+    // [qs0 | qs0 | qs1 | qs1] >> [0 | 4 | 0 | 4] & 0xF = [lo0 | hi0 | lo1 | hi1].
+    __m512i w = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + F::kQs)));
+    w = two ? _mm512_mask_broadcast_i32x4(w, 0xFF00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + F::kQs)))
+            : _mm512_maskz_mov_epi32(0x00FF, w);
+    const __m512i shifts = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
+                                            0x0004000400040004, 0x0004000400040004, 0, 0);
+    w = _mm512_and_si512(_mm512_srlv_epi16(w, shifts), _mm512_set1_epi8(0x0F));
+    if constexpr (F::kQh >= 0) {
+      uint64_t bits = load_u32(b0 + F::kQh);
+      if (two) bits |= static_cast<uint64_t>(load_u32(b1 + F::kQh)) << 32;
+      w = _mm512_mask_add_epi8(w, _cvtu64_mask64(bits), w, _mm512_set1_epi8(16));
+    }
+    return w;
+  }
+}
+
+template <GgmlType T, int MR>
+void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
+  using F = Q32<T>;
+  const int64_t nb = a.K / 32;
+  const __m512i gidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(F::kStride));
+  const __m512i pair_base = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = a.w + n * a.row_bytes;
+    __m512 acc[MR], corr[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = corr[m] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < nb; g0 += 16) {
+      const int gn = static_cast<int>(nb - g0 < 16 ? nb - g0 : 16);
+      const __mmask16 gmask = static_cast<__mmask16>((1u << gn) - 1);
+      const uint8_t* blk = row + g0 * F::kStride;
+      const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gmask, gidx, blk, 1);
+      const __m512 d16 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+      __m512 s16[MR];
+      for (int m = 0; m < MR; ++m) {
+        const __m512 dx = _mm512_maskz_loadu_ps(gmask, a.qd + m * a.ldqs + g0);
+        const __m512 qs = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(gmask, a.qsum + m * a.ldqs + g0));
+        s16[m] = _mm512_mul_ps(d16, dx);
+        if constexpr (F::kMin) {
+          const __m512 m16 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+          corr[m] = _mm512_fmadd_ps(_mm512_mul_ps(m16, dx), qs, corr[m]);
+        } else {
+          corr[m] = _mm512_fmadd_ps(s16[m], qs, corr[m]);
+        }
+      }
+      __m512i pidx = pair_base;
+      for (int p = 0; p < gn; p += 2, blk += 2 * F::kStride) {
+        const bool two = p + 1 < gn;
+        const __m512i w = unpack_pair<T>(blk, two);
+        for (int m = 0; m < MR; ++m) {
+          const int8_t* xq = a.q + m * a.ldq + (g0 + p) * 32;
+          const __m512i x = two ? _mm512_loadu_si512(xq) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xq);
+          const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(pidx, s16[m]), acc[m]);
+        }
+        pidx = _mm512_add_epi32(pidx, _mm512_set1_epi32(2));
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      const float c = F::kMin ? hsum(corr[m]) : -static_cast<float>(F::kOff) * hsum(corr[m]);
+      a.y[m * a.ldy + n] = hsum(acc[m]) + c;
+    }
+  }
+}
+
+// ---- K-quants -------------------------------------------------------------------------------
+
+// Unpacks the 8 6-bit scales and mins of a Q4_K / Q5_K super-block into bytes (ggml's trick).
+inline void scales_mins_k4(const uint8_t* s, uint32_t out[4]) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[3] = {load_u32(s), load_u32(s + 4), load_u32(s + 8)};
+  out[0] = u[0] & kmask1;                                          // scales 0..3
+  out[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);        // scales 4..7
+  out[2] = u[1] & kmask1;                                          // mins 0..3
+  out[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);  // mins 4..7
+}
+
+template <bool kQ5, int MR>
+void dot_qk45(const DotArgs& a, int64_t n0, int64_t n1) {
+  using B = std::conditional_t<kQ5, BlockQ5_K, BlockQ4_K>;
+  const int64_t nsb = a.K / kQKK;
+  // 16-bit shift counts: 0 in the low 256 bits (low nibbles), 4 in the high 256 bits.
+  constexpr int64_t k4 = 0x0004000400040004;
+  const __m512i shifts = _mm512_set_epi64(k4, k4, k4, k4, 0, 0, 0, 0);
+  const __m512i pair_base = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int64_t n = n0; n < n1; ++n) {
+    const B* b = reinterpret_cast<const B*>(a.w + n * a.row_bytes);
+    __m512 acc[MR];
+    __m256 accm[MR];
+    for (int m = 0; m < MR; ++m) {
+      acc[m] = _mm512_setzero_ps();
+      accm[m] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < nsb; ++i) {
+      uint32_t sm[4];
+      scales_mins_k4(b[i].scales, sm);
+      const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
+      const __m256 mn8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 2))));
+      const __m256 d8 = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)), sc8);
+      const __m256 dmin8 = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].dmin)), mn8);
+      __m512 s8[MR];
+      for (int m = 0; m < MR; ++m) {
+        const __m256 dx = _mm256_loadu_ps(a.qd + m * a.ldqs + i * 8);
+        const __m256 qs = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qsum + m * a.ldqs + i * 8)));
+        s8[m] = _mm512_castps256_ps512(_mm256_mul_ps(d8, dx));
+        accm[m] = _mm256_fmadd_ps(_mm256_mul_ps(dmin8, dx), qs, accm[m]);
+      }
+      __m512i pidx = pair_base;
+      for (int c = 0; c < 4; ++c) {
+        // Chunk c: 32 bytes, low nibbles = sub-block 2c, high nibbles = sub-block 2c + 1.
+        const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * c)));
+        __m512i w = _mm512_and_si512(_mm512_srlv_epi16(raw, shifts), nib);
+        if constexpr (kQ5) {
+          // qh[l] bit j is the 5th bit of sub-block j, element l.
+          const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh)));
+          const uint64_t sel = (0x0101010101010101ull << (2 * c));  // bit 2c in the low half
+          const __m512i want = _mm512_mask_blend_epi64(0xF0, _mm512_set1_epi64(static_cast<int64_t>(sel)),
+                                                       _mm512_set1_epi64(static_cast<int64_t>(sel << 1)));
+          w = _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(h, want), w, _mm512_set1_epi8(16));
+        }
+        for (int m = 0; m < MR; ++m) {
+          const __m512i x = _mm512_loadu_si512(a.q + m * a.ldq + i * kQKK + 64 * c);
+          const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(pidx, s8[m]), acc[m]);
+        }
+        pidx = _mm512_add_epi32(pidx, _mm512_set1_epi32(2));
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      const __m128 t = _mm_add_ps(_mm256_castps256_ps128(accm[m]), _mm256_extractf128_ps(accm[m], 1));
+      const __m128 t2 = _mm_add_ps(t, _mm_movehl_ps(t, t));
+      const float mins = _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+      a.y[m * a.ldy + n] = hsum(acc[m]) - mins;
+    }
+  }
+}
+
+template <int MR>
+void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
+  const int64_t nsb = a.K / kQKK;
+  // Lane j of a 64-element pair covers group (j / 4) of the four 16-element groups.
+  const __m512i grp = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i nib = _mm512_set1_epi8(0x0F), hi2 = _mm512_set1_epi8(0x30);
+  const __m512i sh_lo = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);  // t = 0 | 1: qh << 4, << 2
+  const __m512i sh_hi = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);  // t = 2 | 3: qh >> 0, >> 2
+  const __m512i dup16 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  for (int64_t n = n0; n < n1; ++n) {
+    const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(a.w + n * a.row_bytes);
+    __m512 acc[MR], corr[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = corr[m] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i) {
+      const __m512 sc16 = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b[i].d)),
+                                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales)))));
+      __m512 s16[MR];
+      for (int m = 0; m < MR; ++m) {
+        // 16-element group g uses the activation scale of 32-block g / 2.
+        const __m512 dx = _mm512_permutexvar_ps(dup16, _mm512_castps256_ps512(_mm256_loadu_ps(a.qd + m * a.ldqs + i * 8)));
+        s16[m] = _mm512_mul_ps(sc16, dx);
+        const __m512 qs = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qsum16 + m * 2 * a.ldqs + i * 16))));
+        corr[m] = _mm512_fmadd_ps(s16[m], qs, corr[m]);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = b[i].ql + 64 * h;
+        const __m512i l64 = _mm512_loadu_si512(ql);
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh + 32 * h)));
+        // t = 0, 1: elements 0..63 of the half; t = 2, 3: elements 64..127.
+        const __m512i w01 = _mm512_ternarylogic_epi32(_mm512_and_si512(l64, nib), _mm512_sllv_epi64(qh, sh_lo), hi2, 0xF8);
+        const __m512i w23 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l64, 4), nib),
+                                                      _mm512_srlv_epi64(qh, sh_hi), hi2, 0xF8);
+        const __m512i ws[2] = {w01, w23};
+        for (int c = 0; c < 2; ++c) {
+          const __m512i gidx = _mm512_add_epi32(grp, _mm512_set1_epi32(8 * h + 4 * c));
+          for (int m = 0; m < MR; ++m) {
+            const __m512i x = _mm512_loadu_si512(a.q + m * a.ldq + i * kQKK + 128 * h + 64 * c);
+            const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ws[c], x);
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(gidx, s16[m]), acc[m]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]) - 32.0f * hsum(corr[m]);
+  }
+}
+
+template <template <int> class K>
+void by_mr(const DotArgs& a, int64_t n0, int64_t n1) {
+  switch (a.mr) {
+    case 1: return K<1>::run(a, n0, n1);
+    case 2: return K<2>::run(a, n0, n1);
+    case 3: return K<3>::run(a, n0, n1);
+    default: return K<4>::run(a, n0, n1);
+  }
+}
+
+template <GgmlType T> struct Q32K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q32<T, MR>(a, b, e); } }; };
+template <bool kQ5> struct QK45K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_qk45<kQ5, MR>(a, b, e); } }; };
+template <int MR> struct Q6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q6_k<MR>(a, b, e); } };
+
+}  // namespace
+
+void register_avx512_dot_q8(KernelTable& t) {
+  t.dot_q8[kQ4_0] = by_mr<Q32K<GgmlType::Q4_0>::K>;
+  t.dot_q8[kQ4_1] = by_mr<Q32K<GgmlType::Q4_1>::K>;
+  t.dot_q8[kQ5_0] = by_mr<Q32K<GgmlType::Q5_0>::K>;
+  t.dot_q8[kQ5_1] = by_mr<Q32K<GgmlType::Q5_1>::K>;
+  t.dot_q8[kQ8_0] = by_mr<Q32K<GgmlType::Q8_0>::K>;
+  t.dot_q8[kQ4_K] = by_mr<QK45K<false>::K>;
+  t.dot_q8[kQ5_K] = by_mr<QK45K<true>::K>;
+  t.dot_q8[kQ6_K] = by_mr<Q6K>;
+}
 
 }  // namespace fathom::cpu::detail

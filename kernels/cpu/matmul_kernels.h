@@ -24,7 +24,7 @@ struct DotArgs {
   int64_t K;
   int mr;  // 1..kMaxMr
   // f32 activations (Precision::kF32): x [mr][ldx]; bsum [mr][ldb]: sums of x over each
-  // 32-element block (only for formats with a min: Q4_1, Q5_1, Q4_K, Q5_K).
+  // 32-element block (only for Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K; null otherwise).
   const float* x = nullptr;
   int64_t ldx = 0;
   const float* bsum = nullptr;

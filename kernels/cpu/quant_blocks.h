@@ -2,6 +2,9 @@
 // Block layouts of the GGML weight formats fathom reads (byte-exact with ggml's block_*
 // structs and gguf-py's quants.py), plus helpers every backend shares to decode them.
 // A row of K elements is K / block_size consecutive blocks; f16 fields are raw IEEE half bits.
+// Helpers are `static inline` on purpose: this header is included by files compiled with
+// AVX-512/AVX2 flags, and an external inline copy from such a file could be chosen by the
+// linker for baseline code.
 #include <cstdint>
 #include <cstring>
 
@@ -57,7 +60,7 @@ static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(Blo
 
 // Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block
 // (ggml's get_scale_min_k4).
-inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+static inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
@@ -67,7 +70,7 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
-inline uint32_t load_u32(const uint8_t* p) {
+static inline uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
