@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""`make bench`: runs the benchmarks that make built, writes bench/results/*.json and regenerates
+bench/RESULTS.md and bench/results/summary.md.
+
+Runs bench_bandwidth (1 and 2 threads), then bench_decode for each model at each depth, one
+process per (model, precision, depth) so that a time budget can skip the most expensive cells:
+before a depth runs, its cost is estimated from the previous depth of the same model (prefill
+FLOPs over the GFLOP/s achieved there, decode bytes over the decode speed there); a depth whose
+estimate would overrun --budget-minutes is skipped and listed as skipped. Depth 0 always runs.
+
+While each benchmark runs, the CPU time used by *other* processes is measured (/proc/stat busy
+time minus the benchmark's own CPU time, per second of wall time) and reported next to its
+numbers: anything well above 0 means the figures were disturbed.
+
+Builds nothing. FATHOM_BUILD names the build directory (default: build).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MODELS = {
+    "smollm2": {
+        "path": "models/smollm2-135m-instruct-q4_1.gguf",
+        "title": "SmolLM2-135M-Instruct (Q4_1)",
+        "depths": [0, 1024, 4096],
+    },
+    "gemma3": {
+        "path": "models/gemma-3-270m-q4_k_m.gguf",
+        "title": "Gemma 3 270M (Q4_K_M)",
+        "depths": [0, 1024, 4096, 16384],
+        # The 16k prefill runs once (on the most threads) and its KV cache is copied to the other
+        # thread count: a single-thread 16k prefill alone would take a good part of the budget.
+        "share_prefill_from": 16384,
+    },
+}
+COMPARE_PRECISION = "f32"  # also run at depth 0 with this matmul precision, for comparison
+KV_DTYPE = "f16"
+PRECISION = "q8"
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+# ---------------------------------------------------------------- machine and disturbance
+
+
+def cpu_model():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def simd_level():
+    flags = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    if "avx512f" in flags:
+        extra = [f.upper().replace("AVX512", "") for f in ("avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16")
+                 if f in flags]
+        return "AVX-512 (F" + "".join(", " + e.strip("_") for e in extra) + ")"
+    if "avx2" in flags:
+        return "AVX2" + (" + FMA" if "fma" in flags else "")
+    return "no AVX2"
+
+
+def mem_total_gib():
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) / 2**20
+    return 0.0
+
+
+def git(*args):
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return ""
+
+
+def busy_cpu_seconds():
+    """CPU-seconds all CPUs spent not idle since boot (user, nice, system, irq, softirq, steal)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run(cmd):
+    """Runs cmd, echoing its output; returns (returncode, stdout, wall seconds, other-process CPUs)."""
+    log("$ " + shlex.join(cmd))
+    busy0, own0, t0 = busy_cpu_seconds(), children_cpu_seconds(), time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    out = []
+    for line in proc.stdout:
+        print("  " + line, end="", flush=True)
+        out.append(line)
+    rc = proc.wait()
+    wall = time.monotonic() - t0
+    others = max(0.0, (busy_cpu_seconds() - busy0) - (children_cpu_seconds() - own0)) / max(wall, 1e-9)
+    log(f"  [{wall:.1f} s; other processes busy on {others:.2f} CPUs on average]")
+    return rc, "".join(out), wall, others
+
+
+# ---------------------------------------------------------------- cost estimates (mirror bench_decode.cpp)
+
+
+def prefill_flops(j, depth):
+    c = j["config"]
+    attn = 0
+    for w in c["layer_windows"]:
+        full = min(depth, w) if w > 0 else depth
+        attn += full * (full + 1) / 2 + (depth - full) * (w if w > 0 else 0)
+    return 2 * j["weights"]["layer_matrix_params"] * depth + 4 * c["n_heads"] * c["head_dim"] * attn + 2 * c["vocab"] * c["dim"]
+
+
+def kv_bytes(j, depth):
+    c = j["config"]
+    elem = 2 if j["options"]["kv_dtype"] == "f16" else 4
+    return sum(min(depth + 1, w) if w > 0 else depth + 1 for w in c["layer_windows"]) * c["n_kv_heads"] * c["head_dim"] * 2 * elem
+
+
+def estimate_seconds(j, depth):
+    """Seconds bench_decode will need for `depth`, from the deepest cells measured so far."""
+    cells = j["cells"]
+    last = max(c["depth"] for c in cells)
+    seconds = 0.0
+    steps = j["options"]["decode_tokens"] + j["options"]["warmup_tokens"]
+    for c in (c for c in cells if c["depth"] == last):
+        if c["prefill_gflops"]:
+            seconds += prefill_flops(j, depth) / (c["prefill_gflops"] * 1e9)
+        bytes_now = j["weights"]["matrix_bytes"] + kv_bytes(j, depth)
+        seconds += steps * c["decode_ms_median"] / 1e3 * bytes_now / c["bytes_per_token"]
+    return seconds * 1.25 + 5  # slack for estimate error and model loading
+
+
+# ---------------------------------------------------------------- report
+
+
+def fmt(v, spec):
+    return "–" if v is None else format(v, spec)
+
+
+def decode_table(cells, with_precision=False):
+    head = ["threads", "depth", "prefill tok/s", "prefill GFLOP/s", "decode tok/s", "bytes/token (MB)", "bound tok/s",
+            "fraction of bound", "other load (CPUs)"]
+    if with_precision:
+        head.insert(0, "precision")
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in cells:
+        pf = fmt(c["prefill_tok_s"], ".0f")
+        if c["prefill_tok_s"] is None and c.get("prefill_shared_from_threads"):
+            pf = f"(shared from {c['prefill_shared_from_threads']}t)"
+        cols = [str(c["threads"]), str(c["depth"]), pf, fmt(c["prefill_gflops"], ".1f"), f"{c['decode_tok_s']:.1f}",
+                f"{c['bytes_per_token'] / 1e6:.1f}", fmt(c["bound_tok_s"], ".0f"),
+                fmt(None if c["fraction_of_bound"] is None else 100 * c["fraction_of_bound"], ".0f") + "%",
+                f"{c['other_cpus']:.2f}"]
+        if with_precision:
+            cols.insert(0, c["precision"])
+        rows.append("| " + " | ".join(cols) + " |")
+    return "\n".join(rows)
+
+
+def model_line(j):
+    c, w = j["config"], j["weights"]
+    windows = sorted({x for x in c["layer_windows"] if x > 0})
+    local = sum(1 for x in c["layer_windows"] if x > 0)
+    attn = (f"{local} sliding-window layers (window {', '.join(map(str, windows))}) + "
+            f"{c['n_layers'] - local} global" if local else "all layers global")
+    return (f"`{j['model']}`: {j['arch']}, {c['n_layers']} layers, dim {c['dim']}, {c['n_heads']} query / "
+            f"{c['n_kv_heads']} KV heads × {c['head_dim']}, vocab {c['vocab']}; {attn}. Matrices read per token: "
+            f"{w['matrix_bytes'] / 1e6:.1f} MB (embedding {w['embedding_type']}, output {w['output_type']}); "
+            f"{w['layer_matrix_params'] / 1e6:.1f} M layer-matrix parameters.")
+
+
+def write_reports(args, machine, bandwidth, decodes, skipped, commands, results_md, summary_md):
+    bw_rows = ["| threads | best GB/s | median GB/s | other load (CPUs) |", "|---|---|---|---|"]
+    for r in bandwidth["results"] if bandwidth else []:
+        bw_rows.append(f"| {r['threads']} | {r['best_gbps']:.1f} | {r['median_gbps']:.1f} | {bandwidth['other_cpus']:.2f} |")
+    load = [c["other_cpus"] for j in decodes.values() for c in j["cells"]] + ([bandwidth["other_cpus"]] if bandwidth else [])
+    max_load = max(load, default=0.0)
+    quiet = max_load < 0.1
+    load_line = (f"other processes used at most {max_load:.2f} of {machine['cpus']} CPUs during any benchmark "
+                 + ("(quiet machine)." if quiet else "— **the machine was busy: the figures are disturbed** "
+                    "(see the per-row load column)."))
+
+    md = ["# fathom benchmark results", "",
+          "Generated by `make bench` (bench/run_bench.py); do not edit by hand. What each figure means and how the "
+          "bound is computed: [README.md](README.md).", "",
+          "## Machine and run", "",
+          f"- CPU: {machine['cpu']} — {machine['cpus']} logical CPUs, {machine['simd']}, {machine['mem_gib']:.1f} GiB RAM",
+          f"- Date: {machine['date']}; run took {machine['minutes']:.1f} min (budget {args.budget_minutes:g} min)",
+          f"- Commit: `{machine['commit']}`" + (" (with uncommitted changes in the tree)" if machine["dirty"] else ""),
+          f"- Load: {load_line}",
+          f"- Build: `{machine['build']}` ({machine['cmake_build_type']})",
+          "- Reproduce: `make bench` (runs the commands below)", "",
+          "## Memory bandwidth (read-only, the roofline)", "",
+          f"{bandwidth['buffer_bytes'] >> 20} MiB buffer, {bandwidth['simd']} sum, best of {bandwidth['reps']}." if bandwidth else "not measured",
+          "", *bw_rows, ""]
+    for key, spec in MODELS.items():
+        main = decodes.get((key, PRECISION))
+        if not main:
+            continue
+        md += [f"## {spec['title']} — decode and prefill", "", model_line(main), "",
+               f"KV cache {main['options']['kv_dtype']}, matmul precision {PRECISION}, decode = median of "
+               f"{main['options']['decode_tokens']} greedy tokens after {main['options']['warmup_tokens']} warm-up "
+               f"tokens, prefill in chunks of {main['options']['chunk']} tokens.", "", decode_table(main["cells"]), ""]
+        cmp_ = decodes.get((key, COMPARE_PRECISION))
+        if cmp_:
+            cells = [c for c in main["cells"] if c["depth"] == 0] + cmp_["cells"]
+            md += [f"Matmul precision at depth 0 ({PRECISION}: activations quantized to 8-bit blocks, integer dot "
+                   f"products; {COMPARE_PRECISION}: weights dequantized to f32 in registers, f32 activations):", "",
+                   decode_table(cells, True), ""]
+        for s in skipped.get(key, []):
+            md.append(f"- skipped depth {s['depth']}: {s['reason']}")
+        if skipped.get(key):
+            md.append("")
+    md += ["## Commands run", "", "```", *commands, "```", ""]
+    results_md.write_text("\n".join(md))
+
+    # A compact snippet for the top-level README (included verbatim).
+    sm = [f"Measured on {machine['cpu']} ({machine['cpus']} CPUs, {machine['simd']}), {machine['date'][:10]}, "
+          f"commit `{machine['commit'][:10]}`" + ("" if quiet else " — machine busy, figures disturbed") + ".", ""]
+    if bandwidth:
+        sm.append("Read bandwidth: " + ", ".join(f"{r['best_gbps']:.1f} GB/s at {r['threads']} thread"
+                                                 + ("s" if r["threads"] > 1 else "") for r in bandwidth["results"]) + ".")
+        sm.append("")
+    sm += ["| model | threads | depth | prefill tok/s | decode tok/s | bound tok/s | fraction of bound |",
+           "|---|---|---|---|---|---|---|"]
+    for key, spec in MODELS.items():
+        j = decodes.get((key, PRECISION))
+        for c in j["cells"] if j else []:
+            pf = fmt(c["prefill_tok_s"], ".0f")
+            sm.append(f"| {spec['title']} | {c['threads']} | {c['depth']} | {pf} | {c['decode_tok_s']:.1f} | "
+                      f"{fmt(c['bound_tok_s'], '.0f')} | "
+                      f"{fmt(None if c['fraction_of_bound'] is None else 100 * c['fraction_of_bound'], '.0f')}% |")
+    sm += ["", f"KV cache {KV_DTYPE}, matmul precision {PRECISION}; bound = bandwidth / (weight + embedding-row + "
+           "KV bytes per token). Details: [bench/RESULTS.md](bench/RESULTS.md).", ""]
+    summary_md.write_text("\n".join(sm))
+
+
+# ---------------------------------------------------------------- main
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.environ.get("FATHOM_BUILD", "build"), help="build directory (FATHOM_BUILD)")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ",".join(MODELS))
+    ap.add_argument("--depths", help="override every model's depth list (e.g. 0,64 for a quick check)")
+    ap.add_argument("--decode-tokens", type=int, default=32)
+    ap.add_argument("--budget-minutes", type=float, default=14.0)
+    ap.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--results-md", default=str(ROOT / "bench" / "RESULTS.md"))
+    args = ap.parse_args()
+
+    build = Path(args.build) if Path(args.build).is_absolute() else ROOT / args.build
+    out = Path(args.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for exe in ("bench_bandwidth", "bench_decode"):
+        if not (build / exe).exists():
+            sys.exit(f"run_bench: {build / exe} is missing; build it first (make bench does)")
+    start = time.monotonic()
+    budget = args.budget_minutes * 60
+    commands, failures = [], []
+    scratch = Path(tempfile.mkdtemp(prefix="fathom-bench-"))  # per-process JSON, merged below
+
+    def shown(cmd):  # the command as a user would type it from the repository root
+        text = shlex.join([os.path.relpath(cmd[0], ROOT), *cmd[1:]]).replace(str(ROOT) + "/", "")
+        return text.replace(str(scratch) + "/", "/tmp/")
+
+    cache = (build / "CMakeCache.txt").read_text() if (build / "CMakeCache.txt").exists() else ""
+    build_type = next((l.split("=", 1)[1] for l in cache.splitlines() if l.startswith("CMAKE_BUILD_TYPE:")), "?")
+    machine = {"cpu": cpu_model(), "cpus": os.cpu_count(), "simd": simd_level(), "mem_gib": mem_total_gib(),
+               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               "commit": git("rev-parse", "HEAD") or "unknown",
+               "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+               "build": os.path.relpath(build, ROOT), "cmake_build_type": build_type,
+               "kernel": platform.release()}
+
+    # 1. Bandwidth: the roofline every decode figure is judged against.
+    bw_json = out / "bandwidth.json"
+    cmd = [str(build / "bench_bandwidth"), "--threads", args.threads, "--json", str(bw_json)]
+    rc, _, wall, others = run(cmd)
+    commands.append(shown(cmd))
+    if rc != 0:
+        sys.exit("run_bench: bench_bandwidth failed")
+    bandwidth = json.loads(bw_json.read_text())
+    bandwidth["other_cpus"] = others
+    bandwidth["wall_seconds"] = wall
+    bw_json.write_text(json.dumps(bandwidth, indent=2) + "\n")
+
+    # 2. Decode: runs ordered cheapest first (every model's depth 0, then the next depth, ...).
+    runs = []  # (key, precision, depth)
+    keys = [k for k in args.models.split(",") if k]
+    for k in keys:
+        if k not in MODELS:
+            sys.exit(f"run_bench: unknown model '{k}' (known: {', '.join(MODELS)})")
+    depth_lists = {k: ([int(d) for d in args.depths.split(",")] if args.depths else MODELS[k]["depths"]) for k in keys}
+    for level in range(max(len(v) for v in depth_lists.values())):
+        for k in keys:
+            if level < len(depth_lists[k]):
+                runs.append((k, PRECISION, depth_lists[k][level]))
+                if depth_lists[k][level] == 0:
+                    runs.append((k, COMPARE_PRECISION, 0))
+    decodes, skipped = {}, {}
+    for key, precision, depth in runs:
+        spec = MODELS[key]
+        merged = decodes.get((key, precision))
+        if depth > 0 and merged:
+            est = estimate_seconds(merged, depth)
+            left = budget - (time.monotonic() - start)
+            if est > left:
+                reason = f"estimated {est / 60:.1f} min, {max(left, 0) / 60:.1f} min of the budget left"
+                log(f"skip {key} depth {depth}: {reason}")
+                skipped.setdefault(key, []).append({"depth": depth, "reason": reason})
+                continue
+        part = scratch / f"decode-{key}-{precision}-{depth}.json"
+        cmd = [str(build / "bench_decode"), "--model", spec["path"], "--threads", args.threads, "--depths", str(depth),
+               "--decode-tokens", str(args.decode_tokens), "--bandwidth-json", str(bw_json), "--json", str(part),
+               "--kv-dtype", KV_DTYPE, "--precision", precision]
+        if spec.get("share_prefill_from") is not None:
+            cmd += ["--share-prefill-from", str(spec["share_prefill_from"])]
+        rc, _, wall, others = run(cmd)
+        commands.append(shown(cmd))
+        if rc != 0 or not part.exists():
+            failures.append(f"{key} {precision} depth {depth} (exit {rc})")
+            continue
+        j = json.loads(part.read_text())
+        part.unlink()
+        for c in j["cells"]:
+            c["precision"] = precision
+            c["other_cpus"] = others
+            c["process_wall_seconds"] = wall
+        if merged:
+            merged["cells"] += j["cells"]
+        else:
+            j["bandwidth_json"] = os.path.relpath(bw_json, ROOT) if bw_json.is_relative_to(ROOT) else str(bw_json)
+            decodes[(key, precision)] = j
+
+    shutil.rmtree(scratch, ignore_errors=True)
+    machine["minutes"] = (time.monotonic() - start) / 60
+    (out / "machine.json").write_text(json.dumps({**machine, "commands": commands, "skipped": skipped,
+                                                  "failures": failures}, indent=2) + "\n")
+    for old in out.glob("decode-*.json"):
+        old.unlink()
+    for (key, precision), j in decodes.items():
+        j["skipped"] = skipped.get(key, []) if precision == PRECISION else []
+        (out / f"decode-{key}-{precision}.json").write_text(json.dumps(j, indent=2) + "\n")
+    write_reports(args, machine, bandwidth, decodes, skipped, commands, Path(args.results_md), out / "summary.md")
+    log(f"wrote {args.results_md}, {out}/*.json, {out}/summary.md in {machine['minutes']:.1f} min")
+    if failures:
+        sys.exit("run_bench: failed: " + "; ".join(failures))
+
+
+if __name__ == "__main__":
+    main()
