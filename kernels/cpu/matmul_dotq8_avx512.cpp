@@ -113,16 +113,6 @@ void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
 
 // ---- K-quants -------------------------------------------------------------------------------
 
-// Unpacks the 8 6-bit scales and mins of a Q4_K / Q5_K super-block into bytes (ggml's trick).
-inline void scales_mins_k4(const uint8_t* s, uint32_t out[4]) {
-  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-  uint32_t u[3] = {load_u32(s), load_u32(s + 4), load_u32(s + 8)};
-  out[0] = u[0] & kmask1;                                          // scales 0..3
-  out[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);        // scales 4..7
-  out[2] = u[1] & kmask1;                                          // mins 0..3
-  out[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);  // mins 4..7
-}
-
 template <bool kQ5, int MR>
 void dot_qk45(const DotArgs& a, int64_t n0, int64_t n1) {
   using B = std::conditional_t<kQ5, BlockQ5_K, BlockQ4_K>;
@@ -142,7 +132,7 @@ void dot_qk45(const DotArgs& a, int64_t n0, int64_t n1) {
     }
     for (int64_t i = 0; i < nsb; ++i) {
       uint32_t sm[4];
-      scales_mins_k4(b[i].scales, sm);
+      unpack_scales_mins_k4(b[i].scales, sm);
       const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
       const __m256 mn8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 2))));
       const __m256 d8 = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)), sc8);

@@ -76,4 +76,15 @@ static inline uint32_t load_u32(const uint8_t* p) {
   return v;
 }
 
+// All 8 scales and mins of a Q4_K / Q5_K super-block at once (ggml's utmp trick): bytes
+// 0..7 of out[0..1] are the scales, bytes 0..7 of out[2..3] the mins.
+static inline void unpack_scales_mins_k4(const uint8_t* s, uint32_t out[4]) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  const uint32_t u0 = load_u32(s), u1 = load_u32(s + 4), u2 = load_u32(s + 8);
+  out[0] = u0 & kmask1;
+  out[1] = (u2 & kmask2) | (((u0 >> 6) & kmask3) << 4);
+  out[2] = u1 & kmask1;
+  out[3] = ((u2 >> 4) & kmask2) | (((u1 >> 6) & kmask3) << 4);
+}
+
 }  // namespace fathom::quant
