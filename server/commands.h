@@ -6,5 +6,6 @@ namespace fathom {
 int run_generate(int argc, char** argv);  // fathom generate ...
 int run_logits(int argc, char** argv);    // fathom logits ...
 int run_chat(int argc, char** argv);      // fathom chat ... (interactive)
+int run_serve(int argc, char** argv);     // fathom serve ... (HTTP + gRPC server until SIGTERM)
 
 }  // namespace fathom

@@ -16,7 +16,10 @@ void usage() {
       "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--logprobs N]\n"
       "           [--threads N] [--kv-dtype f16|f32] [--precision q8|f32] [--ignore-eos] [--json]\n"
       "  logits   --model PATH (--prompt TEXT | --prompt-ids 1,2,3) --out FILE   (f32 logits of every position)\n"
-      "  chat     --model PATH [--max-tokens N] [--temperature T]                 (interactive)\n",
+      "  chat     --model PATH [--max-tokens N] [--temperature T]                 (interactive)\n"
+      "  serve    [--config FILE] [--model PATH] [--host H] [--port P] [--grpc-port P] [--threads N]\n"
+      "           [--api-key K]... [--kv-cache-mib N] [--host-kv-mib N] [--max-num-seqs N]\n"
+      "           [--max-batched-tokens N] [--log-level L]          (OpenAI HTTP + gRPC; configs/README.md)\n",
       stderr);
 }
 
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
     if (command == "generate") return fathom::run_generate(argc, argv);
     if (command == "logits") return fathom::run_logits(argc, argv);
     if (command == "chat") return fathom::run_chat(argc, argv);
+    if (command == "serve") return fathom::run_serve(argc, argv);
     std::fprintf(stderr, "fathom: unknown command '%s'\n", command.c_str());
     usage();
     return 2;

@@ -1,0 +1,188 @@
+// fathom serve: the OpenAI-compatible HTTP server (and gRPC when configured) over one Engine.
+//
+// Lifecycle: HTTP listens first (/health says "loading"), then the model loads, the engine
+// starts and /health says "ready". SIGTERM or SIGINT stops admission (503 + Retry-After),
+// drains the engine within drain_timeout_ms, stops HTTP and gRPC, and exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "engine/engine.h"
+#include "engine/error.h"
+#include "engine/metrics.h"
+#include "engine/model.h"
+#include "server/cli_args.h"
+#include "server/commands.h"
+#include "server/config.h"
+#include "server/grpc_server.h"
+#include "server/http_server.h"
+#include "server/model_options.h"
+
+namespace fathom {
+
+namespace {
+
+template <typename Int>
+void int_option(const CliArgs& args, const char* name, int64_t min, int64_t max, Int& target) {
+  if (!args.has(name)) return;
+  const int64_t v = args.get_int(name, 0);
+  if (v < min || v > max)
+    throw Error("--" + std::string(name) + " must be between " + std::to_string(min) + " and " + std::to_string(max));
+  target = static_cast<Int>(v);
+}
+
+// --config FILE first, then every flag given on top of it.
+ServerConfig config_from_args(const CliArgs& args) {
+  ServerConfig c = args.has("config") ? load_server_config(args.require("config")) : ServerConfig{};
+  if (auto v = args.get("model")) c.model = *v;
+  if (auto v = args.get("model-name")) c.model_name = *v;
+  if (auto v = args.get("host")) c.host = *v;
+  int_option(args, "port", 0, 65535, c.port);
+  int_option(args, "grpc-port", -1, 65535, c.grpc_port);
+  c.model_options = model_options_from_args(args, c.model_options);
+  if (!args.all("api-key").empty()) c.api_keys = args.all("api-key");
+  int64_t host_kv_mib = 0;
+  int_option(args, "host-kv-mib", 0, int64_t{1} << 24, host_kv_mib);
+  if (args.has("host-kv-mib")) c.scheduler.host_kv_bytes = host_kv_mib << 20;
+  int_option(args, "max-num-seqs", 1, 4096, c.scheduler.max_num_seqs);
+  int_option(args, "max-batched-tokens", 1, 1 << 20, c.scheduler.max_batched_tokens);
+  int_option(args, "max-queue", 0, 1 << 20, c.scheduler.max_queue);
+  if (args.flag("no-prefix-caching")) c.scheduler.prefix_caching = false;
+  int_option(args, "max-body-bytes", 1024, int64_t{1} << 30, c.max_body_bytes);
+  int_option(args, "max-tokens-limit", 1, 1 << 24, c.max_tokens_limit);
+  int_option(args, "max-n", 1, 128, c.max_n);
+  int_option(args, "drain-timeout-ms", 0, 3600 * 1000, c.drain_timeout_ms);
+  if (auto v = args.get("log-level")) c.log_level = *v;
+  if (spdlog::level::from_str(c.log_level) == spdlog::level::off && c.log_level != "off")
+    throw Error("--log-level must be one of trace, debug, info, warn, error, critical, off");
+
+  if (c.model.empty()) throw Error("no model: give --model PATH, or --config FILE naming one");
+  if (c.model_name.empty()) c.model_name = std::filesystem::path(c.model).stem().string();
+  return c;
+}
+
+// SIGTERM / SIGINT, received synchronously: the signals are blocked in every thread (the mask
+// is set before any thread starts) and one thread takes them with sigwait, so nothing runs in
+// signal-handler context.
+class ShutdownSignal {
+ public:
+  ShutdownSignal() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    if (pthread_sigmask(SIG_BLOCK, &set_, nullptr) != 0) throw Error("cannot block SIGTERM/SIGINT");
+    thread_ = std::thread([this] { run(); });
+  }
+  ~ShutdownSignal() {
+    {
+      std::lock_guard lock(mutex_);
+      exiting_ = true;
+    }
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes the sigwait; blocked, so it only queues
+    thread_.join();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    requested_cv_.wait(lock, [this] { return requested_; });
+  }
+  bool requested() {
+    std::lock_guard lock(mutex_);
+    return requested_;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0) continue;
+      std::lock_guard lock(mutex_);
+      if (exiting_) return;
+      if (requested_) {
+        // A second signal while draining: the operator wants out now.
+        std::fprintf(stderr, "fathom: second signal, exiting without finishing the drain\n");
+        std::_Exit(1);
+      }
+      spdlog::info("received {}: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      requested_ = true;
+      requested_cv_.notify_all();
+    }
+  }
+
+  sigset_t set_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable requested_cv_;
+  bool requested_ = false;
+  bool exiting_ = false;
+};
+
+}  // namespace
+
+int run_serve(int argc, char** argv) {
+  std::set<std::string> names = {"config",    "model-name",       "host",           "port",      "grpc-port",
+                                 "api-key",   "host-kv-mib",      "max-num-seqs",   "max-queue", "max-batched-tokens",
+                                 "log-level", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms"};
+  names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
+  CliArgs args(names, {"no-prefix-caching"});
+  args.parse(argc, argv, 2);
+  const ServerConfig config = config_from_args(args);
+
+  // Logs go to stderr; stdout carries only the "listening on" lines scripts parse.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("fathom"));
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
+  ShutdownSignal shutdown;        // before any other thread exists
+
+  MetricsRegistry metrics;
+  HttpServer http(config, metrics);
+  const int http_port = http.start();
+  std::printf("fathom: HTTP listening on %s:%d\n", config.host.c_str(), http_port);
+  std::fflush(stdout);
+
+  spdlog::info("loading {}", config.model);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Model> model = Model::load(config.model, config.model_options);
+  spdlog::info("loaded {} ({}, {} layers, context {}, {} chat template) in {:.2f} s", config.model_name,
+               model->config().arch_name, model->config().n_layers, model->config().context_length,
+               [&]() -> std::string {
+                 try {
+                   return model->chat_template().family_name();
+                 } catch (const Error&) {
+                   return "no";
+                 }
+               }(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+
+  Engine engine(*model, config.scheduler, metrics);
+  std::unique_ptr<GrpcServer> grpc;
+  if (config.grpc_port != 0) {
+    grpc = start_grpc_server(engine, config, config.grpc_port < 0 ? 0 : config.grpc_port);
+    std::printf("fathom: gRPC listening on %s:%d\n", config.host.c_str(), grpc->port());
+    std::fflush(stdout);
+  }
+  http.set_ready(engine, *model);
+  spdlog::info("ready: {} on http://{}:{}", config.model_name, config.host, http_port);
+
+  shutdown.wait();
+  http.set_draining();
+  if (grpc) grpc->set_serving(false);
+  const bool drained = engine.drain(std::chrono::milliseconds(config.drain_timeout_ms));
+  if (drained) spdlog::info("drained: every request finished");
+  else spdlog::warn("drain timed out after {} ms: unfinished requests were cancelled", config.drain_timeout_ms);
+  http.stop();
+  if (grpc) grpc->shutdown();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace fathom

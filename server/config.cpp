@@ -1,0 +1,187 @@
+#include "server/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/error.h"
+
+namespace fathom {
+
+namespace {
+
+using nlohmann::json;
+
+// Reads one JSON object key by key, remembering which keys were read so that finish() can
+// reject the rest. Every error names the dotted key path, e.g. "kv_cache.block_size".
+class ObjectReader {
+ public:
+  ObjectReader(const json& object, std::string path, const std::string& origin)
+      : object_(object), path_(std::move(path)), origin_(origin) {
+    if (!object_.is_object()) fail(path_.empty() ? "the top level" : path_, "must be an object");
+  }
+
+  bool has(const std::string& key) {
+    seen_.insert(key);
+    return object_.contains(key) && !object_.at(key).is_null();
+  }
+
+  void read(const std::string& key, std::string& out) {
+    if (!has(key)) return;
+    const json& v = object_.at(key);
+    if (!v.is_string()) fail(key, "must be a string");
+    out = v.get<std::string>();
+  }
+
+  void read(const std::string& key, bool& out) {
+    if (!has(key)) return;
+    const json& v = object_.at(key);
+    if (!v.is_boolean()) fail(key, "must be true or false");
+    out = v.get<bool>();
+  }
+
+  template <typename Int>
+  void read_int(const std::string& key, Int& out, int64_t min, int64_t max) {
+    if (!has(key)) return;
+    const json& v = object_.at(key);
+    if (!v.is_number_integer()) fail(key, "must be an integer");
+    // Unsigned JSON integers above INT64_MAX are out of every range we accept.
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(key, "is out of range");
+    const int64_t x = v.get<int64_t>();
+    if (x < min || x > max)
+      fail(key, "must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + std::to_string(x));
+    out = static_cast<Int>(x);
+  }
+
+  void read(const std::string& key, std::vector<std::string>& out) {
+    if (!has(key)) return;
+    const json& v = object_.at(key);
+    if (!v.is_array()) fail(key, "must be an array of strings");
+    out.clear();
+    for (const json& item : v) {
+      if (!item.is_string() || item.get<std::string>().empty()) fail(key, "must contain only non-empty strings");
+      out.push_back(item.get<std::string>());
+    }
+  }
+
+  // A nested object, or nullptr when the key is absent (or null).
+  std::unique_ptr<ObjectReader> object(const std::string& key) {
+    if (!has(key)) return nullptr;
+    return std::make_unique<ObjectReader>(object_.at(key), full(key), origin_);
+  }
+
+  void finish() const {
+    for (auto it = object_.begin(); it != object_.end(); ++it)
+      if (!seen_.count(it.key())) throw Error(origin_ + ": unknown key '" + full(it.key()) + "'");
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw Error(origin_ + ": '" + (key == path_ ? key : full(key)) + "' " + what);
+  }
+
+ private:
+  std::string full(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  const json& object_;
+  std::string path_;
+  const std::string& origin_;
+  std::set<std::string> seen_;
+};
+
+constexpr int64_t kMaxMib = int64_t{1} << 24;  // 16 TiB: a typo guard, not a real limit
+
+const std::set<std::string> kLogLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+
+}  // namespace
+
+ServerConfig parse_server_config(const std::string& json_text, const std::string& origin) {
+  json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (root.is_discarded()) throw Error(origin + ": not valid JSON");
+
+  ServerConfig c;
+  ObjectReader top(root, "", origin);
+  top.read("model", c.model);
+  top.read("model_name", c.model_name);
+  top.read_int("threads", c.model_options.threads, 0, 1024);
+  std::string precision;
+  top.read("precision", precision);
+  if (precision == "q8") c.model_options.precision = cpu::Precision::kQ8;
+  else if (precision == "f32") c.model_options.precision = cpu::Precision::kF32;
+  else if (!precision.empty()) top.fail("precision", "must be \"q8\" or \"f32\", got \"" + precision + "\"");
+  top.read("chat_template", c.model_options.chat_template);
+  top.read("log_level", c.log_level);
+  if (!kLogLevels.count(c.log_level)) top.fail("log_level", "must be one of trace, debug, info, warn, error, critical, off");
+  top.read_int("drain_timeout_ms", c.drain_timeout_ms, 0, 3600 * 1000);
+
+  if (auto kv = top.object("kv_cache")) {
+    int64_t device_mib = c.model_options.kv_cache_bytes >> 20, host_mib = c.scheduler.host_kv_bytes >> 20;
+    kv->read_int("device_mib", device_mib, 0, kMaxMib);
+    kv->read_int("host_mib", host_mib, 0, kMaxMib);
+    c.model_options.kv_cache_bytes = device_mib << 20;
+    c.scheduler.host_kv_bytes = host_mib << 20;
+    std::string dtype;
+    kv->read("dtype", dtype);
+    if (dtype == "f16") c.model_options.kv_dtype = KvDtype::kF16;
+    else if (dtype == "f32") c.model_options.kv_dtype = KvDtype::kF32;
+    else if (!dtype.empty()) kv->fail("dtype", "must be \"f16\" or \"f32\", got \"" + dtype + "\"");
+    kv->read_int("block_size", c.model_options.block_size, 1, 1024);
+    kv->finish();
+  }
+  if (auto s = top.object("scheduler")) {
+    s->read_int("max_num_seqs", c.scheduler.max_num_seqs, 1, 4096);
+    s->read_int("max_batched_tokens", c.scheduler.max_batched_tokens, 1, 1 << 20);
+    s->read_int("max_queue", c.scheduler.max_queue, 0, 1 << 20);
+    s->read("prefix_caching", c.scheduler.prefix_caching);
+    s->finish();
+  }
+  if (auto h = top.object("http")) {
+    h->read("host", c.host);
+    if (c.host.empty()) h->fail("host", "must not be empty");
+    h->read_int("port", c.port, 0, 65535);
+    h->read("api_keys", c.api_keys);
+    h->read_int("max_body_bytes", c.max_body_bytes, 1024, int64_t{1} << 30);
+    h->finish();
+  }
+  if (auto g = top.object("grpc")) {
+    g->read_int("port", c.grpc_port, -1, 65535);
+    g->finish();
+  }
+  if (auto l = top.object("limits")) {
+    l->read_int("max_n", c.max_n, 1, 128);
+    l->read_int("max_tokens", c.max_tokens_limit, 1, 1 << 24);
+    l->read_int("default_max_tokens", c.default_max_tokens, 1, 1 << 24);
+    l->finish();
+  }
+  top.finish();
+  return c;
+}
+
+ServerConfig load_server_config(const std::string& json_path) {
+  std::ifstream in(json_path, std::ios::binary);
+  if (!in) throw Error("cannot read config file '" + json_path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  ServerConfig c = parse_server_config(text.str(), json_path);
+
+  // A relative model path is tried against the working directory first, then against the
+  // config file's directory and its parent (configs/default.json names models/... relative
+  // to the repository root).
+  namespace fs = std::filesystem;
+  if (!c.model.empty() && fs::path(c.model).is_relative() && !fs::exists(c.model)) {
+    const fs::path dir = fs::absolute(json_path).parent_path();
+    for (const fs::path& base : {dir, dir.parent_path()}) {
+      if (fs::exists(base / c.model)) {
+        c.model = (base / c.model).lexically_normal().string();
+        break;
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace fathom

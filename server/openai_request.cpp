@@ -1,0 +1,363 @@
+#include "server/openai_request.h"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+
+#include "engine/error.h"
+#include "engine/model.h"
+#include "server/config.h"
+
+namespace fathom {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxJsonDepth = 64;       // nesting; deeper bodies are rejected before parsing
+constexpr int32_t kMaxTopLogprobs = 20;
+constexpr size_t kMaxStopStrings = 4;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param, "invalid_value");
+}
+
+[[noreturn]] void bad_type(const std::string& param, const char* expected) {
+  throw ApiError(400, "'" + param + "' must be " + expected, param, "invalid_type");
+}
+
+// The value of `key`, or nullptr when absent or null (null means "use the default" in OpenAI's API).
+const json* field(const json& body, const char* key) {
+  auto it = body.find(key);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+bool is_integral(const json& v) {
+  if (v.is_number_integer()) return true;
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  return std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15;
+}
+
+int64_t integer_value(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    return u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+  }
+  return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
+}
+
+std::optional<int64_t> get_int(const json& body, const char* key, int64_t min, int64_t max) {
+  const json* v = field(body, key);
+  if (!v) return std::nullopt;
+  if (!is_integral(*v)) bad_type(key, "an integer");
+  const int64_t x = integer_value(*v);
+  if (x < min || x > max)
+    bad(key, "'" + std::string(key) + "' must be between " + std::to_string(min) + " and " + std::to_string(max) +
+                 ", got " + std::to_string(x));
+  return x;
+}
+
+// `min_open`: the lower bound itself is excluded.
+std::optional<float> get_number(const json& body, const char* key, double min, double max, bool min_open = false) {
+  const json* v = field(body, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) bad_type(key, "a number");
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < min || x > max || (min_open && x == min)) {
+    char range[96];
+    std::snprintf(range, sizeof range, "%s%g, %g]", min_open ? "(" : "[", min, max);
+    bad(key, "'" + std::string(key) + "' must be in " + range);
+  }
+  return static_cast<float>(x);
+}
+
+std::optional<bool> get_bool(const json& body, const char* key) {
+  const json* v = field(body, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) bad_type(key, "true or false");
+  return v->get<bool>();
+}
+
+std::vector<int32_t> token_ids(const json& array, const Model& model, const std::string& param) {
+  std::vector<int32_t> ids;
+  ids.reserve(array.size());
+  for (const json& v : array) {
+    if (!v.is_number_integer()) bad_type(param, "a string or an array of token ids");
+    const int64_t id = integer_value(v);
+    if (id < 0 || id >= model.vocab())
+      bad(param, "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(model.vocab()) + ")");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+bool all_integers(const json& array) {
+  for (const json& v : array)
+    if (!v.is_number_integer()) return false;
+  return true;
+}
+
+// "prompt": a string, an array of token ids, or a one-element array of either.
+std::vector<int32_t> completion_prompt(const json& body, const Model& model) {
+  const json* p = field(body, "prompt");
+  if (!p) bad("prompt", "'prompt' is required");
+  if (p->is_string()) return model.tokenizer().encode(p->get<std::string>());
+  if (!p->is_array()) bad_type("prompt", "a string or an array of token ids");
+  if (p->empty()) bad("prompt", "'prompt' is empty");
+  if (all_integers(*p)) return token_ids(*p, model, "prompt");
+  if (p->size() > 1)
+    bad("prompt", "a list of prompts is not supported: send one request per prompt (use 'n' for several samples)");
+  const json& only = (*p)[0];
+  if (only.is_string()) return model.tokenizer().encode(only.get<std::string>());
+  if (only.is_array() && all_integers(only)) return token_ids(only, model, "prompt");
+  bad_type("prompt", "a string or an array of token ids");
+}
+
+std::string message_content(const json& message, size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  auto it = message.find("content");
+  if (it == message.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) bad_type(param, "a string or an array of text parts");
+  std::string text;
+  for (const json& part : *it) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+      bad(param, "'" + param + "': only {\"type\": \"text\", \"text\": ...} parts are supported");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<int32_t> chat_prompt(const json& body, const Model& model) {
+  const json* m = field(body, "messages");
+  if (!m) bad("messages", "'messages' is required");
+  if (!m->is_array()) bad_type("messages", "an array of messages");
+  if (m->empty()) bad("messages", "'messages' must not be empty");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& msg = (*m)[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!msg.is_object()) bad_type(param, "an object with 'role' and 'content'");
+    auto role = msg.find("role");
+    if (role == msg.end() || !role->is_string()) bad_type(param + ".role", "a string");
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
+    if (r != "system" && r != "user" && r != "assistant")
+      bad(param + ".role", "unsupported role '" + r + "' (system, developer, user and assistant are)");
+    messages.push_back({r, message_content(msg, i)});
+  }
+  std::string text;
+  try {
+    text = model.chat_template().apply(messages, /*add_generation_prompt=*/true);
+  } catch (const Error& e) {
+    bad("messages", e.what());
+  }
+  // The template writes BOS itself where its family wants one.
+  return model.tokenizer().encode(text, EncodeOptions{/*add_bos=*/false, /*parse_special=*/true});
+}
+
+void parse_stop(const json& body, StopConditions& stop) {
+  const json* s = field(body, "stop");
+  if (!s) return;
+  auto add = [&](const json& v) {
+    if (!v.is_string()) bad_type("stop", "a string or an array of up to 4 strings");
+    if (v.get<std::string>().empty()) bad("stop", "stop strings must not be empty");
+    stop.strings.push_back(v.get<std::string>());
+  };
+  if (s->is_array()) {
+    if (s->size() > kMaxStopStrings) bad("stop", "at most 4 stop strings are supported");
+    for (const json& v : *s) add(v);
+  } else {
+    add(*s);
+  }
+}
+
+void parse_logit_bias(const json& body, const Model& model, SamplingParams& sampling) {
+  const json* b = field(body, "logit_bias");
+  if (!b) return;
+  if (!b->is_object()) bad_type("logit_bias", "an object mapping token ids to biases");
+  for (auto it = b->begin(); it != b->end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = -1;
+    auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id >= model.vocab())
+      bad("logit_bias", "logit_bias key '" + key + "' is not a token id of this model");
+    if (!it->is_number()) bad_type("logit_bias", "an object mapping token ids to numbers");
+    const double v = it->get<double>();
+    if (!std::isfinite(v) || v < -100 || v > 100) bad("logit_bias", "logit_bias values must be in [-100, 100]");
+    sampling.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(v));
+  }
+}
+
+// "fathom": {"attention": "dense", "priority": int, "ignore_eos": bool}
+void parse_extension(const json& body, Request& request) {
+  const json* f = field(body, "fathom");
+  if (!f) return;
+  if (!f->is_object()) bad_type("fathom", "an object");
+  for (auto it = f->begin(); it != f->end(); ++it) {
+    const std::string param = "fathom." + it.key();
+    if (it.key() == "attention") {
+      if (!it->is_string()) bad_type(param, "a string");
+      if (it->get<std::string>() != "dense") bad(param, "unsupported attention policy '" + it->get<std::string>() + "' (only \"dense\" so far)");
+      request.attention.name = "dense";
+    } else if (it.key() == "priority") {
+      if (!it->is_number_integer() || std::llabs(integer_value(*it)) > 1000000) bad_type(param, "an integer in [-1000000, 1000000]");
+      request.priority = static_cast<int32_t>(integer_value(*it));
+    } else if (it.key() == "ignore_eos") {
+      if (!it->is_boolean()) bad_type(param, "true or false");
+      request.stop.ignore_eos = it->get<bool>();
+    } else {
+      bad(param, "unknown fathom option '" + it.key() + "' (attention, priority, ignore_eos)");
+    }
+  }
+}
+
+// Fields we cannot honour are refused rather than silently ignored.
+void reject_unsupported(const json& body) {
+  if (get_bool(body, "echo").value_or(false)) bad("echo", "'echo' is not supported");
+  if (field(body, "suffix")) bad("suffix", "'suffix' is not supported");
+  if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty())) bad("tools", "tools are not supported");
+  if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty())) bad("functions", "functions are not supported");
+  if (const json* r = field(body, "response_format")) {
+    if (!r->is_object() || r->value("type", json("text")) != "text") bad("response_format", "only response_format {\"type\": \"text\"} is supported");
+  }
+}
+
+// Everything the two endpoints share; the prompt is already in out.engine.prompt.
+void parse_common(const json& body, const Model& model, const ServerConfig& config, ApiRequest& out) {
+  Request& r = out.engine;
+  SamplingParams& s = r.sampling;
+  if (auto v = get_number(body, "temperature", 0.0, 2.0)) s.temperature = *v;
+  if (auto v = get_number(body, "top_p", 0.0, 1.0, /*min_open=*/true)) s.top_p = *v;
+  if (auto v = get_int(body, "top_k", -1, model.vocab())) s.top_k = *v < 0 ? 0 : static_cast<int32_t>(*v);
+  if (auto v = get_number(body, "min_p", 0.0, 1.0)) s.min_p = *v;
+  if (auto v = get_number(body, "presence_penalty", -2.0, 2.0)) s.presence_penalty = *v;
+  if (auto v = get_number(body, "frequency_penalty", -2.0, 2.0)) s.frequency_penalty = *v;
+  if (auto v = get_number(body, "repetition_penalty", 0.0, 10.0, /*min_open=*/true)) s.repetition_penalty = *v;
+  if (auto v = get_int(body, "seed", INT64_MIN, INT64_MAX)) s.seed = static_cast<uint64_t>(*v);
+  if (auto v = get_int(body, "n", 1, config.max_n)) r.n = static_cast<int32_t>(*v);
+  if (auto v = get_int(body, "best_of", 1, config.max_n); v && *v != r.n) bad("best_of", "'best_of' other than n is not supported");
+  parse_stop(body, r.stop);
+  parse_logit_bias(body, model, s);
+  parse_extension(body, r);
+  reject_unsupported(body);
+  if (const json* u = field(body, "user"); u && !u->is_string()) bad_type("user", "a string");
+
+  out.stream = get_bool(body, "stream").value_or(false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad_type("stream_options", "an object");
+    out.include_usage = get_bool(*so, "include_usage").value_or(false);
+  }
+
+  // max_tokens: the prompt plus every choice's completion must fit in the context.
+  const int64_t context = model.config().context_length;
+  const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
+  if (prompt_len == 0) bad(out.kind == ApiKind::kChat ? "messages" : "prompt", "the prompt is empty");
+  if (prompt_len >= context)
+    bad(out.kind == ApiKind::kChat ? "messages" : "prompt",
+        "the prompt has " + std::to_string(prompt_len) + " tokens; this model's context is " + std::to_string(context) + " tokens");
+  std::optional<int64_t> max_tokens;
+  const char* max_param = "max_tokens";
+  if (out.kind == ApiKind::kChat && field(body, "max_completion_tokens")) max_param = "max_completion_tokens";
+  max_tokens = get_int(body, max_param, 1, INT64_MAX);
+  if (max_tokens) {
+    if (prompt_len + *max_tokens > context)
+      bad(max_param, "'" + std::string(max_param) + "' is " + std::to_string(*max_tokens) + " but the prompt has " +
+                         std::to_string(prompt_len) + " tokens and the context is " + std::to_string(context) +
+                         " tokens (at most " + std::to_string(context - prompt_len) + " more)");
+    if (*max_tokens > config.max_tokens_limit)
+      bad(max_param, "'" + std::string(max_param) + "' must be at most " + std::to_string(config.max_tokens_limit));
+    r.max_tokens = static_cast<int32_t>(*max_tokens);
+  } else {
+    r.max_tokens = static_cast<int32_t>(std::min<int64_t>(config.default_max_tokens, context - prompt_len));
+  }
+}
+
+}  // namespace
+
+json parse_json_body(const std::string& body) {
+  // nlohmann's parser is iterative, but a million nested brackets still cost memory and
+  // time for nothing: no valid request nests deeper than a handful of levels.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) throw ApiError(400, "request body nests deeper than 64 levels", "", "invalid_json");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
+  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
+  return j;
+}
+
+void check_model_name(const json& body, const ServerConfig& config) {
+  const json* m = field(body, "model");
+  if (!m) return;
+  if (!m->is_string()) bad_type("model", "a string");
+  const std::string name = m->get<std::string>();
+  const std::filesystem::path file(config.model);
+  if (name == config.model_name || name == config.model || name == file.filename().string() ||
+      name == file.stem().string())
+    return;
+  throw ApiError(404, "the model '" + name + "' does not exist (this server serves '" + config.model_name + "')",
+                 "model", "model_not_found");
+}
+
+ApiRequest parse_completion_request(const json& body, const Model& model, const ServerConfig& config) {
+  ApiRequest out;
+  out.kind = ApiKind::kCompletion;
+  out.model = config.model_name;
+  out.engine.prompt = completion_prompt(body, model);
+  if (auto v = get_int(body, "logprobs", 0, kMaxTopLogprobs)) {
+    out.logprobs = true;
+    out.top_logprobs = static_cast<int32_t>(*v);
+  }
+  parse_common(body, model, config, out);
+  out.engine.sampling.logprobs = out.logprobs ? out.top_logprobs : -1;
+  return out;
+}
+
+ApiRequest parse_chat_request(const json& body, const Model& model, const ServerConfig& config) {
+  ApiRequest out;
+  out.kind = ApiKind::kChat;
+  out.model = config.model_name;
+  out.engine.prompt = chat_prompt(body, model);
+  out.logprobs = get_bool(body, "logprobs").value_or(false);
+  if (auto v = get_int(body, "top_logprobs", 0, kMaxTopLogprobs)) {
+    if (!out.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    out.top_logprobs = static_cast<int32_t>(*v);
+  }
+  parse_common(body, model, config, out);
+  out.engine.sampling.logprobs = out.logprobs ? out.top_logprobs : -1;
+  return out;
+}
+
+std::vector<int32_t> parse_tokenize_request(const json& body, const Model& model) {
+  if (field(body, "messages")) return chat_prompt(body, model);
+  const char* key = field(body, "prompt") ? "prompt" : "text";
+  const json* text = field(body, key);
+  if (!text) bad("prompt", "'prompt' (or 'text' or 'messages') is required");
+  if (!text->is_string()) bad_type(key, "a string");
+  EncodeOptions opts;
+  opts.add_bos = get_bool(body, "add_special").value_or(true);
+  return model.tokenizer().encode(text->get<std::string>(), opts);
+}
+
+std::vector<int32_t> parse_detokenize_request(const json& body, const Model& model) {
+  const json* t = field(body, "tokens");
+  if (!t) bad("tokens", "'tokens' is required");
+  if (!t->is_array()) bad_type("tokens", "an array of token ids");
+  return token_ids(*t, model, "tokens");
+}
+
+}  // namespace fathom

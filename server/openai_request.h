@@ -1,0 +1,55 @@
+#pragma once
+// OpenAI request bodies (JSON) -> engine Requests, with validation. Every rejection is an
+// ApiError carrying the HTTP status and the fields of the OpenAI error object, so the HTTP
+// layer maps errors in one place (api_error_status / error_body in openai_response.h).
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+
+namespace fathom {
+
+class Model;
+struct ServerConfig;
+
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
+      : std::runtime_error(message), status(status), param(std::move(param)), code(std::move(code)) {}
+  int status;         // HTTP status: 400, 401, 404, 413, 429, 500, 503
+  std::string param;  // the offending request field, "" for none
+  std::string code;   // OpenAI error code, "" for none
+};
+
+enum class ApiKind { kCompletion, kChat };
+
+struct ApiRequest {
+  ApiKind kind = ApiKind::kCompletion;
+  Request engine;             // prompt tokens, sampling, stop, n, max_tokens, attention
+  std::string model;          // the model name echoed in responses
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;       // return logprobs (completions: logprobs >= 0; chat: logprobs true)
+  int32_t top_logprobs = 0;    // alternatives per token
+};
+
+// Parses a request body; malformed JSON (or absurdly deep nesting) is a 400.
+nlohmann::json parse_json_body(const std::string& body);
+
+// The "model" field must name the served model: its configured name, or the model file's
+// name with or without ".gguf". Absent is accepted. Unknown -> 404 model_not_found.
+void check_model_name(const nlohmann::json& body, const ServerConfig& config);
+
+// POST /v1/completions and /v1/chat/completions bodies. Throw ApiError (400/404).
+ApiRequest parse_completion_request(const nlohmann::json& body, const Model& model, const ServerConfig& config);
+ApiRequest parse_chat_request(const nlohmann::json& body, const Model& model, const ServerConfig& config);
+
+// POST /tokenize: {"prompt"|"text": str, "add_special": bool} or {"messages": [...]}.
+std::vector<int32_t> parse_tokenize_request(const nlohmann::json& body, const Model& model);
+// POST /detokenize: {"tokens": [ids]}; ids must be in the vocabulary.
+std::vector<int32_t> parse_detokenize_request(const nlohmann::json& body, const Model& model);
+
+}  // namespace fathom

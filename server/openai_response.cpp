@@ -1,0 +1,158 @@
+#include "server/openai_response.h"
+
+#include "engine/model/tokenizer.h"
+
+namespace fathom {
+
+namespace {
+
+using nlohmann::json;
+
+json nullable(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+const char* error_type(int status) {
+  switch (status) {
+    case 400: case 404: case 413: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 429: return "rate_limit_error";
+    case 503: return "service_unavailable_error";
+    default: return "server_error";
+  }
+}
+
+json finish_json(FinishReason r) { return r == FinishReason::kNone ? json(nullptr) : json(api_finish_reason(r)); }
+
+// Completions shape: parallel arrays over the tokens, top alternatives as {text: logprob}.
+json completion_logprobs(const std::vector<SampledToken>& tokens, int64_t& text_offset, const Tokenizer& tok) {
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const SampledToken& t : tokens) {
+    const std::string text = tok.token_bytes(t.id);
+    out["tokens"].push_back(text);
+    out["token_logprobs"].push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : t.top) top[tok.token_bytes(id)] = lp;
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(text_offset);
+    text_offset += static_cast<int64_t>(text.size());
+  }
+  return out;
+}
+
+json token_bytes_json(const std::string& bytes) {
+  json out = json::array();
+  for (const unsigned char c : bytes) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+// Chat shape: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+json chat_logprobs(const std::vector<SampledToken>& tokens, const Tokenizer& tok) {
+  json content = json::array();
+  for (const SampledToken& t : tokens) {
+    const std::string text = tok.token_bytes(t.id);
+    json top = json::array();
+    for (const auto& [id, lp] : t.top) {
+      const std::string alt = tok.token_bytes(id);
+      top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", token_bytes_json(alt)}});
+    }
+    content.push_back({{"token", text}, {"logprob", t.logprob}, {"bytes", token_bytes_json(text)}, {"top_logprobs", top}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+json envelope(const ApiRequest& req, const ResponseMeta& meta, bool chunk) {
+  const char* object = req.kind == ApiKind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                  : "text_completion";
+  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model},
+          {"system_fingerprint", "fathom"}};
+}
+
+}  // namespace
+
+std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const char* api_finish_reason(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: return "";
+  }
+  return "";
+}
+
+json error_body(int status, const std::string& message, const std::string& param, const std::string& code) {
+  return {{"error", {{"message", message}, {"type", error_type(status)}, {"param", nullable(param)}, {"code", nullable(code)}}}};
+}
+
+json usage_json(const RequestUsage& usage) {
+  json u = {{"prompt_tokens", usage.prompt_tokens},
+            {"completion_tokens", usage.completion_tokens},
+            {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  if (usage.cached_prompt_tokens > 0) u["prompt_tokens_details"] = {{"cached_tokens", usage.cached_prompt_tokens}};
+  return u;
+}
+
+json completion_response(const ApiRequest& req, const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                         const RequestUsage& usage, const Tokenizer& tokenizer) {
+  json out = envelope(req, meta, false);
+  json list = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    int64_t offset = 0;
+    list.push_back({{"index", i},
+                    {"text", choices[i].text},
+                    {"logprobs", req.logprobs ? completion_logprobs(choices[i].logprobs, offset, tokenizer) : json(nullptr)},
+                    {"finish_reason", finish_json(choices[i].finish)}});
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                   const RequestUsage& usage, const Tokenizer& tokenizer) {
+  json out = envelope(req, meta, false);
+  json list = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    list.push_back({{"index", i},
+                    {"message", {{"role", "assistant"}, {"content", choices[i].text}}},
+                    {"logprobs", req.logprobs ? chat_logprobs(choices[i].logprobs, tokenizer) : json(nullptr)},
+                    {"finish_reason", finish_json(choices[i].finish)}});
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, const StreamEvent& event, bool first,
+                  int64_t& text_offset, const Tokenizer& tokenizer) {
+  json out = envelope(req, meta, true);
+  json choice = {{"index", event.choice}};
+  if (req.kind == ApiKind::kChat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!event.text.empty() || first) delta["content"] = event.text;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = req.logprobs && !event.logprobs.empty() ? chat_logprobs(event.logprobs, tokenizer) : json(nullptr);
+  } else {
+    choice["text"] = event.text;
+    choice["logprobs"] = req.logprobs && !event.logprobs.empty() ? completion_logprobs(event.logprobs, text_offset, tokenizer)
+                                                                 : json(nullptr);
+  }
+  choice["finish_reason"] = finish_json(event.finish);
+  out["choices"] = json::array({std::move(choice)});
+  if (req.include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const RequestUsage& usage) {
+  json out = envelope(req, meta, true);
+  out["choices"] = json::array();
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+std::string sse_frame(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+}  // namespace fathom

@@ -1,0 +1,64 @@
+#pragma once
+// OpenAI response bodies: whole responses, SSE chunks and error objects, built from the
+// engine's StreamEvents. Token text in logprobs comes from Tokenizer::token_bytes and may be
+// part of a UTF-8 character: always serialise with dump_json (invalid UTF-8 -> U+FFFD).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+#include "server/openai_request.h"
+
+namespace fathom {
+
+class Tokenizer;
+
+// What one choice produced so far (non-streaming responses accumulate every event here).
+struct ChoiceOutput {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<SampledToken> logprobs;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
+};
+
+// Identity shared by every body of one response.
+struct ResponseMeta {
+  std::string id;       // "cmpl-…" / "chatcmpl-…"
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+std::string dump_json(const nlohmann::json& j);
+
+// OpenAI's finish_reason: "stop", "length"; a cancelled request reports "abort" (as vLLM does).
+const char* api_finish_reason(FinishReason r);
+
+// {"error": {"message", "type", "param", "code"}}; type follows the status.
+nlohmann::json error_body(int status, const std::string& message, const std::string& param = "",
+                          const std::string& code = "");
+
+nlohmann::json usage_json(const RequestUsage& usage);
+
+// Whole (non-streaming) responses.
+nlohmann::json completion_response(const ApiRequest& req, const ResponseMeta& meta,
+                                   const std::vector<ChoiceOutput>& choices, const RequestUsage& usage,
+                                   const Tokenizer& tokenizer);
+nlohmann::json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::vector<ChoiceOutput>& choices,
+                             const RequestUsage& usage, const Tokenizer& tokenizer);
+
+// One streamed chunk for one event. `text_offset` is the choice's completion-text offset of
+// the event's first token (completions logprobs); advanced past the event's tokens.
+// `first` marks the choice's first chunk (chat sends the assistant role there).
+nlohmann::json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, const StreamEvent& event, bool first,
+                            int64_t& text_offset, const Tokenizer& tokenizer);
+// The final usage chunk of stream_options.include_usage: empty choices plus usage.
+nlohmann::json usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const RequestUsage& usage);
+
+// "data: <json>\n\n" and the terminating "data: [DONE]\n\n".
+std::string sse_frame(const nlohmann::json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+}  // namespace fathom

@@ -1,0 +1,118 @@
+#include "server/sse.h"
+
+#include <spdlog/spdlog.h>
+
+#include "engine/engine.h"
+#include "engine/model/tokenizer.h"
+
+namespace fathom {
+
+namespace {
+
+// How long to wait for an event before checking on the client again.
+constexpr std::chrono::milliseconds kPollInterval(100);
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+Generation::Generation(Engine& engine, const Tokenizer& tokenizer, ApiRequest req, ResponseMeta meta)
+    : tokenizer_(tokenizer), req_(std::move(req)), meta_(std::move(meta)), start_(std::chrono::steady_clock::now()),
+      finish_(static_cast<size_t>(req_.engine.n), FinishReason::kNone) {
+  req_.engine.id = meta_.id;
+  handle_ = engine.submit(req_.engine);
+}
+
+Generation::~Generation() {
+  if (handle_ && !handle_->done()) {
+    handle_->cancel();
+    log_finished("cancelled");
+  }
+}
+
+bool Generation::next(StreamEvent& event) {
+  while (!handle_->next(event, kPollInterval))
+    if (handle_->done()) return false;
+  note_event(event);
+  return true;
+}
+
+void Generation::note_event(const StreamEvent& event) {
+  if (ttft_ms_ < 0 && !event.token_ids.empty()) ttft_ms_ = ms_since(start_);
+  if (event.finish != FinishReason::kNone && event.choice >= 0 && event.choice < static_cast<int32_t>(finish_.size()))
+    finish_[event.choice] = event.finish;
+}
+
+void Generation::log_finished(const char* outcome) {
+  if (logged_) return;
+  logged_ = true;
+  const RequestUsage usage = handle_->usage();
+  std::string reasons;
+  for (FinishReason r : finish_) {
+    if (!reasons.empty()) reasons += ',';
+    reasons += r == FinishReason::kNone ? "none" : finish_reason_name(r);
+  }
+  spdlog::info("{} {} prompt_tokens={} cached_tokens={} completion_tokens={} ttft_ms={:.1f} total_ms={:.1f} finish={} "
+               "attention={} {}",
+               meta_.id, req_.stream ? "stream" : "whole", usage.prompt_tokens, usage.cached_prompt_tokens,
+               usage.completion_tokens, ttft_ms_, ms_since(start_), reasons, req_.engine.attention.name, outcome);
+}
+
+nlohmann::json Generation::collect() {
+  std::vector<ChoiceOutput> choices(static_cast<size_t>(req_.engine.n));
+  StreamEvent event;
+  while (next(event)) {
+    if (event.choice < 0 || event.choice >= static_cast<int32_t>(choices.size())) continue;
+    ChoiceOutput& c = choices[event.choice];
+    c.text += event.text;
+    c.token_ids.insert(c.token_ids.end(), event.token_ids.begin(), event.token_ids.end());
+    c.logprobs.insert(c.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+    if (event.finish != FinishReason::kNone) c.finish = event.finish;
+    if (event.finish == FinishReason::kError) c.error = event.error;
+  }
+  log_finished("ok");
+  for (const ChoiceOutput& c : choices)
+    if (c.finish == FinishReason::kError) throw ApiError(500, "generation failed: " + c.error, "", "engine_error");
+  const RequestUsage usage = handle_->usage();
+  return req_.kind == ApiKind::kChat ? chat_response(req_, meta_, choices, usage, tokenizer_)
+                                     : completion_response(req_, meta_, choices, usage, tokenizer_);
+}
+
+bool Generation::stream(const std::function<bool(const std::string&)>& write,
+                        const std::function<bool()>& client_alive) {
+  std::vector<bool> first(static_cast<size_t>(req_.engine.n), true);
+  std::vector<int64_t> text_offset(static_cast<size_t>(req_.engine.n), 0);
+  auto gone = [&] {
+    handle_->cancel();
+    log_finished("client disconnected");
+    return false;
+  };
+  StreamEvent event;
+  for (;;) {
+    if (!handle_->next(event, kPollInterval)) {
+      if (handle_->done()) break;
+      if (!client_alive()) return gone();
+      continue;
+    }
+    note_event(event);
+    const size_t c = static_cast<size_t>(event.choice);
+    if (c >= first.size()) continue;
+    if (event.finish == FinishReason::kError) {
+      if (!write(sse_frame(error_body(500, "generation failed: " + event.error, "", "engine_error")))) return gone();
+      continue;
+    }
+    const bool has_logprobs = req_.logprobs && !event.logprobs.empty();
+    // Nothing to say yet (a stop string may be forming): wait for the next event.
+    if (event.text.empty() && event.finish == FinishReason::kNone && !has_logprobs && !first[c]) continue;
+    if (!write(sse_frame(stream_chunk(req_, meta_, event, first[c], text_offset[c], tokenizer_)))) return gone();
+    first[c] = false;
+  }
+  if (req_.include_usage && !write(sse_frame(usage_chunk(req_, meta_, handle_->usage())))) return gone();
+  if (!write(kSseDone)) return gone();
+  log_finished("ok");
+  return true;
+}
+
+}  // namespace fathom

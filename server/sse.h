@@ -1,0 +1,55 @@
+#pragma once
+// One generation request as the HTTP layer serves it: submitted to the engine, then either
+// collected into one OpenAI response body or streamed as SSE frames. Protocol framing only;
+// the engine has already detokenized and applied stop strings. Logs one info line per
+// finished request (id, tokens in/out, TTFT, finish reasons).
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+
+namespace fathom {
+
+class Engine;
+class RequestHandle;
+class Tokenizer;
+
+class Generation {
+ public:
+  // Submits req.engine; throws what Engine::submit throws (Error, EngineBusy, EngineDraining).
+  Generation(Engine& engine, const Tokenizer& tokenizer, ApiRequest req, ResponseMeta meta);
+  ~Generation();  // cancels the request if it has not finished (client gone, handler threw)
+
+  // Blocks until every choice has finished; the whole response body. Throws ApiError 500
+  // when the engine reports an error for a choice.
+  nlohmann::json collect();
+
+  // Streams SSE frames through `write` (false: the client is gone) and checks `client_alive`
+  // whenever no event arrived for a while. Ends with the usage chunk (if asked) and
+  // "data: [DONE]". Returns false when the client went away; the request is then cancelled.
+  bool stream(const std::function<bool(const std::string&)>& write, const std::function<bool()>& client_alive);
+
+  const ApiRequest& request() const { return req_; }
+
+ private:
+  bool next(StreamEvent& event);  // false once every choice has finished
+  void note_event(const StreamEvent& event);
+  void log_finished(const char* outcome);
+
+  const Tokenizer& tokenizer_;
+  ApiRequest req_;
+  ResponseMeta meta_;
+  std::shared_ptr<RequestHandle> handle_;
+  std::chrono::steady_clock::time_point start_;
+  double ttft_ms_ = -1.0;
+  std::vector<FinishReason> finish_;  // per choice
+  bool logged_ = false;
+};
+
+}  // namespace fathom
