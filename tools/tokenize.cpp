@@ -8,6 +8,8 @@
 //   tokenize MODEL.gguf --chat [--family NAME] [--no-generation-prompt]
 //                                                   JSON [{"role","content"}...] -> {"text": prompt}
 //   tokenize MODEL.gguf --info                      vocabulary facts (size, BOS/EOS, end-of-generation)
+//   tokenize --pretokenize PRE                      JSON array of strings -> {"words": [[...], ...]}, the
+//                                                   BPE pre-tokenizer of tokenizer.ggml.pre = PRE alone
 //
 // --special (with --decode) writes control tokens as their text instead of dropping them.
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "engine/model/bpe_pretokenizer.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/gguf.h"
 #include "engine/model/tokenizer.h"
@@ -65,12 +68,30 @@ std::string decode(const fathom::Tokenizer& tok, const std::vector<int32_t>& ids
 int usage() {
   std::fprintf(stderr,
                "usage: tokenize MODEL.gguf [--no-special] [--no-bos] [--batch | --decode [--special] | --stream |\n"
-               "                --chat [--family NAME] [--no-generation-prompt] | --info]\n");
+               "                --chat [--family NAME] [--no-generation-prompt] | --info]\n"
+               "       tokenize --pretokenize PRE\n");
   return 2;
 }
 
 int run(int argc, char** argv) {
   if (argc < 2) return usage();
+  if (std::strcmp(argv[1], "--pretokenize") == 0) {
+    if (argc != 3) return usage();
+    const fathom::PreTokenizer kind = fathom::pre_tokenizer_for(argv[2]);
+    const json in = json::parse(read_stdin());
+    json all = json::array();
+    std::vector<std::string_view> words;
+    for (const json& s : in) {
+      const std::string text = s.get<std::string>();
+      words.clear();
+      fathom::pre_tokenize(kind, text, words);
+      json w = json::array();
+      for (std::string_view v : words) w.push_back(std::string(v));
+      all.push_back(w);
+    }
+    print({{"words", all}});
+    return 0;
+  }
   const std::string path = argv[1];
   bool no_special = false, no_bos = false, batch = false, do_decode = false, special = false, stream = false;
   bool chat = false, no_gen = false, info = false;

@@ -88,7 +88,6 @@ BpeTokenizer::BpeTokenizer(const GgufFile& file) {
   };
   bos_id_ = id_key("tokenizer.ggml.bos_token_id");
   eos_id_ = id_key("tokenizer.ggml.eos_token_id");
-  unk_id_ = id_key("tokenizer.ggml.unknown_token_id");
   add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(false) && bos_id_ >= 0;
   pre_ = pre_tokenizer_for(file.get_string("tokenizer.ggml.pre").value_or("default"));
 
@@ -103,7 +102,7 @@ BpeTokenizer::BpeTokenizer(const GgufFile& file) {
     std::string s;
     append_utf8(a.cp_of_byte[b], s);
     auto it = piece_ids_.find(s);
-    byte_ids_[b] = it == piece_ids_.end() ? unk_id_ : it->second;
+    byte_ids_[b] = it == piece_ids_.end() ? -1 : it->second;
   }
 
   auto merges = file.get_string_array("tokenizer.ggml.merges");
@@ -177,9 +176,11 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
   std::vector<int32_t> symbols;
   symbols.reserve(word.size());
   for (char ch : word) {
+    // A byte the vocabulary cannot spell (SmolLM2 lacks 21, e.g. 0x04 and 0xF1) is dropped, as HF
+    // tokenizers does for byte-level BPE without an unknown token; the GGUF's "unknown" id there is
+    // <|endoftext|>, which must not appear in the middle of a prompt.
     const int32_t id = byte_ids_[static_cast<unsigned char>(ch)];
-    if (id < 0) throw Error("the BPE vocabulary has no token for byte " + std::to_string(static_cast<unsigned char>(ch)));
-    symbols.push_back(id);
+    if (id >= 0) symbols.push_back(id);
   }
   merge_word(symbols);
   out.insert(out.end(), symbols.begin(), symbols.end());

@@ -36,7 +36,6 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> merge
   int32_t byte_ids_[256];                       // id of the single-character token of each byte (-1: none)
   std::vector<std::string> bytes_of_;           // per token: its bytes (byte alphabet decoded)
-  int32_t unk_id_ = -1;
 
   static constexpr size_t kCacheLimit = 1 << 16;  // words; the cache is cleared when it fills
   mutable std::mutex cache_mutex_;

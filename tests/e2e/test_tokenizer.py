@@ -271,12 +271,56 @@ def test_incremental_detokenizer(model):
         assert all("\ufffd" not in p for p in pieces)  # nothing was emitted half-way through a character
 
 
+def test_bytes_without_a_token(model):
+    # SmolLM2's vocabulary cannot spell 21 bytes (0x04, 0xF1, ...): dropped, as the reference does.
+    # Gemma spells them with byte-fallback tokens.
+    texts = ["a\u0004b", "x\U00040000y \U000C0001", "\u0004"]
+    got = run_tool(model, "--batch", stdin=json.dumps(texts))["ids"]
+    assert got == [model.ref_ids(t) for t in texts]
+
+
 def test_end_of_generation(model):
     info = run_tool(model, "--info")
     tokens = model.meta["tokenizer.ggml.tokens"]
     eog = {tokens[i] for i in info["end_of_generation_ids"]}
     assert tokens[model.meta["tokenizer.ggml.eos_token_id"]] in eog
     assert ("<|im_end|>" if model.name == "smollm2" else "<end_of_turn>") in eog
+
+
+# --- pre-tokenizers alone, including those no default model uses ----------------------------------
+
+GPT2_REGEX = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+LLAMA3_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
+                r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+PRE_TOKENIZER_CORPUS = CORPUS + [
+    "  \n\n  x\r\n\r\n\ty  ", "'S 'T 'RE 'Ll 'D''' ' s", "A1b22c333d4444 ５６７", "x\u2028y\u0085z\u000bw",
+    ".\n\n(\r\n", "   \n", "\u00a0\u00a0a", "a\u0301b\u0308 ﬁ ǅ",
+]
+
+
+def reference_pre_tokenize(name, text):
+    from tokenizers import Regex, pre_tokenizers
+
+    if name == "smollm":
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                       pre_tokenizers.Split(Regex(GPT2_REGEX), behavior="isolated")])
+    else:
+        pattern = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX}[name]
+        pre = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+    return [w for w, _ in pre.pre_tokenize_str(text)]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "smollm", "llama3", "qwen2"])
+def test_pre_tokenizer_matches_reference_regex(name):
+    assert TOKENIZE.exists(), f"{TOKENIZE} is not built"
+    r = subprocess.run([str(TOKENIZE), "--pretokenize", name], input=json.dumps(PRE_TOKENIZER_CORPUS).encode(),
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    got = json.loads(r.stdout)["words"]
+    bad = [(t, g, reference_pre_tokenize(name, t)) for t, g in zip(PRE_TOKENIZER_CORPUS, got)
+           if g != reference_pre_tokenize(name, t)]
+    assert not bad, "\n".join(f"{t!r}:\n  fathom {g}\n  ref    {w}" for t, g, w in bad[:5])
 
 
 # --- chat templates -------------------------------------------------------------------------------

@@ -1,0 +1,127 @@
+// Chat template detection and rendering. The expected strings are what the reference Jinja
+// templates render (tests/e2e/test_tokenizer.py checks the same against transformers).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/model/chat_template.h"
+#include "engine/model/gguf.h"
+
+namespace fathom {
+namespace {
+
+// SmolLM2-135M-Instruct's tokenizer.chat_template, as stored in its GGUF.
+const std::string kSmolLM2Template =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+const std::string kSmolLM2System = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+const std::string kQwenStyleTemplate =
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud.<|im_end|>\\n' }}{%- endif %}";
+const std::string kGemmaSnippet = "{{ bos_token }}{% for m in messages %}{{ '<start_of_turn>' + role + '\n' }}{% endfor %}";
+const std::string kLlama3Snippet = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}";
+const std::string kLlama2Snippet = "{{ bos_token + '[INST] ' + '<<SYS>>\\n' + content.strip() + ' [/INST]' }}";
+
+std::vector<ChatMessage> conversation() {
+  return {{"system", "Be brief."}, {"user", " Hi there \n"}, {"assistant", "Hello!"}, {"user", "Bye"}};
+}
+
+TEST(ChatTemplate, DetectsFamilies) {
+  EXPECT_EQ(ChatTemplate::resolve(kSmolLM2Template, "", "").family(), ChatFamily::kChatML);
+  EXPECT_EQ(ChatTemplate::resolve(kGemmaSnippet, "", "<bos>").family(), ChatFamily::kGemma);
+  EXPECT_EQ(ChatTemplate::resolve(kLlama3Snippet, "", "<|begin_of_text|>").family(), ChatFamily::kLlama3);
+  EXPECT_EQ(ChatTemplate::resolve(kLlama2Snippet, "", "<s>").family(), ChatFamily::kLlama2);
+  EXPECT_STREQ(ChatTemplate::resolve(kGemmaSnippet, "", "<bos>").family_name(), "gemma");
+}
+
+TEST(ChatTemplate, ExplicitFamilyWins) {
+  const auto t = ChatTemplate::resolve(kSmolLM2Template, "llama3", "<|begin_of_text|>");
+  EXPECT_EQ(t.family(), ChatFamily::kLlama3);
+  EXPECT_EQ(ChatTemplate::resolve("", "gemma", "<bos>").family(), ChatFamily::kGemma);
+  EXPECT_EQ(ChatTemplate::resolve("", "chatml", "").default_system_prompt(), "");
+}
+
+TEST(ChatTemplate, UnknownTemplateOrFamilyIsAnError) {
+  EXPECT_THROW(ChatTemplate::resolve("{% for m in messages %}{{ m.content }}{% endfor %}", "", ""), Error);
+  EXPECT_THROW(ChatTemplate::resolve("", "", ""), Error);
+  EXPECT_THROW(ChatTemplate::resolve(kSmolLM2Template, "vicuna", ""), Error);
+}
+
+TEST(ChatTemplate, DefaultFamilyForArchitecture) {
+  EXPECT_EQ(default_family_for_architecture("gemma3"), "gemma");
+  EXPECT_EQ(default_family_for_architecture("gemma2"), "gemma");
+  EXPECT_EQ(default_family_for_architecture("gemma"), "gemma");
+  EXPECT_EQ(default_family_for_architecture("llama"), "");
+}
+
+TEST(ChatTemplate, ChatMLWithSmolLM2DefaultSystemPrompt) {
+  const auto t = ChatTemplate::resolve(kSmolLM2Template, "", "");
+  EXPECT_EQ(t.default_system_prompt(), kSmolLM2System);
+  EXPECT_FALSE(t.writes_bos());
+  EXPECT_EQ(t.apply({{"user", "Hi"}}),
+            "<|im_start|>system\n" + kSmolLM2System + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(t.apply(conversation(), /*add_generation_prompt=*/false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi there \n<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n");
+}
+
+TEST(ChatTemplate, ChatMLDefaultSystemFromEscapedLiteral) {
+  const auto t = ChatTemplate::resolve(kQwenStyleTemplate, "", "");
+  EXPECT_EQ(t.default_system_prompt(), "You are Qwen, created by Alibaba Cloud.");
+}
+
+TEST(ChatTemplate, Gemma) {
+  const auto t = ChatTemplate::resolve("", "gemma", "<bos>");
+  EXPECT_TRUE(t.writes_bos());
+  EXPECT_EQ(t.apply(conversation()),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(t.apply({{"user", "\t x \n"}}, false), "<bos><start_of_turn>user\nx<end_of_turn>\n");
+  EXPECT_THROW(t.apply({{"user", "a"}, {"user", "b"}}), Error);  // the template raises: roles must alternate
+  EXPECT_THROW(t.apply({{"assistant", "a"}}), Error);
+}
+
+TEST(ChatTemplate, Llama3) {
+  const auto t = ChatTemplate::resolve(kLlama3Snippet, "", "<|begin_of_text|>");
+  EXPECT_EQ(t.apply({{"system", "S "}, {"user", " U"}}),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplate, Llama2) {
+  const auto t = ChatTemplate::resolve(kLlama2Snippet, "", "<s>");
+  EXPECT_EQ(t.apply(conversation()),
+            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi there [/INST] Hello! </s><s>[INST] Bye [/INST]");
+}
+
+TEST(ChatTemplate, EmptyMessagesAndUnknownRolesAreErrors) {
+  for (const char* family : {"chatml", "gemma", "llama2", "llama3"}) {
+    const auto t = ChatTemplate::resolve("", family, "<s>");
+    EXPECT_THROW(t.apply({}), Error) << family;
+    EXPECT_THROW(t.apply({{"wizard", "hi"}}), Error) << family;
+  }
+}
+
+TEST(ChatTemplate, SmolLM2GgufTemplateIsDetected) {
+  auto file = GgufFile::open(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
+  const auto text = file->get_string("tokenizer.chat_template");
+  ASSERT_TRUE(text.has_value());
+  EXPECT_EQ(*text, kSmolLM2Template);
+  const auto t = ChatTemplate::resolve(*text, "", "");
+  EXPECT_EQ(t.family(), ChatFamily::kChatML);
+  EXPECT_EQ(t.default_system_prompt(), kSmolLM2System);
+}
+
+TEST(ChatTemplate, GemmaGgufHasNoTemplateAndFallsBackByArchitecture) {
+  auto file = GgufFile::open(std::string(FATHOM_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf");
+  EXPECT_FALSE(file->get_string("tokenizer.chat_template").has_value());
+  const std::string arch = file->get_string("general.architecture").value_or("");
+  EXPECT_EQ(default_family_for_architecture(arch), "gemma");
+}
+
+}  // namespace
+}  // namespace fathom
