@@ -21,6 +21,9 @@ enum class GgufValueType : uint32_t {
   STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
 
+// "uint8", "float32", "string", "array", ... (as in the GGUF spec).
+const char* gguf_type_name(GgufValueType t);
+
 struct GgufArray;
 // One metadata value. Integers of every width are kept in their own alternative so that
 // the original type is known; use the typed getters of GgufFile for convenient access.
