@@ -217,6 +217,28 @@ def test_encode_without_special_matches_reference(model):
     _compare(model, got, parse_special=False, add_bos=False)
 
 
+def random_corpus(n=600, seed=7):
+    """Seeded random strings over a pool of the hard cases (scripts, marks, ZWJ, specials, spaces)."""
+    import random
+
+    pool = list("aAbZz09 '  \t\n\r.,!?-_()[]{}<>|/\\\"#@$%^&*+=~`") + list("éñüßøçÆœ")
+    pool += list("Привет日本語中文한국어مرحباשלוםภาษา") + ["😀", "👨‍👩‍👧", "🇺🇸", "\u200d", "\u0301", "\u00a0", "\u3000",
+                                                      "١", "५", "½", "Ⅻ", "𠀀", "𝔘", "'s", "'LL", "  ", "\n\n", "    "]
+    pool += ["<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>", "<td>", "</div>", "<bos>"]
+    rng = random.Random(seed)
+    return ["".join(rng.choice(pool) for _ in range(rng.randint(1, 60))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("parse_special", [True, False])
+def test_random_corpus_matches_reference(model, parse_special):
+    texts = random_corpus()
+    flags = [] if parse_special else ["--no-special"]
+    got = run_tool(model, "--batch", *flags, stdin=json.dumps(texts))["ids"]
+    bad = [(t, g) for t, g in zip(texts, got) if g != model.ref_ids(t, parse_special=parse_special)]
+    assert not bad, "\n".join(f"{t!r}:\n  fathom {g}\n  ref    {model.ref_ids(t, parse_special=parse_special)}"
+                              for t, g in bad[:5])
+
+
 def test_single_text_from_stdin(model):
     text = CORPUS[7]
     assert run_tool(model, stdin=text)["ids"] == model.ref_ids(text)
@@ -296,7 +318,7 @@ QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 PRE_TOKENIZER_CORPUS = CORPUS + [
     "  \n\n  x\r\n\r\n\ty  ", "'S 'T 'RE 'Ll 'D''' ' s", "A1b22c333d4444 ５６７", "x\u2028y\u0085z\u000bw",
     ".\n\n(\r\n", "   \n", "\u00a0\u00a0a", "a\u0301b\u0308 ﬁ ǅ",
-]
+] + random_corpus(300, seed=11)
 
 
 def reference_pre_tokenize(name, text):
