@@ -1,0 +1,238 @@
+"""HTTP error handling: every malformed or refused request gets the right status and the OpenAI
+error shape {"error": {"message", "type", "param", "code"}}, and the server keeps serving.
+
+The module's server runs with an API key and a small body limit; a second, short-lived server
+checks 429 (queue full) and the SIGTERM drain (503 for new requests, running streams finish,
+exit status 0).
+"""
+import concurrent.futures as cf
+import json
+import signal
+import threading
+import time
+
+import openai
+import pytest
+import requests
+
+from server_fixture import ServerProcess
+
+KEY = "test-key-123"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+MAX_BODY = 65536
+
+
+@pytest.fixture(scope="module")
+def server(fathom_bin, smollm2_path):
+    with ServerProcess(fathom_bin, smollm2_path,
+                       extra_args=["--api-key", KEY, "--max-body-bytes", MAX_BODY, "--max-tokens-limit", 1000]) as s:
+        yield s
+    assert s.returncode == 0, s.stderr
+
+
+@pytest.fixture(autouse=True)
+def still_serving(request):
+    """After every test of this module, the server still answers a real generation."""
+    yield
+    if "server" not in request.fixturenames:
+        return
+    server = request.getfixturevalue("server")
+    assert server.alive(), server.stderr
+    r = requests.post(f"{server.base_url}/v1/completions", headers=AUTH, timeout=300,
+                      json={"prompt": "Hello", "max_tokens": 1, "temperature": 0})
+    assert r.status_code == 200, r.text
+
+
+def send(server, path="/v1/completions", body=None, raw=None, headers=AUTH, method="POST"):
+    data = raw if raw is not None else json.dumps(body).encode()
+    return requests.request(method, f"{server.base_url}{path}", data=data, timeout=300,
+                            headers={"Content-Type": "application/json", **headers})
+
+
+def assert_error(r, status, param=None, phrase=None):
+    assert r.status_code == status, (r.status_code, r.text)
+    assert r.headers["Content-Type"].startswith("application/json")
+    body = r.json()
+    assert set(body) == {"error"}
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}, err
+    assert isinstance(err["message"], str) and err["message"]
+    assert isinstance(err["type"], str) and err["type"]
+    if param is not None:
+        assert err["param"] == param, err
+    if phrase is not None:
+        assert phrase.lower() in err["message"].lower(), err
+    return err
+
+
+# -- malformed and invalid requests ---------------------------------------------------------------
+
+@pytest.mark.parametrize("raw", [b"{", b"not json", b"", b'{"prompt": "x",}', b"\xff\xfe{}", b"[" * 50000,
+                                 b'"just a string"', b"[1, 2]"])
+def test_malformed_json(server, raw):
+    err = assert_error(send(server, raw=raw), 400)
+    assert err["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": 5}, "prompt"),
+    ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),  # a list of prompts is not supported
+    ("/v1/completions", {"prompt": [1, -3]}, "prompt"),
+    ("/v1/completions", {"prompt": [10 ** 9]}, "prompt"),
+    ("/v1/completions", {}, "prompt"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": "ten"}, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ("/v1/completions", {"prompt": "x", "temperature": "hot"}, "temperature"),
+    ("/v1/completions", {"prompt": "x", "temperature": 5}, "temperature"),
+    ("/v1/completions", {"prompt": "x", "top_p": 0}, "top_p"),
+    ("/v1/completions", {"prompt": "x", "n": "2"}, "n"),
+    ("/v1/completions", {"prompt": "x", "n": 1000}, "n"),
+    ("/v1/completions", {"prompt": "x", "stop": 5}, "stop"),
+    ("/v1/completions", {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ("/v1/completions", {"prompt": "x", "stream": "yes"}, "stream"),
+    ("/v1/completions", {"prompt": "x", "seed": 1.5}, "seed"),
+    ("/v1/completions", {"prompt": "x", "logprobs": 100}, "logprobs"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 1000}}, "logit_bias"),
+    ("/v1/completions", {"prompt": "x", "fathom": {"attention": "sparq"}}, "fathom.attention"),
+    ("/v1/completions", {"prompt": "x", "fathom": {"bogus": 1}}, "fathom.bogus"),
+    ("/v1/completions", {"prompt": "x", "echo": True}, "echo"),
+    ("/v1/chat/completions", {"messages": []}, "messages"),
+    ("/v1/chat/completions", {"messages": "hi"}, "messages"),
+    ("/v1/chat/completions", {}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}, 3]}, "messages[1]"),
+    ("/v1/chat/completions", {"messages": [{"role": 7, "content": "x"}]}, "messages[0].role"),
+    ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": 1}, "logprobs"),
+])
+def test_invalid_fields(server, path, body, param):
+    err = assert_error(send(server, path, body), 400, param=param)
+    assert err["type"] == "invalid_request_error"
+
+
+def test_max_tokens_beyond_context(server):
+    ctx = send(server, "/v1/models", method="GET").json()["data"][0]["max_model_len"]
+    assert_error(send(server, body={"prompt": "Hello there", "max_tokens": ctx}), 400, param="max_tokens",
+                 phrase="context")
+
+
+def test_max_tokens_beyond_limit(server):
+    assert_error(send(server, body={"prompt": "Hello", "max_tokens": 1001}), 400, param="max_tokens", phrase="1000")
+
+
+def test_prompt_longer_than_context(server):
+    ctx = send(server, "/v1/models", method="GET").json()["data"][0]["max_model_len"]
+    assert_error(send(server, body={"prompt": [1] * (ctx + 5), "max_tokens": 1}), 400, param="prompt",
+                 phrase="context")
+
+
+def test_unknown_model(server):
+    err = assert_error(send(server, body={"model": "gpt-4o", "prompt": "x"}), 404, param="model")
+    assert err["code"] == "model_not_found"
+
+
+def test_unknown_route(server):
+    assert_error(send(server, "/v1/embeddings", {"input": "x"}), 404)
+    assert_error(send(server, "/nothing/here", method="GET"), 404)
+
+
+def test_oversized_body(server):
+    body = json.dumps({"prompt": "a" * (MAX_BODY + 1000)}).encode()
+    err = assert_error(send(server, raw=body), 413)
+    assert err["code"] == "request_too_large"
+
+
+# -- API keys -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY},
+                                     {"Authorization": f"Basic {KEY}"}])
+def test_api_key_required(server, headers):
+    for path, method in [("/v1/completions", "POST"), ("/v1/chat/completions", "POST"), ("/v1/models", "GET"),
+                         ("/tokenize", "POST")]:
+        err = assert_error(send(server, path, {"prompt": "x"}, headers=headers, method=method), 401)
+        assert err["code"] == "invalid_api_key"
+
+
+def test_health_and_metrics_open_without_key(server):
+    assert requests.get(f"{server.base_url}/health", timeout=10).status_code == 200
+    assert requests.get(f"{server.base_url}/metrics", timeout=10).status_code == 200
+
+
+def test_openai_client_errors(server):
+    good = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=KEY, max_retries=0, timeout=300)
+    bad = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="nope", max_retries=0, timeout=300)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    with pytest.raises(openai.NotFoundError) as e:
+        good.completions.create(model="no-such-model", prompt="x", max_tokens=1)
+    assert e.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as e:
+        good.chat.completions.create(model="smollm2-135m-instruct-q4_1", messages=[], max_tokens=1)
+    assert e.value.body["param"] == "messages"
+    assert good.models.list().data[0].id == "smollm2-135m-instruct-q4_1"
+
+
+# -- queue full and drain (own server) --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_server(fathom_bin, smollm2_path):
+    s = ServerProcess(fathom_bin, smollm2_path, extra_args=["--max-num-seqs", 2, "--max-queue", 1,
+                                                            "--drain-timeout-ms", 120000])
+    s.start()
+    yield s
+    s.stop()
+
+
+def completion(server, max_tokens, stream=False):
+    body = {"prompt": "Count slowly:", "max_tokens": max_tokens, "temperature": 0, "stream": stream,
+            "fathom": {"ignore_eos": True}}
+    return requests.post(f"{server.base_url}/v1/completions", json=body, timeout=300, stream=stream)
+
+
+def test_queue_full_is_429(small_server):
+    with cf.ThreadPoolExecutor(10) as pool:
+        responses = list(pool.map(lambda _: completion(small_server, 12), range(10)))
+    statuses = [r.status_code for r in responses]
+    assert set(statuses) <= {200, 429}, statuses
+    assert 429 in statuses and 200 in statuses, statuses
+    for r in responses:
+        if r.status_code == 429:
+            assert_error(r, 429)
+            assert int(r.headers["Retry-After"]) >= 1
+
+
+def test_sigterm_drains(small_server):
+    # Two streams in flight (both admitted: max_num_seqs = 2), then SIGTERM.
+    streams = [completion(small_server, 24, stream=True) for _ in range(2)]
+    iters = [r.iter_lines() for r in streams]
+    for it in iters:  # wait until both have produced their first chunk
+        assert next(l for l in it if l).startswith(b"data: ")
+    small_server.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while requests.get(f"{small_server.base_url}/health", timeout=10).status_code == 200:
+        assert time.monotonic() < deadline, "health never left 'ready' after SIGTERM"
+        time.sleep(0.05)
+    h = requests.get(f"{small_server.base_url}/health", timeout=10)
+    assert h.status_code == 503 and h.json() == {"status": "draining"}
+    r = completion(small_server, 4)
+    assert_error(r, 503)
+    assert "Retry-After" in r.headers
+
+    results = [None, None]
+
+    def finish(i):
+        lines = [l for l in iters[i] if l]
+        results[i] = lines
+
+    threads = [threading.Thread(target=finish, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    for lines in results:
+        assert lines and lines[-1] == b"data: [DONE]"
+        finals = [json.loads(l[6:]) for l in lines[:-1]]
+        assert finals[-1]["choices"][0]["finish_reason"] == "length"
+    assert small_server.wait(120) == 0, small_server.stderr
+    assert "drained" in small_server.stderr
