@@ -220,10 +220,12 @@ class FathomService final : public pb::Fathom::Service {
                         grpc::ServerWriter<pb::GenerateResponse>* writer) override {
     std::shared_ptr<RequestHandle> handle;
     int32_t n = 1;
+    RequestUsage counted;  // what this call saw, for the log line when the engine's usage is not final
     const Clock::time_point start = Clock::now();
     try {
       Request request = to_engine_request(*in, engine_.model(), config_);
       n = request.n;
+      counted.prompt_tokens = static_cast<int32_t>(request.prompt.size());
       handle = engine_.submit(std::move(request));
     } catch (...) {
       return status_from_exception();
@@ -236,7 +238,7 @@ class FathomService final : public pb::Fathom::Service {
     while (unfinished > 0) {
       if (ctx->IsCancelled()) {
         handle->cancel();
-        log_request(*handle, "client-cancelled", ttft_ms);
+        log_request(*handle, counted, "client-cancelled", ttft_ms);
         return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
       }
       if (!handle->next(ev, kPollInterval)) {
@@ -245,9 +247,10 @@ class FathomService final : public pb::Fathom::Service {
       }
       if (ev.finish == FinishReason::kError) {
         handle->cancel();
-        log_request(*handle, "error", ttft_ms);
+        log_request(*handle, counted, "error", ttft_ms);
         return grpc::Status(grpc::StatusCode::INTERNAL, ev.error.empty() ? "generation failed" : ev.error);
       }
+      counted.completion_tokens += static_cast<int32_t>(ev.token_ids.size());
       if (!ttft_ms && !ev.token_ids.empty())
         ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       pb::GenerateResponse out;
@@ -260,7 +263,7 @@ class FathomService final : public pb::Fathom::Service {
       if (unfinished == 0) fill_usage(handle->usage(), out);
       if (!writer->Write(out)) {  // the client went away
         handle->cancel();
-        log_request(*handle, "write-failed", ttft_ms);
+        log_request(*handle, counted, "write-failed", ttft_ms);
         return grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed");
       }
     }
@@ -269,7 +272,7 @@ class FathomService final : public pb::Fathom::Service {
       fill_usage(handle->usage(), out);
       writer->Write(out);
     }
-    log_request(*handle, finish, ttft_ms);
+    log_request(*handle, handle->usage(), finish, ttft_ms);
     return grpc::Status::OK;
   }
 
@@ -294,8 +297,8 @@ class FathomService final : public pb::Fathom::Service {
   }
 
  private:
-  void log_request(const RequestHandle& handle, const std::string& finish, std::optional<double> ttft_ms) {
-    const RequestUsage u = handle.usage();
+  void log_request(const RequestHandle& handle, const RequestUsage& u, const std::string& finish,
+                   std::optional<double> ttft_ms) {
     spdlog::info("grpc request {}: prompt {} (cached {}) completion {} ttft {} finish {}", handle.id(),
                  u.prompt_tokens, u.cached_prompt_tokens, u.completion_tokens,
                  ttft_ms ? fmt::format("{:.1f} ms", *ttft_ms) : std::string("-"), finish);
