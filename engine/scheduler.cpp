@@ -175,6 +175,7 @@ bool Scheduler::swap_in(Sequence& seq) {
   seq.swapped_kv.clear();
   seq.swapped_kv.shrink_to_fit();
   seq.state = SeqState::kRunning;
+  FATHOM_CHECK(ensure_room(seq, static_cast<int32_t>(seq.tokens.size())));  // the pending token's slot
   return true;
 }
 
@@ -407,13 +408,16 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail) {
 }
 
 void Scheduler::reap_cancelled() {
+  bool any = false;
   for (auto& r : requests_) {
     if (!r->handle->cancelled()) continue;
+    any = true;
     for (size_t i = 0; i < r->seqs.size(); ++i)  // finish() may not add sequences, index is stable
       if (r->seqs[i]->state != SeqState::kFinished && r->unfinished > 0) finish(*r->seqs[i], FinishReason::kCancelled);
   }
   requests_.erase(std::remove_if(requests_.begin(), requests_.end(), [](auto& r) { return r->unfinished == 0; }),
                   requests_.end());
+  if (any) update_gauges();  // an idle engine runs no further step to refresh them
 }
 
 void Scheduler::cancel_all() {
