@@ -1,13 +1,13 @@
 // The only translation unit that includes libsentencepiece's header (see the .h for why).
 #include "engine/model/sentencepiece_tokenizer.h"
 
-#include <sentencepiece_processor.h>
 
 #include <cmath>
 #include <cstring>
 
 #include "engine/error.h"
 #include "engine/model/gguf.h"
+#include "engine/model/sentencepiece_module.h"
 
 namespace fathom {
 namespace {
@@ -121,7 +121,7 @@ std::string build_sentencepiece_model_proto(const std::vector<std::string>& piec
 }
 
 struct SentencePieceTokenizer::Impl {
-  sentencepiece::SentencePieceProcessor processor;
+  std::unique_ptr<SentencePieceModule> processor;  // libsentencepiece, isolated in its own module
   std::vector<std::string> text_of;  // per token: its text (U+2581 -> space, byte tokens -> the byte)
 };
 
@@ -174,10 +174,13 @@ SentencePieceTokenizer::SentencePieceTokenizer(const GgufFile& file) : impl_(std
     if (token_types_[id] == kNormal && scores[id] != std::floor(scores[id])) spec.bpe = false;
 
   const std::string proto = build_sentencepiece_model_proto(pieces_, scores, token_types_, spec);
-  const auto status = impl_->processor.LoadFromSerializedProto(proto);
-  if (!status.ok()) throw Error(file.path() + ": sentencepiece rejected the vocabulary: " + status.ToString());
-  if (impl_->processor.GetPieceSize() != static_cast<int>(n))
-    throw Error(file.path() + ": sentencepiece loaded " + std::to_string(impl_->processor.GetPieceSize()) + " of " +
+  try {
+    impl_->processor = std::make_unique<SentencePieceModule>(proto);
+  } catch (const Error& e) {
+    throw Error(file.path() + ": " + e.what());
+  }
+  if (impl_->processor->piece_size() != static_cast<int>(n))
+    throw Error(file.path() + ": sentencepiece loaded " + std::to_string(impl_->processor->piece_size()) + " of " +
                 std::to_string(n) + " tokens");
 
   impl_->text_of.resize(n);
@@ -212,8 +215,7 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text, const
       ids.push_back(span.special_id);
       continue;
     }
-    const auto status = impl_->processor.Encode(absl::string_view(span.text.data(), span.text.size()), &piece_ids);
-    if (!status.ok()) throw Error("sentencepiece encode failed: " + status.ToString());
+    piece_ids = impl_->processor->encode(span.text);
     ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
   }
   return ids;

@@ -4,8 +4,8 @@
 // Control tokens are split out of the text here first (they never come out of sentencepiece);
 // user-defined tokens (Gemma's "\n\n", "<td>", space runs) are matched by sentencepiece itself.
 //
-// libsentencepiece's header is included only by the .cpp: Debian's copy declares its own
-// absl::string_view, which clashes with real abseil (gRPC) in any translation unit seeing both.
+// libsentencepiece runs inside a dlopen()ed module (sentencepiece_module.h): its bundled
+// protobuf would otherwise collide with gRPC's in one process.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,7 +37,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string token_bytes(int32_t id) const override;
 
  private:
-  struct Impl;  // owns the sentencepiece::SentencePieceProcessor
+  struct Impl;  // owns the SentencePieceModule
   std::unique_ptr<Impl> impl_;
 };
 
