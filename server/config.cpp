@@ -22,7 +22,10 @@ class ObjectReader {
  public:
   ObjectReader(const json& object, std::string path, const std::string& origin)
       : object_(object), path_(std::move(path)), origin_(origin) {
-    if (!object_.is_object()) fail(path_.empty() ? "the top level" : path_, "must be an object");
+    if (!object_.is_object()) {
+      if (path_.empty()) throw Error(origin_ + ": the top level must be a JSON object");
+      fail(path_, "must be an object");
+    }
   }
 
   bool has(const std::string& key) {

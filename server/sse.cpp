@@ -11,6 +11,10 @@ namespace {
 
 // How long to wait for an event before checking on the client again.
 constexpr std::chrono::milliseconds kPollInterval(100);
+// A queued or slow stream sends an SSE comment after this much silence: a socket whose peer
+// has gone still polls writable, so only a write notices the client left (and cancels).
+constexpr std::chrono::seconds kKeepAliveInterval(2);
+constexpr const char* kSseKeepAlive = ": keep-alive\n\n";
 
 double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -90,10 +94,15 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
     return false;
   };
   StreamEvent event;
+  auto last_write = std::chrono::steady_clock::now();
   for (;;) {
     if (!handle_->next(event, kPollInterval)) {
       if (handle_->done()) break;
       if (!client_alive()) return gone();
+      if (std::chrono::steady_clock::now() - last_write >= kKeepAliveInterval) {
+        if (!write(kSseKeepAlive)) return gone();
+        last_write = std::chrono::steady_clock::now();
+      }
       continue;
     }
     note_event(event);
@@ -107,6 +116,7 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
     // Nothing to say yet (a stop string may be forming): wait for the next event.
     if (event.text.empty() && event.finish == FinishReason::kNone && !has_logprobs && !first[c]) continue;
     if (!write(sse_frame(stream_chunk(req_, meta_, event, first[c], text_offset[c], tokenizer_)))) return gone();
+    last_write = std::chrono::steady_clock::now();
     first[c] = false;
   }
   if (req_.include_usage && !write(sse_frame(usage_chunk(req_, meta_, handle_->usage())))) return gone();

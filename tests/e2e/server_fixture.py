@@ -7,6 +7,10 @@ The server is started with `--port 0`; the port is read from its stdout line
 "fathom: HTTP listening on HOST:PORT" (and "fathom: gRPC listening on HOST:PORT" when gRPC is
 on), then /health is polled until it answers 200. Leaving the block sends SIGTERM and waits for
 the process to exit; `returncode` and the captured `stdout` / `stderr` remain readable.
+
+Unless extra_args give --threads, the server computes on one thread ($FATHOM_TEST_THREADS
+overrides): on a shared, oversubscribed 2-core machine a 2-thread forward pass is several times
+slower (a descheduled worker stalls every matmul), and results do not depend on the count.
 """
 import os
 import re
@@ -52,6 +56,8 @@ class ServerProcess:
 
     def start(self):
         cmd = [str(self.binary), "serve", "--model", str(self.model), "--port", "0", *self.extra_args]
+        if not any(a == "--threads" or a.startswith("--threads=") for a in self.extra_args):
+            cmd += ["--threads", os.environ.get("FATHOM_TEST_THREADS", "1")]
         env = dict(os.environ, **(self.env or {}))
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, errors="replace", env=env, cwd=str(REPO_ROOT))

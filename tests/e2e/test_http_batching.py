@@ -38,7 +38,9 @@ def server(fathom_bin, smollm2_path):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=600)
+    c = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=600)
+    yield c
+    c.close()  # idle keep-alive connections would hold up the server's shutdown
 
 
 def run(client, i, stream):
