@@ -170,6 +170,11 @@ int run_serve(int argc, char** argv) {
     std::printf("fathom: gRPC listening on %s:%d\n", config.host.c_str(), grpc->port());
     std::fflush(stdout);
   }
+  // Whatever happens from here on, HTTP handlers stop before the engine and model they use go.
+  struct StopHttpFirst {
+    HttpServer& http;
+    ~StopHttpFirst() { http.stop(); }
+  } stop_http_first{http};
   http.set_ready(engine, *model);
   spdlog::info("ready: {} on http://{}:{}", config.model_name, config.host, http_port);
 
