@@ -1,0 +1,72 @@
+"""Shared fixtures for the end-to-end tests: repo root, build dir, the fathom binary, models.
+
+Nothing here skips: a missing binary or model is a test failure ("build it first"), never a skip.
+"""
+import os
+import sys
+from pathlib import Path
+
+# Before anything imports numpy: one OpenBLAS thread. The reference model's matrices are small,
+# and on a shared 2-core machine OpenBLAS's spinning threads make them several times slower.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# tests/reference/numpy_model.py is importable as `numpy_model`
+sys.path.insert(0, str(REPO_ROOT / "tests" / "reference"))
+
+MODEL_FILES = {
+    "smollm2": "smollm2-135m-instruct-q4_1.gguf",
+    "gemma3": "gemma-3-270m-q4_k_m.gguf",
+}
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def build_dir(repo_root) -> Path:
+    """$FATHOM_BUILD (default "build"), relative to the repo root unless absolute."""
+    return repo_root / os.environ.get("FATHOM_BUILD", "build")
+
+
+@pytest.fixture(scope="session")
+def fathom_bin(build_dir) -> Path:
+    path = build_dir / "fathom"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"fathom binary not found at {path}: build it first (make build, or set "
+                    f"FATHOM_BUILD to the build directory)", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cache_dir(repo_root) -> Path:
+    d = repo_root / ".cache" / "reference"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _model_path(name: str) -> Path:
+    path = REPO_ROOT / "models" / MODEL_FILES[name]
+    if not path.is_file():
+        pytest.fail(f"model {path} missing: run make setup (scripts/setup.sh)", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def model_paths() -> dict:
+    """{"smollm2": Path, "gemma3": Path} of the two default models."""
+    return {name: _model_path(name) for name in MODEL_FILES}
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    return _model_path("smollm2")
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    return _model_path("gemma3")
