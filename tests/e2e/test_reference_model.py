@@ -178,7 +178,9 @@ def test_greedy_matches_reference(model, prompt, fathom_bin, model_paths, cache_
     ref = reference(m, model, ids, cache_dir)
     stdout = run_fathom(fathom_bin, "generate", "--model", model_paths[model],
                         "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", N_GEN,
-                        "--temperature", "0", "--json")
+                        "--temperature", "0", "--json",
+                        # f32 compute and f32 KV: the reference comparison mode
+                        "--precision", "f32", "--kv-dtype", "f32")
     try:
         res = json.loads(stdout)
     except json.JSONDecodeError:
