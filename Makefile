@@ -5,7 +5,7 @@ PY    := .venv/bin/python
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 FUZZ_SECONDS ?= 30
 
-.PHONY: all setup build test unit pytest fuzz serve bench clean
+.PHONY: all setup build test fuzz serve chat bench clean
 
 all: build
 
@@ -16,8 +16,12 @@ build: setup
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
-# Interactive chat on the default model (the HTTP server replaces this in the serving issue).
+# The OpenAI-compatible server on the default model: HTTP on 127.0.0.1:8080, gRPC on 50051.
 serve: build
+	./$(BUILD)/fathom serve --config configs/default.json $(SERVE_ARGS)
+
+# An interactive terminal chat on the default model.
+chat: build
 	./$(BUILD)/fathom chat --model $(MODEL)
 
 test: build
