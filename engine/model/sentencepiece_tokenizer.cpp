@@ -1,6 +1,6 @@
-// The only translation unit that includes libsentencepiece's header (see the .h for why).
+// SentencePiece tokenizer: the ModelProto writer, and encode/decode around the processor that
+// runs in the dlopen()ed module (sentencepiece_module.h says why it is isolated).
 #include "engine/model/sentencepiece_tokenizer.h"
-
 
 #include <cmath>
 #include <cstring>
