@@ -1,10 +1,15 @@
-// bench_matmul [--quick] [--csv]
-// Decode (M = 1): GB/s of weight bytes streamed, per format, precision and thread count, next
+// bench_matmul [--quick] [--csv] [FORMAT...]
+// Decode (M = 1): GB/s of weight bytes streamed per format, precision and thread count, next
 // to the machine's measured read bandwidth (the roofline: decode is bandwidth bound).
-// The weights rotate over enough copies (>= 384 MB) that every call reads from DRAM, as in a
-// real decode step over a whole model; "hot" repeats one copy (cache-resident for small
-// matrices) for comparison.
+// The weights rotate over enough copies (>= 384 MB, past the L3) that every call reads from
+// DRAM, as a decode step over a whole model does; "hot" repeats one copy (cache-resident for
+// small matrices) for comparison.
 // Prefill (M = 64): GFLOP/s (2 M N K per call) per format, precision and thread count.
+//
+// Every call is timed on its own. On a shared machine other processes steal the cores now
+// and then, so each figure is printed twice: at the median call and at the best call (p5,
+// the 5th percentile of call times: the speed when the kernel had the cores to itself).
+// The roofline is measured the same way (4 MB chunks).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,12 +27,25 @@ namespace {
 using namespace fathom;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+struct Rate {
+  double median = 0, best = 0;  // units per second
+};
+
+// Times `calls` invocations of body(i) one by one; rate = units_per_call / call time.
+template <typename Body>
+Rate time_calls(int calls, double units_per_call, Body body) {
+  std::vector<double> t(calls);
+  for (int i = 0; i < calls; ++i) {
+    const auto t0 = Clock::now();
+    body(i);
+    t[i] = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  std::sort(t.begin(), t.end());
+  return {units_per_call / t[calls / 2], units_per_call / t[calls / 20]};
 }
 
-// Random weights with sane f16 scales (every 2-byte field that could be a scale gets a small
-// half value; quant bytes stay random). Only speed matters here.
+// Random weights with small f16 scales (every scale field; quant bytes stay random).
+// Only speed matters here.
 std::vector<uint8_t> make_weights(GgmlType t, int64_t N, int64_t K, std::mt19937& rng) {
   std::vector<uint8_t> w(ggml_row_size(t, K) * N);
   for (auto& b : w) b = static_cast<uint8_t>(rng());
@@ -41,8 +59,7 @@ std::vector<uint8_t> make_weights(GgmlType t, int64_t N, int64_t K, std::mt19937
     const int64_t ts = ggml_info(t).type_size;
     const uint16_t s = ref::fp32_to_fp16(0.01f);
     for (size_t b = 0; b < w.size(); b += ts) {
-      if (t == GgmlType::Q6_K) std::memcpy(&w[b + 208], &s, 2);
-      else std::memcpy(&w[b], &s, 2);
+      std::memcpy(&w[b + (t == GgmlType::Q6_K ? 208 : 0)], &s, 2);
       if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K)
         std::memcpy(&w[b + 2], &s, 2);
     }
@@ -50,26 +67,24 @@ std::vector<uint8_t> make_weights(GgmlType t, int64_t N, int64_t K, std::mt19937
   return w;
 }
 
-// Multi-threaded read bandwidth (GB/s) over `bytes`.
-double read_bandwidth(ThreadPool& pool, size_t bytes) {
-  std::vector<uint64_t> buf(bytes / 8, 1);
+// Read bandwidth (GB/s) over a 256 MB buffer in 4 MB chunks split over the pool's threads.
+Rate read_bandwidth(ThreadPool& pool) {
+  const size_t chunk = (4u << 20) / 8, chunks = 64;
+  std::vector<uint64_t> buf(chunk * chunks, 1);
   std::vector<uint64_t> sums(pool.size(), 0);
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    pool.parallel_for(static_cast<int64_t>(buf.size()), [&](int64_t b, int64_t e, int t) {
+  return time_calls(static_cast<int>(chunks * 4), chunk * 8 / 1e9, [&](int c) {
+    const uint64_t* base = buf.data() + (c % chunks) * chunk;
+    pool.parallel_for(static_cast<int64_t>(chunk), [&](int64_t b, int64_t e, int t) {
       uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
       for (int64_t i = b; i + 4 <= e; i += 4) {
-        s0 += buf[i];
-        s1 += buf[i + 1];
-        s2 += buf[i + 2];
-        s3 += buf[i + 3];
+        s0 += base[i];
+        s1 += base[i + 1];
+        s2 += base[i + 2];
+        s3 += base[i + 3];
       }
       sums[t] += s0 + s1 + s2 + s3;
     }, 4096);
-    best = std::max(best, bytes / seconds_since(t0) / 1e9);
-  }
-  return best;
+  });
 }
 
 struct Case {
@@ -79,11 +94,12 @@ struct Case {
 };
 
 bool g_csv = false;
+const char* precision_name(cpu::Precision p) { return p == cpu::Precision::kF32 ? "f32" : "q8"; }
 
-void bench_decode(const Case& c, ThreadPool& pool, cpu::Precision p, std::mt19937& rng, double roof,
+void bench_decode(const Case& c, ThreadPool& pool, cpu::Precision p, std::mt19937& rng, const Rate& roof,
                   bool quick) {
   const size_t bytes = ggml_row_size(c.type, c.K) * c.N;
-  const size_t target = quick ? (64u << 20) : (384u << 20);
+  const size_t target = quick ? (128u << 20) : (384u << 20);
   const int copies = static_cast<int>(std::max<size_t>(1, (target + bytes - 1) / bytes));
   std::vector<std::vector<uint8_t>> ws;
   ws.push_back(make_weights(c.type, c.N, c.K, rng));
@@ -91,22 +107,23 @@ void bench_decode(const Case& c, ThreadPool& pool, cpu::Precision p, std::mt1993
   std::vector<float> x(c.K), y(c.N);
   for (auto& v : x) v = static_cast<float>(rng() % 2000) * 1e-3f - 1.0f;
   auto run = [&](bool rotate) {
-    const int calls = rotate ? copies * (quick ? 2 : 4) : std::max(20, static_cast<int>((200u << 20) / bytes));
+    const int calls = std::max(rotate ? copies * (quick ? 1 : 2) : 0, 40);
     cpu::matmul(pool, c.type, ws[0].data(), c.N, c.K, x.data(), 1, y.data(), p);  // warm-up
-    const auto t0 = Clock::now();
-    for (int i = 0; i < calls; ++i)
+    return time_calls(calls, bytes / 1e9, [&](int i) {
       cpu::matmul(pool, c.type, ws[rotate ? i % copies : 0].data(), c.N, c.K, x.data(), 1, y.data(), p);
-    return static_cast<double>(bytes) * calls / seconds_since(t0) / 1e9;
+    });
   };
-  const double cold = run(true), hot = run(false);
-  const char* pn = p == cpu::Precision::kF32 ? "f32" : "q8";
+  const Rate cold = run(true), hot = run(false);
   if (g_csv) {
-    std::printf("decode,%s,%s,%lld,%lld,%d,%.2f,%.2f,%.2f\n", ggml_type_name(c.type), pn, static_cast<long long>(c.N),
-                static_cast<long long>(c.K), pool.size(), cold, hot, roof);
+    std::printf("decode,%s,%s,%lld,%lld,%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f\n", ggml_type_name(c.type),
+                precision_name(p), static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(),
+                cold.median, cold.best, hot.median, hot.best, roof.median, roof.best);
   } else {
-    std::printf("  %-5s %-4s %-16s thr %d  %6.2f GB/s (%3.0f%% of %5.1f)  hot %6.2f GB/s  %.2f ms/call\n",
-                ggml_type_name(c.type), pn, c.what, pool.size(), cold, 100 * cold / roof, roof, hot,
-                bytes / cold / 1e6);
+    std::printf("  %-5s %-3s %-16s thr %d | median %6.2f GB/s (%3.0f%% of %4.1f) | best %6.2f GB/s (%3.0f%% of %4.1f)"
+                " | hot %6.2f / %6.2f\n",
+                ggml_type_name(c.type), precision_name(p), c.what, pool.size(), cold.median,
+                100 * cold.median / roof.median, roof.median, cold.best, 100 * cold.best / roof.best, roof.best,
+                hot.median, hot.best);
   }
 }
 
@@ -115,22 +132,21 @@ void bench_prefill(const Case& c, ThreadPool& pool, cpu::Precision p, std::mt199
   std::vector<float> x(M * c.K), y(M * c.N);
   for (auto& v : x) v = static_cast<float>(rng() % 2000) * 1e-3f - 1.0f;
   cpu::matmul(pool, c.type, w.data(), c.N, c.K, x.data(), M, y.data(), p);
-  int calls = 0;
-  const auto t0 = Clock::now();
-  do {
+  const Rate r = time_calls(30, 2.0 * M * c.N * c.K / 1e9, [&](int) {
     cpu::matmul(pool, c.type, w.data(), c.N, c.K, x.data(), M, y.data(), p);
-    ++calls;
-  } while (seconds_since(t0) < 0.3);
-  const double gflops = 2.0 * M * c.N * c.K * calls / seconds_since(t0) / 1e9;
-  const char* pn = p == cpu::Precision::kF32 ? "f32" : "q8";
+  });
   if (g_csv) {
-    std::printf("prefill,%s,%s,%lld,%lld,%d,%.2f,%lld\n", ggml_type_name(c.type), pn, static_cast<long long>(c.N),
-                static_cast<long long>(c.K), pool.size(), gflops, static_cast<long long>(M));
+    std::printf("prefill,%s,%s,%lld,%lld,%d,%.2f,%.2f,%lld\n", ggml_type_name(c.type), precision_name(p),
+                static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(), r.median, r.best,
+                static_cast<long long>(M));
   } else {
-    std::printf("  %-5s %-4s %-16s thr %d  M=%lld  %7.1f GFLOP/s\n", ggml_type_name(c.type), pn, c.what,
-                pool.size(), static_cast<long long>(M), gflops);
+    std::printf("  %-5s %-3s %-16s thr %d  M=%lld | median %7.1f GFLOP/s | best %7.1f GFLOP/s\n",
+                ggml_type_name(c.type), precision_name(p), c.what, pool.size(), static_cast<long long>(M), r.median,
+                r.best);
   }
 }
+
+bool is_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
 }  // namespace
 
@@ -145,9 +161,9 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   ThreadPool pool1(1), pool2(2);
   ThreadPool* pools[] = {&pool1, &pool2};
-  const double roof[] = {read_bandwidth(pool1, 256u << 20), read_bandwidth(pool2, 256u << 20)};
-  std::printf("# simd %s; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (2 threads)\n", cpu::simd_level(), roof[0],
-              roof[1]);
+  const Rate roof[] = {read_bandwidth(pool1), read_bandwidth(pool2)};
+  std::printf("# simd %s; read bandwidth median/best %.1f/%.1f GB/s (1 thread), %.1f/%.1f GB/s (2 threads)\n",
+              cpu::simd_level(), roof[0].median, roof[0].best, roof[1].median, roof[1].best);
   const Case cases[] = {
       {GgmlType::Q4_1, 1536, 576, "1536x576 (ffn)"},  {GgmlType::Q8_0, 49152, 576, "49152x576 (emb)"},
       {GgmlType::Q5_0, 2048, 640, "2048x640 (ffn)"},  {GgmlType::Q4_K, 640, 2048, "640x2048 (down)"},
@@ -159,26 +175,23 @@ int main(int argc, char** argv) {
   auto selected = [&](const Case& c) {
     return only.empty() || std::find(only.begin(), only.end(), ggml_type_name(c.type)) != only.end();
   };
-  if (g_csv) std::printf("kind,type,precision,N,K,threads,cold_GBps,hot_GBps,roof_GBps|GFLOPs,M\n");
-  else std::printf("decode (M=1), weight bytes streamed from DRAM:\n");
+  if (g_csv)
+    std::printf("# decode,type,precision,N,K,threads,GBps_median,GBps_best,hot_median,hot_best,roof_median,roof_best\n"
+                "# prefill,type,precision,N,K,threads,GFLOPs_median,GFLOPs_best,M\n");
+  else
+    std::printf("decode (M=1), weight bytes streamed from DRAM (%% of the read bandwidth):\n");
   for (const Case& c : cases) {
     if (!selected(c)) continue;
     for (int t = 0; t < 2; ++t)
-      for (cpu::Precision p : {cpu::Precision::kF32, cpu::Precision::kQ8}) {
-        if ((c.type == GgmlType::F32 || c.type == GgmlType::F16 || c.type == GgmlType::BF16) && p == cpu::Precision::kQ8)
-          continue;
-        bench_decode(c, *pools[t], p, rng, roof[t], quick);
-      }
+      for (cpu::Precision p : {cpu::Precision::kF32, cpu::Precision::kQ8})
+        if (!(is_float(c.type) && p == cpu::Precision::kQ8)) bench_decode(c, *pools[t], p, rng, roof[t], quick);
   }
   if (!g_csv) std::printf("prefill (M=64):\n");
   for (const Case& c : cases) {
     if (!selected(c) || c.N > 8192) continue;
     for (int t = 0; t < 2; ++t)
-      for (cpu::Precision p : {cpu::Precision::kF32, cpu::Precision::kQ8}) {
-        if ((c.type == GgmlType::F32 || c.type == GgmlType::F16 || c.type == GgmlType::BF16) && p == cpu::Precision::kQ8)
-          continue;
-        bench_prefill(c, *pools[t], p, rng, 64);
-      }
+      for (cpu::Precision p : {cpu::Precision::kF32, cpu::Precision::kQ8})
+        if (!(is_float(c.type) && p == cpu::Precision::kQ8)) bench_prefill(c, *pools[t], p, rng, 64);
   }
   return 0;
 }

@@ -4,12 +4,13 @@
 // 32-element block formats compute, per block b,  d_b * sum_i q_i x_i + c_b * sum_i x_i
 // with q_i the raw unsigned quant and c_b the block's min (Q4_1, Q5_1) or -8 d_b / -16 d_b
 // (Q4_0 / Q5_0); sum_i x_i comes precomputed per block (DotArgs::bsum). The block scales of
-// 16 blocks are fetched with one gather and converted together.
+// 16 blocks are fetched (load_scales16) and converted together.
 // K-quants and BF16 dequantize 256 elements at a time into an L1 buffer (the exact dequant
 // kernels) and FMA from there; F32 and F16 stream directly.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in intrinsics
 #include <immintrin.h>
 
+#include "kernels/cpu/matmul_avx512_common.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -19,8 +20,6 @@ namespace {
 using namespace fathom::quant;
 
 DequantFn g_dequant[kFmtCount];  // this level's exact dequantizers, set at registration
-
-inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 // ---- F32 / F16 -------------------------------------------------------------------------------
 
@@ -66,20 +65,13 @@ void dot_float(const DotArgs& a, int64_t n0, int64_t n1) {
 
 // ---- 32-element block formats ----------------------------------------------------------------
 
-template <GgmlType T> struct Q32;
-template <> struct Q32<GgmlType::Q4_0> { static constexpr int kStride = 18, kQs = 2, kQh = -1, kOff = 8; static constexpr bool kMin = false; };
-template <> struct Q32<GgmlType::Q4_1> { static constexpr int kStride = 20, kQs = 4, kQh = -1, kOff = 0; static constexpr bool kMin = true; };
-template <> struct Q32<GgmlType::Q5_0> { static constexpr int kStride = 22, kQs = 6, kQh = 2, kOff = 16; static constexpr bool kMin = false; };
-template <> struct Q32<GgmlType::Q5_1> { static constexpr int kStride = 24, kQs = 8, kQh = 4, kOff = 0; static constexpr bool kMin = true; };
-template <> struct Q32<GgmlType::Q8_0> { static constexpr int kStride = 34, kQs = 2, kQh = -1, kOff = 0; static constexpr bool kMin = false; };
-
 template <GgmlType T, int MR>
 void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
   using F = Q32<T>;
-  constexpr bool kBsum = F::kMin || F::kOff != 0;
+  constexpr int kOff = T == GgmlType::Q8_0 ? 0 : F::kOff;  // Q8_0 weights are used signed here
+  constexpr bool kBsum = F::kMin || kOff != 0;
+  static const ScaleIdx<F::kStride, F::kMin> si;
   const int64_t nb = a.K / 32;
-  const __m512i gidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32(F::kStride));
   const __m512i nib = _mm512_set1_epi32(0xF), sixteen = _mm512_set1_epi32(16);
   alignas(64) float dbuf[16];
   for (int64_t n = n0; n < n1; ++n) {
@@ -90,12 +82,12 @@ void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
       const int gn = static_cast<int>(nb - g0 < 16 ? nb - g0 : 16);
       const __mmask16 gmask = static_cast<__mmask16>((1u << gn) - 1);
       const uint8_t* blk = row + g0 * F::kStride;
-      const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gmask, gidx, blk, 1);
-      const __m512 d16 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+      const __m512i dm = load_scales16<T>(blk, gn, si);
+      const __m512 d16 = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
       _mm512_store_ps(dbuf, d16);
       if constexpr (kBsum) {
-        const __m512 c16 = F::kMin ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))
-                                   : _mm512_mul_ps(d16, _mm512_set1_ps(-static_cast<float>(F::kOff)));
+        const __m512 c16 = F::kMin ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1))
+                                   : _mm512_mul_ps(d16, _mm512_set1_ps(-static_cast<float>(kOff)));
         for (int m = 0; m < MR; ++m)
           accc[m] = _mm512_fmadd_ps(c16, _mm512_maskz_loadu_ps(gmask, a.bsum + m * a.ldb + g0), accc[m]);
       }

@@ -5,7 +5,7 @@
 // Unsigned weights: the formats' offsets are removed through the activation block sums,
 //   sum_i (q_i - c) x_i = sum_i q_i x_i - c * qsum  (Q4_0: c = 8, Q5_0: 16, Q6_K: 32 per 16),
 // and Q8_0's signed weights are made unsigned as q + 128 (xor 0x80), c = 128.
-// Per-block weight scales of 16 consecutive blocks are fetched with one gather and
+// Per-block weight scales of 16 consecutive blocks are fetched together (load_scales16) and
 // converted together; a permute spreads them over the lanes of each block pair.
 // GCC 12 reports _mm512_undefined_* inside intrinsics as maybe-uninitialized (a known false
 // positive); silence it for this file only.
@@ -14,6 +14,7 @@
 
 #include <type_traits>
 
+#include "kernels/cpu/matmul_avx512_common.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -22,17 +23,7 @@ namespace {
 
 using namespace fathom::quant;
 
-inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
-
 // ---- formats with 32-element blocks --------------------------------------------------------
-
-// Byte layout per format: block stride, qh / qs offsets, constant c and whether a min exists.
-template <GgmlType T> struct Q32;
-template <> struct Q32<GgmlType::Q4_0> { static constexpr int kStride = 18, kQs = 2, kQh = -1, kOff = 8; static constexpr bool kMin = false; };
-template <> struct Q32<GgmlType::Q4_1> { static constexpr int kStride = 20, kQs = 4, kQh = -1, kOff = 0; static constexpr bool kMin = true; };
-template <> struct Q32<GgmlType::Q5_0> { static constexpr int kStride = 22, kQs = 6, kQh = 2, kOff = 16; static constexpr bool kMin = false; };
-template <> struct Q32<GgmlType::Q5_1> { static constexpr int kStride = 24, kQs = 8, kQh = 4, kOff = 0; static constexpr bool kMin = true; };
-template <> struct Q32<GgmlType::Q8_0> { static constexpr int kStride = 34, kQs = 2, kQh = -1, kOff = 128; static constexpr bool kMin = false; };
 
 // 64 unsigned weight bytes of blocks b0 and b1 (element order), or b0 and zeros when !two.
 template <GgmlType T>
@@ -65,10 +56,10 @@ inline __m512i unpack_pair(const uint8_t* b0, bool two) {
 template <GgmlType T, int MR>
 void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
   using F = Q32<T>;
+  static const ScaleIdx<F::kStride, F::kMin> si;
   const int64_t nb = a.K / 32;
-  const __m512i gidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32(F::kStride));
   const __m512i pair_base = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i two_v = _mm512_set1_epi32(2);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = a.w + n * a.row_bytes;
     __m512 acc[MR], corr[MR];
@@ -77,31 +68,38 @@ void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
       const int gn = static_cast<int>(nb - g0 < 16 ? nb - g0 : 16);
       const __mmask16 gmask = static_cast<__mmask16>((1u << gn) - 1);
       const uint8_t* blk = row + g0 * F::kStride;
-      const __m512i dm = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gmask, gidx, blk, 1);
-      const __m512 d16 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+      const __m512i dm = load_scales16<T>(blk, gn, si);
+      const __m512 d16 = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
       __m512 s16[MR];
       for (int m = 0; m < MR; ++m) {
         const __m512 dx = _mm512_maskz_loadu_ps(gmask, a.qd + m * a.ldqs + g0);
         const __m512 qs = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(gmask, a.qsum + m * a.ldqs + g0));
         s16[m] = _mm512_mul_ps(d16, dx);
         if constexpr (F::kMin) {
-          const __m512 m16 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+          const __m512 m16 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
           corr[m] = _mm512_fmadd_ps(_mm512_mul_ps(m16, dx), qs, corr[m]);
         } else {
           corr[m] = _mm512_fmadd_ps(s16[m], qs, corr[m]);
         }
       }
       __m512i pidx = pair_base;
-      for (int p = 0; p < gn; p += 2, blk += 2 * F::kStride) {
-        const bool two = p + 1 < gn;
-        const __m512i w = unpack_pair<T>(blk, two);
+      int p = 0;
+      for (; p + 1 < gn; p += 2, blk += 2 * F::kStride) {
+        const __m512i w = unpack_pair<T>(blk, true);
         for (int m = 0; m < MR; ++m) {
-          const int8_t* xq = a.q + m * a.ldq + (g0 + p) * 32;
-          const __m512i x = two ? _mm512_loadu_si512(xq) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xq);
+          const __m512i x = _mm512_loadu_si512(a.q + m * a.ldq + (g0 + p) * 32);
           const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
           acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(pidx, s16[m]), acc[m]);
         }
-        pidx = _mm512_add_epi32(pidx, _mm512_set1_epi32(2));
+        pidx = _mm512_add_epi32(pidx, two_v);
+      }
+      if (p < gn) {
+        const __m512i w = unpack_pair<T>(blk, false);
+        for (int m = 0; m < MR; ++m) {
+          const __m512i x = _mm512_maskz_loadu_epi8(0xFFFFFFFFull, a.q + m * a.ldq + (g0 + p) * 32);
+          const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(pidx, s16[m]), acc[m]);
+        }
       }
     }
     for (int m = 0; m < MR; ++m) {
