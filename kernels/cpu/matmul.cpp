@@ -11,6 +11,7 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -148,13 +149,37 @@ T* scratch(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
+// Hands [0, N) out in contiguous chunks of `chunk` rows, first come first served: a thread
+// that starts late (the cores are shared, or it was asleep) simply takes fewer chunks instead
+// of holding everyone up with a fixed half of the rows.
+template <typename Fn>
+void parallel_chunks(ThreadPool& pool, int64_t N, int64_t chunk, const Fn& fn) {
+  const int64_t chunks = (N + chunk - 1) / chunk;
+  if (pool.size() == 1 || chunks == 1) {
+    fn(0, N);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool.run_on_all([&](int, int) {
+    for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;)
+      fn(c * chunk, std::min(N, (c + 1) * chunk));
+  });
+}
+
+// Rows per work chunk: ~32 KB of weights (several chunks per thread for balance), a multiple
+// of 16 rows so that threads write whole cache lines of y.
+int64_t rows_per_chunk(size_t row_bytes) {
+  const int64_t rows = static_cast<int64_t>(32768 / std::max<size_t>(row_bytes, 1));
+  return std::max<int64_t>(16, rows / 16 * 16);
+}
+
 // Runs `fn` over all N rows and M activation rows, kMaxMr activation rows per call. For M >
-// kMaxMr the rows are visited in chunks small enough to stay in L1 across the M loop.
+// kMaxMr the rows are visited in sub-chunks small enough to stay in L1 across the M loop.
 void run_dot(ThreadPool& pool, DotFn fn, const DotArgs& base, int64_t M, int64_t N) {
-  const int64_t chunk = M <= kMaxMr ? N : std::max<int64_t>(4, 8192 / static_cast<int64_t>(base.row_bytes));
-  pool.parallel_for(N, [&](int64_t b, int64_t e, int) {
-    for (int64_t n0 = b; n0 < e; n0 += chunk) {
-      const int64_t n1 = std::min(e, n0 + chunk);
+  const int64_t sub = M <= kMaxMr ? N : std::max<int64_t>(4, 8192 / static_cast<int64_t>(base.row_bytes));
+  parallel_chunks(pool, N, rows_per_chunk(base.row_bytes), [&](int64_t b, int64_t e) {
+    for (int64_t n0 = b; n0 < e; n0 += sub) {
+      const int64_t n1 = std::min(e, n0 + sub);
       for (int64_t m0 = 0; m0 < M; m0 += kMaxMr) {
         DotArgs a = base;
         a.mr = static_cast<int>(std::min<int64_t>(kMaxMr, M - m0));
@@ -172,7 +197,7 @@ void run_dot(ThreadPool& pool, DotFn fn, const DotArgs& base, int64_t M, int64_t
         fn(a, n0, n1);
       }
     }
-  }, 16);
+  });
 }
 
 void gemm_tiles(ThreadPool& pool, GgmlType wtype, const uint8_t* W, size_t row_bytes, int64_t N,
@@ -181,7 +206,7 @@ void gemm_tiles(ThreadPool& pool, GgmlType wtype, const uint8_t* W, size_t row_b
   const DequantFn dequant = dequant_fn(f);
   const GemmF32Fn gemm = gemm_fn();
   const int64_t block = ggml_info(wtype).block_size, block_bytes = ggml_info(wtype).type_size;
-  pool.parallel_for(N, [&](int64_t b, int64_t e, int) {
+  parallel_chunks(pool, N, kTileN, [&](int64_t b, int64_t e) {
     static thread_local std::vector<float> tile_buf;
     float* tile = scratch(tile_buf, kTileN * kTileK);
     for (int64_t n0 = b; n0 < e; n0 += kTileN) {
@@ -202,7 +227,7 @@ void gemm_tiles(ThreadPool& pool, GgmlType wtype, const uint8_t* W, size_t row_b
         gemm(x + k0, K, w, ldw, M, nt, kc, y + n0, N, k0 > 0);
       }
     }
-  }, kTileN);
+  });
 }
 
 }  // namespace
