@@ -5,10 +5,13 @@
 // with q_i the raw unsigned quant and c_b the block's min (Q4_1, Q5_1) or -8 d_b / -16 d_b
 // (Q4_0 / Q5_0); sum_i x_i comes precomputed per block (DotArgs::bsum). The block scales of
 // 16 blocks are fetched (load_scales16) and converted together.
-// K-quants and BF16 dequantize 256 elements at a time into an L1 buffer (the exact dequant
-// kernels) and FMA from there; F32 and F16 stream directly.
+// K-quants unpack in registers (Q4_K / Q5_K with per-sub-block scales and the block sums of x
+// for the mins); BF16 dequantizes 256 elements at a time into an L1 buffer (the exact
+// dequant kernel) and FMAs from there; F32 and F16 stream directly.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in intrinsics
 #include <immintrin.h>
+
+#include <type_traits>
 
 #include "kernels/cpu/matmul_avx512_common.h"
 #include "kernels/cpu/matmul_kernels.h"
@@ -119,6 +122,103 @@ void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+// ---- K-quants in registers --------------------------------------------------------------------
+
+// Q4_K / Q5_K: per sub-block j, (d sc_j) sum_i q_i x_i - (dmin m_j) sum_i x_i, with the
+// block sums of x from DotArgs::bsum (8 per super-block, one 8-lane FMA).
+template <bool kQ5, int MR>
+void dot_qk45(const DotArgs& a, int64_t n0, int64_t n1) {
+  using B = std::conditional_t<kQ5, BlockQ5_K, BlockQ4_K>;
+  const int64_t nsb = a.K / kQKK;
+  const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 sixteen = _mm512_set1_ps(16.0f);
+  alignas(32) float dsc[8];
+  for (int64_t n = n0; n < n1; ++n) {
+    const B* b = reinterpret_cast<const B*>(a.w + n * a.row_bytes);
+    __m512 acc[MR];
+    __m256 accm[MR];
+    for (int m = 0; m < MR; ++m) {
+      acc[m] = _mm512_setzero_ps();
+      accm[m] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < nsb; ++i) {
+      uint32_t sm[4];
+      unpack_scales_mins_k4(b[i].scales, sm);
+      const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
+      const __m256 mn8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 2))));
+      _mm256_store_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)), sc8));
+      const __m256 dmin8 = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].dmin)), mn8);
+      for (int m = 0; m < MR; ++m)
+        accm[m] = _mm256_fmadd_ps(dmin8, _mm256_loadu_ps(a.bsum + m * a.ldb + i * 8), accm[m]);
+      for (int c = 0; c < 4; ++c) {
+        __m512 ta[MR], tb[MR];
+        for (int m = 0; m < MR; ++m) ta[m] = tb[m] = _mm512_setzero_ps();
+        for (int l = 0; l < 32; l += 16) {
+          const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 32 * c + l)));
+          __m512 lo = _mm512_permutexvar_ps(v, lut);  // uses the low 4 bits of each lane
+          __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+          if constexpr (kQ5) {
+            const __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qh + l)));
+            lo = _mm512_mask_add_ps(lo, _mm512_test_epi32_mask(h, _mm512_set1_epi32(1 << (2 * c))), lo, sixteen);
+            hi = _mm512_mask_add_ps(hi, _mm512_test_epi32_mask(h, _mm512_set1_epi32(2 << (2 * c))), hi, sixteen);
+          }
+          for (int m = 0; m < MR; ++m) {
+            const float* x = a.x + m * a.ldx + i * kQKK + 64 * c + l;
+            ta[m] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x), ta[m]);
+            tb[m] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 32), tb[m]);
+          }
+        }
+        const __m512 da = _mm512_set1_ps(dsc[2 * c]), db = _mm512_set1_ps(dsc[2 * c + 1]);
+        for (int m = 0; m < MR; ++m) acc[m] = _mm512_fmadd_ps(db, tb[m], _mm512_fmadd_ps(da, ta[m], acc[m]));
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      const __m128 t = _mm_add_ps(_mm256_castps256_ps128(accm[m]), _mm256_extractf128_ps(accm[m], 1));
+      const __m128 t2 = _mm_add_ps(t, _mm_movehl_ps(t, t));
+      a.y[m * a.ldy + n] = hsum(acc[m]) - _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+    }
+  }
+}
+
+// Q6_K: 16-element groups with their own scale: w = (d sc_g) (q - 32).
+template <int MR>
+void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
+  const int64_t nsb = a.K / kQKK;
+  const __m512i nib = _mm512_set1_epi32(0xF), three = _mm512_set1_epi32(3), off = _mm512_set1_epi32(32);
+  for (int64_t n = n0; n < n1; ++n) {
+    const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(a.w + n * a.row_bytes);
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i) {
+      const float d = _cvtsh_ss(b[i].d);
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = b[i].ql + 64 * h;
+        const uint8_t* qh = b[i].qh + 32 * h;
+        const int8_t* sc = b[i].scales + 8 * h;
+        for (int l = 0; l < 32; l += 16) {
+          const __m512i A = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + l)));
+          const __m512i C = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + l + 32)));
+          const __m512i H = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + l)));
+          const __m512i q[4] = {
+              _mm512_or_si512(_mm512_and_si512(A, nib), _mm512_slli_epi32(_mm512_and_si512(H, three), 4)),
+              _mm512_or_si512(_mm512_and_si512(C, nib), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 2), three), 4)),
+              _mm512_or_si512(_mm512_srli_epi32(A, 4), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(H, 4), three), 4)),
+              _mm512_or_si512(_mm512_srli_epi32(C, 4), _mm512_slli_epi32(_mm512_srli_epi32(H, 6), 4)),
+          };
+          for (int t = 0; t < 4; ++t) {
+            // Elements 128 h + 32 t + l .. +16: group 2 t + l / 16 of this half.
+            const __m512 w = _mm512_mul_ps(_mm512_set1_ps(d * sc[2 * t + l / 16]),
+                                           _mm512_cvtepi32_ps(_mm512_sub_epi32(q[t], off)));
+            for (int m = 0; m < MR; ++m)
+              acc[m] = _mm512_fmadd_ps(w, _mm512_loadu_ps(a.x + m * a.ldx + i * kQKK + 128 * h + 32 * t + l), acc[m]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]);
+  }
+}
+
 // ---- any format through the exact dequantizer --------------------------------------------------
 
 // Bytes of 256 elements.
@@ -160,6 +260,8 @@ void by_mr(const DotArgs& a, int64_t n0, int64_t n1) {
 
 template <bool kHalf> struct FloatK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_float<kHalf, MR>(a, b, e); } }; };
 template <GgmlType T> struct Q32K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q32<T, MR>(a, b, e); } }; };
+template <bool kQ5> struct QK45K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_qk45<kQ5, MR>(a, b, e); } }; };
+template <int MR> struct Q6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q6_k<MR>(a, b, e); } };
 template <int F> struct DqK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_dequant<F, MR>(a, b, e); } }; };
 
 }  // namespace
@@ -174,9 +276,9 @@ void register_avx512_dot_f32(KernelTable& t) {
   t.dot_f32[kQ5_1] = by_mr<Q32K<GgmlType::Q5_1>::K>;
   t.dot_f32[kQ8_0] = by_mr<Q32K<GgmlType::Q8_0>::K>;
   if (g_dequant[kBF16]) t.dot_f32[kBF16] = by_mr<DqK<kBF16>::K>;
-  if (g_dequant[kQ4_K]) t.dot_f32[kQ4_K] = by_mr<DqK<kQ4_K>::K>;
-  if (g_dequant[kQ5_K]) t.dot_f32[kQ5_K] = by_mr<DqK<kQ5_K>::K>;
-  if (g_dequant[kQ6_K]) t.dot_f32[kQ6_K] = by_mr<DqK<kQ6_K>::K>;
+  t.dot_f32[kQ4_K] = by_mr<QK45K<false>::K>;
+  t.dot_f32[kQ5_K] = by_mr<QK45K<true>::K>;
+  t.dot_f32[kQ6_K] = by_mr<Q6K>;
 }
 
 }  // namespace fathom::cpu::detail
