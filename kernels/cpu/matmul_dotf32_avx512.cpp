@@ -75,7 +75,8 @@ void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
   constexpr bool kBsum = F::kMin || kOff != 0;
   static const ScaleIdx<F::kStride, F::kMin> si;
   const int64_t nb = a.K / 32;
-  const __m512i nib = _mm512_set1_epi32(0xF), sixteen = _mm512_set1_epi32(16);
+  const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 sixteen = _mm512_set1_ps(16.0f);
   alignas(64) float dbuf[16];
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = a.w + n * a.row_bytes;
@@ -101,14 +102,13 @@ void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
           hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18))));
         } else {
           const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + F::kQs)));
-          __m512i l = _mm512_and_si512(v, nib), h = _mm512_srli_epi32(v, 4);
+          lo = _mm512_permutexvar_ps(v, lut);  // float(low nibble): the permute reads 4 index bits
+          hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
           if constexpr (F::kQh >= 0) {
             const uint32_t qh = load_u32(blk + F::kQh);
-            l = _mm512_mask_or_epi32(l, static_cast<__mmask16>(qh), l, sixteen);
-            h = _mm512_mask_or_epi32(h, static_cast<__mmask16>(qh >> 16), h, sixteen);
+            lo = _mm512_mask_add_ps(lo, static_cast<__mmask16>(qh), lo, sixteen);
+            hi = _mm512_mask_add_ps(hi, static_cast<__mmask16>(qh >> 16), hi, sixteen);
           }
-          lo = _mm512_cvtepi32_ps(l);
-          hi = _mm512_cvtepi32_ps(h);
         }
         const __m512 d = _mm512_set1_ps(dbuf[j]);
         for (int m = 0; m < MR; ++m) {
