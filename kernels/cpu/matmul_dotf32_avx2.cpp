@@ -1,8 +1,11 @@
 // AVX2 dot kernels for Precision::kF32 (decode, M <= kMaxMr); same scheme as the AVX-512
 // file: 32-element block formats compute d_b * sum_i q_i x_i + c_b * sum_i x_i per block
 // (c_b = min, or -8 d_b / -16 d_b for Q4_0 / Q5_0) with the precomputed block sums of x;
-// K-quants and BF16 go through the exact dequantizer 256 elements at a time; F32 / F16 stream.
+// K-quants unpack in registers; BF16 goes through the exact dequantizer 256 elements at a
+// time; F32 / F16 stream.
 #include <immintrin.h>
+
+#include <type_traits>
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -122,6 +125,95 @@ void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+// Q4_K / Q5_K in registers: per sub-block j, (d sc_j) sum_i q_i x_i - (dmin m_j) sum_i x_i,
+// with the block sums of x from DotArgs::bsum.
+template <bool kQ5, int MR>
+void dot_qk45(const DotArgs& a, int64_t n0, int64_t n1) {
+  using B = std::conditional_t<kQ5, BlockQ5_K, BlockQ4_K>;
+  const int64_t nsb = a.K / kQKK;
+  const __m256i nib = _mm256_set1_epi32(0xF);
+  const __m256 sixteen = _mm256_set1_ps(16.0f);
+  alignas(32) float dsc[8];
+  for (int64_t n = n0; n < n1; ++n) {
+    const B* b = reinterpret_cast<const B*>(a.w + n * a.row_bytes);
+    __m256 acc[MR], accm[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = accm[m] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i) {
+      uint32_t sm[4];
+      unpack_scales_mins_k4(b[i].scales, sm);
+      const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
+      const __m256 mn8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 2))));
+      _mm256_store_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)), sc8));
+      const __m256 dmin8 = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].dmin)), mn8);
+      for (int m = 0; m < MR; ++m)
+        accm[m] = _mm256_fmadd_ps(dmin8, _mm256_loadu_ps(a.bsum + m * a.ldb + i * 8), accm[m]);
+      for (int c = 0; c < 4; ++c) {
+        __m256 ta[MR], tb[MR];
+        for (int m = 0; m < MR; ++m) ta[m] = tb[m] = _mm256_setzero_ps();
+        for (int l = 0; l < 32; l += 8) {
+          const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + 32 * c + l)));
+          __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, nib));
+          __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+          if constexpr (kQ5) {
+            const __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qh + l)));
+            const __m256i z = _mm256_setzero_si256();
+            const __m256 ba = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(h, _mm256_set1_epi32(1 << (2 * c))), z));
+            const __m256 bb = _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(h, _mm256_set1_epi32(2 << (2 * c))), z));
+            lo = _mm256_add_ps(lo, _mm256_andnot_ps(ba, sixteen));
+            hi = _mm256_add_ps(hi, _mm256_andnot_ps(bb, sixteen));
+          }
+          for (int m = 0; m < MR; ++m) {
+            const float* x = a.x + m * a.ldx + i * kQKK + 64 * c + l;
+            ta[m] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x), ta[m]);
+            tb[m] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + 32), tb[m]);
+          }
+        }
+        const __m256 da = _mm256_set1_ps(dsc[2 * c]), db = _mm256_set1_ps(dsc[2 * c + 1]);
+        for (int m = 0; m < MR; ++m) acc[m] = _mm256_fmadd_ps(db, tb[m], _mm256_fmadd_ps(da, ta[m], acc[m]));
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]) - hsum(accm[m]);
+  }
+}
+
+// Q6_K in registers: w = (d sc_g) (q - 32) per 16-element group g.
+template <int MR>
+void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
+  const int64_t nsb = a.K / kQKK;
+  const __m256i nib = _mm256_set1_epi32(0xF), three = _mm256_set1_epi32(3), off = _mm256_set1_epi32(32);
+  for (int64_t n = n0; n < n1; ++n) {
+    const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(a.w + n * a.row_bytes);
+    __m256 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i) {
+      const float d = _cvtsh_ss(b[i].d);
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = b[i].ql + 64 * h;
+        const uint8_t* qh = b[i].qh + 32 * h;
+        const int8_t* sc = b[i].scales + 8 * h;
+        for (int l = 0; l < 32; l += 8) {
+          const __m256i A = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ql + l)));
+          const __m256i C = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(ql + l + 32)));
+          const __m256i H = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qh + l)));
+          const __m256i q[4] = {
+              _mm256_or_si256(_mm256_and_si256(A, nib), _mm256_slli_epi32(_mm256_and_si256(H, three), 4)),
+              _mm256_or_si256(_mm256_and_si256(C, nib), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(H, 2), three), 4)),
+              _mm256_or_si256(_mm256_srli_epi32(A, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(H, 4), three), 4)),
+              _mm256_or_si256(_mm256_srli_epi32(C, 4), _mm256_slli_epi32(_mm256_srli_epi32(H, 6), 4)),
+          };
+          for (int t = 0; t < 4; ++t) {
+            const __m256 w = _mm256_mul_ps(_mm256_set1_ps(d * sc[2 * t + l / 16]),
+                                           _mm256_cvtepi32_ps(_mm256_sub_epi32(q[t], off)));
+            for (int m = 0; m < MR; ++m)
+              acc[m] = _mm256_fmadd_ps(w, _mm256_loadu_ps(a.x + m * a.ldx + i * kQKK + 128 * h + 32 * t + l), acc[m]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]);
+  }
+}
+
 constexpr int64_t chunk_bytes(int f) { return f == kBF16 ? 512 : f == kQ4_K ? 144 : f == kQ5_K ? 176 : 210; }
 
 template <int F, int MR>
@@ -161,6 +253,8 @@ void by_mr(const DotArgs& a, int64_t n0, int64_t n1) {
 
 template <bool kHalf> struct FloatK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_float<kHalf, MR>(a, b, e); } }; };
 template <GgmlType T> struct Q32K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q32<T, MR>(a, b, e); } }; };
+template <bool kQ5> struct QK45K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_qk45<kQ5, MR>(a, b, e); } }; };
+template <int MR> struct Q6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q6_k<MR>(a, b, e); } };
 template <int F> struct DqK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_dequant<F, MR>(a, b, e); } }; };
 
 }  // namespace
@@ -175,9 +269,9 @@ void register_avx2_dot_f32(KernelTable& t) {
   t.dot_f32[kQ5_1] = by_mr<Q32K<GgmlType::Q5_1>::K>;
   t.dot_f32[kQ8_0] = by_mr<Q32K<GgmlType::Q8_0>::K>;
   if (g_dequant[kBF16]) t.dot_f32[kBF16] = by_mr<DqK<kBF16>::K>;
-  if (g_dequant[kQ4_K]) t.dot_f32[kQ4_K] = by_mr<DqK<kQ4_K>::K>;
-  if (g_dequant[kQ5_K]) t.dot_f32[kQ5_K] = by_mr<DqK<kQ5_K>::K>;
-  if (g_dequant[kQ6_K]) t.dot_f32[kQ6_K] = by_mr<DqK<kQ6_K>::K>;
+  t.dot_f32[kQ4_K] = by_mr<QK45K<false>::K>;
+  t.dot_f32[kQ5_K] = by_mr<QK45K<true>::K>;
+  t.dot_f32[kQ6_K] = by_mr<Q6K>;
 }
 
 }  // namespace fathom::cpu::detail
