@@ -139,14 +139,16 @@ def kv_bytes(j, depth):
     return sum(min(depth + 1, w) if w > 0 else depth + 1 for w in c["layer_windows"]) * c["n_kv_heads"] * c["head_dim"] * 2 * elem
 
 
-def estimate_seconds(j, depth):
-    """Seconds bench_decode will need for `depth`, from the deepest cells measured so far."""
+def estimate_seconds(j, depth, shared):
+    """Seconds bench_decode will need for `depth`, from the deepest cells measured so far.
+    `shared`: the prefill runs only on the largest thread count."""
     cells = j["cells"]
     last = max(c["depth"] for c in cells)
     seconds = 0.0
     steps = j["options"]["decode_tokens"] + j["options"]["warmup_tokens"]
+    prefilling = max(c["threads"] for c in cells)
     for c in (c for c in cells if c["depth"] == last):
-        if c["prefill_gflops"]:
+        if c["prefill_gflops"] and (not shared or c["threads"] == prefilling):
             seconds += prefill_flops(j, depth) / (c["prefill_gflops"] * 1e9)
         bytes_now = j["weights"]["matrix_bytes"] + kv_bytes(j, depth)
         seconds += steps * c["decode_ms_median"] / 1e3 * bytes_now / c["bytes_per_token"]
@@ -358,7 +360,8 @@ def main():
         spec = MODELS[key]
         merged = decodes.get((key, precision))
         if depth > 0 and merged:
-            est = estimate_seconds(merged, depth)
+            share_from = spec.get("share_prefill_from")
+            est = estimate_seconds(merged, depth, share_from is not None and depth >= share_from)
             left = budget - (time.monotonic() - start)
             if est > left:
                 reason = f"estimated {est / 60:.1f} min, {max(left, 0) / 60:.1f} min of the budget left"
