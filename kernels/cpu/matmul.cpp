@@ -138,7 +138,7 @@ GemmF32Fn gemm_fn() {
   return fn ? fn : portable_kernels().gemm_f32;
 }
 
-// kF32 dot kernels of 32-block formats use per-block sums of x (for the min or the offset).
+// kF32 dot kernels of formats with a min or an offset use per-32-block sums of x.
 bool needs_bsum(int f) { return f == kQ4_0 || f == kQ4_1 || f == kQ5_0 || f == kQ5_1 || f == kQ4_K || f == kQ5_K; }
 bool is_float(int f) { return f == kF32 || f == kF16 || f == kBF16; }
 

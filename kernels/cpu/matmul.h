@@ -13,6 +13,10 @@
 //   Activations are quantized per 32-element block: q = round(x / d), d = max|x| / 127, so
 //   |x - d q| <= d / 2 and |y - y_exact| <= sum over blocks b of d_b / 2 * sum_{k in b} |W[n][k]|
 //   (plus f32 rounding). Float weight formats (F32, F16, BF16) always use the kF32 path.
+//   kQ8 is the faster choice for decode (M <= 4); for prefill (larger M) kF32 is faster, as
+//   it dequantizes each weight tile once into f32 and runs a register-blocked f32 GEMM.
+// Threads take contiguous chunks of W rows (~32 KB) first come first served. K must be a
+// multiple of the format's block size. The pool must not be running another job.
 #include <cstdint>
 
 #include "kernels/cpu/thread_pool.h"
