@@ -115,7 +115,10 @@ def test_same_seed_same_output():
 
 
 def test_chat_answers_with_json_output():
-    out = generate_json(SMOLLM, "--chat", json.dumps([{"role": "user", "content": "What is the capital of France?"}]))
+    # f32 compute: SmolLM2's first answer token is a near-tie here ("The" -1.88 vs "L" -1.97 nats),
+    # which 8-bit activation rounding can flip.
+    out = generate_json(SMOLLM, "--chat", json.dumps([{"role": "user", "content": "What is the capital of France?"}]),
+                        extra=("--precision", "f32"))
     assert "Paris" in out["text"]
     assert out["prompt_tokens"] > 10
     assert out["finish_reason"] in ("stop", "length")
