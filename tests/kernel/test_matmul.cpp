@@ -1,6 +1,6 @@
 // cpu::matmul against a double-precision reference computed from ref::dequantize_row, for
 // every weight format, every SIMD level this machine has, both precisions, 1 and 2 threads,
-// over a shape grid with odd sizes (M in {1,3,17,64}, N in {1,7,83,256}, K: one block,
+// over a shape grid with odd sizes (M in {1,3,4,17,64}, N in {1,7,83,256}, K: one block,
 // several blocks, ~769 rounded up to the block size).
 //
 // Tolerances, with S = sum_k |x[m][k]| |W[n][k]| (per output element):
@@ -74,16 +74,18 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t N, int64_t K, std::mt199
 }
 
 struct Worst {
-  double f32 = 0;      // max |err| / S, kF32
-  double q8 = 0;       // max |err| / (1.001 B + 1e-5 S), kQ8 (must stay <= 1)
-  double q8_rel = 0;   // max |err| / S, kQ8 (for information)
+  double f32_dot = 0;   // max |err| / S, kF32, M <= 4 (dot kernels)
+  double f32_gemm = 0;  // max |err| / S, kF32, M > 4 (dequantized tile GEMM)
+  double q8 = 0;        // max |err| / (1.001 B + 1e-5 S), kQ8 (must stay <= 1)
+  double q8_rel = 0;    // max |err| / S, kQ8 (for information)
+  double q8_rel_plain = 0;  // the same without the outlier row (m = 2): normal activations
 };
 
 void check_format(GgmlType t, Worst* worst_out) {
   std::mt19937 rng(static_cast<uint32_t>(t) * 7919u + 1);
   const int64_t bs = ggml_info(t).block_size;
   std::vector<int64_t> ks = {bs, bs == 1 ? 48 : 3 * bs, (769 + bs - 1) / bs * bs};
-  const int64_t Ms[] = {1, 3, 17, 64};
+  const int64_t Ms[] = {1, 3, 4, 17, 64};
   const int64_t Ns[] = {1, 7, 83, 256};
   ThreadPool pool1(1), pool2(2);
   for (int64_t K : ks) {
@@ -138,8 +140,10 @@ void check_format(GgmlType t, Worst* worst_out) {
               if (q8) {
                 worst_out->q8 = std::max(worst_out->q8, err / (1.001 * B[i] + 1e-5 * S[i] + 1e-30));
                 worst_out->q8_rel = std::max(worst_out->q8_rel, err / (S[i] + 1e-30));
+                if (i / N != 2) worst_out->q8_rel_plain = std::max(worst_out->q8_rel_plain, err / (S[i] + 1e-30));
               } else {
-                worst_out->f32 = std::max(worst_out->f32, err / (S[i] + 1e-30));
+                double& w = M <= 4 ? worst_out->f32_dot : worst_out->f32_gemm;
+                w = std::max(w, err / (S[i] + 1e-30));
               }
             }
           }
@@ -158,8 +162,9 @@ TEST_P(MatmulTest, MatchesDoubleReferenceAtEveryLevel) {
     }
     Worst w;
     check_format(t, &w);
-    std::printf("[matmul] %-5s %-8s worst kF32 err/S %.2e | kQ8 err/bound %.3f, err/S %.2e\n",
-                ggml_type_name(t), level, w.f32, w.q8, w.q8_rel);
+    std::printf("[matmul] %-5s %-8s worst kF32 err/S: dot %.2e, gemm %.2e | kQ8 err/bound %.3f, err/S %.2e"
+                " (%.2e without the outlier row)\n",
+                ggml_type_name(t), level, w.f32_dot, w.f32_gemm, w.q8, w.q8_rel, w.q8_rel_plain);
   }
   if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
 }
