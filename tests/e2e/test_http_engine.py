@@ -1,0 +1,124 @@
+"""Engine behaviour seen through the HTTP API and /metrics: prefix-cache hits and lower TTFT,
+KV pressure with both preemption modes leaving texts unchanged, a closed stream freeing its KV
+blocks, and a SIGTERM drain of 8 streams."""
+import concurrent.futures as cf
+import json
+import re
+import signal
+import time
+
+import pytest
+import requests
+
+from server_fixture import ServerProcess
+
+PARAGRAPH = ("The history of the lighthouse at the northern cape goes back to the sixteenth century, when "
+             "merchants from the city paid for a wooden tower and a fire of coal to warn their ships. ")
+
+
+def metric(server, name, labels=None):
+    text = requests.get(f"{server.base_url}/metrics", timeout=30).text
+    want = "" if not labels else "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+    for line in text.splitlines():
+        if line.startswith(name + want + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name}{want} not in /metrics")
+
+
+def complete(server, prompt, max_tokens, **extra):
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **extra}
+    r = requests.post(f"{server.base_url}/v1/completions", json=body, timeout=600)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["text"]
+
+
+def time_to_first_token(server, prompt):
+    body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True}
+    t0 = time.monotonic()
+    with requests.post(f"{server.base_url}/v1/completions", json=body, stream=True, timeout=600) as r:
+        for line in r.iter_lines():
+            if line.startswith(b"data: {") and json.loads(line[6:])["choices"][0]["text"]:
+                ttft = time.monotonic() - t0
+                break
+        for _ in r.iter_lines():  # drain the rest
+            pass
+    return ttft
+
+
+def test_repeated_long_prompt_hits_prefix_cache_and_starts_sooner(fathom_bin, smollm2_path):
+    prompt = PARAGRAPH * 12  # ~500 tokens
+    with ServerProcess(fathom_bin, smollm2_path) as server:
+        hits0 = metric(server, "fathom_prefix_cache_hits_total")
+        cold = time_to_first_token(server, prompt)
+        hits1 = metric(server, "fathom_prefix_cache_hits_total")
+        warm = time_to_first_token(server, prompt)
+        hits2 = metric(server, "fathom_prefix_cache_hits_total")
+    assert hits1 - hits0 < 16, "the first request found nothing to reuse"
+    assert hits2 - hits1 >= 400, f"second request reused only {hits2 - hits1} prompt tokens"
+    assert warm < 0.7 * cold, f"TTFT cold {cold:.3f}s, warm {warm:.3f}s"
+
+
+def test_kv_pressure_preempts_by_swap_and_recompute_without_changing_texts(fathom_bin, smollm2_path):
+    # 8 distinct prompts of ~50 tokens, each sent 4 times at once: 32 concurrent requests that grow
+    # by 64 tokens each (from 4 to 8 blocks of 16). The device tier holds ~22 blocks (8 MiB of f16
+    # KV), so admitted sequences outgrow it and get preempted; the host tier holds ~11 blocks
+    # (4 MiB), so some preemptions swap and the rest recompute.
+    prompts = [f"Chapter {i}. " + PARAGRAPH + f"In chapter {i} the keeper" for i in range(8)]
+    extra = {"fathom": {"ignore_eos": True}}
+    with ServerProcess(fathom_bin, smollm2_path) as roomy:
+        alone = [complete(roomy, p, 64, **extra) for p in prompts]
+    args = ["--kv-cache-mib", "8", "--host-kv-mib", "4", "--no-prefix-caching", "--max-num-seqs", "32"]
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=args) as tight:
+        with cf.ThreadPoolExecutor(32) as pool:
+            texts = list(pool.map(lambda i: complete(tight, prompts[i % 8], 64, **extra), range(32)))
+        swaps = metric(tight, "fathom_preemptions_total", {"mode": "swap"})
+        recomputes = metric(tight, "fathom_preemptions_total", {"mode": "recompute"})
+        swapped_in = metric(tight, "fathom_swap_bytes_total", {"direction": "in"})
+    for i, text in enumerate(texts):
+        assert text == alone[i % 8], f"request {i} differs under KV pressure"
+    assert swaps > 0 and recomputes > 0, f"preemptions: swap {swaps}, recompute {recomputes}"
+    assert swapped_in > 0
+
+
+def test_closed_stream_frees_its_blocks(fathom_bin, smollm2_path):
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--no-prefix-caching"]) as server:
+        body = {"prompt": PARAGRAPH * 4, "max_tokens": 2000, "temperature": 0, "stream": True,
+                "fathom": {"ignore_eos": True}}
+        r = requests.post(f"{server.base_url}/v1/completions", json=body, stream=True, timeout=600)
+        chunks = 0
+        for line in r.iter_lines():
+            chunks += line.startswith(b"data: {")
+            if chunks >= 3:
+                break
+        assert metric(server, "fathom_kv_blocks_used", {"tier": "device"}) > 0
+        r.close()  # the client goes away mid-stream
+        deadline = time.monotonic() + 5
+        while metric(server, "fathom_kv_blocks_used", {"tier": "device"}) > 0:
+            assert time.monotonic() < deadline, "blocks of the closed stream were not freed"
+            time.sleep(0.05)
+        assert metric(server, "fathom_requests_running") == 0
+        assert metric(server, "fathom_request_finished_total", {"reason": "cancelled"}) == 1
+
+
+def test_sigterm_during_eight_streams_finishes_them_all(fathom_bin, smollm2_path):
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--max-num-seqs", "8"]) as server:
+        body = {"prompt": "Count slowly:", "max_tokens": 24, "temperature": 0, "stream": True,
+                "fathom": {"ignore_eos": True}}
+        streams = [requests.post(f"{server.base_url}/v1/completions", json=body, stream=True, timeout=600)
+                   for _ in range(8)]
+        lines = [s.iter_lines() for s in streams]
+        firsts = [next(l for l in it if l.startswith(b"data: {")) for it in lines]
+        server.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while requests.get(f"{server.base_url}/health", timeout=10).status_code == 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        late = requests.post(f"{server.base_url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+        assert late.status_code == 503 and "Retry-After" in late.headers
+        for first, it in zip(firsts, lines):
+            rest = [l for l in it if l.startswith(b"data: ")]
+            assert rest[-1] == b"data: [DONE]"
+            chunks = [json.loads(l[6:]) for l in [first] + rest[:-1]]
+            assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+            assert sum(bool(c["choices"][0]["text"]) for c in chunks) >= 20
+        assert server.wait(120) == 0
