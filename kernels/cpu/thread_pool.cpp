@@ -32,9 +32,11 @@ void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
     int spins = 0;
+    // Spin for the next job, yielding now and then: when more threads are runnable than there
+    // are cores, a pure spin keeps the caller (which holds the job's first range) off the CPU.
     while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
       FATHOM_PAUSE();
-      ++spins;
+      if (++spins % 64 == 0) std::this_thread::yield();
     }
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -64,8 +66,8 @@ void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
   // Spin first (the usual case: workers finish within microseconds); yield when the wait is
   // long, e.g. when more threads than cores are runnable and a worker has been descheduled.
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-    if (spins < kSpinIterations / 10) FATHOM_PAUSE();
-    else std::this_thread::yield();
+    FATHOM_PAUSE();
+    if (spins % 64 == 63) std::this_thread::yield();
   }
   job_ = nullptr;
 }
