@@ -1,0 +1,41 @@
+#pragma once
+// Scalar reference of SparQ decode attention (ALGORITHMS.md, all six steps), one query per
+// sequence over the paged KV cache. Prefill stays dense.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ref/attention_state.h"
+
+namespace fathom::ref {
+
+struct SparqParams {
+  int32_t k = 128;             // positions gathered per kv head (step 3)
+  int32_t l = -1;              // forced local window (last l positions); −1: k/4
+  int32_t r = -1;              // query components per kv head group (step 1); −1: head_dim/8
+  bool reallocation = true;    // step 6: out = α·y + (1−α)·v̄; off: out = y
+};
+
+struct SparqStats {
+  int64_t kv_bytes = 0;                        // KV bytes read, see sparq_attention
+  int32_t r = 0, k = 0, l = 0;                 // the values used (after defaults and clamping to S)
+  std::vector<std::vector<int32_t>> selected;  // [n_kv_heads] I2, ascending positions
+  std::vector<float> alpha;                    // [n_heads] α_h (step 4)
+};
+
+// SparQ for one decode query (S = pos + 1 keys):
+//  1. a = Σ_{h∈group} |q_h|; I1 = top-r components of a (ties: lower index).
+//  2. ŝ_h[t] = q_h[I1]·K[t, I1] · scale · √(‖q_h‖₁ / ‖q_h[I1]‖₁) — with scale = 1/√d this is
+//     division by τ_h = √(d·‖q_h[I1]‖₁/‖q_h‖₁).
+//  3. the last max(l, 1) positions (which include the current token) carry an explicit forced
+//     flag; the rest are ranked by Σ_{h∈group} ŝ_h (ties: lower position); I2 = forced ∪ the best
+//     k − |forced|. With k ≥ S, I2 is every position.
+//  4. α_h = Σ_{t∈I2} softmax(ŝ_h)[t] (softmax over all S positions).
+//  5. y_h = exact softmax(q_h·K[I2]ᵀ·scale)·V[I2].
+//  6. out_h = α_h·y_h + (1 − α_h)·v̄, v̄ = mean of V over [0, pos]; reallocation off: y_h.
+// v_mean: [n_kv_heads][head_dim] f32 running mean kept by the cache, or nullptr to compute it
+// here from V. Bytes read per kv head, as implemented: S·r (step 2) + 2·|I2|·d (step 5), plus
+// for reallocation d·4 (v_mean given, f32) or S·d (v̄ computed here), each · element size.
+SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const SparqParams& params,
+                           const float* v_mean = nullptr);
+
+}  // namespace fathom::ref

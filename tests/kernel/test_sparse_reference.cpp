@@ -1,0 +1,370 @@
+// Exactness properties of the scalar sparse-attention references in kernels/ref (the spec the
+// CPU and CUDA kernels will be tested against): partial-state merge, bifurcated == dense,
+// SparQ / HiP / SWA at their loosest settings == dense, INT8 KV round trip, SparQ selection on
+// a constructed input, and the KV bytes-read counters. Grid: head dim 64/128/256, GQA group
+// 1/3/4/8, sequence lengths 1, below one block, one block, odd, long; f32 and f16 KV.
+// Block tables are shuffled so logical order != physical order. Worst errors are printed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/ref/attention.h"
+#include "kernels/ref/attention_state.h"
+#include "kernels/ref/bifurcated.h"
+#include "kernels/ref/dequant.h"
+#include "kernels/ref/hip.h"
+#include "kernels/ref/kv_int8.h"
+#include "kernels/ref/sparq.h"
+#include "kernels/ref/swa.h"
+
+namespace fathom {
+namespace {
+
+constexpr int32_t kBlock = 16, kKvHeads = 2;
+const int32_t kDims[] = {64, 128, 256};
+const int32_t kGroups[] = {1, 3, 4, 8};
+const int32_t kLens[] = {1, 7, 16, 33, 1999};  // 1, below one block, one block, odd, long
+const KvDtype kDtypes[] = {KvDtype::kF32, KvDtype::kF16};
+
+// A paged pool of random K/V (f32 master copy, stored as `dtype`) and one sequence's table.
+struct Pool {
+  int32_t d = 0;
+  KvDtype dtype = KvDtype::kF32;
+  std::vector<float> kf, vf;    // [physical][kKvHeads][kBlock][d]
+  std::vector<uint8_t> k, v;    // the same in `dtype`
+  std::vector<int32_t> table;   // logical -> physical for the sequence
+  PagedKvView view(const std::vector<int32_t>& t) const {
+    return PagedKvView{k.data(), v.data(), dtype, t.data(), kBlock, kKvHeads, d};
+  }
+  PagedKvView view() const { return view(table); }
+  // Stores the f32 master as `dtype` (call after editing kf / vf).
+  void store() {
+    const size_t n = kf.size(), b = kv_dtype_bytes(dtype);
+    k.resize(n * b);
+    v.resize(n * b);
+    for (size_t i = 0; i < n; ++i) {
+      if (dtype == KvDtype::kF32) {
+        reinterpret_cast<float*>(k.data())[i] = kf[i];
+        reinterpret_cast<float*>(v.data())[i] = vf[i];
+      } else {
+        reinterpret_cast<uint16_t*>(k.data())[i] = ref::fp32_to_fp16(kf[i]);
+        reinterpret_cast<uint16_t*>(v.data())[i] = ref::fp32_to_fp16(vf[i]);
+      }
+    }
+  }
+  int64_t offset(int32_t t, int32_t g) const {  // element offset of row t, kv head g
+    return (static_cast<int64_t>(table[t / kBlock]) * kKvHeads + g) * kBlock * d + (t % kBlock) * d;
+  }
+};
+
+Pool make_pool(int32_t d, KvDtype dtype, int32_t physical, int32_t seq_len, std::mt19937& rng) {
+  Pool p;
+  p.d = d;
+  p.dtype = dtype;
+  const int64_t n = static_cast<int64_t>(physical) * kKvHeads * kBlock * d;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  p.kf.resize(n);
+  p.vf.resize(n);
+  for (float& x : p.kf) x = normal(rng);
+  for (float& x : p.vf) x = normal(rng);
+  std::vector<int32_t> perm(physical);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  perm.resize((seq_len + kBlock - 1) / kBlock);
+  p.table = perm;
+  p.store();
+  return p;
+}
+
+std::vector<float> random_q(int32_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q(n);
+  for (float& x : q) x = normal(rng);
+  return q;
+}
+
+std::vector<float> dense(const PagedKvView& kv, const float* q, int32_t n_heads, int32_t pos) {
+  std::vector<float> out(static_cast<size_t>(n_heads) * kv.head_dim);
+  ref::paged_attention(kv, AttentionArgs{q, out.data(), 1, n_heads, pos, 0, 1.0f / std::sqrt(float(kv.head_dim))});
+  return out;
+}
+
+// max |a − b| / max |b|: the error relative to the output's scale (outputs shrink like 1/√S).
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::fabs(double(a[i]) - b[i]));
+    den = std::max(den, std::fabs(double(b[i])));
+    if (std::isnan(a[i])) return INFINITY;
+  }
+  return num / den;
+}
+
+struct Worst {
+  const char* name;
+  double err = 0;
+  int cases = 0;
+  void add(double e) { err = std::max(err, e), ++cases; }
+  ~Worst() { std::printf("  %-44s worst rel err %.3g over %d cases\n", name, err, cases); }
+};
+
+ref::DecodeArgs decode(const std::vector<float>& q, std::vector<float>& out, int32_t n_heads, int32_t pos, int32_t d) {
+  out.assign(static_cast<size_t>(n_heads) * d, 0.0f);
+  return ref::DecodeArgs{q.data(), out.data(), n_heads, pos, 1.0f / std::sqrt(float(d))};
+}
+
+TEST(SparseReference, MergeIsAssociativeCommutativeWithEmptyIdentity) {
+  std::mt19937 rng(1);
+  Worst assoc{"merge (a·b)·c vs a·(b·c) vs b·a·c vs whole"};
+  for (int32_t d : kDims)
+    for (KvDtype dt : kDtypes)
+      for (int32_t s : {2, 33, 300}) {
+        const Pool p = make_pool(d, dt, (s + kBlock - 1) / kBlock + 2, s, rng);
+        const auto q = random_q(d, rng);
+        std::vector<int32_t> all = ref::position_range(0, s);
+        std::shuffle(all.begin(), all.end(), rng);
+        const int32_t cut1 = s / 3, cut2 = s / 3 + s / 2;
+        ref::AttentionState a, b, c, whole;
+        const float scale = 1.0f / std::sqrt(float(d));
+        ref::partial_attention(p.view(), 1, q.data(), 1, scale, all.data(), cut1, &a);  // empty when s < 3
+        ref::partial_attention(p.view(), 1, q.data(), 1, scale, all.data() + cut1, cut2 - cut1, &b);
+        ref::partial_attention(p.view(), 1, q.data(), 1, scale, all.data() + cut2, s - cut2, &c);
+        ref::partial_attention(p.view(), 1, q.data(), 1, scale, all.data(), s, &whole);
+        const auto l = ref::merge_states(ref::merge_states(a, b), c);
+        const auto r = ref::merge_states(a, ref::merge_states(b, c));
+        const auto x = ref::merge_states(ref::merge_states(c, a), b);
+        for (const ref::AttentionState* m : std::vector<const ref::AttentionState*>{&r, &x, &whole}) {
+          const double e = rel_err(l.o, m->o);
+          assoc.add(e);
+          EXPECT_LE(e, 1e-6) << "d=" << d << " s=" << s;
+          EXPECT_NEAR(l.s, m->s, 1e-5 * std::max(1.0f, std::fabs(m->s)));
+        }
+        // The empty subset: identity on either side, and empty·empty stays empty without NaN.
+        const ref::AttentionState e = ref::empty_state(d);
+        const auto ae = ref::merge_states(b, e), ea = ref::merge_states(e, b), ee = ref::merge_states(e, e);
+        EXPECT_EQ(ae.o, b.o);
+        EXPECT_EQ(ea.o, b.o);
+        EXPECT_EQ(ae.s, b.s);
+        EXPECT_EQ(ee.s, -INFINITY);
+        for (float v : ee.o) EXPECT_EQ(v, 0.0f);
+        for (float v : ae.o) EXPECT_FALSE(std::isnan(v));
+      }
+}
+
+// Sequences whose tables share the physical blocks of another table's first `shared` tokens;
+// a partially shared block is a copy-on-write copy (same rows below `shared`, fresh after).
+struct SharedPool {
+  Pool p;
+  std::vector<int32_t> free_blocks;
+  int32_t fresh() {
+    const int32_t b = free_blocks.back();
+    free_blocks.pop_back();
+    return b;
+  }
+  std::vector<int32_t> table(const std::vector<int32_t>* src, int32_t shared, int32_t len) {
+    std::vector<int32_t> t;
+    const int32_t full = shared / kBlock;
+    for (int32_t i = 0; i < full; ++i) t.push_back((*src)[i]);
+    if (shared % kBlock != 0) {
+      const int32_t b = fresh();
+      for (int32_t g = 0; g < kKvHeads; ++g)
+        for (int32_t row = 0; row < shared % kBlock; ++row)
+          for (int32_t c = 0; c < p.d; ++c) {
+            const int64_t from = ((int64_t((*src)[full]) * kKvHeads + g) * kBlock + row) * p.d + c;
+            const int64_t to = ((int64_t(b) * kKvHeads + g) * kBlock + row) * p.d + c;
+            p.kf[to] = p.kf[from];
+            p.vf[to] = p.vf[from];
+          }
+      t.push_back(b);
+    }
+    while (static_cast<int32_t>(t.size()) * kBlock < len) t.push_back(fresh());
+    return t;
+  }
+};
+
+SharedPool make_shared_pool(int32_t d, KvDtype dt, int32_t physical, std::mt19937& rng) {
+  SharedPool sp;
+  sp.p = make_pool(d, dt, physical, 1, rng);
+  sp.free_blocks.resize(physical);
+  std::iota(sp.free_blocks.begin(), sp.free_blocks.end(), 0);
+  std::shuffle(sp.free_blocks.begin(), sp.free_blocks.end(), rng);
+  return sp;
+}
+
+TEST(SparseReference, BifurcatedEqualsDensePerSequence) {
+  std::mt19937 rng(2);
+  Worst one{"bifurcated, one prefix, b = 3"}, nested{"bifurcated, nested prefixes"};
+  const int32_t suffix[3] = {0, 5, 17};  // tokens after the shared prefix (0: query is its last)
+  for (int32_t d : kDims)
+    for (int32_t g : kGroups)
+      for (int32_t mc : kLens)
+        for (KvDtype dt : kDtypes) {
+          if (mc == 1999 && g != 4) continue;  // long prefix: one group size keeps the test fast
+          const int32_t n_heads = g * kKvHeads;
+          SharedPool sp = make_shared_pool(d, dt, 4 * ((mc + 17) / kBlock + 2), rng);
+          const std::vector<int32_t> prefix = sp.table(nullptr, 0, mc);
+          std::vector<std::vector<int32_t>> tables;
+          for (int32_t i = 0; i < 3; ++i) tables.push_back(sp.table(&prefix, mc, mc + suffix[i]));
+          sp.p.store();
+          std::vector<PagedKvView> views;
+          std::vector<ref::DecodeArgs> args;
+          std::vector<std::vector<float>> qs, outs(3);
+          for (int32_t i = 0; i < 3; ++i) {
+            views.push_back(sp.p.view(tables[i]));
+            qs.push_back(random_q(n_heads * d, rng));
+          }
+          for (int32_t i = 0; i < 3; ++i) args.push_back(decode(qs[i], outs[i], n_heads, mc + suffix[i] - 1, d));
+          const PagedKvView prefix_view = sp.p.view(prefix);
+          const int64_t bytes = ref::bifurcated_attention({{&prefix_view, 0, mc, {0, 1, 2}}}, views.data(),
+                                                          args.data(), 3);
+          for (int32_t i = 0; i < 3; ++i) {
+            const double e = rel_err(outs[i], dense(views[i], qs[i].data(), n_heads, args[i].pos));
+            one.add(e);
+            EXPECT_LE(e, 1e-5) << "d=" << d << " g=" << g << " mc=" << mc << " seq " << i;
+          }
+          // (m_c + Σ m_d)·2·d per kv head.
+          EXPECT_EQ(bytes, int64_t(mc + 0 + 5 + 17) * 2 * d * kKvHeads * int64_t(kv_dtype_bytes(dt)));
+        }
+  // Nested: [0, m0) shared by all three, [m0, m1) by sequences 0 and 1 only.
+  for (int32_t d : kDims)
+    for (KvDtype dt : kDtypes)
+      for (auto [m0, m1] : {std::pair{16, 39}, std::pair{7, 64}, std::pair{100, 301}}) {
+        const int32_t g = 3, n_heads = g * kKvHeads;
+        SharedPool sp = make_shared_pool(d, dt, 4 * (m1 / kBlock + 4), rng);
+        const std::vector<int32_t> root = sp.table(nullptr, 0, m0);
+        const std::vector<int32_t> doc = sp.table(&root, m0, m1);
+        std::vector<std::vector<int32_t>> tables = {sp.table(&doc, m1, m1 + 3), sp.table(&doc, m1, m1 + 9),
+                                                    sp.table(&root, m0, m0 + 20)};
+        sp.p.store();
+        std::vector<PagedKvView> views;
+        std::vector<ref::DecodeArgs> args;
+        std::vector<std::vector<float>> qs, outs(3);
+        const int32_t pos[3] = {m1 + 2, m1 + 8, m0 + 19};
+        for (int32_t i = 0; i < 3; ++i) {
+          views.push_back(sp.p.view(tables[i]));
+          qs.push_back(random_q(n_heads * d, rng));
+        }
+        for (int32_t i = 0; i < 3; ++i) args.push_back(decode(qs[i], outs[i], n_heads, pos[i], d));
+        const PagedKvView root_view = sp.p.view(root), doc_view = sp.p.view(doc);
+        const int64_t bytes = ref::bifurcated_attention(
+            {{&doc_view, m0, m1, {0, 1}}, {&root_view, 0, m0, {0, 1, 2}}}, views.data(), args.data(), 3);
+        for (int32_t i = 0; i < 3; ++i) {
+          const double e = rel_err(outs[i], dense(views[i], qs[i].data(), n_heads, pos[i]));
+          nested.add(e);
+          EXPECT_LE(e, 1e-5) << "d=" << d << " m0=" << m0 << " m1=" << m1 << " seq " << i;
+        }
+        EXPECT_EQ(bytes, int64_t(m1 + 3 + 9 + 20) * 2 * d * kKvHeads * int64_t(kv_dtype_bytes(dt)));
+      }
+}
+
+// SparQ with k ≥ S (l ≤ k), HiP with mask_k ≥ S, SWA with r = 1: every position is attended,
+// so each equals dense decode. Also checks each policy's bytes-read counter against its formula.
+TEST(SparseReference, LoosestSettingsEqualDense) {
+  std::mt19937 rng(3);
+  Worst sq_on{"sparq k >= S, reallocation on"}, sq_off{"sparq k >= S, reallocation off"};
+  Worst hip{"hip mask_k >= S"}, swa{"swa r = 1"};
+  for (int32_t d : kDims)
+    for (int32_t g : kGroups)
+      for (int32_t s : kLens)
+        for (KvDtype dt : kDtypes) {
+          const int32_t n_heads = g * kKvHeads, pos = s - 1;
+          const int64_t elem = kv_dtype_bytes(dt);
+          const Pool p = make_pool(d, dt, (s + kBlock - 1) / kBlock + 3, s, rng);
+          const auto q = random_q(n_heads * d, rng);
+          const auto want = dense(p.view(), q.data(), n_heads, pos);
+          std::vector<float> out;
+          for (bool realloc : {true, false}) {
+            ref::SparqParams sp;
+            sp.k = s + (realloc ? 0 : 5);
+            sp.l = std::min(sp.k, 32);
+            sp.reallocation = realloc;
+            const ref::SparqStats st = ref::sparq_attention(p.view(), decode(q, out, n_heads, pos, d), sp);
+            const double e = rel_err(out, want);
+            (realloc ? sq_on : sq_off).add(e);
+            EXPECT_LE(e, 1e-5) << "sparq d=" << d << " g=" << g << " s=" << s << " realloc=" << realloc;
+            // Per kv head: S·r (step 2) + 2·k·d (step 5) + S·d (v̄ computed from V when reallocating).
+            const int64_t r = d / 8, per_head = int64_t(s) * r + 2 * int64_t(s) * d + (realloc ? int64_t(s) * d : 0);
+            EXPECT_EQ(st.kv_bytes, per_head * kKvHeads * elem);
+            EXPECT_EQ(st.r, r);
+          }
+          ref::HipParams hp;
+          hp.mask_k = s;  // T′ = pos − window − sink < mask_k: dense
+          ref::HipBytes hb = ref::hip_attention(p.view(), decode(q, out, n_heads, pos, d), hp);
+          double e = rel_err(out, want);
+          hip.add(e);
+          EXPECT_LE(e, 1e-5) << "hip d=" << d << " g=" << g << " s=" << s;
+          EXPECT_EQ(hb.total(), 2 * int64_t(s) * d * kKvHeads * elem);
+          std::vector<float> mass(s);
+          for (float& m : mass) m = std::uniform_real_distribution<float>(0, 1)(rng);
+          const ref::SwaStats ss = ref::swa_attention(p.view(), decode(q, out, n_heads, pos, d), {1.0f}, mass.data());
+          e = rel_err(out, want);
+          swa.add(e);
+          EXPECT_LE(e, 1e-5) << "swa d=" << d << " g=" << g << " s=" << s;
+          EXPECT_EQ(ss.kv_bytes, 2 * int64_t(s) * d * kKvHeads * elem);
+        }
+}
+
+// A few keys dominate: SparQ with small k must select exactly them (top-k correspondence 1),
+// always keep the last l positions, count S·r + 2·k·d (+ d·4 for a supplied v̄) per kv head, and
+// stay close to dense. Dominant keys are K = c·q̄_g (q̄_g: the group's mean query, the group's
+// queries are q̄_g + 0.1·noise) with logit ≈ 16; random keys have logits ~ N(0, 1).
+TEST(SparseReference, SparqSelectsDominantKeys) {
+  std::mt19937 rng(4);
+  Worst on{"sparq dominant keys, realloc on (bound 1e-3)"}, off{"sparq dominant keys, realloc off (bound 1e-3)"};
+  for (int32_t d : kDims)
+    for (int32_t g : kGroups)
+      for (KvDtype dt : kDtypes) {
+        const int32_t s = 1000, pos = s - 1, n_heads = g * kKvHeads, k = 16, l = 4;
+        Pool p = make_pool(d, dt, s / kBlock + 3, s, rng);
+        std::vector<float> q = random_q(n_heads * d, rng);
+        std::vector<std::vector<int32_t>> dominant(kKvHeads);
+        for (int32_t kh = 0; kh < kKvHeads; ++kh) {
+          const std::vector<float> base = random_q(d, rng);
+          for (int32_t j = 0; j < g; ++j)
+            for (int32_t c = 0; c < d; ++c) q[(kh * g + j) * d + c] = base[c] + 0.1f * random_q(1, rng)[0];
+          double norm2 = 0;
+          for (float x : base) norm2 += double(x) * x;
+          std::vector<int32_t> cand = ref::position_range(0, s - l);
+          std::shuffle(cand.begin(), cand.end(), rng);
+          dominant[kh].assign(cand.begin(), cand.begin() + (k - l));
+          std::sort(dominant[kh].begin(), dominant[kh].end());
+          for (int32_t t : dominant[kh])
+            for (int32_t c = 0; c < d; ++c) p.kf[p.offset(t, kh) + c] = float(16.0 * std::sqrt(d) / norm2 * base[c]);
+        }
+        p.store();
+        const auto want = dense(p.view(), q.data(), n_heads, pos);
+        std::vector<float> vbar(kKvHeads * d, 0.0f);  // exact mean of the stored V, as a cache keeps it
+        std::vector<float> row(d);
+        for (int32_t kh = 0; kh < kKvHeads; ++kh) {
+          for (int32_t t = 0; t < s; ++t) {
+            ref::load_kv_row(p.view(), p.v.data(), t, kh, row.data());
+            for (int32_t c = 0; c < d; ++c) vbar[kh * d + c] += row[c] / s;
+          }
+        }
+        for (bool realloc : {true, false}) {
+          std::vector<float> out;
+          const ref::SparqStats st = ref::sparq_attention(p.view(), decode(q, out, n_heads, pos, d),
+                                                          {k, l, -1, realloc}, vbar.data());
+          for (int32_t kh = 0; kh < kKvHeads; ++kh) {
+            std::vector<int32_t> expect = dominant[kh];
+            for (int32_t t = s - l; t < s; ++t) expect.push_back(t);
+            EXPECT_EQ(st.selected[kh], expect) << "d=" << d << " g=" << g << " kv head " << kh;
+          }
+          const double e = rel_err(out, want);
+          (realloc ? on : off).add(e);
+          EXPECT_LE(e, 1e-3) << "d=" << d << " g=" << g;
+          const int64_t per_head = int64_t(s) * (d / 8) * int64_t(kv_dtype_bytes(dt)) +
+                                   2 * int64_t(k) * d * int64_t(kv_dtype_bytes(dt)) + (realloc ? int64_t(d) * 4 : 0);
+          EXPECT_EQ(st.kv_bytes, per_head * kKvHeads);
+        }
+      }
+}
+
+}  // namespace
+}  // namespace fathom
