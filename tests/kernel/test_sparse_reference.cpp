@@ -366,5 +366,144 @@ TEST(SparseReference, SparqSelectsDominantKeys) {
       }
 }
 
+// HiP's sparse path (S ≈ 2000 with the reference defaults mask_k 512, block 2, sink 16, window
+// 256): a planted region of 64 tokens whose keys align with the group's query (logit ≈ 16) must
+// be in every head's mask; each head keeps exactly mask_k / block_size_k distinct blocks inside
+// the middle region; V bytes for G = 1 are exactly (mask_k + sink + window + 1)·d per kv head;
+// the output stays near dense; a mask estimated 7 steps earlier is reused with the window
+// following the current position.
+TEST(SparseReference, HipSparsePathSelectsPlantedBlocks) {
+  std::mt19937 rng(5);
+  Worst fresh{"hip sparse, planted region (bound 1e-3)"}, reused{"hip sparse, mask reused 7 steps (bound 1e-3)"};
+  const ref::HipParams hp;  // defaults
+  const int32_t s = 2000, pos_est = s - 8, plant_lo = 600, plant_hi = 664;
+  for (int32_t d : kDims)
+    for (int32_t g : kGroups)
+      for (KvDtype dt : kDtypes) {
+        const int32_t n_heads = g * kKvHeads;
+        const int64_t elem = kv_dtype_bytes(dt);
+        Pool p = make_pool(d, dt, s / kBlock + 3, s, rng);
+        std::vector<float> q = random_q(n_heads * d, rng);
+        for (int32_t kh = 0; kh < kKvHeads; ++kh) {
+          const std::vector<float> base = random_q(d, rng);
+          for (int32_t j = 0; j < g; ++j)
+            for (int32_t c = 0; c < d; ++c) q[(kh * g + j) * d + c] = base[c] + 0.1f * random_q(1, rng)[0];
+          double norm2 = 0;
+          for (float x : base) norm2 += double(x) * x;
+          for (int32_t t = plant_lo; t < plant_hi; ++t)
+            for (int32_t c = 0; c < d; ++c) p.kf[p.offset(t, kh) + c] = float(16.0 * std::sqrt(d) / norm2 * base[c]);
+        }
+        p.store();
+        std::vector<float> out;
+        ref::HipBytes bytes;
+        const ref::HipMask mask = ref::hip_estimate_mask(p.view(), decode(q, out, n_heads, pos_est, d), hp, &bytes);
+        ASSERT_FALSE(mask.dense);
+        const int32_t t_mid = pos_est - hp.window - hp.sink;
+        for (int32_t h = 0; h < n_heads; ++h) {
+          const std::vector<int32_t>& b = mask.block_starts[h];
+          ASSERT_EQ(static_cast<int32_t>(b.size()), hp.mask_k / hp.block_size_k);
+          EXPECT_TRUE(std::adjacent_find(b.begin(), b.end(), std::greater_equal<int32_t>()) == b.end());
+          for (int32_t x : b) {
+            EXPECT_GE(x, hp.sink);
+            EXPECT_LT(x, hp.sink + t_mid);
+            EXPECT_EQ((x - hp.sink) % hp.block_size_k, 0);
+          }
+          for (int32_t t = plant_lo; t < plant_hi; t += hp.block_size_k)
+            EXPECT_TRUE(std::binary_search(b.begin(), b.end(), t)) << "planted block " << t << " head " << h;
+        }
+        const int64_t k_est = bytes.k_bytes;
+        EXPECT_GT(k_est, 0);
+        ref::hip_sparse_attention(p.view(), decode(q, out, n_heads, pos_est, d), hp, mask, &bytes);
+        const int64_t v_rows = bytes.v_bytes / (d * elem * kKvHeads);
+        if (g == 1) {  // t_mid is even: every selected block is full
+          EXPECT_EQ(v_rows, hp.mask_k + hp.sink + hp.window + 1);
+        }
+        EXPECT_GE(v_rows, hp.mask_k + hp.sink + hp.window + 1);
+        EXPECT_EQ(bytes.k_bytes - k_est, bytes.v_bytes);
+        double e = rel_err(out, dense(p.view(), q.data(), n_heads, pos_est));
+        fresh.add(e);
+        EXPECT_LE(e, 1e-3) << "d=" << d << " g=" << g;
+        ref::hip_sparse_attention(p.view(), decode(q, out, n_heads, s - 1, d), hp, mask, nullptr);
+        e = rel_err(out, dense(p.view(), q.data(), n_heads, s - 1));
+        reused.add(e);
+        EXPECT_LE(e, 1e-3) << "reused d=" << d << " g=" << g;
+      }
+}
+
+// SWA at r = 1/4 keeps the last ⌊n·r/2⌋ tokens and the same number of older tokens with the
+// largest mass; the output equals dense attention over a pool holding only the kept rows.
+TEST(SparseReference, SwaKeepsRecentAndHeavyTokens) {
+  std::mt19937 rng(6);
+  Worst w{"swa r = 1/4 vs dense over the kept rows"};
+  for (int32_t d : kDims)
+    for (int32_t g : kGroups)
+      for (KvDtype dt : kDtypes) {
+        const int32_t n = 1001, n_heads = g * kKvHeads;
+        const Pool p = make_pool(d, dt, n / kBlock + 3, n, rng);
+        const auto q = random_q(n_heads * d, rng);
+        std::vector<float> mass(n), out;
+        for (float& m : mass) m = std::uniform_real_distribution<float>(0, 1)(rng);
+        const ref::SwaStats st = ref::swa_attention(p.view(), decode(q, out, n_heads, n - 1, d), {0.25f}, mass.data());
+        const int32_t k_local = n / 8, k_global = n / 4 - k_local;  // 125, 125
+        ASSERT_EQ(st.k_local, k_local);
+        ASSERT_EQ(st.k_global, k_global);
+        std::vector<int32_t> order = ref::position_range(0, n - k_local);
+        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return mass[a] > mass[b]; });
+        std::vector<int32_t> expect(order.begin(), order.begin() + k_global);
+        for (int32_t t = n - k_local; t < n; ++t) expect.push_back(t);
+        std::sort(expect.begin(), expect.end());
+        ASSERT_EQ(st.kept, expect);
+        EXPECT_EQ(st.kv_bytes, int64_t(k_local + k_global) * 2 * d * kKvHeads * int64_t(kv_dtype_bytes(dt)));
+        // Compact pool: logical position i holds kept row expect[i] (attention is order-free).
+        Pool c = make_pool(d, dt, (n / 4) / kBlock + 2, n / 4, rng);
+        for (int32_t i = 0; i < static_cast<int32_t>(expect.size()); ++i)
+          for (int32_t kh = 0; kh < kKvHeads; ++kh)
+            for (int32_t x = 0; x < d; ++x) {
+              c.kf[c.offset(i, kh) + x] = p.kf[p.offset(expect[i], kh) + x];
+              c.vf[c.offset(i, kh) + x] = p.vf[p.offset(expect[i], kh) + x];
+            }
+        c.store();
+        const double e = rel_err(out, dense(c.view(), q.data(), n_heads, static_cast<int32_t>(expect.size()) - 1));
+        w.add(e);
+        EXPECT_LE(e, 1e-5) << "d=" << d << " g=" << g;
+      }
+}
+
+// INT8 round trip: |x − dequant(quant(x))| ≤ λ/2 per element (+ f32 rounding), over group sizes
+// 32/64/128, a short last group, a constant group and groups offset far from zero.
+TEST(SparseReference, Int8RoundTripWithinHalfStep) {
+  std::mt19937 rng(7);
+  double worst = 0;  // in units of λ
+  for (int32_t gs : {32, 64, 128})
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(64), int64_t(128 * 33 + 5)}) {
+      std::vector<float> x(n);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (int64_t g0 = 0; g0 < n; g0 += gs) {
+        const float spread = std::exp(normal(rng) * 2.0f), offset = (g0 / gs) % 3 == 2 ? 100.0f : 0.0f;
+        for (int64_t i = g0; i < std::min<int64_t>(n, g0 + gs); ++i)
+          x[i] = (g0 / gs) % 5 == 4 ? 3.25f : offset + spread * normal(rng);  // every 5th group constant
+      }
+      const int64_t n_groups = (n + gs - 1) / gs;
+      std::vector<uint8_t> q(n);
+      std::vector<ref::Int8Group> groups(n_groups);
+      std::vector<float> y(n);
+      ref::kv_int8_quantize(x.data(), n, gs, q.data(), groups.data());
+      ref::kv_int8_dequantize(q.data(), groups.data(), n, gs, y.data());
+      EXPECT_EQ(ref::kv_int8_bytes(n, gs), n + n_groups * 8);
+      for (int64_t i = 0; i < n; ++i) {
+        const ref::Int8Group& g = groups[i / gs];
+        const double err = std::fabs(double(x[i]) - y[i]);
+        const double bound = g.scale / 2.0 * (1 + 1e-4) + 4 * FLT_EPSILON * (std::fabs(g.min) + 255.0 * g.scale);
+        EXPECT_LE(err, bound) << "i=" << i << " gs=" << gs;
+        if (g.scale > 0) {
+          worst = std::max(worst, err / g.scale);
+        } else {
+          EXPECT_EQ(err, 0.0);
+        }
+      }
+    }
+  std::printf("  %-44s worst |x - x'| / lambda = %.4f\n", "int8 round trip", worst);
+}
+
 }  // namespace
 }  // namespace fathom
