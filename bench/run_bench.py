@@ -162,6 +162,12 @@ def fmt(v, spec):
     return "–" if v is None else format(v, spec)
 
 
+def prefill_label(c):
+    if c["prefill_tok_s"] is None and c.get("prefill_shared_from_threads"):
+        return f"(shared from {c['prefill_shared_from_threads']}t)"
+    return fmt(c["prefill_tok_s"], ".0f")
+
+
 def decode_table(cells, with_precision=False):
     head = ["threads", "depth", "prefill tok/s", "prefill GFLOP/s", "decode tok/s", "bytes/token (MB)", "bound tok/s",
             "fraction of bound", "other load (CPUs)"]
@@ -169,9 +175,7 @@ def decode_table(cells, with_precision=False):
         head.insert(0, "precision")
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells:
-        pf = fmt(c["prefill_tok_s"], ".0f")
-        if c["prefill_tok_s"] is None and c.get("prefill_shared_from_threads"):
-            pf = f"(shared from {c['prefill_shared_from_threads']}t)"
+        pf = prefill_label(c)
         cols = [str(c["threads"]), str(c["depth"]), pf, fmt(c["prefill_gflops"], ".1f"), f"{c['decode_tok_s']:.1f}",
                 f"{c['bytes_per_token'] / 1e6:.1f}", fmt(c["bound_tok_s"], ".0f"),
                 fmt(None if c["fraction_of_bound"] is None else 100 * c["fraction_of_bound"], ".0f") + "%",
@@ -210,7 +214,7 @@ def combine_bandwidth(sessions):
             "results": results, "sessions": sessions}
 
 
-def write_reports(args, machine, bandwidth, decodes, skipped, commands, results_md, summary_md):
+def write_reports(machine, bandwidth, decodes, skipped, commands, results_md, summary_md):
     labels = [s["label"] for s in bandwidth["sessions"]]
     bw_rows = ["| threads | best GB/s (roofline) | " + " | ".join(f"best GB/s {l}" for l in labels) + " | " +
                " | ".join(f"other load {l} (CPUs)" for l in labels) + " |", "|---|---|" + "---|" * 2 * len(labels)]
@@ -230,7 +234,7 @@ def write_reports(args, machine, bandwidth, decodes, skipped, commands, results_
           "bound is computed: [README.md](README.md).", "",
           "## Machine and run", "",
           f"- CPU: {machine['cpu']} — {machine['cpus']} logical CPUs, {machine['simd']}, {machine['mem_gib']:.1f} GiB RAM",
-          f"- Date: {machine['date']}; run took {machine['minutes']:.1f} min (budget {args.budget_minutes:g} min)",
+          f"- Date: {machine['date']}; run took {machine['minutes']:.1f} min (budget {machine['budget_minutes']:g} min)",
           f"- Commit: `{machine['commit']}`" + (" (with uncommitted changes in the tree)" if machine["dirty"] else ""),
           f"- Load: {load_line}",
           f"- Build: `{machine['build']}` ({machine['cmake_build_type']})",
@@ -274,7 +278,7 @@ def write_reports(args, machine, bandwidth, decodes, skipped, commands, results_
     for key, spec in MODELS.items():
         j = decodes.get((key, PRECISION))
         for c in j["cells"] if j else []:
-            pf = fmt(c["prefill_tok_s"], ".0f")
+            pf = prefill_label(c)
             sm.append(f"| {spec['title']} | {c['threads']} | {c['depth']} | {pf} | {c['decode_tok_s']:.1f} | "
                       f"{fmt(c['bound_tok_s'], '.0f')} | "
                       f"{fmt(None if c['fraction_of_bound'] is None else 100 * c['fraction_of_bound'], '.0f')}% |")
@@ -289,6 +293,18 @@ def write_reports(args, machine, bandwidth, decodes, skipped, commands, results_
 # ---------------------------------------------------------------- main
 
 
+def report_only(out, results_md):
+    machine = json.loads((out / "machine.json").read_text())
+    bandwidth = json.loads((out / "bandwidth.json").read_text())
+    decodes = {}
+    for path in sorted(out.glob("decode-*.json")):
+        key, precision = path.stem[len("decode-"):].rsplit("-", 1)
+        decodes[(key, precision)] = json.loads(path.read_text())
+    write_reports(machine, bandwidth, decodes, machine["skipped"], machine["commands"], results_md,
+                  out / "summary.md")
+    log(f"regenerated {results_md} and {out / 'summary.md'}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.environ.get("FATHOM_BUILD", "build"), help="build directory (FATHOM_BUILD)")
@@ -299,7 +315,11 @@ def main():
     ap.add_argument("--budget-minutes", type=float, default=14.0)
     ap.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--results-md", default=str(ROOT / "bench" / "RESULTS.md"))
+    ap.add_argument("--report-only", action="store_true",
+                    help="only regenerate RESULTS.md and summary.md from the JSON already in --results-dir")
     args = ap.parse_args()
+    if args.report_only:
+        return report_only(Path(args.results_dir), Path(args.results_md))
 
     build = Path(args.build) if Path(args.build).is_absolute() else ROOT / args.build
     out = Path(args.results_dir)
@@ -323,7 +343,7 @@ def main():
                "commit": git("rev-parse", "HEAD") or "unknown",
                "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
                "build": os.path.relpath(build, ROOT), "cmake_build_type": build_type,
-               "kernel": platform.release(), "argv": [shlex.quote(a) for a in sys.argv[1:]]}
+               "kernel": platform.release(), "budget_minutes": args.budget_minutes, "argv": [shlex.quote(a) for a in sys.argv[1:]]}
 
     # 1. Bandwidth: the roofline every decode figure is judged against. Measured before the decode
     # runs (bench_decode reads that file) and again after them; the best of both is the roofline,
@@ -413,7 +433,7 @@ def main():
     for (key, precision), j in decodes.items():
         j["skipped"] = skipped.get(key, []) if precision == PRECISION else []
         (out / f"decode-{key}-{precision}.json").write_text(json.dumps(j, indent=2) + "\n")
-    write_reports(args, machine, bandwidth, decodes, skipped, commands, Path(args.results_md), out / "summary.md")
+    write_reports(machine, bandwidth, decodes, skipped, commands, Path(args.results_md), out / "summary.md")
     log(f"wrote {args.results_md}, {out}/*.json, {out}/summary.md in {machine['minutes']:.1f} min")
     if failures:
         sys.exit("run_bench: failed: " + "; ".join(failures))
