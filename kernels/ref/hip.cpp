@@ -39,11 +39,14 @@ HipMask hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, const H
         chunks[j].push_back({static_cast<int32_t>(static_cast<int64_t>(i) * n_blocks / n_keep),
                              static_cast<int32_t>(static_cast<int64_t>(i + 1) * n_blocks / n_keep)});
     for (;;) {
-      bool split = false;
-      for (const Chunk& c : chunks[0]) split |= c.hi - c.lo > 1;
-      if (!split) break;  // every head has the same chunk sizes at every iteration
+      // Heads keep different halves (of unequal size), so each stops on its own.
+      std::vector<char> split(group, 0);
+      for (int32_t j = 0; j < group; ++j)
+        for (const Chunk& c : chunks[j]) split[j] |= c.hi - c.lo > 1;
+      if (std::count(split.begin(), split.end(), 1) == 0) break;
       std::vector<char> touched(end, 0);  // K rows read by this iteration, for the group
       for (int32_t j = 0; j < group; ++j) {
+        if (!split[j]) continue;
         const float* q = args.q + static_cast<int64_t>(g * group + j) * d;
         std::vector<Chunk> halves;
         for (const Chunk& c : chunks[j]) {

@@ -6,6 +6,15 @@
 
 namespace fathom::ref {
 
+SparqParams sparq_params_for_ratio(double c, int32_t S, int32_t head_dim, bool reallocation) {
+  SparqParams p;
+  p.r = static_cast<int32_t>(std::clamp<long>(std::lround(2.0 * head_dim * c / 3.0), 1, head_dim));
+  p.k = static_cast<int32_t>(std::clamp<long>(std::lround(2.0 * c * S / 3.0), 1, std::max(S, 1)));
+  p.l = p.k / 4;
+  p.reallocation = reallocation;
+  return p;
+}
+
 SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const SparqParams& p,
                            const float* v_mean) {
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, group = args.n_heads / n_kv;

@@ -15,6 +15,12 @@ struct SparqParams {
   bool reallocation = true;    // step 6: out = α·y + (1−α)·v̄; off: out = y
 };
 
+// The `compression` convenience: (r, k, l) for a target KV-read ratio c ≈ M_sparq / M_dense
+// (transfer model: M_sparq = S·r + 2·k·d + 4·d, M_dense = 2·S·d + 2·d) at S keys, split like the
+// paper's llama.cpp runs (r ≈ d/12, k ≈ S/12 at c = 1/8): r/(2d) = c/3 and k/S = 2c/3; l = k/4.
+// r ∈ [1, d], k ∈ [1, S]; a small S therefore reads more than c.
+SparqParams sparq_params_for_ratio(double c, int32_t S, int32_t head_dim, bool reallocation = true);
+
 struct SparqStats {
   int64_t kv_bytes = 0;                        // KV bytes read, see sparq_attention
   int32_t r = 0, k = 0, l = 0;                 // the values used (after defaults and clamping to S)

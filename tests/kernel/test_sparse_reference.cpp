@@ -505,5 +505,33 @@ TEST(SparseReference, Int8RoundTripWithinHalfStep) {
   std::printf("  %-44s worst |x - x'| / lambda = %.4f\n", "int8 round trip", worst);
 }
 
+// sparq_params_for_ratio: the transfer model's ratio at the chosen (r, k) lands near the target
+// c for S ≥ 1k, and the kernel's counter (without v̄) equals S·r + 2·k·d per kv head.
+TEST(SparseReference, SparqParamsForRatioHitTheTransferModel) {
+  double worst = 0;
+  for (int32_t d : kDims)
+    for (int32_t s : {1024, 4096, 16384, 65536})
+      for (double c : {0.5, 0.25, 0.125}) {
+        const ref::SparqParams p = ref::sparq_params_for_ratio(c, s, d);
+        const double m_sparq = double(s) * p.r + 2.0 * p.k * d + 4.0 * d, m_dense = 2.0 * s * d + 2.0 * d;
+        const double rel = std::fabs(m_sparq / m_dense - c) / c;
+        worst = std::max(worst, rel);
+        EXPECT_LE(rel, 0.1) << "d=" << d << " S=" << s << " c=" << c << " r=" << p.r << " k=" << p.k;
+        EXPECT_EQ(p.l, p.k / 4);
+      }
+  std::printf("  %-44s worst |c_model - c| / c = %.4f\n", "sparq_params_for_ratio", worst);
+  std::mt19937 rng(8);
+  const int32_t d = 64, s = 1500, n_heads = 3 * kKvHeads;
+  const Pool p = make_pool(d, KvDtype::kF16, s / kBlock + 3, s, rng);
+  const auto q = random_q(n_heads * d, rng);
+  std::vector<float> out;
+  const ref::SparqParams sp = ref::sparq_params_for_ratio(0.125, s, d, false);
+  const ref::SparqStats st = ref::sparq_attention(p.view(), decode(q, out, n_heads, s - 1, d), sp);
+  std::printf("  sparq c = 1/8 at S = %d, d = %d: r = %d, k = %d, l = %d, rel err vs dense %.3g (random data: flat softmax, nothing to find)\n", s, d,
+              st.r, st.k, st.l, rel_err(out, dense(p.view(), q.data(), n_heads, s - 1)));
+  EXPECT_EQ(st.kv_bytes, (int64_t(s) * sp.r + 2 * int64_t(sp.k) * d) * 2 * kKvHeads);
+  for (const auto& sel : st.selected) EXPECT_EQ(static_cast<int32_t>(sel.size()), sp.k);
+}
+
 }  // namespace
 }  // namespace fathom
