@@ -26,6 +26,11 @@ void axpy(float alpha, const float* x, float* y, int32_t n) {
 void scale(float* y, float alpha, int32_t n) {
   for (int32_t i = 0; i < n; ++i) y[i] *= alpha;
 }
+float exp_shifted(float* s, int32_t n, float shift) {
+  float sum = 0;
+  for (int32_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - shift));
+  return sum;
+}
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = ref::fp16_to_fp32(src[i]);
 }
