@@ -12,6 +12,10 @@ trap 'rm -rf "$tmp"' EXIT
 for src in "$@"; do
   for arch in ${archs//;/ }; do
     arch=${arch%-real}; arch=${arch%-virtual}
+    if ! [[ $arch =~ ^[0-9]+[a-z]?$ ]]; then
+      echo "check_cuda_resources: skipping architecture '$arch' (give numeric ones, e.g. 80;90)" >&2
+      continue
+    fi
     log="$tmp/$(basename "$src").sm_$arch.log"
     if ! "$nvcc" -std=c++17 -O3 -I"$include" -arch="sm_$arch" --resource-usage -c "$src" -o "$tmp/out.o" >"$log" 2>&1; then
       cat "$log" >&2

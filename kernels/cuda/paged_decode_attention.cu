@@ -5,6 +5,9 @@
 //   in shared memory. With one split the block writes the output directly; otherwise it writes
 //   (acc, m, l) to the workspace and pass 2 merges the chunks: M = max m_s,
 //   out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
+// Bytes: each block reads its chunk of K and V once, but the `group` query heads that share a
+// kv head are separate blocks, so KV is fetched once per query head (L2 absorbs part of the
+// repeat). Processing a whole GQA group per block is the next step for this kernel.
 #include "kernels/cuda/paged_decode_attention.h"
 
 #include <algorithm>
