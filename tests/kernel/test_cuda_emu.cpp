@@ -185,6 +185,24 @@ TEST(CudaEmu, EveryGridAndBlockIndexRunsOnce) {
   for (int v : out) ASSERT_EQ(v, 1);
 }
 
+// Half a warp waits at the block barrier while the other half waits at a shuffle: neither can
+// complete. (Threads that have exited count as arrived, as on sm_70+, so that case is not one.)
+__global__ void divergent_barrier_kernel(int* out) {
+  int v = static_cast<int>(threadIdx.x);
+  if (threadIdx.x % 32 < 16) {
+    __syncthreads();
+  } else {
+    v = __shfl_xor_sync(kFull, v, 1);
+  }
+  out[threadIdx.x] = v;
+}
+
+TEST(CudaEmuDeathTest, DivergentBarrierAbortsInsteadOfHanging) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<int> out(64);
+  EXPECT_DEATH(FATHOM_LAUNCH(divergent_barrier_kernel, dim3(1), dim3(64), 0, nullptr, out.data()), "deadlock");
+}
+
 float bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
