@@ -27,6 +27,25 @@ float dot(const float* a, const float* b, int32_t n) {
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
+__m256 load_h(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+float dot_h(const float* a, const uint16_t* b, int32_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_h(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load_h(b + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_h(b + i), s0);
+  float s = hsum(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) s += a[i] * _cvtsh_ss(b[i]);
+  return s;
+}
+void axpy_h(float alpha, const uint16_t* x, float* y, int32_t n) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_h(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * _cvtsh_ss(x[i]);
+}
 void axpy(float alpha, const float* x, float* y, int32_t n) {
   const __m256 va = _mm256_set1_ps(alpha);
   int32_t i = 0;

@@ -23,6 +23,30 @@ float dot(const float* a, const float* b, int32_t n) {
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
+__m512 load_h(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+__m512 maskz_load_h(__mmask16 mask, const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+}
+float dot_h(const float* a, const uint16_t* b, int32_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int32_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_h(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load_h(b + i + 16), s1);
+  }
+  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_h(b + i), s0);
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), maskz_load_h(mask, b + i), s1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+void axpy_h(float alpha, const uint16_t* x, float* y, int32_t n) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load_h(x + i), _mm512_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * _cvtsh_ss(x[i]);
+}
 void axpy(float alpha, const float* x, float* y, int32_t n) {
   const __m512 va = _mm512_set1_ps(alpha);
   int32_t i = 0;
@@ -75,7 +99,9 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 }  // namespace
 
 PartialAttentionFn partial_attention_avx512() {
-  return __builtin_cpu_supports("avx512f") ? &partial_attention : nullptr;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
+             ? &partial_attention
+             : nullptr;
 }
 
 }  // namespace fathom::cpu

@@ -26,6 +26,21 @@ void axpy(float alpha, const float* x, float* y, int32_t n) {
 void scale(float* y, float alpha, int32_t n) {
   for (int32_t i = 0; i < n; ++i) y[i] *= alpha;
 }
+float dot_h(const float* a, const uint16_t* b, int32_t n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * ref::fp16_to_fp32(b[i]);
+    s1 += a[i + 1] * ref::fp16_to_fp32(b[i + 1]);
+    s2 += a[i + 2] * ref::fp16_to_fp32(b[i + 2]);
+    s3 += a[i + 3] * ref::fp16_to_fp32(b[i + 3]);
+  }
+  for (; i < n; ++i) s0 += a[i] * ref::fp16_to_fp32(b[i]);
+  return (s0 + s1) + (s2 + s3);
+}
+void axpy_h(float alpha, const uint16_t* x, float* y, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) y[i] += alpha * ref::fp16_to_fp32(x[i]);
+}
 float exp_shifted(float* s, int32_t n, float shift) {
   float sum = 0;
   for (int32_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - shift));
