@@ -70,3 +70,21 @@ def smollm2_path() -> Path:
 @pytest.fixture(scope="session")
 def gemma3_path() -> Path:
     return _model_path("gemma3")
+
+
+@pytest.fixture(scope="module")
+def server(fathom_bin, smollm2_path):
+    """A `fathom serve` on SmolLM2 per test module (modules needing other flags define their own)."""
+    from server_fixture import ServerProcess
+    with ServerProcess(fathom_bin, smollm2_path) as s:
+        yield s
+    assert s.returncode == 0, s.stderr
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """The official OpenAI client pointed at `server`."""
+    import openai
+    c = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=600)
+    yield c
+    c.close()  # idle keep-alive connections would hold up the server's shutdown

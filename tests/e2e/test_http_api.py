@@ -5,29 +5,16 @@ so the module stays quick on a loaded 2-core machine.
 """
 import json
 
-import openai
 import pytest
 import requests
 
-from server_fixture import ServerProcess
 
 PROMPT = "The capital of France is"
 CHAT = [{"role": "user", "content": "Name three colors."}]
 IGNORE_EOS = {"fathom": {"ignore_eos": True}}
 
 
-@pytest.fixture(scope="module")
-def server(fathom_bin, smollm2_path):
-    with ServerProcess(fathom_bin, smollm2_path) as s:
-        yield s
-    assert s.returncode == 0, s.stderr
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    c = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=300)
-    yield c
-    c.close()  # idle keep-alive connections would hold up the server's shutdown
+# `server` and `client` come from conftest.py.
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,8 @@
 streamed or not, chat or completion) return exactly the text each returns alone at temperature 0."""
 import concurrent.futures as cf
 
-import openai
 import pytest
 
-from server_fixture import ServerProcess
 
 MAX_TOKENS = 12
 PROMPTS = [
@@ -29,18 +27,7 @@ PROMPTS = [
 CHATS = {3: "What is 2 + 2?", 8: "Tell me a joke.", 13: "Say hello in French."}
 
 
-@pytest.fixture(scope="module")
-def server(fathom_bin, smollm2_path):
-    with ServerProcess(fathom_bin, smollm2_path) as s:
-        yield s
-    assert s.returncode == 0, s.stderr
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    c = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=600)
-    yield c
-    c.close()  # idle keep-alive connections would hold up the server's shutdown
+# `server` and `client` come from conftest.py.
 
 
 def run(client, i, stream):
