@@ -15,9 +15,32 @@ struct PagedKvView {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
 
-  // Element offset of the [block_size][head_dim] tile for logical block `i`, kv head `h`.
+  // kI8 only: per-row quantization of K and V, [num_blocks][n_kv_heads][block_size]
+  // (index with row_index). nullptr for f32 / f16.
+  const KvInt8Row* k_rows = nullptr;
+  const KvInt8Row* v_rows = nullptr;
+  // Optional, for SparQ step 1: K stored again per tile as [head_dim][block_size] (dimension-
+  // major, same dtype; INT8 shares k_rows): [num_blocks][n_kv_heads][head_dim][block_size].
+  // nullptr when the cache keeps K only once; kernels then read the rows of `k`.
+  const void* k_t = nullptr;
+  // Optional, for SparQ's mean-value reallocation: [num_blocks][n_kv_heads][head_dim] f32, the
+  // sum of V over the sequence's positions [0, last row written in that block] (a running sum
+  // carried from block to block at append time, so blocks shared by a prefix agree). The mean
+  // over [0, pos] is v_sum[table[pos / block_size]] / (pos + 1). nullptr: not maintained.
+  const float* v_sum = nullptr;
+
+  // Element offset of the [block_size][head_dim] tile for logical block `i`, kv head `h`
+  // (also the offset of the [head_dim][block_size] tile in k_t).
   int64_t tile_offset(int32_t i, int32_t h) const {
     return (static_cast<int64_t>(block_table[i]) * n_kv_heads + h) * block_size * head_dim;
+  }
+  // Index into k_rows / v_rows of absolute position t, kv head h.
+  int64_t row_index(int32_t t, int32_t h) const {
+    return (static_cast<int64_t>(block_table[t / block_size]) * n_kv_heads + h) * block_size + t % block_size;
+  }
+  // Index into v_sum of the tile holding position t, kv head h.
+  int64_t sum_index(int32_t t, int32_t h) const {
+    return (static_cast<int64_t>(block_table[t / block_size]) * n_kv_heads + h) * head_dim;
   }
 };
 
@@ -35,6 +58,15 @@ struct AttentionArgs {
   int32_t pos0 = 0;
   int32_t window = 0;
   float scale = 1.0f;
+};
+
+// One decode query of one sequence: what every sparse decode policy (ref, cpu, cuda) takes.
+struct DecodeArgs {
+  const float* q = nullptr;  // [n_heads][head_dim] f32
+  float* out = nullptr;      // [n_heads][head_dim] f32
+  int32_t n_heads = 0;       // GQA: query head h reads kv head h / (n_heads / n_kv_heads)
+  int32_t pos = 0;           // query position; attends keys [0, pos] (the cache holds them)
+  float scale = 1.0f;        // logit = (q·k)·scale, usually 1/√head_dim
 };
 
 }  // namespace fathom

@@ -9,7 +9,8 @@ namespace fathom {
 KvDtype parse_kv_dtype(const std::string& name) {
   if (name == "f32") return KvDtype::kF32;
   if (name == "f16") return KvDtype::kF16;
-  throw Error("unknown KV cache dtype '" + name + "' (expected f32 or f16)");
+  if (name == "int8") return KvDtype::kI8;
+  throw Error("unknown KV cache dtype '" + name + "' (expected f32, f16 or int8)");
 }
 
 BlockPool::BlockPool(const KvLayout& layout, int32_t num_blocks) : layout_(layout), num_blocks_(num_blocks) {

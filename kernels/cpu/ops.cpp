@@ -1,6 +1,8 @@
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <cstring>
 
 #include "kernels/ref/dequant.h"
@@ -83,7 +85,26 @@ void kv_store(const float* src, void* dst, KvDtype dtype, int64_t n) {
       for (int64_t i = 0; i < n; ++i) out[i] = ref::fp32_to_fp16(src[i]);
       return;
     }
+    case KvDtype::kI8: throw std::invalid_argument("kv_store: INT8 rows need kv_store_int8_row");
   }
+}
+
+void kv_store_int8_row(const float* src, int64_t n, uint8_t* dst, KvInt8Row* row) {
+  float lo = src[0], hi = src[0];
+  for (int64_t i = 1; i < n; ++i) {
+    lo = std::min(lo, src[i]);
+    hi = std::max(hi, src[i]);
+  }
+  const float scale = (hi - lo) / 255.0f;
+  row->scale = scale;
+  row->min = lo;
+  if (scale == 0.0f) {
+    std::memset(dst, 0, static_cast<size_t>(n));
+    return;
+  }
+  const float inv = 1.0f / scale;
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = static_cast<uint8_t>(std::clamp(std::nearbyint((src[i] - lo) * inv), 0.0f, 255.0f));
 }
 
 }  // namespace fathom::cpu

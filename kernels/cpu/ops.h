@@ -27,6 +27,11 @@ void add_inplace(float* y, const float* x, int64_t n);  // y += x
 void scale_inplace(float* y, float alpha, int64_t n);   // y *= alpha
 
 // Stores n f32 values into KV storage of type `dtype` (f16: round to nearest even).
+// f32 / f16 only (INT8 needs its row parameters: kv_store_int8_row).
 void kv_store(const float* src, void* dst, KvDtype dtype, int64_t n);
+
+// One INT8 KV row (ALISA, asymmetric): scale = (max − min)/255, min = min(src),
+// dst[i] = round((src[i] − min)/scale) ∈ [0, 255]; a constant row stores scale 0 and zeros.
+void kv_store_int8_row(const float* src, int64_t n, uint8_t* dst, KvInt8Row* row);
 
 }  // namespace fathom::cpu

@@ -10,10 +10,16 @@
 namespace fathom::ref {
 namespace {
 
-float load(const void* base, KvDtype dtype, int64_t i) {
-  switch (dtype) {
+// Element i (an element offset into a layer's K or V) as f32. An INT8 row's parameters sit at
+// index i / head_dim (row offsets are multiples of head_dim).
+float load(const PagedKvView& kv, const void* base, int64_t i) {
+  switch (kv.dtype) {
     case KvDtype::kF32: return static_cast<const float*>(base)[i];
     case KvDtype::kF16: return fp16_to_fp32(static_cast<const uint16_t*>(base)[i]);
+    case KvDtype::kI8: {
+      const KvInt8Row& r = (base == kv.k ? kv.k_rows : kv.v_rows)[i / kv.head_dim];
+      return r.scale * static_cast<float>(static_cast<const uint8_t*>(base)[i]) + r.min;
+    }
   }
   return 0.0f;
 }
@@ -34,7 +40,7 @@ void paged_attention(const PagedKvView& kv, const AttentionArgs& a) {
       for (int32_t t = lo; t <= pos; ++t) {
         const int64_t base = kv.tile_offset(t / kv.block_size, g) + static_cast<int64_t>(t % kv.block_size) * d;
         double s = 0;
-        for (int32_t c = 0; c < d; ++c) s += static_cast<double>(q[c]) * load(kv.k, kv.dtype, base + c);
+        for (int32_t c = 0; c < d; ++c) s += static_cast<double>(q[c]) * load(kv, kv.k, base + c);
         logits[t - lo] = s * a.scale;
         max_logit = std::max(max_logit, logits[t - lo]);
       }
@@ -45,7 +51,7 @@ void paged_attention(const PagedKvView& kv, const AttentionArgs& a) {
         double acc = 0;
         for (int32_t t = lo; t <= pos; ++t) {
           const int64_t base = kv.tile_offset(t / kv.block_size, g) + static_cast<int64_t>(t % kv.block_size) * d;
-          acc += logits[t - lo] * load(kv.v, kv.dtype, base + c);
+          acc += logits[t - lo] * load(kv, kv.v, base + c);
         }
         out[c] = static_cast<float>(acc / denom);
       }

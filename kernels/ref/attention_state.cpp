@@ -35,6 +35,11 @@ void load_kv_row(const PagedKvView& kv, const void* base, int32_t t, int32_t kv_
     case KvDtype::kF16:
       for (int32_t c = 0; c < d; ++c) dst[c] = fp16_to_fp32(static_cast<const uint16_t*>(base)[off + c]);
       return;
+    case KvDtype::kI8: {
+      const KvInt8Row& r = (base == kv.k ? kv.k_rows : kv.v_rows)[kv.row_index(t, kv_head)];
+      for (int32_t c = 0; c < d; ++c) dst[c] = r.scale * static_cast<float>(static_cast<const uint8_t*>(base)[off + c]) + r.min;
+      return;
+    }
   }
 }
 

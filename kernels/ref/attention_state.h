@@ -10,14 +10,8 @@
 
 namespace fathom::ref {
 
-// One decode query per sequence. Every sparse policy in kernels/ref takes this.
-struct DecodeArgs {
-  const float* q = nullptr;  // [n_heads][head_dim] f32
-  float* out = nullptr;      // [n_heads][head_dim] f32
-  int32_t n_heads = 0;       // GQA: query head h reads kv head h / (n_heads / n_kv_heads)
-  int32_t pos = 0;           // query position; attends keys [0, pos] (the cache holds them)
-  float scale = 1.0f;        // logit = (q·k)·scale, usually 1/√head_dim
-};
+// One decode query per sequence (kernels/paged_kv.h). Every sparse policy in kernels/ref takes this.
+using fathom::DecodeArgs;
 
 // Attention of one query row over a key subset P: o = Σ_{t∈P} softmax(logit)_t · V[t]
 // (normalised over P), m = max logit, s = m + ln Σ exp(logit − m) (log-sum-exp).
