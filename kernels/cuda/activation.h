@@ -1,0 +1,16 @@
+#pragma once
+// Gated activations of the FFN on the device. Spec: cpu::silu_mul / cpu::gelu_tanh_mul
+// (kernels/cpu/ops.h), same formulas.
+#include <cstdint>
+
+#include "kernels/cuda/emu/cuda_emu.h"
+
+namespace fathom::cuda {
+
+enum class GluKind { kSwiGlu, kGeGluTanh };
+
+// out[i] = act(gate[i]) * up[i] for n floats (device pointers; out may alias gate or up).
+//   SwiGLU: act(g) = g / (1 + e^-g);  GeGLU: act(g) = g/2 · (1 + tanh(√(2/π)(g + 0.044715 g³))).
+cudaError_t glu(GluKind kind, const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+
+}  // namespace fathom::cuda
