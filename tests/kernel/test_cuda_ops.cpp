@@ -16,6 +16,7 @@
 //             weights, so there is no rounding to tolerate)
 #include "kernels/cuda/activation.cu"
 #include "kernels/cuda/embedding.cu"
+#include "kernels/cuda/kv_append.cu"
 #include "kernels/cuda/rope.cu"
 
 #include <gtest/gtest.h>
@@ -259,6 +260,184 @@ TEST(CudaOps, EmbeddingMatchesDequantize) {
             cudaErrorInvalidValue);
   EXPECT_EQ(cuda::embedding_lookup(nullptr, GgmlType::Q8_0, 1, 48, nullptr, 1, 1.0f, nullptr, nullptr),
             cudaErrorInvalidValue);
+}
+
+// ---- kv_append ------------------------------------------------------------------------------
+// Host mirror of one cache layer, appended one token at a time the way BlockPool::append does.
+struct HostCache {
+  cuda::KvStoreType dtype;
+  int32_t blocks, n_kv_heads, d, bs;
+  size_t elem;
+  std::vector<uint8_t> k, v, k_t;
+  std::vector<KvInt8Row> k_rows, v_rows;
+  std::vector<float> v_sum;
+
+  HostCache(cuda::KvStoreType t, int32_t nb, int32_t h, int32_t dim, int32_t block_size, std::mt19937& rng)
+      : dtype(t), blocks(nb), n_kv_heads(h), d(dim), bs(block_size) {
+    elem = t == cuda::KvStoreType::kF32 ? 4 : t == cuda::KvStoreType::kI8 ? 1 : 2;
+    const size_t n = static_cast<size_t>(nb) * h * bs * d;
+    std::uniform_int_distribution<int> byte(0, 255);
+    k.resize(n * elem);
+    v.resize(n * elem);
+    k_t.resize(n * elem);
+    for (auto* buf : {&k, &v, &k_t})
+      for (uint8_t& b : *buf) b = static_cast<uint8_t>(byte(rng));  // garbage outside appended rows
+    const size_t rows = static_cast<size_t>(nb) * h * bs;
+    k_rows.assign(t == cuda::KvStoreType::kI8 ? rows : 0, KvInt8Row{-7.0f, 3.0f});
+    v_rows = k_rows;
+    v_sum.assign(static_cast<size_t>(nb) * h * d, 12345.0f);
+  }
+
+  static uint16_t bf16_rne(float x) {  // independent of the emulator's conversion
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+  }
+
+  void store(const float* src, uint8_t* dst, KvInt8Row* row) const {
+    switch (dtype) {
+      case cuda::KvStoreType::kF32: cpu::kv_store(src, dst, KvDtype::kF32, d); return;
+      case cuda::KvStoreType::kF16: cpu::kv_store(src, dst, KvDtype::kF16, d); return;
+      case cuda::KvStoreType::kBF16:
+        for (int32_t c = 0; c < d; ++c) {
+          const uint16_t h = bf16_rne(src[c]);
+          std::memcpy(dst + 2 * c, &h, 2);
+        }
+        return;
+      case cuda::KvStoreType::kI8: cpu::kv_store_int8_row(src, d, dst, row); return;
+    }
+  }
+
+  // k, v: [n_kv_heads][d] f32 of one token at `pos` of the sequence with block table `table`.
+  void append(const int32_t* table, int32_t pos, const float* kr, const float* vr) {
+    const int32_t slot = pos % bs, block = table[pos / bs];
+    for (int32_t h = 0; h < n_kv_heads; ++h) {
+      const size_t tile = static_cast<size_t>(block) * n_kv_heads + h, row = tile * bs + slot;
+      KvInt8Row* kp = dtype == cuda::KvStoreType::kI8 ? &k_rows[row] : nullptr;
+      KvInt8Row* vp = dtype == cuda::KvStoreType::kI8 ? &v_rows[row] : nullptr;
+      store(kr + h * d, &k[row * d * elem], kp);
+      store(vr + h * d, &v[row * d * elem], vp);
+      for (int32_t c = 0; c < d; ++c)
+        std::memcpy(&k_t[((tile * d + c) * bs + slot) * elem], &k[(row * d + c) * elem], elem);
+      float* sum = &v_sum[tile * d];
+      const float* prev = nullptr;
+      if (slot > 0) prev = sum;
+      else if (pos > 0) prev = &v_sum[(static_cast<size_t>(table[pos / bs - 1]) * n_kv_heads + h) * d];
+      for (int32_t c = 0; c < d; ++c) sum[c] = (prev ? prev[c] : 0.0f) + vr[h * d + c];
+    }
+  }
+};
+
+template <typename T>
+int64_t first_mismatch(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return static_cast<int64_t>(i);
+  return -1;
+}
+
+TEST(CudaOps, KvAppendMatchesOneByOne) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Seq {
+    int32_t prefix, n_new;  // positions [0, prefix) already cached; append [prefix, prefix + n_new)
+  };
+  struct Case {
+    int32_t d, n_kv_heads, bs;
+    std::vector<Seq> seqs;
+  };
+  const std::vector<Case> cases = {
+      {64, 2, 16, {{0, 1}}},
+      {7, 3, 16, {{5, 37}, {16, 1}, {0, 5}, {31, 2}}},
+      {128, 2, 32, {{40, 90}, {0, 33}}},
+      {257, 1, 8, {{3, 21}, {8, 8}}},
+      {80, 4, 16, {{15, 1}, {47, 1}, {1, 1}}},  // a decode step of three sequences
+  };
+  for (const cuda::KvStoreType t :
+       {cuda::KvStoreType::kF32, cuda::KvStoreType::kF16, cuda::KvStoreType::kBF16, cuda::KvStoreType::kI8}) {
+    for (const Case& c : cases) {
+      const int32_t n_seqs = static_cast<int32_t>(c.seqs.size());
+      int32_t max_blocks = 0, used = 0;
+      for (const Seq& s : c.seqs) {
+        const int32_t nb = (s.prefix + s.n_new + c.bs - 1) / c.bs;
+        max_blocks = std::max(max_blocks, nb);
+        used += nb;
+      }
+      const int32_t physical = used + 3, stride = max_blocks + 1;
+      std::vector<int32_t> perm(physical);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<int32_t> tables(static_cast<size_t>(n_seqs) * stride, -1);
+      for (int32_t s = 0, next = 0; s < n_seqs; ++s)
+        for (int32_t b = 0; b < (c.seqs[s].prefix + c.seqs[s].n_new + c.bs - 1) / c.bs; ++b)
+          tables[s * stride + b] = perm[next++];
+      HostCache host(t, physical, c.n_kv_heads, c.d, c.bs, rng);
+      const int32_t row = c.n_kv_heads * c.d;
+      std::vector<float> kr(row), vr(row);
+      for (int32_t s = 0; s < n_seqs; ++s) {  // the cached prefixes, one by one
+        for (int32_t p = 0; p < c.seqs[s].prefix; ++p) {
+          for (float& x : kr) x = normal(rng);
+          for (float& x : vr) x = normal(rng);
+          host.append(&tables[s * stride], p, kr.data(), vr.data());
+        }
+      }
+      // The batch: tokens of sequence s contiguous; K and V in a fused buffer (token stride 2·row + 5).
+      const int64_t token_stride = 2 * row + 5;
+      std::vector<int32_t> positions, starts = {0};
+      for (const Seq& s : c.seqs) {
+        for (int32_t j = 0; j < s.n_new; ++j) positions.push_back(s.prefix + j);
+        starts.push_back(static_cast<int32_t>(positions.size()));
+      }
+      const int32_t n_tokens = static_cast<int32_t>(positions.size());
+      std::vector<float> kv(static_cast<size_t>(n_tokens) * token_stride);
+      for (float& x : kv) x = normal(rng) * 2.0f;
+      if (t == cuda::KvStoreType::kI8 && n_tokens > 1)  // a constant V row: scale 0
+        std::fill_n(&kv[token_stride + row], c.d, 0.25f);
+
+      DeviceBuffer<uint8_t> dk(host.k), dv(host.v), dkt(host.k_t);
+      DeviceBuffer<KvInt8Row> dkr(host.k_rows), dvr(host.v_rows);
+      DeviceBuffer<float> dsum(host.v_sum), dkv(kv);
+      DeviceBuffer<int32_t> dpos(positions), dstart(starts), dtab(tables);
+      cuda::KvCacheLayer layer;
+      layer.k = dk.ptr;
+      layer.v = dv.ptr;
+      layer.k_t = dkt.ptr;
+      layer.k_rows = t == cuda::KvStoreType::kI8 ? dkr.ptr : nullptr;
+      layer.v_rows = t == cuda::KvStoreType::kI8 ? dvr.ptr : nullptr;
+      layer.v_sum = dsum.ptr;
+      layer.dtype = t;
+      layer.block_size = c.bs;
+      layer.n_kv_heads = c.n_kv_heads;
+      layer.head_dim = c.d;
+      cuda::KvAppendBatch batch;
+      batch.k = dkv.ptr;
+      batch.v = dkv.ptr + row;
+      batch.k_token_stride = batch.v_token_stride = token_stride;
+      batch.positions = dpos.ptr;
+      batch.seq_token_start = dstart.ptr;
+      batch.block_tables = dtab.ptr;
+      batch.table_stride = stride;
+      batch.n_tokens = n_tokens;
+      batch.n_seqs = n_seqs;
+      ASSERT_EQ(cuda::kv_append(layer, batch, nullptr), cudaSuccess);
+
+      for (int32_t s = 0; s < n_seqs; ++s)
+        for (int32_t i = starts[s]; i < starts[s + 1]; ++i)
+          host.append(&tables[s * stride], positions[i], &kv[i * token_stride], &kv[i * token_stride + row]);
+      const char* name = t == cuda::KvStoreType::kF32 ? "f32" : t == cuda::KvStoreType::kF16 ? "f16"
+                         : t == cuda::KvStoreType::kBF16 ? "bf16" : "int8";
+      std::printf("kv_append %s d=%d heads=%d bs=%d seqs=%d tokens=%d\n", name, c.d, c.n_kv_heads, c.bs, n_seqs,
+                  n_tokens);
+      EXPECT_EQ(first_mismatch(dk.download(), host.k), -1) << name << " K, d=" << c.d;
+      EXPECT_EQ(first_mismatch(dv.download(), host.v), -1) << name << " V, d=" << c.d;
+      EXPECT_EQ(first_mismatch(dkt.download(), host.k_t), -1) << name << " K^T, d=" << c.d;
+      EXPECT_EQ(first_mismatch(dsum.download(), host.v_sum), -1) << name << " v_sum, d=" << c.d;
+      if (t == cuda::KvStoreType::kI8) {
+        EXPECT_EQ(first_mismatch(dkr.download(), host.k_rows), -1) << "k_rows, d=" << c.d;
+        EXPECT_EQ(first_mismatch(dvr.download(), host.v_rows), -1) << "v_rows, d=" << c.d;
+      }
+    }
+  }
 }
 
 }  // namespace
