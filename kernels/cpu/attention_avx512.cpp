@@ -1,5 +1,11 @@
 // AVX-512 instantiation of the partial attention kernel.
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wuninitialized flags once
+// they are inlined deeply enough (here after the INT8 paths grew partial_attention); the pragma
+// must be active where the header's lines are, hence before the include.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <cmath>
@@ -92,6 +98,39 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+
+// INT8 rows: the raw x_q as f32 (exact), same loop structure as dot / axpy.
+__m512 load_u8(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+__m512 maskz_load_u8(__mmask16 mask, const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, p)));
+}
+float dot_u8(const float* a, const uint8_t* b, int32_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int32_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_u8(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load_u8(b + i + 16), s1);
+  }
+  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_u8(b + i), s0);
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), maskz_load_u8(mask, b + i), s1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+void axpy_u8(float alpha, const uint8_t* x, float* y, int32_t n) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load_u8(x + i), _mm512_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * static_cast<float>(x[i]);
+}
+void u8_to_f32(const uint8_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_u8(src + i));
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
 #include "kernels/cpu/attention_partial.inc"

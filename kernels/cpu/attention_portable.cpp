@@ -50,6 +50,26 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = ref::fp16_to_fp32(src[i]);
 }
 
+// INT8 rows: the raw x_q as f32 (exact), same order as dot / axpy.
+float dot_u8(const float* a, const uint8_t* b, int32_t n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * static_cast<float>(b[i]);
+    s1 += a[i + 1] * static_cast<float>(b[i + 1]);
+    s2 += a[i + 2] * static_cast<float>(b[i + 2]);
+    s3 += a[i + 3] * static_cast<float>(b[i + 3]);
+  }
+  for (; i < n; ++i) s0 += a[i] * static_cast<float>(b[i]);
+  return (s0 + s1) + (s2 + s3);
+}
+void axpy_u8(float alpha, const uint8_t* x, float* y, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) y[i] += alpha * static_cast<float>(x[i]);
+}
+void u8_to_f32(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
 #include "kernels/cpu/attention_partial.inc"
 
 }  // namespace

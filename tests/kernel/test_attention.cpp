@@ -1,7 +1,11 @@
 // CPU paged attention (every ISA variant) against the scalar reference, over a shape grid:
 // head dim 64/128/256, GQA group 1/3/4/8, sequence lengths 1, below one block, exactly one
-// block, odd, long; decode (1 query) and prefill chunks; sliding windows; f32 and f16 KV;
+// block, odd, long; decode (1 query) and prefill chunks; sliding windows; f32, f16 and INT8 KV;
 // 1 and 2 threads. Block tables are shuffled so logical order != physical order.
+// Tolerances (max |cpu − ref| over outputs, |v| ~ 1): f32 and f16 5e-6 (both sides read the same
+// stored values, only accumulation order differs); INT8 1e-5: same stored bytes, but the kernel
+// forms scale·(q·x_q) + min·Σq in f32 where the reference dequantizes each element, and the two
+// terms cancel (|scale·q·x_q| ~ 3× the logit), so the f32 rounding of the logit is a few times larger.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,7 +31,17 @@ struct Fixture {
   int32_t block_size = 16, n_kv_heads = 2;
   std::vector<int32_t> table;
   std::vector<uint8_t> k, v;  // storage of `dtype`
+  std::vector<KvInt8Row> k_rows, v_rows;  // INT8 only: one per stored row
   std::vector<float> q;
+
+  PagedKvView view(const Case& c) const {
+    PagedKvView kv{k.data(), v.data(), c.dtype, table.data(), block_size, n_kv_heads, c.head_dim};
+    if (c.dtype == KvDtype::kI8) {
+      kv.k_rows = k_rows.data();
+      kv.v_rows = v_rows.data();
+    }
+    return kv;
+  }
 };
 
 Fixture make(const Case& c, std::mt19937& rng) {
@@ -47,8 +61,18 @@ Fixture make(const Case& c, std::mt19937& rng) {
   const size_t bytes = kv_dtype_bytes(c.dtype);
   f.k.resize(elems * bytes);
   f.v.resize(elems * bytes);
-  cpu::kv_store(kf.data(), f.k.data(), c.dtype, elems);
-  cpu::kv_store(vf.data(), f.v.data(), c.dtype, elems);
+  if (c.dtype == KvDtype::kI8) {
+    const int64_t rows = elems / c.head_dim;
+    f.k_rows.resize(rows);
+    f.v_rows.resize(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      cpu::kv_store_int8_row(&kf[r * c.head_dim], c.head_dim, &f.k[r * c.head_dim], &f.k_rows[r]);
+      cpu::kv_store_int8_row(&vf[r * c.head_dim], c.head_dim, &f.v[r * c.head_dim], &f.v_rows[r]);
+    }
+  } else {
+    cpu::kv_store(kf.data(), f.k.data(), c.dtype, elems);
+    cpu::kv_store(vf.data(), f.v.data(), c.dtype, elems);
+  }
   f.q.resize(static_cast<size_t>(c.n_q) * c.group * f.n_kv_heads * c.head_dim);
   for (float& x : f.q) x = normal(rng);
   return f;
@@ -56,8 +80,14 @@ Fixture make(const Case& c, std::mt19937& rng) {
 
 float tolerance(KvDtype dtype) {
   // Outputs are convex combinations of V rows (|v| ~ 1): f32 accumulation-order error only.
-  // f16 KV: both sides read the same f16 values, so the bound is the same as f32.
-  return dtype == KvDtype::kF32 ? 5e-6f : 5e-6f;
+  // f16 KV: both sides read the same f16 values, so the bound is the same as f32. INT8: see the
+  // header comment.
+  switch (dtype) {
+    case KvDtype::kF32: return 5e-6f;
+    case KvDtype::kF16: return 5e-6f;
+    case KvDtype::kI8: return 1e-5f;
+  }
+  return 0.0f;
 }
 
 TEST(PagedAttention, MatchesReferenceOnGrid) {
@@ -68,17 +98,17 @@ TEST(PagedAttention, MatchesReferenceOnGrid) {
       {"avx512", cpu::partial_attention_avx512()}};
   ThreadPool pool1(1), pool2(2);
   int cases = 0;
-  float worst = 0;
+  float worst[3] = {0, 0, 0};  // per dtype
   for (int32_t d : {64, 128, 256})
     for (int32_t g : {1, 3, 4, 8})
       for (int32_t s : {1, 7, 16, 33, 200, 1000})
         for (int32_t n_q : {1, 5, 19})
           for (int32_t window : {0, 24})
-            for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+            for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
               if (n_q > s || (s == 1000 && n_q > 1)) continue;  // long prefill: covered by the model tests
               const Case c{d, g, s, n_q, window, dtype};
               Fixture f = make(c, rng);
-              PagedKvView kv{f.k.data(), f.v.data(), dtype, f.table.data(), f.block_size, f.n_kv_heads, d};
+              const PagedKvView kv = f.view(c);
               const int32_t n_heads = g * f.n_kv_heads;
               std::vector<float> expect(f.q.size()), got(f.q.size());
               AttentionArgs args{f.q.data(), expect.data(), n_q, n_heads, s - n_q, window, 1.0f / std::sqrt(float(d))};
@@ -91,7 +121,7 @@ TEST(PagedAttention, MatchesReferenceOnGrid) {
                   cpu::paged_attention_with(kernel, *pool, kv, args);
                   float err = 0;
                   for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::fabs(got[i] - expect[i]));
-                  worst = std::max(worst, err);
+                  worst[static_cast<int>(dtype)] = std::max(worst[static_cast<int>(dtype)], err);
                   ASSERT_LE(err, tolerance(dtype)) << name << " d=" << d << " G=" << g << " S=" << s << " n_q=" << n_q
                                                    << " window=" << window << " dtype=" << kv_dtype_name(dtype)
                                                    << " threads=" << pool->size();
@@ -99,7 +129,8 @@ TEST(PagedAttention, MatchesReferenceOnGrid) {
                 }
               }
             }
-  std::printf("paged attention: %d kernel runs, worst |cpu - ref| = %.3g\n", cases, worst);
+  std::printf("paged attention: %d kernel runs, worst |cpu - ref|: f32 %.3g, f16 %.3g, int8 %.3g\n", cases, worst[0],
+              worst[1], worst[2]);
 }
 
 }  // namespace
@@ -113,10 +144,11 @@ namespace {
 TEST(PagedAttention, RowResultIsBitwiseIndependentOfBatchAndThreads) {
   std::mt19937 rng(99);
   ThreadPool pool1(1), pool2(2);
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8})
   for (int32_t s : {40, 700, 1500}) {
-    const Case c{64, 3, s, 19, 0, KvDtype::kF16};
+    const Case c{64, 3, s, 19, 0, dtype};
     Fixture f = make(c, rng);
-    PagedKvView kv{f.k.data(), f.v.data(), c.dtype, f.table.data(), f.block_size, f.n_kv_heads, c.head_dim};
+    const PagedKvView kv = f.view(c);
     const int32_t n_heads = c.group * f.n_kv_heads, row = n_heads * c.head_dim;
     std::vector<float> all(f.q.size());
     cpu::paged_attention(pool2, kv, AttentionArgs{f.q.data(), all.data(), c.n_q, n_heads, s - c.n_q, 0, 0.125f});
@@ -126,7 +158,8 @@ TEST(PagedAttention, RowResultIsBitwiseIndependentOfBatchAndThreads) {
         cpu::paged_attention(*pool, kv, AttentionArgs{f.q.data() + static_cast<int64_t>(i) * row, one.data(), 1,
                                                        n_heads, s - c.n_q + i, 0, 0.125f});
         for (int32_t x = 0; x < row; ++x)
-          ASSERT_EQ(one[x], all[static_cast<int64_t>(i) * row + x]) << "S=" << s << " token " << i << " elem " << x;
+          ASSERT_EQ(one[x], all[static_cast<int64_t>(i) * row + x])
+              << kv_dtype_name(dtype) << " S=" << s << " token " << i << " elem " << x;
       }
     }
   }
