@@ -8,8 +8,8 @@
 //   kv_append f32/f16/bf16 rows:     exact vs the f32 input rounded to the storage type;
 //             int8 rows + (scale,min): exact vs cpu::kv_store_int8_row; v_sum: exact vs
 //             one-by-one f32 appends; k_t: exact copy of the K rows
-//   quant_gemv (Q8_0, Q4_K, Q6_K), x f32: |err| <= 2e-6·Σ|w·x| + 1e-6 vs double over the
-//             ref-dequantized W (f32 products and a 32-lane tree sum)
+//   quant_gemv (Q8_0, Q4_K, Q6_K), x f32: |err| <= 2.5e-7·Σ|w·x| + 1e-6 vs double over the
+//             ref-dequantized W (f32 products and per-lane sums, then a 32-lane tree sum)
 //   gemm f16 / bf16 (emulated tiled path): |err| <= 1e-5·Σ|a·b| vs double over the same
 //             rounded inputs (f32 accumulate)
 //   sampling: the token equals the reference's exactly (both work in the same 32.32 fixed-point
@@ -17,6 +17,7 @@
 #include "kernels/cuda/activation.cu"
 #include "kernels/cuda/embedding.cu"
 #include "kernels/cuda/kv_append.cu"
+#include "kernels/cuda/quant_gemv.cu"
 #include "kernels/cuda/rope.cu"
 
 #include <gtest/gtest.h>
@@ -438,6 +439,58 @@ TEST(CudaOps, KvAppendMatchesOneByOne) {
       }
     }
   }
+}
+
+// ---- quant_gemv -----------------------------------------------------------------------------
+TEST(CudaOps, QuantGemvMatchesDequantizedDot) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const double atol = 1e-6, rtol_sum = 2.5e-7;  // bound: atol + rtol_sum · Σ|w·x| (not |ref|)
+  int32_t case_index = 0;
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const int64_t block = ggml_info(type).block_size;
+    for (const int64_t k : {block, 3 * block, 9 * block, (type == GgmlType::Q8_0 ? 129 : 17) * block}) {
+      for (const int64_t n_out : {1, 7, 33, 130}) {
+        const int32_t n_x = 1 + case_index++ % 4;  // every n_x meets every type and k
+        const int64_t row_bytes = static_cast<int64_t>(ggml_row_size(type, k));
+        const std::vector<uint8_t> w = random_rows(type, n_out, k, rng);
+        std::vector<float> x(static_cast<size_t>(n_x) * k);
+        for (float& v : x) v = normal(rng);
+        std::vector<double> want(static_cast<size_t>(n_x) * n_out), mag(want.size());
+        std::vector<float> row(k);
+        for (int64_t n = 0; n < n_out; ++n) {
+          ref::dequantize_row(type, w.data() + n * row_bytes, row.data(), k);
+          for (int32_t m = 0; m < n_x; ++m) {
+            double sum = 0, abs_sum = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              sum += static_cast<double>(row[i]) * x[m * k + i];
+              abs_sum += std::fabs(static_cast<double>(row[i]) * x[m * k + i]);
+            }
+            want[m * n_out + n] = sum;
+            mag[m * n_out + n] = abs_sum;
+          }
+        }
+        DeviceBuffer<uint8_t> dw(w);
+        DeviceBuffer<float> dx(x), dy(want.size());
+        ASSERT_EQ(cuda::quant_gemv(type, dw.ptr, n_out, k, dx.ptr, n_x, dy.ptr, nullptr), cudaSuccess);
+        const std::vector<float> got = dy.download();
+        WorstError worst;
+        double worst_rel = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          worst.add(got[i], want[i], atol + rtol_sum * mag[i], 0.0, static_cast<int64_t>(i));
+          worst_rel = std::max(worst_rel, std::fabs(got[i] - want[i]) / mag[i]);
+        }
+        std::printf("quant_gemv %s k=%ld n_out=%ld n_x=%d: worst |err| %.3g, |err|/Σ|wx| %.3g\n",
+                    ggml_type_name(type), static_cast<long>(k), static_cast<long>(n_out), n_x, worst.abs, worst_rel);
+        EXPECT_LE(worst.excess, 0.0) << ggml_type_name(type) << " k=" << k << " n_out=" << n_out << " at "
+                                     << worst.index;
+      }
+    }
+  }
+  DeviceBuffer<float> dx(256);
+  EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_K, dx.ptr, 1, 256, dx.ptr, 5, dx.ptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_K, dx.ptr, 1, 96, dx.ptr, 1, dx.ptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_0, dx.ptr, 1, 256, dx.ptr, 1, dx.ptr, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -1,0 +1,23 @@
+#pragma once
+// Quantized matrix-vector product for decode on the device: y = W·x for 1..4 activation rows.
+// Spec: ref::dequantize_row of each weight row, then a dot product with x (test_cuda_ops
+// compares with the dot in double).
+#include <cstdint>
+
+#include "kernels/cuda/emu/cuda_emu.h"
+#include "kernels/ggml_type.h"
+
+namespace fathom::cuda {
+
+// y[m][n] = Σ_k W[n][k] · x[m][k] for m < n_x, n < n_out.
+//   W: [n_out] rows of K elements stored as `type` (Q8_0, Q4_K or Q6_K), ggml_row_size(type, K)
+//      bytes each, 16-byte aligned; K a multiple of the block size (32 or 256)
+//   x: [n_x][K] f32, 16-byte aligned (read as f32: no on-the-fly quantization, so the only
+//      rounding is the f32 products and sums)
+//   y: [n_x][n_out] f32
+// n_x in 1..4 (decode steps of up to 4 sequences share one read of W); more rows: call again or
+// use the dense GEMM path. Returns cudaErrorInvalidValue on unsupported type, shape or alignment.
+cudaError_t quant_gemv(GgmlType type, const void* w, int64_t n_out, int64_t k, const float* x, int32_t n_x, float* y,
+                       cudaStream_t stream);
+
+}  // namespace fathom::cuda
