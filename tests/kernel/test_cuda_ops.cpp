@@ -10,12 +10,13 @@
 //             one-by-one f32 appends; k_t: exact copy of the K rows
 //   quant_gemv (Q8_0, Q4_K, Q6_K), x f32: |err| <= 2.5e-7·Σ|w·x| + 1e-6 vs double over the
 //             ref-dequantized W (f32 products and per-lane sums, then a 32-lane tree sum)
-//   gemm f16 / bf16 (emulated tiled path): |err| <= 1e-5·Σ|a·b| vs double over the same
-//             rounded inputs (f32 accumulate)
+//   gemm f16 / bf16 (emulated tiled path): |err| <= 1e-6·Σ|a·b| + 1e-6 vs double over the
+//             same rounded inputs (f32 accumulate, k in order)
 //   sampling: the token equals the reference's exactly (both work in the same 32.32 fixed-point
 //             weights, so there is no rounding to tolerate)
 #include "kernels/cuda/activation.cu"
 #include "kernels/cuda/embedding.cu"
+#include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/kv_append.cu"
 #include "kernels/cuda/quant_gemv.cu"
 #include "kernels/cuda/rope.cu"
@@ -491,6 +492,66 @@ TEST(CudaOps, QuantGemvMatchesDequantizedDot) {
   EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_K, dx.ptr, 1, 256, dx.ptr, 5, dx.ptr, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_K, dx.ptr, 1, 96, dx.ptr, 1, dx.ptr, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_0, dx.ptr, 1, 256, dx.ptr, 1, dx.ptr, nullptr), cudaErrorInvalidValue);
+}
+
+// ---- gemm -----------------------------------------------------------------------------------
+template <typename T>
+void run_gemm_cases(bool bf16, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const double atol = 1e-6, rtol_sum = 1e-6;  // bound: atol + rtol_sum · Σ|a·b|
+  auto round_in = [bf16](float v, T* out) {
+    if (bf16) *out = {static_cast<uint16_t>(HostCache::bf16_rne(v))};
+    else *out = {ref::fp32_to_fp16(v)};
+    uint32_t bits = bf16 ? static_cast<uint32_t>(out->x) << 16 : 0;
+    float r;
+    if (bf16) std::memcpy(&r, &bits, 4);
+    else r = ref::fp16_to_fp32(out->x);
+    return r;
+  };
+  cuda::GemmHandle* handle = nullptr;
+  ASSERT_EQ(cuda::gemm_create(&handle), cudaSuccess);
+  struct Shape {
+    int32_t m, n, k, pad;
+  };
+  for (const Shape s : {Shape{1, 1, 1, 0}, Shape{7, 13, 5, 0}, Shape{33, 65, 17, 3}, Shape{70, 19, 129, 0},
+                        Shape{3, 300, 64, 1}, Shape{64, 64, 64, 0}, Shape{5, 7, 0, 0}}) {
+    const int64_t lda = s.k + s.pad, ldb = s.k + 2 * s.pad, ldc = s.n + s.pad;
+    std::vector<T> a(static_cast<size_t>(s.m) * lda), b(static_cast<size_t>(s.n) * ldb);
+    std::vector<float> af(a.size()), bf(b.size());
+    for (size_t i = 0; i < a.size(); ++i) af[i] = round_in(normal(rng), &a[i]);
+    for (size_t i = 0; i < b.size(); ++i) bf[i] = round_in(normal(rng), &b[i]);
+    std::vector<float> c0(static_cast<size_t>(s.m) * ldc, 99.0f);
+    DeviceBuffer<T> da(a), db(b);
+    DeviceBuffer<float> dc(c0);
+    cudaError_t st;
+    if constexpr (std::is_same_v<T, __half>) st = cuda::gemm_f16(handle, da.ptr, lda, db.ptr, ldb, dc.ptr, ldc, s.m, s.n, s.k, nullptr);
+    else st = cuda::gemm_bf16(handle, da.ptr, lda, db.ptr, ldb, dc.ptr, ldc, s.m, s.n, s.k, nullptr);
+    ASSERT_EQ(st, cudaSuccess);
+    const std::vector<float> got = dc.download();
+    WorstError worst;
+    for (int32_t i = 0; i < s.m; ++i) {
+      for (int32_t j = 0; j < s.n; ++j) {
+        double sum = 0, mag = 0;
+        for (int32_t kk = 0; kk < s.k; ++kk) {
+          const double p = static_cast<double>(af[i * lda + kk]) * bf[j * ldb + kk];
+          sum += p;
+          mag += std::fabs(p);
+        }
+        worst.add(got[i * ldc + j], sum, atol + rtol_sum * mag, 0.0, i * ldc + j);
+      }
+      for (int64_t j = s.n; j < ldc; ++j) ASSERT_EQ(got[i * ldc + j], 99.0f) << "wrote past n";
+    }
+    std::printf("gemm %s m=%d n=%d k=%d: worst |err| %.3g\n", bf16 ? "bf16" : "f16", s.m, s.n, s.k, worst.abs);
+    EXPECT_LE(worst.excess, 0.0) << "m=" << s.m << " n=" << s.n << " k=" << s.k << " at " << worst.index;
+  }
+  EXPECT_EQ(cuda::gemm_f16(handle, nullptr, 3, nullptr, 4, nullptr, 4, 1, 4, 4, nullptr), cudaErrorInvalidValue);
+  cuda::gemm_destroy(handle);
+}
+
+TEST(CudaOps, GemmMatchesDouble) {
+  std::mt19937 rng(6);
+  run_gemm_cases<__half>(false, rng);
+  run_gemm_cases<__nv_bfloat16>(true, rng);
 }
 
 }  // namespace
