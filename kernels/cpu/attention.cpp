@@ -11,42 +11,13 @@
 namespace fathom::cpu {
 namespace {
 
-PartialAttentionFn select_kernel() {
-  const std::string level = simd_level();
-  if (level == "avx512" && partial_attention_avx512()) return partial_attention_avx512();
-  if (level != "portable" && partial_attention_avx2()) return partial_attention_avx2();
-  return partial_attention_portable();
-}
-
-constexpr int32_t kQueryBlock = 8;    // query tokens that share one pass over a K/V tile
-constexpr int32_t kKeyChunk = 256;    // keys per chunk (rounded up to whole blocks)
+constexpr int32_t kQueryBlock = 8;  // query tokens that share one pass over a K/V tile
 
 // Batch invariance: keys are cut into chunks at fixed absolute positions (multiples of the chunk
 // size), every chunk's partial result is computed from a fresh softmax state, and partials are
-// folded in chunk order with fold() — whether the chunks ran on one thread or were spread over
-// several. A row's output therefore depends only on its own query and keys, not on the batch,
-// the number of query tokens in the call, or the thread count.
-struct RowState {
-  float* acc;  // [head_dim], unnormalised
-  float m;     // max logit, -inf before any key
-  float l;     // Σ exp(logit - m)
-};
-
-void fold(RowState& s, const float* acc_c, float m_c, float l_c, int32_t d) {
-  if (m_c == -INFINITY) return;  // the chunk held no key of this row
-  if (s.m == -INFINITY) {
-    std::copy(acc_c, acc_c + d, s.acc);
-    s.m = m_c;
-    s.l = l_c;
-    return;
-  }
-  const float m = std::max(s.m, m_c);
-  const float a = std::exp(s.m - m), b = std::exp(m_c - m);
-  for (int32_t x = 0; x < d; ++x) s.acc[x] = s.acc[x] * a + acc_c[x] * b;
-  s.l = s.l * a + l_c * b;
-  s.m = m;
-}
-
+// folded in chunk order with fold_partial() — whether the chunks ran on one thread or were spread
+// over several. A row's output therefore depends only on its own query and keys, not on the
+// batch, the number of query tokens in the call, or the thread count.
 struct Rows {
   std::vector<const float*> q;
   std::vector<int32_t> lo, hi;
@@ -74,8 +45,15 @@ void collect_rows(const AttentionArgs& a, int32_t head, int32_t group, int32_t d
 
 }  // namespace
 
+PartialAttentionFn best_partial_attention() {
+  const std::string level = simd_level();
+  if (level == "avx512" && partial_attention_avx512()) return partial_attention_avx512();
+  if (level != "portable" && partial_attention_avx2()) return partial_attention_avx2();
+  return partial_attention_portable();
+}
+
 void paged_attention(ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& a) {
-  static const PartialAttentionFn kernel = select_kernel();
+  static const PartialAttentionFn kernel = best_partial_attention();
   paged_attention_with(kernel, pool, kv, a);
 }
 
@@ -110,7 +88,7 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
         for (int32_t c = chunk0; c <= chunk1; ++c) {
           kernel(kv, head, pr, c * chunk, std::min(last_pos + 1, (c + 1) * chunk), a.scale, acc_c.data(), m_c.data(),
                  l_c.data(), scratch.data());
-          for (int32_t r = 0; r < R; ++r) fold(state[r], &acc_c[static_cast<int64_t>(r) * d], m_c[r], l_c[r], d);
+          for (int32_t r = 0; r < R; ++r) fold_partial(state[r], &acc_c[static_cast<int64_t>(r) * d], m_c[r], l_c[r], d);
         }
         for (RowState& s : state)
           for (int32_t x = 0; x < d; ++x) s.acc[x] /= s.l;
@@ -145,7 +123,7 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
         RowState s{a.out + rows.out_row[r] * d, -INFINITY, 0.0f};
         for (int32_t c = 0; c < n_chunks; ++c) {
           const int64_t slot = (item * n_chunks + c) * rows_per_item + static_cast<int64_t>(r);
-          fold(s, &acc[slot * d], m[slot], l[slot], d);
+          fold_partial(s, &acc[slot * d], m[slot], l[slot], d);
         }
         for (int32_t x = 0; x < d; ++x) s.acc[x] /= s.l;
       }

@@ -1,9 +1,12 @@
 #pragma once
 // The per-ISA inner kernel of kernels/cpu/attention.cpp.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/paged_kv.h"
+#include "kernels/ref/bifurcated.h"
 
 namespace fathom::cpu {
 
@@ -26,8 +29,45 @@ PartialAttentionFn partial_attention_portable();
 // nullptr when this CPU lacks the ISA.
 PartialAttentionFn partial_attention_avx2();
 PartialAttentionFn partial_attention_avx512();
+// The widest variant this CPU (and simd_level()) allows: what cpu::paged_attention uses.
+PartialAttentionFn best_partial_attention();
+
+// Keys per split-K chunk (rounded up to whole blocks). Chunks start at absolute multiples of it, so
+// where a row's keys are cut never depends on the batch or the thread count.
+constexpr int32_t kKeyChunk = 256;
+
+// Running softmax state of one row: the kernel's (acc, m, l) form of ALGORITHMS.md's partial
+// state (o = acc / l, s = m + ln l).
+struct RowState {
+  float* acc;  // [head_dim], unnormalised
+  float m;     // max logit, -inf before any key
+  float l;     // Σ exp(logit - m)
+};
+
+// Exact merge of one chunk's partial (acc_c, m_c, l_c) into s. Partials must be folded in a fixed
+// order (chunk order) for results to be bitwise reproducible. A chunk that held no key of the row
+// (m_c = -inf) is the identity: the guard keeps -inf - -inf from making NaN.
+inline void fold_partial(RowState& s, const float* acc_c, float m_c, float l_c, int32_t d) {
+  if (m_c == -INFINITY) return;
+  if (s.m == -INFINITY) {
+    std::copy(acc_c, acc_c + d, s.acc);
+    s.m = m_c;
+    s.l = l_c;
+    return;
+  }
+  const float m = std::max(s.m, m_c);
+  const float a = std::exp(s.m - m), b = std::exp(m_c - m);
+  for (int32_t x = 0; x < d; ++x) s.acc[x] = s.acc[x] * a + acc_c[x] * b;
+  s.l = s.l * a + l_c * b;
+  s.m = m;
+}
 
 // cpu::paged_attention with an explicit inner kernel (tests run every ISA variant).
 void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& args);
+
+// cpu::bifurcated_decode (kernels/cpu/sparse_attention.h) with an explicit inner kernel.
+int64_t bifurcated_decode_with(PartialAttentionFn kernel, ThreadPool& pool,
+                               const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
+                               const DecodeArgs* seq_args, int32_t n_seqs);
 
 }  // namespace fathom::cpu

@@ -1,0 +1,147 @@
+// Bifurcated (group) decode attention on the CPU (ALGORITHMS.md "Bifurcated attention"): every
+// shared segment's K/V is read once per kv head for all member query rows (members × G rows of
+// the partial kernel), every sequence's own suffix separately, and the partial states are merged
+// exactly. Work items are (pass, kv head, key chunk), pulled by the threads from a shared counter;
+// each writes its own partial slots, so the result does not depend on the thread count. Chunks
+// start at absolute multiples of kKeyChunk and a row folds its partials in position order
+// (segments sorted by begin, chunk by chunk, then the suffix), so it does not depend on the order
+// the segments are listed in either.
+#include <algorithm>
+#include <atomic>
+#include <numeric>
+#include <stdexcept>
+
+#include "kernels/cpu/attention_partial.h"
+#include "kernels/cpu/sparse_attention.h"
+
+namespace fathom::cpu {
+namespace {
+
+// Keys [begin, end) of one view, read once per kv head for the rows of `seqs` (rows are
+// [member][group], member m's row j is query head g·group + j of sequence seqs[m]).
+struct Pass {
+  const PagedKvView* kv = nullptr;
+  int32_t begin = 0, end = 0;
+  std::vector<int32_t> seqs;
+  int32_t chunk = 0, chunk0 = 0, n_chunks = 0;  // chunk size (keys), first chunk index, count
+  int64_t slot0 = 0;                            // first slot: [n_kv][n_chunks][rows]
+  int32_t rows(int32_t group) const { return static_cast<int32_t>(seqs.size()) * group; }
+};
+
+struct Item {
+  int32_t pass, head, chunk;  // chunk: local index within the pass
+  int64_t cost;               // rows × keys, to hand out the heavy items first
+};
+
+struct Member {
+  int32_t pass, index;  // pass and member position in it
+};
+
+}  // namespace
+
+int64_t bifurcated_decode(ThreadPool& pool, const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
+                          const DecodeArgs* seq_args, int32_t n_seqs) {
+  static const PartialAttentionFn kernel = best_partial_attention();
+  return bifurcated_decode_with(kernel, pool, segments, seq_kv, seq_args, n_seqs);
+}
+
+int64_t bifurcated_decode_with(PartialAttentionFn kernel, ThreadPool& pool,
+                               const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
+                               const DecodeArgs* seq_args, int32_t n_seqs) {
+  if (n_seqs == 0) return 0;
+  const int32_t d = seq_kv[0].head_dim, n_kv = seq_kv[0].n_kv_heads;
+  const int32_t group = seq_args[0].n_heads / n_kv;
+  const float scale = seq_args[0].scale;
+  const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(seq_kv[0].dtype, d));
+
+  // Segments in position order (stable: equal begins keep their listed order), then the suffixes.
+  std::vector<int32_t> order(segments.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return segments[a].begin < segments[b].begin; });
+  std::vector<int32_t> covered(n_seqs, 0), suffix_begin(n_seqs, 0);
+  std::vector<Pass> passes;
+  for (int32_t s : order) {
+    const ref::SharedSegment& seg = segments[s];
+    for (int32_t i : seg.members) {
+      if (i < 0 || i >= n_seqs) throw std::invalid_argument("bifurcated: member index out of range");
+      if (seg.end > seq_args[i].pos + 1) throw std::invalid_argument("bifurcated: segment past the query");
+      covered[i] += seg.end - seg.begin;
+      suffix_begin[i] = std::max(suffix_begin[i], seg.end);
+    }
+    if (seg.end > seg.begin && !seg.members.empty()) passes.push_back({seg.kv, seg.begin, seg.end, seg.members});
+  }
+  for (int32_t i = 0; i < n_seqs; ++i) {
+    if (covered[i] != suffix_begin[i]) throw std::invalid_argument("bifurcated: segments do not tile a prefix");
+    if (suffix_begin[i] <= seq_args[i].pos) passes.push_back({&seq_kv[i], suffix_begin[i], seq_args[i].pos + 1, {i}});
+  }
+
+  // Slots and work items.
+  int64_t slots = 0, bytes = 0;
+  std::vector<Item> items;
+  std::vector<std::vector<Member>> members_of(n_seqs);  // per sequence, in pass (= position) order
+  for (int32_t p = 0; p < static_cast<int32_t>(passes.size()); ++p) {
+    Pass& ps = passes[p];
+    const int32_t bs = ps.kv->block_size;
+    ps.chunk = (kKeyChunk + bs - 1) / bs * bs;
+    ps.chunk0 = ps.begin / ps.chunk;
+    ps.n_chunks = (ps.end - 1) / ps.chunk - ps.chunk0 + 1;
+    ps.slot0 = slots;
+    slots += static_cast<int64_t>(n_kv) * ps.n_chunks * ps.rows(group);
+    bytes += static_cast<int64_t>(ps.end - ps.begin) * 2 * row_bytes * n_kv;
+    for (int32_t m = 0; m < static_cast<int32_t>(ps.seqs.size()); ++m) members_of[ps.seqs[m]].push_back({p, m});
+    for (int32_t h = 0; h < n_kv; ++h)
+      for (int32_t c = 0; c < ps.n_chunks; ++c) {
+        const int32_t t0 = std::max(ps.begin, (ps.chunk0 + c) * ps.chunk);
+        const int32_t t1 = std::min(ps.end, (ps.chunk0 + c + 1) * ps.chunk);
+        items.push_back({p, h, c, static_cast<int64_t>(ps.rows(group)) * (t1 - t0)});
+      }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+
+  std::vector<float> acc(slots * d), m(slots), l(slots);
+  std::atomic<int64_t> next{0};
+  pool.run_on_all([&](int, int) {
+    std::vector<const float*> q;
+    std::vector<int32_t> lo, hi;
+    std::vector<float> scratch;
+    for (int64_t w = next.fetch_add(1); w < static_cast<int64_t>(items.size()); w = next.fetch_add(1)) {
+      const Item& it = items[w];
+      const Pass& ps = passes[it.pass];
+      const int32_t rows = ps.rows(group);
+      q.clear();
+      for (int32_t i : ps.seqs)
+        for (int32_t j = 0; j < group; ++j) q.push_back(seq_args[i].q + static_cast<int64_t>(it.head * group + j) * d);
+      lo.assign(rows, ps.begin);
+      hi.assign(rows, ps.end - 1);
+      scratch.resize(2 * static_cast<size_t>(ps.kv->block_size) * d + ps.kv->block_size);
+      const int32_t t0 = std::max(ps.begin, (ps.chunk0 + it.chunk) * ps.chunk);
+      const int32_t t1 = std::min(ps.end, (ps.chunk0 + it.chunk + 1) * ps.chunk);
+      const int64_t slot = ps.slot0 + (static_cast<int64_t>(it.head) * ps.n_chunks + it.chunk) * rows;
+      const PartialRows pr{rows, q.data(), lo.data(), hi.data()};
+      kernel(*ps.kv, it.head, pr, t0, t1, scale, &acc[slot * d], &m[slot], &l[slot], scratch.data());
+    }
+  });
+
+  // Merge: per (sequence, kv head), every row folds its partials in position order.
+  pool.parallel_for(static_cast<int64_t>(n_seqs) * n_kv, [&](int64_t begin, int64_t end, int) {
+    for (int64_t w = begin; w < end; ++w) {
+      const int32_t i = static_cast<int32_t>(w / n_kv), h = static_cast<int32_t>(w % n_kv);
+      for (int32_t j = 0; j < group; ++j) {
+        RowState s{seq_args[i].out + static_cast<int64_t>(h * group + j) * d, -INFINITY, 0.0f};
+        for (const Member& mb : members_of[i]) {
+          const Pass& ps = passes[mb.pass];
+          for (int32_t c = 0; c < ps.n_chunks; ++c) {
+            const int64_t slot = ps.slot0 + (static_cast<int64_t>(h) * ps.n_chunks + c) * ps.rows(group) +
+                                 static_cast<int64_t>(mb.index) * group + j;
+            fold_partial(s, &acc[slot * d], m[slot], l[slot], d);
+          }
+        }
+        for (int32_t x = 0; x < d; ++x) s.acc[x] /= s.l;
+      }
+    }
+  });
+  return bytes;
+}
+
+}  // namespace fathom::cpu

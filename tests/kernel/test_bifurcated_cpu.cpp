@@ -1,0 +1,260 @@
+// cpu::bifurcated_decode (every ISA variant of the inner kernel, 1 and 2 threads) against
+// ref::bifurcated_attention and against cpu::paged_attention run once per sequence, over head dim
+// 64/128/256, GQA group 1/3/4/8, f32/f16/INT8 KV, b = 1, 2, 5, 16 sequences, shared prefixes of
+// 1, 15, 16, 17, 300 tokens (inside, at and across block edges, several chunks), own suffixes of
+// 0..40 tokens, nested prefixes (one shared by all, others shared by subsets, listed out of
+// order) and two independent groups in one call. Shared blocks are physically shared; a block
+// holding both shared and own tokens is a per-sequence copy, as after copy-on-write.
+// Tolerances (max |cpu − other|, |v| ~ 1), the same as test_attention's: f32 and f16 5e-6 (both
+// sides read the same stored values; only accumulation order and chunk cuts differ), INT8 1e-5
+// (the kernel forms scale·(q·x_q) + min·Σq in f32, see test_attention). Outputs with 1 and 2
+// threads must be bitwise equal. KV bytes must equal (Σ segment lengths + Σ suffix lengths) ·
+// 2 · kv_row_bytes · n_kv_heads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_partial.h"
+#include "kernels/cpu/sparse_attention.h"
+#include "kernels/ref/bifurcated.h"
+#include "paged_kv_fixture.h"
+
+namespace fathom {
+namespace {
+
+struct SegmentSpec {
+  int32_t begin, end;
+  std::vector<int32_t> members;
+};
+
+// b sequences over one paged pool. Token t of sequence i is the shared row of the segment that
+// covers it for i, else i's own row.
+struct Group {
+  int32_t d = 0, n_kv = 2, group = 1, n_heads = 0, block_size = 16;
+  testing::PagedKvFixture pool;
+  std::vector<std::vector<int32_t>> tables;  // per sequence
+  std::vector<PagedKvView> views;
+  std::vector<ref::SharedSegment> segments;
+  std::vector<int32_t> pos;                  // per sequence: the query position (length − 1)
+  std::vector<int32_t> suffix_len;
+  std::vector<float> q;                      // [b][n_heads][d]
+  int64_t expect_bytes = 0;
+
+  int32_t size() const { return static_cast<int32_t>(pos.size()); }
+  std::vector<DecodeArgs> args(std::vector<float>& out) const {
+    out.assign(q.size(), NAN);
+    std::vector<DecodeArgs> a(size());
+    for (int32_t i = 0; i < size(); ++i)
+      a[i] = DecodeArgs{q.data() + static_cast<int64_t>(i) * n_heads * d, out.data() + static_cast<int64_t>(i) * n_heads * d,
+                        n_heads, pos[i], 1.0f / std::sqrt(static_cast<float>(d))};
+    return a;
+  }
+};
+
+Group make_group(int32_t d, int32_t group, KvDtype dtype, const std::vector<SegmentSpec>& specs,
+                 const std::vector<int32_t>& suffix, std::mt19937& rng) {
+  Group g;
+  g.d = d;
+  g.group = group;
+  g.n_heads = group * g.n_kv;
+  const int32_t b = static_cast<int32_t>(suffix.size()), bs = g.block_size;
+  // Token identity: (segment index, t) for shared tokens, (−1 − i, t) for own ones.
+  std::vector<int32_t> covered_to(b, 0);
+  for (const SegmentSpec& s : specs)
+    for (int32_t i : s.members) covered_to[i] = std::max(covered_to[i], s.end);
+  auto token = [&](int32_t i, int32_t t) {
+    for (int32_t s = 0; s < static_cast<int32_t>(specs.size()); ++s)
+      if (t >= specs[s].begin && t < specs[s].end &&
+          std::find(specs[s].members.begin(), specs[s].members.end(), i) != specs[s].members.end())
+        return std::make_pair(s, t);
+    return std::make_pair(-1 - i, t);
+  };
+  std::map<std::vector<std::pair<int32_t, int32_t>>, int32_t> block_ids;  // block content -> physical
+  std::vector<std::vector<int32_t>> logical(b);
+  for (int32_t i = 0; i < b; ++i) {
+    const int32_t len = covered_to[i] + suffix[i];
+    g.pos.push_back(len - 1);
+    g.suffix_len.push_back(suffix[i]);
+    for (int32_t j = 0; j * bs < len; ++j) {
+      std::vector<std::pair<int32_t, int32_t>> key;
+      for (int32_t t = j * bs; t < std::min(len, (j + 1) * bs); ++t) key.push_back(token(i, t));
+      auto it = block_ids.emplace(key, static_cast<int32_t>(block_ids.size())).first;
+      logical[i].push_back(it->second);
+    }
+  }
+  const int32_t physical = static_cast<int32_t>(block_ids.size());
+  g.pool = testing::make_paged_kv(d, g.n_kv, bs, dtype, physical * bs, 0, rng);
+  // Physical block of unique block u: the fixture's shuffled table; copy shared rows so every
+  // slot holding the same token holds the same master row.
+  std::map<std::pair<int32_t, int32_t>, std::pair<int32_t, int32_t>> first_slot;  // token -> (phys, slot)
+  for (int32_t i = 0; i < b; ++i) {
+    g.tables.emplace_back();
+    for (int32_t j = 0; j < static_cast<int32_t>(logical[i].size()); ++j) {
+      const int32_t phys = g.pool.table[logical[i][j]];
+      g.tables[i].push_back(phys);
+      for (int32_t t = j * bs; t < std::min(g.pos[i] + 1, (j + 1) * bs); ++t) {
+        auto [it, fresh] = first_slot.emplace(token(i, t), std::make_pair(phys, t % bs));
+        if (fresh) continue;
+        for (int32_t h = 0; h < g.n_kv; ++h) {
+          const size_t src = ((static_cast<size_t>(it->second.first) * g.n_kv + h) * bs + it->second.second) * d;
+          const size_t dst = ((static_cast<size_t>(phys) * g.n_kv + h) * bs + t % bs) * d;
+          std::copy_n(&g.pool.kf[src], d, &g.pool.kf[dst]);
+          std::copy_n(&g.pool.vf[src], d, &g.pool.vf[dst]);
+        }
+      }
+    }
+  }
+  g.pool.store();
+  for (int32_t i = 0; i < b; ++i) {
+    PagedKvView v = g.pool.view(false, false);
+    v.block_table = g.tables[i].data();
+    g.views.push_back(v);
+  }
+  int64_t rows_read = 0;
+  for (const SegmentSpec& s : specs) {
+    g.segments.push_back({&g.views[s.members[0]], s.begin, s.end, s.members});
+    rows_read += s.end - s.begin;
+  }
+  for (int32_t x : suffix) rows_read += x;
+  g.expect_bytes = rows_read * 2 * static_cast<int64_t>(kv_row_bytes(dtype, d)) * g.n_kv;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  g.q.resize(static_cast<size_t>(b) * g.n_heads * d);
+  for (float& x : g.q) x = normal(rng);
+  return g;
+}
+
+float tolerance(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF32: return 5e-6f;
+    case KvDtype::kF16: return 5e-6f;
+    case KvDtype::kI8: return 1e-5f;
+  }
+  return 0.0f;
+}
+
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float e = 0;
+  for (size_t i = 0; i < a.size(); ++i) e = std::max(e, std::fabs(a[i] - b[i]));
+  return std::isnan(e) ? INFINITY : e;
+}
+
+struct Worst {
+  float vs_ref[3] = {0, 0, 0}, vs_dense[3] = {0, 0, 0};
+  int runs = 0;
+};
+
+// Runs every ISA variant on 1 and 2 threads and checks against the reference and dense attention.
+void check(const Group& g, KvDtype dtype, Worst& worst, const char* what) {
+  static ThreadPool pool1(1), pool2(2);
+  std::vector<float> expect, dense, got1, got2;
+  std::vector<DecodeArgs> a = g.args(expect);
+  const int64_t ref_bytes = ref::bifurcated_attention(g.segments, g.views.data(), a.data(), g.size());
+  if (dtype != KvDtype::kI8) {  // the reference counts elements only, without INT8's row parameters
+    EXPECT_EQ(ref_bytes, g.expect_bytes) << what;
+  }
+  // Dense: each sequence alone through its own view.
+  std::vector<DecodeArgs> ad = g.args(dense);
+  for (int32_t i = 0; i < g.size(); ++i)
+    cpu::paged_attention(pool2, g.views[i], AttentionArgs{ad[i].q, ad[i].out, 1, g.n_heads, g.pos[i], 0, ad[i].scale});
+  const int di = static_cast<int>(dtype);
+  for (cpu::PartialAttentionFn kernel :
+       {cpu::partial_attention_portable(), cpu::partial_attention_avx2(), cpu::partial_attention_avx512()}) {
+    if (!kernel) continue;
+    std::vector<DecodeArgs> a1 = g.args(got1), a2 = g.args(got2);
+    const int64_t b1 = cpu::bifurcated_decode_with(kernel, pool1, g.segments, g.views.data(), a1.data(), g.size());
+    const int64_t b2 = cpu::bifurcated_decode_with(kernel, pool2, g.segments, g.views.data(), a2.data(), g.size());
+    ASSERT_EQ(b1, g.expect_bytes) << what;
+    ASSERT_EQ(b2, g.expect_bytes) << what;
+    for (size_t x = 0; x < got1.size(); ++x) ASSERT_EQ(got1[x], got2[x]) << what << " 1 vs 2 threads, elem " << x;
+    const float e_ref = max_diff(got1, expect), e_dense = max_diff(got1, dense);
+    worst.vs_ref[di] = std::max(worst.vs_ref[di], e_ref);
+    worst.vs_dense[di] = std::max(worst.vs_dense[di], e_dense);
+    ASSERT_LE(e_ref, tolerance(dtype)) << what << " vs ref";
+    ASSERT_LE(e_dense, tolerance(dtype)) << what << " vs dense";
+    worst.runs += 2;
+  }
+  std::vector<DecodeArgs> ab = g.args(got1);
+  ASSERT_EQ(cpu::bifurcated_decode(pool2, g.segments, g.views.data(), ab.data(), g.size()), g.expect_bytes);
+  ASSERT_LE(max_diff(got1, expect), tolerance(dtype)) << what << " (dispatched kernel)";
+}
+
+void print(const char* name, const Worst& w) {
+  std::printf("%s: %d runs; worst |cpu - ref| f32 %.3g f16 %.3g int8 %.3g; |bifurcated - dense| f32 %.3g f16 %.3g "
+              "int8 %.3g\n",
+              name, w.runs, w.vs_ref[0], w.vs_ref[1], w.vs_ref[2], w.vs_dense[0], w.vs_dense[1], w.vs_dense[2]);
+}
+
+TEST(BifurcatedCpu, OnePrefixMatchesReferenceAndDenseOnGrid) {
+  std::mt19937 rng(2024);
+  std::uniform_int_distribution<int32_t> suffix_len(0, 40);
+  Worst worst;
+  for (int32_t d : {64, 128, 256})
+    for (int32_t G : {1, 3, 4, 8})
+      for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8})
+        for (int32_t b : {1, 2, 5, 16})
+          for (int32_t prefix : {1, 15, 16, 17, 300}) {
+            std::vector<int32_t> members(b), suffix(b);
+            for (int32_t i = 0; i < b; ++i) {
+              members[i] = i;
+              suffix[i] = suffix_len(rng);
+            }
+            suffix[0] = 0;                    // a sequence whose query is the last shared token
+            if (b > 1) suffix[b - 1] = 40;
+            const Group g = make_group(d, G, dtype, {{0, prefix, members}}, suffix, rng);
+            char what[160];
+            std::snprintf(what, sizeof what, "d=%d G=%d %s b=%d prefix=%d", d, G, kv_dtype_name(dtype), b, prefix);
+            check(g, dtype, worst, what);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+  print("one prefix", worst);
+}
+
+TEST(BifurcatedCpu, NestedPrefixesAndSeveralGroups) {
+  std::mt19937 rng(77);
+  Worst worst;
+  for (int32_t d : {64, 128})
+    for (int32_t G : {1, 3, 8})
+      for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
+        // System prompt [0, 37) shared by all 6; document A [37, 300) by {0, 2, 4}; document B
+        // [37, 90) by {1, 3}, then B' [90, 333) by {3} alone; sequence 5 has only the system
+        // prompt. Listed out of position order.
+        const std::vector<SegmentSpec> nested = {
+            {37, 300, {0, 2, 4}}, {90, 333, {3}}, {0, 37, {0, 1, 2, 3, 4, 5}}, {37, 90, {1, 3}}};
+        const Group g = make_group(d, G, dtype, nested, {5, 0, 17, 40, 1, 23}, rng);
+        char what[160];
+        std::snprintf(what, sizeof what, "nested d=%d G=%d %s", d, G, kv_dtype_name(dtype));
+        check(g, dtype, worst, what);
+        if (::testing::Test::HasFatalFailure()) return;
+        // Two independent groups plus a sequence that shares nothing, in one call.
+        const std::vector<SegmentSpec> groups = {{0, 520, {0, 1, 2}}, {0, 64, {3, 4}}};
+        const Group g2 = make_group(d, G, dtype, groups, {3, 16, 0, 9, 31, 70}, rng);
+        std::snprintf(what, sizeof what, "two groups d=%d G=%d %s", d, G, kv_dtype_name(dtype));
+        check(g2, dtype, worst, what);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  print("nested / several groups", worst);
+}
+
+TEST(BifurcatedCpu, RejectsSegmentsThatDoNotTile) {
+  std::mt19937 rng(5);
+  const Group g = make_group(64, 2, KvDtype::kF32, {{0, 40, {0, 1}}}, {3, 4}, rng);
+  ThreadPool pool(2);
+  std::vector<float> out;
+  std::vector<DecodeArgs> a = g.args(out);
+  std::vector<ref::SharedSegment> gap = g.segments;
+  gap[0].begin = 16;  // [0, 16) covered by nothing
+  EXPECT_THROW(cpu::bifurcated_decode(pool, gap, g.views.data(), a.data(), g.size()), std::invalid_argument);
+  std::vector<ref::SharedSegment> past = g.segments;
+  past[0].end = g.pos[0] + 2;  // beyond sequence 0's query
+  EXPECT_THROW(cpu::bifurcated_decode(pool, past, g.views.data(), a.data(), g.size()), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fathom
