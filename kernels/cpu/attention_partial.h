@@ -29,6 +29,11 @@ PartialAttentionFn partial_attention_portable();
 // nullptr when this CPU lacks the ISA.
 PartialAttentionFn partial_attention_avx2();
 PartialAttentionFn partial_attention_avx512();
+// For many rows that all attend the same key range (bifurcated attention's shared segments):
+// rows in the SIMD lanes, a small GEMM per 16-key sub-tile. Same contract as PartialAttentionFn
+// plus that precondition; scratch is unused. nullptr when this CPU lacks AVX-512.
+PartialAttentionFn partial_attention_rows_avx512();
+
 // The widest variant this CPU (and simd_level()) allows: what cpu::paged_attention uses.
 PartialAttentionFn best_partial_attention();
 
@@ -65,8 +70,10 @@ inline void fold_partial(RowState& s, const float* acc_c, float m_c, float l_c, 
 // cpu::paged_attention with an explicit inner kernel (tests run every ISA variant).
 void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& args);
 
-// cpu::bifurcated_decode (kernels/cpu/sparse_attention.h) with an explicit inner kernel.
-int64_t bifurcated_decode_with(PartialAttentionFn kernel, ThreadPool& pool,
+// cpu::bifurcated_decode (kernels/cpu/sparse_attention.h) with explicit inner kernels: `kernel`
+// for passes of up to kManyRows rows, `many_rows` (same-range rows; nullptr: `kernel`) above.
+constexpr int32_t kManyRows = 8;
+int64_t bifurcated_decode_with(PartialAttentionFn kernel, PartialAttentionFn many_rows, ThreadPool& pool,
                                const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
                                const DecodeArgs* seq_args, int32_t n_seqs);
 

@@ -10,8 +10,10 @@
 #include <atomic>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cpu/attention_partial.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/sparse_attention.h"
 
 namespace fathom::cpu {
@@ -42,10 +44,12 @@ struct Member {
 int64_t bifurcated_decode(ThreadPool& pool, const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
                           const DecodeArgs* seq_args, int32_t n_seqs) {
   static const PartialAttentionFn kernel = best_partial_attention();
-  return bifurcated_decode_with(kernel, pool, segments, seq_kv, seq_args, n_seqs);
+  static const PartialAttentionFn many_rows =
+      std::string(simd_level()) == "avx512" ? partial_attention_rows_avx512() : nullptr;
+  return bifurcated_decode_with(kernel, many_rows, pool, segments, seq_kv, seq_args, n_seqs);
 }
 
-int64_t bifurcated_decode_with(PartialAttentionFn kernel, ThreadPool& pool,
+int64_t bifurcated_decode_with(PartialAttentionFn kernel, PartialAttentionFn many_rows, ThreadPool& pool,
                                const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
                                const DecodeArgs* seq_args, int32_t n_seqs) {
   if (n_seqs == 0) return 0;
@@ -119,7 +123,7 @@ int64_t bifurcated_decode_with(PartialAttentionFn kernel, ThreadPool& pool,
       const int32_t t1 = std::min(ps.end, (ps.chunk0 + it.chunk + 1) * ps.chunk);
       const int64_t slot = ps.slot0 + (static_cast<int64_t>(it.head) * ps.n_chunks + it.chunk) * rows;
       const PartialRows pr{rows, q.data(), lo.data(), hi.data()};
-      kernel(*ps.kv, it.head, pr, t0, t1, scale, &acc[slot * d], &m[slot], &l[slot], scratch.data());
+      (rows > kManyRows && many_rows ? many_rows : kernel)(*ps.kv, it.head, pr, t0, t1, scale, &acc[slot * d], &m[slot], &l[slot], scratch.data());
     }
   });
 

@@ -1,4 +1,5 @@
-// cpu::bifurcated_decode (every ISA variant of the inner kernel, 1 and 2 threads) against
+// cpu::bifurcated_decode (every ISA variant of the inner kernel, and the AVX-512 many-rows GEMM
+// kernel for passes of more than kManyRows rows; 1 and 2 threads) against
 // ref::bifurcated_attention and against cpu::paged_attention run once per sequence, over head dim
 // 64/128/256, GQA group 1/3/4/8, f32/f16/INT8 KV, b = 1, 2, 5, 16 sequences, shared prefixes of
 // 1, 15, 16, 17, 300 tokens (inside, at and across block edges, several chunks), own suffixes of
@@ -164,12 +165,18 @@ void check(const Group& g, KvDtype dtype, Worst& worst, const char* what) {
   for (int32_t i = 0; i < g.size(); ++i)
     cpu::paged_attention(pool2, g.views[i], AttentionArgs{ad[i].q, ad[i].out, 1, g.n_heads, g.pos[i], 0, ad[i].scale});
   const int di = static_cast<int>(dtype);
-  for (cpu::PartialAttentionFn kernel :
-       {cpu::partial_attention_portable(), cpu::partial_attention_avx2(), cpu::partial_attention_avx512()}) {
+  const std::pair<cpu::PartialAttentionFn, cpu::PartialAttentionFn> variants[] = {
+      {cpu::partial_attention_portable(), nullptr},
+      {cpu::partial_attention_avx2(), nullptr},
+      {cpu::partial_attention_avx512(), nullptr},
+      {cpu::partial_attention_avx512(), cpu::partial_attention_rows_avx512()}};
+  for (auto [kernel, many_rows] : variants) {
     if (!kernel) continue;
     std::vector<DecodeArgs> a1 = g.args(got1), a2 = g.args(got2);
-    const int64_t b1 = cpu::bifurcated_decode_with(kernel, pool1, g.segments, g.views.data(), a1.data(), g.size());
-    const int64_t b2 = cpu::bifurcated_decode_with(kernel, pool2, g.segments, g.views.data(), a2.data(), g.size());
+    const int64_t b1 =
+        cpu::bifurcated_decode_with(kernel, many_rows, pool1, g.segments, g.views.data(), a1.data(), g.size());
+    const int64_t b2 =
+        cpu::bifurcated_decode_with(kernel, many_rows, pool2, g.segments, g.views.data(), a2.data(), g.size());
     ASSERT_EQ(b1, g.expect_bytes) << what;
     ASSERT_EQ(b2, g.expect_bytes) << what;
     for (size_t x = 0; x < got1.size(); ++x) ASSERT_EQ(got1[x], got2[x]) << what << " 1 vs 2 threads, elem " << x;
