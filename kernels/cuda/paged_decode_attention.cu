@@ -1,13 +1,12 @@
-// Split-K paged decode attention.
-//   Pass 1, grid (n_splits, n_heads, n_q), 4 warps: each warp walks every 4th key of the chunk;
-//   its 32 lanes split head_dim (lane c, c+32, ... : coalesced 128-byte rows), reduce q·k with
-//   shuffles and keep an online softmax (max m, sum l, unnormalised acc). The 4 warp states meet
-//   in shared memory. With one split the block writes the output directly; otherwise it writes
-//   (acc, m, l) to the workspace and pass 2 merges the chunks: M = max m_s,
-//   out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M).
-// Bytes: each block reads its chunk of K and V once, but the `group` query heads that share a
-// kv head are separate blocks, so KV is fetched once per query head (L2 absorbs part of the
-// repeat). Processing a whole GQA group per block is the next step for this kernel.
+// Split-K paged decode attention (flash-decoding).
+//   Pass 1, attend_partial_kernel (attention_common.h), grid (n_splits, n_kv_heads · head_tiles,
+//   n_q), 4 warps: each warp walks every 4th key of the chunk; its 32 lanes split head_dim (lane
+//   c, c+32, ...: coalesced rows), and every K/V row it loads serves all the block's query heads
+//   (up to 8 of one GQA group: q in shared memory, rows·dims accumulators per lane). Online
+//   softmax per head; the 4 warp states meet in shared memory. With one split the block writes
+//   the output directly; otherwise (acc, m, l) go to the workspace and merge_kernel combines the
+//   chunks: M = max m_s, out = Σ_s acc_s e^(m_s − M) / Σ_s l_s e^(m_s − M).
+// INT8 rows dequantize as scale·x + min (ref's formula) with the row's parameters read once.
 #include "kernels/cuda/paged_decode_attention.h"
 
 #include <algorithm>
@@ -15,218 +14,94 @@
 namespace fathom::cuda {
 namespace decode_attention_detail {  // named: tests include several .cu files in one TU
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kMaxHeadDim = 256;
-constexpr unsigned kFullMask = 0xffffffffu;
+using attn_common::kMaxHeadDim;
 
-struct DecodeParams {
-  const void* k;               // [num_blocks][n_kv_heads][block_size][head_dim]
-  const void* v;               // same layout as k
-  const int32_t* block_table;  // logical block -> physical block
-  const float* q;              // [n_q][n_heads][head_dim]
-  float* out;                  // [n_q][n_heads][head_dim]
-  float* part_acc;             // [n_q][n_heads][n_splits][head_dim]
-  float* part_ml;              // [n_q][n_heads][n_splits][2]: running max, sum of exponentials
-  int32_t block_size, n_kv_heads, head_dim;
-  int32_t n_heads, pos0, window;
-  int32_t keys_per_split, n_splits;
-  float scale;
+// Keys [lo, pos] of query qi (pos = pos0 + qi), lo from the sliding window.
+struct RangePositions {
+  int32_t pos0, window;
+  __device__ __forceinline__ int lo(int qi) const {
+    const int pos = pos0 + qi;
+    return window > 0 ? max(0, pos - window + 1) : 0;
+  }
+  __device__ __forceinline__ int count(int qi, int, int) const { return pos0 + qi - lo(qi) + 1; }
+  __device__ __forceinline__ int at(int qi, int, int, int i, int) const { return lo(qi) + i; }
 };
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
-
-// T: KV element type; kDimsPerLane = ceil(head_dim / 32) rounded up to a power of two.
-template <typename T, int kDimsPerLane>
-__global__ void __launch_bounds__(kThreads) decode_partial_kernel(DecodeParams p) {
-  __shared__ float acc_s[kWarps][32 * kDimsPerLane];
-  __shared__ float m_s[kWarps];
-  __shared__ float l_s[kWarps];
-  const int split = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), qi = static_cast<int>(blockIdx.z);
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int d = p.head_dim;
-  const int pos = p.pos0 + qi;
-  const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-  const int start = lo + split * p.keys_per_split;
-  const int end = min(pos + 1, start + p.keys_per_split);
-  const int g = h / (p.n_heads / p.n_kv_heads);
-  const T* __restrict__ k = static_cast<const T*>(p.k);
-  const T* __restrict__ v = static_cast<const T*>(p.v);
-
-  float q[kDimsPerLane], acc[kDimsPerLane];
-  const float* qrow = p.q + (static_cast<int64_t>(qi) * p.n_heads + h) * d;
-FATHOM_UNROLL
-  for (int j = 0; j < kDimsPerLane; ++j) {
-    const int c = lane + 32 * j;
-    q[j] = c < d ? qrow[c] : 0.0f;
-    acc[j] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  for (int t = start + warp; t < end; t += kWarps) {
-    const int64_t row = (static_cast<int64_t>(p.block_table[t / p.block_size]) * p.n_kv_heads + g) * p.block_size +
-                        t % p.block_size;
-    const T* krow = k + row * d;
-    const T* vrow = v + row * d;
-    float dot = 0.0f;
-FATHOM_UNROLL
-    for (int j = 0; j < kDimsPerLane; ++j) {
-      const int c = lane + 32 * j;
-      if (c < d) dot += q[j] * to_f32(krow[c]);
-    }
-    const float logit = warp_sum(dot) * p.scale;
-    const float m_new = fmaxf(m, logit);
-    const float correction = expf(m - m_new);  // 0 on the first key (m = -inf)
-    const float weight = expf(logit - m_new);
-    l = l * correction + weight;
-FATHOM_UNROLL
-    for (int j = 0; j < kDimsPerLane; ++j) {
-      const int c = lane + 32 * j;
-      acc[j] = acc[j] * correction + (c < d ? weight * to_f32(vrow[c]) : 0.0f);
-    }
-    m = m_new;
-  }
-FATHOM_UNROLL
-  for (int j = 0; j < kDimsPerLane; ++j) acc_s[warp][lane + 32 * j] = acc[j];
-  if (lane == 0) {
-    m_s[warp] = m;
-    l_s[warp] = l;
-  }
-  __syncthreads();
-
-  float m_all = -INFINITY;
-FATHOM_UNROLL
-  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, m_s[w]);
-  float w_scale[kWarps];
-  float l_all = 0.0f;
-FATHOM_UNROLL
-  for (int w = 0; w < kWarps; ++w) {
-    w_scale[w] = m_s[w] == -INFINITY ? 0.0f : expf(m_s[w] - m_all);  // a warp without keys weighs 0
-    l_all += l_s[w] * w_scale[w];
-  }
-  const int64_t head_row = static_cast<int64_t>(qi) * p.n_heads + h;
-  for (int c = static_cast<int>(threadIdx.x); c < d; c += kThreads) {
-    float o = 0.0f;
-FATHOM_UNROLL
-    for (int w = 0; w < kWarps; ++w) o += acc_s[w][c] * w_scale[w];
-    if (p.n_splits == 1) {
-      p.out[head_row * d + c] = o / l_all;
-    } else {
-      p.part_acc[(head_row * p.n_splits + split) * d + c] = o;
-    }
-  }
-  if (p.n_splits > 1 && threadIdx.x == 0) {
-    p.part_ml[(head_row * p.n_splits + split) * 2 + 0] = m_all;  // -inf for a chunk past the range
-    p.part_ml[(head_row * p.n_splits + split) * 2 + 1] = l_all;
-  }
-}
-
-// grid (n_heads, n_q), block kThreads: log-sum-exp merge of the splits of one (query, head).
-__global__ void __launch_bounds__(kThreads) decode_merge_kernel(DecodeParams p) {
-  const int h = static_cast<int>(blockIdx.x), qi = static_cast<int>(blockIdx.y);
-  const int d = p.head_dim;
-  const int64_t head_row = static_cast<int64_t>(qi) * p.n_heads + h;
-  const float* ml = p.part_ml + head_row * p.n_splits * 2;
-  const float* acc = p.part_acc + head_row * p.n_splits * d;
-  float m_all = -INFINITY;
-  for (int s = 0; s < p.n_splits; ++s) m_all = fmaxf(m_all, ml[2 * s]);
-  float l_all = 0.0f;
-  for (int s = 0; s < p.n_splits; ++s) {
-    if (ml[2 * s] != -INFINITY) l_all += ml[2 * s + 1] * expf(ml[2 * s] - m_all);
-  }
-  const float inv_l = 1.0f / l_all;
-  for (int c = static_cast<int>(threadIdx.x); c < d; c += kThreads) {
-    float o = 0.0f;
-    for (int s = 0; s < p.n_splits; ++s) {
-      if (ml[2 * s] != -INFINITY) o += acc[static_cast<int64_t>(s) * d + c] * expf(ml[2 * s] - m_all);
-    }
-    p.out[head_row * d + c] = o * inv_l;
-  }
-}
-
-template <typename T>
-cudaError_t launch_partial(const DecodeParams& p, dim3 grid, cudaStream_t stream) {
-  void (*kernel)(DecodeParams) = nullptr;
-  if (p.head_dim <= 32) {
-    kernel = decode_partial_kernel<T, 1>;
-  } else if (p.head_dim <= 64) {
-    kernel = decode_partial_kernel<T, 2>;
-  } else if (p.head_dim <= 128) {
-    kernel = decode_partial_kernel<T, 4>;
-  } else {
-    kernel = decode_partial_kernel<T, 8>;
-  }
-  FATHOM_LAUNCH(kernel, grid, dim3(kThreads), 0, stream, p);
-  return cudaGetLastError();
-}
-
-int32_t longest_key_range(const AttentionArgs& a) {
-  const int32_t last = a.pos0 + a.n_q - 1;  // the last query sees the most keys
-  return a.window > 0 ? std::min(a.window, last + 1) : last + 1;
+int32_t key_range(const AttentionArgs& a, int32_t qi) {
+  const int32_t pos = a.pos0 + qi;
+  return a.window > 0 ? std::min(a.window, pos + 1) : pos + 1;
 }
 
 }  // namespace decode_attention_detail
 
 DecodeAttentionPlan plan_paged_decode_attention(const PagedKvView& kv, const AttentionArgs& args,
                                                 int32_t keys_per_split) {
-  using decode_attention_detail::longest_key_range;
+  using decode_attention_detail::key_range;
   DecodeAttentionPlan plan;
   plan.keys_per_split = std::max<int32_t>(1, keys_per_split);
-  plan.n_splits = std::max<int32_t>(1, (longest_key_range(args) + plan.keys_per_split - 1) / plan.keys_per_split);
+  const int32_t longest = args.n_q > 0 ? key_range(args, args.n_q - 1) : 1;  // the last query sees the most
+  plan.n_splits = std::max<int32_t>(1, (longest + plan.keys_per_split - 1) / plan.keys_per_split);
+  const int32_t group = kv.n_kv_heads > 0 ? std::max(1, args.n_heads / kv.n_kv_heads) : 1;
+  plan.rows_per_cta = attn_common::rows_per_cta(group, attn_common::dims_per_lane(kv.head_dim));
+  plan.head_tiles = (group + plan.rows_per_cta - 1) / plan.rows_per_cta;
   plan.workspace_floats = plan.n_splits == 1 ? 0
                                              : static_cast<size_t>(args.n_q) * args.n_heads * plan.n_splits *
                                                    (static_cast<size_t>(kv.head_dim) + 2);
   return plan;
 }
 
+AttnBytes paged_decode_attention_bytes(const PagedKvView& kv, const AttentionArgs& args,
+                                       const DecodeAttentionPlan& plan) {
+  using decode_attention_detail::key_range;
+  int64_t keys = 0;
+  for (int32_t i = 0; i < args.n_q; ++i) keys += key_range(args, i);
+  const int64_t ctas_per_key = static_cast<int64_t>(kv.n_kv_heads) * plan.head_tiles;
+  AttnBytes b = attn_common::attend_partial_fixed_bytes(args.n_q, args.n_heads, kv.head_dim, plan.n_splits);
+  b.kv_read += keys * ctas_per_key * 2 * static_cast<int64_t>(kv_row_bytes(kv.dtype, kv.head_dim));
+  b.other_read += keys * ctas_per_key * 4;  // one block-table entry per key per block
+  if (plan.n_splits > 1) b += attn_common::merge_bytes(static_cast<int64_t>(args.n_q) * args.n_heads, plan.n_splits,
+                                                       kv.head_dim, false);
+  return b;
+}
+
 cudaError_t paged_decode_attention(const PagedKvView& kv, const AttentionArgs& args, const DecodeAttentionPlan& plan,
                                    float* workspace, cudaStream_t stream) {
-  using decode_attention_detail::DecodeParams;
-  using decode_attention_detail::kMaxHeadDim;
-  using decode_attention_detail::kThreads;
-  using decode_attention_detail::launch_partial;
-  using decode_attention_detail::decode_merge_kernel;
+  using namespace attn_common;
   if (args.n_q == 0 || args.n_heads == 0) return cudaSuccess;
   if (kv.head_dim <= 0 || kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || args.n_heads % kv.n_kv_heads != 0 ||
       kv.block_size <= 0 || args.n_q < 0 || args.pos0 < 0 || plan.keys_per_split <= 0 || plan.n_splits <= 0 ||
-      (plan.n_splits > 1 && workspace == nullptr) || args.n_q > 65535 || args.n_heads > 65535) {
+      (plan.n_splits > 1 && workspace == nullptr) || args.n_q > 65535 ||
+      static_cast<int64_t>(kv.n_kv_heads) * plan.head_tiles > 65535 ||
+      plan.rows_per_cta * plan.head_tiles < args.n_heads / kv.n_kv_heads ||
+      (kv.dtype == KvDtype::kI8 && (kv.k_rows == nullptr || kv.v_rows == nullptr))) {
     return cudaErrorInvalidValue;
   }
-  DecodeParams p{};
-  p.k = kv.k;
-  p.v = kv.v;
-  p.block_table = kv.block_table;
+  AttendParams p{};
+  p.kv = make_kv_dev(kv);
   p.q = args.q;
   p.out = args.out;
   p.part_acc = workspace;
   p.part_ml = workspace == nullptr
                   ? nullptr
                   : workspace + static_cast<size_t>(args.n_q) * args.n_heads * plan.n_splits * kv.head_dim;
-  p.block_size = kv.block_size;
-  p.n_kv_heads = kv.n_kv_heads;
-  p.head_dim = kv.head_dim;
   p.n_heads = args.n_heads;
-  p.pos0 = args.pos0;
-  p.window = args.window;
+  p.group = args.n_heads / kv.n_kv_heads;
+  p.head_tiles = plan.head_tiles;
   p.keys_per_split = plan.keys_per_split;
   p.n_splits = plan.n_splits;
   p.scale = args.scale;
-  const dim3 grid(static_cast<unsigned>(plan.n_splits), static_cast<unsigned>(args.n_heads),
-                  static_cast<unsigned>(args.n_q));
-  cudaError_t err = cudaSuccess;
-  switch (kv.dtype) {
-    case KvDtype::kF32: err = launch_partial<float>(p, grid, stream); break;
-    case KvDtype::kF16: err = launch_partial<__half>(p, grid, stream); break;
-    case KvDtype::kI8: return cudaErrorInvalidValue;  // INT8 KV: not yet in this kernel
-  }
+  const decode_attention_detail::RangePositions positions{args.pos0, args.window};
+  cudaError_t err = launch_attend(kv.dtype, plan.rows_per_cta, p, positions, args.n_q, stream);
   if (err != cudaSuccess || plan.n_splits == 1) return err;
-  FATHOM_LAUNCH(decode_merge_kernel, dim3(static_cast<unsigned>(args.n_heads), static_cast<unsigned>(args.n_q)),
-                dim3(kThreads), 0, stream, p);
+  MergeParams mp{};
+  mp.part_acc = p.part_acc;
+  mp.part_ml = p.part_ml;
+  mp.out = args.out;
+  mp.n_splits = plan.n_splits;
+  mp.head_dim = kv.head_dim;
+  mp.kv = p.kv;
+  mp.group = p.group;
+  FATHOM_LAUNCH(merge_kernel<0>, dim3(static_cast<unsigned>(args.n_q * args.n_heads)), dim3(kThreads), 0, stream, mp);
   return cudaGetLastError();
 }
 
