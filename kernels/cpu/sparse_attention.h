@@ -22,13 +22,26 @@ struct SparqResult {
   int32_t r = 0, k = 0, l = 0;  // the values used after defaults and clamping to S
 };
 
+// What SparQ chose, for tests and diagnostics: the CPU ranks by f32 scores summed in its own
+// order, so on near-ties its I2 can differ from the double-precision reference's.
+struct SparqTrace {
+  std::vector<std::vector<int32_t>> selected;  // [n_kv_heads] I2, ascending positions
+  std::vector<float> alpha;                    // [n_heads] α_h (1 exactly when I2 is every position)
+};
+
 // SparQ, all six steps as ref::sparq_attention. Step 1 reads kv.k_t (the r selected dimension
 // rows of each tile) when present, else the K rows. Step 6 takes v̄ from kv.v_sum when present,
-// else computes it from V (reading all of V).
-SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SparqParams& p);
+// else computes it from V (reading all of V). Bytes per kv head:
+//   S·(r·elem + p) + 2·|I2|·kv_row_bytes + (v_sum ? 4·d : S·kv_row_bytes if reallocation)
+// with p = sizeof(KvInt8Row) for INT8 (each position's scale and min), else 0.
+SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SparqParams& p,
+                         SparqTrace* trace = nullptr);
 
 // HiP mask estimation (a refresh step) and block-sparse attention with a given (possibly cached)
-// mask, as ref::hip_estimate_mask / ref::hip_sparse_attention. Bytes are added to `bytes`.
+// mask, as ref::hip_estimate_mask / ref::hip_sparse_attention. Bytes are added to `bytes`, as the
+// ref counts them (distinct rows per kv head; per iteration for the estimation) but each row at
+// kv_row_bytes (INT8 parameters included). The mask is the selection: scores are f32 here, so on
+// near-ties a block can differ from the reference's.
 void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::HipParams& p,
                        ref::HipMask* mask, ref::HipBytes* bytes);
 void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::HipParams& p,
@@ -43,8 +56,9 @@ struct SwaResult {
 // attention weight per position). If `weights` is not null, adds to weights[t] the softmax
 // weight of position t summed over all query heads for every kept t (the caller folds it into
 // its mass for the next steps).
+// Bytes: 2·|kept|·kv_row_bytes per kv head. `kept` (optional): the kept positions, ascending.
 SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
-                     const float* mass, float* weights);
+                     const float* mass, float* weights, std::vector<int32_t>* kept = nullptr);
 
 // Bifurcated group attention as ref::bifurcated_attention: each shared segment's K/V is read
 // once for all member query rows, every sequence's own suffix separately, merged exactly.

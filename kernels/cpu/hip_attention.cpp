@@ -1,0 +1,179 @@
+// HiP decode attention on the CPU (ALGORITHMS.md; spec: kernels/ref/hip.cpp).
+// Mask estimation runs the halving iterations in lock step for all heads: each iteration scores
+// every live (head, half) over the pool, then each head keeps its best halves. The attention is
+// one sparse::attend task per query head over its merged intervals (sinks, blocks, window).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "kernels/cpu/sparse_attention.h"
+#include "kernels/cpu/sparse_common.h"
+
+namespace fathom::cpu {
+namespace {
+
+struct Chunk {
+  int32_t lo, hi;  // key blocks [lo, hi)
+};
+
+struct Interval {
+  int32_t lo, hi;  // positions [lo, hi)
+};
+
+// Sorts and merges intervals in place; returns the number of positions covered.
+int64_t merge_intervals(std::vector<Interval>& iv) {
+  std::sort(iv.begin(), iv.end(), [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+  size_t o = 0;
+  for (const Interval& x : iv) {
+    if (x.hi <= x.lo) continue;
+    if (o > 0 && x.lo <= iv[o - 1].hi) iv[o - 1].hi = std::max(iv[o - 1].hi, x.hi);
+    else iv[o++] = x;
+  }
+  iv.resize(o);
+  int64_t n = 0;
+  for (const Interval& x : iv) n += x.hi - x.lo;
+  return n;
+}
+
+}  // namespace
+
+void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::HipParams& p,
+                       ref::HipMask* mask, ref::HipBytes* bytes) {
+  const sparse::Kernels& kern = sparse::kernels();
+  const int32_t d = kv.head_dim, G = args.n_heads / kv.n_kv_heads, bs = p.block_size_k, H = args.n_heads;
+  mask->dense = true;
+  mask->pos = args.pos;
+  mask->block_starts.assign(H, {});
+  const int32_t t_mid = args.pos - p.window - p.sink;  // T′
+  if (t_mid <= p.mask_k) return;
+  if (bs <= 0 || p.mask_k < bs) throw std::invalid_argument("hip: need mask_k >= block_size_k > 0");
+  mask->dense = false;
+  const int32_t n_blocks = (t_mid + bs - 1) / bs, n_keep = p.mask_k / bs, end = p.sink + t_mid;
+  const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(kv.dtype, d));
+  std::vector<float> q_sum(H);
+  sparse::row_sums(args.q, H, d, q_sum.data());
+
+  std::vector<std::vector<Chunk>> chunks(H), halves(H);
+  std::vector<std::vector<float>> score(H);
+  for (int32_t h = 0; h < H; ++h)
+    for (int32_t i = 0; i < n_keep; ++i)
+      chunks[h].push_back({static_cast<int32_t>(static_cast<int64_t>(i) * n_blocks / n_keep),
+                           static_cast<int32_t>(static_cast<int64_t>(i + 1) * n_blocks / n_keep)});
+  constexpr int32_t kHalvesPerItem = 64;
+  for (;;) {
+    // Halve every chunk of the heads that still have one spanning > 1 block (heads stop on their own).
+    std::vector<int32_t> live;
+    for (int32_t h = 0; h < H; ++h) {
+      bool split = false;
+      for (const Chunk& c : chunks[h]) split |= c.hi - c.lo > 1;
+      halves[h].clear();
+      if (!split) continue;
+      live.push_back(h);
+      for (const Chunk& c : chunks[h]) {
+        const int32_t mid = c.lo + (c.hi - c.lo) / 2;
+        if (mid > c.lo) halves[h].push_back({c.lo, mid});
+        halves[h].push_back({mid, c.hi});
+      }
+      score[h].resize(halves[h].size());
+    }
+    if (live.empty()) break;
+    // Score each half by its centre block: max over its keys of q·k.
+    std::vector<std::pair<int32_t, int32_t>> items;  // (head, first half)
+    for (int32_t h : live)
+      for (int32_t i = 0; i < static_cast<int32_t>(halves[h].size()); i += kHalvesPerItem) items.push_back({h, i});
+    pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t e, int) {
+      int32_t pos[64];
+      float logit[64];
+      for (int64_t w = begin; w < e; ++w) {
+        const int32_t h = items[w].first, g = h / G;
+        const int32_t i1 = std::min<int32_t>(static_cast<int32_t>(halves[h].size()), items[w].second + kHalvesPerItem);
+        for (int32_t i = items[w].second; i < i1; ++i) {
+          const int32_t rep = (halves[h][i].lo + halves[h][i].hi - 1) / 2;
+          const int32_t t0 = p.sink + rep * bs, t1 = std::min(end, t0 + bs);
+          float best = -INFINITY;
+          for (int32_t t = t0; t < t1; t += 64) {
+            const int32_t n = std::min(64, t1 - t);
+            for (int32_t x = 0; x < n; ++x) pos[x] = t + x;
+            kern.key_logits(kv, g, args.q + static_cast<int64_t>(h) * d, &q_sum[h], 1, pos, n, 1.0f, logit, n);
+            for (int32_t x = 0; x < n; ++x) best = std::max(best, logit[x]);
+          }
+          score[h][i] = best;
+        }
+      }
+    });
+    // Bytes: distinct K rows per kv head this iteration (a centre block's rows are its own).
+    if (bytes != nullptr) {
+      for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
+        std::vector<int32_t> reps;
+        for (int32_t h = g * G; h < (g + 1) * G; ++h)
+          for (const Chunk& c : halves[h]) reps.push_back((c.lo + c.hi - 1) / 2);
+        std::sort(reps.begin(), reps.end());
+        reps.erase(std::unique(reps.begin(), reps.end()), reps.end());
+        for (int32_t rep : reps) {
+          const int32_t t0 = p.sink + rep * bs;
+          bytes->k_bytes += static_cast<int64_t>(std::min(end, t0 + bs) - t0) * row_bytes;
+        }
+      }
+    }
+    // Keep the best n_keep halves per head (ties: lower block), in block order.
+    pool.parallel_for(static_cast<int64_t>(live.size()), [&](int64_t begin, int64_t e, int) {
+      for (int64_t x = begin; x < e; ++x) {
+        const int32_t h = live[x];
+        const std::vector<float>& s = score[h];
+        std::vector<int32_t> order(s.size());
+        std::iota(order.begin(), order.end(), 0);
+        const int32_t keep = std::min<int32_t>(n_keep, static_cast<int32_t>(order.size()));
+        std::nth_element(order.begin(), order.begin() + keep, order.end(),
+                         [&](int32_t a, int32_t b) { return s[a] != s[b] ? s[a] > s[b] : a < b; });
+        order.resize(keep);
+        std::sort(order.begin(), order.end());
+        chunks[h].clear();
+        for (int32_t i : order) chunks[h].push_back(halves[h][i]);
+      }
+    });
+  }
+  for (int32_t h = 0; h < H; ++h)
+    for (const Chunk& c : chunks[h]) mask->block_starts[h].push_back(p.sink + c.lo * bs);
+}
+
+void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::HipParams& p,
+                       const ref::HipMask& mask, ref::HipBytes* bytes) {
+  const sparse::Kernels& kern = sparse::kernels();
+  const int32_t d = kv.head_dim, G = args.n_heads / kv.n_kv_heads, S = args.pos + 1, H = args.n_heads;
+  const int32_t win_lo = std::max(0, args.pos - p.window), sink_hi = std::min(p.sink, S);
+  const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(kv.dtype, d));
+  std::vector<std::vector<Interval>> iv(H);
+  std::vector<std::vector<int32_t>> pos(H);
+  std::vector<sparse::AttendTask> tasks(H);
+  for (int32_t h = 0; h < H; ++h) {
+    if (mask.dense) {
+      iv[h] = {{0, S}};
+    } else {
+      iv[h] = {{0, sink_hi}, {win_lo, S}};
+      for (int32_t b : mask.block_starts[h]) iv[h].push_back({std::min(b, S), std::min(b + p.block_size_k, S)});
+    }
+    merge_intervals(iv[h]);
+    for (const Interval& x : iv[h])
+      for (int32_t t = x.lo; t < x.hi; ++t) pos[h].push_back(t);
+    sparse::AttendTask& t = tasks[h];
+    t.g = h / G;
+    t.R = 1;
+    t.q = args.q + static_cast<int64_t>(h) * d;
+    t.out = args.out + static_cast<int64_t>(h) * d;
+    t.pos = pos[h].data();
+    t.n = static_cast<int32_t>(pos[h].size());
+  }
+  sparse::attend(pool, kern, kv, args.scale, tasks);
+  if (bytes != nullptr) {
+    for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
+      std::vector<Interval> all;
+      for (int32_t h = g * G; h < (g + 1) * G; ++h) all.insert(all.end(), iv[h].begin(), iv[h].end());
+      const int64_t rows = merge_intervals(all);
+      bytes->k_bytes += rows * row_bytes;
+      bytes->v_bytes += rows * row_bytes;
+    }
+  }
+}
+
+}  // namespace fathom::cpu

@@ -1,0 +1,160 @@
+// SparQ decode attention on the CPU (ALGORITHMS.md; spec: kernels/ref/sparq.cpp).
+// Work split: step 1 over (kv head, block range) items — approximate scores, their group sum and
+// per-item softmax statistics in one pass; steps 3–4 per kv head; step 5 through sparse::attend
+// over (kv head, key chunk) items.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/cpu/sparse_attention.h"
+#include "kernels/cpu/sparse_common.h"
+
+namespace fathom::cpu {
+
+SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SparqParams& p,
+                         SparqTrace* trace) {
+  const sparse::Kernels& kern = sparse::kernels();
+  const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, G = args.n_heads / n_kv, S = args.pos + 1, bs = kv.block_size;
+  SparqResult res;
+  res.r = std::clamp(p.r < 0 ? d / 8 : p.r, 1, d);
+  res.k = std::clamp(p.k, 1, S);
+  res.l = std::clamp(p.l < 0 ? p.k / 4 : p.l, 1, res.k);  // ≥ 1: the current token is always kept
+  const int32_t r = res.r;
+
+  // Step 1 (tiny, serial): I1 per group and the temperature-corrected query components.
+  std::vector<int32_t> dims(static_cast<size_t>(n_kv) * r);          // [n_kv][r]
+  std::vector<float> qr(static_cast<size_t>(n_kv) * G * r);          // [n_kv][G][r]
+  for (int32_t g = 0; g < n_kv; ++g) {
+    const float* qg = args.q + static_cast<int64_t>(g) * G * d;
+    std::vector<double> a(d, 0.0);
+    for (int32_t j = 0; j < G; ++j)
+      for (int32_t c = 0; c < d; ++c) a[c] += std::fabs(qg[j * d + c]);
+    std::vector<int32_t> order(d);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + r, order.end(),
+                      [&](int32_t x, int32_t y) { return a[x] != a[y] ? a[x] > a[y] : x < y; });
+    std::copy_n(order.begin(), r, &dims[static_cast<size_t>(g) * r]);
+    for (int32_t j = 0; j < G; ++j) {
+      double l1 = 0, l1_r = 0;
+      for (int32_t c = 0; c < d; ++c) l1 += std::fabs(qg[j * d + c]);
+      for (int32_t i = 0; i < r; ++i) l1_r += std::fabs(qg[j * d + order[i]]);
+      const double factor = args.scale * (l1_r > 0 ? std::sqrt(l1 / l1_r) : 1.0);
+      for (int32_t i = 0; i < r; ++i)
+        qr[(static_cast<size_t>(g) * G + j) * r + i] = static_cast<float>(qg[j * d + order[i]] * factor);
+    }
+  }
+
+  // Step 2: ŝ over all positions, items of `span` blocks; each item also leaves the group sum,
+  // its per-row (max, Σexp) and, without v_sum, its partial Σ V.
+  const bool compute_vbar = p.reallocation && kv.v_sum == nullptr;
+  const int32_t n_blocks = (S + bs - 1) / bs;
+  int32_t span = std::max(1, 1024 / bs);
+  while (span > 1 && static_cast<int64_t>(n_kv) * ((n_blocks + span - 1) / span) < 4 * pool.size()) span /= 2;
+  const int32_t items_per_head = (n_blocks + span - 1) / span, n_items = n_kv * items_per_head;
+  std::vector<float> approx(static_cast<size_t>(n_kv) * G * S);  // [n_kv][G][S]
+  std::vector<float> summed(static_cast<size_t>(n_kv) * S);      // [n_kv][S]
+  std::vector<float> item_m(static_cast<size_t>(n_items) * G), item_l(item_m.size());
+  std::vector<float> item_vsum(compute_vbar ? static_cast<size_t>(n_items) * d : 0, 0.0f);
+  pool.parallel_for(n_items, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> tmp, ones;
+    std::vector<int32_t> positions;
+    for (int64_t w = begin; w < end; ++w) {
+      const int32_t g = static_cast<int32_t>(w / items_per_head), b0 = static_cast<int32_t>(w % items_per_head) * span;
+      const int32_t b1 = std::min(n_blocks, b0 + span), t0 = b0 * bs, t1 = std::min(S, b1 * bs), n = t1 - t0;
+      float* ap = &approx[static_cast<size_t>(g) * G * S];
+      kern.sparq_scores(kv, g, &dims[static_cast<size_t>(g) * r], r, &qr[static_cast<size_t>(g) * G * r], G, b0, b1,
+                        S, ap, S);
+      float* sum = &summed[static_cast<size_t>(g) * S];
+      std::copy(ap + t0, ap + t1, sum + t0);
+      for (int32_t j = 1; j < G; ++j)
+        for (int32_t t = t0; t < t1; ++t) sum[t] += ap[static_cast<size_t>(j) * S + t];
+      for (int32_t j = 0; j < G; ++j) {
+        const float* row = ap + static_cast<size_t>(j) * S + t0;
+        tmp.assign(row, row + n);
+        const float mx = *std::max_element(tmp.begin(), tmp.end());
+        item_m[w * G + j] = mx;
+        item_l[w * G + j] = kern.exp_shifted(tmp.data(), n, mx);
+      }
+      if (compute_vbar) {
+        positions.resize(n);
+        std::iota(positions.begin(), positions.end(), t0);
+        ones.assign(n, 1.0f);
+        kern.accumulate_v(kv, g, 1, ones.data(), n, positions.data(), n, &item_vsum[w * d]);
+      }
+    }
+  });
+
+  // Steps 3–4 per kv head: forced last-l by flag, the best k − l of the rest by group sum; α.
+  std::vector<std::vector<int32_t>> sel(n_kv);
+  std::vector<float> alpha(args.n_heads, 1.0f);
+  pool.parallel_for(n_kv, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> buf;
+    for (int64_t g = begin; g < end; ++g) {
+      const int32_t first_forced = S - res.l, n_rest = res.k - res.l;
+      std::vector<int32_t>& s = sel[g];
+      s.resize(res.k);
+      sparse::top_k(&summed[static_cast<size_t>(g) * S], first_forced, n_rest, s.data());
+      std::iota(s.begin() + n_rest, s.end(), first_forced);
+      std::sort(s.begin(), s.begin() + n_rest);
+      if (res.k == S) continue;  // every position: α = 1 exactly
+      for (int32_t j = 0; j < G; ++j) {
+        float m = -INFINITY, l = 0.0f;
+        for (int32_t i = 0; i < items_per_head; ++i) m = std::max(m, item_m[(g * items_per_head + i) * G + j]);
+        for (int32_t i = 0; i < items_per_head; ++i) {
+          const int64_t w = g * items_per_head + i;
+          l += item_l[w * G + j] * std::exp(item_m[w * G + j] - m);
+        }
+        const float* row = &approx[(static_cast<size_t>(g) * G + j) * S];
+        buf.resize(res.k);
+        for (int32_t i = 0; i < res.k; ++i) buf[i] = row[s[i]];
+        alpha[g * G + j] = kern.exp_shifted(buf.data(), res.k, m) / l;
+      }
+    }
+  });
+
+  // Step 5: exact attention over I2 (y written to out, then step 6 in place).
+  std::vector<sparse::AttendTask> tasks(n_kv);
+  for (int32_t g = 0; g < n_kv; ++g) {
+    sparse::AttendTask& t = tasks[g];
+    t.g = g;
+    t.R = G;
+    t.q = args.q + static_cast<int64_t>(g) * G * d;
+    t.out = args.out + static_cast<int64_t>(g) * G * d;
+    t.pos = sel[g].data();
+    t.n = res.k;
+  }
+  sparse::attend(pool, kern, kv, args.scale, tasks);
+
+  // Step 6: out = α·y + (1 − α)·v̄.
+  const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype));
+  const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(kv.dtype, d));
+  const int64_t param_bytes = kv.dtype == KvDtype::kI8 ? static_cast<int64_t>(sizeof(KvInt8Row)) : 0;
+  std::vector<float> vbar(d);
+  for (int32_t g = 0; g < n_kv; ++g) {
+    res.kv_bytes += static_cast<int64_t>(S) * (r * elem + param_bytes) + 2LL * res.k * row_bytes;
+    if (!p.reallocation) continue;
+    if (kv.v_sum != nullptr) {
+      const float* vs = kv.v_sum + kv.sum_index(args.pos, g);
+      for (int32_t c = 0; c < d; ++c) vbar[c] = vs[c] / static_cast<float>(S);
+      res.kv_bytes += 4LL * d;
+    } else {
+      std::fill(vbar.begin(), vbar.end(), 0.0f);
+      for (int32_t i = 0; i < items_per_head; ++i)
+        for (int32_t c = 0; c < d; ++c) vbar[c] += item_vsum[static_cast<size_t>(g * items_per_head + i) * d + c];
+      for (float& x : vbar) x /= static_cast<float>(S);
+      res.kv_bytes += static_cast<int64_t>(S) * row_bytes;
+    }
+    for (int32_t j = 0; j < G; ++j) {
+      const float a = alpha[g * G + j];
+      float* out = args.out + static_cast<int64_t>(g * G + j) * d;
+      for (int32_t c = 0; c < d; ++c) out[c] = a * out[c] + (1.0f - a) * vbar[c];
+    }
+  }
+  if (trace != nullptr) {
+    trace->selected = std::move(sel);
+    trace->alpha = std::move(alpha);
+  }
+  return res;
+}
+
+}  // namespace fathom::cpu

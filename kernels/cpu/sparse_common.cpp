@@ -1,0 +1,153 @@
+#include "kernels/cpu/sparse_common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/matmul.h"
+
+namespace fathom::cpu::sparse {
+
+const Kernels& kernels() {
+  // Chosen per call (a string compare) so that set_simd_level_for_testing reaches every variant.
+  if (std::strcmp(simd_level(), "avx512") == 0 && kernels_avx512() != nullptr) return *kernels_avx512();
+  return *kernels_portable();
+}
+
+void row_sums(const float* q, int32_t R, int32_t d, float* sums) {
+  for (int32_t r = 0; r < R; ++r) {
+    float s = 0.0f;
+    for (int32_t c = 0; c < d; ++c) s += q[static_cast<int64_t>(r) * d + c];
+    sums[r] = s;
+  }
+}
+
+namespace {
+
+constexpr int32_t kMaxChunk = 256;  // keys per work item (logits scratch: R × chunk floats)
+constexpr int32_t kMinChunk = 32;
+
+// Folds a chunk partial (acc unnormalised, max m_c, Σexp l_c) into a running one.
+void fold(float* acc, float& m, float& l, const float* acc_c, float m_c, float l_c, int32_t d) {
+  if (m == -INFINITY) {
+    std::copy(acc_c, acc_c + d, acc);
+    m = m_c;
+    l = l_c;
+    return;
+  }
+  const float mx = std::max(m, m_c);
+  const float a = std::exp(m - mx), b = std::exp(m_c - mx);
+  for (int32_t c = 0; c < d; ++c) acc[c] = acc[c] * a + acc_c[c] * b;
+  l = l * a + l_c * b;
+  m = mx;
+}
+
+}  // namespace
+
+void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
+            const std::vector<AttendTask>& tasks) {
+  const int32_t d = kv.head_dim;
+  // Small enough chunks that every thread gets a few items, large enough to amortise the merge.
+  int32_t chunk = kMaxChunk;
+  auto count_items = [&](int32_t c) {
+    int64_t n = 0;
+    for (const AttendTask& t : tasks) n += (t.n + c - 1) / c;
+    return n;
+  };
+  while (chunk > kMinChunk && count_items(chunk) < 4 * pool.size()) chunk /= 2;
+
+  struct Item {
+    int32_t task, begin, end;
+    int64_t slot;  // first of its R partial slots
+  };
+  std::vector<Item> items;
+  std::vector<int32_t> first_item(tasks.size() + 1);
+  std::vector<float> q_sums(tasks.size() * kMaxRows, 0.0f);
+  int64_t slots = 0;
+  for (size_t ti = 0; ti < tasks.size(); ++ti) {
+    const AttendTask& t = tasks[ti];
+    if (t.R > kMaxRows || t.R < 1 || t.n < 1) throw std::invalid_argument("sparse::attend: bad task shape");
+    if (kv.dtype == KvDtype::kI8) row_sums(t.q, t.R, d, &q_sums[ti * kMaxRows]);
+    first_item[ti] = static_cast<int32_t>(items.size());
+    for (int32_t b = 0; b < t.n; b += chunk) {
+      items.push_back({static_cast<int32_t>(ti), b, std::min(t.n, b + chunk), slots});
+      slots += t.R;
+    }
+  }
+  first_item[tasks.size()] = static_cast<int32_t>(items.size());
+  std::vector<float> acc(slots * d, 0.0f), m(slots), l(slots);
+
+  pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end, int) {
+    std::vector<float> s(static_cast<size_t>(kMaxRows) * chunk);
+    for (int64_t w = begin; w < end; ++w) {
+      const Item& it = items[w];
+      const AttendTask& t = tasks[it.task];
+      const int32_t n = it.end - it.begin;
+      kern.key_logits(kv, t.g, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, t.pos + it.begin, n,
+                      scale, s.data(), n);
+      for (int32_t r = 0; r < t.R; ++r) {
+        float* sr = &s[static_cast<size_t>(r) * n];
+        if (t.logits != nullptr) std::copy(sr, sr + n, t.logits + static_cast<int64_t>(r) * t.n + it.begin);
+        const float mx = *std::max_element(sr, sr + n);
+        m[it.slot + r] = mx;
+        l[it.slot + r] = kern.exp_shifted(sr, n, mx);
+      }
+      kern.accumulate_v(kv, t.g, t.R, s.data(), n, t.pos + it.begin, n, &acc[it.slot * d]);
+    }
+  });
+
+  pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t begin, int64_t end, int) {
+    std::vector<float> run(d);
+    for (int64_t ti = begin; ti < end; ++ti) {
+      const AttendTask& t = tasks[ti];
+      for (int32_t r = 0; r < t.R; ++r) {
+        float rm = -INFINITY, rl = 0.0f;
+        for (int32_t w = first_item[ti]; w < first_item[ti + 1]; ++w) {
+          const int64_t slot = items[w].slot + r;
+          fold(run.data(), rm, rl, &acc[slot * d], m[slot], l[slot], d);
+        }
+        float* o = t.out + static_cast<int64_t>(r) * d;
+        for (int32_t c = 0; c < d; ++c) o[c] = run[c] / rl;
+        if (t.lse != nullptr) t.lse[r] = rm + std::log(rl);
+      }
+    }
+  });
+}
+
+void top_k(const float* score, int32_t n, int32_t k, int32_t* out) {
+  if (k <= 0) return;
+  if (k >= n) {
+    std::iota(out, out + n, 0);
+    return;
+  }
+  // Order-preserving unsigned key of a float (+0 and −0 share one key, as they compare equal).
+  auto key = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    if (x == 0.0f) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  };
+  constexpr int kBits = 12, kShift = 32 - kBits;
+  std::vector<int32_t> hist(1 << kBits, 0);
+  for (int32_t i = 0; i < n; ++i) ++hist[key(score[i]) >> kShift];
+  int32_t bucket = (1 << kBits) - 1, above = 0;  // the bucket holding the k-th largest
+  for (; bucket > 0 && above + hist[bucket] < k; --bucket) above += hist[bucket];
+  std::vector<int32_t> boundary;
+  boundary.reserve(hist[bucket]);
+  int32_t o = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const uint32_t b = key(score[i]) >> kShift;
+    if (b > static_cast<uint32_t>(bucket)) out[o++] = i;
+    else if (b == static_cast<uint32_t>(bucket)) boundary.push_back(i);
+  }
+  const int32_t need = k - above;
+  std::nth_element(boundary.begin(), boundary.begin() + need, boundary.end(), [&](int32_t x, int32_t y) {
+    return score[x] != score[y] ? score[x] > score[y] : x < y;
+  });
+  std::copy_n(boundary.begin(), need, out + o);
+}
+
+}  // namespace fathom::cpu::sparse

@@ -1,0 +1,65 @@
+#pragma once
+// Internals shared by the CPU sparse decode policies (sparq_attention.cpp, hip_attention.cpp,
+// swa_attention.cpp): the per-ISA inner loops behind a table of function pointers (run-time
+// dispatch, sparse_kernels.inc instantiated per ISA), the chunked multi-threaded gather attention
+// every policy ends with, and an exact top-k.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/paged_kv.h"
+
+namespace fathom::cpu::sparse {
+
+constexpr int32_t kMaxRows = 64;  // query rows that share one kv head in one call (GQA group)
+
+// Inner loops over rows of one kv head `g`, reading f32 / f16 / INT8 in place. Positions are
+// absolute token positions of the sequence (any order). INT8: q·(s·x + m) = s·(q·x) + m·Σq, so the
+// callers pass q_sum[r] = Σ_c q_r[c] (ignored for f32 / f16).
+struct Kernels {
+  // out[r·ld + i] = scale · q_r·K[pos[i]]          q: [R][head_dim], q_sum: [R]
+  void (*key_logits)(const PagedKvView& kv, int32_t g, const float* q, const float* q_sum, int32_t R,
+                     const int32_t* pos, int32_t n, float scale, float* out, int64_t ld);
+  // acc[r][c] += Σ_i w[r·ld + i] · V[pos[i]][c]     acc: [R][head_dim]
+  void (*accumulate_v)(const PagedKvView& kv, int32_t g, int32_t R, const float* w, int64_t ld, const int32_t* pos,
+                       int32_t n, float* acc);
+  // s[i] = exp(s[i] − shift) for s[i] ≤ shift; returns Σ s[i].
+  float (*exp_shifted)(float* s, int32_t n, float shift);
+  // SparQ step 1 for the positions of logical blocks [b0, b1) below S:
+  //   out[j·ld + t] = Σ_{i<r} qr[j·r + i] · K[t][dims[i]]   (qr: [G][r], already scaled)
+  // from kv.k_t (r contiguous dimension rows per tile) when present, else from the K rows.
+  void (*sparq_scores)(const PagedKvView& kv, int32_t g, const int32_t* dims, int32_t r, const float* qr, int32_t G,
+                       int32_t b0, int32_t b1, int32_t S, float* out, int64_t ld);
+};
+
+// The table for this CPU, capped by cpu::simd_level() (FATHOM_SIMD / tests).
+const Kernels& kernels();
+const Kernels* kernels_portable();
+const Kernels* kernels_avx512();  // nullptr when the CPU lacks AVX-512 F/BW/VL
+
+// One gather-attention job: R query rows of kv head g over the positions pos[0..n) (n ≥ 1,
+// distinct; ascending gives sequential reads). Exact softmax (online over chunks, merged with
+// the log-sum-exp rule).
+struct AttendTask {
+  int32_t g = 0;
+  int32_t R = 0;                 // ≤ kMaxRows
+  const float* q = nullptr;      // [R][head_dim]
+  float* out = nullptr;          // [R][head_dim] normalised output
+  const int32_t* pos = nullptr;  // [n]
+  int32_t n = 0;
+  float* logits = nullptr;       // optional [R][n]: the scaled logits
+  float* lse = nullptr;          // optional [R]: their log-sum-exp
+};
+
+// Splits every task into key chunks, spreads the chunks over the pool, merges per task.
+void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
+            const std::vector<AttendTask>& tasks);
+
+// The k indices of the largest score[0..n) under (score descending, index ascending), unordered,
+// into out[0..k). Exact (radix prefilter on the float bits, nth_element on the boundary bucket).
+void top_k(const float* score, int32_t n, int32_t k, int32_t* out);
+
+// Σ_c q[c] per row, for INT8 keys: q [R][d] -> sums [R].
+void row_sums(const float* q, int32_t R, int32_t d, float* sums);
+
+}  // namespace fathom::cpu::sparse

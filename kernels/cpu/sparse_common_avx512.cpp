@@ -1,0 +1,109 @@
+// AVX-512 instantiation of the sparse-attention inner loops (F16C conversion in registers,
+// masked tails, vectorised exp).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/sparse_common.h"
+
+namespace fathom::cpu::sparse {
+namespace {
+
+__mmask16 tail_mask(int32_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+__m512 load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+__m512 maskz_load_f16(__mmask16 m, const uint16_t* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+__m512 load_u8(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+__m512 maskz_load_u8(__mmask16 m, const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p)));
+}
+__m512 load_f32(const float* p) { return _mm512_loadu_ps(p); }
+__m512 maskz_load_f32(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+
+float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+// Horizontal sum through memory: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized in its own
+// header once inlined here.
+float hsum(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  float s = 0.0f;
+  for (float x : lanes) s += x;
+  return s;
+}
+
+// Two accumulators over 32-element steps, then a masked tail.
+template <typename T, typename Load, typename MaskLoad>
+float dot_any(const float* q, const T* k, int32_t n, Load load, MaskLoad mload) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int32_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load(k + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), load(k + i + 16), s1);
+  }
+  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load(k + i), s0);
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), mload(m, k + i), s1);
+  }
+  return hsum(_mm512_add_ps(s0, s1));
+}
+float dot_f32(const float* q, const float* k, int32_t n) { return dot_any(q, k, n, load_f32, maskz_load_f32); }
+float dot_f16(const float* q, const uint16_t* k, int32_t n) { return dot_any(q, k, n, load_f16, maskz_load_f16); }
+float dot_u8(const float* q, const uint8_t* k, int32_t n) { return dot_any(q, k, n, load_u8, maskz_load_u8); }
+
+template <typename T, typename Load, typename MaskLoad>
+void axpy_any(float a, const T* x, float* y, int32_t n, Load load, MaskLoad mload) {
+  const __m512 va = _mm512_set1_ps(a);
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, mload(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+void axpy_f32(float a, const float* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_f32, maskz_load_f32); }
+void axpy_f16(float a, const uint16_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_f16, maskz_load_f16); }
+void axpy_u8(float a, const uint8_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_u8, maskz_load_u8); }
+
+// exp(x) for x ≤ 0 (Cephes expf, as kernels/cpu/attention_avx512.cpp): within 2 ulp of std::exp.
+__m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.5f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+float exp_shifted(float* s, int32_t n, float shift) {
+  const __m512 vs = _mm512_set1_ps(shift);
+  __m512 sum = _mm512_setzero_ps();
+  for (int32_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), vs));
+    _mm512_mask_storeu_ps(s + i, m, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+  }
+  return hsum(sum);
+}
+
+#include "kernels/cpu/sparse_common.inc"
+
+}  // namespace
+
+const Kernels* kernels_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
+             ? &kTable
+             : nullptr;
+}
+
+}  // namespace fathom::cpu::sparse

@@ -1,0 +1,52 @@
+// Portable (any ISA) instantiation of the sparse-attention inner loops.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/sparse_common.h"
+#include "kernels/ref/dequant.h"
+
+namespace fathom::cpu::sparse {
+namespace {
+
+float h2f(uint16_t h) { return ref::fp16_to_fp32(h); }
+
+template <typename T, typename Load>
+float dot_any(const float* q, const T* k, int32_t n, Load load) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += q[i] * load(k[i]);
+    s1 += q[i + 1] * load(k[i + 1]);
+    s2 += q[i + 2] * load(k[i + 2]);
+    s3 += q[i + 3] * load(k[i + 3]);
+  }
+  for (; i < n; ++i) s0 += q[i] * load(k[i]);
+  return (s0 + s1) + (s2 + s3);
+}
+float dot_f32(const float* q, const float* k, int32_t n) { return dot_any(q, k, n, [](float x) { return x; }); }
+float dot_f16(const float* q, const uint16_t* k, int32_t n) { return dot_any(q, k, n, h2f); }
+float dot_u8(const float* q, const uint8_t* k, int32_t n) {
+  return dot_any(q, k, n, [](uint8_t x) { return static_cast<float>(x); });
+}
+void axpy_f32(float a, const float* x, float* y, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+void axpy_f16(float a, const uint16_t* x, float* y, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) y[i] += a * h2f(x[i]);
+}
+void axpy_u8(float a, const uint8_t* x, float* y, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) y[i] += a * static_cast<float>(x[i]);
+}
+float exp_shifted(float* s, int32_t n, float shift) {
+  float sum = 0;
+  for (int32_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - shift));
+  return sum;
+}
+
+#include "kernels/cpu/sparse_common.inc"
+
+}  // namespace
+
+const Kernels* kernels_portable() { return &kTable; }
+
+}  // namespace fathom::cpu::sparse

@@ -1,0 +1,61 @@
+// ALISA sparse window attention on the CPU (ALGORITHMS.md; spec: kernels/ref/swa.cpp): the local
+// window plus the older positions of largest mass (exact top-k on the caller's f32 mass, so the
+// selection equals the reference's), then one sparse::attend task per kv head for its G heads.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/cpu/sparse_attention.h"
+#include "kernels/cpu/sparse_common.h"
+
+namespace fathom::cpu {
+
+SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
+                     const float* mass, float* weights, std::vector<int32_t>* kept_out) {
+  const sparse::Kernels& kern = sparse::kernels();
+  const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, G = args.n_heads / n_kv, n = args.pos + 1;
+  const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(n) * p.ratio));
+  SwaResult res;
+  res.k_local = static_cast<int32_t>(std::clamp<int64_t>(budget / 2, 1, n));
+  const int32_t older = n - res.k_local;
+  res.k_global = static_cast<int32_t>(std::clamp<int64_t>(budget - res.k_local, 0, older));
+  std::vector<int32_t> kept(res.k_global + res.k_local);
+  sparse::top_k(mass, older, res.k_global, kept.data());
+  std::sort(kept.begin(), kept.begin() + res.k_global);
+  std::iota(kept.begin() + res.k_global, kept.end(), older);
+  const int32_t n_kept = static_cast<int32_t>(kept.size());
+
+  std::vector<float> logits(weights != nullptr ? static_cast<size_t>(args.n_heads) * n_kept : 0);  // [H][n_kept]
+  std::vector<float> lse(args.n_heads);
+  std::vector<sparse::AttendTask> tasks(n_kv);
+  for (int32_t g = 0; g < n_kv; ++g) {
+    sparse::AttendTask& t = tasks[g];
+    t.g = g;
+    t.R = G;
+    t.q = args.q + static_cast<int64_t>(g) * G * d;
+    t.out = args.out + static_cast<int64_t>(g) * G * d;
+    t.pos = kept.data();
+    t.n = n_kept;
+    if (weights != nullptr) {
+      t.logits = &logits[static_cast<size_t>(g) * G * n_kept];
+      t.lse = &lse[static_cast<size_t>(g) * G];
+    }
+  }
+  sparse::attend(pool, kern, kv, args.scale, tasks);
+  res.kv_bytes = 2LL * n_kept * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv;
+
+  if (weights != nullptr) {
+    // Softmax weights exp(logit − lse) in place, then summed over heads per kept position.
+    pool.parallel_for(args.n_heads, [&](int64_t begin, int64_t end, int) {
+      for (int64_t h = begin; h < end; ++h) kern.exp_shifted(&logits[h * n_kept], n_kept, lse[h]);
+    });
+    for (int32_t h = 0; h < args.n_heads; ++h) {
+      const float* w = &logits[static_cast<size_t>(h) * n_kept];
+      for (int32_t i = 0; i < n_kept; ++i) weights[kept[i]] += w[i];
+    }
+  }
+  if (kept_out != nullptr) *kept_out = std::move(kept);
+  return res;
+}
+
+}  // namespace fathom::cpu

@@ -1,0 +1,433 @@
+// CPU sparse decode policies (kernels/cpu/sparse_attention.h) against their scalar references in
+// kernels/ref, on every SIMD level this CPU has. Grid: head dim 64/128/256, GQA group 1/3/4/8,
+// S = 1, 7 (below a block), 16 (one block), 33 (odd), 2001 (long); f32 / f16 / INT8 KV; with and
+// without the side data (transposed K, running V sums). Block tables are shuffled.
+//
+// Selection. The CPU ranks by f32 scores summed in its own order, the reference in double, so on
+// near-ties they may pick differently. SparQ: per kv head the selections must overlap in ≥ 98% of
+// I2, and be identical whenever the reference's boundary gap (k-th vs k+1-th non-forced group
+// score, recomputed here in double) exceeds 1e-4·(1 + max |score|). HiP: ≥ 95% of each head's
+// blocks shared (the estimate is iterative, a flip in one iteration can move a few blocks). SWA
+// ranks the caller's f32 mass itself: identical always.
+// Outputs are checked against the reference's attention over the CPU's own selection (SparQ:
+// ref::partial_attention over the CPU's I2, α recomputed here in double over that I2; HiP:
+// ref::hip_sparse_attention with the CPU's mask) and, when the selections agree, against the
+// reference end to end (α, output, bytes).
+// Tolerance |cpu − ref| ≤ atol + rtol·|ref|: every dtype reads the same stored values as the
+// reference (f16 converted exactly, INT8 as scale·x_q + min but summed as scale·(q·x_q) + min·Σq),
+// so only f32 summation order and the 2-ulp vector exp differ: atol = rtol = 5e-6 (f32, f16),
+// 2e-5 (INT8, the regrouped dequantisation cancels terms of size ~|min·Σq|). α: 1e-5 absolute.
+// Seen (outputs ~N(0,1)): worst 7e-7 for f32 / f16, 2e-6 for INT8.
+// Exactness: SparQ with k ≥ S, HiP with mask_k ≥ S (T′ ≤ mask_k) and SWA with ratio 1 equal dense
+// attention (ref::paged_attention; cpu::paged_attention too for f32 / f16).
+// Bytes: the formulas in sparse_attention.h, and equal to the reference's counters for f32 / f16.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/sparse_attention.h"
+#include "kernels/cpu/sparse_common.h"
+#include "kernels/ref/attention.h"
+#include "tests/kernel/paged_kv_fixture.h"
+
+namespace fathom {
+namespace {
+
+constexpr int32_t kBlock = 16, kKvHeads = 2;
+const int32_t kDims[] = {64, 128, 256};
+const int32_t kGroups[] = {1, 3, 4, 8};
+const int32_t kLens[] = {1, 7, 16, 33, 2001};
+const KvDtype kDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8};
+
+double tolerance(KvDtype t) { return t == KvDtype::kI8 ? 2e-5 : 5e-6; }
+
+// Worst |cpu − ref| per dtype, printed at the end of each test.
+struct Worst {
+  std::map<std::string, double> err;
+  void print(const char* what) const {
+    for (const auto& [name, e] : err) std::printf("  %s %-5s worst |cpu - ref| = %.3g\n", what, name.c_str(), e);
+  }
+};
+
+// Checks a against b elementwise; returns the worst absolute error.
+double compare(const float* a, const float* b, int64_t n, KvDtype dtype, Worst& worst) {
+  const double tol = tolerance(dtype);
+  double e = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = std::fabs(static_cast<double>(a[i]) - b[i]);
+    e = std::max(e, x);
+    if (x > tol + tol * std::fabs(b[i])) {
+      ADD_FAILURE() << "element " << i << ": cpu " << a[i] << " ref " << b[i];
+      break;
+    }
+  }
+  double& w = worst.err[kv_dtype_name(dtype)];
+  w = std::max(w, e);
+  return e;
+}
+
+std::vector<float> random_q(int32_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q(n);
+  for (float& x : q) x = normal(rng);
+  return q;
+}
+
+// Runs fn once per SIMD level the CPU supports, then restores the best level.
+template <typename Fn>
+void for_each_simd_level(Fn fn) {
+  for (const char* level : {"portable", "avx512"}) {  // the sparse kernels have no AVX2 variant
+    if (!cpu::set_simd_level_for_testing(level)) continue;
+    if (std::string(cpu::simd_level()) != level) continue;
+    SCOPED_TRACE(level);
+    fn();
+  }
+  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
+}
+
+template <typename Fn>
+void for_each_case(Fn fn) {
+  std::mt19937 rng(1234);
+  for (int32_t d : kDims)
+    for (int32_t G : kGroups)
+      for (int32_t S : kLens)
+        for (KvDtype dtype : kDtypes) {
+          const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
+          const std::vector<float> q = random_q(G * kKvHeads * d, rng);
+          for (bool side : {false, true}) {
+            SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) + " S=" + std::to_string(S) + " " +
+                         kv_dtype_name(dtype) + (side ? " +k_t/v_sum" : ""));
+            fn(f, f.view(side, side), q, G, S, rng);
+          }
+        }
+}
+
+DecodeArgs decode_args(const std::vector<float>& q, std::vector<float>& out, int32_t n_heads, int32_t d, int32_t S) {
+  out.assign(static_cast<size_t>(n_heads) * d, 0.0f);
+  return DecodeArgs{q.data(), out.data(), n_heads, S - 1, 1.0f / std::sqrt(static_cast<float>(d))};
+}
+
+// Dense attention of the decode query: ref::paged_attention.
+std::vector<float> dense_ref(const PagedKvView& kv, const DecodeArgs& a) {
+  std::vector<float> out(static_cast<size_t>(a.n_heads) * kv.head_dim);
+  ref::paged_attention(kv, AttentionArgs{a.q, out.data(), 1, a.n_heads, a.pos, 0, a.scale});
+  return out;
+}
+
+// SparQ steps 1–2 in double exactly as the reference: approx [G][S] for kv head g.
+std::vector<double> sparq_scores_double(const PagedKvView& kv, const DecodeArgs& a, int32_t g, int32_t r) {
+  const int32_t d = kv.head_dim, G = a.n_heads / kv.n_kv_heads, S = a.pos + 1;
+  const float* qg = a.q + static_cast<int64_t>(g) * G * d;
+  std::vector<double> sum_abs(d, 0.0);
+  for (int32_t j = 0; j < G; ++j)
+    for (int32_t c = 0; c < d; ++c) sum_abs[c] += std::fabs(qg[j * d + c]);
+  std::vector<int32_t> dims(d);
+  std::iota(dims.begin(), dims.end(), 0);
+  std::partial_sort(dims.begin(), dims.begin() + r, dims.end(), [&](int32_t x, int32_t y) {
+    return sum_abs[x] != sum_abs[y] ? sum_abs[x] > sum_abs[y] : x < y;
+  });
+  dims.resize(r);
+  std::vector<double> approx(static_cast<size_t>(G) * S);
+  std::vector<float> row(d);
+  for (int32_t j = 0; j < G; ++j) {
+    double l1 = 0, l1_r = 0;
+    for (int32_t c = 0; c < d; ++c) l1 += std::fabs(qg[j * d + c]);
+    for (int32_t c : dims) l1_r += std::fabs(qg[j * d + c]);
+    const double factor = a.scale * (l1_r > 0 ? std::sqrt(l1 / l1_r) : 1.0);
+    for (int32_t t = 0; t < S; ++t) {
+      ref::load_kv_row(kv, kv.k, t, g, row.data());
+      double dot = 0;
+      for (int32_t c : dims) dot += static_cast<double>(qg[j * d + c]) * row[c];
+      approx[static_cast<size_t>(j) * S + t] = dot * factor;
+    }
+  }
+  return approx;
+}
+
+TEST(SparseCpu, SparqMatchesReference) {
+  Worst worst;
+  int64_t cases = 0, exact_required = 0, differing_heads = 0;
+  for_each_simd_level([&] {
+    ThreadPool pool(2);
+    for_each_case([&](const testing::PagedKvFixture& f, const PagedKvView& kv, const std::vector<float>& q, int32_t G,
+                      int32_t S, std::mt19937&) {
+      const int32_t d = f.d, H = G * kKvHeads;
+      std::vector<float> out_cpu, out_ref;
+      const DecodeArgs a = decode_args(q, out_cpu, H, d, S);
+      DecodeArgs ar = a;
+      out_ref.assign(out_cpu.size(), 0.0f);
+      ar.out = out_ref.data();
+      ref::SparqParams p;
+      p.k = std::max(2, S / 3);
+      p.r = d / 8;
+      cpu::SparqTrace trace;
+      const cpu::SparqResult res = cpu::sparq_decode(pool, kv, a, p, &trace);
+      std::vector<float> v_mean;
+      if (kv.v_sum != nullptr)
+        for (int32_t g = 0; g < kKvHeads; ++g)
+          for (int32_t c = 0; c < d; ++c) v_mean.push_back(kv.v_sum[kv.sum_index(a.pos, g) + c] / S);
+      const ref::SparqStats st = ref::sparq_attention(kv, ar, p, v_mean.empty() ? nullptr : v_mean.data());
+      ASSERT_EQ(res.r, st.r);
+      ASSERT_EQ(res.k, st.k);
+      ASSERT_EQ(res.l, st.l);
+      ++cases;
+      const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(f.dtype)), row = kv_row_bytes(f.dtype, d);
+      const int64_t param = f.dtype == KvDtype::kI8 ? static_cast<int64_t>(sizeof(KvInt8Row)) : 0;
+      EXPECT_EQ(res.kv_bytes, kKvHeads * (S * (st.r * elem + param) + 2LL * st.k * row +
+                                          (kv.v_sum != nullptr ? 4LL * d : static_cast<int64_t>(S) * row)));
+      bool all_same = true;
+      for (int32_t g = 0; g < kKvHeads; ++g) {
+        const std::vector<int32_t>& sel = trace.selected[g];
+        ASSERT_EQ(static_cast<int32_t>(sel.size()), st.k);
+        ASSERT_TRUE(std::is_sorted(sel.begin(), sel.end()));
+        // (a) selection overlap, exact without a near-tie at the boundary.
+        const std::vector<double> approx = sparq_scores_double(kv, a, g, st.r);
+        std::vector<int32_t> common;
+        std::set_intersection(sel.begin(), sel.end(), st.selected[g].begin(), st.selected[g].end(),
+                              std::back_inserter(common));
+        EXPECT_GE(static_cast<double>(common.size()), 0.98 * st.k);
+        const int32_t first_forced = S - st.l, n_rest = st.k - st.l;
+        if (n_rest > 0 && n_rest < first_forced) {
+          std::vector<double> summed(first_forced, 0.0);
+          for (int32_t t = 0; t < first_forced; ++t)
+            for (int32_t j = 0; j < G; ++j) summed[t] += approx[static_cast<size_t>(j) * S + t];
+          double mx = 0;
+          for (double x : summed) mx = std::max(mx, std::fabs(x));
+          std::sort(summed.begin(), summed.end(), std::greater<>());
+          if (summed[n_rest - 1] - summed[n_rest] > 1e-4 * (1 + mx)) {
+            ++exact_required;
+            EXPECT_EQ(sel, st.selected[g]);
+          }
+        }
+        if (sel != st.selected[g]) all_same = false, ++differing_heads;
+        // (b) output vs the reference's attention over the CPU's own selection.
+        std::vector<ref::AttentionState> y(G);
+        ref::partial_attention(kv, g, q.data() + static_cast<int64_t>(g) * G * d, G, a.scale, sel.data(),
+                               static_cast<int64_t>(sel.size()), y.data());
+        std::vector<double> vbar(d, 0.0);
+        if (kv.v_sum != nullptr) {
+          for (int32_t c = 0; c < d; ++c) vbar[c] = v_mean[static_cast<size_t>(g) * d + c];
+        } else {
+          std::vector<float> vrow(d);
+          for (int32_t t = 0; t < S; ++t) {
+            ref::load_kv_row(kv, kv.v, t, g, vrow.data());
+            for (int32_t c = 0; c < d; ++c) vbar[c] += vrow[c];
+          }
+          for (double& x : vbar) x /= S;
+        }
+        for (int32_t j = 0; j < G; ++j) {
+          const double* s = &approx[static_cast<size_t>(j) * S];
+          const double m = *std::max_element(s, s + S);
+          double all = 0, chosen = 0;
+          for (int32_t t = 0; t < S; ++t) all += std::exp(s[t] - m);
+          for (int32_t t : sel) chosen += std::exp(s[t] - m);
+          const double alpha = chosen / all;
+          EXPECT_NEAR(trace.alpha[g * G + j], alpha, 1e-5);
+          std::vector<float> expect(d);
+          for (int32_t c = 0; c < d; ++c) expect[c] = static_cast<float>(alpha * y[j].o[c] + (1 - alpha) * vbar[c]);
+          compare(&out_cpu[static_cast<size_t>(g * G + j) * d], expect.data(), d, f.dtype, worst);
+        }
+      }
+      if (all_same) {  // end to end against the reference
+        compare(out_cpu.data(), out_ref.data(), static_cast<int64_t>(out_cpu.size()), f.dtype, worst);
+        for (int32_t h = 0; h < H; ++h) EXPECT_NEAR(trace.alpha[h], st.alpha[h], 1e-5);
+        if (f.dtype != KvDtype::kI8) {
+          EXPECT_EQ(res.kv_bytes, st.kv_bytes);
+        }
+      }
+    });
+  });
+  std::printf("SparQ: %lld cases, %lld kv heads with an exact-selection requirement, %lld heads differing\n",
+              static_cast<long long>(cases), static_cast<long long>(exact_required),
+              static_cast<long long>(differing_heads));
+  worst.print("sparq");
+}
+
+// HiP sizes scaled to the test lengths: set A is dense up to S = 45 and halves ~6 times at 2001;
+// set B makes S = 16 and 33 sparse too.
+const ref::HipParams kHipSets[] = {{32, 2, 4, 8}, {8, 2, 2, 4}};
+
+TEST(SparseCpu, HipMatchesReference) {
+  Worst worst;
+  int64_t masks = 0, masks_differing = 0;
+  for_each_simd_level([&] {
+    ThreadPool pool(2);
+    for_each_case([&](const testing::PagedKvFixture& f, const PagedKvView& kv, const std::vector<float>& q, int32_t G,
+                      int32_t S, std::mt19937&) {
+      if (kv.k_t != nullptr) return;  // HiP reads no side data: one run per case
+      const int32_t d = f.d, H = G * kKvHeads;
+      const int64_t row = kv_row_bytes(f.dtype, d), elem = kv_dtype_bytes(f.dtype);
+      for (const ref::HipParams& p : kHipSets) {
+        // Estimate a few steps back, attend now: the cached-mask path.
+        std::vector<float> out_cpu, out_ref;
+        DecodeArgs a = decode_args(q, out_cpu, H, d, S);
+        DecodeArgs est = a;
+        est.pos = std::max(0, a.pos - 5);
+        ref::HipMask mask_cpu, mask_ref;
+        ref::HipBytes b_cpu, b_ref;
+        cpu::hip_estimate_mask(pool, kv, est, p, &mask_cpu, &b_cpu);
+        mask_ref = ref::hip_estimate_mask(kv, est, p, &b_ref);
+        ++masks;
+        ASSERT_EQ(mask_cpu.dense, mask_ref.dense);
+        ASSERT_EQ(mask_cpu.pos, mask_ref.pos);
+        bool same = true;
+        for (int32_t h = 0; h < H; ++h) {
+          const std::vector<int32_t>& bc = mask_cpu.block_starts[h];
+          const std::vector<int32_t>& br = mask_ref.block_starts[h];
+          ASSERT_EQ(bc.size(), br.size());
+          std::vector<int32_t> common;
+          std::set_intersection(bc.begin(), bc.end(), br.begin(), br.end(), std::back_inserter(common));
+          EXPECT_GE(static_cast<double>(common.size()), 0.95 * br.size());
+          same &= bc == br;
+        }
+        masks_differing += !same;
+        if (same) {
+          EXPECT_EQ(b_cpu.k_bytes, b_ref.k_bytes / (d * elem) * row);
+        }
+        // The attention over the CPU's mask vs the reference's over the same mask.
+        ref::HipBytes s_cpu, s_ref;
+        cpu::hip_sparse_decode(pool, kv, a, p, mask_cpu, &s_cpu);
+        out_ref.assign(out_cpu.size(), 0.0f);
+        DecodeArgs ar = a;
+        ar.out = out_ref.data();
+        ref::hip_sparse_attention(kv, ar, p, mask_cpu, &s_ref);
+        compare(out_cpu.data(), out_ref.data(), static_cast<int64_t>(out_cpu.size()), f.dtype, worst);
+        EXPECT_EQ(s_cpu.k_bytes, s_ref.k_bytes / (d * elem) * row);
+        EXPECT_EQ(s_cpu.v_bytes, s_ref.v_bytes / (d * elem) * row);
+      }
+    });
+  });
+  std::printf("HiP: %lld masks estimated, %lld differ from the reference's (near-ties)\n",
+              static_cast<long long>(masks), static_cast<long long>(masks_differing));
+  worst.print("hip");
+}
+
+TEST(SparseCpu, SwaMatchesReference) {
+  Worst worst;
+  for_each_simd_level([&] {
+    ThreadPool pool(2);
+    for_each_case([&](const testing::PagedKvFixture& f, const PagedKvView& kv, const std::vector<float>& q, int32_t G,
+                      int32_t S, std::mt19937& rng) {
+      if (kv.k_t != nullptr) return;  // SWA reads no side data
+      const int32_t d = f.d, H = G * kKvHeads;
+      // Coarse mass: many exact ties, so the tie rule (lower position) is exercised.
+      std::uniform_int_distribution<int> coarse(0, 20);
+      std::vector<float> mass(S);
+      for (float& m : mass) m = 0.05f * static_cast<float>(coarse(rng));
+      for (float ratio : {0.3f, 0.5f}) {
+        std::vector<float> out_cpu, out_ref, weights(S, 0.0f);
+        const DecodeArgs a = decode_args(q, out_cpu, H, d, S);
+        DecodeArgs ar = a;
+        out_ref.assign(out_cpu.size(), 0.0f);
+        ar.out = out_ref.data();
+        std::vector<int32_t> kept;
+        const cpu::SwaResult res = cpu::swa_decode(pool, kv, a, ref::SwaParams{ratio}, mass.data(), weights.data(), &kept);
+        const ref::SwaStats st = ref::swa_attention(kv, ar, ref::SwaParams{ratio}, mass.data());
+        EXPECT_EQ(kept, st.kept);
+        EXPECT_EQ(res.k_local, st.k_local);
+        EXPECT_EQ(res.k_global, st.k_global);
+        EXPECT_EQ(res.kv_bytes, 2LL * static_cast<int64_t>(kept.size()) * kv_row_bytes(f.dtype, d) * kKvHeads);
+        if (f.dtype != KvDtype::kI8) {
+          EXPECT_EQ(res.kv_bytes, st.kv_bytes);
+        }
+        compare(out_cpu.data(), out_ref.data(), static_cast<int64_t>(out_cpu.size()), f.dtype, worst);
+        // Weights: softmax over the kept positions, summed over all query heads.
+        std::vector<double> expect(S, 0.0);
+        std::vector<float> krow(d);
+        for (int32_t h = 0; h < H; ++h) {
+          std::vector<double> logit;
+          for (int32_t t : st.kept) {
+            ref::load_kv_row(kv, kv.k, t, h / G, krow.data());
+            double dot = 0;
+            for (int32_t c = 0; c < d; ++c) dot += static_cast<double>(q[static_cast<size_t>(h) * d + c]) * krow[c];
+            logit.push_back(dot * a.scale);
+          }
+          const double m = *std::max_element(logit.begin(), logit.end());
+          double sum = 0;
+          for (double& x : logit) sum += (x = std::exp(x - m));
+          for (size_t i = 0; i < st.kept.size(); ++i) expect[st.kept[i]] += logit[i] / sum;
+        }
+        for (int32_t t = 0; t < S; ++t) EXPECT_NEAR(weights[t], expect[t], 1e-5 * H) << "t=" << t;
+      }
+    });
+  });
+  worst.print("swa");
+}
+
+// The loosest setting of each policy is dense attention.
+TEST(SparseCpu, LoosestSettingsEqualDense) {
+  Worst worst;
+  for_each_simd_level([&] {
+    ThreadPool pool(2);
+    for_each_case([&](const testing::PagedKvFixture& f, const PagedKvView& kv, const std::vector<float>& q, int32_t G,
+                      int32_t S, std::mt19937&) {
+      const int32_t d = f.d, H = G * kKvHeads;
+      std::vector<float> out;
+      const DecodeArgs a = decode_args(q, out, H, d, S);
+      const std::vector<float> dense = dense_ref(kv, a);
+      if (f.dtype != KvDtype::kI8 && kv.k_t == nullptr) {  // the dense CPU kernel itself
+        std::vector<float> dense_cpu(out.size());
+        cpu::paged_attention(pool, kv, AttentionArgs{a.q, dense_cpu.data(), 1, H, a.pos, 0, a.scale});
+        compare(dense_cpu.data(), dense.data(), static_cast<int64_t>(out.size()), f.dtype, worst);
+      }
+      ref::SparqParams sp;
+      sp.k = S + 3;
+      cpu::SparqTrace trace;
+      cpu::sparq_decode(pool, kv, a, sp, &trace);
+      for (float alpha : trace.alpha) EXPECT_EQ(alpha, 1.0f);
+      compare(out.data(), dense.data(), static_cast<int64_t>(out.size()), f.dtype, worst);
+      if (kv.k_t != nullptr) return;  // HiP and SWA read no side data
+      ref::HipParams hp{S + 1, 2, 4, 8};
+      ref::HipMask mask;
+      cpu::hip_estimate_mask(pool, kv, a, hp, &mask, nullptr);
+      EXPECT_TRUE(mask.dense);
+      std::fill(out.begin(), out.end(), 0.0f);
+      cpu::hip_sparse_decode(pool, kv, a, hp, mask, nullptr);
+      compare(out.data(), dense.data(), static_cast<int64_t>(out.size()), f.dtype, worst);
+      std::vector<float> mass(S, 0.0f);
+      std::fill(out.begin(), out.end(), 0.0f);
+      const cpu::SwaResult sw = cpu::swa_decode(pool, kv, a, ref::SwaParams{1.0f}, mass.data(), nullptr);
+      EXPECT_EQ(sw.k_local + sw.k_global, S);
+      compare(out.data(), dense.data(), static_cast<int64_t>(out.size()), f.dtype, worst);
+    });
+  });
+  worst.print("dense");
+}
+
+// top_k (the radix prefilter + nth_element) is exactly the reference's ordering, ties included.
+TEST(SparseCpu, TopKMatchesSortOrder) {
+  std::mt19937 rng(7);
+  for (int32_t n : {1, 5, 100, 5000}) {
+    for (int coarse : {0, 1}) {
+      std::vector<float> s(n);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& x : s) x = coarse ? std::round(normal(rng) * 4) / 4 : normal(rng);
+      if (n > 3) s[1] = -0.0f, s[2] = 0.0f;
+      for (int32_t k : {0, 1, n / 3, n - 1, n}) {
+        std::vector<int32_t> got(std::max(k, 0));
+        cpu::sparse::top_k(s.data(), n, k, got.data());
+        std::vector<int32_t> order(n);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return s[x] > s[y]; });
+        order.resize(std::max(k, 0));
+        std::sort(order.begin(), order.end());
+        std::sort(got.begin(), got.end());
+        EXPECT_EQ(got, order) << "n=" << n << " k=" << k;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fathom
