@@ -18,18 +18,27 @@
 // Selections (SparQ I1/I2, HiP blocks) are computed in float by the kernels and in double by
 // ref, so near-ties may flip: the tests check overlap with ref's selection (stated per test) and
 // the output over the kernel's own selection, recomputed by ref.
+#include "kernels/cuda/bifurcated_attention.cu"
+#include "kernels/cuda/hip_attention.cu"
 #include "kernels/cuda/paged_decode_attention.cu"
+#include "kernels/cuda/sparq_attention.cu"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <iterator>
 #include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "kernels/ref/attention.h"
+#include "kernels/ref/bifurcated.h"
+#include "kernels/ref/hip.h"
+#include "kernels/ref/sparq.h"
 #include "tests/kernel/paged_kv_fixture.h"
 
 namespace fathom {
@@ -172,6 +181,310 @@ TEST(CudaAttention, DenseRejectsUnsupportedShapes) {
   kv.dtype = KvDtype::kI8;  // INT8 without its row parameters
   EXPECT_EQ(cuda::paged_decode_attention(kv, args, cuda::plan_paged_decode_attention(kv, args), nullptr, nullptr),
             cudaErrorInvalidValue);
+}
+
+
+std::vector<float> random_q(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q(n);
+  for (float& x : q) x = normal(rng);
+  return q;
+}
+
+size_t overlap(std::vector<int32_t> a, std::vector<int32_t> b) {
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  std::vector<int32_t> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return both.size();
+}
+
+// ---- SparQ ----------------------------------------------------------------------------------
+
+struct SparqCase {
+  int32_t head_dim, group, seq_len, k, l, r;
+  bool reallocation, with_k_t;
+};
+
+void run_sparq_case(const SparqCase& c, KvDtype dtype, std::mt19937& rng) {
+  const int32_t n_kv = 2, n_heads = c.group * n_kv, d = c.head_dim, S = c.seq_len, pos = S - 1;
+  const PagedKvFixture f = make_paged_kv(d, n_kv, 16, dtype, S, 2, rng);
+  const std::vector<float> q = random_q(static_cast<size_t>(n_heads) * d, rng);
+  std::vector<float> want(q.size());
+  DecodeArgs args{q.data(), want.data(), n_heads, pos, 1.0f / std::sqrt(static_cast<float>(d))};
+  std::vector<float> v_mean(static_cast<size_t>(n_kv) * d);  // what the kernel derives from v_sum
+  for (int32_t g = 0; g < n_kv; ++g)
+    for (int32_t c2 = 0; c2 < d; ++c2)
+      v_mean[g * d + c2] = f.v_sum[(static_cast<size_t>(f.table[pos / 16]) * n_kv + g) * d + c2] / static_cast<float>(S);
+  const ref::SparqStats st = ref::sparq_attention(f.view(), args, ref::SparqParams{c.k, c.l, c.r, c.reallocation},
+                                                  v_mean.data());
+
+  DeviceKv dkv(f);
+  DeviceBuffer<float> dq(q), dout(q.size());
+  const PagedKvView kv = dkv.view(f, c.with_k_t);
+  DecodeArgs dargs{dq.ptr, dout.ptr, n_heads, pos, args.scale};
+  const cuda::SparqPlan plan =
+      cuda::plan_sparq_decode_attention(kv, dargs, cuda::SparqConfig{c.k, c.l, c.r, c.reallocation}, 96, 24);
+  ASSERT_EQ(plan.k, st.k);
+  ASSERT_EQ(plan.l, st.l);
+  ASSERT_EQ(plan.r, st.r);
+  DeviceBuffer<int32_t> workspace(plan.workspace_words);
+  cuda::attn_common::reset_byte_counters();
+  ASSERT_EQ(cuda::sparq_decode_attention(kv, dargs, plan, workspace.ptr, nullptr), cudaSuccess);
+  expect_bytes("sparq", cuda::sparq_decode_attention_bytes(kv, dargs, plan));
+  const std::vector<float> got = dout.download();
+  const std::vector<int32_t> words = workspace.download();
+  auto word_f = [&](size_t i) {
+    float x;
+    std::memcpy(&x, &words[i], 4);
+    return x;
+  };
+
+  // Recompute the output over the kernel's own I1 / I2 with ref's formulas (double).
+  const PagedKvView host_kv = f.view();
+  std::vector<float> own(q.size()), krow(d);
+  size_t i2_overlap = 0, i2_total = 0;
+  double alpha_err = 0;
+  for (int32_t g = 0; g < n_kv; ++g) {
+    const std::vector<int32_t> i1(words.begin() + plan.i1 + g * plan.r, words.begin() + plan.i1 + (g + 1) * plan.r);
+    const std::vector<int32_t> i2(words.begin() + plan.i2 + g * plan.k, words.begin() + plan.i2 + (g + 1) * plan.k);
+    for (int32_t t = S - plan.l; t < S; ++t)  // the forced window is always there
+      EXPECT_NE(std::find(i2.begin(), i2.end(), t), i2.end()) << "forced position " << t << " missing";
+    EXPECT_EQ(std::set<int32_t>(i2.begin(), i2.end()).size(), static_cast<size_t>(plan.k)) << "duplicates in I2";
+    i2_overlap += overlap(i2, st.selected[g]);
+    i2_total += plan.k;
+    for (int32_t j = 0; j < c.group; ++j) {
+      const int32_t h = g * c.group + j;
+      const float* qh = q.data() + static_cast<size_t>(h) * d;
+      double l1 = 0, l1_r = 0;
+      for (int32_t c2 = 0; c2 < d; ++c2) l1 += std::fabs(qh[c2]);
+      for (int32_t c2 : i1) l1_r += std::fabs(qh[c2]);
+      const double factor = args.scale * (l1_r > 0 ? std::sqrt(l1 / l1_r) : 1.0);
+      std::vector<double> s_hat(S);
+      for (int32_t t = 0; t < S; ++t) {
+        ref::load_kv_row(host_kv, host_kv.k, t, g, krow.data());
+        double dot = 0;
+        for (int32_t c2 : i1) dot += static_cast<double>(qh[c2]) * krow[c2];
+        s_hat[t] = dot * factor;
+      }
+      const double mx = *std::max_element(s_hat.begin(), s_hat.end());
+      double all = 0, chosen = 0;
+      for (int32_t t = 0; t < S; ++t) all += std::exp(s_hat[t] - mx);
+      for (int32_t t : i2) chosen += std::exp(s_hat[t] - mx);
+      const double alpha = chosen / all;
+      alpha_err = std::max(alpha_err, std::fabs(alpha - word_f(plan.alpha + h)));
+      ref::AttentionState y;
+      ref::partial_attention(host_kv, g, qh, 1, args.scale, i2.data(), plan.k, &y);
+      const double a = c.reallocation ? alpha : 1.0;
+      for (int32_t c2 = 0; c2 < d; ++c2)
+        own[static_cast<size_t>(h) * d + c2] = static_cast<float>(a * y.o[c2] + (1.0 - a) * v_mean[g * d + c2]);
+    }
+  }
+  const double err_own = max_abs_diff(got, own), err_ref = max_abs_diff(got, want);
+  std::printf("sparq %s d=%d group=%d S=%d k=%d l=%d r=%d realloc=%d k_t=%d: I2 overlap %zu/%zu, |err| own %.3g "
+              "ref %.3g, |alpha err| %.3g\n",
+              kv_dtype_name(dtype), d, c.group, S, plan.k, plan.l, plan.r, c.reallocation, c.with_k_t, i2_overlap,
+              i2_total, err_own, err_ref, alpha_err);
+  EXPECT_LE(err_own, 2e-5) << kv_dtype_name(dtype) << " d=" << d << " group=" << c.group << " S=" << S;
+  EXPECT_LE(alpha_err, 2e-5);
+  // Float vs double selection: at most 1 in 16 positions (and 2 in any case) may differ.
+  EXPECT_GE(i2_overlap + std::max<size_t>(2, i2_total / 16), i2_total);
+  if (i2_overlap == i2_total) {
+    EXPECT_LE(err_ref, 2e-5);
+  }
+}
+
+TEST(CudaAttention, SparqMatchesRef) {
+  std::mt19937 rng(23);
+  const SparqCase cases[] = {
+      // k >= S (everything), S = 1, below a block, one block.
+      {64, 1, 1, 128, -1, -1, true, true},     {64, 4, 7, 128, -1, -1, true, true},
+      {128, 3, 16, 8, 2, -1, true, true},
+      // Odd multi-block, multi-chunk scores (96 keys per chunk) and gather splits (24).
+      {128, 8, 83, 32, 8, 16, true, true},     {64, 3, 300, 40, 10, 8, false, true},
+      {256, 4, 257, 50, -1, 32, true, false},  {256, 1, 700, 64, 16, -1, true, true},
+      {128, 4, 513, 100, 25, 5, true, false},  {64, 8, 129, 17, 1, 1, false, true},
+  };
+  for (KvDtype dtype : kDtypes)
+    for (const SparqCase& c : cases) run_sparq_case(c, dtype, rng);
+}
+
+// ---- HiP ------------------------------------------------------------------------------------
+
+struct HipCase {
+  int32_t head_dim, group, seq_len, mask_k, block_size_k, sink, window, reuse_steps;
+};
+
+void run_hip_case(const HipCase& c, KvDtype dtype, std::mt19937& rng) {
+  const int32_t n_kv = 2, n_heads = c.group * n_kv, d = c.head_dim;
+  const int32_t est_pos = c.seq_len - 1, pos = est_pos + c.reuse_steps;  // mask estimated, then reused
+  const PagedKvFixture f = make_paged_kv(d, n_kv, 16, dtype, pos + 1, 2, rng);
+  const std::vector<float> q_est = random_q(static_cast<size_t>(n_heads) * d, rng);
+  const std::vector<float> q = random_q(static_cast<size_t>(n_heads) * d, rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const ref::HipParams rp{c.mask_k, c.block_size_k, c.sink, c.window};
+  const cuda::HipConfig hc{c.mask_k, c.block_size_k, c.sink, c.window};
+  DecodeArgs est_args{q_est.data(), nullptr, n_heads, est_pos, scale};
+  const ref::HipMask ref_mask = ref::hip_estimate_mask(f.view(), est_args, rp, nullptr);
+
+  DeviceKv dkv(f);
+  const PagedKvView kv = dkv.view(f);
+  DeviceBuffer<float> dq_est(q_est), dq(q), dout(q.size());
+  DecodeArgs dest{dq_est.ptr, nullptr, n_heads, est_pos, scale};
+  const cuda::HipMaskInfo info = cuda::plan_hip_mask(kv, dest, hc);
+  ASSERT_EQ(info.dense, ref_mask.dense);
+  DeviceBuffer<int32_t> starts(static_cast<size_t>(n_heads) * std::max(1, info.n_keep));
+  cuda::attn_common::reset_byte_counters();
+  ASSERT_EQ(cuda::hip_estimate_mask(kv, dest, hc, info, starts.ptr, nullptr), cudaSuccess);
+  const cuda::AttnBytes est_bound = cuda::hip_estimate_mask_bytes_bound(kv, dest, hc, info);
+  const cuda::AttnBytes est_got = cuda::attn_common::counted_bytes();
+  EXPECT_LE(est_got.kv_read, est_bound.kv_read);
+  EXPECT_LE(est_got.other_read, est_bound.other_read);
+  EXPECT_EQ(est_got.written, est_bound.written);
+
+  // The kernel's mask in ref's form, and its overlap with ref's.
+  ref::HipMask own = ref_mask;
+  size_t same = 0, total = 0;
+  if (!info.dense) {
+    const std::vector<int32_t> host_starts = starts.download();
+    for (int32_t h = 0; h < n_heads; ++h) {
+      own.block_starts[h].assign(host_starts.begin() + h * info.n_keep, host_starts.begin() + (h + 1) * info.n_keep);
+      EXPECT_TRUE(std::is_sorted(own.block_starts[h].begin(), own.block_starts[h].end()));
+      same += overlap(own.block_starts[h], ref_mask.block_starts[h]);
+      total += info.n_keep;
+    }
+  }
+  EXPECT_GE(same + std::max<size_t>(2, total / 16), total) << "masks differ beyond near-ties";
+
+  std::vector<float> want(q.size());
+  DecodeArgs args{q.data(), want.data(), n_heads, pos, scale};
+  ref::hip_sparse_attention(f.view(), args, rp, own, nullptr);
+  DecodeArgs dargs{dq.ptr, dout.ptr, n_heads, pos, scale};
+  const cuda::HipAttentionPlan plan = cuda::plan_hip_sparse_attention(kv, dargs, hc, info, 20);
+  DeviceBuffer<float> workspace(plan.workspace_floats);
+  cuda::attn_common::reset_byte_counters();
+  ASSERT_EQ(cuda::hip_sparse_attention(kv, dargs, hc, info, starts.ptr, plan, workspace.ptr, nullptr), cudaSuccess);
+  const cuda::AttnBytes formula = cuda::hip_sparse_attention_bytes(kv, dargs, hc, info, plan);
+  const cuda::AttnBytes got_bytes = cuda::attn_common::counted_bytes();
+  // Exact unless a selected block reaches into the window (< block_size_k rows per head skipped).
+  const int64_t slack = static_cast<int64_t>(n_heads) * (c.block_size_k - 1);
+  EXPECT_LE(got_bytes.kv_read, formula.kv_read);
+  EXPECT_GE(got_bytes.kv_read, formula.kv_read - slack * 2 * static_cast<int64_t>(kv_row_bytes(dtype, d)));
+  EXPECT_LE(got_bytes.other_read, formula.other_read);
+  EXPECT_GE(got_bytes.other_read, formula.other_read - slack * 4);
+  EXPECT_EQ(got_bytes.written, formula.written);
+  const double err = max_abs_diff(dout.download(), want);
+  std::printf("hip %s d=%d group=%d pos=%d (mask at %d) mask_k=%d bs=%d dense=%d iters<=%d: mask overlap %zu/%zu, "
+              "|err| %.3g, est bytes %lld <= %lld\n",
+              kv_dtype_name(dtype), d, c.group, pos, est_pos, c.mask_k, c.block_size_k, info.dense,
+              info.max_iterations, same, total, err, static_cast<long long>(est_got.total()),
+              static_cast<long long>(est_bound.total()));
+  EXPECT_LE(err, 1e-5) << kv_dtype_name(dtype) << " d=" << d << " group=" << c.group;
+}
+
+TEST(CudaAttention, HipMatchesRef) {
+  std::mt19937 rng(31);
+  const HipCase cases[] = {
+      // Dense (T' <= mask_k): S = 1, below a block, one block.
+      {64, 1, 1, 16, 2, 4, 8, 0},     {64, 4, 7, 16, 2, 4, 8, 0},    {128, 3, 16, 16, 2, 4, 8, 0},
+      // Sparse: odd lengths (a partial last key block), several halvings, mask reuse, groups.
+      {64, 8, 101, 16, 2, 4, 8, 0},   {128, 4, 300, 32, 2, 16, 32, 3}, {256, 1, 257, 24, 4, 4, 16, 0},
+      {128, 3, 513, 64, 2, 16, 64, 7}, {256, 4, 400, 48, 3, 5, 20, 2},
+  };
+  for (KvDtype dtype : kDtypes)
+    for (const HipCase& c : cases) run_hip_case(c, dtype, rng);
+}
+
+// ---- bifurcated -----------------------------------------------------------------------------
+
+struct BifCase {
+  int32_t head_dim, group, n_seqs, prefix_blocks, nested_blocks, nested_members;
+  std::vector<int32_t> suffix;  // per sequence, tokens after the shared blocks (>= 1)
+};
+
+void run_bif_case(const BifCase& c, KvDtype dtype, std::mt19937& rng) {
+  const int32_t n_kv = 2, n_heads = c.group * n_kv, d = c.head_dim, bs = 16;
+  const int32_t shared = c.prefix_blocks + c.nested_blocks;
+  int32_t own_blocks = 0;
+  for (int32_t s : c.suffix) own_blocks += (s + bs - 1) / bs;
+  const int32_t physical = shared + own_blocks + c.n_seqs;  // + a private copy of the nested blocks' slot
+  const PagedKvFixture f = make_paged_kv(d, n_kv, bs, dtype, physical * bs, 0, rng);
+  // Sequence i: the prefix blocks, the nested blocks (members) or private ones, then its own blocks.
+  std::vector<std::vector<int32_t>> tables(c.n_seqs);
+  int32_t next = shared;
+  std::vector<int32_t> private_nested;
+  for (int32_t i = 0; i < c.n_seqs; ++i) {
+    for (int32_t b = 0; b < c.prefix_blocks; ++b) tables[i].push_back(f.table[b]);
+    for (int32_t b = 0; b < c.nested_blocks; ++b)
+      tables[i].push_back(i < c.nested_members ? f.table[c.prefix_blocks + b] : f.table[next++]);
+    for (int32_t b = 0; b < (c.suffix[i] + bs - 1) / bs; ++b) tables[i].push_back(f.table[next++]);
+  }
+  ASSERT_LE(next, physical);
+  std::vector<DeviceBuffer<int32_t>*> dtables;
+  for (const auto& t : tables) dtables.push_back(new DeviceBuffer<int32_t>(t));
+
+  const std::vector<float> q = random_q(static_cast<size_t>(c.n_seqs) * n_heads * d, rng);
+  std::vector<float> want(q.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<PagedKvView> seq_kv(c.n_seqs);
+  std::vector<DecodeArgs> seq_args(c.n_seqs);
+  std::vector<cuda::BifSequence> seqs(c.n_seqs);
+  const int32_t prefix_end = c.prefix_blocks * bs, nested_end = shared * bs;
+  for (int32_t i = 0; i < c.n_seqs; ++i) {
+    seq_kv[i] = f.view();
+    seq_kv[i].block_table = tables[i].data();
+    const int32_t pos = nested_end + c.suffix[i] - 1;
+    seq_args[i] = DecodeArgs{q.data() + static_cast<size_t>(i) * n_heads * d,
+                             want.data() + static_cast<size_t>(i) * n_heads * d, n_heads, pos, scale};
+    seqs[i] = cuda::BifSequence{dtables[i]->ptr, pos};
+  }
+  std::vector<int32_t> all(c.n_seqs), nested(c.nested_members);
+  std::iota(all.begin(), all.end(), 0);
+  std::iota(nested.begin(), nested.end(), 0);
+  std::vector<ref::SharedSegment> ref_segs;
+  std::vector<cuda::BifSegment> segs;
+  if (c.prefix_blocks > 0) {
+    ref_segs.push_back({&seq_kv[0], 0, prefix_end, all});
+    segs.push_back({dtables[0]->ptr, 0, prefix_end, all});
+  }
+  if (c.nested_blocks > 0 && c.nested_members > 1) {
+    ref_segs.push_back({&seq_kv[0], prefix_end, nested_end, nested});
+    segs.push_back({dtables[0]->ptr, prefix_end, nested_end, nested});
+  }
+  ref::bifurcated_attention(ref_segs, seq_kv.data(), seq_args.data(), c.n_seqs);
+
+  DeviceKv dkv(f);
+  const PagedKvView kv = dkv.view(f);
+  DeviceBuffer<float> dq(q), dout(q.size());
+  const cuda::BifurcatedPlan plan = cuda::plan_bifurcated_attention(segs, seqs, n_heads, kv, 40);
+  DeviceBuffer<uint8_t> dplan(plan.device_bytes);
+  DeviceBuffer<float> workspace(plan.workspace_floats);
+  cuda::attn_common::reset_byte_counters();
+  ASSERT_EQ(cuda::bifurcated_attention(plan, kv, dq.ptr, dout.ptr, dplan.ptr, workspace.ptr, scale, nullptr),
+            cudaSuccess);
+  expect_bytes("bifurcated", cuda::bifurcated_attention_bytes(plan, kv));
+  const double err = max_abs_diff(dout.download(), want);
+  std::printf("bifurcated %s d=%d group=%d b=%d prefix=%d nested=%d(x%d) units=%zu rows/cta=%d: |err| %.3g\n",
+              kv_dtype_name(dtype), d, c.group, c.n_seqs, prefix_end, nested_end - prefix_end, c.nested_members,
+              plan.units.size(), plan.rows_per_cta, err);
+  EXPECT_LE(err, 1e-5) << kv_dtype_name(dtype) << " d=" << d << " group=" << c.group << " b=" << c.n_seqs;
+  for (auto* t : dtables) delete t;
+}
+
+TEST(CudaAttention, BifurcatedMatchesRef) {
+  std::mt19937 rng(41);
+  const BifCase cases[] = {
+      // Suffix of 1 token (S = prefix + 1), below a block, one block, odd multi-block.
+      {64, 1, 2, 1, 0, 0, {1, 7}},
+      {128, 4, 3, 2, 0, 0, {16, 1, 83}},
+      // b·G = 64 rows: one row tile (d <= 128) reads the prefix once; d 256: two tiles.
+      {128, 4, 16, 3, 1, 5, std::vector<int32_t>(16, 5)},
+      {256, 8, 5, 2, 2, 3, {3, 17, 1, 40, 9}},
+      {64, 3, 4, 4, 2, 2, {1, 2, 33, 16}},
+      {256, 1, 3, 0, 0, 0, {20, 1, 9}},  // no shared segment: per-sequence attention only
+  };
+  for (KvDtype dtype : kDtypes)
+    for (const BifCase& c : cases) run_bif_case(c, dtype, rng);
 }
 
 }  // namespace
