@@ -28,7 +28,7 @@ struct UnitParams {
 
 // grid (n_units), kUnitThreads. Warp w owns rows w·kRpw .. of the unit (q in registers).
 template <typename T, int kDpl>
-__global__ void __launch_bounds__(kUnitThreads) bif_unit_kernel(UnitParams p) {
+__global__ void __launch_bounds__(kUnitThreads, 1) bif_unit_kernel(UnitParams p) {
   constexpr int kRpw = rows_per_warp(kDpl), kW = 32 * kDpl;
   __shared__ float k_s[kTile * kW];
   __shared__ float v_s[kTile * kW];
