@@ -74,6 +74,7 @@ enum class Level { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
 constexpr int64_t kTileN = 32;   // W rows per dequantized GEMM tile (one AVX-512 panel)
 constexpr int64_t kTileK = 256;  // columns per tile (multiple of every block size)
+constexpr int kMaxGroup = 8;     // targets of one matmul_group
 
 Level cpu_level() {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -129,6 +130,11 @@ DotFn dot_q8_fn(int f) {
   const DotFn fn = table_for(active_level()).dot_q8[f];
   return fn ? fn : portable_kernels().dot_q8[f];
 }
+// Whether dot_q8_fn(f) reads the nibble-split activations (DotArgs::xs).
+bool q8_split(int f) {
+  const KernelTable& t = table_for(active_level());
+  return t.dot_q8[f] != nullptr && t.q8_split[f];
+}
 QuantizeQ8Fn quantize_fn() {
   const QuantizeQ8Fn fn = table_for(active_level()).quantize_q8;
   return fn ? fn : portable_kernels().quantize_q8;
@@ -173,31 +179,138 @@ int64_t rows_per_chunk(size_t row_bytes) {
   return std::max<int64_t>(16, rows / 16 * 16);
 }
 
-// Runs `fn` over all N rows and M activation rows, kMaxMr activation rows per call. For M >
-// kMaxMr the rows are visited in sub-chunks small enough to stay in L1 across the M loop.
-void run_dot(ThreadPool& pool, DotFn fn, const DotArgs& base, int64_t M, int64_t N) {
-  const int64_t sub = M <= kMaxMr ? N : std::max<int64_t>(4, 8192 / static_cast<int64_t>(base.row_bytes));
-  parallel_chunks(pool, N, rows_per_chunk(base.row_bytes), [&](int64_t b, int64_t e) {
-    for (int64_t n0 = b; n0 < e; n0 += sub) {
-      const int64_t n1 = std::min(e, n0 + sub);
-      for (int64_t m0 = 0; m0 < M; m0 += kMaxMr) {
-        DotArgs a = base;
-        a.mr = static_cast<int>(std::min<int64_t>(kMaxMr, M - m0));
-        if (a.x) {
-          a.x += m0 * a.ldx;
-          if (a.bsum) a.bsum += m0 * a.ldb;
-        }
-        if (a.q) {
-          a.q += m0 * a.ldq;
-          a.qd += m0 * a.ldqs;
-          a.qsum += m0 * a.ldqs;
-          a.qsum16 += m0 * 2 * a.ldqs;
-        }
-        a.y += m0 * a.ldy;
-        fn(a, n0, n1);
+// One matrix of a (grouped) dot call: `fn` over its N rows, its rows handed out in chunks.
+struct DotJob {
+  DotFn fn;
+  DotArgs base;  // w, row_bytes, K, y, ldy and the activations
+  int64_t N;
+  int64_t chunk;  // rows per chunk
+};
+
+// Rows [n0, n1) of one job for all M activation rows, kMaxMr activation rows per call. For
+// M > kMaxMr the rows are visited in sub-chunks small enough to stay in L1 across the M loop.
+void run_rows(const DotJob& j, int64_t M, int64_t b, int64_t e) {
+  const int64_t sub = M <= kMaxMr ? e - b : std::max<int64_t>(4, 8192 / static_cast<int64_t>(j.base.row_bytes));
+  for (int64_t n0 = b; n0 < e; n0 += sub) {
+    const int64_t n1 = std::min(e, n0 + sub);
+    for (int64_t m0 = 0; m0 < M; m0 += kMaxMr) {
+      DotArgs a = j.base;
+      a.mr = static_cast<int>(std::min<int64_t>(kMaxMr, M - m0));
+      if (a.x) {
+        a.x += m0 * a.ldx;
+        if (a.bsum) a.bsum += m0 * a.ldb;
       }
+      if (a.q) {
+        a.q += m0 * a.ldq;
+        a.qd += m0 * a.ldqs;
+        a.qsum += m0 * a.ldqs;
+        a.qsum16 += m0 * 2 * a.ldqs;
+      }
+      if (a.xs) {
+        a.xs += m0 * a.ldsg * 128;
+        a.qds += m0 * a.ldqs;
+      }
+      a.y += m0 * a.ldy;
+      j.fn(a, n0, n1);
     }
+  }
+}
+
+// Runs every job over all its rows; the chunks of all jobs form one first-come-first-served
+// queue (one fork/join for the whole group). A row's result depends only on its job, never on
+// which thread or chunk computed it.
+void run_dots(ThreadPool& pool, const DotJob* jobs, int count, int64_t M) {
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) total += (jobs[i].N + jobs[i].chunk - 1) / jobs[i].chunk;
+  auto run_chunk = [&](int64_t c) {
+    int i = 0;
+    for (int64_t n; c >= (n = (jobs[i].N + jobs[i].chunk - 1) / jobs[i].chunk); c -= n) ++i;
+    const DotJob& j = jobs[i];
+    run_rows(j, M, c * j.chunk, std::min(j.N, (c + 1) * j.chunk));
+  };
+  if (pool.size() == 1 || total == 1) {
+    for (int64_t c = 0; c < total; ++c) run_chunk(c);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool.run_on_all([&](int, int) {
+    for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < total;) run_chunk(c);
   });
+}
+
+void run_dot(ThreadPool& pool, DotFn fn, const DotArgs& base, int64_t M, int64_t N) {
+  const DotJob j{fn, base, N, rows_per_chunk(base.row_bytes)};
+  run_dots(pool, &j, 1, M);
+}
+
+// 8-bit activations of x [M][K] (Precision::kQ8), in per-thread scratch: valid until the
+// calling thread's next matmul.
+struct Q8Act {
+  const int8_t* q;
+  const float* qd;
+  const int32_t* qsum;
+  const int16_t* qsum16;
+  int64_t nb;  // blocks per row
+  // Nibble-split order (see DotArgs::xs), when a target's kernel reads it; else null.
+  const int8_t* xs;
+  const float* qds;
+  int64_t ng;  // groups of 4 blocks per row
+};
+
+// DotArgs::xs / qds of one activation row from its 8-bit blocks.
+void split_row(const int8_t* q, const float* qd, const int32_t* qsum, int64_t nb, int8_t* xs, float* qds) {
+  std::memset(xs, 0, static_cast<size_t>((nb + 3) / 4 * 128));
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t g = b / 4, j = b % 4;
+    std::memcpy(xs + g * 128 + 16 * j, q + b * 32, 16);
+    std::memcpy(xs + g * 128 + 64 + 16 * j, q + b * 32 + 16, 16);
+    qds[b] = qd[b] * static_cast<float>(qsum[b]);
+  }
+}
+
+Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t K, bool split) {
+  static thread_local std::vector<int8_t> q_buf, xs_buf;
+  static thread_local std::vector<float> qds_buf;
+  static thread_local std::vector<float> d_buf;
+  static thread_local std::vector<int32_t> s_buf;
+  static thread_local std::vector<int16_t> s16_buf;
+  const int64_t nb = K / kActBlock;
+  int8_t* q = scratch(q_buf, static_cast<size_t>(M * K));
+  float* qd = scratch(d_buf, static_cast<size_t>(M * nb));
+  int32_t* qs = scratch(s_buf, static_cast<size_t>(M * nb));
+  int16_t* qs16 = scratch(s16_buf, static_cast<size_t>(M * nb * 2));
+  const int64_t ng = (nb + 3) / 4;
+  int8_t* xs = split ? scratch(xs_buf, static_cast<size_t>(M * ng * 128)) : nullptr;
+  float* qds = split ? scratch(qds_buf, static_cast<size_t>(M * nb)) : nullptr;
+  const QuantizeQ8Fn quantize = quantize_fn();
+  auto quantize_rows = [&](int64_t b, int64_t e, int) {
+    for (int64_t m = b; m < e; ++m) {
+      quantize(x + m * K, K, q + m * K, qd + m * nb, qs + m * nb, qs16 + m * nb * 2);
+      if (split) split_row(q + m * K, qd + m * nb, qs + m * nb, nb, xs + m * ng * 128, qds + m * nb);
+    }
+  };
+  if (M >= 8) pool.parallel_for(M, quantize_rows);
+  else quantize_rows(0, M, 0);
+  return {q, qd, qs, qs16, nb, xs, qds, ng};
+}
+
+DotArgs q8_args(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_t K, float* y) {
+  DotArgs a;
+  a.w = static_cast<const uint8_t*>(W);
+  a.row_bytes = ggml_row_size(wtype, K);
+  a.K = K;
+  a.y = y;
+  a.ldy = N;
+  a.q = act.q;
+  a.ldq = K;
+  a.qd = act.qd;
+  a.qsum = act.qsum;
+  a.qsum16 = act.qsum16;
+  a.ldqs = act.nb;
+  a.xs = act.xs;
+  a.qds = act.qds;
+  a.ldsg = act.ng;
+  return a;
 }
 
 void gemm_tiles(ThreadPool& pool, GgmlType wtype, const uint8_t* W, size_t row_bytes, int64_t N,
@@ -253,29 +366,8 @@ void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t 
 
   if (precision == Precision::kQ8 && !is_float(f)) {
     // K is a multiple of 32 for every quantized format.
-    static thread_local std::vector<int8_t> q_buf;
-    static thread_local std::vector<float> d_buf;
-    static thread_local std::vector<int32_t> s_buf;
-    static thread_local std::vector<int16_t> s16_buf;
-    const int64_t nb = K / kActBlock;
-    int8_t* q = scratch(q_buf, static_cast<size_t>(M * K));
-    float* qd = scratch(d_buf, static_cast<size_t>(M * nb));
-    int32_t* qs = scratch(s_buf, static_cast<size_t>(M * nb));
-    int16_t* qs16 = scratch(s16_buf, static_cast<size_t>(M * nb * 2));
-    const QuantizeQ8Fn quantize = quantize_fn();
-    auto quantize_rows = [&](int64_t b, int64_t e, int) {
-      for (int64_t m = b; m < e; ++m)
-        quantize(x + m * K, K, q + m * K, qd + m * nb, qs + m * nb, qs16 + m * nb * 2);
-    };
-    if (M >= 8) pool.parallel_for(M, quantize_rows);
-    else quantize_rows(0, M, 0);
-    a.q = q;
-    a.ldq = K;
-    a.qd = qd;
-    a.qsum = qs;
-    a.qsum16 = qs16;
-    a.ldqs = nb;
-    run_dot(pool, dot_q8_fn(f), a, M, N);
+    const Q8Act act = quantize_activations(pool, x, M, K, q8_split(f));
+    run_dot(pool, dot_q8_fn(f), q8_args(act, wtype, W, N, K, y), M, N);
     return;
   }
 
@@ -301,6 +393,37 @@ void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t 
     a.ldb = nb;
   }
   run_dot(pool, dot_f32_fn(f), a, M, N);
+}
+
+void matmul_group(ThreadPool& pool, const MatmulTarget* targets, int count, int64_t K, const float* x,
+                  int64_t M, Precision precision) {
+  FATHOM_CHECK(count >= 0 && count <= kMaxGroup, "matmul_group: too many targets");
+  bool q8 = precision == Precision::kQ8;
+  for (int i = 0; i < count; ++i) {
+    const int f = fmt_index(targets[i].type);
+    if (f < 0) throw Error(std::string("matmul: unsupported weight type ") + ggml_type_name(targets[i].type));
+    FATHOM_CHECK(K > 0 && K % ggml_info(targets[i].type).block_size == 0,
+                 "K must be a positive multiple of the block size");
+    q8 = q8 && !is_float(f);
+  }
+  if (!q8) {
+    for (int i = 0; i < count; ++i)
+      matmul(pool, targets[i].type, targets[i].W, targets[i].N, K, x, M, targets[i].y, precision);
+    return;
+  }
+  if (M <= 0) return;
+  bool split = false;
+  for (int i = 0; i < count; ++i) split = split || q8_split(fmt_index(targets[i].type));
+  const Q8Act act = quantize_activations(pool, x, M, K, split);
+  DotJob jobs[kMaxGroup];
+  int n = 0;
+  for (int i = 0; i < count; ++i) {
+    const MatmulTarget& t = targets[i];
+    if (t.N <= 0) continue;
+    const DotArgs a = q8_args(act, t.type, t.W, t.N, K, t.y);
+    jobs[n++] = DotJob{dot_q8_fn(fmt_index(t.type)), a, t.N, rows_per_chunk(a.row_bytes)};
+  }
+  run_dots(pool, jobs, n, M);
 }
 
 void dequantize_row(GgmlType wtype, const void* W, int64_t K, int64_t row, float* dst) {

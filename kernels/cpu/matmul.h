@@ -29,6 +29,24 @@ enum class Precision { kF32, kQ8 };
 void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t K, const float* x,
             int64_t M, float* y, Precision precision = Precision::kF32);
 
+// One weight matrix of a matmul_group and where its result goes: W [N][K] in `type`
+// (GGUF layout, as for matmul), y [M][N] f32.
+struct MatmulTarget {
+  GgmlType type;
+  const void* W;
+  int64_t N;
+  float* y;
+};
+
+// Several matmuls that share the input x [M][K] (Q, K and V; gate and up) as one pool job:
+// targets[i].y = x . targets[i].W^T. For kQ8, x is quantized once and the row chunks of all
+// matrices are handed out from one queue, so small matrices (K/V projections of a few rows)
+// no longer cost a fork/join each and the threads balance across the whole group. Every
+// output is bitwise equal to what matmul() gives for the same target (same kernels, same
+// rows). kF32 (and float weight formats) run the targets one after the other.
+void matmul_group(ThreadPool& pool, const MatmulTarget* targets, int count, int64_t K, const float* x,
+                  int64_t M, Precision precision = Precision::kF32);
+
 // One row of W (row index `row`, K elements) dequantized to f32: embedding lookup.
 // Bit-exact with ref::dequantize_row.
 void dequantize_row(GgmlType wtype, const void* W, int64_t K, int64_t row, float* dst);

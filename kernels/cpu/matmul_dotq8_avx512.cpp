@@ -109,6 +109,85 @@ void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+// ---- Q4_0 / Q4_1 on nibble-split activations ---------------------------------------------
+// A group of 4 blocks (72 / 80 bytes) is read with two loads and one word permute gathers its
+// 64 quant bytes (blocks side by side). Low nibbles meet DotArgs::xs[g][0..63], high nibbles
+// xs[g][64..127], so both dpbusd land in the same lanes (lane l: block l / 4) and a group costs
+// one int->float conversion and one FMA. The scales and mins of 16 blocks are fetched and
+// converted together (load_scales16); the min / offset term is one FMA per 16 blocks.
+
+// qs[8j + t] = word t of the quants of block j of a group.
+template <GgmlType T>
+struct SplitIdx {
+  __m512i qs;
+  SplitIdx() {
+    using F = Q32<T>;
+    alignas(64) int16_t q[32];
+    for (int j = 0; j < 4; ++j)
+      for (int t = 0; t < 8; ++t) q[8 * j + t] = static_cast<int16_t>(j * F::kStride / 2 + F::kQs / 2 + t);
+    qs = _mm512_load_si512(q);
+  }
+};
+
+// Group j (0..3) of a run of 16 blocks: z0 / z1 hold its words 0..31 / 32..63.
+template <GgmlType T, int MR>
+inline void q4_split_group(__m512i z0, __m512i z1, const __m512i qidx, int j, const int8_t* const* xs,
+                           const __m512* s16, __m512* acc) {
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const __m512i qs = _mm512_permutex2var_epi16(z0, qidx, z1);
+  const __m512i lo = _mm512_and_si512(qs, nib), hi = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nib);
+  // Lane l takes the scale of block 4j + l / 4.
+  const __m512i spread = _mm512_add_epi32(_mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2),
+                                          _mm512_set1_epi32(4 * j));
+  for (int m = 0; m < MR; ++m) {
+    __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xs[m] + 128 * j));
+    dp = _mm512_dpbusd_epi32(dp, hi, _mm512_loadu_si512(xs[m] + 128 * j + 64));
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(spread, s16[m]), acc[m]);
+  }
+}
+
+template <GgmlType T, int MR>
+void dot_q4_split(const DotArgs& a, int64_t n0, int64_t n1) {
+  using F = Q32<T>;
+  constexpr int kWords = F::kStride / 2;  // 16-bit words per block
+  static const ScaleIdx<F::kStride, F::kMin> si;
+  static const SplitIdx<T> ix;
+  const int64_t nb = a.K / 32;
+  const __mmask32 hi_mask = (1u << (4 * kWords - 32)) - 1;  // words 32.. of a group
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = a.w + n * a.row_bytes;
+    __m512 acc[MR], acc2[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < nb; g0 += 16) {
+      const int gn = static_cast<int>(nb - g0 < 16 ? nb - g0 : 16);
+      const __mmask16 gmask = static_cast<__mmask16>((1u << gn) - 1);
+      const uint8_t* blk = row + g0 * F::kStride;
+      const __m512i dm = load_scales16<T>(blk, gn, si);
+      const __m512 d16 = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+      const __m512 c16 = F::kMin ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1)) : d16;
+      __m512 s16[MR];
+      const int8_t* xs[MR];
+      for (int m = 0; m < MR; ++m) {
+        s16[m] = _mm512_mul_ps(d16, _mm512_maskz_loadu_ps(gmask, a.qd + m * a.ldqs + g0));
+        acc2[m] = _mm512_fmadd_ps(c16, _mm512_maskz_loadu_ps(gmask, a.qds + m * a.ldqs + g0), acc2[m]);
+        xs[m] = a.xs + m * a.ldsg * 128 + g0 * 32;
+      }
+      int j = 0;
+      for (; 4 * j + 4 <= gn; ++j, blk += 4 * F::kStride)
+        q4_split_group<T, MR>(_mm512_loadu_si512(blk), _mm512_maskz_loadu_epi16(hi_mask, blk + 64), ix.qs, j, xs, s16, acc);
+      if (4 * j < gn) {
+        const __mmask32 tail = (1u << ((gn - 4 * j) * kWords)) - 1;
+        q4_split_group<T, MR>(_mm512_maskz_loadu_epi16(tail, blk), _mm512_setzero_si512(), ix.qs, j, xs, s16, acc);
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      // Q4_0: w = d (q - 8), so the offset term is -8 d sum(x).
+      const __m512 t = F::kMin ? _mm512_add_ps(acc[m], acc2[m]) : _mm512_fmadd_ps(acc2[m], _mm512_set1_ps(-8.0f), acc[m]);
+      a.y[m * a.ldy + n] = hsum(t);
+    }
+  }
+}
+
 // ---- K-quants -------------------------------------------------------------------------------
 
 template <bool kQ5, int MR>
@@ -230,6 +309,7 @@ void by_mr(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+template <GgmlType T> struct Q4SplitK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q4_split<T, MR>(a, b, e); } }; };
 template <GgmlType T> struct Q32K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q32<T, MR>(a, b, e); } }; };
 template <bool kQ5> struct QK45K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_qk45<kQ5, MR>(a, b, e); } }; };
 template <int MR> struct Q6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q6_k<MR>(a, b, e); } };
@@ -237,8 +317,9 @@ template <int MR> struct Q6K { static void run(const DotArgs& a, int64_t b, int6
 }  // namespace
 
 void register_avx512_dot_q8(KernelTable& t) {
-  t.dot_q8[kQ4_0] = by_mr<Q32K<GgmlType::Q4_0>::K>;
-  t.dot_q8[kQ4_1] = by_mr<Q32K<GgmlType::Q4_1>::K>;
+  t.dot_q8[kQ4_0] = by_mr<Q4SplitK<GgmlType::Q4_0>::K>;
+  t.dot_q8[kQ4_1] = by_mr<Q4SplitK<GgmlType::Q4_1>::K>;
+  t.q8_split[kQ4_0] = t.q8_split[kQ4_1] = true;
   t.dot_q8[kQ5_0] = by_mr<Q32K<GgmlType::Q5_0>::K>;
   t.dot_q8[kQ5_1] = by_mr<Q32K<GgmlType::Q5_1>::K>;
   t.dot_q8[kQ8_0] = by_mr<Q32K<GgmlType::Q8_0>::K>;

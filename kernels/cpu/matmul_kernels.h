@@ -37,6 +37,13 @@ struct DotArgs {
   const int32_t* qsum = nullptr;  // [mr][ldqs]
   const int16_t* qsum16 = nullptr;  // [mr][2 * ldqs]: sums over 16-element halves (Q6_K)
   int64_t ldqs = 0;
+  // The same activations in the nibble-split order (KernelTable::q8_split formats): per group
+  // g of 4 blocks, xs[g][0..63] = the first 16 q of blocks 4g..4g+3 (16 each, the elements a
+  // low nibble holds), xs[g][64..127] = their last 16 q (blocks past K are zero); and
+  // qds[b] = qd[b] * qsum[b] (stride ldqs). xs row stride: ldsg groups of 128 bytes.
+  const int8_t* xs = nullptr;  // [mr][ldsg][128]
+  const float* qds = nullptr;  // [mr][ldqs]
+  int64_t ldsg = 0;
   float* y = nullptr;
   int64_t ldy = 0;
 };
@@ -57,6 +64,7 @@ struct KernelTable {
   DequantFn dequant[kFmtCount] = {};
   DotFn dot_f32[kFmtCount] = {};
   DotFn dot_q8[kFmtCount] = {};
+  bool q8_split[kFmtCount] = {};  // dot_q8[f] reads DotArgs::xs / qds
   QuantizeQ8Fn quantize_q8 = nullptr;
   GemmF32Fn gemm_f32 = nullptr;
 };

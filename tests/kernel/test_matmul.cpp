@@ -175,6 +175,74 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
                                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K),
                          [](const ::testing::TestParamInfo<GgmlType>& i) { return std::string(ggml_type_name(i.param)); });
 
+// kQ8 rows are bitwise independent of the batch: row m of an M-row call equals the 1-row call
+// on that activation row, at 1 and 2 threads, and a weight row's result does not depend on
+// where in the matrix (which chunk, which kernel call) it sits. Batch invariance and exact
+// recompute-preemption rely on this.
+TEST_P(MatmulTest, Q8RowsAreBitwiseIndependentOfBatchThreadsAndPosition) {
+  const GgmlType t = GetParam();
+  const int64_t bs = ggml_info(t).block_size;
+  if (bs == 1) GTEST_SKIP() << "float formats have no kQ8 path";
+  std::mt19937 rng(static_cast<uint32_t>(t) + 99);
+  const int64_t K = (600 + bs - 1) / bs * bs, N = 83, M = 17;
+  const auto W = random_weights(t, N, K, rng);
+  const size_t row = ggml_row_size(t, K);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(M * K);
+  for (auto& v : x) v = normal(rng);
+  ThreadPool pool1(1), pool2(2);
+  for (const char* level : kLevels) {
+    if (!cpu::set_simd_level_for_testing(level)) continue;
+    std::vector<float> full(M * N);
+    cpu::matmul(pool2, t, W.data(), N, K, x.data(), M, full.data(), cpu::Precision::kQ8);
+    for (int64_t m : {0, 3, 16}) {
+      for (ThreadPool* pool : {&pool1, &pool2}) {
+        std::vector<float> one(N);
+        cpu::matmul(*pool, t, W.data(), N, K, &x[m * K], 1, one.data(), cpu::Precision::kQ8);
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(std::memcmp(&one[n], &full[m * N + n], 4), 0)
+              << ggml_type_name(t) << " " << level << " m " << m << " n " << n << " threads " << pool->size();
+      }
+      // Rows 5.. as their own matrix: each row lands at another position in the chunks.
+      std::vector<float> tail(N - 5);
+      cpu::matmul(pool1, t, W.data() + 5 * row, N - 5, K, &x[m * K], 1, tail.data(), cpu::Precision::kQ8);
+      for (int64_t n = 5; n < N; ++n)
+        ASSERT_EQ(std::memcmp(&tail[n - 5], &full[m * N + n], 4), 0) << ggml_type_name(t) << " " << level << " n " << n;
+    }
+  }
+  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
+}
+
+// matmul_group gives exactly what separate matmul calls give, for mixed formats and both
+// precisions (kQ8: one shared quantization and one job; kF32: the calls in sequence).
+TEST(Matmul, GroupEqualsSeparateCalls) {
+  std::mt19937 rng(5);
+  const int64_t K = 512;
+  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_K};
+  const int64_t Ns[] = {576, 7, 192, 33};
+  std::vector<std::vector<uint8_t>> ws;
+  for (int i = 0; i < 4; ++i) ws.push_back(random_weights(types[i], Ns[i], K, rng));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool pool(2);
+  for (int64_t M : {1, 3, 9})
+    for (cpu::Precision p : {cpu::Precision::kQ8, cpu::Precision::kF32}) {
+      std::vector<float> x(M * K);
+      for (auto& v : x) v = normal(rng);
+      std::vector<std::vector<float>> got(4), want(4);
+      cpu::MatmulTarget targets[4];
+      for (int i = 0; i < 4; ++i) {
+        got[i].assign(M * Ns[i], std::nanf(""));
+        want[i].assign(M * Ns[i], 0.0f);
+        targets[i] = {types[i], ws[i].data(), Ns[i], got[i].data()};
+        cpu::matmul(pool, types[i], ws[i].data(), Ns[i], K, x.data(), M, want[i].data(), p);
+      }
+      cpu::matmul_group(pool, targets, 4, K, x.data(), M, p);
+      for (int i = 0; i < 4; ++i)
+        ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * 4), 0)
+            << "target " << i << " M " << M << (p == cpu::Precision::kQ8 ? " kQ8" : " kF32");
+    }
+}
+
 TEST(Matmul, EmptyShapesAreNoOps) {
   ThreadPool pool(2);
   float y = 7.0f;
