@@ -51,12 +51,17 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   int32_t span = std::max(1, 1024 / bs);
   while (span > 1 && static_cast<int64_t>(n_kv) * ((n_blocks + span - 1) / span) < 4 * pool.size()) span /= 2;
   const int32_t items_per_head = (n_blocks + span - 1) / span, n_items = n_kv * items_per_head;
-  std::vector<float> approx(static_cast<size_t>(n_kv) * G * S);  // [n_kv][G][S]
-  std::vector<float> summed(static_cast<size_t>(n_kv) * S);      // [n_kv][S]
+  // Every element is written below; reused across calls (fresh large buffers page-fault each step).
+  // (Named references: the worker lambdas must see this thread's buffers, not their own.)
+  static thread_local std::vector<float> approx_buf, summed_buf;
+  std::vector<float>& approx = approx_buf;
+  std::vector<float>& summed = summed_buf;
+  approx.resize(static_cast<size_t>(n_kv) * G * S);  // [n_kv][G][S]
+  summed.resize(static_cast<size_t>(n_kv) * S);      // [n_kv][S]
   std::vector<float> item_m(static_cast<size_t>(n_items) * G), item_l(item_m.size());
   std::vector<float> item_vsum(compute_vbar ? static_cast<size_t>(n_items) * d : 0, 0.0f);
   pool.parallel_for(n_items, [&](int64_t begin, int64_t end, int) {
-    std::vector<float> tmp, ones;
+    std::vector<float> ones;
     std::vector<int32_t> positions;
     for (int64_t w = begin; w < end; ++w) {
       const int32_t g = static_cast<int32_t>(w / items_per_head), b0 = static_cast<int32_t>(w % items_per_head) * span;
@@ -68,13 +73,8 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
       std::copy(ap + t0, ap + t1, sum + t0);
       for (int32_t j = 1; j < G; ++j)
         for (int32_t t = t0; t < t1; ++t) sum[t] += ap[static_cast<size_t>(j) * S + t];
-      for (int32_t j = 0; j < G; ++j) {
-        const float* row = ap + static_cast<size_t>(j) * S + t0;
-        tmp.assign(row, row + n);
-        const float mx = *std::max_element(tmp.begin(), tmp.end());
-        item_m[w * G + j] = mx;
-        item_l[w * G + j] = kern.exp_shifted(tmp.data(), n, mx);
-      }
+      for (int32_t j = 0; j < G; ++j)
+        item_l[w * G + j] = kern.max_sum_exp(ap + static_cast<size_t>(j) * S + t0, n, &item_m[w * G + j]);
       if (compute_vbar) {
         positions.resize(n);
         std::iota(positions.begin(), positions.end(), t0);

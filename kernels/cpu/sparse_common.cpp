@@ -78,10 +78,20 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     }
   }
   first_item[tasks.size()] = static_cast<int32_t>(items.size());
-  std::vector<float> acc(slots * d, 0.0f), m(slots), l(slots);
+  // Reused across calls by the calling thread (fresh large allocations page-fault every step).
+  // (Named references: the worker lambdas must see this thread's buffers, not their own.)
+  static thread_local std::vector<float> acc_buf, m_buf, l_buf;
+  std::vector<float>& acc = acc_buf;
+  std::vector<float>& m = m_buf;
+  std::vector<float>& l = l_buf;
+  acc.assign(slots * d, 0.0f);
+  m.resize(slots);
+  l.resize(slots);
+  int32_t max_rows = 1;
+  for (const AttendTask& t : tasks) max_rows = std::max(max_rows, t.R);
 
   pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end, int) {
-    std::vector<float> s(static_cast<size_t>(kMaxRows) * chunk);
+    std::vector<float> s(static_cast<size_t>(max_rows) * chunk);
     for (int64_t w = begin; w < end; ++w) {
       const Item& it = items[w];
       const AttendTask& t = tasks[it.task];
@@ -123,12 +133,13 @@ void top_k(const float* score, int32_t n, int32_t k, int32_t* out) {
     std::iota(out, out + n, 0);
     return;
   }
-  // Order-preserving unsigned key of a float (+0 and −0 share one key, as they compare equal).
+  // Order-preserving unsigned key of a float, branch-free (x + 0 turns −0 into +0: they compare
+  // equal, so they must share a key).
   auto key = [](float x) {
+    x += 0.0f;
     uint32_t u;
     std::memcpy(&u, &x, sizeof u);
-    if (x == 0.0f) u = 0;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return u ^ ((0u - (u >> 31)) | 0x80000000u);
   };
   constexpr int kBits = 12, kShift = 32 - kBits;
   std::vector<int32_t> hist(1 << kBits, 0);

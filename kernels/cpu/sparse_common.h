@@ -25,6 +25,8 @@ struct Kernels {
                        int32_t n, float* acc);
   // s[i] = exp(s[i] − shift) for s[i] ≤ shift; returns Σ s[i].
   float (*exp_shifted)(float* s, int32_t n, float shift);
+  // *mx = max s[i]; returns Σ exp(s[i] − *mx) (s unchanged; n ≥ 1).
+  float (*max_sum_exp)(const float* s, int32_t n, float* mx);
   // SparQ step 1 for the positions of logical blocks [b0, b1) below S:
   //   out[j·ld + t] = Σ_{i<r} qr[j·r + i] · K[t][dims[i]]   (qr: [G][r], already scaled)
   // from kv.k_t (r contiguous dimension rows per tile) when present, else from the K rows.

@@ -24,14 +24,15 @@ __m512 maskz_load_f32(__mmask16 m, const float* p) { return _mm512_maskz_loadu_p
 
 float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-// Horizontal sum through memory: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized in its own
+// Horizontal sum by lane shuffles: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized in its own
 // header once inlined here.
 float hsum(__m512 v) {
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, v);
-  float s = 0.0f;
-  for (float x : lanes) s += x;
-  return s;
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  __m128 x = _mm512_castps512_ps128(v);
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
 }
 
 // Two accumulators over 32-element steps, then a masked tail.
@@ -68,6 +69,49 @@ void axpy_f32(float a, const float* x, float* y, int32_t n) { axpy_any(a, x, y, 
 void axpy_f16(float a, const uint16_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_f16, maskz_load_f16); }
 void axpy_u8(float a, const uint8_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_u8, maskz_load_u8); }
 
+// SparQ step 1 on one 16-position tile of k_t: out[j·ld + s] = Σ_i qr[j·r + i]·tile[dims[i]][s], the G
+// accumulators in registers (G a template parameter up to 8).
+template <int G, typename T, typename Load>
+void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr, float* out, int64_t ld, int32_t n_t,
+                 Load load) {
+  __m512 acc[G];
+  for (int j = 0; j < G; ++j) acc[j] = _mm512_setzero_ps();
+  for (int32_t i = 0; i < r; ++i) {
+    const __m512 row = load(tile + static_cast<int64_t>(dims[i]) * 16);
+    for (int j = 0; j < G; ++j) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(qr[j * r + i]), row, acc[j]);
+  }
+  const __mmask16 m = n_t >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n_t);
+  for (int j = 0; j < G; ++j) _mm512_mask_storeu_ps(out + j * ld, m, acc[j]);
+}
+template <typename T, typename Load>
+bool kt_tile16_any(const T* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out, int64_t ld,
+                   int32_t n_t, Load load) {
+  switch (G) {
+    case 1: kt_tile16_g<1>(tile, dims, r, qr, out, ld, n_t, load); return true;
+    case 2: kt_tile16_g<2>(tile, dims, r, qr, out, ld, n_t, load); return true;
+    case 3: kt_tile16_g<3>(tile, dims, r, qr, out, ld, n_t, load); return true;
+    case 4: kt_tile16_g<4>(tile, dims, r, qr, out, ld, n_t, load); return true;
+    case 5: kt_tile16_g<5>(tile, dims, r, qr, out, ld, n_t, load); return true;
+    case 6: kt_tile16_g<6>(tile, dims, r, qr, out, ld, n_t, load); return true;
+    case 7: kt_tile16_g<7>(tile, dims, r, qr, out, ld, n_t, load); return true;
+    case 8: kt_tile16_g<8>(tile, dims, r, qr, out, ld, n_t, load); return true;
+    default: return false;
+  }
+}
+// Returns false when not handled (G > 8): the caller takes the generic path.
+bool kt_tile16(const float* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out, int64_t ld,
+               int32_t n_t) {
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, load_f32);
+}
+bool kt_tile16(const uint16_t* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
+               int64_t ld, int32_t n_t) {
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, load_f16);
+}
+bool kt_tile16(const uint8_t* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out, int64_t ld,
+               int32_t n_t) {
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, load_u8);
+}
+
 // exp(x) for x ≤ 0 (Cephes expf, as kernels/cpu/attention_avx512.cpp): within 2 ulp of std::exp.
 __m512 exp_nonpositive(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.5f));
@@ -93,6 +137,23 @@ float exp_shifted(float* s, int32_t n, float shift) {
     _mm512_mask_storeu_ps(s + i, m, e);
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
   }
+  return hsum(sum);
+}
+float max_sum_exp(const float* s, int32_t n, float* mx) {
+  __m512 vm = _mm512_set1_ps(-INFINITY);
+  for (int32_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, s + i));
+  }
+  const float best = _mm512_reduce_max_ps(vm);
+  const __m512 vs = _mm512_set1_ps(best);
+  __m512 sum = _mm512_setzero_ps();
+  for (int32_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), vs));
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+  }
+  *mx = best;
   return hsum(sum);
 }
 

@@ -42,6 +42,20 @@ float exp_shifted(float* s, int32_t n, float shift) {
   for (int32_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - shift));
   return sum;
 }
+float max_sum_exp(const float* s, int32_t n, float* mx) {
+  float m = s[0];
+  for (int32_t i = 1; i < n; ++i) m = std::max(m, s[i]);
+  float sum = 0;
+  for (int32_t i = 0; i < n; ++i) sum += std::exp(s[i] - m);
+  *mx = m;
+  return sum;
+}
+
+// No register-blocked tile kernel here: the generic path of sparq_scores handles every tile.
+template <typename T>
+bool kt_tile16(const T*, const int32_t*, int32_t, const float*, int32_t, float*, int64_t, int32_t) {
+  return false;
+}
 
 #include "kernels/cpu/sparse_common.inc"
 
