@@ -26,12 +26,23 @@ float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 // Horizontal sum by lane shuffles: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized in its own
 // header once inlined here.
+// (maskz forms: the plain ones pass _mm512_undefined_ps, which GCC 12 flags as uninitialized.)
+template <int Imm>
+__m512 lane_shuffle(__m512 v) { return _mm512_maskz_shuffle_f32x4(static_cast<__mmask16>(0xffff), v, v, Imm); }
 float hsum(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-  __m128 x = _mm512_castps512_ps128(v);
+  v = _mm512_add_ps(v, lane_shuffle<_MM_SHUFFLE(1, 0, 3, 2)>(v));
+  v = _mm512_add_ps(v, lane_shuffle<_MM_SHUFFLE(2, 3, 0, 1)>(v));
+  __m128 x = _mm512_maskz_extractf32x4_ps(static_cast<__mmask8>(0xf), v, 0);
   x = _mm_add_ps(x, _mm_movehl_ps(x, x));
   x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+float hmax(__m512 v) {
+  v = _mm512_max_ps(v, lane_shuffle<_MM_SHUFFLE(1, 0, 3, 2)>(v));
+  v = _mm512_max_ps(v, lane_shuffle<_MM_SHUFFLE(2, 3, 0, 1)>(v));
+  __m128 x = _mm512_maskz_extractf32x4_ps(static_cast<__mmask8>(0xf), v, 0);
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_movehdup_ps(x));
   return _mm_cvtss_f32(x);
 }
 
@@ -145,7 +156,7 @@ float max_sum_exp(const float* s, int32_t n, float* mx) {
     const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
     vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, s + i));
   }
-  const float best = _mm512_reduce_max_ps(vm);
+  const float best = hmax(vm);
   const __m512 vs = _mm512_set1_ps(best);
   __m512 sum = _mm512_setzero_ps();
   for (int32_t i = 0; i < n; i += 16) {
