@@ -84,6 +84,7 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
       for (int32_t i = 0; i < static_cast<int32_t>(halves[h].size()); i += kHalvesPerItem) items.push_back({h, i});
     pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t e, int) {
       int32_t pos[64];
+      int64_t rows[64];
       float logit[64];
       for (int64_t w = begin; w < e; ++w) {
         const int32_t h = items[w].first, g = h / G;
@@ -95,7 +96,8 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
           for (int32_t t = t0; t < t1; t += 64) {
             const int32_t n = std::min(64, t1 - t);
             for (int32_t x = 0; x < n; ++x) pos[x] = t + x;
-            kern.key_logits(kv, g, args.q + static_cast<int64_t>(h) * d, &q_sum[h], 1, pos, n, 1.0f, logit, n);
+            sparse::row_offsets(kv, g, pos, n, rows);
+            kern.key_logits(kv, args.q + static_cast<int64_t>(h) * d, &q_sum[h], 1, rows, n, 1.0f, logit, n);
             for (int32_t x = 0; x < n; ++x) best = std::max(best, logit[x]);
           }
           score[h][i] = best;

@@ -63,6 +63,7 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   pool.parallel_for(n_items, [&](int64_t begin, int64_t end, int) {
     std::vector<float> ones;
     std::vector<int32_t> positions;
+    std::vector<int64_t> rows;
     for (int64_t w = begin; w < end; ++w) {
       const int32_t g = static_cast<int32_t>(w / items_per_head), b0 = static_cast<int32_t>(w % items_per_head) * span;
       const int32_t b1 = std::min(n_blocks, b0 + span), t0 = b0 * bs, t1 = std::min(S, b1 * bs), n = t1 - t0;
@@ -79,7 +80,9 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
         positions.resize(n);
         std::iota(positions.begin(), positions.end(), t0);
         ones.assign(n, 1.0f);
-        kern.accumulate_v(kv, g, 1, ones.data(), n, positions.data(), n, &item_vsum[w * d]);
+        rows.resize(n);
+        sparse::row_offsets(kv, g, positions.data(), n, rows.data());
+        kern.accumulate_v(kv, 1, ones.data(), n, rows.data(), n, &item_vsum[w * d]);
       }
     }
   });

@@ -92,12 +92,14 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
 
   pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end, int) {
     std::vector<float> s(static_cast<size_t>(max_rows) * chunk);
+    std::vector<int64_t> rows(chunk);
     for (int64_t w = begin; w < end; ++w) {
       const Item& it = items[w];
       const AttendTask& t = tasks[it.task];
       const int32_t n = it.end - it.begin;
-      kern.key_logits(kv, t.g, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, t.pos + it.begin, n,
-                      scale, s.data(), n);
+      row_offsets(kv, t.g, t.pos + it.begin, n, rows.data());
+      kern.key_logits(kv, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, rows.data(), n, scale, s.data(),
+                      n);
       for (int32_t r = 0; r < t.R; ++r) {
         float* sr = &s[static_cast<size_t>(r) * n];
         if (t.logits != nullptr) std::copy(sr, sr + n, t.logits + static_cast<int64_t>(r) * t.n + it.begin);
@@ -105,7 +107,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
         m[it.slot + r] = mx;
         l[it.slot + r] = kern.exp_shifted(sr, n, mx);
       }
-      kern.accumulate_v(kv, t.g, t.R, s.data(), n, t.pos + it.begin, n, &acc[it.slot * d]);
+      kern.accumulate_v(kv, t.R, s.data(), n, rows.data(), n, &acc[it.slot * d]);
     }
   });
 
@@ -133,6 +135,7 @@ void top_k(const float* score, int32_t n, int32_t k, int32_t* out) {
     std::iota(out, out + n, 0);
     return;
   }
+  auto better = [&](int32_t x, int32_t y) { return score[x] != score[y] ? score[x] > score[y] : x < y; };
   // Order-preserving unsigned key of a float, branch-free (x + 0 turns −0 into +0: they compare
   // equal, so they must share a key).
   auto key = [](float x) {
@@ -155,9 +158,7 @@ void top_k(const float* score, int32_t n, int32_t k, int32_t* out) {
     else if (b == static_cast<uint32_t>(bucket)) boundary.push_back(i);
   }
   const int32_t need = k - above;
-  std::nth_element(boundary.begin(), boundary.begin() + need, boundary.end(), [&](int32_t x, int32_t y) {
-    return score[x] != score[y] ? score[x] > score[y] : x < y;
-  });
+  std::nth_element(boundary.begin(), boundary.begin() + need, boundary.end(), better);
   std::copy_n(boundary.begin(), need, out + o);
 }
 

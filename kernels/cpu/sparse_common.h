@@ -13,16 +13,17 @@ namespace fathom::cpu::sparse {
 
 constexpr int32_t kMaxRows = 64;  // query rows that share one kv head in one call (GQA group)
 
-// Inner loops over rows of one kv head `g`, reading f32 / f16 / INT8 in place. Positions are
-// absolute token positions of the sequence (any order). INT8: q·(s·x + m) = s·(q·x) + m·Σq, so the
+// Inner loops over K / V rows, reading f32 / f16 / INT8 in place. Rows are given by element offset
+// into kv.k / kv.v (row_offsets: computed once per gather, shared by the K and V passes); an INT8
+// row's parameters sit at index offset / head_dim. INT8: q·(s·x + m) = s·(q·x) + m·Σq, so the
 // callers pass q_sum[r] = Σ_c q_r[c] (ignored for f32 / f16).
 struct Kernels {
-  // out[r·ld + i] = scale · q_r·K[pos[i]]          q: [R][head_dim], q_sum: [R]
-  void (*key_logits)(const PagedKvView& kv, int32_t g, const float* q, const float* q_sum, int32_t R,
-                     const int32_t* pos, int32_t n, float scale, float* out, int64_t ld);
-  // acc[r][c] += Σ_i w[r·ld + i] · V[pos[i]][c]     acc: [R][head_dim]
-  void (*accumulate_v)(const PagedKvView& kv, int32_t g, int32_t R, const float* w, int64_t ld, const int32_t* pos,
-                       int32_t n, float* acc);
+  // out[r·ld + i] = scale · q_r·K[row i]          q: [R][head_dim], q_sum: [R]
+  void (*key_logits)(const PagedKvView& kv, const float* q, const float* q_sum, int32_t R, const int64_t* rows,
+                     int32_t n, float scale, float* out, int64_t ld);
+  // acc[r][c] += Σ_i w[r·ld + i] · V[row i][c]     acc: [R][head_dim]
+  void (*accumulate_v)(const PagedKvView& kv, int32_t R, const float* w, int64_t ld, const int64_t* rows, int32_t n,
+                       float* acc);
   // s[i] = exp(s[i] − shift) for s[i] ≤ shift; returns Σ s[i].
   float (*exp_shifted)(float* s, int32_t n, float shift);
   // *mx = max s[i]; returns Σ exp(s[i] − *mx) (s unchanged; n ≥ 1).
@@ -33,6 +34,12 @@ struct Kernels {
   void (*sparq_scores)(const PagedKvView& kv, int32_t g, const int32_t* dims, int32_t r, const float* qr, int32_t G,
                        int32_t b0, int32_t b1, int32_t S, float* out, int64_t ld);
 };
+
+// Element offsets of the rows of positions pos[0..n) of kv head g: rows [n].
+inline void row_offsets(const PagedKvView& kv, int32_t g, const int32_t* pos, int32_t n, int64_t* rows) {
+  for (int32_t i = 0; i < n; ++i)
+    rows[i] = kv.tile_offset(pos[i] / kv.block_size, g) + static_cast<int64_t>(pos[i] % kv.block_size) * kv.head_dim;
+}
 
 // The table for this CPU, capped by cpu::simd_level() (FATHOM_SIMD / tests).
 const Kernels& kernels();
