@@ -18,7 +18,7 @@
 // errors do not compound over steps here.
 //
 //   bench_attention_quality [--smollm2 PATH] [--gemma3 PATH] [--smollm2-lens 2048,4096]
-//       [--gemma3-lens 4096,8192] [--decode 32] [--measure 8] [--threads 2] [--text F1,F2,...]
+//       [--gemma3-lens 4096,8192] [--decode 24] [--measure 8] [--threads 2] [--text F1,F2,...]
 //       [--out bench/results/attention_quality.md]
 // Text: the files of --text concatenated (default: the GPL-3, Apache-2.0, MPL-2.0, LGPL-2.1,
 // GPL-2 and GFDL-1.3 texts of /usr/share/common-licenses), cut to S tokens.
@@ -39,6 +39,8 @@
 #include "engine/attention/policy.h"
 #include "engine/kv/block_table.h"
 #include "engine/model.h"
+#include "kernels/cpu/sparse_attention.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/ref/attention_state.h"
 #include "kernels/ref/hip.h"
 #include "kernels/ref/sparq.h"
@@ -51,8 +53,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr double kRatios[] = {0.5, 0.25, 0.125};
 constexpr int kNumRatios = 3;
-enum Pol { kSparq, kHip, kSwa, kSwaDm, kNumPols };
-const char* kPolNames[kNumPols] = {"sparq", "hip", "swa", "swa-dm"};
+enum Pol { kSparq, kSparqNr, kHip, kSwa, kSwaDm, kNumPols };
+const char* kPolNames[kNumPols] = {"sparq", "sparq-nr", "hip", "swa", "swa-dm"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> v;
@@ -88,6 +90,9 @@ struct RunResult {
   std::vector<int32_t> layers;   // measured layer ids
   std::map<int32_t, LayerStats> by_layer;
   double seconds = 0, prefill_seconds = 0;
+  // Largest ‖cpu − ref‖/‖ref‖ over heads of the CPU kernel (kernels/cpu) against its reference on
+  // the same inputs (SparQ: same parameters; HiP: same mask; SWA: same mass), per policy.
+  double cpu_vs_ref[kNumPols] = {};
   std::string continuation;
 };
 
@@ -164,6 +169,20 @@ void score_head(const std::vector<double>& p, const std::vector<int32_t>& sel, c
   acc.n += 1;
 }
 
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, int32_t n_heads, int32_t d) {
+  double worst = 0;
+  for (int32_t h = 0; h < n_heads; ++h) {
+    double num = 0, den = 0;
+    for (int32_t i = 0; i < d; ++i) {
+      const size_t j = static_cast<size_t>(h) * d + i;
+      num += static_cast<double>(a[j] - b[j]) * (a[j] - b[j]);
+      den += static_cast<double>(b[j]) * b[j];
+    }
+    worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  return worst;
+}
+
 // Positions HiP attends for head h with mask m at pos (the union hip_sparse_attention takes).
 std::vector<int32_t> hip_selection(const ref::HipMask& m, const ref::HipParams& hp, int32_t h, int32_t pos) {
   const int32_t S = pos + 1;
@@ -226,7 +245,8 @@ RunResult run_one(Model& model, const std::string& name, const std::vector<int32
   int32_t step = -1;  // decode step index; −1 during prefill
   const int32_t first_measured = n_decode - n_measure;
   std::vector<int32_t> scratch;
-  std::vector<float> out(static_cast<size_t>(c.n_heads) * d);
+  std::vector<float> out(static_cast<size_t>(c.n_heads) * d), out_cpu(out.size());
+  ThreadPool pool(1);
 
   model.set_attention_observer([&](int32_t layer, bool sliding, const PagedKvView& kv, const DecodeArgs& q) {
     if (step < 0 || sliding) return;
@@ -250,6 +270,12 @@ RunResult run_one(Model& model, const std::string& name, const std::vector<int32
         if (!seeded) sp.ratio = 1.0f;
         mass.resize(S_cur, 0.0f);
         const ref::SwaStats ss = ref::swa_attention(kv, a, sp, mass.data());
+        if (measure && seeded && which == 0) {
+          DecodeArgs ac = a;
+          ac.out = out_cpu.data();
+          cpu::swa_decode(pool, kv, ac, sp, mass.data(), nullptr);
+          res.cpu_vs_ref[kSwa] = std::max(res.cpu_vs_ref[kSwa], max_rel_diff(out_cpu, out, q.n_heads, d));
+        }
         if (measure && seeded) {
           Acc& acc = ls.acc[which == 0 ? kSwa : kSwaDm][ri];
           for (int32_t h = 0; h < q.n_heads; ++h)
@@ -276,19 +302,32 @@ RunResult run_one(Model& model, const std::string& name, const std::vector<int32
         }
         if (measure) {
           ref::hip_sparse_attention(kv, a, st.hip_params, st.hip_mask, nullptr);
+          DecodeArgs ac = a;
+          ac.out = out_cpu.data();
+          ref::HipBytes hb;
+          cpu::hip_sparse_decode(pool, kv, ac, st.hip_params, st.hip_mask, &hb);
+          res.cpu_vs_ref[kHip] = std::max(res.cpu_vs_ref[kHip], max_rel_diff(out_cpu, out, q.n_heads, d));
           for (int32_t h = 0; h < q.n_heads; ++h)
             score_head(dense.p[h], hip_selection(st.hip_mask, st.hip_params, h, pos), &out[static_cast<size_t>(h) * d],
                        &dense.out[static_cast<size_t>(h) * d], d, scratch, ls.acc[kHip][ri]);
         }
       }
-      // SparQ: stateless.
+      // SparQ: stateless; with the server's default (reallocation on) and with it off.
       p.kind = PolicyKind::kSparq;
-      ls.active[kSparq] = layer_uses_policy(p, layer, sliding);
+      ls.active[kSparq] = ls.active[kSparqNr] = layer_uses_policy(p, layer, sliding);
       if (measure) {
-        const ref::SparqStats ss = ref::sparq_attention(kv, a, resolve_sparq(p, S_cur, kv.head_dim), nullptr);
-        for (int32_t h = 0; h < q.n_heads; ++h)
-          score_head(dense.p[h], ss.selected[h / G], &out[static_cast<size_t>(h) * d],
-                     &dense.out[static_cast<size_t>(h) * d], d, scratch, ls.acc[kSparq][ri]);
+        for (const Pol pol : {kSparq, kSparqNr}) {
+          p.sparq_reallocation = pol == kSparq;
+          const ref::SparqParams sp = resolve_sparq(p, S_cur, kv.head_dim);
+          const ref::SparqStats ss = ref::sparq_attention(kv, a, sp, nullptr);
+          for (int32_t h = 0; h < q.n_heads; ++h)
+            score_head(dense.p[h], ss.selected[h / G], &out[static_cast<size_t>(h) * d],
+                       &dense.out[static_cast<size_t>(h) * d], d, scratch, ls.acc[pol][ri]);
+          DecodeArgs ac = a;
+          ac.out = out_cpu.data();
+          cpu::sparq_decode(pool, kv, ac, sp);
+          res.cpu_vs_ref[pol] = std::max(res.cpu_vs_ref[pol], max_rel_diff(out_cpu, out, q.n_heads, d));
+        }
       }
     }
   });
@@ -373,6 +412,9 @@ std::string report(const RunResult& r, int32_t n_decode, int32_t n_measure) {
   std::string cont = r.continuation;
   std::replace(cont.begin(), cont.end(), '\n', ' ');
   std::replace(cont.begin(), cont.end(), '|', '/');
+  o << "\nCPU kernels vs their references on the same inputs, worst relative output difference over heads:";
+  for (int pi = 0; pi < kNumPols; ++pi)
+    if (pi != kSwaDm) o << " " << kPolNames[pi] << " " << fmt("%.1e", r.cpu_vs_ref[pi]) << (pi + 1 < kSwaDm ? "," : ".");
   o << "\nPrefill " << fmt("%.1f", r.prefill_seconds) << " s, whole run " << fmt("%.0f", r.seconds)
     << " s. Greedy continuation: `" << cont << "`\n\n";
   return o.str();
@@ -387,7 +429,7 @@ int main(int argc, char** argv) {
       "/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/Apache-2.0,/usr/share/common-licenses/MPL-2.0,"
       "/usr/share/common-licenses/LGPL-2.1,/usr/share/common-licenses/GPL-2,/usr/share/common-licenses/GFDL-1.3";
   std::string out_path = "bench/results/attention_quality.md";
-  int threads = 2, n_decode = 32, n_measure = 8;
+  int threads = 2, n_decode = 24, n_measure = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -427,7 +469,7 @@ int main(int argc, char** argv) {
         "policy attended, with k = the number of keys that policy attends for that head (column k/S: SparQ |I2| ≈ "
         "2·ratio/3·S, HiP mask + sinks + window ≈ ratio·S, SWA |kept| = ratio·S).\n"
      << "- **rel. err**: ‖out − dense‖ / ‖dense‖ of the head's attention output (SparQ with mean-value reallocation "
-        "on, the server default).\n"
+        "on, the server default; `sparq-nr`: reallocation off).\n"
      << "- **dense mass kept**: the dense attention weight on the attended keys.\n"
      << "- HiP state follows the engine: mask re-estimated every 8 decode steps from the first one (the measured "
         "steps are one full refresh cycle, mask ages 0–7); the server keeps HiP's first 3 layers dense, so its summary "

@@ -231,13 +231,14 @@ def main():
     ap.add_argument("--raw", default="/tmp/passkey_raw.jsonl",
                     help="JSON-lines results; several comma-separated files are merged, new results go to the first")
     ap.add_argument("--out", default=str(REPO / "bench/results/passkey.md"))
-    ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--render-only", action="store_true", help="rewrite --out from --raw and exit")
+    ap.add_argument("--status", default="partial", help="run status written into the table header (--render-only)")
     args = ap.parse_args()
     raw_paths = [Path(p) for p in args.raw.split(",")]
     raw_path = raw_paths[0]  # new results are appended here; the others are read only
     recs = load_raw(raw_paths)
     if args.render_only:
-        render(recs, Path(args.out), args, "partial")
+        render(recs, Path(args.out), args, args.status)
         return
     t0 = time.monotonic()
     for name in args.models.split(","):
