@@ -1,7 +1,8 @@
 // CPU sparse decode policies (kernels/cpu/sparse_attention.h) against their scalar references in
 // kernels/ref, on every SIMD level this CPU has. Grid: head dim 64/128/256, GQA group 1/3/4/8,
 // S = 1, 7 (below a block), 16 (one block), 33 (odd), 2001 (long); f32 / f16 / INT8 KV; with and
-// without the side data (transposed K, running V sums). Block tables are shuffled.
+// without the side data (transposed K, running V sums); block size 16, plus 8 and 32 for d = 64,
+// G = 3. Block tables are shuffled.
 //
 // Selection. The CPU ranks by f32 scores summed in its own order, the reference in double, so on
 // near-ties they may pick differently. SparQ: per kv head the selections must overlap in ≥ 98% of
@@ -96,21 +97,25 @@ void for_each_simd_level(Fn fn) {
   if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
 }
 
+// The full grid at block size 16 (the engine's); block sizes 8 and 32 (the generic tile paths) for
+// d = 64, G = 3.
 template <typename Fn>
 void for_each_case(Fn fn) {
   std::mt19937 rng(1234);
-  for (int32_t d : kDims)
-    for (int32_t G : kGroups)
-      for (int32_t S : kLens)
-        for (KvDtype dtype : kDtypes) {
-          const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
-          const std::vector<float> q = random_q(G * kKvHeads * d, rng);
-          for (bool side : {false, true}) {
-            SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) + " S=" + std::to_string(S) + " " +
-                         kv_dtype_name(dtype) + (side ? " +k_t/v_sum" : ""));
-            fn(f, f.view(side, side), q, G, S, rng);
+  for (int32_t bs : {kBlock, 8, 32})
+    for (int32_t d : kDims)
+      for (int32_t G : kGroups)
+        for (int32_t S : kLens)
+          for (KvDtype dtype : kDtypes) {
+            if (bs != kBlock && (d != 64 || G != 3)) continue;
+            const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, bs, dtype, S, 2, rng);
+            const std::vector<float> q = random_q(G * kKvHeads * d, rng);
+            for (bool side : {false, true}) {
+              SCOPED_TRACE("d=" + std::to_string(d) + " G=" + std::to_string(G) + " S=" + std::to_string(S) + " " +
+                           kv_dtype_name(dtype) + " block=" + std::to_string(bs) + (side ? " +k_t/v_sum" : ""));
+              fn(f, f.view(side, side), q, G, S, rng);
+            }
           }
-        }
 }
 
 DecodeArgs decode_args(const std::vector<float>& q, std::vector<float>& out, int32_t n_heads, int32_t d, int32_t S) {
