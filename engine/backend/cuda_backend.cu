@@ -1,0 +1,554 @@
+// The CUDA forward backend (contract: engine/backend/cuda_backend.h). Host code that drives the
+// launchers of kernels/cuda; the same source builds with nvcc (fathom_cuda_backend) and with
+// the host compiler through kernels/cuda/emu (tests/kernel/test_cuda_forward.cpp).
+//
+// Per forward pass, T = tokens in the plan, every step one launch over all T rows:
+//   embedding_lookup -> per layer: rms_norm, Q/K/V matmuls (+ add_bias), QK-norm (rms_norm over
+//   head_dim rows), rope (angle cache indexed by absolute position, global and local tables),
+//   kv_append (all sequences at once), paged_decode_attention per sequence, output matmul
+//   (+ post norm), add_inplace; rms_norm, gate/up matmuls, glu, down matmul (+ post norm),
+//   add_inplace -> gather the wanted rows, rms_norm, output matmul, one copy to the host.
+#include "engine/backend/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/attention/decode_attention.h"
+#include "engine/error.h"
+#include "engine/model.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_append.h"
+#include "kernels/cuda/paged_decode_attention.h"
+#include "kernels/cuda/quant_gemv.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rope.h"
+
+namespace fathom {
+namespace cuda_backend_detail {  // named: the test includes this file with the kernels' .cu files
+
+inline void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("cuda backend: ") + what + ": " + cudaGetErrorString(e));
+}
+#define FATHOM_CUDA_BACKEND_OK(expr) ::fathom::cuda_backend_detail::cuda_ok((expr), #expr)
+
+// A device allocation of n elements of T; reserve() grows it (contents not kept).
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  ~DeviceArray() { release(); }
+  DeviceArray(DeviceArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  void reserve(size_t n) {
+    if (n <= n_ && p_ != nullptr) return;
+    release();
+    FATHOM_CUDA_BACKEND_OK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
+    n_ = n;
+  }
+  void upload(const T* host, size_t n) {
+    reserve(n);
+    if (n > 0) FATHOM_CUDA_BACKEND_OK(cudaMemcpy(p_, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
+  T* get() const { return p_; }
+
+ private:
+  void release() {
+    if (p_ != nullptr) cudaFree(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// A weight matrix on the device: y = x · Wᵀ maps cols -> rows.
+struct DevMatrix {
+  GgmlType type = GgmlType::F16;  // Q8_0 / Q4_K / Q6_K as stored, or F16 (dequantized at load)
+  const void* data = nullptr;     // [rows] rows of ggml_row_size(type, cols) bytes
+  int64_t rows = 0, cols = 0;
+};
+
+inline bool has_gemv(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+
+struct DevLayer {
+  DeviceArray<float> attn_norm, ffn_norm;            // (dim)
+  DeviceArray<float> bq, bk, bv;                     // (q_dim) (kv_dim) (kv_dim), or null
+  DeviceArray<float> q_norm, k_norm;                 // (head_dim), gemma3
+  DeviceArray<float> post_attn_norm, post_ffn_norm;  // (dim), gemma3
+  DevMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  // Paged KV of this layer: [num_blocks][n_kv_heads][block_size][head_dim] in the KV dtype;
+  // INT8 adds [num_blocks][n_kv_heads][block_size] row parameters for K and V.
+  DeviceArray<std::byte> k, v;
+  DeviceArray<KvInt8Row> k_rows, v_rows;
+};
+
+// Decode-sized batches (<= kGemvMaxRows rows) read quantized weights through quant_gemv in
+// launches of kGemvRows rows; larger ones dequantize kDequantChunk floats of W at a time for the GEMM.
+constexpr int64_t kGemvRows = 4;
+constexpr int64_t kGemvMaxRows = 16;
+constexpr int64_t kDequantChunk = int64_t{16} << 20;
+
+class CudaBackend final : public ForwardBackend {
+ public:
+  explicit CudaBackend(Model& model);
+  ~CudaBackend() override { cuda::gemm_destroy(gemm_); }
+
+  std::string name() const override { return "cuda"; }
+  void forward(const BatchPlan& plan, std::vector<float>& logits) override;
+  std::array<int64_t, kPolicyKinds> take_kv_read_bytes() override {
+    const std::array<int64_t, kPolicyKinds> out = kv_read_bytes_;
+    kv_read_bytes_.fill(0);
+    return out;
+  }
+  size_t block_bytes() const override { return 2 * plane_bytes() * static_cast<size_t>(config_.n_layers); }
+  void copy_block(int32_t src, int32_t dst) override;
+  void read_block(int32_t block, std::byte* dst) override;
+  void write_block(int32_t block, const std::byte* src) override;
+
+ private:
+  DevMatrix upload_matrix(const WeightMatrix& w);
+  static DeviceArray<float> upload_vector(const std::vector<float>& v) {
+    DeviceArray<float> d;
+    if (!v.empty()) d.upload(v);
+    return d;
+  }
+  // Bytes of one block of one layer for K (or V), row parameters included.
+  size_t kv_elems() const { return static_cast<size_t>(block_size_) * config_.n_kv_heads * config_.head_dim; }
+  size_t rows_count() const { return static_cast<size_t>(block_size_) * config_.n_kv_heads; }
+  size_t plane_bytes() const {
+    return kv_elems() * kv_dtype_bytes(kv_dtype_) + (kv_dtype_ == KvDtype::kI8 ? rows_count() * sizeof(KvInt8Row) : 0);
+  }
+  PagedKvView kv_view(int32_t layer, const int32_t* device_table) const;
+  void ensure_rope_rows(int32_t rows);
+  void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
+  void attention_layer(const BatchPlan& plan, int32_t il);
+  void mlp_layer(int32_t il);
+
+  ModelConfig config_;
+  KvDtype kv_dtype_;
+  int32_t block_size_, num_blocks_;
+  cudaStream_t stream_ = nullptr;  // the default stream: the final copy to the host synchronises
+  cuda::GemmHandle* gemm_ = nullptr;
+  std::vector<DeviceArray<std::byte>> matrix_storage_;
+  std::map<const void*, DevMatrix> uploaded_;  // host data -> device matrix (tied embeddings)
+  DevMatrix token_embd_, output_;
+  DeviceArray<float> output_norm_;
+  std::vector<DevLayer> layers_;
+  DeviceArray<int32_t> row_ids_;  // 0, 1, ..., max rows of a quantized matrix (dequantization ids)
+  std::array<int64_t, kPolicyKinds> kv_read_bytes_{};
+
+  // RoPE angle caches, row p = cpu::rope_table at position p: [rope_rows_][rope_dim / 2].
+  int32_t rope_rows_ = 0;
+  DeviceArray<float> rope_cos_, rope_sin_, rope_cos_local_, rope_sin_local_;
+
+  // The current pass (T tokens, S sequences).
+  int64_t T_ = 0;
+  DeviceArray<int32_t> ids_, positions_;  // (T)
+  DeviceArray<int32_t> seq_start_;        // (S + 1) token CSR
+  DeviceArray<int32_t> tables_;           // (S, table_stride_) block tables, padded with 0
+  int32_t table_stride_ = 0;
+  DeviceArray<float> x_, xn_, q_, k_, v_, attn_, proj_, gate_, up_;  // (T, dim|q_dim|kv_dim|ffn_dim)
+  DeviceArray<float> attn_workspace_;
+  DeviceArray<__half> act16_;        // (T, max in-features): the GEMM's f16 activations
+  DeviceArray<float> w32_;           // (kDequantChunk): a dequantized chunk of W, f32 ...
+  DeviceArray<__half> w16_;          // ... then f16
+  DeviceArray<float> picked_, logits_;  // (rows, dim) (rows, vocab)
+};
+
+CudaBackend::CudaBackend(Model& model)
+    : config_(model.config()),
+      kv_dtype_(model.options().kv_dtype),
+      block_size_(model.kv_pool().layout().block_size),
+      num_blocks_(model.kv_pool().num_blocks()) {
+  const ModelConfig& c = config_;
+  if (c.head_dim > 256) throw Error("--backend cuda: head_dim " + std::to_string(c.head_dim) + " > 256 is not supported");
+  FATHOM_CUDA_BACKEND_OK(cuda::gemm_create(&gemm_));
+  const ModelWeights& w = model.weights();
+  token_embd_ = upload_matrix(w.token_embd);
+  output_ = upload_matrix(w.output);
+  output_norm_ = upload_vector(w.output_norm);
+  int64_t max_rows = std::max(token_embd_.rows, output_.rows);
+  const size_t kv_bytes = kv_elems() * kv_dtype_bytes(kv_dtype_) * static_cast<size_t>(num_blocks_);
+  layers_.resize(c.n_layers);
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    const LayerWeights& L = w.layers[il];
+    DevLayer& D = layers_[il];
+    D.attn_norm = upload_vector(L.attn_norm);
+    D.ffn_norm = upload_vector(L.ffn_norm);
+    D.bq = upload_vector(L.bq);
+    D.bk = upload_vector(L.bk);
+    D.bv = upload_vector(L.bv);
+    D.q_norm = upload_vector(L.q_norm);
+    D.k_norm = upload_vector(L.k_norm);
+    D.post_attn_norm = upload_vector(L.post_attn_norm);
+    D.post_ffn_norm = upload_vector(L.post_ffn_norm);
+    D.wq = upload_matrix(L.wq);
+    D.wk = upload_matrix(L.wk);
+    D.wv = upload_matrix(L.wv);
+    D.wo = upload_matrix(L.wo);
+    D.w_gate = upload_matrix(L.w_gate);
+    D.w_up = upload_matrix(L.w_up);
+    D.w_down = upload_matrix(L.w_down);
+    for (const DevMatrix* m : {&D.wq, &D.wk, &D.wv, &D.wo, &D.w_gate, &D.w_up, &D.w_down})
+      max_rows = std::max(max_rows, m->rows);
+    D.k.reserve(kv_bytes);
+    D.v.reserve(kv_bytes);
+    if (kv_dtype_ == KvDtype::kI8) {
+      D.k_rows.reserve(rows_count() * num_blocks_);
+      D.v_rows.reserve(rows_count() * num_blocks_);
+    }
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(max_rows));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  row_ids_.upload(ids);
+}
+
+DevMatrix CudaBackend::upload_matrix(const WeightMatrix& w) {
+  if (const auto it = uploaded_.find(w.data); it != uploaded_.end()) return it->second;
+  DevMatrix d{w.type, nullptr, w.rows, w.cols};
+  DeviceArray<std::byte> buf;
+  if (has_gemv(w.type)) {
+    buf.upload(static_cast<const std::byte*>(w.data), w.bytes());
+  } else {
+    // No CUDA GEMV for this format: dequantize once to f16 (the GEMM's input type).
+    d.type = GgmlType::F16;
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    std::vector<__half> h(static_cast<size_t>(w.rows * w.cols));
+    for (int64_t r = 0; r < w.rows; ++r) {
+      cpu::dequantize_row(w.type, w.data, w.cols, r, row.data());
+      for (int64_t c = 0; c < w.cols; ++c) h[r * w.cols + c] = __float2half_rn(row[c]);
+    }
+    buf.upload(reinterpret_cast<const std::byte*>(h.data()), h.size() * sizeof(__half));
+  }
+  d.data = buf.get();
+  matrix_storage_.push_back(std::move(buf));
+  uploaded_[w.data] = d;
+  return d;
+}
+
+PagedKvView CudaBackend::kv_view(int32_t layer, const int32_t* device_table) const {
+  const DevLayer& D = layers_[layer];
+  PagedKvView v;
+  v.k = D.k.get();
+  v.v = D.v.get();
+  v.dtype = kv_dtype_;
+  v.block_table = device_table;
+  v.block_size = block_size_;
+  v.n_kv_heads = config_.n_kv_heads;
+  v.head_dim = config_.head_dim;
+  if (kv_dtype_ == KvDtype::kI8) {
+    v.k_rows = D.k_rows.get();
+    v.v_rows = D.v_rows.get();
+  }
+  return v;
+}
+
+void CudaBackend::ensure_rope_rows(int32_t rows) {
+  if (rows <= rope_rows_) return;
+  const ModelConfig& c = config_;
+  const int32_t n = std::max({rows, 1024, 2 * rope_rows_});
+  const int32_t half = c.rope_dim / 2;
+  std::vector<int32_t> pos(n);
+  for (int32_t i = 0; i < n; ++i) pos[i] = i;
+  std::vector<float> cos_t(static_cast<size_t>(n) * half), sin_t(cos_t.size());
+  // The same tables as Model::forward: the first global layer's config, then the first local one.
+  const auto global = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return !l.sliding; });
+  const auto local = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return l.sliding; });
+  const LayerConfig& g = global != c.layers.end() ? *global : c.layers.front();
+  cpu::rope_table(pos.data(), n, c.rope_dim, g.rope_base, g.rope_scale, cos_t.data(), sin_t.data());
+  rope_cos_.upload(cos_t);
+  rope_sin_.upload(sin_t);
+  if (local != c.layers.end()) {
+    cpu::rope_table(pos.data(), n, c.rope_dim, local->rope_base, local->rope_scale, cos_t.data(), sin_t.data());
+    rope_cos_local_.upload(cos_t);
+    rope_sin_local_.upload(sin_t);
+  }
+  rope_rows_ = n;
+}
+
+void CudaBackend::matmul(const DevMatrix& w, const float* x, int64_t m, float* y) {
+  if (m == 0) return;
+  const int64_t n = w.rows, k = w.cols;
+  if (has_gemv(w.type) && m <= kGemvMaxRows) {
+    for (int64_t r = 0; r < m; r += kGemvRows) {
+      const int32_t nx = static_cast<int32_t>(std::min(kGemvRows, m - r));
+      FATHOM_CUDA_BACKEND_OK(cuda::quant_gemv(w.type, w.data, n, k, x + r * k, nx, y + r * n, stream_));
+    }
+    return;
+  }
+  act16_.reserve(static_cast<size_t>(m * k));
+  FATHOM_CUDA_BACKEND_OK(cuda::convert_f32_to_f16(x, act16_.get(), m * k, stream_));
+  const int32_t mi = static_cast<int32_t>(m), ni = static_cast<int32_t>(n), ki = static_cast<int32_t>(k);
+  if (w.type == GgmlType::F16) {
+    FATHOM_CUDA_BACKEND_OK(
+        cuda::gemm_f16(gemm_, act16_.get(), k, static_cast<const __half*>(w.data), k, y, n, mi, ni, ki, stream_));
+    return;
+  }
+  // Quantized W and a prefill-sized batch: dequantize row chunks of W to f16, one GEMM per chunk
+  // writing its columns of y.
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, kDequantChunk / k));
+  w32_.reserve(static_cast<size_t>(chunk * k));
+  w16_.reserve(static_cast<size_t>(chunk * k));
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rc = std::min(chunk, n - r0);
+    FATHOM_CUDA_BACKEND_OK(
+        cuda::embedding_lookup(w.data, w.type, n, k, row_ids_.get() + r0, rc, 1.0f, w32_.get(), stream_));
+    FATHOM_CUDA_BACKEND_OK(cuda::convert_f32_to_f16(w32_.get(), w16_.get(), rc * k, stream_));
+    FATHOM_CUDA_BACKEND_OK(cuda::gemm_f16(gemm_, act16_.get(), k, w16_.get(), k, y + r0, n, mi,
+                                          static_cast<int32_t>(rc), ki, stream_));
+  }
+}
+
+void CudaBackend::forward(const BatchPlan& plan, std::vector<float>& logits) {
+  const ModelConfig& c = config_;
+  int64_t T = 0;
+  int32_t max_pos = 0;
+  size_t stride = 1;
+  for (const SeqStep& s : plan.seqs) {
+    FATHOM_CHECK(s.blocks != nullptr);
+    FATHOM_CHECK(static_cast<int64_t>(s.blocks->size()) * block_size_ >= s.pos0 + static_cast<int64_t>(s.tokens.size()),
+                 "block table too short");
+    T += static_cast<int64_t>(s.tokens.size());
+    stride = std::max(stride, s.blocks->size());
+    if (!s.tokens.empty()) max_pos = std::max(max_pos, s.pos0 + static_cast<int32_t>(s.tokens.size()) - 1);
+  }
+  if (T == 0) return;
+  T_ = T;
+
+  // The batch on the device: token ids, absolute positions, token CSR, padded block tables.
+  const size_t S = plan.seqs.size();
+  std::vector<int32_t> ids, pos, start{0}, tables(S * stride, 0);
+  ids.reserve(T);
+  pos.reserve(T);
+  for (size_t si = 0; si < S; ++si) {
+    const SeqStep& s = plan.seqs[si];
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      FATHOM_CHECK(s.tokens[i] >= 0 && s.tokens[i] < token_embd_.rows, "token id out of range");
+      ids.push_back(s.tokens[i]);
+      pos.push_back(s.pos0 + static_cast<int32_t>(i));
+    }
+    start.push_back(static_cast<int32_t>(ids.size()));
+    for (size_t b = 0; b < s.blocks->size(); ++b) {
+      FATHOM_CHECK((*s.blocks)[b] >= 0 && (*s.blocks)[b] < num_blocks_, "block id out of range");
+      tables[si * stride + b] = (*s.blocks)[b];
+    }
+  }
+  ids_.upload(ids);
+  positions_.upload(pos);
+  seq_start_.upload(start);
+  tables_.upload(tables);
+  table_stride_ = static_cast<int32_t>(stride);
+  ensure_rope_rows(max_pos + 1);
+
+  const auto sized = [T](DeviceArray<float>& a, int64_t width) { a.reserve(static_cast<size_t>(T * width)); };
+  sized(x_, c.dim);
+  sized(xn_, c.dim);
+  sized(q_, c.q_dim());
+  sized(k_, c.kv_dim());
+  sized(v_, c.kv_dim());
+  sized(attn_, c.q_dim());
+  sized(proj_, c.dim);
+  sized(gate_, c.ffn_dim);
+  sized(up_, c.ffn_dim);
+
+  FATHOM_CUDA_BACKEND_OK(cuda::embedding_lookup(token_embd_.data, token_embd_.type, token_embd_.rows, c.dim,
+                                                ids_.get(), T, c.embed_scale, x_.get(), stream_));
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    attention_layer(plan, il);
+    mlp_layer(il);
+  }
+
+  // Final norm and output projection, only for the rows whose logits are wanted.
+  const int64_t rows = plan.logits_rows();
+  picked_.reserve(static_cast<size_t>(rows * c.dim));
+  int64_t t = 0, r = 0;
+  for (const SeqStep& s : plan.seqs) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    const int64_t first = s.logits == LogitsWanted::kAll ? 0 : s.logits == LogitsWanted::kLast ? n - 1 : n;
+    if (n > first)
+      FATHOM_CUDA_BACKEND_OK(cudaMemcpy(picked_.get() + r * c.dim, x_.get() + (t + first) * c.dim,
+                                        (n - first) * c.dim * sizeof(float), cudaMemcpyDeviceToDevice));
+    r += std::max<int64_t>(0, n - first);
+    t += n;
+  }
+  const int64_t vocab = output_.rows;
+  logits.resize(static_cast<size_t>(rows * vocab));
+  if (rows == 0) return;
+  FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(picked_.get(), output_norm_.get(), picked_.get(), rows, c.dim, c.rms_eps, stream_));
+  logits_.reserve(static_cast<size_t>(rows * vocab));
+  matmul(output_, picked_.get(), rows, logits_.get());
+  FATHOM_CUDA_BACKEND_OK(
+      cudaMemcpy(logits.data(), logits_.get(), logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+void CudaBackend::attention_layer(const BatchPlan& plan, int32_t il) {
+  const ModelConfig& c = config_;
+  const LayerConfig& lc = c.layers[il];
+  DevLayer& D = layers_[il];
+  const int64_t T = T_;
+
+  FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(x_.get(), D.attn_norm.get(), xn_.get(), T, c.dim, c.rms_eps, stream_));
+  matmul(D.wq, xn_.get(), T, q_.get());
+  matmul(D.wk, xn_.get(), T, k_.get());
+  matmul(D.wv, xn_.get(), T, v_.get());
+  if (D.bq.get() != nullptr) FATHOM_CUDA_BACKEND_OK(cuda::add_bias(q_.get(), D.bq.get(), T, c.q_dim(), stream_));
+  if (D.bk.get() != nullptr) FATHOM_CUDA_BACKEND_OK(cuda::add_bias(k_.get(), D.bk.get(), T, c.kv_dim(), stream_));
+  if (D.bv.get() != nullptr) FATHOM_CUDA_BACKEND_OK(cuda::add_bias(v_.get(), D.bv.get(), T, c.kv_dim(), stream_));
+  if (c.qk_norm) {
+    FATHOM_CUDA_BACKEND_OK(
+        cuda::rms_norm(q_.get(), D.q_norm.get(), q_.get(), T * c.n_heads, c.head_dim, c.rms_eps, stream_));
+    FATHOM_CUDA_BACKEND_OK(
+        cuda::rms_norm(k_.get(), D.k_norm.get(), k_.get(), T * c.n_kv_heads, c.head_dim, c.rms_eps, stream_));
+  }
+  const float* cos_t = lc.sliding ? rope_cos_local_.get() : rope_cos_.get();
+  const float* sin_t = lc.sliding ? rope_sin_local_.get() : rope_sin_.get();
+  FATHOM_CUDA_BACKEND_OK(cuda::rope(q_.get(), positions_.get(), T, c.q_dim(), c.n_heads, c.head_dim, c.rope_dim,
+                                    c.rope_neox, cos_t, sin_t, stream_));
+  FATHOM_CUDA_BACKEND_OK(cuda::rope(k_.get(), positions_.get(), T, c.kv_dim(), c.n_kv_heads, c.head_dim, c.rope_dim,
+                                    c.rope_neox, cos_t, sin_t, stream_));
+
+  // Append every token's K/V, then dense attention per sequence (decode token or prefill chunk).
+  cuda::KvCacheLayer cache;
+  cache.k = D.k.get();
+  cache.v = D.v.get();
+  cache.k_rows = D.k_rows.get();
+  cache.v_rows = D.v_rows.get();
+  cache.dtype = cuda::kv_store_type(kv_dtype_);
+  cache.block_size = block_size_;
+  cache.n_kv_heads = c.n_kv_heads;
+  cache.head_dim = c.head_dim;
+  cuda::KvAppendBatch batch;
+  batch.k = k_.get();
+  batch.v = v_.get();
+  batch.k_token_stride = c.kv_dim();
+  batch.v_token_stride = c.kv_dim();
+  batch.positions = positions_.get();
+  batch.seq_token_start = seq_start_.get();
+  batch.block_tables = tables_.get();
+  batch.table_stride = table_stride_;
+  batch.n_tokens = static_cast<int32_t>(T);
+  batch.n_seqs = static_cast<int32_t>(plan.seqs.size());
+  FATHOM_CUDA_BACKEND_OK(cuda::kv_append(cache, batch, stream_));
+
+  int64_t t = 0;
+  for (size_t si = 0; si < plan.seqs.size(); ++si) {
+    const SeqStep& s = plan.seqs[si];
+    const int32_t n = static_cast<int32_t>(s.tokens.size());
+    if (n == 0) continue;
+    const PagedKvView view = kv_view(il, tables_.get() + si * table_stride_);
+    AttentionArgs args;
+    args.q = q_.get() + t * c.q_dim();
+    args.out = attn_.get() + t * c.q_dim();
+    args.n_q = n;
+    args.n_heads = c.n_heads;
+    args.pos0 = s.pos0;
+    args.window = lc.window;
+    args.scale = c.attn_scale;
+    const cuda::DecodeAttentionPlan ap = cuda::plan_paged_decode_attention(view, args);
+    if (ap.workspace_floats > 0) attn_workspace_.reserve(ap.workspace_floats);
+    FATHOM_CUDA_BACKEND_OK(cuda::paged_decode_attention(view, args, ap, attn_workspace_.get(), stream_));
+    if (n == 1 && s.policy != nullptr) {
+      const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
+      kv_read_bytes_[static_cast<int>(s.policy->kind)] += dense_kv_bytes(view, keys);
+    }
+    t += n;
+  }
+
+  matmul(D.wo, attn_.get(), T, proj_.get());
+  if (c.post_norms)
+    FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(proj_.get(), D.post_attn_norm.get(), proj_.get(), T, c.dim, c.rms_eps, stream_));
+  FATHOM_CUDA_BACKEND_OK(cuda::add_inplace(x_.get(), proj_.get(), T * c.dim, stream_));
+}
+
+void CudaBackend::mlp_layer(int32_t il) {
+  const ModelConfig& c = config_;
+  DevLayer& D = layers_[il];
+  const int64_t T = T_;
+  FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(x_.get(), D.ffn_norm.get(), xn_.get(), T, c.dim, c.rms_eps, stream_));
+  matmul(D.w_gate, xn_.get(), T, gate_.get());
+  matmul(D.w_up, xn_.get(), T, up_.get());
+  const cuda::GluKind kind = c.activation == Activation::kSilu ? cuda::GluKind::kSwiGlu : cuda::GluKind::kGeGluTanh;
+  FATHOM_CUDA_BACKEND_OK(cuda::glu(kind, gate_.get(), up_.get(), gate_.get(), T * c.ffn_dim, stream_));
+  matmul(D.w_down, gate_.get(), T, proj_.get());
+  if (c.post_norms)
+    FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(proj_.get(), D.post_ffn_norm.get(), proj_.get(), T, c.dim, c.rms_eps, stream_));
+  FATHOM_CUDA_BACKEND_OK(cuda::add_inplace(x_.get(), proj_.get(), T * c.dim, stream_));
+}
+
+void CudaBackend::copy_block(int32_t src, int32_t dst) {
+  FATHOM_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, "block id out of range");
+  const size_t kv = kv_elems() * kv_dtype_bytes(kv_dtype_), rows = rows_count();
+  for (DevLayer& D : layers_) {
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.k.get() + dst * kv, D.k.get() + src * kv, kv, cudaMemcpyDeviceToDevice));
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.v.get() + dst * kv, D.v.get() + src * kv, kv, cudaMemcpyDeviceToDevice));
+    if (kv_dtype_ != KvDtype::kI8) continue;
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.k_rows.get() + dst * rows, D.k_rows.get() + src * rows,
+                                      rows * sizeof(KvInt8Row), cudaMemcpyDeviceToDevice));
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.v_rows.get() + dst * rows, D.v_rows.get() + src * rows,
+                                      rows * sizeof(KvInt8Row), cudaMemcpyDeviceToDevice));
+  }
+}
+
+// Host layout of one block: per layer K, V, then (INT8) K and V row parameters.
+void CudaBackend::read_block(int32_t block, std::byte* dst) {
+  FATHOM_CHECK(block >= 0 && block < num_blocks_, "block id out of range");
+  const size_t kv = kv_elems() * kv_dtype_bytes(kv_dtype_), rows = rows_count() * sizeof(KvInt8Row);
+  for (DevLayer& D : layers_) {
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(dst, D.k.get() + block * kv, kv, cudaMemcpyDeviceToHost));
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(dst + kv, D.v.get() + block * kv, kv, cudaMemcpyDeviceToHost));
+    dst += 2 * kv;
+    if (kv_dtype_ != KvDtype::kI8) continue;
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(dst, D.k_rows.get() + block * rows_count(), rows, cudaMemcpyDeviceToHost));
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(dst + rows, D.v_rows.get() + block * rows_count(), rows, cudaMemcpyDeviceToHost));
+    dst += 2 * rows;
+  }
+}
+
+void CudaBackend::write_block(int32_t block, const std::byte* src) {
+  FATHOM_CHECK(block >= 0 && block < num_blocks_, "block id out of range");
+  const size_t kv = kv_elems() * kv_dtype_bytes(kv_dtype_), rows = rows_count() * sizeof(KvInt8Row);
+  for (DevLayer& D : layers_) {
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.k.get() + block * kv, src, kv, cudaMemcpyHostToDevice));
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.v.get() + block * kv, src + kv, kv, cudaMemcpyHostToDevice));
+    src += 2 * kv;
+    if (kv_dtype_ != KvDtype::kI8) continue;
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.k_rows.get() + block * rows_count(), src, rows, cudaMemcpyHostToDevice));
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.v_rows.get() + block * rows_count(), src + rows, rows, cudaMemcpyHostToDevice));
+    src += 2 * rows;
+  }
+}
+
+}  // namespace cuda_backend_detail
+
+std::unique_ptr<ForwardBackend> make_cuda_backend(Model& model) {
+#ifndef FATHOM_CUDA_EMULATION
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0)
+    throw Error(std::string("--backend cuda: no CUDA device is visible (cudaGetDeviceCount: ") +
+                (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
+#endif
+  return std::make_unique<cuda_backend_detail::CudaBackend>(model);
+}
+
+}  // namespace fathom
