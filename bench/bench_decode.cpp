@@ -215,21 +215,17 @@ std::vector<float> prefill(Model& m, const BlockTable& table, const std::vector<
   return logits;
 }
 
-// Copies the KV of positions [0, tokens) from one model's blocks to another's. Both pools share
-// the layout, so one block of one layer is a contiguous [n_kv_heads][block_size][head_dim] run.
+// Copies the KV of positions [0, tokens) from one model's blocks to another's (same layout):
+// whole blocks across every layer and plane, as a swap to the host tier and back would.
 void copy_kv(Model& src, const BlockTable& from, Model& dst, const BlockTable& to, int32_t tokens) {
   const KvLayout& l = src.kv_pool().layout();
-  FATHOM_CHECK(l.n_layers == dst.kv_pool().layout().n_layers && l.block_size == dst.kv_pool().layout().block_size &&
-               l.dtype == dst.kv_pool().layout().dtype);
-  const size_t block_bytes = l.block_elems() * kv_dtype_bytes(l.dtype);
+  FATHOM_CHECK(l.block_bytes() == dst.kv_pool().layout().block_bytes() && l.block_size == dst.kv_pool().layout().block_size);
+  std::vector<std::byte> block(l.block_bytes());
   const int32_t blocks = (tokens + l.block_size - 1) / l.block_size;
-  for (int32_t layer = 0; layer < l.n_layers; ++layer)
-    for (int32_t b = 0; b < blocks; ++b) {
-      std::memcpy(dst.kv_pool().k_tile(layer, to.blocks()[b], 0), src.kv_pool().k_tile(layer, from.blocks()[b], 0),
-                  block_bytes);
-      std::memcpy(dst.kv_pool().v_tile(layer, to.blocks()[b], 0), src.kv_pool().v_tile(layer, from.blocks()[b], 0),
-                  block_bytes);
-    }
+  for (int32_t b = 0; b < blocks; ++b) {
+    src.kv_pool().read_block(from.blocks()[b], block.data());
+    dst.kv_pool().write_block(to.blocks()[b], block.data());
+  }
 }
 
 struct Decode {

@@ -5,6 +5,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/attention/decode_attention.h"
+
 namespace fathom {
 
 enum class LogitsWanted { kNone, kLast, kAll };
@@ -14,10 +16,28 @@ struct SeqStep {
   int32_t pos0 = 0;                         // position of tokens[0]; positions < pos0 are cached
   const std::vector<int32_t>* blocks = nullptr;  // block table; covers pos0 + tokens.size()
   LogitsWanted logits = LogitsWanted::kLast;
+  // Decode attention of a one-token step (nullptr: dense). `policy_state` is the sequence's own
+  // (HiP mask, SWA mass); the model sizes it to the layer count.
+  const AttentionPolicy* policy = nullptr;
+  SeqPolicyState* policy_state = nullptr;
+};
+
+// One-token dense decode steps whose sequences hold the same physical blocks for leading
+// positions: attention reads each shared segment once for all its members (bifurcated attention,
+// DESIGN.md) and every member's own suffix separately. Segments nest (a system prompt shared by
+// all, a document shared by some); a member's segments tile [0, end of its deepest segment).
+struct SharedSpan {
+  int32_t begin = 0, end = 0;    // positions, whole blocks, before every member's current token
+  std::vector<int32_t> members;  // indices into BatchPlan::seqs
+};
+struct AttentionGroup {
+  std::vector<SharedSpan> segments;  // outermost first
+  std::vector<int32_t> members;      // every sequence in some segment
 };
 
 struct BatchPlan {
   std::vector<SeqStep> seqs;
+  std::vector<AttentionGroup> groups;
   // Rows of logits the forward pass returns, in sequence order.
   int64_t logits_rows() const {
     int64_t n = 0;

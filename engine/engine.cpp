@@ -81,8 +81,7 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
                 std::to_string(prompt) + " prompt tokens and asks for " + std::to_string(request.max_tokens) +
                 " more");
   if (request.n < 1 || request.n > 128) throw Error("n must be between 1 and 128");
-  if (request.attention.name != "dense")
-    throw Error("unknown attention policy '" + request.attention.name + "' (available: dense)");
+  request.attention.validate();
   validate(request.sampling, model_.vocab());
   const int32_t bs = model_.kv_pool().layout().block_size;
   if ((prompt + bs) / bs > model_.kv_pool().num_blocks())

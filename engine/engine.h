@@ -28,6 +28,12 @@ struct SchedulerConfig {
   int32_t max_queue = 256;            // waiting requests before submit() refuses (HTTP 429)
   int64_t host_kv_bytes = 0;          // host tier budget for swapped-out KV blocks; 0 = no swap
   bool prefix_caching = true;
+  // Bifurcated attention for decode steps that share leading KV blocks (n > 1 choices, prefix
+  // cache hits): used when a group has at least `bifurcated_min_seqs` sequences sharing at least
+  // `bifurcated_min_prefix` tokens (the break-even measured by bench/bench_bifurcated).
+  bool bifurcated = true;
+  int32_t bifurcated_min_seqs = 4;
+  int32_t bifurcated_min_prefix = 128;
 };
 
 // Shared between the engine thread and one client: a queue of events plus cancellation.

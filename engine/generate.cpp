@@ -31,6 +31,7 @@ struct Running {
   Sampler sampler;
   int32_t limit;                // total tokens allowed (prompt + generated)
   bool done = false;
+  SeqPolicyState policy_state;
 };
 
 }  // namespace
@@ -46,9 +47,10 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<GenerateReq
     const GenerateRequest& r = requests[i];
     check_prompt(model, r.prompt);
     validate(r.sampling, model.vocab());
+    r.attention.validate();
     const int64_t limit = std::min<int64_t>(ctx, static_cast<int64_t>(r.prompt.size()) + std::max(0, r.max_tokens));
     running.push_back(Running{i, std::make_unique<BlockTable>(model.kv_pool()), r.prompt,
-                              Sampler(r.sampling, 0x5eed0000ull + i), static_cast<int32_t>(limit)});
+                              Sampler(r.sampling, 0x5eed0000ull + i), static_cast<int32_t>(limit), false, {}});
   }
   // Blocks are taken as the sequences grow, so max_tokens is not reserved up front.
   auto reserve = [&](Running& r, size_t tokens) {
@@ -74,6 +76,10 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<GenerateReq
       const std::span<const int32_t> toks(r.tokens.data() + first, prefill ? n_prompt : 1);
       reserve(r, first + toks.size());
       plan.seqs.push_back(SeqStep{toks, static_cast<int32_t>(first), &r.blocks->blocks(), LogitsWanted::kLast});
+      if (!prefill) {
+        plan.seqs.back().policy = &requests[r.index].attention;
+        plan.seqs.back().policy_state = &r.policy_state;
+      }
       in_plan.push_back(&r);
     }
     if (plan.seqs.empty()) break;

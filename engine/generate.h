@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/attention/policy.h"
 #include "engine/sampler.h"
 
 namespace fathom {
@@ -18,6 +19,7 @@ struct GenerateRequest {
   SamplingParams sampling;
   int32_t max_tokens = 128;
   bool stop_at_end_of_generation = true;  // stop on EOS / end-of-turn tokens (not emitted)
+  AttentionPolicy attention;              // decode attention policy (prefill is dense)
 };
 
 struct GenerateResult {

@@ -7,6 +7,7 @@
 #include "engine/model/gguf.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/sparse_attention.h"
 
 namespace fathom {
 
@@ -36,7 +37,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (options.block_size <= 0 || options.block_size > 1024)
     throw Error("kv block size must be in [1, 1024], got " + std::to_string(options.block_size));
   KvLayout layout{m->config_.n_layers, m->config_.n_kv_heads, m->config_.head_dim, options.block_size,
-                  options.kv_dtype};
+                  options.kv_dtype, options.kv_transposed_k};
   int64_t bytes = options.kv_cache_bytes;
   if (bytes <= 0) bytes = static_cast<int64_t>(layout.block_bytes()) * (m->config_.context_length / options.block_size + 64);
   const int64_t blocks = bytes / static_cast<int64_t>(layout.block_bytes());
@@ -57,6 +58,8 @@ void Model::forward(const BatchPlan& plan, std::vector<float>& logits) {
     T += static_cast<int64_t>(s.tokens.size());
   }
   if (T == 0) return;
+  for (const SeqStep& s : plan.seqs)
+    if (s.policy_state != nullptr) s.policy_state->layers.resize(c.n_layers);
   x_.resize(T * c.dim);
   xn_.resize(T * c.dim);
   q_.resize(T * c.q_dim());
@@ -117,6 +120,43 @@ void Model::forward(const BatchPlan& plan, std::vector<float>& logits) {
   cpu::matmul(*threads_, out.type, out.data, out.rows, out.cols, picked.data(), rows, logits.data(), options_.precision);
 }
 
+void Model::grouped_attention(const BatchPlan& plan, const AttentionGroup& g, int32_t il, std::vector<char>& grouped) {
+  const ModelConfig& c = config_;
+  // Row offset of every plan entry in q_ / attn_.
+  std::vector<int64_t> row(plan.seqs.size());
+  int64_t t = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    row[i] = t;
+    t += static_cast<int64_t>(plan.seqs[i].tokens.size());
+  }
+  const int32_t n = static_cast<int32_t>(g.members.size());
+  std::vector<PagedKvView> views(n);
+  std::vector<DecodeArgs> args(n);
+  std::vector<int32_t> local(plan.seqs.size(), -1);
+  for (int32_t j = 0; j < n; ++j) {
+    const SeqStep& s = plan.seqs[g.members[j]];
+    local[g.members[j]] = j;
+    views[j] = kv_pool_->view(il, s.blocks->data());
+    args[j] = DecodeArgs{&q_[row[g.members[j]] * c.q_dim()], &attn_[row[g.members[j]] * c.q_dim()], c.n_heads, s.pos0,
+                         c.attn_scale};
+    grouped[g.members[j]] = 1;
+  }
+  std::vector<ref::SharedSegment> segments;
+  for (const SharedSpan& span : g.segments) {
+    ref::SharedSegment seg{&views[local[span.members[0]]], span.begin, span.end, {}};
+    for (int32_t m : span.members) seg.members.push_back(local[m]);
+    segments.push_back(std::move(seg));
+  }
+  kv_read_bytes_[static_cast<int>(PolicyKind::kDense)] +=
+      cpu::bifurcated_decode(*threads_, segments, views.data(), args.data(), n);
+}
+
+std::array<int64_t, kPolicyKinds> Model::take_kv_read_bytes() {
+  const std::array<int64_t, kPolicyKinds> out = kv_read_bytes_;
+  kv_read_bytes_.fill(0);
+  return out;
+}
+
 void Model::attention_layer(const BatchPlan& plan, int32_t il) {
   const ModelConfig& c = config_;
   const LayerWeights& L = weights_.layers[il];
@@ -126,9 +166,11 @@ void Model::attention_layer(const BatchPlan& plan, int32_t il) {
   const cpu::Precision prec = options_.precision;
 
   cpu::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, c.dim, c.rms_eps);
-  cpu::matmul(pool, L.wq.type, L.wq.data, L.wq.rows, L.wq.cols, xn_.data(), T, q_.data(), prec);
-  cpu::matmul(pool, L.wk.type, L.wk.data, L.wk.rows, L.wk.cols, xn_.data(), T, k_.data(), prec);
-  cpu::matmul(pool, L.wv.type, L.wv.data, L.wv.rows, L.wv.cols, xn_.data(), T, v_.data(), prec);
+  // Q, K and V share their input: one pool job (the input is quantized once).
+  const cpu::MatmulTarget qkv[] = {{L.wq.type, L.wq.data, L.wq.rows, q_.data()},
+                                   {L.wk.type, L.wk.data, L.wk.rows, k_.data()},
+                                   {L.wv.type, L.wv.data, L.wv.rows, v_.data()}};
+  cpu::matmul_group(pool, qkv, 3, L.wq.cols, xn_.data(), T, prec);
   for (int64_t r = 0; r < T; ++r) {
     if (!L.bq.empty()) cpu::add_inplace(&q_[r * c.q_dim()], L.bq.data(), c.q_dim());
     if (!L.bk.empty()) cpu::add_inplace(&k_[r * c.kv_dim()], L.bk.data(), c.kv_dim());
@@ -143,32 +185,40 @@ void Model::attention_layer(const BatchPlan& plan, int32_t il) {
   cpu::rope_apply(q_.data(), T, c.n_heads, c.head_dim, c.rope_dim, c.rope_neox, cos_t, sin_t);
   cpu::rope_apply(k_.data(), T, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_neox, cos_t, sin_t);
 
-  // Append K/V of every token to its sequence's blocks, then attend per sequence.
+  // Append K/V of every token to its sequence's blocks, then attend per sequence. A one-token
+  // step with a sparse policy goes through it on the layers the policy covers.
   BlockPool& kv = *kv_pool_;
-  const int32_t bs = options_.block_size;
-  const size_t elem = kv_dtype_bytes(options_.kv_dtype);
   int64_t t = 0;
-  for (const SeqStep& s : plan.seqs) {
-    for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
-      const int32_t pos = s.pos0 + static_cast<int32_t>(i);
-      const int32_t block = (*s.blocks)[pos / bs];
-      for (int32_t h = 0; h < c.n_kv_heads; ++h) {
-        const size_t slot = static_cast<size_t>(pos % bs) * c.head_dim * elem;
-        cpu::kv_store(&k_[t * c.kv_dim() + h * c.head_dim], static_cast<std::byte*>(kv.k_tile(il, block, h)) + slot,
-                      options_.kv_dtype, c.head_dim);
-        cpu::kv_store(&v_[t * c.kv_dim() + h * c.head_dim], static_cast<std::byte*>(kv.v_tile(il, block, h)) + slot,
-                      options_.kv_dtype, c.head_dim);
-      }
-    }
-  }
+  for (const SeqStep& s : plan.seqs)
+    for (size_t i = 0; i < s.tokens.size(); ++i, ++t)
+      kv.append(il, s.blocks->data(), s.pos0 + static_cast<int32_t>(i), &k_[t * c.kv_dim()], &v_[t * c.kv_dim()]);
+  // Groups first (global layers only: a sliding window cuts the shared prefix differently per member).
+  std::vector<char> grouped(plan.seqs.size(), 0);
+  if (!lc.sliding)
+    for (const AttentionGroup& g : plan.groups) grouped_attention(plan, g, il, grouped);
   t = 0;
-  for (const SeqStep& s : plan.seqs) {
-    PagedKvView view{kv.k_layer(il), kv.v_layer(il), options_.kv_dtype, s.blocks->data(), bs, c.n_kv_heads,
-                     c.head_dim};
-    AttentionArgs args{&q_[t * c.q_dim()], &attn_[t * c.q_dim()], static_cast<int32_t>(s.tokens.size()),
-                       c.n_heads, s.pos0, lc.window, c.attn_scale};
-    cpu::paged_attention(pool, view, args);
-    t += static_cast<int64_t>(s.tokens.size());
+  for (size_t si = 0; si < plan.seqs.size(); ++si) {
+    const SeqStep& s = plan.seqs[si];
+    if (grouped[si]) {
+      t += static_cast<int64_t>(s.tokens.size());
+      continue;
+    }
+    const PagedKvView view = kv.view(il, s.blocks->data());
+    const int32_t n = static_cast<int32_t>(s.tokens.size());
+    if (observer_ && n == 1)
+      observer_(il, lc.sliding, view, DecodeArgs{&q_[t * c.q_dim()], &attn_[t * c.q_dim()], c.n_heads, s.pos0, c.attn_scale});
+    const bool decode = n == 1 && s.policy != nullptr;
+    if (decode && layer_uses_policy(*s.policy, il, lc.sliding)) {
+      const DecodeArgs args{&q_[t * c.q_dim()], &attn_[t * c.q_dim()], c.n_heads, s.pos0, c.attn_scale};
+      kv_read_bytes_[static_cast<int>(s.policy->kind)] +=
+          decode_attention(pool, view, args, *s.policy, s.policy_state->layers[il]);
+    } else {
+      const AttentionArgs args{&q_[t * c.q_dim()], &attn_[t * c.q_dim()], n, c.n_heads, s.pos0, lc.window, c.attn_scale};
+      cpu::paged_attention(pool, view, args);
+      const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
+      if (decode) kv_read_bytes_[static_cast<int>(s.policy->kind)] += dense_kv_bytes(view, keys);
+    }
+    t += n;
   }
 
   cpu::matmul(pool, L.wo.type, L.wo.data, L.wo.rows, L.wo.cols, attn_.data(), T, proj_.data(), prec);
@@ -184,8 +234,9 @@ void Model::mlp_layer(int32_t il) {
   const cpu::Precision prec = options_.precision;
 
   cpu::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, c.dim, c.rms_eps);
-  cpu::matmul(pool, L.w_gate.type, L.w_gate.data, L.w_gate.rows, L.w_gate.cols, xn_.data(), T, gate_.data(), prec);
-  cpu::matmul(pool, L.w_up.type, L.w_up.data, L.w_up.rows, L.w_up.cols, xn_.data(), T, up_.data(), prec);
+  const cpu::MatmulTarget gate_up[] = {{L.w_gate.type, L.w_gate.data, L.w_gate.rows, gate_.data()},
+                                       {L.w_up.type, L.w_up.data, L.w_up.rows, up_.data()}};
+  cpu::matmul_group(pool, gate_up, 2, L.w_gate.cols, xn_.data(), T, prec);
   if (c.activation == Activation::kSilu)
     cpu::silu_mul(gate_.data(), up_.data(), T * c.ffn_dim);
   else

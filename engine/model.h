@@ -2,7 +2,9 @@
 // A loaded model: GGUF mapping, config, weights, tokenizer, chat template, paged KV pool, and
 // the forward pass on the CPU backend. forward() runs a whole BatchPlan (several sequences,
 // prefill chunks and decode tokens mixed) as one pass: every matmul sees all T tokens.
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +26,7 @@ class GgufFile;
 struct ModelOptions {
   int threads = 0;                 // 0: hardware concurrency
   KvDtype kv_dtype = KvDtype::kF16;
+  bool kv_transposed_k = true;     // keep K a second time per block, dimension-major (SparQ step 1)
   int32_t block_size = 16;         // tokens per KV block
   int64_t kv_cache_bytes = 0;      // 0: room for context_length tokens of one sequence, plus slack
   cpu::Precision precision = cpu::Precision::kQ8;
@@ -49,10 +52,21 @@ class Model {
   // Runs the plan; `logits` receives plan.logits_rows() rows of vocab() floats.
   void forward(const BatchPlan& plan, std::vector<float>& logits);
 
+  // Analysis hook (bench/ tools, not the server): called for every one-token step of every
+  // layer after its K/V were appended and before attention runs, with the view and the query.
+  using AttentionObserver = std::function<void(int32_t layer, bool sliding, const PagedKvView& kv, const DecodeArgs& q)>;
+  void set_attention_observer(AttentionObserver observer) { observer_ = std::move(observer); }
+
+  // KV bytes read by decode attention since the last call, per policy of the reading request
+  // (indexed by PolicyKind), then reset. Prefill reads are not counted.
+  std::array<int64_t, kPolicyKinds> take_kv_read_bytes();
+
  private:
   Model() = default;
   void attention_layer(const BatchPlan& plan, int32_t layer);
   void mlp_layer(int32_t layer);
+  // Bifurcated attention of one group's decode tokens on layer `layer`; marks its members.
+  void grouped_attention(const BatchPlan& plan, const AttentionGroup& g, int32_t layer, std::vector<char>& grouped);
 
   ModelOptions options_;
   std::unique_ptr<GgufFile> file_;
@@ -62,6 +76,8 @@ class Model {
   std::optional<ChatTemplate> chat_template_;
   std::unique_ptr<BlockPool> kv_pool_;
   std::unique_ptr<ThreadPool> threads_;
+  std::array<int64_t, kPolicyKinds> kv_read_bytes_{};
+  AttentionObserver observer_;
 
   // Activations of the current pass, T = tokens in the plan.
   std::vector<int32_t> positions_;        // (T)

@@ -6,15 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/attention/policy.h"
 #include "engine/sampler.h"
 
 namespace fathom {
-
-// Decode attention policy of a request. Only "dense" exists so far; the field is the hook for
-// the sparse policies (sparq, hip, swa), whose parameters join it.
-struct AttentionPolicy {
-  std::string name = "dense";
-};
 
 struct StopConditions {
   std::vector<std::string> strings;  // generation ends before the first occurrence; never emitted
@@ -30,7 +25,7 @@ struct Request {
   int32_t n = 1;                 // choices sampled from one prefill of the prompt
   int32_t priority = 0;          // higher is scheduled first; FCFS within a priority
   StopConditions stop;
-  AttentionPolicy attention;
+  AttentionPolicy attention;     // decode attention policy (prefill is dense)
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };

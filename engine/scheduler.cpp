@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "engine/attention/groups.h"
 #include "engine/error.h"
 #include "engine/model.h"
 
@@ -48,6 +49,12 @@ struct Scheduler::Metrics {
         swap_in(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "in"}})),
         registry(r) {}
 
+  // Created for every policy up front so the family is present (at 0) before any decode.
+  Counter& kv_read(PolicyKind k) {
+    return registry.counter("fathom_kv_read_bytes_total", "KV cache bytes read by decode attention, by the request's policy",
+                            {{"policy", policy_name(k)}});
+  }
+
   Counter& finished(FinishReason reason) {
     return registry.counter("fathom_request_finished_total", "Requests finished, by finish reason",
                             {{"reason", finish_reason_name(reason)}});
@@ -69,6 +76,7 @@ Scheduler::Scheduler(Model& model, const SchedulerConfig& config, MetricsRegistr
       host_(config.host_kv_bytes) {
   for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
     metrics_->finished(r);  // export every reason from the start, at 0
+  for (int k = 0; k < kPolicyKinds; ++k) metrics_->kv_read(static_cast<PolicyKind>(k));
   update_gauges();
 }
 
@@ -157,6 +165,7 @@ void Scheduler::preempt(Sequence& seq) {
   seq.n_computed = 0;
   seq.n_registered = 0;
   seq.last_hash = 0;
+  seq.policy_state = {};
   seq.state = SeqState::kWaiting;
   metrics_->preempt_recompute.inc();
 }
@@ -234,6 +243,11 @@ void Scheduler::step() {
     const bool last = s->n_computed + chunk == static_cast<int32_t>(s->tokens.size());
     plan.seqs.push_back(SeqStep{std::span<const int32_t>(s->tokens).subspan(s->n_computed, chunk), s->n_computed,
                                 &s->blocks, last ? LogitsWanted::kLast : LogitsWanted::kNone});
+    // A generated token's step decodes through the request's policy; prompt tokens prefill densely.
+    if (chunk == 1 && s->n_computed >= static_cast<int32_t>(s->request->request.prompt.size())) {
+      plan.seqs.back().policy = &s->request->request.attention;
+      plan.seqs.back().policy_state = &s->policy_state;
+    }
     planned.push_back(s);
     chunk_of.push_back(chunk);
     budget -= chunk;
@@ -267,8 +281,13 @@ void Scheduler::step() {
   }
   update_gauges();
   if (plan.seqs.empty()) return;
+  if (config_.bifurcated)
+    plan.groups = find_attention_groups(plan, bs, GroupRule{config_.bifurcated_min_seqs, config_.bifurcated_min_prefix});
 
   model_.forward(plan, logits_);
+  const auto kv_read = model_.take_kv_read_bytes();
+  for (int k = 0; k < kPolicyKinds; ++k)
+    if (kv_read[k] > 0) metrics_->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));
 
   // 4. Results: advance, cache full blocks, sample where logits came back.
   const int32_t vocab = model_.vocab();
@@ -302,6 +321,7 @@ void Scheduler::fork_choices(RequestState& r, const float* logits) {
     child->request = &r;
     child->choice = c;
     child->tokens = parent.tokens;
+    child->policy_state = parent.policy_state;
     SamplingParams cp = p;
     if (p.seed) cp.seed = *p.seed + static_cast<uint64_t>(c);  // choices differ, yet reproducibly
     child->sampler = std::make_unique<Sampler>(cp, seed_rng_());

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/attention/decode_attention.h"
 #include "engine/engine.h"
 #include "engine/text_stream.h"
 
@@ -33,6 +34,7 @@ struct Sequence {
   uint64_t last_hash = 0;       // chain hash of block n_registered - 1
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
+  SeqPolicyState policy_state;  // the decode attention policy's state (HiP mask, SWA mass)
   std::vector<std::byte> swapped_kv;  // the blocks' bytes while in the host tier
   Clock::time_point last_token_time;
 

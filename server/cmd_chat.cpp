@@ -14,7 +14,7 @@ namespace fathom {
 int run_chat(int argc, char** argv) {
   std::set<std::string> names = {"max-tokens", "temperature", "seed", "system"};
   names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
-  CliArgs args(names, {});
+  CliArgs args(names, kModelFlagNames);
   args.parse(argc, argv, 2);
   auto model = Model::load(args.require("model"), model_options_from_args(args));
   const ChatTemplate& tmpl = model->chat_template();

@@ -59,7 +59,7 @@ int run_generate(int argc, char** argv) {
   CliArgs args(with_model_options({"prompt", "chat", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p",
                                    "min-p", "seed", "logprobs", "repetition-penalty", "presence-penalty",
                                    "frequency-penalty"}),
-               {"json", "ignore-eos"});
+               {"json", "ignore-eos", "no-transposed-k"});
   args.parse(argc, argv, 2);
   auto model = Model::load(args.require("model"), model_options_from_args(args));
   const auto prompts = prompts_from_args(*model, args);
@@ -71,6 +71,7 @@ int run_generate(int argc, char** argv) {
     r.max_tokens = static_cast<int32_t>(args.get_int("max-tokens", 128));
     if (r.max_tokens < 0) throw Error("--max-tokens must not be negative");
     r.stop_at_end_of_generation = !args.flag("ignore-eos");
+    r.attention = attention_from_args(args);
     requests.push_back(std::move(r));
   }
   const bool json = args.flag("json");
@@ -111,7 +112,7 @@ int run_generate(int argc, char** argv) {
 }
 
 int run_logits(int argc, char** argv) {
-  CliArgs args(with_model_options({"prompt", "prompt-ids", "out"}), {});
+  CliArgs args(with_model_options({"prompt", "prompt-ids", "out"}), kModelFlagNames);
   args.parse(argc, argv, 2);
   // Logits for comparison with a reference: f32 compute and f32 KV unless overridden.
   ModelOptions defaults;

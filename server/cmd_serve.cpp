@@ -58,6 +58,8 @@ ServerConfig config_from_args(const CliArgs& args) {
   int_option(args, "max-batched-tokens", 1, 1 << 20, c.scheduler.max_batched_tokens);
   int_option(args, "max-queue", 0, 1 << 20, c.scheduler.max_queue);
   if (args.flag("no-prefix-caching")) c.scheduler.prefix_caching = false;
+  if (args.flag("no-bifurcated")) c.scheduler.bifurcated = false;
+  c.attention = attention_from_args(args, c.attention);
   int_option(args, "max-body-bytes", 1024, int64_t{1} << 30, c.max_body_bytes);
   int_option(args, "max-tokens-limit", 1, 1 << 24, c.max_tokens_limit);
   int_option(args, "max-n", 1, 128, c.max_n);
@@ -133,7 +135,9 @@ int run_serve(int argc, char** argv) {
                                  "api-key",   "host-kv-mib",      "max-num-seqs",   "max-queue", "max-batched-tokens",
                                  "log-level", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms"};
   names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
-  CliArgs args(names, {"no-prefix-caching"});
+  std::set<std::string> flags = {"no-prefix-caching", "no-bifurcated"};
+  flags.insert(kModelFlagNames.begin(), kModelFlagNames.end());
+  CliArgs args(names, flags);
   args.parse(argc, argv, 2);
   const ServerConfig config = config_from_args(args);
 

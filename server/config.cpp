@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/error.h"
+#include "server/attention_options.h"
 
 namespace fathom {
 
@@ -131,15 +132,31 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     kv->read("dtype", dtype);
     if (dtype == "f16") c.model_options.kv_dtype = KvDtype::kF16;
     else if (dtype == "f32") c.model_options.kv_dtype = KvDtype::kF32;
-    else if (!dtype.empty()) kv->fail("dtype", "must be \"f16\" or \"f32\", got \"" + dtype + "\"");
+    else if (dtype == "int8") c.model_options.kv_dtype = KvDtype::kI8;
+    else if (!dtype.empty()) kv->fail("dtype", "must be \"f16\", \"f32\" or \"int8\", got \"" + dtype + "\"");
+    kv->read("transposed_k", c.model_options.kv_transposed_k);
     kv->read_int("block_size", c.model_options.block_size, 1, 1024);
     kv->finish();
+  }
+  if (auto a = top.object("attention")) {
+    const AttentionOptionFail fail = [&](const std::string& param, const std::string& message) {
+      a->fail(param, message);
+    };
+    for (auto it = root["attention"].begin(); it != root["attention"].end(); ++it) {
+      a->has(it.key());  // mark as seen; unknown keys fail below
+      if (!apply_attention_option("policy", it.key(), *it, c.attention, fail))
+        a->fail(it.key(), "is not an attention option (" + attention_option_keys("policy") + ")");
+    }
+    a->finish();
   }
   if (auto s = top.object("scheduler")) {
     s->read_int("max_num_seqs", c.scheduler.max_num_seqs, 1, 4096);
     s->read_int("max_batched_tokens", c.scheduler.max_batched_tokens, 1, 1 << 20);
     s->read_int("max_queue", c.scheduler.max_queue, 0, 1 << 20);
     s->read("prefix_caching", c.scheduler.prefix_caching);
+    s->read("bifurcated", c.scheduler.bifurcated);
+    s->read_int("bifurcated_min_seqs", c.scheduler.bifurcated_min_seqs, 2, 4096);
+    s->read_int("bifurcated_min_prefix", c.scheduler.bifurcated_min_prefix, 1, 1 << 24);
     s->finish();
   }
   if (auto h = top.object("http")) {

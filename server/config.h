@@ -15,6 +15,7 @@ struct ServerConfig {
   std::string model_name;           // id reported by /v1/models; default: file name without .gguf
   ModelOptions model_options;       // threads, kv dtype, block size, kv budget, precision, chat template
   SchedulerConfig scheduler;
+  AttentionPolicy attention;        // default decode attention policy of requests
   std::string host = "127.0.0.1";
   int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
   int32_t grpc_port = 0;            // 0 = gRPC off; -1 = pick a free port

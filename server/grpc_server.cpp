@@ -132,10 +132,19 @@ SamplingParams to_sampling(const pb::SamplingParameters& s, int32_t vocab) {
 
 Request to_engine_request(const pb::GenerateRequest& in, Model& model, const ServerConfig& config) {
   check_model(in.model(), config);
-  if (!in.attention().empty() && in.attention() != "dense")
-    invalid("unsupported attention policy '" + in.attention() + "' (only \"dense\" so far)");
-
   Request r;
+  r.attention = config.attention;
+  if (!in.attention().empty()) {
+    try {
+      r.attention.kind = parse_policy_name(in.attention());
+    } catch (const Error& e) {
+      invalid(e.what());
+    }
+  }
+  if (in.kv_read_ratio() != 0.0) {
+    if (!(in.kv_read_ratio() > 0.0 && in.kv_read_ratio() <= 1.0)) invalid("kv_read_ratio must be in (0, 1]");
+    r.attention.kv_read_ratio = in.kv_read_ratio();
+  }
   const int32_t vocab = model.vocab();
   switch (in.input_case()) {
     case pb::GenerateRequest::kText:
@@ -184,7 +193,6 @@ Request to_engine_request(const pb::GenerateRequest& in, Model& model, const Ser
   }
   r.stop.ignore_eos = in.ignore_eos();
   r.sampling = to_sampling(in.sampling(), vocab);
-  r.attention.name = "dense";
   return r;
 }
 

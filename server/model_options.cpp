@@ -19,7 +19,16 @@ ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& de
   if (mib < 0) throw Error("--kv-cache-mib must not be negative");
   if (mib > 0) o.kv_cache_bytes = mib << 20;
   if (auto v = args.get("chat-template")) o.chat_template = *v;
+  if (args.flag("no-transposed-k")) o.kv_transposed_k = false;
   return o;
+}
+
+AttentionPolicy attention_from_args(const CliArgs& args, const AttentionPolicy& defaults) {
+  AttentionPolicy p = defaults;
+  if (auto v = args.get("attention")) p.kind = parse_policy_name(*v);
+  if (args.has("kv-read-ratio")) p.kv_read_ratio = args.get_double("kv-read-ratio", p.kv_read_ratio);
+  p.validate();
+  return p;
 }
 
 }  // namespace fathom

@@ -8,10 +8,14 @@
 
 namespace fathom {
 
-// --threads N --kv-dtype f16|f32 --precision q8|f32 --block-size N --kv-cache-mib N --chat-template F
-inline const std::set<std::string> kModelOptionNames = {"model", "threads", "kv-dtype", "precision", "block-size",
-                                                        "kv-cache-mib", "chat-template"};
+// --threads N --kv-dtype f16|f32|int8 --no-transposed-k --precision q8|f32 --block-size N --kv-cache-mib N
+// --chat-template F, and the decode attention policy: --attention dense|sparq|hip|swa --kv-read-ratio X
+inline const std::set<std::string> kModelOptionNames = {"model",        "threads",       "kv-dtype",  "precision",
+                                                        "block-size",   "kv-cache-mib",  "chat-template",
+                                                        "attention",    "kv-read-ratio"};
+inline const std::set<std::string> kModelFlagNames = {"no-transposed-k"};
 
 ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& defaults = {});
+AttentionPolicy attention_from_args(const CliArgs& args, const AttentionPolicy& defaults = {});
 
 }  // namespace fathom

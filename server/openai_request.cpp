@@ -6,6 +6,7 @@
 
 #include "engine/error.h"
 #include "engine/model.h"
+#include "server/attention_options.h"
 #include "server/config.h"
 
 namespace fathom {
@@ -190,17 +191,20 @@ void parse_logit_bias(const json& body, const Model& model, SamplingParams& samp
   }
 }
 
-// "fathom": {"attention": "dense", "priority": int, "ignore_eos": bool}
+// "fathom": {"attention": policy, "kv_read_ratio": x, "sparq"/"hip"/"swa": {...} (see
+// server/attention_options.h), "priority": int, "ignore_eos": bool}. The policy starts from the
+// server's default (config "attention").
 void parse_extension(const json& body, Request& request) {
   const json* f = field(body, "fathom");
   if (!f) return;
   if (!f->is_object()) bad_type("fathom", "an object");
+  const AttentionOptionFail fail = [](const std::string& param, const std::string& message) {
+    bad("fathom." + param, "'fathom." + param + "' " + message);
+  };
   for (auto it = f->begin(); it != f->end(); ++it) {
     const std::string param = "fathom." + it.key();
-    if (it.key() == "attention") {
-      if (!it->is_string()) bad_type(param, "a string");
-      if (it->get<std::string>() != "dense") bad(param, "unsupported attention policy '" + it->get<std::string>() + "' (only \"dense\" so far)");
-      request.attention.name = "dense";
+    if (apply_attention_option("attention", it.key(), *it, request.attention, fail)) {
+      continue;
     } else if (it.key() == "priority") {
       if (!it->is_number_integer() || std::llabs(integer_value(*it)) > 1000000) bad_type(param, "an integer in [-1000000, 1000000]");
       request.priority = static_cast<int32_t>(integer_value(*it));
@@ -208,12 +212,11 @@ void parse_extension(const json& body, Request& request) {
       if (!it->is_boolean()) bad_type(param, "true or false");
       request.stop.ignore_eos = it->get<bool>();
     } else {
-      bad(param, "unknown fathom option '" + it.key() + "' (attention, priority, ignore_eos)");
+      bad(param, "unknown fathom option '" + it.key() + "' (" + attention_option_keys("attention") + ", priority, ignore_eos)");
     }
   }
 }
 
-// Fields we cannot honour are refused rather than silently ignored.
 void reject_unsupported(const json& body) {
   if (get_bool(body, "echo").value_or(false)) bad("echo", "'echo' is not supported");
   if (field(body, "suffix")) bad("suffix", "'suffix' is not supported");
@@ -240,6 +243,7 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
   if (auto v = get_int(body, "best_of", 1, config.max_n); v && *v != r.n) bad("best_of", "'best_of' other than n is not supported");
   parse_stop(body, r.stop);
   parse_logit_bias(body, model, s);
+  r.attention = config.attention;
   parse_extension(body, r);
   reject_unsupported(body);
   if (const json* u = field(body, "user"); u && !u->is_string()) bad_type("user", "a string");

@@ -61,7 +61,7 @@ void Generation::log_finished(const char* outcome) {
   spdlog::info("{} {} prompt_tokens={} cached_tokens={} completion_tokens={} ttft_ms={:.1f} total_ms={:.1f} finish={} "
                "attention={} {}",
                meta_.id, req_.stream ? "stream" : "whole", usage.prompt_tokens, usage.cached_prompt_tokens,
-               usage.completion_tokens, ttft_ms_, ms_since(start_), reasons, req_.engine.attention.name, outcome);
+               usage.completion_tokens, ttft_ms_, ms_since(start_), reasons, req_.engine.attention.name(), outcome);
 }
 
 nlohmann::json Generation::collect() {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "kernels/cpu/ops.h"
 
 namespace fathom {
 
@@ -13,14 +14,26 @@ KvDtype parse_kv_dtype(const std::string& name) {
   throw Error("unknown KV cache dtype '" + name + "' (expected f32, f16 or int8)");
 }
 
+size_t BlockPool::plane_bytes(Plane p) const {
+  switch (p) {
+    case kK:
+    case kV: return layout_.kv_plane_bytes();
+    case kKt: return layout_.kt_plane_bytes();
+    case kKRows:
+    case kVRows: return layout_.rows_plane_bytes();
+    case kVSum: return layout_.vsum_plane_bytes();
+    case kPlanes: break;
+  }
+  return 0;
+}
+
 BlockPool::BlockPool(const KvLayout& layout, int32_t num_blocks) : layout_(layout), num_blocks_(num_blocks) {
   FATHOM_CHECK(num_blocks > 0 && layout.block_size > 0);
-  const size_t layer_bytes = layout.block_elems() * kv_dtype_bytes(layout.dtype) * static_cast<size_t>(num_blocks);
-  k_.resize(layout.n_layers);
-  v_.resize(layout.n_layers);
-  for (int32_t l = 0; l < layout.n_layers; ++l) {
-    k_[l].resize(layer_bytes);
-    v_[l].resize(layer_bytes);
+  for (int p = 0; p < kPlanes; ++p) {
+    const size_t bytes = plane_bytes(static_cast<Plane>(p)) * static_cast<size_t>(num_blocks);
+    planes_[p].resize(layout.n_layers);
+    if (bytes > 0)
+      for (auto& layer : planes_[p]) layer.resize(bytes);
   }
   refs_.assign(num_blocks, 0);
   free_.reserve(num_blocks);
@@ -46,39 +59,82 @@ void BlockPool::release(int32_t block) {
 }
 
 void BlockPool::read_block(int32_t block, std::byte* dst) const {
-  const size_t n = layout_.block_elems() * kv_dtype_bytes(layout_.dtype), off = n * static_cast<size_t>(block);
-  for (int32_t l = 0; l < layout_.n_layers; ++l) {
-    std::memcpy(dst, k_[l].data() + off, n);
-    std::memcpy(dst + n, v_[l].data() + off, n);
-    dst += 2 * n;
-  }
+  for (int32_t l = 0; l < layout_.n_layers; ++l)
+    for (int p = 0; p < kPlanes; ++p) {
+      const size_t n = plane_bytes(static_cast<Plane>(p));
+      if (n == 0) continue;
+      std::memcpy(dst, at(static_cast<Plane>(p), l, block), n);
+      dst += n;
+    }
 }
 
 void BlockPool::write_block(int32_t block, const std::byte* src) {
-  const size_t n = layout_.block_elems() * kv_dtype_bytes(layout_.dtype), off = n * static_cast<size_t>(block);
-  for (int32_t l = 0; l < layout_.n_layers; ++l) {
-    std::memcpy(k_[l].data() + off, src, n);
-    std::memcpy(v_[l].data() + off, src + n, n);
-    src += 2 * n;
-  }
+  for (int32_t l = 0; l < layout_.n_layers; ++l)
+    for (int p = 0; p < kPlanes; ++p) {
+      const size_t n = plane_bytes(static_cast<Plane>(p));
+      if (n == 0) continue;
+      std::memcpy(at(static_cast<Plane>(p), l, block), src, n);
+      src += n;
+    }
 }
 
 void BlockPool::copy_block(int32_t src, int32_t dst) {
-  const size_t n = layout_.block_elems() * kv_dtype_bytes(layout_.dtype);
-  for (int32_t l = 0; l < layout_.n_layers; ++l) {
-    std::memcpy(k_[l].data() + n * dst, k_[l].data() + n * src, n);
-    std::memcpy(v_[l].data() + n * dst, v_[l].data() + n * src, n);
-  }
+  for (int32_t l = 0; l < layout_.n_layers; ++l)
+    for (int p = 0; p < kPlanes; ++p) {
+      const size_t n = plane_bytes(static_cast<Plane>(p));
+      if (n > 0) std::memcpy(at(static_cast<Plane>(p), l, dst), at(static_cast<Plane>(p), l, src), n);
+    }
 }
 
 void* BlockPool::k_tile(int32_t layer, int32_t block, int32_t head) {
-  const size_t elem = (static_cast<size_t>(block) * layout_.n_kv_heads + head) * layout_.tile_elems();
-  return k_[layer].data() + elem * kv_dtype_bytes(layout_.dtype);
+  return at(kK, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
 }
 
 void* BlockPool::v_tile(int32_t layer, int32_t block, int32_t head) {
-  const size_t elem = (static_cast<size_t>(block) * layout_.n_kv_heads + head) * layout_.tile_elems();
-  return v_[layer].data() + elem * kv_dtype_bytes(layout_.dtype);
+  return at(kV, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
+}
+
+void BlockPool::append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v) {
+  const KvLayout& L = layout_;
+  const int32_t bs = L.block_size, d = L.head_dim, slot = pos % bs, block = table[pos / bs];
+  const size_t elem = kv_dtype_bytes(L.dtype);
+  for (int32_t h = 0; h < L.n_kv_heads; ++h) {
+    const float* kh = k + static_cast<size_t>(h) * d;
+    const float* vh = v + static_cast<size_t>(h) * d;
+    std::byte* k_row = static_cast<std::byte*>(k_tile(layer, block, h)) + static_cast<size_t>(slot) * d * elem;
+    std::byte* v_row = static_cast<std::byte*>(v_tile(layer, block, h)) + static_cast<size_t>(slot) * d * elem;
+    if (L.dtype == KvDtype::kI8) {
+      auto* rows_k = reinterpret_cast<KvInt8Row*>(at(kKRows, layer, block)) + h * bs + slot;
+      auto* rows_v = reinterpret_cast<KvInt8Row*>(at(kVRows, layer, block)) + h * bs + slot;
+      cpu::kv_store_int8_row(kh, d, reinterpret_cast<uint8_t*>(k_row), rows_k);
+      cpu::kv_store_int8_row(vh, d, reinterpret_cast<uint8_t*>(v_row), rows_v);
+    } else {
+      cpu::kv_store(kh, k_row, L.dtype, d);
+      cpu::kv_store(vh, v_row, L.dtype, d);
+    }
+    if (L.transposed_k) {  // column c of the tile gets this token's element c
+      std::byte* kt = at(kKt, layer, block) + static_cast<size_t>(h) * L.tile_elems() * elem;
+      for (int32_t c = 0; c < d; ++c)
+        std::memcpy(kt + (static_cast<size_t>(c) * bs + slot) * elem, k_row + static_cast<size_t>(c) * elem, elem);
+    }
+    float* sum = reinterpret_cast<float*>(at(kVSum, layer, block)) + static_cast<size_t>(h) * d;
+    const float* prev = nullptr;  // running sum before this position
+    if (slot > 0) prev = sum;
+    else if (pos > 0) prev = reinterpret_cast<const float*>(at(kVSum, layer, table[pos / bs - 1])) + static_cast<size_t>(h) * d;
+    for (int32_t c = 0; c < d; ++c) sum[c] = (prev ? prev[c] : 0.0f) + vh[c];
+  }
+}
+
+PagedKvView BlockPool::view(int32_t layer, const int32_t* table) const {
+  PagedKvView kv{at(kK, layer, 0), at(kV, layer, 0), layout_.dtype, table, layout_.block_size, layout_.n_kv_heads,
+                 layout_.head_dim};
+  if (layout_.dtype == KvDtype::kI8) {
+    kv.k_rows = reinterpret_cast<const KvInt8Row*>(at(kKRows, layer, 0));
+    kv.v_rows = reinterpret_cast<const KvInt8Row*>(at(kVRows, layer, 0));
+  }
+  if (layout_.transposed_k) kv.k_t = at(kKt, layer, 0);
+  kv.v_sum = reinterpret_cast<const float*>(at(kVSum, layer, 0));
+  return kv;
 }
 
 }  // namespace fathom

@@ -194,7 +194,7 @@ def test_same_seed_same_text(stub, pb):
     (dict(text=PROMPT, sampling={"top_p": 0.0}), grpc.StatusCode.INVALID_ARGUMENT),
     (dict(text=PROMPT, sampling={"logprobs": 1000}), grpc.StatusCode.INVALID_ARGUMENT),
     (dict(text=PROMPT, sampling={"logit_bias": {10_000_000: 1.0}}), grpc.StatusCode.INVALID_ARGUMENT),
-    (dict(text=PROMPT, attention="sparq"), grpc.StatusCode.INVALID_ARGUMENT),
+    (dict(text=PROMPT, attention="bogus"), grpc.StatusCode.INVALID_ARGUMENT),
     (dict(text=PROMPT, max_tokens=0), grpc.StatusCode.INVALID_ARGUMENT),
     (dict(text=PROMPT, max_tokens=10_000_000), grpc.StatusCode.INVALID_ARGUMENT),
     (dict(text=PROMPT, n=100_000), grpc.StatusCode.INVALID_ARGUMENT),

@@ -1,10 +1,14 @@
 // BlockPool reference counting and BlockTable growth/release.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <set>
+#include <vector>
 
 #include "engine/kv/block_pool.h"
 #include "engine/kv/block_table.h"
+#include "kernels/ref/attention_state.h"
 
 namespace fathom {
 namespace {
@@ -49,7 +53,78 @@ TEST(BlockPool, TilesOfDifferentBlocksLayersAndHeadsDoNotOverlap) {
         EXPECT_TRUE(starts.insert(v).second);
         std::fill(k, k + tile_bytes, std::byte{1});  // ASan/valgrind would flag an overrun
       }
-  EXPECT_EQ(layout.block_bytes(), layout.block_elems() * 4 * 2 * 2);
+  // K and V, plus one f32 running V sum per kv head, per layer.
+  EXPECT_EQ(layout.block_bytes(), (layout.block_elems() * 4 * 2 + 3 * 8 * 4) * 2);
+}
+
+// Appends the rows of one sequence and checks every plane through the view a kernel gets: the
+// stored K/V (f32, f16, INT8 within its step), K^T == K, the running V sums across blocks, and
+// that a swap (read_block / write_block) and a copy-on-write (copy_block) carry every plane.
+TEST(BlockPool, AppendFillsEveryPlaneAndBlocksMoveWhole) {
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
+    KvLayout layout = small_layout(dtype);  // 2 layers, 3 kv heads, d 8, block 4
+    layout.transposed_k = true;
+    BlockPool pool(layout, 6);
+    const std::vector<int32_t> table = {4, 1, 3};  // 10 positions over three blocks
+    std::vector<float> k(3 * 8), v(3 * 8), sum(3 * 8, 0.0f);
+    std::vector<std::vector<float>> ks, vs;
+    for (int32_t pos = 0; pos < 10; ++pos) {
+      for (int i = 0; i < 24; ++i) {
+        k[i] = std::sin(0.37f * (pos * 24 + i));
+        v[i] = std::cos(0.91f * (pos * 24 + i)) * 2.0f;
+      }
+      ks.push_back(k);
+      vs.push_back(v);
+      for (int32_t layer = 0; layer < 2; ++layer) pool.append(layer, table.data(), pos, k.data(), v.data());
+    }
+    const float tol = dtype == KvDtype::kF32 ? 0.0f : dtype == KvDtype::kF16 ? 1e-3f : 4.0f / 255.0f / 2.0f + 1e-6f;
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      const PagedKvView view = pool.view(layer, table.data());
+      ASSERT_NE(view.k_t, nullptr);
+      ASSERT_NE(view.v_sum, nullptr);
+      for (int32_t h = 0; h < 3; ++h) {
+        std::vector<float> run(8, 0.0f);
+        for (int32_t pos = 0; pos < 10; ++pos) {
+          std::vector<float> kr(8), vr(8);
+          ref::load_kv_row(view, view.k, pos, h, kr.data());
+          ref::load_kv_row(view, view.v, pos, h, vr.data());
+          const size_t elem = kv_dtype_bytes(dtype);
+          const auto* kt = static_cast<const std::byte*>(view.k_t) + view.tile_offset(pos / 4, h) * elem;
+          const auto* kk = static_cast<const std::byte*>(view.k) + view.tile_offset(pos / 4, h) * elem;
+          for (int c = 0; c < 8; ++c) {
+            EXPECT_NEAR(kr[c], ks[pos][h * 8 + c], tol) << kv_dtype_name(dtype) << " pos " << pos;
+            EXPECT_NEAR(vr[c], vs[pos][h * 8 + c], 2 * tol) << kv_dtype_name(dtype) << " pos " << pos;
+            EXPECT_EQ(std::memcmp(kt + (c * 4 + pos % 4) * elem, kk + ((pos % 4) * 8 + c) * elem, elem), 0);
+            run[c] += vs[pos][h * 8 + c];
+            // A block's sum covers the sequence up to the last row written in it.
+            if (pos % 4 == 3 || pos == 9) {
+              EXPECT_NEAR(view.v_sum[view.sum_index(pos, h) + c], run[c], 1e-5f) << "running V sum at pos " << pos;
+            }
+          }
+        }
+      }
+    }
+    // Swap block 1 out and into block 5; copy block 3 onto block 0: every plane follows.
+    std::vector<std::byte> bytes(layout.block_bytes());
+    pool.read_block(1, bytes.data());
+    pool.write_block(5, bytes.data());
+    pool.copy_block(3, 0);
+    const std::vector<int32_t> moved = {4, 5, 0};
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      const PagedKvView a = pool.view(layer, table.data()), b = pool.view(layer, moved.data());
+      for (int32_t pos = 0; pos < 10; ++pos)
+        for (int32_t h = 0; h < 3; ++h) {
+          std::vector<float> ra(8), rb(8);
+          ref::load_kv_row(a, a.k, pos, h, ra.data());
+          ref::load_kv_row(b, b.k, pos, h, rb.data());
+          EXPECT_EQ(ra, rb);
+          ref::load_kv_row(a, a.v, pos, h, ra.data());
+          ref::load_kv_row(b, b.v, pos, h, rb.data());
+          EXPECT_EQ(ra, rb);
+          EXPECT_EQ(std::memcmp(&a.v_sum[a.sum_index(pos, h)], &b.v_sum[b.sum_index(pos, h)], 8 * sizeof(float)), 0);
+        }
+    }
+  }
 }
 
 TEST(BlockTable, GrowsByBlocksAndReleasesOnDestruction) {

@@ -168,7 +168,8 @@ TEST(Engine, RejectsInvalidRequests) {
   bad_token.prompt.push_back(model->vocab());
   EXPECT_THROW(engine.submit(bad_token), Error);
   Request policy = greedy(*model, "hi", 4);
-  policy.attention.name = "sparq";
+  policy.attention.kind = PolicyKind::kSparq;
+  policy.attention.kv_read_ratio = 0.0;  // out of (0, 1]
   EXPECT_THROW(engine.submit(policy), Error);
 }
 

@@ -1,0 +1,49 @@
+#pragma once
+// Decode attention policy of a request (DESIGN.md "Attention policies"): which kernel reads the
+// KV cache for the one query of a decode step. Prefill is always dense.
+//
+// `kv_read_ratio` (0, 1] is the one knob every sparse policy understands: the fraction of the
+// dense KV bytes a step may read. Each policy turns it into its own parameters at the current
+// sequence length S (resolve_*); explicit parameters override what the ratio derives. At
+// ratio 1 every policy attends every key, i.e. equals dense.
+#include <cstdint>
+#include <string>
+
+#include "kernels/ref/hip.h"
+#include "kernels/ref/sparq.h"
+#include "kernels/ref/swa.h"
+
+namespace fathom {
+
+enum class PolicyKind { kDense, kSparq, kHip, kSwa };
+inline constexpr int kPolicyKinds = 4;
+const char* policy_name(PolicyKind k);                 // "dense", "sparq", "hip", "swa"
+PolicyKind parse_policy_name(const std::string& name);  // throws fathom::Error naming the choices
+
+struct AttentionPolicy {
+  PolicyKind kind = PolicyKind::kDense;
+  double kv_read_ratio = 0.125;
+  // SparQ (−1: derived from the ratio at S, see ref::sparq_params_for_ratio).
+  int32_t sparq_r = -1, sparq_k = -1, sparq_l = -1;
+  bool sparq_reallocation = true;
+  // HiP (−1: derived from the ratio at S). The mask is re-estimated every `hip_refresh` steps;
+  // the first `hip_dense_layers` layers stay dense (the paper's default 3).
+  int32_t hip_mask_k = -1, hip_sink = -1, hip_window = -1;
+  int32_t hip_block_size_k = 2, hip_refresh = 8, hip_dense_layers = 3;
+  // SWA (ALISA) caching ratio (−1: the ratio itself).
+  double swa_ratio = -1;
+
+  std::string name() const { return policy_name(kind); }
+  // Throws fathom::Error for a parameter out of range (the message names it).
+  void validate() const;
+};
+
+// Parameters for one decode step at S = pos + 1 keys and head dimension d.
+ref::SparqParams resolve_sparq(const AttentionPolicy& p, int32_t S, int32_t d);
+// HiP at S keys: budget B = ratio·S tokens split as sink = min(16, B/16), window = min(256, B/4)
+// and mask_k = the rest (a multiple of block_size_k, at least one block); with B ≥ S the mask
+// covers everything (dense).
+ref::HipParams resolve_hip(const AttentionPolicy& p, int32_t S);
+ref::SwaParams resolve_swa(const AttentionPolicy& p);
+
+}  // namespace fathom
