@@ -1,0 +1,24 @@
+// Built (never run by ctest) when nvcc exists: links the CUDA forward backend into an executable
+// so a missing symbol fails the build. `fathom_cuda_backend_check model.gguf` loads the model and
+// builds the backend: without a GPU it prints the factory's one-line error and exits 0.
+#include <cstdio>
+#include <memory>
+
+#include "engine/backend/cuda_backend.h"
+#include "engine/error.h"
+#include "engine/model.h"
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::printf("usage: %s model.gguf (link check only)\n", argv[0]);
+    return 0;
+  }
+  try {
+    std::unique_ptr<fathom::Model> model = fathom::Model::load(argv[1], fathom::ModelOptions{});
+    std::unique_ptr<fathom::ForwardBackend> backend = fathom::make_cuda_backend(*model);
+    std::printf("backend %s ready\n", backend->name().c_str());
+  } catch (const fathom::Error& e) {
+    std::printf("%s\n", e.what());
+  }
+  return 0;
+}
