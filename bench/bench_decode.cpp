@@ -22,6 +22,9 @@
 //   bench_decode --model PATH [--threads 1,2] [--depths 0,1024,4096] [--decode-tokens 32]
 //                [--bandwidth-json FILE] [--json OUT] [--kv-dtype f16] [--precision q8|f32]
 //                [--chunk 512] [--warmup-tokens 2] [--text FILE] [--share-prefill-from D]
+//                [--attention dense,sparq,hip,swa] [--kv-read-ratio 0.125]
+// --attention: decode policies timed one after the other from the same prefilled cache; KV bytes
+// per token are what the kernels report reading (fathom_kv_read_bytes_total's source).
 // --share-prefill-from D: for depths >= D, prefill once on the largest thread count and copy its
 // KV cache to the other thread counts' models (they report no prefill figure). Saves the
 // slow single-thread prefill of long contexts; decode is unaffected.
@@ -83,6 +86,8 @@ struct Args {
   std::string bandwidth_json, json_out, text_file;
   KvDtype kv_dtype = KvDtype::kF16;
   cpu::Precision precision = cpu::Precision::kQ8;
+  std::vector<std::string> attention = {"dense"};  // decode policies, each timed from the same prefill
+  double kv_read_ratio = 0.125;
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* flag, int64_t lo, int64_t hi) {
@@ -126,6 +131,16 @@ Args parse_args(int argc, char** argv) {
     else if (k == "--bandwidth-json") a.bandwidth_json = value();
     else if (k == "--json") a.json_out = value();
     else if (k == "--text") a.text_file = value();
+    else if (k == "--attention") {
+      a.attention.clear();
+      std::stringstream ss(value());
+      for (std::string item; std::getline(ss, item, ',');) {
+        parse_policy_name(item);  // throws on an unknown name
+        a.attention.push_back(item);
+      }
+    } else if (k == "--kv-read-ratio") {
+      a.kv_read_ratio = std::strtod(value().c_str(), nullptr);
+    }
     else if (k == "--kv-dtype") a.kv_dtype = parse_kv_dtype(value());
     else if (k == "--precision") {
       const std::string v = value();
@@ -171,9 +186,6 @@ std::vector<int32_t> prompt_tokens(const Tokenizer& tok, const std::string& text
 
 int32_t argmax(const float* v, int32_t n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
 
-// Positions a query at `pos` attends to in a layer: itself and everything before, up to the window.
-int64_t attended(const LayerConfig& l, int64_t pos) { return l.window > 0 ? std::min<int64_t>(pos + 1, l.window) : pos + 1; }
-
 int64_t layer_matrix_params(const ModelWeights& w) {
   int64_t p = 0;
   for (const LayerWeights& L : w.layers)
@@ -191,14 +203,6 @@ double prefill_flops(const ModelConfig& c, const ModelWeights& w, int64_t tokens
   }
   return 2.0 * static_cast<double>(layer_matrix_params(w)) * tokens + 4.0 * c.n_heads * c.head_dim * attn +
          2.0 * static_cast<double>(w.output.rows) * w.output.cols;
-}
-
-// K+V bytes one decode step at `pos` reads over all layers.
-double kv_bytes_at(const ModelConfig& c, KvDtype dtype, int64_t pos) {
-  double b = 0;
-  for (const LayerConfig& l : c.layers)
-    b += static_cast<double>(attended(l, pos)) * c.n_kv_heads * c.head_dim * 2 * kv_dtype_bytes(dtype);
-  return b;
 }
 
 // Runs `tokens` as prefill at positions [0, tokens.size()) in chunks; returns the last logits row.
@@ -234,26 +238,51 @@ struct Decode {
   double kv_bytes = 0;          // mean over the timed steps
 };
 
-Decode decode(Model& m, const BlockTable& table, int32_t depth, int32_t first, const Args& a) {
+// Greedy decode from `depth` with `policy`; the KV bytes are what the attention kernels report
+// reading (Model::take_kv_read_bytes), so sparse policies are measured, not modelled.
+Decode decode(Model& m, const BlockTable& table, int32_t depth, int32_t first, const Args& a,
+              const AttentionPolicy& policy) {
   Decode d;
   std::vector<float> logits;
+  SeqPolicyState state;
   int32_t token = first;
   for (int i = 0; i < a.warmup_tokens + a.decode_tokens; ++i) {
     const int32_t pos = depth + i;
     BatchPlan plan;
-    plan.seqs.push_back(SeqStep{std::span<const int32_t>(&token, 1), pos, &table.blocks(), LogitsWanted::kLast});
+    plan.seqs.push_back(SeqStep{std::span<const int32_t>(&token, 1), pos, &table.blocks(), LogitsWanted::kLast,
+                                &policy, &state});
+    m.take_kv_read_bytes();
     const auto t0 = Clock::now();
     m.forward(plan, logits);
     const double s = seconds_since(t0);
+    const auto read = m.take_kv_read_bytes();
     token = argmax(logits.data(), m.vocab());
     d.generated.push_back(token);
     if (i >= a.warmup_tokens) {
       d.seconds.push_back(s);
-      d.kv_bytes += kv_bytes_at(m.config(), a.kv_dtype, pos) / a.decode_tokens;
+      d.kv_bytes += static_cast<double>(std::accumulate(read.begin(), read.end(), int64_t{0})) / a.decode_tokens;
     }
   }
   return d;
 }
+
+// The blocks a decode from `depth` writes, saved so every policy starts from the same cache
+// (appending again over a written slot would double-count the running V sums).
+struct DecodeSnapshot {
+  std::vector<std::vector<std::byte>> blocks;
+  void save(Model& m, const BlockTable& t, int32_t depth) {
+    const KvLayout& l = m.kv_pool().layout();
+    blocks.clear();
+    for (size_t b = depth / l.block_size; b < t.blocks().size(); ++b) {
+      blocks.emplace_back(l.block_bytes());
+      m.kv_pool().read_block(t.blocks()[b], blocks.back().data());
+    }
+  }
+  void restore(Model& m, const BlockTable& t, int32_t depth) const {
+    const size_t first = depth / m.kv_pool().layout().block_size;
+    for (size_t i = 0; i < blocks.size(); ++i) m.kv_pool().write_block(t.blocks()[first + i], blocks[i].data());
+  }
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -287,7 +316,8 @@ int run(const Args& a) {
   ModelOptions opts;
   opts.kv_dtype = a.kv_dtype;
   opts.precision = a.precision;
-  const KvLayout layout{config.n_layers, config.n_kv_heads, config.head_dim, opts.block_size, opts.kv_dtype};
+  const KvLayout layout{config.n_layers, config.n_kv_heads, config.head_dim, opts.block_size, opts.kv_dtype,
+                        opts.kv_transposed_k};
   opts.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * ((max_depth + steps) / opts.block_size + 2);
 
   std::vector<Runner> runners;
@@ -341,11 +371,18 @@ int run(const Args& a) {
             first[r] = first[src];
           }
     }
-    for (size_t r = 0; r < runners.size(); ++r) {
+    std::vector<DecodeSnapshot> saved(runners.size());
+    for (size_t cell = 0; cell < runners.size() * a.attention.size(); ++cell) {
+      const size_t r = cell / a.attention.size(), pi = cell % a.attention.size();
       const int t = runners[r].threads;
       Model& m = *runners[r].model;
-      const Decode d = decode(m, *tables[r], depth, first[r], a);
-      tables[r].reset();
+      AttentionPolicy policy;
+      policy.kind = parse_policy_name(a.attention[pi]);
+      policy.kv_read_ratio = policy.kind == PolicyKind::kDense ? 1.0 : a.kv_read_ratio;
+      if (pi == 0) saved[r].save(m, *tables[r], depth);
+      else saved[r].restore(m, *tables[r], depth);
+      const Decode d = decode(m, *tables[r], depth, first[r], a, policy);
+      const char* pname = policy_name(policy.kind);
       const double med = median(d.seconds);
       const double mean = std::accumulate(d.seconds.begin(), d.seconds.end(), 0.0) / d.seconds.size();
       const double bytes = static_cast<double>(w.matrix_bytes) + embed_row + d.kv_bytes;
@@ -364,13 +401,14 @@ int run(const Args& a) {
       else if (depth > 0) std::snprintf(pf, sizeof pf, "prefill shared from %d threads", runners[src].threads);
       char bd[96] = "bound -";
       if (bound) std::snprintf(bd, sizeof bd, "bound %6.1f tok/s @ %.1f GB/s = %4.1f%%", *bound, bw->second, 100 * tok_s / *bound);
-      std::printf("%s %s t=%d depth=%-6d %s | decode %6.1f tok/s (median %.2f ms, mean %.2f ms) | %.1f MB/token | %s\n",
-                  name.c_str(), prec, t, depth, pf, tok_s, med * 1e3, mean * 1e3, bytes / 1e6, bd);
+      std::printf("%s %s t=%d depth=%-6d %s | %s decode %6.1f tok/s (median %.2f ms, mean %.2f ms) | %.1f MB/token | %s\n",
+                  name.c_str(), prec, t, depth, pf, pname, tok_s, med * 1e3, mean * 1e3, bytes / 1e6, bd);
       if (r == 0 && depth == a.depths.front())
         std::printf("  greedy continuation: %s\n", json(m.tokenizer().decode(d.generated)).dump().c_str());
       std::fflush(stdout);
 
       cells.push_back({{"threads", t},
+                       {"attention", pname},
                        {"depth", depth},
                        {"prefill_tokens", depth},
                        {"prefill_seconds", optional_number(prefill_s[r])},
