@@ -149,6 +149,8 @@ def render(recs, out, args, status):
                      f"{cell('swa')} | {cached} | {m['seconds'] / 60:.1f} min | {note} |")
     lines += ["", "`cached (sparse)`: mean share of the prompt the sparse requests found in the prefix cache. "
               "`time`: wall time of that cell's requests (prefill dominates; the machine is shared)."]
+    if getattr(args, "notes", "") and Path(args.notes).exists():
+        lines += ["", Path(args.notes).read_text().rstrip()]
     out.write_text("\n".join(lines) + "\n")
 
 
@@ -232,6 +234,7 @@ def main():
                     help="JSON-lines results; several comma-separated files are merged, new results go to the first")
     ap.add_argument("--out", default=str(REPO / "bench/results/passkey.md"))
     ap.add_argument("--render-only", action="store_true", help="rewrite --out from --raw and exit")
+    ap.add_argument("--notes", default="", help="markdown file appended under the table")
     ap.add_argument("--status", default="partial", help="run status written into the table header (--render-only)")
     args = ap.parse_args()
     raw_paths = [Path(p) for p in args.raw.split(",")]
