@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 
+#include "engine/backend/backend.h"
 #include "engine/error.h"
 #include "engine/kv/block_table.h"
 #include "engine/model.h"
@@ -84,7 +85,7 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<GenerateReq
     }
     if (plan.seqs.empty()) break;
     const auto t0 = Clock::now();
-    model.forward(plan, logits);
+    model.backend().forward(plan, logits);
     int64_t n_tokens = 0;
     for (const SeqStep& s : plan.seqs) n_tokens += static_cast<int64_t>(s.tokens.size());
     for (size_t k = 0; k < in_plan.size(); ++k) {
@@ -118,7 +119,7 @@ std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& promp
   BatchPlan plan;
   plan.seqs.push_back(SeqStep{prompt, 0, &blocks.blocks(), LogitsWanted::kAll});
   std::vector<float> logits;
-  model.forward(plan, logits);
+  model.backend().forward(plan, logits);
   return logits;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "engine/backend/backend.h"
 #include "engine/error.h"
 #include "engine/model/gguf.h"
 #include "kernels/cpu/attention.h"
@@ -12,6 +13,15 @@
 namespace fathom {
 
 Model::~Model() = default;
+
+namespace {
+Model::BackendFactory& cuda_backend_factory() {
+  static Model::BackendFactory factory;
+  return factory;
+}
+}  // namespace
+
+void Model::set_cuda_backend_factory(BackendFactory factory) { cuda_backend_factory() = std::move(factory); }
 
 const ChatTemplate& Model::chat_template() const {
   if (!chat_template_)
@@ -45,6 +55,14 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   m->kv_pool_ = std::make_unique<BlockPool>(layout, static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX)));
   const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   m->threads_ = std::make_unique<ThreadPool>(threads);
+  if (options.backend == "cpu") {
+    m->backend_ = std::make_unique<CpuBackend>(*m);
+  } else if (options.backend == "cuda") {
+    if (!cuda_backend_factory()) throw Error("--backend cuda: this build has no CUDA backend (nvcc was not found at build time)");
+    m->backend_ = cuda_backend_factory()(*m);
+  } else {
+    throw Error("unknown backend '" + options.backend + "' (expected cpu or cuda)");
+  }
   return m;
 }
 

@@ -31,7 +31,10 @@ struct ModelOptions {
   int64_t kv_cache_bytes = 0;      // 0: room for context_length tokens of one sequence, plus slack
   cpu::Precision precision = cpu::Precision::kQ8;
   std::string chat_template;       // family name; empty: detect from the GGUF
+  std::string backend = "cpu";     // "cpu", or "cuda" (needs a build with the CUDA backend and a GPU)
 };
+
+class ForwardBackend;
 
 class Model {
  public:
@@ -49,8 +52,16 @@ class Model {
   const ModelOptions& options() const { return options_; }
   int32_t vocab() const { return static_cast<int32_t>(weights_.output.rows); }
 
-  // Runs the plan; `logits` receives plan.logits_rows() rows of vocab() floats.
+  // Runs the plan on the CPU; `logits` receives plan.logits_rows() rows of vocab() floats.
   void forward(const BatchPlan& plan, std::vector<float>& logits);
+
+  // The backend the engine drives (engine/backend/backend.h): the CPU forward above, or the
+  // device backend chosen by ModelOptions::backend. Block data moves go through it too.
+  ForwardBackend& backend() { return *backend_; }
+  // Registers how "cuda" backends are made (the fathom executable does, when built with
+  // CUDA); without one, ModelOptions::backend = "cuda" is a load error.
+  using BackendFactory = std::function<std::unique_ptr<ForwardBackend>(Model&)>;
+  static void set_cuda_backend_factory(BackendFactory factory);
 
   // Analysis hook (bench/ tools, not the server): called for every one-token step of every
   // layer after its K/V were appended and before attention runs, with the view and the query.
@@ -78,6 +89,7 @@ class Model {
   std::unique_ptr<ThreadPool> threads_;
   std::array<int64_t, kPolicyKinds> kv_read_bytes_{};
   AttentionObserver observer_;
+  std::unique_ptr<ForwardBackend> backend_;
 
   // Activations of the current pass, T = tokens in the plan.
   std::vector<int32_t> positions_;        // (T)

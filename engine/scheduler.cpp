@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "engine/attention/groups.h"
+#include "engine/backend/backend.h"
 #include "engine/error.h"
 #include "engine/model.h"
 
@@ -149,12 +150,12 @@ Sequence* Scheduler::pick_victim(const Sequence* except) {
 }
 
 void Scheduler::preempt(Sequence& seq) {
-  BlockPool& pool = model_.kv_pool();
-  const int64_t block_bytes = static_cast<int64_t>(pool.layout().block_bytes());
+  ForwardBackend& dev = model_.backend();  // block data lives where the backend keeps it
+  const int64_t block_bytes = static_cast<int64_t>(dev.block_bytes());
   const int64_t bytes = block_bytes * static_cast<int64_t>(seq.blocks.size());
   if (bytes > 0 && host_.try_reserve(bytes)) {
     seq.swapped_kv.resize(bytes);
-    for (size_t i = 0; i < seq.blocks.size(); ++i) pool.read_block(seq.blocks[i], seq.swapped_kv.data() + i * block_bytes);
+    for (size_t i = 0; i < seq.blocks.size(); ++i) dev.read_block(seq.blocks[i], seq.swapped_kv.data() + i * block_bytes);
     release_blocks(seq);
     seq.state = SeqState::kSwapped;
     metrics_->preempt_swap.inc();
@@ -171,13 +172,13 @@ void Scheduler::preempt(Sequence& seq) {
 }
 
 bool Scheduler::swap_in(Sequence& seq) {
-  BlockPool& pool = model_.kv_pool();
-  const int64_t block_bytes = static_cast<int64_t>(pool.layout().block_bytes());
+  ForwardBackend& dev = model_.backend();
+  const int64_t block_bytes = static_cast<int64_t>(dev.block_bytes());
   const int32_t n = static_cast<int32_t>(static_cast<int64_t>(seq.swapped_kv.size()) / block_bytes);
   if (available_blocks() < n + 1) return false;  // +1: room for the next token
   for (int32_t i = 0; i < n; ++i) {
     FATHOM_CHECK(allocate_block(seq));
-    pool.write_block(seq.blocks.back(), seq.swapped_kv.data() + i * block_bytes);
+    dev.write_block(seq.blocks.back(), seq.swapped_kv.data() + i * block_bytes);
   }
   host_.release(static_cast<int64_t>(seq.swapped_kv.size()));
   metrics_->swap_in.inc(static_cast<double>(seq.swapped_kv.size()));
@@ -284,8 +285,8 @@ void Scheduler::step() {
   if (config_.bifurcated)
     plan.groups = find_attention_groups(plan, bs, GroupRule{config_.bifurcated_min_seqs, config_.bifurcated_min_prefix});
 
-  model_.forward(plan, logits_);
-  const auto kv_read = model_.take_kv_read_bytes();
+  model_.backend().forward(plan, logits_);
+  const auto kv_read = model_.backend().take_kv_read_bytes();
   for (int k = 0; k < kPolicyKinds; ++k)
     if (kv_read[k] > 0) metrics_->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));
 
@@ -337,7 +338,7 @@ void Scheduler::fork_choices(RequestState& r, const float* logits) {
     child->last_hash = parent.last_hash;
     if (parent.n_computed % bs != 0) {
       if (allocate_block(*child)) {
-        model_.kv_pool().copy_block(parent.blocks[full], child->blocks.back());
+        model_.backend().copy_block(parent.blocks[full], child->blocks.back());
       } else {  // no room to copy: this choice recomputes its prompt later (prefix cache helps)
         release_blocks(*child);
         child->n_computed = 0;
@@ -457,7 +458,7 @@ int32_t Scheduler::waiting_requests() const { return static_cast<int32_t>(reques
 
 void Scheduler::update_gauges() {
   const BlockPool& pool = model_.kv_pool();
-  const int64_t block_bytes = static_cast<int64_t>(pool.layout().block_bytes());
+  const int64_t block_bytes = static_cast<int64_t>(model_.backend().block_bytes());
   metrics_->running.set(running_requests());
   metrics_->waiting.set(waiting_requests());
   metrics_->blocks_device.set(pool.used_blocks());

@@ -5,7 +5,11 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/model.h"
 #include "server/commands.h"
+#if FATHOM_HAS_CUDA_BACKEND
+#include "engine/backend/cuda_backend.h"
+#endif
 
 namespace {
 
@@ -14,7 +18,8 @@ void usage() {
       "usage: fathom <command> [options]\n"
       "  generate --model PATH (--prompt TEXT | --chat JSON | --prompt-ids 1,2,3)... [--max-tokens N]\n"
       "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--logprobs N]\n"
-      "           [--threads N] [--kv-dtype f16|f32] [--precision q8|f32] [--ignore-eos] [--json]\n"
+      "           [--threads N] [--kv-dtype f16|f32|int8] [--precision q8|f32] [--backend cpu|cuda]\n"
+      "           [--attention dense|sparq|hip|swa] [--kv-read-ratio X] [--ignore-eos] [--json]\n"
       "  logits   --model PATH (--prompt TEXT | --prompt-ids 1,2,3) --out FILE   (f32 logits of every position)\n"
       "  chat     --model PATH [--max-tokens N] [--temperature T]                 (interactive)\n"
       "  serve    [--config FILE] [--model PATH] [--host H] [--port P] [--grpc-port P] [--threads N]\n"
@@ -31,6 +36,9 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+#if FATHOM_HAS_CUDA_BACKEND
+  fathom::Model::set_cuda_backend_factory(fathom::make_cuda_backend);
+#endif
   try {
     if (command == "generate") return fathom::run_generate(argc, argv);
     if (command == "logits") return fathom::run_logits(argc, argv);

@@ -9,10 +9,10 @@
 namespace fathom {
 
 // --threads N --kv-dtype f16|f32|int8 --no-transposed-k --precision q8|f32 --block-size N --kv-cache-mib N
-// --chat-template F, and the decode attention policy: --attention dense|sparq|hip|swa --kv-read-ratio X
+// --chat-template F --backend cpu|cuda, and the decode attention policy: --attention dense|sparq|hip|swa --kv-read-ratio X
 inline const std::set<std::string> kModelOptionNames = {"model",        "threads",       "kv-dtype",  "precision",
                                                         "block-size",   "kv-cache-mib",  "chat-template",
-                                                        "attention",    "kv-read-ratio"};
+                                                        "attention",    "kv-read-ratio", "backend"};
 inline const std::set<std::string> kModelFlagNames = {"no-transposed-k"};
 
 ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& defaults = {});

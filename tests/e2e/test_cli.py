@@ -80,6 +80,14 @@ def test_bad_options_are_errors():
     assert_clean_error(run("generate", "--model", SMOLLM, "--prompt", "hi", "--bogus", "1"), "unknown option")
     assert_clean_error(run("generate", "--model", SMOLLM, "--prompt", "hi", "--temperature", "-1"), "temperature")
     assert_clean_error(run("generate", "--model", SMOLLM, "--chat", "{not json"), "--chat")
+    assert_clean_error(run("generate", "--model", SMOLLM, "--prompt", "hi", "--attention", "bogus"), "attention")
+    assert_clean_error(run("generate", "--model", SMOLLM, "--prompt", "hi", "--kv-read-ratio", "2"), "kv_read_ratio")
+
+
+def test_cuda_backend_without_a_gpu_is_a_clear_error():
+    # No GPU here: with the CUDA backend built, the factory reports no visible device; without
+    # nvcc at build time, the build has no CUDA backend. Either way one line and exit status 1.
+    assert_clean_error(run("generate", "--model", SMOLLM, "--prompt", "hi", "--backend", "cuda"), "--backend cuda:")
 
 
 def generate_json(model, *prompt_args, extra=()):
