@@ -50,6 +50,23 @@ KV_DTYPE = "f16"
 PRECISION = "q8"
 
 
+# The attention benchmarks write their own tables (their programs, not this script, produce them).
+ATTENTION_RESULTS = [
+    "## Decode attention policies and CUDA (separate benchmarks)", "",
+    "- [results/sparse_attention.md](results/sparse_attention.md): one decode step of dense, SparQ, HiP (refresh and "
+    "cached mask) and SWA on the CPU, d 64/128, S 1k-64k, bytes read and bandwidth bound (`build/bench_sparse_attention`).",
+    "- [results/bifurcated.md](results/bifurcated.md): bifurcated vs per-sequence dense for b = 1-64 sequences sharing "
+    "an S-token prefix, and the break-even behind the scheduler's rule (`build/bench_bifurcated`).",
+    "- [results/attention_quality.md](results/attention_quality.md): top-k correspondence and output error of each "
+    "policy at KV-read ratios 1/2, 1/4, 1/8 on real q/K/V of both default models (`build/bench_attention_quality`).",
+    "- [results/passkey.md](results/passkey.md): passkey retrieval accuracy per policy and length "
+    "(`bench/passkey_eval.py`).",
+    "- [cuda_bytes.md](cuda_bytes.md): bytes per decode step of every CUDA attention kernel and the H100 bandwidth "
+    "bound (on paper; no GPU timing) (`build/cuda_bytes`).",
+    "- End-to-end decode per policy: `build/bench_decode --attention dense,sparq,hip,swa --depths 4096` (README).",
+    "",
+]
+
 def log(msg):
     print(msg, flush=True)
 
@@ -265,6 +282,7 @@ def write_reports(machine, bandwidth, decodes, skipped, commands, results_md, su
         if skipped.get(key):
             md.append("")
     md += ["## Commands run", "", "```", *commands, "```", ""]
+    md += ATTENTION_RESULTS
     results_md.write_text("\n".join(md))
 
     # A compact snippet for the top-level README (included verbatim).
