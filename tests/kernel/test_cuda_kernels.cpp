@@ -16,27 +16,12 @@
 
 #include "kernels/cpu/ops.h"
 
+#include "tests/kernel/cuda_device_buffer.h"
+
 namespace fathom {
 namespace {
 
-// Device buffer on the emulated device, filled from / read back into host vectors.
-template <typename T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceBuffer(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess); }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  std::vector<T> download() const {
-    std::vector<T> host(n);
-    cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return host;
-  }
-};
+using testing::DeviceBuffer;
 
 struct WorstError {
   double abs = 0, excess = -1e30;  // excess: |err| - bound, > 0 is a failure
