@@ -31,9 +31,8 @@ BlockPool::BlockPool(const KvLayout& layout, int32_t num_blocks) : layout_(layou
   FATHOM_CHECK(num_blocks > 0 && layout.block_size > 0);
   for (int p = 0; p < kPlanes; ++p) {
     const size_t bytes = plane_bytes(static_cast<Plane>(p)) * static_cast<size_t>(num_blocks);
-    planes_[p].resize(layout.n_layers);
     if (bytes > 0)
-      for (auto& layer : planes_[p]) layer.resize(bytes);
+      for (int32_t l = 0; l < layout.n_layers; ++l) planes_[p].emplace_back(bytes);
   }
   refs_.assign(num_blocks, 0);
   free_.reserve(num_blocks);

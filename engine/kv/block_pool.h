@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/kv/huge_buffer.h"
 #include "kernels/kv_dtype.h"
 #include "kernels/paged_kv.h"
 
@@ -88,7 +89,7 @@ class BlockPool {
 
   KvLayout layout_;
   int32_t num_blocks_;
-  std::vector<std::vector<std::byte>> planes_[kPlanes];  // [plane][layer], empty when absent
+  std::vector<HugePageBuffer> planes_[kPlanes];  // [plane][layer], empty when absent
   std::vector<int32_t> refs_;
   std::vector<int32_t> free_;  // LIFO: recently freed blocks are reused first (warm in cache)
 };

@@ -66,7 +66,7 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
   const int32_t chunk0 = first_lo / chunk, chunk1 = last_pos / chunk;  // chunks touched, inclusive
   const int32_t n_chunks = chunk1 - chunk0 + 1;
   const int64_t scratch_floats = 2 * static_cast<int64_t>(bs) * d + bs;
-  const int64_t rows_per_item = static_cast<int64_t>(kQueryBlock) * group;
+  const int64_t rows_per_item = static_cast<int64_t>(std::min(kQueryBlock, a.n_q)) * group;
 
   // Spread the chunks of a row over threads only when (query block, head) items alone cannot
   // keep every thread busy: decode of long sequences.
@@ -98,8 +98,20 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
   }
 
   // Split: partials per (item, chunk) in [item][chunk][row] slots, folded in chunk order after.
+  // Reused across calls (grown, never shrunk): a fresh multi-megabyte vector per layer and step
+  // cost page faults and zeroing on every decode step at long depth.
   const int64_t slots = base_items * n_chunks * rows_per_item;
-  std::vector<float> acc(slots * d), m(slots), l(slots);
+  // (thread_local: the lambdas below must use these pointers, not the names, which would refer
+  // to each worker's own instance.)
+  thread_local std::vector<float> acc_buf, m_buf, l_buf;
+  if (static_cast<int64_t>(acc_buf.size()) < slots * d) acc_buf.resize(slots * d);
+  if (static_cast<int64_t>(m_buf.size()) < slots) {
+    m_buf.resize(slots);
+    l_buf.resize(slots);
+  }
+  float* const acc = acc_buf.data();
+  float* const m = m_buf.data();
+  float* const l = l_buf.data();
   pool.parallel_for(base_items * n_chunks, [&](int64_t begin, int64_t end, int) {
     Rows rows;
     std::vector<float> scratch(scratch_floats);

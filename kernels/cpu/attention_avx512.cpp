@@ -1,11 +1,5 @@
 // AVX-512 instantiation of the partial attention kernel.
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wuninitialized flags once
-// they are inlined deeply enough (here after the INT8 paths grew partial_attention); the pragma
-// must be active where the header's lines are, hence before the include.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "kernels/cpu/simd_avx512.h"  // first: its pragma must wrap <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +9,7 @@
 
 namespace fathom::cpu {
 namespace {
+using simd512::exp_nonpositive;
 
 float dot(const float* a, const float* b, int32_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
@@ -65,23 +60,6 @@ void scale(float* y, float alpha, int32_t n) {
   int32_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] *= alpha;
-}
-// exp(x) for x <= 0 (Cephes expf: range reduction by ln 2 in two parts, degree-5 polynomial,
-// 2^n applied with scalef): within 2 ulp of std::exp; very negative x underflows to 0.
-__m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.5f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
 }
 float exp_shifted(float* s, int32_t n, float shift) {
   const __m512 vs = _mm512_set1_ps(shift);
@@ -231,14 +209,19 @@ void partial_attention_rows(const PagedKvView& kv, int32_t head, const PartialRo
 
 }  // namespace
 
-PartialAttentionFn partial_attention_avx512() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
-             ? &partial_attention
-             : nullptr;
+namespace {
+void partial_attention_any_layout(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
+                                  float scale, float* acc, float* m, float* l, float* scratch) {
+  if (partial_attention_kt_applies(kv)) partial_attention_kt_avx512(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
+  else partial_attention(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
 }
+bool has_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+}  // namespace
 
-PartialAttentionFn partial_attention_rows_avx512() {
-  return partial_attention_avx512() ? &partial_attention_rows : nullptr;
-}
+PartialAttentionFn partial_attention_avx512() { return has_avx512() ? &partial_attention_any_layout : nullptr; }
+
+PartialAttentionFn partial_attention_rows_avx512() { return has_avx512() ? &partial_attention_rows : nullptr; }
 
 }  // namespace fathom::cpu

@@ -37,6 +37,13 @@ PartialAttentionFn partial_attention_rows_avx512();
 // The widest variant this CPU (and simd_level()) allows: what cpu::paged_attention uses.
 PartialAttentionFn best_partial_attention();
 
+// AVX-512 kernel reading logits from the transposed K plane (attention_kt_avx512.cpp); the
+// AVX-512 partial_attention uses it whenever it applies (k_t present, head_dim and block_size
+// multiples of 16).
+bool partial_attention_kt_applies(const PagedKvView& kv);
+void partial_attention_kt_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
+                                 float scale, float* acc, float* m, float* l, float* scratch);
+
 // Keys per split-K chunk (rounded up to whole blocks). Chunks start at absolute multiples of it, so
 // where a row's keys are cut never depends on the batch or the thread count.
 constexpr int32_t kKeyChunk = 256;

@@ -1,16 +1,15 @@
 // AVX-512 instantiation of the sparse-attention inner loops (F16C conversion in registers,
 // masked tails, vectorised exp).
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/simd_avx512.h"
 #include "kernels/cpu/sparse_common.h"
 
 namespace fathom::cpu::sparse {
 namespace {
+using namespace simd512;
 
-__mmask16 tail_mask(int32_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 __m512 load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 __m512 maskz_load_f16(__mmask16 m, const uint16_t* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
 __m512 load_u8(const uint8_t* p) {
@@ -23,28 +22,6 @@ __m512 load_f32(const float* p) { return _mm512_loadu_ps(p); }
 __m512 maskz_load_f32(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
 
 float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-// Horizontal sum by lane shuffles: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized in its own
-// header once inlined here.
-// (maskz forms: the plain ones pass _mm512_undefined_ps, which GCC 12 flags as uninitialized.)
-template <int Imm>
-__m512 lane_shuffle(__m512 v) { return _mm512_maskz_shuffle_f32x4(static_cast<__mmask16>(0xffff), v, v, Imm); }
-float hsum(__m512 v) {
-  v = _mm512_add_ps(v, lane_shuffle<_MM_SHUFFLE(1, 0, 3, 2)>(v));
-  v = _mm512_add_ps(v, lane_shuffle<_MM_SHUFFLE(2, 3, 0, 1)>(v));
-  __m128 x = _mm512_maskz_extractf32x4_ps(static_cast<__mmask8>(0xf), v, 0);
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
-float hmax(__m512 v) {
-  v = _mm512_max_ps(v, lane_shuffle<_MM_SHUFFLE(1, 0, 3, 2)>(v));
-  v = _mm512_max_ps(v, lane_shuffle<_MM_SHUFFLE(2, 3, 0, 1)>(v));
-  __m128 x = _mm512_maskz_extractf32x4_ps(static_cast<__mmask8>(0xf), v, 0);
-  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_max_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
 
 // Two accumulators over 32-element steps, then a masked tail.
 template <typename T, typename Load, typename MaskLoad>
@@ -123,22 +100,6 @@ bool kt_tile16(const uint8_t* tile, const int32_t* dims, int32_t r, const float*
   return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, load_u8);
 }
 
-// exp(x) for x ≤ 0 (Cephes expf, as kernels/cpu/attention_avx512.cpp): within 2 ulp of std::exp.
-__m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.5f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
 float exp_shifted(float* s, int32_t n, float shift) {
   const __m512 vs = _mm512_set1_ps(shift);
   __m512 sum = _mm512_setzero_ps();

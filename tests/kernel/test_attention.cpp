@@ -1,7 +1,8 @@
 // CPU paged attention (every ISA variant) against the scalar reference, over a shape grid:
 // head dim 64/128/256, GQA group 1/3/4/8, sequence lengths 1, below one block, exactly one
 // block, odd, long; decode (1 query) and prefill chunks; sliding windows; f32, f16 and INT8 KV;
-// 1 and 2 threads. Block tables are shuffled so logical order != physical order.
+// 1 and 2 threads; with and without the transposed K plane (the AVX-512 kernel reads logits
+// from K^T when it is there: attention_kt_avx512.cpp). Block tables are shuffled so logical order != physical order.
 // Tolerances (max |cpu − ref| over outputs, |v| ~ 1): f32 and f16 5e-6 (both sides read the same
 // stored values, only accumulation order differs); INT8 1e-5: same stored bytes, but the kernel
 // forms scale·(q·x_q) + min·Σq in f32 where the reference dequantizes each element, and the two
@@ -31,11 +32,14 @@ struct Fixture {
   int32_t block_size = 16, n_kv_heads = 2;
   std::vector<int32_t> table;
   std::vector<uint8_t> k, v;  // storage of `dtype`
+  std::vector<uint8_t> k_t;   // K transposed per tile, [block][kv head][head_dim][block_size]
   std::vector<KvInt8Row> k_rows, v_rows;  // INT8 only: one per stored row
   std::vector<float> q;
 
-  PagedKvView view(const Case& c) const {
+  // transposed_k: also hand the kernels K^T (the AVX-512 kernel then reads logits from it).
+  PagedKvView view(const Case& c, bool transposed_k) const {
     PagedKvView kv{k.data(), v.data(), c.dtype, table.data(), block_size, n_kv_heads, c.head_dim};
+    if (transposed_k) kv.k_t = k_t.data();
     if (c.dtype == KvDtype::kI8) {
       kv.k_rows = k_rows.data();
       kv.v_rows = v_rows.data();
@@ -73,6 +77,13 @@ Fixture make(const Case& c, std::mt19937& rng) {
     cpu::kv_store(kf.data(), f.k.data(), c.dtype, elems);
     cpu::kv_store(vf.data(), f.v.data(), c.dtype, elems);
   }
+  f.k_t.resize(f.k.size());
+  const int64_t tile = static_cast<int64_t>(f.block_size) * c.head_dim;
+  for (int64_t t0 = 0; t0 < elems; t0 += tile)
+    for (int32_t slot = 0; slot < f.block_size; ++slot)
+      for (int32_t x = 0; x < c.head_dim; ++x)
+        std::copy_n(&f.k[(t0 + static_cast<int64_t>(slot) * c.head_dim + x) * bytes], bytes,
+                    &f.k_t[(t0 + static_cast<int64_t>(x) * f.block_size + slot) * bytes]);
   f.q.resize(static_cast<size_t>(c.n_q) * c.group * f.n_kv_heads * c.head_dim);
   for (float& x : f.q) x = normal(rng);
   return f;
@@ -104,11 +115,12 @@ TEST(PagedAttention, MatchesReferenceOnGrid) {
       for (int32_t s : {1, 7, 16, 33, 200, 1000})
         for (int32_t n_q : {1, 5, 19})
           for (int32_t window : {0, 24})
-            for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
+            for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8})
+              for (bool transposed_k : {false, true}) {
               if (n_q > s || (s == 1000 && n_q > 1)) continue;  // long prefill: covered by the model tests
               const Case c{d, g, s, n_q, window, dtype};
               Fixture f = make(c, rng);
-              const PagedKvView kv = f.view(c);
+              const PagedKvView kv = f.view(c, transposed_k);
               const int32_t n_heads = g * f.n_kv_heads;
               std::vector<float> expect(f.q.size()), got(f.q.size());
               AttentionArgs args{f.q.data(), expect.data(), n_q, n_heads, s - n_q, window, 1.0f / std::sqrt(float(d))};
@@ -124,6 +136,7 @@ TEST(PagedAttention, MatchesReferenceOnGrid) {
                   worst[static_cast<int>(dtype)] = std::max(worst[static_cast<int>(dtype)], err);
                   ASSERT_LE(err, tolerance(dtype)) << name << " d=" << d << " G=" << g << " S=" << s << " n_q=" << n_q
                                                    << " window=" << window << " dtype=" << kv_dtype_name(dtype)
+                                                   << " k_t=" << transposed_k
                                                    << " threads=" << pool->size();
                   ++cases;
                 }
@@ -145,10 +158,11 @@ TEST(PagedAttention, RowResultIsBitwiseIndependentOfBatchAndThreads) {
   std::mt19937 rng(99);
   ThreadPool pool1(1), pool2(2);
   for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8})
+  for (bool transposed_k : {false, true})
   for (int32_t s : {40, 700, 1500}) {
     const Case c{64, 3, s, 19, 0, dtype};
     Fixture f = make(c, rng);
-    const PagedKvView kv = f.view(c);
+    const PagedKvView kv = f.view(c, transposed_k);
     const int32_t n_heads = c.group * f.n_kv_heads, row = n_heads * c.head_dim;
     std::vector<float> all(f.q.size());
     cpu::paged_attention(pool2, kv, AttentionArgs{f.q.data(), all.data(), c.n_q, n_heads, s - c.n_q, 0, 0.125f});
@@ -159,7 +173,7 @@ TEST(PagedAttention, RowResultIsBitwiseIndependentOfBatchAndThreads) {
                                                        n_heads, s - c.n_q + i, 0, 0.125f});
         for (int32_t x = 0; x < row; ++x)
           ASSERT_EQ(one[x], all[static_cast<int64_t>(i) * row + x])
-              << kv_dtype_name(dtype) << " S=" << s << " token " << i << " elem " << x;
+              << kv_dtype_name(dtype) << " k_t=" << transposed_k << " S=" << s << " token " << i << " elem " << x;
       }
     }
   }

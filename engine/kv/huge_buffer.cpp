@@ -1,0 +1,51 @@
+#include "engine/kv/huge_buffer.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <new>
+#include <utility>
+
+namespace fathom {
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kPage = 4096;
+}  // namespace
+
+HugePageBuffer::HugePageBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  mapped_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  // Over-map by one huge page and trim, so the region starts on a 2 MiB boundary.
+  const size_t span = mapped_ + kHugePage;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const auto base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (base + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > base) munmap(raw, aligned - base);
+  const uintptr_t end = base + span, used_end = aligned + mapped_;
+  if (end > used_end) munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  data_ = reinterpret_cast<std::byte*>(aligned);
+  madvise(data_, mapped_, MADV_HUGEPAGE);  // advisory: failure leaves ordinary pages
+  for (size_t off = 0; off < mapped_; off += kPage) data_[off] = std::byte{0};  // fault in now, not mid-request
+}
+
+HugePageBuffer::~HugePageBuffer() {
+  if (data_) munmap(data_, mapped_);
+}
+
+HugePageBuffer::HugePageBuffer(HugePageBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapped_(std::exchange(other.mapped_, 0)) {}
+
+HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_) munmap(data_, mapped_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    mapped_ = std::exchange(other.mapped_, 0);
+  }
+  return *this;
+}
+
+}  // namespace fathom

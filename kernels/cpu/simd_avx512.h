@@ -1,0 +1,72 @@
+// AVX-512 helpers shared by the attention kernels (*_avx512.cpp only): loads of 16 KV elements
+// (f32 / f16 / uint8 x_q) as f32 — all exact —, masked tails, horizontal sum/max, and exp(x ≤ 0).
+#pragma once
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wuninitialized flags once
+// they are inlined deeply enough; the pragma must be active where the header's lines are.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+
+namespace fathom::cpu::simd512 {
+
+inline __mmask16 tail_mask(int32_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 load16(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 maskz_load16(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 maskz_load16(__mmask16 m, const uint16_t* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+inline __m512 maskz_load16(__mmask16 m, const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p)));
+}
+
+// Horizontal sum / max by lane shuffles (maskz forms: the plain ones pass _mm512_undefined_ps,
+// which GCC 12 flags as uninitialized once inlined).
+template <int Imm>
+inline __m512 lane_shuffle(__m512 v) {
+  return _mm512_maskz_shuffle_f32x4(static_cast<__mmask16>(0xffff), v, v, Imm);
+}
+inline float hsum(__m512 v) {
+  v = _mm512_add_ps(v, lane_shuffle<_MM_SHUFFLE(1, 0, 3, 2)>(v));
+  v = _mm512_add_ps(v, lane_shuffle<_MM_SHUFFLE(2, 3, 0, 1)>(v));
+  __m128 x = _mm512_maskz_extractf32x4_ps(static_cast<__mmask8>(0xf), v, 0);
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+inline float hmax(__m512 v) {
+  v = _mm512_max_ps(v, lane_shuffle<_MM_SHUFFLE(1, 0, 3, 2)>(v));
+  v = _mm512_max_ps(v, lane_shuffle<_MM_SHUFFLE(2, 3, 0, 1)>(v));
+  __m128 x = _mm512_maskz_extractf32x4_ps(static_cast<__mmask8>(0xf), v, 0);
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+// exp(x) for x <= 0 (Cephes expf: range reduction by ln 2 in two parts, degree-5 polynomial,
+// 2^n applied with scalef): within 2 ulp of std::exp; very negative x (and -inf) gives 0.
+inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.5f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+}  // namespace fathom::cpu::simd512
