@@ -50,11 +50,29 @@ int64_t swa_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args
   return r.kv_bytes;
 }
 
+// True when the policy would select every one of the S keys: the step is dense attention and
+// runs the dense kernel — the output is then exactly dense (one kernel's rounding, not the
+// gather kernels'), and no selection work is spent. HiP's mask state is left alone: it is
+// estimated at the first step whose selection is partial (hip_age < 0).
+bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d) {
+  switch (p.kind) {
+    case PolicyKind::kSparq: return resolve_sparq(p, S, d).k >= S;
+    case PolicyKind::kHip: {
+      if (p.kv_read_ratio < 1.0 && p.hip_mask_k <= 0) return false;
+      const ref::HipParams h = resolve_hip(p, S);
+      return h.mask_k >= S - h.sink - h.window;
+    }
+    case PolicyKind::kSwa: return resolve_swa(p).ratio >= 1.0f;
+    case PolicyKind::kDense: return true;
+  }
+  return true;
+}
+
 }  // namespace
 
 int64_t decode_attention(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
                          LayerPolicyState& state) {
-  switch (p.kind) {
+  switch (selects_every_key(p, args.pos + 1, kv.head_dim) ? PolicyKind::kDense : p.kind) {
     case PolicyKind::kSparq:
       return cpu::sparq_decode(pool, kv, args, resolve_sparq(p, args.pos + 1, kv.head_dim)).kv_bytes;
     case PolicyKind::kHip: return hip_step(pool, kv, args, p, state);

@@ -3,8 +3,8 @@
 // kernel allows them (madvise(MADV_HUGEPAGE); Debian's default THP mode is "madvise").
 // Why: attention reads each (block, kv head) tile — 2-8 KiB — from a block scattered in a plane
 // of up to gigabytes; with 4 KiB pages nearly every tile is a TLB miss (a two-level page walk in
-// a VM). With 2 MiB pages a decode step over a 16k-token cache ran 1.2-1.5x faster
-// (bench/results/dense_attention.md). Falls back to ordinary pages silently.
+// a VM). Measured on a shuffled 16k-token f16 cache (d 64, 16 layers' worth, 1 thread): dense
+// attention 1.2-1.5x faster with 2 MiB pages. Falls back to ordinary pages silently.
 #include <cstddef>
 
 namespace fathom {
