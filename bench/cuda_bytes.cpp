@@ -57,7 +57,7 @@ int main() {
       const cuda::DecodeAttentionPlan dp = cuda::plan_paged_decode_attention(kv, a, 256);
       row(m, S, "dense split-K (this repo)", static_cast<double>(cuda::paged_decode_attention_bytes(kv, a, dp).total()),
           fd);
-      // SparQ at c = 1/8 (r = 2dc/3, k = 2cS/3, l = k/4, as ref::sparq_params_for_ratio), k_t present.
+      // SparQ at c = 1/8 (r = d·c, k = max(c·S/2, 128), l = k/4: ref::sparq_params_for_ratio), k_t present.
       DecodeArgs d{nullptr, nullptr, m.n_heads, S - 1, 1.0f};
       const double c = 1.0 / 8;
       cuda::SparqConfig sc;

@@ -8,8 +8,9 @@ namespace fathom::ref {
 
 SparqParams sparq_params_for_ratio(double c, int32_t S, int32_t head_dim, bool reallocation) {
   SparqParams p;
-  p.r = static_cast<int32_t>(std::clamp<long>(std::lround(2.0 * head_dim * c / 3.0), 1, head_dim));
-  p.k = static_cast<int32_t>(std::clamp<long>(std::lround(2.0 * c * S / 3.0), 1, std::max(S, 1)));
+  p.r = static_cast<int32_t>(std::clamp<long>(std::lround(head_dim * c), 1, head_dim));
+  const long k = std::max<long>(std::lround(c * S / 2.0), std::min(kSparqMinK, S));
+  p.k = static_cast<int32_t>(std::clamp<long>(k, 1, std::max(S, 1)));
   p.l = p.k / 4;
   p.reallocation = reallocation;
   return p;

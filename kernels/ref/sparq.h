@@ -16,9 +16,14 @@ struct SparqParams {
 };
 
 // The `compression` convenience: (r, k, l) for a target KV-read ratio c ≈ M_sparq / M_dense
-// (transfer model: M_sparq = S·r + 2·k·d + 4·d, M_dense = 2·S·d + 2·d) at S keys, split like the
-// paper's llama.cpp runs (r ≈ d/12, k ≈ S/12 at c = 1/8): r/(2d) = c/3 and k/S = 2c/3; l = k/4.
-// r ∈ [1, d], k ∈ [1, S]; a small S therefore reads more than c.
+// (transfer model: M_sparq = S·r + 2·k·d + 4·d, M_dense = 2·S·d + 2·d) at S keys, half the budget
+// to each step: r/(2d) = c/2 (r = d·c: the reference default r = d/8 at c = 1/8) and k/S = c/2,
+// but k never below the reference default kSparqMinK = 128 (or S); l = k/4.
+// Why not the paper's llama.cpp split (r ≈ d/12, k ≈ S/12): on Gemma 3 (d = 256, one kv head)
+// it failed passkey retrieval at 1k-4k in 0-3 of 20 trials where dense succeeds; r = 32 and
+// k ≥ 128 recovered most of them (bench/results/passkey.md). Below S = 2048 at c = 1/8 the floor
+// makes a step read more than c.
+inline constexpr int32_t kSparqMinK = 128;
 SparqParams sparq_params_for_ratio(double c, int32_t S, int32_t head_dim, bool reallocation = true);
 
 struct SparqStats {

@@ -506,7 +506,8 @@ TEST(SparseReference, Int8RoundTripWithinHalfStep) {
 }
 
 // sparq_params_for_ratio: the transfer model's ratio at the chosen (r, k) lands near the target
-// c for S ≥ 1k, and the kernel's counter (without v̄) equals S·r + 2·k·d per kv head.
+// c wherever the k floor does not bind (c·S/2 ≥ 128), k is the floor where it does, and the
+// kernel's counter (without v̄) equals S·r + 2·k·d per kv head.
 TEST(SparseReference, SparqParamsForRatioHitTheTransferModel) {
   double worst = 0;
   for (int32_t d : kDims)
@@ -514,6 +515,10 @@ TEST(SparseReference, SparqParamsForRatioHitTheTransferModel) {
       for (double c : {0.5, 0.25, 0.125}) {
         const ref::SparqParams p = ref::sparq_params_for_ratio(c, s, d);
         const double m_sparq = double(s) * p.r + 2.0 * p.k * d + 4.0 * d, m_dense = 2.0 * s * d + 2.0 * d;
+        if (c * s / 2 < ref::kSparqMinK) {
+          EXPECT_EQ(p.k, ref::kSparqMinK) << "d=" << d << " S=" << s << " c=" << c;
+          continue;
+        }
         const double rel = std::fabs(m_sparq / m_dense - c) / c;
         worst = std::max(worst, rel);
         EXPECT_LE(rel, 0.1) << "d=" << d << " S=" << s << " c=" << c << " r=" << p.r << " k=" << p.k;
