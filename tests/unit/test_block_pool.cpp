@@ -2,12 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <set>
 #include <vector>
 
 #include "engine/kv/block_pool.h"
 #include "engine/kv/block_table.h"
+#include "engine/kv/huge_buffer.h"
 #include "kernels/ref/attention_state.h"
 
 namespace fathom {
@@ -125,6 +127,31 @@ TEST(BlockPool, AppendFillsEveryPlaneAndBlocksMoveWhole) {
         }
     }
   }
+}
+
+// The KV planes' storage: zeroed, 2 MiB aligned (so transparent huge pages can back it),
+// writable end to end, and moved without copying or double unmapping.
+TEST(HugePageBuffer, IsZeroedAlignedWritableAndMovable) {
+  const size_t bytes = (size_t{5} << 20) + 123;  // not a whole number of huge pages
+  HugePageBuffer a(bytes);
+  ASSERT_NE(a.data(), nullptr);
+  EXPECT_EQ(a.size(), bytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % (size_t{2} << 20), 0u);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < bytes; i += 997) nonzero += a.data()[i] != std::byte{0};
+  EXPECT_EQ(nonzero, 0u);
+  a.data()[0] = std::byte{1};
+  a.data()[bytes - 1] = std::byte{2};
+  std::byte* const p = a.data();
+  HugePageBuffer b(std::move(a));
+  EXPECT_EQ(b.data(), p);
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(a.size(), 0u);
+  HugePageBuffer c;
+  c = std::move(b);
+  EXPECT_EQ(c.data()[0], std::byte{1});
+  EXPECT_EQ(c.data()[bytes - 1], std::byte{2});
+  EXPECT_EQ(HugePageBuffer(0).data(), nullptr);
 }
 
 TEST(BlockTable, GrowsByBlocksAndReleasesOnDestruction) {
