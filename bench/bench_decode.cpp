@@ -21,7 +21,7 @@
 //
 //   bench_decode --model PATH [--threads 1,2] [--depths 0,1024,4096] [--decode-tokens 32]
 //                [--bandwidth-json FILE] [--json OUT] [--kv-dtype f16] [--precision q8|f32]
-//                [--chunk 512] [--warmup-tokens 2] [--text FILE] [--share-prefill-from D]
+//                [--chunk 512] [--block-size 16] [--warmup-tokens 2] [--text FILE] [--share-prefill-from D]
 //                [--attention dense,sparq,hip,swa] [--kv-read-ratio 0.125]
 // --attention: decode policies timed one after the other from the same prefilled cache; KV bytes
 // per token are what the kernels report reading (fathom_kv_read_bytes_total's source).
@@ -82,6 +82,7 @@ struct Args {
   int decode_tokens = 32;
   int warmup_tokens = 2;
   int32_t chunk = 512;
+  int32_t block_size = 16;  // KV block tokens
   int32_t share_prefill_from = -1;  // -1: never
   std::string bandwidth_json, json_out, text_file;
   KvDtype kv_dtype = KvDtype::kF16;
@@ -125,6 +126,7 @@ Args parse_args(int argc, char** argv) {
       for (int64_t v : parse_list(value(), "--depths", 0, 1 << 24)) a.depths.push_back(static_cast<int32_t>(v));
     } else if (k == "--decode-tokens") a.decode_tokens = static_cast<int>(parse_one(value(), "--decode-tokens", 1, 100000));
     else if (k == "--warmup-tokens") a.warmup_tokens = static_cast<int>(parse_one(value(), "--warmup-tokens", 0, 1000));
+    else if (k == "--block-size") a.block_size = static_cast<int32_t>(parse_one(value(), "--block-size", 1, 1024));
     else if (k == "--chunk") a.chunk = static_cast<int32_t>(parse_one(value(), "--chunk", 1, 1 << 16));
     else if (k == "--share-prefill-from")
       a.share_prefill_from = static_cast<int32_t>(parse_one(value(), "--share-prefill-from", 0, 1 << 24));
@@ -315,6 +317,7 @@ int run(const Args& a) {
                 std::to_string(config.context_length) + "-token context of " + a.model);
   ModelOptions opts;
   opts.kv_dtype = a.kv_dtype;
+  opts.block_size = a.block_size;
   opts.precision = a.precision;
   const KvLayout layout{config.n_layers, config.n_kv_heads, config.head_dim, opts.block_size, opts.kv_dtype,
                         opts.kv_transposed_k};

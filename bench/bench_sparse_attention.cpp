@@ -7,10 +7,10 @@
 //          cached step (mask given)
 //   SWA:   ratio 1/8, a random mass, weights written back (what the engine needs)
 // f16 KV with the side data, G = 3 query heads per kv head, n_kv_heads kv heads, paged blocks
-// of 16 in a shuffled block table. Between repetitions a 64 MiB buffer is streamed so the KV is
+// of --block-size (16) tokens in a shuffled block table. Between repetitions a 64 MiB buffer is streamed so the KV is
 // read from memory, not from the last-level cache (a decode step's other layers evict it too).
 //
-//   bench_sparse_attention [--threads 2] [--reps 15] [--kv-heads 3] [--dims 64,128]
+//   bench_sparse_attention [--threads 2] [--reps 15] [--kv-heads 3] [--block-size 16] [--dims 64,128]
 //                          [--lens 1024,4096,16384,65536] [--bandwidth-gbs X] [--out FILE]
 // Bandwidth: --bandwidth-gbs, else bench/results/bandwidth.json (bench_bandwidth, best at the
 // thread count), else 0 (no bound column).
@@ -82,7 +82,7 @@ volatile uint64_t g_sink;
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, reps = 15, n_kv = 3;
+  int threads = 2, reps = 15, n_kv = 3, block_size = 16;
   std::vector<int> dims = {64, 128}, lens = {1024, 4096, 16384, 65536};
   double gbs = 0;
   std::string out_path = "bench/results/sparse_attention.md";
@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--kv-heads") n_kv = std::atoi(argv[i + 1]);
+    else if (a == "--block-size") block_size = std::atoi(argv[i + 1]);
     else if (a == "--dims") dims = parse_list(argv[i + 1]);
     else if (a == "--lens") lens = parse_list(argv[i + 1]);
     else if (a == "--bandwidth-gbs") gbs = std::atof(argv[i + 1]);
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(42);
   for (int d : dims) {
     for (int S : lens) {
-      const testing::PagedKvFixture f = testing::make_paged_kv(d, n_kv, 16, KvDtype::kF16, S, 0, rng);
+      const testing::PagedKvFixture f = testing::make_paged_kv(d, n_kv, block_size, KvDtype::kF16, S, 0, rng);
       const PagedKvView kv = f.view(true, true);
       const int H = G * n_kv;
       std::vector<float> q(static_cast<size_t>(H) * d), out(q.size());
@@ -179,7 +180,7 @@ int main(int argc, char** argv) {
   std::ostringstream md;
   md << "# Sparse decode attention on the CPU (one decode step, one layer)\n\n"
      << "bench/bench_sparse_attention.cpp: f16 KV with transposed K and running V sums, " << n_kv << " kv heads x G = "
-     << G << " query heads, block 16 (shuffled table), " << threads << " threads, SIMD " << cpu::simd_level()
+     << G << " query heads, block " << block_size << " (shuffled table), " << threads << " threads, SIMD " << cpu::simd_level()
      << ". Median of " << reps << " repetitions, a 64 MiB buffer streamed before each (KV read from memory). "
      << "Bound = KV bytes / " << gbs << " GB/s (bench_bandwidth read bandwidth at " << threads << " threads). "
      << "The machine is shared with other builds: figures are medians, expect noise.\n\n"

@@ -57,15 +57,16 @@ void axpy_f32(float a, const float* x, float* y, int32_t n) { axpy_any(a, x, y, 
 void axpy_f16(float a, const uint16_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_f16, maskz_load_f16); }
 void axpy_u8(float a, const uint8_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_u8, maskz_load_u8); }
 
-// SparQ step 1 on one 16-position tile of k_t: out[j·ld + s] = Σ_i qr[j·r + i]·tile[dims[i]][s], the G
-// accumulators in registers (G a template parameter up to 8).
+// SparQ step 1 on 16 positions of a k_t tile (dimension rows `stride` elements apart):
+// out[j·ld + s] = Σ_i qr[j·r + i]·tile[dims[i]][s], the G accumulators in registers (G a template
+// parameter up to 8).
 template <int G, typename T, typename Load>
 void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr, float* out, int64_t ld, int32_t n_t,
-                 Load load) {
+                 int32_t stride, Load load) {
   __m512 acc[G];
   for (int j = 0; j < G; ++j) acc[j] = _mm512_setzero_ps();
   for (int32_t i = 0; i < r; ++i) {
-    const __m512 row = load(tile + static_cast<int64_t>(dims[i]) * 16);
+    const __m512 row = load(tile + static_cast<int64_t>(dims[i]) * stride);
     for (int j = 0; j < G; ++j) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(qr[j * r + i]), row, acc[j]);
   }
   const __mmask16 m = n_t >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n_t);
@@ -73,31 +74,31 @@ void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr,
 }
 template <typename T, typename Load>
 bool kt_tile16_any(const T* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out, int64_t ld,
-                   int32_t n_t, Load load) {
+                   int32_t n_t, int32_t stride, Load load) {
   switch (G) {
-    case 1: kt_tile16_g<1>(tile, dims, r, qr, out, ld, n_t, load); return true;
-    case 2: kt_tile16_g<2>(tile, dims, r, qr, out, ld, n_t, load); return true;
-    case 3: kt_tile16_g<3>(tile, dims, r, qr, out, ld, n_t, load); return true;
-    case 4: kt_tile16_g<4>(tile, dims, r, qr, out, ld, n_t, load); return true;
-    case 5: kt_tile16_g<5>(tile, dims, r, qr, out, ld, n_t, load); return true;
-    case 6: kt_tile16_g<6>(tile, dims, r, qr, out, ld, n_t, load); return true;
-    case 7: kt_tile16_g<7>(tile, dims, r, qr, out, ld, n_t, load); return true;
-    case 8: kt_tile16_g<8>(tile, dims, r, qr, out, ld, n_t, load); return true;
+    case 1: kt_tile16_g<1>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
+    case 2: kt_tile16_g<2>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
+    case 3: kt_tile16_g<3>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
+    case 4: kt_tile16_g<4>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
+    case 5: kt_tile16_g<5>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
+    case 6: kt_tile16_g<6>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
+    case 7: kt_tile16_g<7>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
+    case 8: kt_tile16_g<8>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
     default: return false;
   }
 }
 // Returns false when not handled (G > 8): the caller takes the generic path.
-bool kt_tile16(const float* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out, int64_t ld,
-               int32_t n_t) {
-  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, load_f32);
+bool kt_tile16(const float* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
+               int64_t ld, int32_t n_t, int32_t stride) {
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, load_f32);
 }
 bool kt_tile16(const uint16_t* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
-               int64_t ld, int32_t n_t) {
-  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, load_f16);
+               int64_t ld, int32_t n_t, int32_t stride) {
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, load_f16);
 }
-bool kt_tile16(const uint8_t* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out, int64_t ld,
-               int32_t n_t) {
-  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, load_u8);
+bool kt_tile16(const uint8_t* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
+               int64_t ld, int32_t n_t, int32_t stride) {
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, load_u8);
 }
 
 float exp_shifted(float* s, int32_t n, float shift) {

@@ -53,7 +53,7 @@ float max_sum_exp(const float* s, int32_t n, float* mx) {
 
 // No register-blocked tile kernel here: the generic path of sparq_scores handles every tile.
 template <typename T>
-bool kt_tile16(const T*, const int32_t*, int32_t, const float*, int32_t, float*, int64_t, int32_t) {
+bool kt_tile16(const T*, const int32_t*, int32_t, const float*, int32_t, float*, int64_t, int32_t, int32_t) {
   return false;
 }
 

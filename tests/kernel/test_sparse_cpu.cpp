@@ -1,7 +1,7 @@
 // CPU sparse decode policies (kernels/cpu/sparse_attention.h) against their scalar references in
 // kernels/ref, on every SIMD level this CPU has. Grid: head dim 64/128/256, GQA group 1/3/4/8,
 // S = 1, 7 (below a block), 16 (one block), 33 (odd), 2001 (long); f32 / f16 / INT8 KV; with and
-// without the side data (transposed K, running V sums); block size 16, plus 8 and 32 for d = 64,
+// without the side data (transposed K, running V sums); block size 16, plus 8, 32 and 64 for d = 64,
 // G = 3. Block tables are shuffled.
 //
 // Selection. The CPU ranks by f32 scores summed in its own order, the reference in double, so on
@@ -97,12 +97,12 @@ void for_each_simd_level(Fn fn) {
   if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
 }
 
-// The full grid at block size 16 (the engine's); block sizes 8 and 32 (the generic tile paths) for
-// d = 64, G = 3.
+// The full grid at block size 16 (the engine's); block sizes 8 (the generic tile path), 32 and 64
+// (several 16-position sub-tiles per k_t tile) for d = 64, G = 3.
 template <typename Fn>
 void for_each_case(Fn fn) {
   std::mt19937 rng(1234);
-  for (int32_t bs : {kBlock, 8, 32})
+  for (int32_t bs : {kBlock, 8, 32, 64})
     for (int32_t d : kDims)
       for (int32_t G : kGroups)
         for (int32_t S : kLens)
