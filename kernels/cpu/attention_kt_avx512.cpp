@@ -142,16 +142,8 @@ void kt_partial(const PagedKvView& kv, int32_t head, const PartialRows& rows, in
                 float scale_factor, float* acc, float* m, float* l) {
   constexpr bool kInt8 = std::is_same_v<T, uint8_t>;
   const int32_t d = kv.head_dim, bs = kv.block_size, R = rows.count;
-  for (int32_t r = 0; r < R; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-    std::fill(acc + static_cast<int64_t>(r) * d, acc + static_cast<int64_t>(r + 1) * d, 0.0f);
-  }
-  int32_t row_lo = t1, row_hi = t0 - 1;  // union of the rows' ranges, clipped to [t0, t1)
-  for (int32_t r = 0; r < R; ++r) {
-    row_lo = std::min(row_lo, std::max(t0, rows.lo[r]));
-    row_hi = std::max(row_hi, std::min(t1 - 1, rows.hi[r]));
-  }
+  const KeyRange keys = start_partial(rows, t0, t1, d, acc, m, l);
+  const int32_t row_lo = keys.lo, row_hi = keys.hi;
   if (row_hi < row_lo) return;
   thread_local std::vector<float> q_sum;  // INT8: Σ q per row
   if constexpr (kInt8) {

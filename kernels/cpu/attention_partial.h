@@ -19,6 +19,24 @@ struct PartialRows {
   const int32_t* hi = nullptr;      // [R]
 };
 
+// The start of every partial kernel: each row's state empty (m = -inf, l = 0, acc[R][d] = 0),
+// and the union of the rows' key ranges clipped to [t0, t1) — [lo, hi], empty when hi < lo.
+struct KeyRange {
+  int32_t lo, hi;
+};
+inline KeyRange start_partial(const PartialRows& rows, int32_t t0, int32_t t1, int32_t d, float* acc, float* m,
+                              float* l) {
+  KeyRange u{t1, t0 - 1};
+  for (int32_t r = 0; r < rows.count; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    std::fill(acc + static_cast<int64_t>(r) * d, acc + static_cast<int64_t>(r + 1) * d, 0.0f);
+    u.lo = std::min(u.lo, std::max(t0, rows.lo[r]));
+    u.hi = std::max(u.hi, std::min(t1 - 1, rows.hi[r]));
+  }
+  return u;
+}
+
 // Online softmax over keys [t0, t1) of kv head `head`. Outputs per row: acc[r][head_dim]
 // (unnormalised Σ p·v), m[r] (max logit, -inf if the row saw no key), l[r] (Σ exp(logit - m)).
 // scratch: at least 2·block_size·head_dim + block_size floats.
