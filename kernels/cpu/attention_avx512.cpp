@@ -10,6 +10,8 @@
 namespace fathom::cpu {
 namespace {
 using simd512::exp_nonpositive;
+using simd512::load16;
+using simd512::maskz_load16;
 
 float dot(const float* a, const float* b, int32_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
@@ -25,28 +27,24 @@ float dot(const float* a, const float* b, int32_t n) {
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
-__m512 load_h(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-__m512 maskz_load_h(__mmask16 mask, const uint16_t* p) {
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
-}
 float dot_h(const float* a, const uint16_t* b, int32_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int32_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_h(b + i), s0);
-    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load_h(b + i + 16), s1);
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load16(b + i + 16), s1);
   }
-  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_h(b + i), s0);
+  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i), s0);
   if (i < n) {
     const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
-    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), maskz_load_h(mask, b + i), s1);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), maskz_load16(mask, b + i), s1);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 void axpy_h(float alpha, const uint16_t* x, float* y, int32_t n) {
   const __m512 va = _mm512_set1_ps(alpha);
   int32_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load_h(x + i), _mm512_loadu_ps(y + i)));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load16(x + i), _mm512_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += alpha * _cvtsh_ss(x[i]);
 }
 void axpy(float alpha, const float* x, float* y, int32_t n) {
@@ -80,35 +78,29 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 }
 
 // INT8 rows: the raw x_q as f32 (exact), same loop structure as dot / axpy.
-__m512 load_u8(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-__m512 maskz_load_u8(__mmask16 mask, const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, p)));
-}
 float dot_u8(const float* a, const uint8_t* b, int32_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int32_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_u8(b + i), s0);
-    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load_u8(b + i + 16), s1);
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load16(b + i + 16), s1);
   }
-  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_u8(b + i), s0);
+  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i), s0);
   if (i < n) {
     const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
-    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), maskz_load_u8(mask, b + i), s1);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), maskz_load16(mask, b + i), s1);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 void axpy_u8(float alpha, const uint8_t* x, float* y, int32_t n) {
   const __m512 va = _mm512_set1_ps(alpha);
   int32_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load_u8(x + i), _mm512_loadu_ps(y + i)));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, load16(x + i), _mm512_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += alpha * static_cast<float>(x[i]);
 }
 void u8_to_f32(const uint8_t* src, float* dst, int64_t n) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_u8(src + i));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16(src + i));
   for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 
@@ -135,7 +127,7 @@ void load_rows_f32(const PagedKvView& kv, const void* base, const KvInt8Row* par
         const uint8_t* src = static_cast<const uint8_t*>(base) + off + static_cast<int64_t>(t) * d;
         const __m512 vs = _mm512_set1_ps(p.scale), vm = _mm512_set1_ps(p.min);
         int32_t c = 0;
-        for (; c + 16 <= d; c += 16) _mm512_storeu_ps(dst + t * d + c, _mm512_fmadd_ps(vs, load_u8(src + c), vm));
+        for (; c + 16 <= d; c += 16) _mm512_storeu_ps(dst + t * d + c, _mm512_fmadd_ps(vs, load16(src + c), vm));
         for (; c < d; ++c) dst[t * d + c] = p.scale * static_cast<float>(src[c]) + p.min;
       }
       break;

@@ -10,16 +10,10 @@ namespace fathom::cpu::sparse {
 namespace {
 using namespace simd512;
 
-__m512 load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-__m512 maskz_load_f16(__mmask16 m, const uint16_t* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
-__m512 load_u8(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-__m512 maskz_load_u8(__mmask16 m, const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p)));
-}
-__m512 load_f32(const float* p) { return _mm512_loadu_ps(p); }
-__m512 maskz_load_f32(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+// Any KV element type (simd512::load16 / maskz_load16 overloads) as one callable each, for the
+// templates below.
+constexpr auto kLoad = [](const auto* p) { return load16(p); };
+constexpr auto kMaskLoad = [](__mmask16 m, const auto* p) { return maskz_load16(m, p); };
 
 float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -39,9 +33,9 @@ float dot_any(const float* q, const T* k, int32_t n, Load load, MaskLoad mload) 
   }
   return hsum(_mm512_add_ps(s0, s1));
 }
-float dot_f32(const float* q, const float* k, int32_t n) { return dot_any(q, k, n, load_f32, maskz_load_f32); }
-float dot_f16(const float* q, const uint16_t* k, int32_t n) { return dot_any(q, k, n, load_f16, maskz_load_f16); }
-float dot_u8(const float* q, const uint8_t* k, int32_t n) { return dot_any(q, k, n, load_u8, maskz_load_u8); }
+float dot_f32(const float* q, const float* k, int32_t n) { return dot_any(q, k, n, kLoad, kMaskLoad); }
+float dot_f16(const float* q, const uint16_t* k, int32_t n) { return dot_any(q, k, n, kLoad, kMaskLoad); }
+float dot_u8(const float* q, const uint8_t* k, int32_t n) { return dot_any(q, k, n, kLoad, kMaskLoad); }
 
 template <typename T, typename Load, typename MaskLoad>
 void axpy_any(float a, const T* x, float* y, int32_t n, Load load, MaskLoad mload) {
@@ -53,9 +47,9 @@ void axpy_any(float a, const T* x, float* y, int32_t n, Load load, MaskLoad mloa
     _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, mload(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
   }
 }
-void axpy_f32(float a, const float* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_f32, maskz_load_f32); }
-void axpy_f16(float a, const uint16_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_f16, maskz_load_f16); }
-void axpy_u8(float a, const uint8_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, load_u8, maskz_load_u8); }
+void axpy_f32(float a, const float* x, float* y, int32_t n) { axpy_any(a, x, y, n, kLoad, kMaskLoad); }
+void axpy_f16(float a, const uint16_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, kLoad, kMaskLoad); }
+void axpy_u8(float a, const uint8_t* x, float* y, int32_t n) { axpy_any(a, x, y, n, kLoad, kMaskLoad); }
 
 // SparQ step 1 on 16 positions of a k_t tile (dimension rows `stride` elements apart):
 // out[j·ld + s] = Σ_i qr[j·r + i]·tile[dims[i]][s], the G accumulators in registers (G a template
@@ -90,15 +84,15 @@ bool kt_tile16_any(const T* tile, const int32_t* dims, int32_t r, const float* q
 // Returns false when not handled (G > 8): the caller takes the generic path.
 bool kt_tile16(const float* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
                int64_t ld, int32_t n_t, int32_t stride) {
-  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, load_f32);
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, kLoad);
 }
 bool kt_tile16(const uint16_t* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
                int64_t ld, int32_t n_t, int32_t stride) {
-  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, load_f16);
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, kLoad);
 }
 bool kt_tile16(const uint8_t* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
                int64_t ld, int32_t n_t, int32_t stride) {
-  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, load_u8);
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, kLoad);
 }
 
 float exp_shifted(float* s, int32_t n, float shift) {
