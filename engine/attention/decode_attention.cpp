@@ -58,7 +58,6 @@ bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d) {
   switch (p.kind) {
     case PolicyKind::kSparq: return resolve_sparq(p, S, d).k >= S;
     case PolicyKind::kHip: {
-      if (p.kv_read_ratio < 1.0 && p.hip_mask_k <= 0) return false;
       const ref::HipParams h = resolve_hip(p, S);
       return h.mask_k >= S - h.sink - h.window;
     }
