@@ -20,9 +20,9 @@ struct SparqParams {
 // to each step: r/(2d) = c/2 (r = d·c: the reference default r = d/8 at c = 1/8) and k/S = c/2,
 // but k never below the reference default kSparqMinK = 128 (or S); l = k/4.
 // Why not the paper's llama.cpp split (r ≈ d/12, k ≈ S/12): on Gemma 3 (d = 256, one kv head)
-// it failed passkey retrieval at 1k-4k in 0-3 of 20 trials where dense succeeds; r = 32 and
-// k ≥ 128 recovered most of them (bench/results/passkey.md). Below S = 2048 at c = 1/8 the floor
-// makes a step read more than c.
+// its passkey retrieval at 1/8 was 0/20, 3/20, 0/15 at 1k, 2k, 4k where dense succeeds; this
+// split gives 12/20 and 13/20 at 1k and 2k, still only 4/20 at 4k (bench/results/passkey.md).
+// Below S = 2048 at c = 1/8 the floor makes a step read more than c.
 inline constexpr int32_t kSparqMinK = 128;
 SparqParams sparq_params_for_ratio(double c, int32_t S, int32_t head_dim, bool reallocation = true);
 
