@@ -20,7 +20,7 @@
 //   + 2 × vocab × dim once (logits of the last token).
 //
 //   bench_decode --model PATH [--threads 1,2] [--depths 0,1024,4096] [--decode-tokens 32]
-//                [--bandwidth-json FILE] [--json OUT] [--kv-dtype f16] [--precision q8|f32]
+//                [--bandwidth-json FILE] [--json OUT] [--kv-dtype f16] [--precision q8|f32] [--no-pack]
 //                [--chunk 512] [--block-size 16] [--warmup-tokens 2] [--text FILE] [--share-prefill-from D]
 //                [--attention dense,sparq,hip,swa] [--kv-read-ratio 0.125]
 // --attention: decode policies timed one after the other from the same prefilled cache; KV bytes
@@ -87,6 +87,7 @@ struct Args {
   std::string bandwidth_json, json_out, text_file;
   KvDtype kv_dtype = KvDtype::kF16;
   cpu::Precision precision = cpu::Precision::kQ8;
+  bool pack = true;  // ModelOptions::pack_weights (--no-pack: the kernels read the stored layout)
   std::vector<std::string> attention = {"dense"};  // decode policies, each timed from the same prefill
   double kv_read_ratio = 0.125;
 };
@@ -144,6 +145,7 @@ Args parse_args(int argc, char** argv) {
       a.kv_read_ratio = std::strtod(value().c_str(), nullptr);
     }
     else if (k == "--kv-dtype") a.kv_dtype = parse_kv_dtype(value());
+    else if (k == "--no-pack") a.pack = false;
     else if (k == "--precision") {
       const std::string v = value();
       if (v == "q8") a.precision = cpu::Precision::kQ8;
@@ -319,6 +321,7 @@ int run(const Args& a) {
   opts.kv_dtype = a.kv_dtype;
   opts.block_size = a.block_size;
   opts.precision = a.precision;
+  opts.pack_weights = a.pack;
   const KvLayout layout{config.n_layers, config.n_kv_heads, config.head_dim, opts.block_size, opts.kv_dtype,
                         opts.kv_transposed_k};
   opts.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * ((max_depth + steps) / opts.block_size + 2);

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -94,59 +95,84 @@ struct Case {
 };
 
 bool g_csv = false;
-const char* precision_name(cpu::Precision p) { return p == cpu::Precision::kF32 ? "f32" : "q8"; }
+// The variants timed: f32, q8 over the stored layout, q8 over PackedWeights panels ("q8p").
+struct Variant {
+  cpu::Precision precision;
+  bool packed;
+};
+const char* variant_name(const Variant& v) { return v.precision == cpu::Precision::kF32 ? "f32" : v.packed ? "q8p" : "q8"; }
 
-void bench_decode(const Case& c, ThreadPool& pool, cpu::Precision p, std::mt19937& rng, const Rate& roof,
+// The packed copy of w when v asks for it (null otherwise).
+std::unique_ptr<cpu::PackedWeights> pack_if(const Variant& v, const Case& c, const std::vector<uint8_t>& w) {
+  if (!v.packed) return nullptr;
+  return std::make_unique<cpu::PackedWeights>(c.type, w.data(), c.N, c.K);
+}
+
+void bench_decode(const Case& c, ThreadPool& pool, const Variant& v, std::mt19937& rng, const Rate& roof,
                   bool quick) {
+  const cpu::Precision p = v.precision;
   const size_t bytes = ggml_row_size(c.type, c.K) * c.N;
   const size_t target = quick ? (128u << 20) : (384u << 20);
   const int copies = static_cast<int>(std::max<size_t>(1, (target + bytes - 1) / bytes));
   std::vector<std::vector<uint8_t>> ws;
   ws.push_back(make_weights(c.type, c.N, c.K, rng));
   for (int i = 1; i < copies; ++i) ws.push_back(ws[0]);
+  std::vector<std::unique_ptr<cpu::PackedWeights>> packs;
+  for (const auto& w : ws) packs.push_back(pack_if(v, c, w));
   std::vector<float> x(c.K), y(c.N);
   for (auto& v : x) v = static_cast<float>(rng() % 2000) * 1e-3f - 1.0f;
   auto run = [&](bool rotate) {
     const int calls = std::max(rotate ? copies * (quick ? 1 : 2) : 0, 40);
-    cpu::matmul(pool, c.type, ws[0].data(), c.N, c.K, x.data(), 1, y.data(), p);  // warm-up
+    cpu::matmul(pool, c.type, ws[0].data(), c.N, c.K, x.data(), 1, y.data(), p, packs[0].get());  // warm-up
     return time_calls(calls, bytes / 1e9, [&](int i) {
-      cpu::matmul(pool, c.type, ws[rotate ? i % copies : 0].data(), c.N, c.K, x.data(), 1, y.data(), p);
+      const int k = rotate ? i % copies : 0;
+      cpu::matmul(pool, c.type, ws[k].data(), c.N, c.K, x.data(), 1, y.data(), p, packs[k].get());
     });
   };
   const Rate cold = run(true), hot = run(false);
   if (g_csv) {
     std::printf("decode,%s,%s,%lld,%lld,%d,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f\n", ggml_type_name(c.type),
-                precision_name(p), static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(),
+                variant_name(v), static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(),
                 cold.median, cold.best, hot.median, hot.best, roof.median, roof.best);
   } else {
     std::printf("  %-5s %-3s %-16s thr %d | median %6.2f GB/s (%3.0f%% of %4.1f) | best %6.2f GB/s (%3.0f%% of %4.1f)"
                 " | hot %6.2f / %6.2f\n",
-                ggml_type_name(c.type), precision_name(p), c.what, pool.size(), cold.median,
+                ggml_type_name(c.type), variant_name(v), c.what, pool.size(), cold.median,
                 100 * cold.median / roof.median, roof.median, cold.best, 100 * cold.best / roof.best, roof.best,
                 hot.median, hot.best);
   }
 }
 
-void bench_prefill(const Case& c, ThreadPool& pool, cpu::Precision p, std::mt19937& rng, int64_t M) {
+void bench_prefill(const Case& c, ThreadPool& pool, const Variant& v, std::mt19937& rng, int64_t M) {
+  const cpu::Precision p = v.precision;
   const auto w = make_weights(c.type, c.N, c.K, rng);
+  const auto packed = pack_if(v, c, w);
   std::vector<float> x(M * c.K), y(M * c.N);
   for (auto& v : x) v = static_cast<float>(rng() % 2000) * 1e-3f - 1.0f;
-  cpu::matmul(pool, c.type, w.data(), c.N, c.K, x.data(), M, y.data(), p);
+  cpu::matmul(pool, c.type, w.data(), c.N, c.K, x.data(), M, y.data(), p, packed.get());
   const Rate r = time_calls(30, 2.0 * M * c.N * c.K / 1e9, [&](int) {
-    cpu::matmul(pool, c.type, w.data(), c.N, c.K, x.data(), M, y.data(), p);
+    cpu::matmul(pool, c.type, w.data(), c.N, c.K, x.data(), M, y.data(), p, packed.get());
   });
   if (g_csv) {
-    std::printf("prefill,%s,%s,%lld,%lld,%d,%.2f,%.2f,%lld\n", ggml_type_name(c.type), precision_name(p),
+    std::printf("prefill,%s,%s,%lld,%lld,%d,%.2f,%.2f,%lld\n", ggml_type_name(c.type), variant_name(v),
                 static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(), r.median, r.best,
                 static_cast<long long>(M));
   } else {
     std::printf("  %-5s %-3s %-16s thr %d  M=%lld | median %7.1f GFLOP/s | best %7.1f GFLOP/s\n",
-                ggml_type_name(c.type), precision_name(p), c.what, pool.size(), static_cast<long long>(M), r.median,
+                ggml_type_name(c.type), variant_name(v), c.what, pool.size(), static_cast<long long>(M), r.median,
                 r.best);
   }
 }
 
 bool is_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
+// f32 always; q8 for quantized formats; q8p where this machine has a packed kernel.
+std::vector<Variant> variants(GgmlType t) {
+  std::vector<Variant> v{{cpu::Precision::kF32, false}};
+  if (!is_float(t)) v.push_back({cpu::Precision::kQ8, false});
+  if (cpu::PackedWeights::supported(t)) v.push_back({cpu::Precision::kQ8, true});
+  return v;
+}
 
 }  // namespace
 
@@ -183,15 +209,13 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     if (!selected(c)) continue;
     for (int t = 0; t < 2; ++t)
-      for (cpu::Precision p : {cpu::Precision::kF32, cpu::Precision::kQ8})
-        if (!(is_float(c.type) && p == cpu::Precision::kQ8)) bench_decode(c, *pools[t], p, rng, roof[t], quick);
+      for (const Variant& v : variants(c.type)) bench_decode(c, *pools[t], v, rng, roof[t], quick);
   }
   if (!g_csv) std::printf("prefill (M=64):\n");
   for (const Case& c : cases) {
     if (!selected(c) || c.N > 8192) continue;
     for (int t = 0; t < 2; ++t)
-      for (cpu::Precision p : {cpu::Precision::kF32, cpu::Precision::kQ8})
-        if (!(is_float(c.type) && p == cpu::Precision::kQ8)) bench_prefill(c, *pools[t], p, rng, 64);
+      for (const Variant& v : variants(c.type)) bench_prefill(c, *pools[t], v, rng, 64);
   }
   return 0;
 }

@@ -56,6 +56,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   m->threads_ = std::make_unique<ThreadPool>(threads);
   if (options.backend == "cpu") {
+    if (options.pack_weights && options.precision == cpu::Precision::kQ8) m->weights_.pack_for_cpu();
     m->backend_ = std::make_unique<CpuBackend>(*m);
   } else if (options.backend == "cuda") {
     if (!cuda_backend_factory()) throw Error("--backend cuda: this build has no CUDA backend (nvcc was not found at build time)");
@@ -135,7 +136,8 @@ void Model::forward(const BatchPlan& plan, std::vector<float>& logits) {
   cpu::rms_norm(picked.data(), weights_.output_norm.data(), picked.data(), rows, c.dim, c.rms_eps);
   logits.resize(rows * vocab());
   const WeightMatrix& out = weights_.output;
-  cpu::matmul(*threads_, out.type, out.data, out.rows, out.cols, picked.data(), rows, logits.data(), options_.precision);
+  cpu::matmul(*threads_, out.type, out.data, out.rows, out.cols, picked.data(), rows, logits.data(), options_.precision,
+              out.packed.get());
 }
 
 void Model::grouped_attention(const BatchPlan& plan, const AttentionGroup& g, int32_t il, std::vector<char>& grouped) {
@@ -185,9 +187,9 @@ void Model::attention_layer(const BatchPlan& plan, int32_t il) {
 
   cpu::rms_norm(x_.data(), L.attn_norm.data(), xn_.data(), T, c.dim, c.rms_eps);
   // Q, K and V share their input: one pool job (the input is quantized once).
-  const cpu::MatmulTarget qkv[] = {{L.wq.type, L.wq.data, L.wq.rows, q_.data()},
-                                   {L.wk.type, L.wk.data, L.wk.rows, k_.data()},
-                                   {L.wv.type, L.wv.data, L.wv.rows, v_.data()}};
+  const cpu::MatmulTarget qkv[] = {{L.wq.type, L.wq.data, L.wq.rows, q_.data(), L.wq.packed.get()},
+                                   {L.wk.type, L.wk.data, L.wk.rows, k_.data(), L.wk.packed.get()},
+                                   {L.wv.type, L.wv.data, L.wv.rows, v_.data(), L.wv.packed.get()}};
   cpu::matmul_group(pool, qkv, 3, L.wq.cols, xn_.data(), T, prec);
   for (int64_t r = 0; r < T; ++r) {
     if (!L.bq.empty()) cpu::add_inplace(&q_[r * c.q_dim()], L.bq.data(), c.q_dim());
@@ -239,7 +241,7 @@ void Model::attention_layer(const BatchPlan& plan, int32_t il) {
     t += n;
   }
 
-  cpu::matmul(pool, L.wo.type, L.wo.data, L.wo.rows, L.wo.cols, attn_.data(), T, proj_.data(), prec);
+  cpu::matmul(pool, L.wo.type, L.wo.data, L.wo.rows, L.wo.cols, attn_.data(), T, proj_.data(), prec, L.wo.packed.get());
   if (c.post_norms) cpu::rms_norm(proj_.data(), L.post_attn_norm.data(), proj_.data(), T, c.dim, c.rms_eps);
   cpu::add_inplace(x_.data(), proj_.data(), T * c.dim);
 }
@@ -252,14 +254,15 @@ void Model::mlp_layer(int32_t il) {
   const cpu::Precision prec = options_.precision;
 
   cpu::rms_norm(x_.data(), L.ffn_norm.data(), xn_.data(), T, c.dim, c.rms_eps);
-  const cpu::MatmulTarget gate_up[] = {{L.w_gate.type, L.w_gate.data, L.w_gate.rows, gate_.data()},
-                                       {L.w_up.type, L.w_up.data, L.w_up.rows, up_.data()}};
+  const cpu::MatmulTarget gate_up[] = {{L.w_gate.type, L.w_gate.data, L.w_gate.rows, gate_.data(), L.w_gate.packed.get()},
+                                       {L.w_up.type, L.w_up.data, L.w_up.rows, up_.data(), L.w_up.packed.get()}};
   cpu::matmul_group(pool, gate_up, 2, L.w_gate.cols, xn_.data(), T, prec);
   if (c.activation == Activation::kSilu)
     cpu::silu_mul(gate_.data(), up_.data(), T * c.ffn_dim);
   else
     cpu::gelu_tanh_mul(gate_.data(), up_.data(), T * c.ffn_dim);
-  cpu::matmul(pool, L.w_down.type, L.w_down.data, L.w_down.rows, L.w_down.cols, gate_.data(), T, proj_.data(), prec);
+  cpu::matmul(pool, L.w_down.type, L.w_down.data, L.w_down.rows, L.w_down.cols, gate_.data(), T, proj_.data(), prec,
+              L.w_down.packed.get());
   if (c.post_norms) cpu::rms_norm(proj_.data(), L.post_ffn_norm.data(), proj_.data(), T, c.dim, c.rms_eps);
   cpu::add_inplace(x_.data(), proj_.data(), T * c.dim);
 }

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/kv/huge_buffer.h"
+#include "kernels/cpu/huge_buffer.h"
 #include "kernels/kv_dtype.h"
 #include "kernels/paged_kv.h"
 

@@ -28,7 +28,7 @@ class Loader {
     if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows)
       throw Error(f_.path() + ": tensor '" + name + "' has shape " + shape(t) + ", expected [" +
                   std::to_string(cols) + ", " + std::to_string(rows) + "]");
-    return WeightMatrix{t.type, t.data, rows, cols};
+    return WeightMatrix{t.type, t.data, rows, cols, nullptr};
   }
 
   std::vector<float> vector(const std::string& name, int64_t n) const {
@@ -95,6 +95,23 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
     w.layers.push_back(std::move(L));
   }
   return w;
+}
+
+}  // namespace fathom
+
+namespace fathom {
+
+size_t ModelWeights::pack_for_cpu() {
+  size_t bytes = 0;
+  auto pack = [&](WeightMatrix& w) {
+    if (w.packed || !cpu::PackedWeights::supported(w.type)) return;
+    w.packed = std::make_shared<const cpu::PackedWeights>(w.type, w.data, w.rows, w.cols);
+    bytes += w.packed->bytes();
+  };
+  for (LayerWeights& L : layers)
+    for (WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*w);
+  pack(output);
+  return bytes;
 }
 
 }  // namespace fathom

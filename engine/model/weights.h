@@ -2,10 +2,12 @@
 // Model weights: views into the mapped GGUF file, in their stored format.
 // Small vectors (norm weights, biases) are converted to f32 once at load.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/model/model_config.h"
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/ggml_type.h"
 
 namespace fathom {
@@ -18,6 +20,8 @@ struct WeightMatrix {
   const void* data = nullptr;
   int64_t rows = 0;  // output features (GGUF dims[1])
   int64_t cols = 0;  // input features (GGUF dims[0])
+  // The same matrix repacked for the CPU kQ8 kernels (ModelWeights::pack_for_cpu), or null.
+  std::shared_ptr<const cpu::PackedWeights> packed;
   size_t bytes() const { return ggml_row_size(type, cols) * rows; }
 };
 
@@ -41,6 +45,11 @@ struct ModelWeights {
 
   // Throws fathom::Error for a missing tensor, wrong shape, or a type the kernels cannot read.
   static ModelWeights from_gguf(const GgufFile& file, const ModelConfig& config);
+
+  // Repacks every matrix the CPU's kQ8 kernels read faster in panels (cpu::PackedWeights:
+  // Q8_0, Q4_0, Q4_1 on AVX-512 VNNI), including the output projection (when it is the tied
+  // embedding, the lookup keeps reading the mapped rows). Returns the bytes allocated.
+  size_t pack_for_cpu();
 };
 
 }  // namespace fathom

@@ -59,6 +59,7 @@ const KernelTable& avx512_kernels() {
     register_avx512_dot_f32(k);
     register_avx512_dot_q8(k);
     register_avx512_gemm(k);
+    register_avx512_dot_packed(k);
     return k;
   }();
   return t;
@@ -130,6 +131,14 @@ DotFn dot_q8_fn(int f) {
   const DotFn fn = table_for(active_level()).dot_q8[f];
   return fn ? fn : portable_kernels().dot_q8[f];
 }
+}  // namespace
+
+namespace detail {
+DotFn dot_packed_fn(int f) { return table_for(active_level()).dot_packed[f]; }
+}  // namespace detail
+
+namespace {
+
 // Whether dot_q8_fn(f) reads the nibble-split activations (DotArgs::xs).
 bool q8_split(int f) {
   const KernelTable& t = table_for(active_level());
@@ -243,6 +252,14 @@ void run_dot(ThreadPool& pool, DotFn fn, const DotArgs& base, int64_t M, int64_t
   run_dots(pool, &j, 1, M);
 }
 
+// The packed kernel for W when `packed` holds it and this SIMD level reads it; else null.
+DotFn packed_fn_for(GgmlType wtype, int64_t N, int64_t K, const PackedWeights* packed) {
+  if (!packed) return nullptr;
+  FATHOM_CHECK(packed->type() == wtype && packed->rows() == N && packed->cols() == K,
+               "matmul: packed weights do not match the matrix");
+  return dot_packed_fn(fmt_index(wtype));
+}
+
 // 8-bit activations of x [M][K] (Precision::kQ8), in per-thread scratch: valid until the
 // calling thread's next matmul.
 struct Q8Act {
@@ -313,6 +330,20 @@ DotArgs q8_args(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int6
   return a;
 }
 
+// The kQ8 job of one matrix: over its panels when packed (chunks of ~32 KB of panels), else
+// over its stored rows.
+DotJob q8_job(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_t K, float* y,
+              const PackedWeights* packed) {
+  DotArgs a = q8_args(act, wtype, W, N, K, y);
+  if (const DotFn fn = packed_fn_for(wtype, N, K, packed)) {
+    a.w = packed->data();
+    a.row_bytes = packed->panel_bytes();
+    a.rows_total = N;
+    return DotJob{fn, a, packed->panels(), std::max<int64_t>(1, 32768 / static_cast<int64_t>(a.row_bytes))};
+  }
+  return DotJob{dot_q8_fn(fmt_index(wtype)), a, N, rows_per_chunk(a.row_bytes)};
+}
+
 void gemm_tiles(ThreadPool& pool, GgmlType wtype, const uint8_t* W, size_t row_bytes, int64_t N,
                 int64_t K, const float* x, int64_t M, float* y) {
   const int f = fmt_index(wtype);
@@ -348,7 +379,7 @@ void gemm_tiles(ThreadPool& pool, GgmlType wtype, const uint8_t* W, size_t row_b
 bool matmul_supports(GgmlType wtype) { return fmt_index(wtype) >= 0; }
 
 void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t K, const float* x,
-            int64_t M, float* y, Precision precision) {
+            int64_t M, float* y, Precision precision, const PackedWeights* packed) {
   const int f = fmt_index(wtype);
   if (f < 0) throw Error(std::string("matmul: unsupported weight type ") + ggml_type_name(wtype));
   const int64_t bs = ggml_info(wtype).block_size;
@@ -366,8 +397,10 @@ void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t 
 
   if (precision == Precision::kQ8 && !is_float(f)) {
     // K is a multiple of 32 for every quantized format.
-    const Q8Act act = quantize_activations(pool, x, M, K, q8_split(f));
-    run_dot(pool, dot_q8_fn(f), q8_args(act, wtype, W, N, K, y), M, N);
+    const bool use_packed = packed_fn_for(wtype, N, K, packed) != nullptr;
+    const Q8Act act = quantize_activations(pool, x, M, K, !use_packed && q8_split(f));
+    const DotJob job = q8_job(act, wtype, W, N, K, y, packed);
+    run_dots(pool, &job, 1, M);
     return;
   }
 
@@ -408,20 +441,22 @@ void matmul_group(ThreadPool& pool, const MatmulTarget* targets, int count, int6
   }
   if (!q8) {
     for (int i = 0; i < count; ++i)
-      matmul(pool, targets[i].type, targets[i].W, targets[i].N, K, x, M, targets[i].y, precision);
+      matmul(pool, targets[i].type, targets[i].W, targets[i].N, K, x, M, targets[i].y, precision, targets[i].packed);
     return;
   }
   if (M <= 0) return;
   bool split = false;
-  for (int i = 0; i < count; ++i) split = split || q8_split(fmt_index(targets[i].type));
+  for (int i = 0; i < count; ++i) {
+    const MatmulTarget& t = targets[i];
+    const bool packed = t.N > 0 && packed_fn_for(t.type, t.N, K, t.packed) != nullptr;
+    split = split || (!packed && q8_split(fmt_index(t.type)));
+  }
   const Q8Act act = quantize_activations(pool, x, M, K, split);
   DotJob jobs[kMaxGroup];
   int n = 0;
   for (int i = 0; i < count; ++i) {
     const MatmulTarget& t = targets[i];
-    if (t.N <= 0) continue;
-    const DotArgs a = q8_args(act, t.type, t.W, t.N, K, t.y);
-    jobs[n++] = DotJob{dot_q8_fn(fmt_index(t.type)), a, t.N, rows_per_chunk(a.row_bytes)};
+    if (t.N > 0) jobs[n++] = q8_job(act, t.type, t.W, t.N, K, t.y, t.packed);
   }
   run_dots(pool, jobs, n, M);
 }

@@ -19,6 +19,7 @@
 // multiple of the format's block size. The pool must not be running another job.
 #include <cstdint>
 
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ggml_type.h"
 
@@ -26,16 +27,19 @@ namespace fathom::cpu {
 
 enum class Precision { kF32, kQ8 };
 
+// packed (optional): the same W repacked at load (packed_weights.h). kQ8 reads it instead of W
+// when this SIMD level has a kernel for it; kF32 always reads W.
 void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t K, const float* x,
-            int64_t M, float* y, Precision precision = Precision::kF32);
+            int64_t M, float* y, Precision precision = Precision::kF32, const PackedWeights* packed = nullptr);
 
 // One weight matrix of a matmul_group and where its result goes: W [N][K] in `type`
-// (GGUF layout, as for matmul), y [M][N] f32.
+// (GGUF layout, as for matmul), y [M][N] f32; packed as for matmul.
 struct MatmulTarget {
   GgmlType type;
   const void* W;
   int64_t N;
   float* y;
+  const PackedWeights* packed = nullptr;
 };
 
 // Several matmuls that share the input x [M][K] (Q, K and V; gate and up) as one pool job:

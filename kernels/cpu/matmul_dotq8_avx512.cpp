@@ -62,6 +62,7 @@ void dot_q32(const DotArgs& a, int64_t n0, int64_t n1) {
   const __m512i two_v = _mm512_set1_epi32(2);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = a.w + n * a.row_bytes;
+    prefetch_ahead(row, a.row_bytes);
     __m512 acc[MR], corr[MR];
     for (int m = 0; m < MR; ++m) acc[m] = corr[m] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < nb; g0 += 16) {
@@ -156,6 +157,7 @@ void dot_q4_split(const DotArgs& a, int64_t n0, int64_t n1) {
   const __mmask32 hi_mask = (1u << (4 * kWords - 32)) - 1;  // words 32.. of a group
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = a.w + n * a.row_bytes;
+    prefetch_ahead(row, a.row_bytes);
     __m512 acc[MR], acc2[MR];
     for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < nb; g0 += 16) {
@@ -201,6 +203,7 @@ void dot_qk45(const DotArgs& a, int64_t n0, int64_t n1) {
   const __m512i nib = _mm512_set1_epi8(0x0F);
   for (int64_t n = n0; n < n1; ++n) {
     const B* b = reinterpret_cast<const B*>(a.w + n * a.row_bytes);
+    prefetch_ahead(a.w + n * a.row_bytes, a.row_bytes);
     __m512 acc[MR];
     __m256 accm[MR];
     for (int m = 0; m < MR; ++m) {
@@ -262,6 +265,7 @@ void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
   const __m512i dup16 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   for (int64_t n = n0; n < n1; ++n) {
     const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(a.w + n * a.row_bytes);
+    prefetch_ahead(a.w + n * a.row_bytes, a.row_bytes);
     __m512 acc[MR], corr[MR];
     for (int m = 0; m < MR; ++m) acc[m] = corr[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i) {
@@ -296,16 +300,6 @@ void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
       }
     }
     for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]) - 32.0f * hsum(corr[m]);
-  }
-}
-
-template <template <int> class K>
-void by_mr(const DotArgs& a, int64_t n0, int64_t n1) {
-  switch (a.mr) {
-    case 1: return K<1>::run(a, n0, n1);
-    case 2: return K<2>::run(a, n0, n1);
-    case 3: return K<3>::run(a, n0, n1);
-    default: return K<4>::run(a, n0, n1);
   }
 }
 

@@ -46,6 +46,9 @@ struct DotArgs {
   int64_t ldsg = 0;
   float* y = nullptr;
   int64_t ldy = 0;
+  // Packed kernels (KernelTable::dot_packed): w is PackedWeights::data(), row_bytes its
+  // panel_bytes(), [n0, n1) are panels, and rows_total = N (the last panel stores N - 16 p rows).
+  int64_t rows_total = 0;
 };
 
 using DequantFn = void (*)(const void* src, float* dst, int64_t n);
@@ -65,6 +68,7 @@ struct KernelTable {
   DotFn dot_f32[kFmtCount] = {};
   DotFn dot_q8[kFmtCount] = {};
   bool q8_split[kFmtCount] = {};  // dot_q8[f] reads DotArgs::xs / qds
+  DotFn dot_packed[kFmtCount] = {};  // kQ8 over PackedWeights panels (no portable fallback)
   QuantizeQ8Fn quantize_q8 = nullptr;
   GemmF32Fn gemm_f32 = nullptr;
 };
@@ -83,5 +87,9 @@ void register_avx512_dequant(KernelTable& t);
 void register_avx512_dot_f32(KernelTable& t);
 void register_avx512_dot_q8(KernelTable& t);
 void register_avx512_gemm(KernelTable& t);
+void register_avx512_dot_packed(KernelTable& t);  // matmul_packed_avx512.cpp
+
+// The packed kernel of format f at the active SIMD level, or null (then the stored layout is read).
+DotFn dot_packed_fn(int f);
 
 }  // namespace fathom::cpu::detail

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -79,6 +80,7 @@ struct Worst {
   double q8 = 0;        // max |err| / (1.001 B + 1e-5 S), kQ8 (must stay <= 1)
   double q8_rel = 0;    // max |err| / S, kQ8 (for information)
   double q8_rel_plain = 0;  // the same without the outlier row (m = 2): normal activations
+  int packed_calls = 0;     // kQ8 calls over PackedWeights panels
 };
 
 void check_format(GgmlType t, Worst* worst_out) {
@@ -122,16 +124,28 @@ void check_format(GgmlType t, Worst* worst_out) {
             S[m * N + n] = s;
             B[m * N + n] = b;
           }
+        // kQ8 also over the panels of PackedWeights where this level has a packed kernel.
+        std::unique_ptr<cpu::PackedWeights> packed;
+        if (cpu::PackedWeights::supported(t)) packed = std::make_unique<cpu::PackedWeights>(t, W.data(), N, K);
+        struct Variant {
+          cpu::Precision p;
+          const cpu::PackedWeights* packed;
+        };
+        std::vector<Variant> variants{{cpu::Precision::kF32, nullptr}, {cpu::Precision::kQ8, nullptr}};
+        if (packed) variants.push_back({cpu::Precision::kQ8, packed.get()});
         for (ThreadPool* pool : {&pool1, &pool2})
-          for (cpu::Precision p : {cpu::Precision::kF32, cpu::Precision::kQ8}) {
+          for (const Variant& v : variants) {
+            const cpu::Precision p = v.p;
             std::vector<float> y(M * N, std::nanf(""));
-            cpu::matmul(*pool, t, W.data(), N, K, x.data(), M, y.data(), p);
+            cpu::matmul(*pool, t, W.data(), N, K, x.data(), M, y.data(), p, v.packed);
+            if (v.packed) ++worst_out->packed_calls;
             const bool q8 = p == cpu::Precision::kQ8 && bs > 1;
             for (int64_t i = 0; i < M * N; ++i) {
               const double err = std::fabs(y[i] - ref[i]);
               const double tol = q8 ? 1.001 * B[i] + 1e-5 * S[i] : 1e-5 * S[i];
               if (!(err <= tol + 1e-30)) {
                 ADD_FAILURE() << ggml_type_name(t) << " level " << cpu::simd_level() << (q8 ? " kQ8" : " kF32")
+                              << (v.packed ? " packed" : "")
                               << " threads " << pool->size() << " M " << M << " N " << N << " K " << K
                               << " at m " << i / N << " n " << i % N << ": got " << y[i] << " want "
                               << ref[i] << " err " << err << " tol " << tol;
@@ -163,8 +177,8 @@ TEST_P(MatmulTest, MatchesDoubleReferenceAtEveryLevel) {
     Worst w;
     check_format(t, &w);
     std::printf("[matmul] %-5s %-8s worst kF32 err/S: dot %.2e, gemm %.2e | kQ8 err/bound %.3f, err/S %.2e"
-                " (%.2e without the outlier row)\n",
-                ggml_type_name(t), level, w.f32_dot, w.f32_gemm, w.q8, w.q8_rel, w.q8_rel_plain);
+                " (%.2e without the outlier row) | %d packed calls\n",
+                ggml_type_name(t), level, w.f32_dot, w.f32_gemm, w.q8, w.q8_rel, w.q8_rel_plain, w.packed_calls);
   }
   if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
 }
@@ -177,7 +191,8 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
 
 // kQ8 rows are bitwise independent of the batch: row m of an M-row call equals the 1-row call
 // on that activation row, at 1 and 2 threads, and a weight row's result does not depend on
-// where in the matrix (which chunk, which kernel call) it sits. Batch invariance and exact
+// where in the matrix (which chunk, which kernel call, which panel lane) it sits — for the
+// stored layout and for PackedWeights. Batch invariance and exact
 // recompute-preemption rely on this.
 TEST_P(MatmulTest, Q8RowsAreBitwiseIndependentOfBatchThreadsAndPosition) {
   const GgmlType t = GetParam();
@@ -193,21 +208,34 @@ TEST_P(MatmulTest, Q8RowsAreBitwiseIndependentOfBatchThreadsAndPosition) {
   ThreadPool pool1(1), pool2(2);
   for (const char* level : kLevels) {
     if (!cpu::set_simd_level_for_testing(level)) continue;
-    std::vector<float> full(M * N);
-    cpu::matmul(pool2, t, W.data(), N, K, x.data(), M, full.data(), cpu::Precision::kQ8);
-    for (int64_t m : {0, 3, 16}) {
-      for (ThreadPool* pool : {&pool1, &pool2}) {
-        std::vector<float> one(N);
-        cpu::matmul(*pool, t, W.data(), N, K, &x[m * K], 1, one.data(), cpu::Precision::kQ8);
-        for (int64_t n = 0; n < N; ++n)
-          ASSERT_EQ(std::memcmp(&one[n], &full[m * N + n], 4), 0)
-              << ggml_type_name(t) << " " << level << " m " << m << " n " << n << " threads " << pool->size();
+    // The stored layout, then (where this level has a kernel for it) PackedWeights panels.
+    for (const bool use_packed : {false, true}) {
+      if (use_packed && !cpu::PackedWeights::supported(t)) continue;
+      std::unique_ptr<cpu::PackedWeights> packed, packed_tail;
+      if (use_packed) {
+        packed = std::make_unique<cpu::PackedWeights>(t, W.data(), N, K);
+        packed_tail = std::make_unique<cpu::PackedWeights>(t, W.data() + 5 * row, N - 5, K);
       }
-      // Rows 5.. as their own matrix: each row lands at another position in the chunks.
-      std::vector<float> tail(N - 5);
-      cpu::matmul(pool1, t, W.data() + 5 * row, N - 5, K, &x[m * K], 1, tail.data(), cpu::Precision::kQ8);
-      for (int64_t n = 5; n < N; ++n)
-        ASSERT_EQ(std::memcmp(&tail[n - 5], &full[m * N + n], 4), 0) << ggml_type_name(t) << " " << level << " n " << n;
+      const char* layout = use_packed ? " packed" : " stored";
+      std::vector<float> full(M * N);
+      cpu::matmul(pool2, t, W.data(), N, K, x.data(), M, full.data(), cpu::Precision::kQ8, packed.get());
+      for (int64_t m : {0, 3, 16}) {
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          std::vector<float> one(N);
+          cpu::matmul(*pool, t, W.data(), N, K, &x[m * K], 1, one.data(), cpu::Precision::kQ8, packed.get());
+          for (int64_t n = 0; n < N; ++n)
+            ASSERT_EQ(std::memcmp(&one[n], &full[m * N + n], 4), 0) << ggml_type_name(t) << " " << level << layout
+                                                                    << " m " << m << " n " << n << " threads " << pool->size();
+        }
+        // Rows 5.. as their own matrix: each row lands at another position in the chunks
+        // (and, packed, in another panel and lane).
+        std::vector<float> tail(N - 5);
+        cpu::matmul(pool1, t, W.data() + 5 * row, N - 5, K, &x[m * K], 1, tail.data(), cpu::Precision::kQ8,
+                    packed_tail.get());
+        for (int64_t n = 5; n < N; ++n)
+          ASSERT_EQ(std::memcmp(&tail[n - 5], &full[m * N + n], 4), 0) << ggml_type_name(t) << " " << level << layout
+                                                                      << " n " << n;
+      }
     }
   }
   if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");

@@ -9,7 +9,7 @@
 
 #include "engine/kv/block_pool.h"
 #include "engine/kv/block_table.h"
-#include "engine/kv/huge_buffer.h"
+#include "kernels/cpu/huge_buffer.h"
 #include "kernels/ref/attention_state.h"
 
 namespace fathom {

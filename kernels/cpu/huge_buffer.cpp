@@ -1,4 +1,4 @@
-#include "engine/kv/huge_buffer.h"
+#include "kernels/cpu/huge_buffer.h"
 
 #include <sys/mman.h>
 

@@ -1,0 +1,120 @@
+// AVX-512 VNNI kQ8 kernels over PackedWeights panels (layout: packed_weights.h).
+// Per 32-column block and activation row m, 16 rows at once:
+//   P[r] = sum_j dpbusd(quant vector j, 4 activation bytes broadcast)      (exact int32)
+//   Q8_0: acc[r] += float(P[r] - 128 qsum) * d[r] * dx          (weights stored as q + 128)
+//   Q4_0: acc[r] += float(P[r] - 8 qsum) * d[r] * dx            (w = d (q - 8))
+//   Q4_1: acc[r] += float(P[r]) * d[r] * dx;  acc2[r] += m[r] * (dx qsum)   (w = d q + m)
+// Every activation row goes through the same instructions whatever mr is, so a row's result
+// does not depend on the batch (batch invariance, bitwise decode == prefill).
+// GCC 12 reports _mm512_undefined_* inside intrinsics as maybe-uninitialized (a known false
+// positive); silence it for this file only.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/cpu/matmul_avx512_common.h"
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/packed_weights.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace fathom::cpu::detail {
+namespace {
+
+using quant::load_u32;
+
+// 4 activation bytes x[k..k+3] in every 32-bit lane.
+inline __m512i bcast4(const int8_t* x) { return _mm512_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(x)))); }
+
+inline void store_panel(float* y, __m512 v, int64_t p, int64_t rows_total) {
+  const int64_t r0 = p * PackedWeights::kPanelRows;
+  const int64_t n = rows_total - r0;
+  if (n >= 16) _mm512_storeu_ps(y + r0, v);
+  else _mm512_mask_storeu_ps(y + r0, static_cast<__mmask16>((1u << n) - 1), v);
+}
+
+template <int MR>
+void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nb = a.K / 32;
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* qp = a.w + p * a.row_bytes;
+    const uint8_t* sp = qp + nb * 512;
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, qp += 512) {
+      prefetch_ahead(qp, 512);
+      __m512i w[8];
+      for (int j = 0; j < 8; ++j) w[j] = _mm512_load_si512(qp + 64 * j);
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + 32 * b)));
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* x = a.q + m * a.ldq + 32 * b;
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(x));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], bcast4(x + 4));
+        for (int j = 2; j < 8; j += 2) {
+          s0 = _mm512_dpbusd_epi32(s0, w[j], bcast4(x + 4 * j));
+          s1 = _mm512_dpbusd_epi32(s1, w[j + 1], bcast4(x + 4 * j + 4));
+        }
+        const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * a.qsum[m * a.ldqs + b]));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(a.qd[m * a.ldqs + b])), acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) store_panel(a.y + m * a.ldy, acc[m], p, a.rows_total);
+  }
+}
+
+template <bool kMin, int MR>
+void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nb = a.K / 32;
+  constexpr int kScale = kMin ? 64 : 32;
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* qp = a.w + p * a.row_bytes;
+    const uint8_t* sp = qp + nb * 256;
+    __m512 acc[MR], acc2[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, qp += 256) {
+      prefetch_ahead(qp, 256);
+      __m512i lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m512i raw = _mm512_load_si512(qp + 64 * j);
+        lo[j] = _mm512_and_si512(raw, nib);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+      }
+      // d (then, Q4_1, m) of the 16 rows, f16.
+      const __m256i d16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + kScale * b));
+      const __m512 d = _mm512_cvtph_ps(d16);
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* x = a.q + m * a.ldq + 32 * b;
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(x));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(x + 16));
+        for (int j = 1; j < 4; ++j) {
+          s0 = _mm512_dpbusd_epi32(s0, lo[j], bcast4(x + 4 * j));
+          s1 = _mm512_dpbusd_epi32(s1, hi[j], bcast4(x + 16 + 4 * j));
+        }
+        __m512i s = _mm512_add_epi32(s0, s1);
+        const float dx = a.qd[m * a.ldqs + b];
+        const int32_t qsum = a.qsum[m * a.ldqs + b];
+        if constexpr (kMin) {
+          const __m512 mins = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + kScale * b + 32)));
+          acc2[m] = _mm512_fmadd_ps(mins, _mm512_set1_ps(dx * static_cast<float>(qsum)), acc2[m]);
+        } else {
+          s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * qsum));
+        }
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      store_panel(a.y + m * a.ldy, kMin ? _mm512_add_ps(acc[m], acc2[m]) : acc[m], p, a.rows_total);
+  }
+}
+
+template <int MR> struct PackedQ8_0 { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q8_0<MR>(a, b, e); } };
+template <bool kMin> struct PackedQ4 { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4<kMin, MR>(a, b, e); } }; };
+
+}  // namespace
+
+void register_avx512_dot_packed(KernelTable& t) {
+  t.dot_packed[kQ8_0] = by_mr<PackedQ8_0>;
+  t.dot_packed[kQ4_0] = by_mr<PackedQ4<false>::K>;
+  t.dot_packed[kQ4_1] = by_mr<PackedQ4<true>::K>;
+}
+
+}  // namespace fathom::cpu::detail

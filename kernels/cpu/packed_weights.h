@@ -1,0 +1,60 @@
+#pragma once
+// Weight matrices repacked at load time into row panels for the kQ8 decode kernels
+// (llama.cpp's "repack" idea): 16 rows of W are interleaved so that one 64-byte load holds
+// 4 consecutive quants of each of the 16 rows, one VNNI dot product (_mm512_dpbusd_epi32 against
+// 4 activation bytes broadcast to every lane) advances all 16 rows by 4 columns, and a panel's
+// 16 results leave the kernel as one vector store — no per-row horizontal sums, no per-row
+// scale gathering. The stored kernels (matmul_dotq8_*.cpp) spend about as many instructions per
+// row as the row has bytes; the panel kernels about a third of that, so they keep up with
+// memory at decode.
+//
+// Layout: panel p covers rows [16p, 16p + 16) (rows past N are zero), K / 32 blocks of 32
+// columns; panel_bytes() apart, 64-byte aligned, in 2 MiB pages where the kernel allows
+// (HugePageBuffer: one TLB entry per 2 MiB instead of per 4 KiB of a streamed matrix).
+//   quants: K / 32 chunks of kQuantBytes, then scales: K / 32 chunks of kScaleBytes.
+//   Q8_0: quants 8 x 64 bytes; vector j, lane r = q[r][4j .. 4j + 3] + 128 (unsigned bytes).
+//         scales: d of the 16 rows (f16).
+//   Q4_0, Q4_1: quants 4 x 64 bytes; vector j, lane r = qs[r][4j .. 4j + 3] as stored (low
+//         nibbles: columns 4j..4j+3, high nibbles: 16 + 4j..16 + 4j + 3).
+//         scales: d of the 16 rows (f16), then (Q4_1) m of the 16 rows (f16).
+// Values are exactly the stored ones (no requantization): results match the stored kernels'
+// up to f32 summation order.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/huge_buffer.h"
+#include "kernels/ggml_type.h"
+
+namespace fathom::cpu {
+
+class PackedWeights {
+ public:
+  static constexpr int kPanelRows = 16;
+
+  // True when this machine's kernels read `type` packed (AVX-512 VNNI; Q8_0, Q4_0, Q4_1) at
+  // the SIMD level active now.
+  static bool supported(GgmlType type);
+
+  // W: [N][K] in `type`, GGUF layout (as matmul takes it). Requires supported(type).
+  PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K);
+
+  GgmlType type() const { return type_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t panels() const { return (rows_ + kPanelRows - 1) / kPanelRows; }
+  size_t panel_bytes() const { return panel_bytes_; }
+  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(buffer_.data()); }
+  size_t bytes() const { return buffer_.size(); }
+
+  // Bytes of one 32-column chunk of a panel: quants and scales.
+  static int quant_bytes(GgmlType type);
+  static int scale_bytes(GgmlType type);
+
+ private:
+  GgmlType type_;
+  int64_t rows_, cols_;
+  size_t panel_bytes_;
+  HugePageBuffer buffer_;
+};
+
+}  // namespace fathom::cpu
