@@ -59,7 +59,7 @@ int run_generate(int argc, char** argv) {
   CliArgs args(with_model_options({"prompt", "chat", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p",
                                    "min-p", "seed", "logprobs", "repetition-penalty", "presence-penalty",
                                    "frequency-penalty"}),
-               {"json", "ignore-eos", "no-transposed-k"});
+               {"json", "ignore-eos", "no-transposed-k", "no-pack-weights"});
   args.parse(argc, argv, 2);
   auto model = Model::load(args.require("model"), model_options_from_args(args));
   const auto prompts = prompts_from_args(*model, args);

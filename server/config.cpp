@@ -117,6 +117,7 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
   if (precision == "q8") c.model_options.precision = cpu::Precision::kQ8;
   else if (precision == "f32") c.model_options.precision = cpu::Precision::kF32;
   else if (!precision.empty()) top.fail("precision", "must be \"q8\" or \"f32\", got \"" + precision + "\"");
+  top.read("pack_weights", c.model_options.pack_weights);
   top.read("chat_template", c.model_options.chat_template);
   top.read("log_level", c.log_level);
   if (!kLogLevels.count(c.log_level)) top.fail("log_level", "must be one of trace, debug, info, warn, error, critical, off");

@@ -18,7 +18,7 @@ void usage() {
       "usage: fathom <command> [options]\n"
       "  generate --model PATH (--prompt TEXT | --chat JSON | --prompt-ids 1,2,3)... [--max-tokens N]\n"
       "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--logprobs N]\n"
-      "           [--threads N] [--kv-dtype f16|f32|int8] [--precision q8|f32] [--backend cpu|cuda]\n"
+      "           [--threads N] [--kv-dtype f16|f32|int8] [--precision q8|f32] [--no-pack-weights] [--backend cpu|cuda]\n"
       "           [--attention dense|sparq|hip|swa] [--kv-read-ratio X] [--ignore-eos] [--json]\n"
       "  logits   --model PATH (--prompt TEXT | --prompt-ids 1,2,3) --out FILE   (f32 logits of every position)\n"
       "  chat     --model PATH [--max-tokens N] [--temperature T]                 (interactive)\n"

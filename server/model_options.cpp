@@ -20,6 +20,7 @@ ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& de
   if (mib > 0) o.kv_cache_bytes = mib << 20;
   if (auto v = args.get("chat-template")) o.chat_template = *v;
   if (args.flag("no-transposed-k")) o.kv_transposed_k = false;
+  if (args.flag("no-pack-weights")) o.pack_weights = false;
   if (auto v = args.get("backend")) o.backend = *v;
   return o;
 }

@@ -13,7 +13,7 @@ namespace fathom {
 inline const std::set<std::string> kModelOptionNames = {"model",        "threads",       "kv-dtype",  "precision",
                                                         "block-size",   "kv-cache-mib",  "chat-template",
                                                         "attention",    "kv-read-ratio", "backend"};
-inline const std::set<std::string> kModelFlagNames = {"no-transposed-k"};
+inline const std::set<std::string> kModelFlagNames = {"no-transposed-k", "no-pack-weights"};
 
 ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& defaults = {});
 AttentionPolicy attention_from_args(const CliArgs& args, const AttentionPolicy& defaults = {});
