@@ -330,16 +330,25 @@ DotArgs q8_args(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int6
   return a;
 }
 
-// The kQ8 job of one matrix: over its panels when packed (chunks of ~32 KB of panels), else
-// over its stored rows.
+// Panels per work chunk of a packed matrix: ~128 KB (each chunk start costs a shared atomic and
+// a cold hardware prefetcher; on Gemma's 178 MB output matrix 128-256 KB chunks decoded 4-10%
+// faster than 32 KB), but at least 4 chunks per thread so small matrices still balance.
+int64_t panels_per_chunk(int64_t panels, size_t panel_bytes, int threads) {
+  const int64_t by_bytes = std::max<int64_t>(1, (int64_t{128} << 10) / static_cast<int64_t>(panel_bytes));
+  const int64_t by_balance = std::max<int64_t>(1, panels / (4 * static_cast<int64_t>(threads)));
+  return std::min(by_bytes, by_balance);
+}
+
+// The kQ8 job of one matrix: over its panels when packed, else over its stored rows (chunks of
+// ~32 KB).
 DotJob q8_job(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_t K, float* y,
-              const PackedWeights* packed) {
+              const PackedWeights* packed, int threads) {
   DotArgs a = q8_args(act, wtype, W, N, K, y);
   if (const DotFn fn = packed_fn_for(wtype, N, K, packed)) {
     a.w = packed->data();
     a.row_bytes = packed->panel_bytes();
     a.rows_total = N;
-    return DotJob{fn, a, packed->panels(), std::max<int64_t>(1, 32768 / static_cast<int64_t>(a.row_bytes))};
+    return DotJob{fn, a, packed->panels(), panels_per_chunk(packed->panels(), a.row_bytes, threads)};
   }
   return DotJob{dot_q8_fn(fmt_index(wtype)), a, N, rows_per_chunk(a.row_bytes)};
 }
@@ -399,7 +408,7 @@ void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t 
     // K is a multiple of 32 for every quantized format.
     const bool use_packed = packed_fn_for(wtype, N, K, packed) != nullptr;
     const Q8Act act = quantize_activations(pool, x, M, K, !use_packed && q8_split(f));
-    const DotJob job = q8_job(act, wtype, W, N, K, y, packed);
+    const DotJob job = q8_job(act, wtype, W, N, K, y, packed, pool.size());
     run_dots(pool, &job, 1, M);
     return;
   }
@@ -456,7 +465,7 @@ void matmul_group(ThreadPool& pool, const MatmulTarget* targets, int count, int6
   int n = 0;
   for (int i = 0; i < count; ++i) {
     const MatmulTarget& t = targets[i];
-    if (t.N > 0) jobs[n++] = q8_job(act, t.type, t.W, t.N, K, t.y, t.packed);
+    if (t.N > 0) jobs[n++] = q8_job(act, t.type, t.W, t.N, K, t.y, t.packed, pool.size());
   }
   run_dots(pool, jobs, n, M);
 }
