@@ -3,7 +3,8 @@
 //   P[r] = sum_j dpbusd(quant vector j, 4 activation bytes broadcast)      (exact int32)
 //   Q8_0: acc[r] += float(P[r] - 128 qsum) * d[r] * dx          (weights stored as q + 128)
 //   Q4_0: acc[r] += float(P[r] - 8 qsum) * d[r] * dx            (w = d (q - 8))
-//   Q4_1: acc[r] += float(P[r]) * d[r] * dx;  acc2[r] += m[r] * (dx qsum)   (w = d q + m)
+//   Q5_0: the same with q + 16 * (5th bit) and 16 qsum
+//   Q4_1, Q5_1: acc[r] += float(P[r]) * d[r] * dx;  acc2[r] += m[r] * (dx qsum)   (w = d q + m)
 // Every activation row goes through the same instructions whatever mr is, so a row's result
 // does not depend on the batch (batch invariance, bitwise decode == prefill).
 // GCC 12 reports _mm512_undefined_* inside intrinsics as maybe-uninitialized (a known false
@@ -60,23 +61,41 @@ void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
-template <bool kMin, int MR>
+// Q4_0 / Q4_1 (kQ5 false) and Q5_0 / Q5_1 (kQ5 true): w = d (q - c) or d q + m.
+template <bool kMin, bool kQ5, int MR>
 void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nb = a.K / 32;
   constexpr int kScale = kMin ? 64 : 32;
-  const __m512i nib = _mm512_set1_epi8(0x0F);
+  constexpr int kQuant = kQ5 ? 320 : 256;
+  constexpr int32_t kOffset = kQ5 ? 16 : 8;  // c of Q4_0 / Q5_0
+  const __m512i nib = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+  // 5th bits: byte j of each lane spread to the lane's 4 bytes, then bit t (low nibbles) and
+  // bit 4 + t (high nibbles) tested in byte t.
+  const __m512i lo_bits = _mm512_set1_epi32(0x08040201), hi_bits = _mm512_set1_epi32(static_cast<int>(0x80402010u));
+  const __m512i dword_base = _mm512_set_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0, 0x0C0C0C0C, 0x08080808, 0x04040404, 0,
+                                              0x0C0C0C0C, 0x08080808, 0x04040404, 0, 0x0C0C0C0C, 0x08080808, 0x04040404, 0);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* qp = a.w + p * a.row_bytes;
-    const uint8_t* sp = qp + nb * 256;
+    const uint8_t* sp = qp + nb * kQuant;
     __m512 acc[MR], acc2[MR];
     for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b, qp += 256) {
-      prefetch_ahead(qp, 256);
+    for (int64_t b = 0; b < nb; ++b, qp += kQuant) {
+      prefetch_ahead(qp, kQuant);
       __m512i lo[4], hi[4];
       for (int j = 0; j < 4; ++j) {
         const __m512i raw = _mm512_load_si512(qp + 64 * j);
         lo[j] = _mm512_and_si512(raw, nib);
         hi[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+      }
+      if constexpr (kQ5) {
+        const __m512i h = _mm512_load_si512(qp + 256);
+        for (int j = 0; j < 4; ++j) {
+          // vpshufb indexes within 128-bit lanes: dword k of a lane takes its own byte 4k + j.
+          const __m512i idx = _mm512_add_epi8(_mm512_set1_epi8(static_cast<char>(j)), dword_base);
+          const __m512i hj = _mm512_shuffle_epi8(h, idx);
+          lo[j] = _mm512_mask_add_epi8(lo[j], _mm512_test_epi8_mask(hj, lo_bits), lo[j], sixteen);
+          hi[j] = _mm512_mask_add_epi8(hi[j], _mm512_test_epi8_mask(hj, hi_bits), hi[j], sixteen);
+        }
       }
       // d (then, Q4_1, m) of the 16 rows, f16.
       const __m256i d16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + kScale * b));
@@ -96,7 +115,7 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
           const __m512 mins = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + kScale * b + 32)));
           acc2[m] = _mm512_fmadd_ps(mins, _mm512_set1_ps(dx * static_cast<float>(qsum)), acc2[m]);
         } else {
-          s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * qsum));
+          s = _mm512_sub_epi32(s, _mm512_set1_epi32(kOffset * qsum));
         }
         acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[m]);
       }
@@ -107,14 +126,16 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
 }
 
 template <int MR> struct PackedQ8_0 { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q8_0<MR>(a, b, e); } };
-template <bool kMin> struct PackedQ4 { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4<kMin, MR>(a, b, e); } }; };
+template <bool kMin, bool kQ5> struct PackedQ4 { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4<kMin, kQ5, MR>(a, b, e); } }; };
 
 }  // namespace
 
 void register_avx512_dot_packed(KernelTable& t) {
   t.dot_packed[kQ8_0] = by_mr<PackedQ8_0>;
-  t.dot_packed[kQ4_0] = by_mr<PackedQ4<false>::K>;
-  t.dot_packed[kQ4_1] = by_mr<PackedQ4<true>::K>;
+  t.dot_packed[kQ4_0] = by_mr<PackedQ4<false, false>::K>;
+  t.dot_packed[kQ4_1] = by_mr<PackedQ4<true, false>::K>;
+  t.dot_packed[kQ5_0] = by_mr<PackedQ4<false, true>::K>;
+  t.dot_packed[kQ5_1] = by_mr<PackedQ4<true, true>::K>;
 }
 
 }  // namespace fathom::cpu::detail

@@ -17,6 +17,9 @@
 //   Q4_0, Q4_1: quants 4 x 64 bytes; vector j, lane r = qs[r][4j .. 4j + 3] as stored (low
 //         nibbles: columns 4j..4j+3, high nibbles: 16 + 4j..16 + 4j + 3).
 //         scales: d of the 16 rows (f16), then (Q4_1) m of the 16 rows (f16).
+//   Q5_0, Q5_1: the Q4 quants, then 64 bytes of 5th bits: byte j of lane r holds, in bits
+//         0..3, those of columns 4j..4j+3 and, in bits 4..7, those of 16 + 4j..16 + 4j + 3 (the
+//         elements of vector j's low / high nibbles). scales as Q4_0 / Q4_1.
 // Values are exactly the stored ones (no requantization): results match the stored kernels'
 // up to f32 summation order.
 #include <cstddef>
@@ -31,8 +34,8 @@ class PackedWeights {
  public:
   static constexpr int kPanelRows = 16;
 
-  // True when this machine's kernels read `type` packed (AVX-512 VNNI; Q8_0, Q4_0, Q4_1) at
-  // the SIMD level active now.
+  // True when this machine's kernels read `type` packed (AVX-512 VNNI; Q8_0, Q4_0, Q4_1, Q5_0,
+  // Q5_1) at the SIMD level active now.
   static bool supported(GgmlType type);
 
   // W: [N][K] in `type`, GGUF layout (as matmul takes it). Requires supported(type).
