@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <cstring>
 
+#include "kernels/cpu/activation_avx512.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/ref/dequant.h"
 
 namespace fathom::cpu {
@@ -52,7 +54,12 @@ void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, i
   }
 }
 
+namespace {
+bool use_avx512() { return std::strcmp(simd_level(), "avx512") == 0; }  // follows set_simd_level_for_testing
+}  // namespace
+
 void silu_mul(float* gate, const float* up, int64_t n) {
+  if (use_avx512()) return silu_mul_avx512(gate, up, n);
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
@@ -60,6 +67,7 @@ void silu_mul(float* gate, const float* up, int64_t n) {
 }
 
 void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
+  if (use_avx512()) return gelu_tanh_mul_avx512(gate, up, n);
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
