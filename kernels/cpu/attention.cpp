@@ -116,12 +116,15 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
     Rows rows;
     std::vector<float> scratch(scratch_floats);
     for (int64_t w = begin; w < end; ++w) {
-      const int64_t item = w / n_chunks;
-      const int32_t c = chunk0 + static_cast<int32_t>(w % n_chunks);
+      // Chunk-major: the kv heads of one key chunk one after the other. A block's tiles of
+      // consecutive heads are adjacent in the pool, so the next head's tile is often already
+      // on its way (same page, the hardware prefetcher's direction).
+      const int64_t item = w % base_items;
+      const int32_t c = chunk0 + static_cast<int32_t>(w / base_items);
       const int32_t qb = static_cast<int32_t>(item / kv.n_kv_heads), head = static_cast<int32_t>(item % kv.n_kv_heads);
       collect_rows(a, head, group, d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
       const PartialRows pr{static_cast<int32_t>(rows.q.size()), rows.q.data(), rows.lo.data(), rows.hi.data()};
-      const int64_t slot = w * rows_per_item;
+      const int64_t slot = (item * n_chunks + (c - chunk0)) * rows_per_item;
       kernel(kv, head, pr, c * chunk, std::min(last_pos + 1, (c + 1) * chunk), a.scale, &acc[slot * d], &m[slot],
              &l[slot], scratch.data());
     }
