@@ -30,7 +30,7 @@ struct ModelOptions {
   int32_t block_size = 16;         // tokens per KV block
   int64_t kv_cache_bytes = 0;      // 0: room for context_length tokens of one sequence, plus slack
   cpu::Precision precision = cpu::Precision::kQ8;
-  bool pack_weights = true;        // kQ8 on the CPU: repack Q8_0 / Q4_0 / Q4_1 matrices into 16-row panels at load
+  bool pack_weights = true;        // kQ8 on the CPU: repack quantized matrices into 16-row panels at load (PackedWeights)
   std::string chat_template;       // family name; empty: detect from the GGUF
   std::string backend = "cpu";     // "cpu", or "cuda" (needs a build with the CUDA backend and a GPU)
 };

@@ -47,7 +47,7 @@ struct ModelWeights {
   static ModelWeights from_gguf(const GgufFile& file, const ModelConfig& config);
 
   // Repacks every matrix the CPU's kQ8 kernels read faster in panels (cpu::PackedWeights:
-  // Q8_0, Q4_0, Q4_1 on AVX-512 VNNI), including the output projection (when it is the tied
+  // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K on AVX-512 VNNI), including the output projection (when it is the tied
   // embedding, the lookup keeps reading the mapped rows). Returns the bytes allocated.
   size_t pack_for_cpu();
 };

@@ -125,6 +125,102 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+
+// Q4_K super-block panel (packed_weights.cpp): per 32-column sub-block j the Q4_1 nibble
+// vectors, 16 rows' 6-bit scale and min (bytes), and per super-block the rows' d and dmin:
+//   acc[r] += float(P) * (d sc_j)[r] * dx;  acc2[r] += (dmin m_j)[r] * (dx qsum)
+template <int MR>
+void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    __m512 acc[MR], acc2[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 2368) {
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2304)));
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 2336)));
+      for (int j = 0; j < 8; ++j) {
+        prefetch_ahead(u + 256 * j, 256);
+        __m512i lo[4], hi[4];
+        for (int v = 0; v < 4; ++v) {
+          const __m512i raw = _mm512_load_si512(u + 256 * j + 64 * v);
+          lo[v] = _mm512_and_si512(raw, nib);
+          hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+        }
+        const __m512 sc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2048 + 16 * j)))));
+        const __m512 mn = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2176 + 16 * j)))));
+        for (int m = 0; m < MR; ++m) {
+          const int8_t* x = a.q + m * a.ldq + 256 * i + 32 * j;
+          __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(x));
+          __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(x + 16));
+          for (int v = 1; v < 4; ++v) {
+            s0 = _mm512_dpbusd_epi32(s0, lo[v], bcast4(x + 4 * v));
+            s1 = _mm512_dpbusd_epi32(s1, hi[v], bcast4(x + 16 + 4 * v));
+          }
+          const int64_t blk = m * a.ldqs + 8 * i + j;
+          const float dx = a.qd[blk];
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[m]);
+          acc2[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(dx * static_cast<float>(a.qsum[blk])), acc2[m]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) store_panel(a.y + m * a.ldy, _mm512_sub_ps(acc[m], acc2[m]), p, a.rows_total);
+  }
+}
+
+// Q6_K super-block panel: per sub-block j the low-nibble vectors, two vectors of 2-bit highs
+// and the rows' int8 scales of its two 16-column groups; per super-block the rows' d.
+// Low nibbles are the sub-block's columns 0..15 (group 2j), high nibbles 16..31 (group 2j + 1):
+//   acc[r] += float(P_lo - 32 qsum16_lo) * d sc_lo * dx + float(P_hi - 32 qsum16_hi) * d sc_hi * dx
+template <int MR>
+void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  const __m512i nib = _mm512_set1_epi8(0x0F), b01 = _mm512_set1_epi8(0x03), b23 = _mm512_set1_epi8(0x0C);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 3392) {
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 3328)));
+      for (int j = 0; j < 8; ++j) {
+        prefetch_ahead(u + 256 * j, 256);
+        prefetch_ahead(u + 2048 + 128 * j, 128);
+        __m512i lo[4], hi[4];
+        for (int v = 0; v < 4; ++v) {
+          const __m512i raw = _mm512_load_si512(u + 256 * j + 64 * v);
+          __m512i g = _mm512_load_si512(u + 2048 + 128 * j + 64 * (v / 2));
+          if (v % 2) g = _mm512_srli_epi16(g, 4);
+          lo[v] = _mm512_or_si512(_mm512_and_si512(raw, nib), _mm512_slli_epi16(_mm512_and_si512(g, b01), 4));
+          hi[v] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), nib), _mm512_slli_epi16(_mm512_and_si512(g, b23), 2));
+        }
+        const __m256i sc8 = _mm256_load_si256(reinterpret_cast<const __m256i*>(u + 3072 + 32 * j));
+        const __m512 sc_lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(sc8))));
+        const __m512 sc_hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(sc8, 1))));
+        for (int m = 0; m < MR; ++m) {
+          const int8_t* x = a.q + m * a.ldq + 256 * i + 32 * j;
+          __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(x));
+          __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(x + 16));
+          for (int v = 1; v < 4; ++v) {
+            s0 = _mm512_dpbusd_epi32(s0, lo[v], bcast4(x + 4 * v));
+            s1 = _mm512_dpbusd_epi32(s1, hi[v], bcast4(x + 16 + 4 * v));
+          }
+          const int64_t blk = m * a.ldqs + 8 * i + j;
+          const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
+          const __m512 dx = _mm512_set1_ps(a.qd[blk]);
+          s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(32 * q16[0]));
+          s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(32 * q16[1]));
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(sc_lo, dx), acc[m]);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(sc_hi, dx), acc[m]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) store_panel(a.y + m * a.ldy, acc[m], p, a.rows_total);
+  }
+}
+
+template <int MR> struct PackedQ4K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4_k<MR>(a, b, e); } };
+template <int MR> struct PackedQ6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q6_k<MR>(a, b, e); } };
 template <int MR> struct PackedQ8_0 { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q8_0<MR>(a, b, e); } };
 template <bool kMin, bool kQ5> struct PackedQ4 { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4<kMin, kQ5, MR>(a, b, e); } }; };
 
@@ -136,6 +232,8 @@ void register_avx512_dot_packed(KernelTable& t) {
   t.dot_packed[kQ4_1] = by_mr<PackedQ4<true, false>::K>;
   t.dot_packed[kQ5_0] = by_mr<PackedQ4<false, true>::K>;
   t.dot_packed[kQ5_1] = by_mr<PackedQ4<true, true>::K>;
+  t.dot_packed[kQ4_K] = by_mr<PackedQ4K>;
+  t.dot_packed[kQ6_K] = by_mr<PackedQ6K>;
 }
 
 }  // namespace fathom::cpu::detail

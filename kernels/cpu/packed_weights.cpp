@@ -80,6 +80,83 @@ void pack_panel(GgmlType type, const uint8_t* W, size_t row_bytes, int64_t r0, i
   }
 }
 
+
+// ---- K-quants: one unit per 256-column super-block ---------------------------------------------
+
+// Nibble vectors of one 32-column sub-block (4 x 64 bytes, the Q4_1 panel layout): vector v,
+// lane r, byte t = q(r, 4v + t) | q(r, 16 + 4v + t) << 4, with q(r, k) the 4-bit value of
+// column k of the sub-block.
+template <typename Q>
+void pack_nibbles(uint8_t* dst, Q q) {
+  for (int v = 0; v < 4; ++v)
+    for (int r = 0; r < kRows; ++r)
+      for (int t = 0; t < 4; ++t)
+        dst[64 * v + 4 * r + t] = static_cast<uint8_t>((q(r, 4 * v + t) & 15) | (q(r, 16 + 4 * v + t) & 15) << 4);
+}
+
+// Q4_K super-block i of rows r0..r0+15: [8 x 256 nibbles][8 x 16 sc][8 x 16 m][16 d][16 dmin].
+void pack_q4_k(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_t i, uint8_t* dst) {
+  const BlockQ4_K zero{};  // rows past N: d = dmin = 0
+  auto block = [&](int r) {
+    return r0 + r < N ? reinterpret_cast<const BlockQ4_K*>(W + (r0 + r) * row_bytes) + i : &zero;
+  };
+  for (int j = 0; j < 8; ++j) {
+    // Sub-block j: chunk j / 2 of qs, low nibbles for even j, high for odd.
+    pack_nibbles(dst + 256 * j, [&](int r, int k) { return block(r)->qs[32 * (j / 2) + k] >> (4 * (j % 2)); });
+    for (int r = 0; r < kRows; ++r) scale_min_k4(j, block(r)->scales, &dst[2048 + 16 * j + r], &dst[2176 + 16 * j + r]);
+  }
+  for (int r = 0; r < kRows; ++r) {
+    std::memcpy(dst + 2304 + 2 * r, &block(r)->d, 2);
+    std::memcpy(dst + 2336 + 2 * r, &block(r)->dmin, 2);
+  }
+}
+
+// The 6-bit value (0..63) of column k of a Q6_K super-block (ggml's layout, see ref::dequantize_row).
+int q6_k_value(const BlockQ6_K& b, int k) {
+  const int h = k / 128, l = k % 32, quarter = (k % 128) / 32;  // quarter 0..3: q1..q4 of ggml
+  const uint8_t ql = b.ql[64 * h + 32 * (quarter % 2) + l];
+  const int low = quarter < 2 ? ql & 15 : ql >> 4;
+  const int high = (b.qh[32 * h + l] >> (2 * quarter)) & 3;
+  return low | high << 4;
+}
+
+// Q6_K super-block i of rows r0..r0+15:
+//   [8 x 256 low nibbles][8 x 128 high bits][8 x 32 scales][16 d] (+32 bytes padding)
+// High bits of sub-block j: 2 vectors; vector p, lane r, byte t holds the 2-bit highs of the
+// columns of nibble vectors 2p (bits 0-3) and 2p + 1 (bits 4-7): bits 0-1 its low-nibble column,
+// bits 2-3 its high-nibble column. Scales of sub-block j: 16 rows' scale of columns 0..15, then
+// of 16..31 (int8).
+void pack_q6_k(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_t i, uint8_t* dst) {
+  const BlockQ6_K zero{};  // rows past N: d = 0
+  auto block = [&](int r) -> const BlockQ6_K& {
+    return r0 + r < N ? reinterpret_cast<const BlockQ6_K*>(W + (r0 + r) * row_bytes)[i] : zero;
+  };
+  for (int j = 0; j < 8; ++j) {
+    auto q = [&](int r, int k) { return q6_k_value(block(r), 32 * j + k); };
+    pack_nibbles(dst + 256 * j, q);
+    uint8_t* hb = dst + 2048 + 128 * j;
+    for (int p = 0; p < 2; ++p)
+      for (int r = 0; r < kRows; ++r)
+        for (int t = 0; t < 4; ++t) {
+          uint8_t bits = 0;
+          for (int half = 0; half < 2; ++half) {
+            const int v = 2 * p + half;
+            bits |= static_cast<uint8_t>(((q(r, 4 * v + t) >> 4) | (q(r, 16 + 4 * v + t) >> 4) << 2) << (4 * half));
+          }
+          hb[64 * p + 4 * r + t] = bits;
+        }
+    for (int r = 0; r < kRows; ++r) {
+      dst[3072 + 32 * j + r] = static_cast<uint8_t>(block(r).scales[2 * j]);
+      dst[3072 + 32 * j + 16 + r] = static_cast<uint8_t>(block(r).scales[2 * j + 1]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) std::memcpy(dst + 3328 + 2 * r, &block(r).d, 2);
+}
+
+constexpr int kQ4KUnit = 2368, kQ6KUnit = 3392;  // bytes per super-block panel (64-byte multiples)
+
+bool is_k_quant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+
 }  // namespace
 
 int PackedWeights::quant_bytes(GgmlType type) {
@@ -99,17 +176,28 @@ bool PackedWeights::supported(GgmlType type) {
 PackedWeights::PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K)
     : type_(type), rows_(N), cols_(K) {
   FATHOM_CHECK(type == GgmlType::Q8_0 || type == GgmlType::Q4_0 || type == GgmlType::Q4_1 ||
-                   type == GgmlType::Q5_0 || type == GgmlType::Q5_1,
-               "PackedWeights: only Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 are packed");
-  FATHOM_CHECK(N > 0 && K > 0 && K % 32 == 0, "PackedWeights: bad shape");
-  const int64_t nb = K / 32;
+                   type == GgmlType::Q5_0 || type == GgmlType::Q5_1 || is_k_quant(type),
+               "PackedWeights: only Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K are packed");
+  const int64_t unit = is_k_quant(type) ? 256 : 32;
+  FATHOM_CHECK(N > 0 && K > 0 && K % unit == 0, "PackedWeights: bad shape");
+  const int64_t nb = K / unit;
   // Rounded up to whole cache lines: every panel's quant vectors stay 64-byte aligned.
-  panel_bytes_ = static_cast<size_t>((nb * (quant_bytes(type) + scale_bytes(type)) + 63) / 64 * 64);
+  const int64_t unit_bytes = type == GgmlType::Q4_K ? kQ4KUnit : type == GgmlType::Q6_K ? kQ6KUnit
+                                                                                          : quant_bytes(type) + scale_bytes(type);
+  panel_bytes_ = static_cast<size_t>((nb * unit_bytes + 63) / 64 * 64);
   buffer_ = HugePageBuffer(panel_bytes_ * static_cast<size_t>(panels()));
   const auto* w = static_cast<const uint8_t*>(W);
   const size_t row_bytes = ggml_row_size(type, K);
   uint8_t* out = reinterpret_cast<uint8_t*>(buffer_.data());
-  for (int64_t p = 0; p < panels(); ++p) pack_panel(type, w, row_bytes, p * kRows, N, nb, out + p * panel_bytes_);
+  for (int64_t p = 0; p < panels(); ++p) {
+    uint8_t* dst = out + p * panel_bytes_;
+    if (type == GgmlType::Q4_K)
+      for (int64_t i = 0; i < nb; ++i) pack_q4_k(w, row_bytes, p * kRows, N, i, dst + i * kQ4KUnit);
+    else if (type == GgmlType::Q6_K)
+      for (int64_t i = 0; i < nb; ++i) pack_q6_k(w, row_bytes, p * kRows, N, i, dst + i * kQ6KUnit);
+    else
+      pack_panel(type, w, row_bytes, p * kRows, N, nb, dst);
+  }
 }
 
 }  // namespace fathom::cpu

@@ -9,7 +9,7 @@
 // memory at decode.
 //
 // Layout: panel p covers rows [16p, 16p + 16) (rows past N are zero), K / 32 blocks of 32
-// columns; panel_bytes() apart, 64-byte aligned, in 2 MiB pages where the kernel allows
+// columns (K-quants: K / 256 super-blocks); panel_bytes() apart, 64-byte aligned, in 2 MiB pages where the kernel allows
 // (HugePageBuffer: one TLB entry per 2 MiB instead of per 4 KiB of a streamed matrix).
 //   quants: K / 32 chunks of kQuantBytes, then scales: K / 32 chunks of kScaleBytes.
 //   Q8_0: quants 8 x 64 bytes; vector j, lane r = q[r][4j .. 4j + 3] + 128 (unsigned bytes).
@@ -20,6 +20,10 @@
 //   Q5_0, Q5_1: the Q4 quants, then 64 bytes of 5th bits: byte j of lane r holds, in bits
 //         0..3, those of columns 4j..4j+3 and, in bits 4..7, those of 16 + 4j..16 + 4j + 3 (the
 //         elements of vector j's low / high nibbles). scales as Q4_0 / Q4_1.
+//   Q4_K, Q6_K: per 256-column super-block instead of per 32 columns (byte maps in
+//         packed_weights.cpp, pack_q4_k / pack_q6_k): each 32-column sub-block's quants in the
+//         Q4 nibble layout (Q6_K: plus its 2-bit highs), the rows' sub-block scales (and Q4_K
+//         mins) as bytes, and the rows' d (dmin). Same bytes per row as stored (+1% padding, Q6_K).
 // Values are exactly the stored ones (no requantization): results match the stored kernels'
 // up to f32 summation order.
 #include <cstddef>
@@ -35,7 +39,7 @@ class PackedWeights {
   static constexpr int kPanelRows = 16;
 
   // True when this machine's kernels read `type` packed (AVX-512 VNNI; Q8_0, Q4_0, Q4_1, Q5_0,
-  // Q5_1) at the SIMD level active now.
+  // Q5_1, Q4_K, Q6_K) at the SIMD level active now.
   static bool supported(GgmlType type);
 
   // W: [N][K] in `type`, GGUF layout (as matmul takes it). Requires supported(type).

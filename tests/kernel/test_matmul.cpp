@@ -81,6 +81,7 @@ struct Worst {
   double q8_rel = 0;    // max |err| / S, kQ8 (for information)
   double q8_rel_plain = 0;  // the same without the outlier row (m = 2): normal activations
   int packed_calls = 0;     // kQ8 calls over PackedWeights panels
+  double packed_vs_stored = 0;  // max |packed - stored kQ8| / S (must stay <= 1e-5)
 };
 
 void check_format(GgmlType t, Worst* worst_out) {
@@ -133,12 +134,27 @@ void check_format(GgmlType t, Worst* worst_out) {
         };
         std::vector<Variant> variants{{cpu::Precision::kF32, nullptr}, {cpu::Precision::kQ8, nullptr}};
         if (packed) variants.push_back({cpu::Precision::kQ8, packed.get()});
-        for (ThreadPool* pool : {&pool1, &pool2})
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          std::vector<float> stored_q8;  // the kQ8 result over the stored layout, for the packed one
           for (const Variant& v : variants) {
             const cpu::Precision p = v.p;
             std::vector<float> y(M * N, std::nanf(""));
             cpu::matmul(*pool, t, W.data(), N, K, x.data(), M, y.data(), p, v.packed);
-            if (v.packed) ++worst_out->packed_calls;
+            if (p == cpu::Precision::kQ8 && !v.packed) stored_q8 = y;
+            if (v.packed) {
+              ++worst_out->packed_calls;
+              // Same integer dot products as the stored kernels; only f32 summation order (and the
+              // stored kernels' float removal of the unsigned offset) differ.
+              for (int64_t i = 0; i < M * N; ++i) {
+                const double diff = std::fabs(static_cast<double>(y[i]) - stored_q8[i]);
+                worst_out->packed_vs_stored = std::max(worst_out->packed_vs_stored, diff / (S[i] + 1e-30));
+                if (!(diff <= 1e-5 * S[i] + 1e-30)) {
+                  ADD_FAILURE() << ggml_type_name(t) << " packed vs stored kQ8, M " << M << " N " << N << " K " << K
+                                << " at " << i << ": " << y[i] << " vs " << stored_q8[i];
+                  return;
+                }
+              }
+            }
             const bool q8 = p == cpu::Precision::kQ8 && bs > 1;
             for (int64_t i = 0; i < M * N; ++i) {
               const double err = std::fabs(y[i] - ref[i]);
@@ -161,6 +177,7 @@ void check_format(GgmlType t, Worst* worst_out) {
               }
             }
           }
+        }
       }
   }
 }
@@ -177,8 +194,9 @@ TEST_P(MatmulTest, MatchesDoubleReferenceAtEveryLevel) {
     Worst w;
     check_format(t, &w);
     std::printf("[matmul] %-5s %-8s worst kF32 err/S: dot %.2e, gemm %.2e | kQ8 err/bound %.3f, err/S %.2e"
-                " (%.2e without the outlier row) | %d packed calls\n",
-                ggml_type_name(t), level, w.f32_dot, w.f32_gemm, w.q8, w.q8_rel, w.q8_rel_plain, w.packed_calls);
+                " (%.2e without the outlier row) | %d packed calls, |packed - stored|/S %.1e\n",
+                ggml_type_name(t), level, w.f32_dot, w.f32_gemm, w.q8, w.q8_rel, w.q8_rel_plain, w.packed_calls,
+                w.packed_vs_stored);
   }
   if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
 }
