@@ -56,7 +56,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   m->threads_ = std::make_unique<ThreadPool>(threads);
   if (options.backend == "cpu") {
-    if (options.pack_weights && options.precision == cpu::Precision::kQ8) m->weights_.pack_for_cpu();
+    if (options.pack_weights && options.precision == cpu::Precision::kQ8) m->pack_weights();
     m->backend_ = std::make_unique<CpuBackend>(*m);
   } else if (options.backend == "cuda") {
     if (!cuda_backend_factory()) throw Error("--backend cuda: this build has no CUDA backend (nvcc was not found at build time)");
@@ -65,6 +65,18 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     throw Error("unknown backend '" + options.backend + "' (expected cpu or cuda)");
   }
   return m;
+}
+
+void Model::pack_weights() {
+  weights_.pack_for_cpu();
+  // The mapped bytes of a packed matrix are no longer read (packing read them all in): give the
+  // pages back. A tied embedding too: its rows fault back in one page per looked-up token.
+  const auto release = [&](const WeightMatrix& w) {
+    if (w.packed) file_->release_pages(w.data, w.bytes());
+  };
+  for (const LayerWeights& L : weights_.layers)
+    for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) release(*w);
+  release(weights_.output);
 }
 
 void Model::forward(const BatchPlan& plan, std::vector<float>& logits) {

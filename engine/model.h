@@ -83,6 +83,7 @@ class Model {
   ModelOptions options_;
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
+  void pack_weights();  // ModelOptions::pack_weights: repack, then release the mapped originals
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;

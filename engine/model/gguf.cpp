@@ -354,6 +354,14 @@ std::unique_ptr<GgufFile> GgufFile::parse(const uint8_t* bytes, size_t size, std
   return file;
 }
 
+void GgufFile::release_pages(const void* p, size_t bytes) const {
+  const auto begin = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(base_);
+  if (!mapped_ || begin < base || begin + bytes > base + size_ || bytes == 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (begin + page - 1) / page * page, hi = (begin + bytes) / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advisory
+}
+
 GgufFile::~GgufFile() {
   if (mapped_) munmap(const_cast<uint8_t*>(base_), size_);
 }

@@ -80,6 +80,11 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
 
+  // Drops the mapped pages wholly inside [p, p + bytes) from this process's memory (they stay in
+  // the page cache and fault back in if read again): for tensors whose repacked copy replaced
+  // them. No-op for parsed in-memory images and for ranges outside the mapping.
+  void release_pages(const void* p, size_t bytes) const;
+
  private:
   GgufFile() = default;
   void parse_all();

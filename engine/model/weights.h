@@ -42,6 +42,7 @@ struct ModelWeights {
   std::vector<float> output_norm;  // (dim)
   std::vector<LayerWeights> layers;
   size_t matrix_bytes = 0;   // bytes of every matrix read per decoded token (embedding row excluded)
+  std::shared_ptr<HugePageBuffer> packed_arena;  // every WeightMatrix::packed's panels (pack_for_cpu)
 
   // Throws fathom::Error for a missing tensor, wrong shape, or a type the kernels cannot read.
   static ModelWeights from_gguf(const GgufFile& file, const ModelConfig& config);

@@ -173,30 +173,54 @@ bool PackedWeights::supported(GgmlType type) {
   return f >= 0 && detail::dot_packed_fn(f) != nullptr;
 }
 
-PackedWeights::PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K)
-    : type_(type), rows_(N), cols_(K) {
+namespace {
+
+// Bytes of one panel (16 rows) of [K] columns in `type`, rounded up to whole cache lines so that
+// every panel's quant vectors stay 64-byte aligned. Throws for an unsupported type or shape.
+size_t panel_bytes_for(GgmlType type, int64_t N, int64_t K) {
   FATHOM_CHECK(type == GgmlType::Q8_0 || type == GgmlType::Q4_0 || type == GgmlType::Q4_1 ||
                    type == GgmlType::Q5_0 || type == GgmlType::Q5_1 || is_k_quant(type),
                "PackedWeights: only Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K are packed");
   const int64_t unit = is_k_quant(type) ? 256 : 32;
   FATHOM_CHECK(N > 0 && K > 0 && K % unit == 0, "PackedWeights: bad shape");
-  const int64_t nb = K / unit;
-  // Rounded up to whole cache lines: every panel's quant vectors stay 64-byte aligned.
-  const int64_t unit_bytes = type == GgmlType::Q4_K ? kQ4KUnit : type == GgmlType::Q6_K ? kQ6KUnit
-                                                                                          : quant_bytes(type) + scale_bytes(type);
-  panel_bytes_ = static_cast<size_t>((nb * unit_bytes + 63) / 64 * 64);
-  buffer_ = HugePageBuffer(panel_bytes_ * static_cast<size_t>(panels()));
+  const int64_t unit_bytes = type == GgmlType::Q4_K   ? kQ4KUnit
+                             : type == GgmlType::Q6_K ? kQ6KUnit
+                                                      : PackedWeights::quant_bytes(type) + PackedWeights::scale_bytes(type);
+  return static_cast<size_t>((K / unit * unit_bytes + 63) / 64 * 64);
+}
+
+}  // namespace
+
+size_t PackedWeights::bytes_for(GgmlType type, int64_t N, int64_t K) {
+  return panel_bytes_for(type, N, K) * static_cast<size_t>((N + kPanelRows - 1) / kPanelRows);
+}
+
+PackedWeights::PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K)
+    : type_(type), rows_(N), cols_(K), panel_bytes_(panel_bytes_for(type, N, K)) {
+  buffer_ = HugePageBuffer(bytes());
+  pack(W, reinterpret_cast<uint8_t*>(buffer_.data()));
+}
+
+PackedWeights::PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K, uint8_t* dst)
+    : type_(type), rows_(N), cols_(K), panel_bytes_(panel_bytes_for(type, N, K)) {
+  FATHOM_CHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0, "PackedWeights: destination not 64-byte aligned");
+  pack(W, dst);
+}
+
+void PackedWeights::pack(const void* W, uint8_t* out) {
+  data_ = out;
+  const int64_t N = rows_, K = cols_;
   const auto* w = static_cast<const uint8_t*>(W);
-  const size_t row_bytes = ggml_row_size(type, K);
-  uint8_t* out = reinterpret_cast<uint8_t*>(buffer_.data());
+  const size_t row_bytes = ggml_row_size(type_, K);
+  const int64_t nb = K / (is_k_quant(type_) ? 256 : 32);
   for (int64_t p = 0; p < panels(); ++p) {
     uint8_t* dst = out + p * panel_bytes_;
-    if (type == GgmlType::Q4_K)
+    if (type_ == GgmlType::Q4_K)
       for (int64_t i = 0; i < nb; ++i) pack_q4_k(w, row_bytes, p * kRows, N, i, dst + i * kQ4KUnit);
-    else if (type == GgmlType::Q6_K)
+    else if (type_ == GgmlType::Q6_K)
       for (int64_t i = 0; i < nb; ++i) pack_q6_k(w, row_bytes, p * kRows, N, i, dst + i * kQ6KUnit);
     else
-      pack_panel(type, w, row_bytes, p * kRows, N, nb, dst);
+      pack_panel(type_, w, row_bytes, p * kRows, N, nb, dst);
   }
 }
 

@@ -43,15 +43,20 @@ class PackedWeights {
   static bool supported(GgmlType type);
 
   // W: [N][K] in `type`, GGUF layout (as matmul takes it). Requires supported(type).
+  // Owns its memory (a HugePageBuffer: whole 2 MiB pages, so meant for large or single matrices).
   PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K);
+  // Writes into dst (bytes_for(type, N, K) bytes, 64-byte aligned, outliving this object): many
+  // matrices packed into one arena share its huge pages instead of rounding each up to 2 MiB.
+  PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K, uint8_t* dst);
+  static size_t bytes_for(GgmlType type, int64_t N, int64_t K);
 
   GgmlType type() const { return type_; }
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   int64_t panels() const { return (rows_ + kPanelRows - 1) / kPanelRows; }
   size_t panel_bytes() const { return panel_bytes_; }
-  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(buffer_.data()); }
-  size_t bytes() const { return buffer_.size(); }
+  const uint8_t* data() const { return data_; }
+  size_t bytes() const { return panel_bytes_ * static_cast<size_t>(panels()); }
 
   // Bytes of one 32-column chunk of a panel: quants and scales.
   static int quant_bytes(GgmlType type);
@@ -61,7 +66,9 @@ class PackedWeights {
   GgmlType type_;
   int64_t rows_, cols_;
   size_t panel_bytes_;
-  HugePageBuffer buffer_;
+  HugePageBuffer buffer_;  // empty when packed into caller memory
+  const uint8_t* data_ = nullptr;
+  void pack(const void* W, uint8_t* dst);
 };
 
 }  // namespace fathom::cpu
