@@ -25,6 +25,28 @@ using quant::load_u32;
 // 4 activation bytes x[k..k+3] in every 32-bit lane.
 inline __m512i bcast4(const int8_t* x) { return _mm512_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(x)))); }
 
+// Loads the 4 nibble vectors of a 32-column sub-block at p: lo = low nibbles (columns 4v..4v+3
+// of vector v), hi = high nibbles (columns 16 + 4v..).
+inline void load_nibbles(const uint8_t* p, __m512i* lo, __m512i* hi) {
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int v = 0; v < 4; ++v) {
+    const __m512i raw = _mm512_load_si512(p + 64 * v);
+    lo[v] = _mm512_and_si512(raw, nib);
+    hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+  }
+}
+
+// 16 rows' integer dot products over one 32-column sub-block: s_lo over columns 0..15 (the low
+// nibbles against x[0..15]), s_hi over 16..31.
+inline void dot_sub_block(const __m512i* lo, const __m512i* hi, const int8_t* x, __m512i& s_lo, __m512i& s_hi) {
+  s_lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(x));
+  s_hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(x + 16));
+  for (int v = 1; v < 4; ++v) {
+    s_lo = _mm512_dpbusd_epi32(s_lo, lo[v], bcast4(x + 4 * v));
+    s_hi = _mm512_dpbusd_epi32(s_hi, hi[v], bcast4(x + 16 + 4 * v));
+  }
+}
+
 inline void store_panel(float* y, __m512 v, int64_t p, int64_t rows_total) {
   const int64_t r0 = p * PackedWeights::kPanelRows;
   const int64_t n = rows_total - r0;
@@ -68,7 +90,7 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
   constexpr int kScale = kMin ? 64 : 32;
   constexpr int kQuant = kQ5 ? 320 : 256;
   constexpr int32_t kOffset = kQ5 ? 16 : 8;  // c of Q4_0 / Q5_0
-  const __m512i nib = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+  const __m512i sixteen = _mm512_set1_epi8(16);
   // 5th bits: byte j of each lane spread to the lane's 4 bytes, then bit t (low nibbles) and
   // bit 4 + t (high nibbles) tested in byte t.
   const __m512i lo_bits = _mm512_set1_epi32(0x08040201), hi_bits = _mm512_set1_epi32(static_cast<int>(0x80402010u));
@@ -82,11 +104,7 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
     for (int64_t b = 0; b < nb; ++b, qp += kQuant) {
       prefetch_ahead(qp, kQuant);
       __m512i lo[4], hi[4];
-      for (int j = 0; j < 4; ++j) {
-        const __m512i raw = _mm512_load_si512(qp + 64 * j);
-        lo[j] = _mm512_and_si512(raw, nib);
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
-      }
+      load_nibbles(qp, lo, hi);
       if constexpr (kQ5) {
         const __m512i h = _mm512_load_si512(qp + 256);
         for (int j = 0; j < 4; ++j) {
@@ -101,13 +119,8 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
       const __m256i d16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + kScale * b));
       const __m512 d = _mm512_cvtph_ps(d16);
       for (int m = 0; m < MR; ++m) {
-        const int8_t* x = a.q + m * a.ldq + 32 * b;
-        __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(x));
-        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(x + 16));
-        for (int j = 1; j < 4; ++j) {
-          s0 = _mm512_dpbusd_epi32(s0, lo[j], bcast4(x + 4 * j));
-          s1 = _mm512_dpbusd_epi32(s1, hi[j], bcast4(x + 16 + 4 * j));
-        }
+        __m512i s0, s1;
+        dot_sub_block(lo, hi, a.q + m * a.ldq + 32 * b, s0, s1);
         __m512i s = _mm512_add_epi32(s0, s1);
         const float dx = a.qd[m * a.ldqs + b];
         const int32_t qsum = a.qsum[m * a.ldqs + b];
@@ -132,7 +145,6 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
 template <int MR>
 void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
-  const __m512i nib = _mm512_set1_epi8(0x0F);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
     __m512 acc[MR], acc2[MR];
@@ -143,21 +155,12 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
       for (int j = 0; j < 8; ++j) {
         prefetch_ahead(u + 256 * j, 256);
         __m512i lo[4], hi[4];
-        for (int v = 0; v < 4; ++v) {
-          const __m512i raw = _mm512_load_si512(u + 256 * j + 64 * v);
-          lo[v] = _mm512_and_si512(raw, nib);
-          hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
-        }
+        load_nibbles(u + 256 * j, lo, hi);
         const __m512 sc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2048 + 16 * j)))));
         const __m512 mn = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2176 + 16 * j)))));
         for (int m = 0; m < MR; ++m) {
-          const int8_t* x = a.q + m * a.ldq + 256 * i + 32 * j;
-          __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(x));
-          __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(x + 16));
-          for (int v = 1; v < 4; ++v) {
-            s0 = _mm512_dpbusd_epi32(s0, lo[v], bcast4(x + 4 * v));
-            s1 = _mm512_dpbusd_epi32(s1, hi[v], bcast4(x + 16 + 4 * v));
-          }
+          __m512i s0, s1;
+          dot_sub_block(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j, s0, s1);
           const int64_t blk = m * a.ldqs + 8 * i + j;
           const float dx = a.qd[blk];
           acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[m]);
@@ -176,7 +179,7 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
 template <int MR>
 void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
-  const __m512i nib = _mm512_set1_epi8(0x0F), b01 = _mm512_set1_epi8(0x03), b23 = _mm512_set1_epi8(0x0C);
+  const __m512i b01 = _mm512_set1_epi8(0x03), b23 = _mm512_set1_epi8(0x0C);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
     __m512 acc[MR];
@@ -187,24 +190,19 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
         prefetch_ahead(u + 256 * j, 256);
         prefetch_ahead(u + 2048 + 128 * j, 128);
         __m512i lo[4], hi[4];
-        for (int v = 0; v < 4; ++v) {
-          const __m512i raw = _mm512_load_si512(u + 256 * j + 64 * v);
+        load_nibbles(u + 256 * j, lo, hi);
+        for (int v = 0; v < 4; ++v) {  // the 2-bit highs become bits 4-5
           __m512i g = _mm512_load_si512(u + 2048 + 128 * j + 64 * (v / 2));
           if (v % 2) g = _mm512_srli_epi16(g, 4);
-          lo[v] = _mm512_or_si512(_mm512_and_si512(raw, nib), _mm512_slli_epi16(_mm512_and_si512(g, b01), 4));
-          hi[v] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), nib), _mm512_slli_epi16(_mm512_and_si512(g, b23), 2));
+          lo[v] = _mm512_or_si512(lo[v], _mm512_slli_epi16(_mm512_and_si512(g, b01), 4));
+          hi[v] = _mm512_or_si512(hi[v], _mm512_slli_epi16(_mm512_and_si512(g, b23), 2));
         }
         const __m256i sc8 = _mm256_load_si256(reinterpret_cast<const __m256i*>(u + 3072 + 32 * j));
         const __m512 sc_lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(sc8))));
         const __m512 sc_hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(sc8, 1))));
         for (int m = 0; m < MR; ++m) {
-          const int8_t* x = a.q + m * a.ldq + 256 * i + 32 * j;
-          __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(x));
-          __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(x + 16));
-          for (int v = 1; v < 4; ++v) {
-            s0 = _mm512_dpbusd_epi32(s0, lo[v], bcast4(x + 4 * v));
-            s1 = _mm512_dpbusd_epi32(s1, hi[v], bcast4(x + 16 + 4 * v));
-          }
+          __m512i s0, s1;
+          dot_sub_block(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j, s0, s1);
           const int64_t blk = m * a.ldqs + 8 * i + j;
           const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
           const __m512 dx = _mm512_set1_ps(a.qd[blk]);
