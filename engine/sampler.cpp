@@ -8,11 +8,13 @@
 #include <string>
 
 #include "engine/error.h"
+#include "kernels/cpu/ops.h"
 
 // Cost per token for a vocabulary of V (262144 for Gemma-class models), n = prompt + generated:
 //   copy + bias + penalties O(V + n): penalties count into a [V] array reset in O(n), no sort;
 //   greedy: one O(V) argmax pass, nothing else;
-//   sampling: O(V) to build 64-bit (value, id) keys and O(C) exps for C candidates;
+//   temperature only (no top-k / top-p / min-p): one vector exp pass and one draw scan, O(V);
+//   otherwise: O(V) to build 64-bit (value, id) keys and O(C) exps for C candidates;
 //   top-k: one nth_element, O(V); only k candidates go on;
 //   top-p: nth_element of blocks growing ×8 from 256 until they hold the nucleus, O(C) per
 //     round, then a sort of the last block only: about O(C) for a peaked distribution and
@@ -114,6 +116,23 @@ inline double uniform01(std::mt19937_64& rng) {
 // Precondition: temperature ≥ kGreedyTemperature.
 int32_t sample_filtered(float* x, int32_t vocab, const SamplingParams& p,
                         std::vector<uint64_t>& keys, std::mt19937_64& rng) {
+  if (!(p.top_k > 0 && p.top_k < vocab) && p.top_p >= 1.0f && p.min_p <= 0.0f) {
+    // Temperature only (the OpenAI API's knobs): every token is a candidate, in id order, which
+    // is also the order the keys below would have. The exps go 16 at a time (cpu::ops).
+    const float max_logit = max_value(x, vocab);
+    if (!std::isfinite(max_logit)) return argmax(x, vocab);
+    const double total = cpu::exp_scaled_inplace(x, vocab, max_logit, 1.0f / p.temperature);
+    const double r = uniform01(rng) * total;
+    double cum = 0.0;
+    int32_t last = 0;  // the last candidate with weight, if rounding leaves r just past the scan
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (x[i] <= 0.0f) continue;
+      cum += x[i];
+      last = i;
+      if (r < cum) return i;
+    }
+    return last;
+  }
   keys.resize(vocab);
   for (int32_t i = 0; i < vocab; ++i) keys[i] = make_key(x[i], i);
   const std::greater<uint64_t> desc;
@@ -246,9 +265,7 @@ SampledToken Sampler::sample(const float* logits, int32_t vocab, const std::vect
     scratch_.assign(logits, logits + vocab);
     for (float& v : scratch_) v = sanitize(v);
     const float max_raw = max_value(scratch_.data(), vocab);
-    double sum = 0.0;
-    for (float v : scratch_) sum += std::exp(v - max_raw);
-    const double log_z = max_raw + std::log(sum);
+    const double log_z = max_raw + std::log(cpu::sum_exp(scratch_.data(), vocab, max_raw));
     out.logprob = static_cast<float>(scratch_[out.id] - log_z);
 
     // Best n by raw logit, lowest id first on ties (ids are visited in increasing order and

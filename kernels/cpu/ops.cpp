@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <cstring>
 
-#include "kernels/cpu/activation_avx512.h"
+#include "kernels/cpu/ops_avx512.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/ref/dequant.h"
 
@@ -73,6 +73,20 @@ void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
     const float g = gate[i];
     gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
   }
+}
+
+double exp_scaled_inplace(float* x, int64_t n, float shift, float scale) {
+  if (use_avx512()) return exp_scaled_inplace_avx512(x, n, shift, scale);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] = std::exp((x[i] - shift) * scale);
+  return sum;
+}
+
+double sum_exp(const float* x, int64_t n, float shift) {
+  if (use_avx512()) return sum_exp_avx512(x, n, shift);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - shift);
+  return sum;
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {

@@ -23,6 +23,12 @@ void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, i
 void silu_mul(float* gate, const float* up, int64_t n);
 void gelu_tanh_mul(float* gate, const float* up, int64_t n);
 
+// Softmax pieces over a vocabulary (the sampler): x[i] = exp((x[i] - shift) * scale), returning
+// the sum in double; and the sum of exp(x[i] - shift) without writing. Arguments must be <= 0
+// (shift = the max); -inf gives 0. AVX-512: a polynomial exp (~2 ulp), 0 below e^-87.5.
+double exp_scaled_inplace(float* x, int64_t n, float shift, float scale);
+double sum_exp(const float* x, int64_t n, float shift);
+
 void add_inplace(float* y, const float* x, int64_t n);  // y += x
 void scale_inplace(float* y, float alpha, int64_t n);   // y *= alpha
 

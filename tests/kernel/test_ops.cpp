@@ -1,5 +1,5 @@
-// The gated activations (cpu::silu_mul, cpu::gelu_tanh_mul) at every SIMD level against a
-// double-precision evaluation of the same formulas, over inputs from 1e-6 to 200 in magnitude
+// The element-wise exp work of kernels/cpu/ops.h at every SIMD level against double precision.
+// Gated activations (cpu::silu_mul, cpu::gelu_tanh_mul) against the same formulas in double, over inputs from 1e-6 to 200 in magnitude
 // (both signs, where exp and tanh saturate), lengths that leave a masked tail, and in place.
 // Tolerance: |got - want| <= 4e-7 |want| + 1.2e-7 |g u|: the AVX-512 path computes exp with a
 // polynomial (~2 ulp) and one division, the scalar path uses libm; the second term is f32
@@ -7,7 +7,9 @@
 // path resolves, the scalar one returns 0).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -29,7 +31,7 @@ std::vector<float> inputs(int64_t n, std::mt19937& rng) {
   return x;
 }
 
-TEST(Activation, GatedActivationsMatchDoubleReferenceAtEveryLevel) {
+TEST(Ops, GatedActivationsMatchDoubleReferenceAtEveryLevel) {
   std::mt19937 rng(3);
   for (const char* level : {"portable", "avx2", "avx512"}) {
     if (!cpu::set_simd_level_for_testing(level)) continue;
@@ -51,6 +53,49 @@ TEST(Activation, GatedActivationsMatchDoubleReferenceAtEveryLevel) {
         }
       }
       std::printf("[activation] %-8s %-9s worst error / tolerance %.3f\n", level, gelu ? "gelu_tanh" : "silu", worst);
+    }
+  }
+  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
+}
+
+// Softmax pieces (the sampler): exp_scaled_inplace writes exp((x - max) / T) and returns the sum;
+// sum_exp returns Σ exp(x - max). Per element |got - want| <= (4e-7 + 1.2e-7 |arg|) want (the
+// f32 argument's rounding; 0 below e^-87.5 is allowed: within 1e-38), sums within 1e-6
+// relative; -inf gives exactly 0.
+TEST(Ops, SoftmaxWeightsMatchDoubleAtEveryLevel) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (const char* level : {"portable", "avx2", "avx512"}) {
+    if (!cpu::set_simd_level_for_testing(level)) continue;
+    for (const int64_t n : {1, 17, 262144 + 5}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = normal(rng);
+      if (n > 1) {
+        x[0] = -std::numeric_limits<float>::infinity();  // a banned token
+        x[n - 1] = 30.0f;                                // the max
+      }
+      const float mx = *std::max_element(x.begin(), x.end());
+      for (const float temperature : {0.7f, 1.0f, 2.5f}) {
+        std::vector<float> w = x;
+        const double sum = cpu::exp_scaled_inplace(w.data(), n, mx, 1.0f / temperature);
+        double want_sum = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+          const double arg = (static_cast<double>(x[i]) - mx) / temperature;
+          const double want = std::exp(arg);
+          want_sum += want;
+          // The argument is formed in f32: |arg| * 2^-23 of relative error on top of the exp's own.
+          const double tol = std::isinf(arg) ? 0.0 : (4e-7 + std::fabs(arg) * 1.2e-7) * want + 1e-38;
+          ASSERT_LE(std::fabs(w[i] - want), tol)
+              << level << " n " << n << " i " << i << " x " << x[i];
+        }
+        if (n > 1) {
+          EXPECT_EQ(w[0], 0.0f) << level;
+        }
+        EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << level << " n " << n;
+      }
+      double want = 0.0;
+      for (float v : x) want += std::exp(static_cast<double>(v) - mx);
+      EXPECT_NEAR(cpu::sum_exp(x.data(), n, mx), want, 1e-6 * want) << level << " n " << n;
     }
   }
   if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
