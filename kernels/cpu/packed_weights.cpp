@@ -25,6 +25,16 @@ NibbleFormat nibble_format(GgmlType type) {
   }
 }
 
+// Bytes of one 32-column block of a panel of the 32-element formats: quants, then scales.
+int quant_bytes(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q8_0: return 512;
+    case GgmlType::Q5_0: case GgmlType::Q5_1: return 320;
+    default: return 256;
+  }
+}
+int scale_bytes(GgmlType type) { return type == GgmlType::Q4_1 || type == GgmlType::Q5_1 ? 64 : 32; }
+
 // Copies the 16 rows' f16 field at byte `field` of block b into dst[0..16) (zero past N).
 void gather_f16(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_t b, int block_bytes,
                 int field, uint8_t* dst) {
@@ -38,9 +48,9 @@ void gather_f16(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64
 // One panel (rows r0..r0+15) of Q8_0, Q4_x or Q5_x into dst (panel_bytes).
 void pack_panel(GgmlType type, const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_t nb,
                 uint8_t* dst) {
-  const int qb = PackedWeights::quant_bytes(type);
+  const int qb = quant_bytes(type);
   uint8_t* scales = dst + nb * qb;
-  const int sb = PackedWeights::scale_bytes(type);
+  const int sb = scale_bytes(type);
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* q = dst + b * qb;
     uint8_t* s = scales + b * sb;
@@ -159,15 +169,6 @@ bool is_k_quant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K;
 
 }  // namespace
 
-int PackedWeights::quant_bytes(GgmlType type) {
-  switch (type) {
-    case GgmlType::Q8_0: return 512;
-    case GgmlType::Q5_0: case GgmlType::Q5_1: return 320;
-    default: return 256;
-  }
-}
-int PackedWeights::scale_bytes(GgmlType type) { return type == GgmlType::Q4_1 || type == GgmlType::Q5_1 ? 64 : 32; }
-
 bool PackedWeights::supported(GgmlType type) {
   const int f = detail::fmt_index(type);
   return f >= 0 && detail::dot_packed_fn(f) != nullptr;
@@ -185,7 +186,7 @@ size_t panel_bytes_for(GgmlType type, int64_t N, int64_t K) {
   FATHOM_CHECK(N > 0 && K > 0 && K % unit == 0, "PackedWeights: bad shape");
   const int64_t unit_bytes = type == GgmlType::Q4_K   ? kQ4KUnit
                              : type == GgmlType::Q6_K ? kQ6KUnit
-                                                      : PackedWeights::quant_bytes(type) + PackedWeights::scale_bytes(type);
+                                                      : quant_bytes(type) + scale_bytes(type);
   return static_cast<size_t>((K / unit * unit_bytes + 63) / 64 * 64);
 }
 

@@ -58,10 +58,6 @@ class PackedWeights {
   const uint8_t* data() const { return data_; }
   size_t bytes() const { return panel_bytes_ * static_cast<size_t>(panels()); }
 
-  // Bytes of one 32-column chunk of a panel: quants and scales.
-  static int quant_bytes(GgmlType type);
-  static int scale_bytes(GgmlType type);
-
  private:
   GgmlType type_;
   int64_t rows_, cols_;
