@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "engine/backend/backend.h"
 #include "engine/error.h"
@@ -71,12 +72,9 @@ void Model::pack_weights() {
   weights_.pack_for_cpu();
   // The mapped bytes of a packed matrix are no longer read (packing read them all in): give the
   // pages back. A tied embedding too: its rows fault back in one page per looked-up token.
-  const auto release = [&](const WeightMatrix& w) {
+  std::as_const(weights_).for_each_matrix([&](const WeightMatrix& w) {
     if (w.packed) file_->release_pages(w.data, w.bytes());
-  };
-  for (const LayerWeights& L : weights_.layers)
-    for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) release(*w);
-  release(weights_.output);
+  });
 }
 
 void Model::forward(const BatchPlan& plan, std::vector<float>& logits) {

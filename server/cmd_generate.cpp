@@ -14,8 +14,9 @@
 namespace fathom {
 namespace {
 
-std::set<std::string> with_model_options(std::set<std::string> names) {
-  names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
+// names ∪ shared (a command's own option or flag names plus the model ones).
+std::set<std::string> with(std::set<std::string> names, const std::set<std::string>& shared) {
+  names.insert(shared.begin(), shared.end());
   return names;
 }
 
@@ -56,10 +57,10 @@ nlohmann::json result_json(const Model& model, const std::vector<int32_t>& promp
 }  // namespace
 
 int run_generate(int argc, char** argv) {
-  CliArgs args(with_model_options({"prompt", "chat", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p",
-                                   "min-p", "seed", "logprobs", "repetition-penalty", "presence-penalty",
-                                   "frequency-penalty"}),
-               {"json", "ignore-eos", "no-transposed-k", "no-pack-weights"});
+  CliArgs args(with({"prompt", "chat", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
+                     "logprobs", "repetition-penalty", "presence-penalty", "frequency-penalty"},
+                    kModelOptionNames),
+               with({"json", "ignore-eos"}, kModelFlagNames));
   args.parse(argc, argv, 2);
   auto model = Model::load(args.require("model"), model_options_from_args(args));
   const auto prompts = prompts_from_args(*model, args);
@@ -112,7 +113,7 @@ int run_generate(int argc, char** argv) {
 }
 
 int run_logits(int argc, char** argv) {
-  CliArgs args(with_model_options({"prompt", "prompt-ids", "out"}), kModelFlagNames);
+  CliArgs args(with({"prompt", "prompt-ids", "out"}, kModelOptionNames), kModelFlagNames);
   args.parse(argc, argv, 2);
   // Logits for comparison with a reference: f32 compute and f32 KV unless overridden.
   ModelOptions defaults;

@@ -66,7 +66,6 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
   w.token_embd = load.matrix("token_embd.weight", vocab, c.dim);
   w.output = load.find("output.weight") ? load.matrix("output.weight", vocab, c.dim) : w.token_embd;
   w.output_norm = load.vector("output_norm.weight", c.dim);
-  w.matrix_bytes = w.output.bytes();
 
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
@@ -91,30 +90,23 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
       L.post_attn_norm = load.vector(p + "post_attention_norm.weight", c.dim);
       L.post_ffn_norm = load.vector(p + "post_ffw_norm.weight", c.dim);
     }
-    for (const WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) w.matrix_bytes += m->bytes();
     w.layers.push_back(std::move(L));
   }
+  w.for_each_matrix([&](const WeightMatrix& m) { w.matrix_bytes += m.bytes(); });
   return w;
 }
-
-}  // namespace fathom
-
-namespace fathom {
 
 size_t ModelWeights::pack_for_cpu() {
   // One arena for all of them: each matrix rounded up to whole 2 MiB pages would waste ~1 MiB
   // per matrix (about 200 MB on SmolLM2's 210 matrices).
-  std::vector<WeightMatrix*> todo;
-  for (LayerWeights& L : layers)
-    for (WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) todo.push_back(w);
-  todo.push_back(&output);
   size_t total = 0;
   std::vector<WeightMatrix*> packable;
-  for (WeightMatrix* w : todo)
-    if (!w->packed && cpu::PackedWeights::supported(w->type)) {
-      packable.push_back(w);
-      total += cpu::PackedWeights::bytes_for(w->type, w->rows, w->cols);
+  for_each_matrix([&](WeightMatrix& w) {
+    if (!w.packed && cpu::PackedWeights::supported(w.type)) {
+      packable.push_back(&w);
+      total += cpu::PackedWeights::bytes_for(w.type, w.rows, w.cols);
     }
+  });
   if (packable.empty()) return 0;
   packed_arena = std::make_shared<HugePageBuffer>(total);
   auto* dst = reinterpret_cast<uint8_t*>(packed_arena->data());

@@ -47,10 +47,22 @@ struct ModelWeights {
   // Throws fathom::Error for a missing tensor, wrong shape, or a type the kernels cannot read.
   static ModelWeights from_gguf(const GgufFile& file, const ModelConfig& config);
 
+  // f(matrix) for every matrix read per decoded token: each layer's seven, then the output.
+  template <typename F> void for_each_matrix(F&& f) { visit_matrices(*this, f); }
+  template <typename F> void for_each_matrix(F&& f) const { visit_matrices(*this, f); }
+
   // Repacks every matrix the CPU's kQ8 kernels read faster in panels (cpu::PackedWeights:
   // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K on AVX-512 VNNI), including the output projection (when it is the tied
   // embedding, the lookup keeps reading the mapped rows). Returns the bytes allocated.
   size_t pack_for_cpu();
+
+ private:
+  template <typename Self, typename F>
+  static void visit_matrices(Self& self, F& f) {
+    for (auto& L : self.layers)
+      for (auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) f(*m);
+    f(self.output);
+  }
 };
 
 }  // namespace fathom
