@@ -339,16 +339,16 @@ int64_t panels_per_chunk(int64_t panels, size_t panel_bytes, int threads) {
   return std::min(by_bytes, by_balance);
 }
 
-// The kQ8 job of one matrix: over its panels when packed, else over its stored rows (chunks of
-// ~32 KB).
+// The kQ8 job of one matrix: over the panels of `packed` with packed_fn (packed_fn_for) when
+// that is not null, else over the stored rows (chunks of ~32 KB).
 DotJob q8_job(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_t K, float* y,
-              const PackedWeights* packed, int threads) {
+              const PackedWeights* packed, DotFn packed_fn, int threads) {
   DotArgs a = q8_args(act, wtype, W, N, K, y);
-  if (const DotFn fn = packed_fn_for(wtype, N, K, packed)) {
+  if (packed_fn) {
     a.w = packed->data();
     a.row_bytes = packed->panel_bytes();
     a.rows_total = N;
-    return DotJob{fn, a, packed->panels(), panels_per_chunk(packed->panels(), a.row_bytes, threads)};
+    return DotJob{packed_fn, a, packed->panels(), panels_per_chunk(packed->panels(), a.row_bytes, threads)};
   }
   return DotJob{dot_q8_fn(fmt_index(wtype)), a, N, rows_per_chunk(a.row_bytes)};
 }
@@ -406,9 +406,9 @@ void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t 
 
   if (precision == Precision::kQ8 && !is_float(f)) {
     // K is a multiple of 32 for every quantized format.
-    const bool use_packed = packed_fn_for(wtype, N, K, packed) != nullptr;
-    const Q8Act act = quantize_activations(pool, x, M, K, !use_packed && q8_split(f));
-    const DotJob job = q8_job(act, wtype, W, N, K, y, packed, pool.size());
+    const DotFn packed_fn = packed_fn_for(wtype, N, K, packed);
+    const Q8Act act = quantize_activations(pool, x, M, K, !packed_fn && q8_split(f));
+    const DotJob job = q8_job(act, wtype, W, N, K, y, packed, packed_fn, pool.size());
     run_dots(pool, &job, 1, M);
     return;
   }
@@ -455,17 +455,18 @@ void matmul_group(ThreadPool& pool, const MatmulTarget* targets, int count, int6
   }
   if (M <= 0) return;
   bool split = false;
+  DotFn packed_fns[kMaxGroup] = {};
   for (int i = 0; i < count; ++i) {
     const MatmulTarget& t = targets[i];
-    const bool packed = t.N > 0 && packed_fn_for(t.type, t.N, K, t.packed) != nullptr;
-    split = split || (!packed && q8_split(fmt_index(t.type)));
+    if (t.N > 0) packed_fns[i] = packed_fn_for(t.type, t.N, K, t.packed);
+    split = split || (!packed_fns[i] && q8_split(fmt_index(t.type)));
   }
   const Q8Act act = quantize_activations(pool, x, M, K, split);
   DotJob jobs[kMaxGroup];
   int n = 0;
   for (int i = 0; i < count; ++i) {
     const MatmulTarget& t = targets[i];
-    if (t.N > 0) jobs[n++] = q8_job(act, t.type, t.W, t.N, K, t.y, t.packed, pool.size());
+    if (t.N > 0) jobs[n++] = q8_job(act, t.type, t.W, t.N, K, t.y, t.packed, packed_fns[i], pool.size());
   }
   run_dots(pool, jobs, n, M);
 }

@@ -35,6 +35,15 @@ int quant_bytes(GgmlType type) {
 }
 int scale_bytes(GgmlType type) { return type == GgmlType::Q4_1 || type == GgmlType::Q5_1 ? 64 : 32; }
 
+// The panel interleave: dst[64 v + 4 r + t] = byte(r, 4 v + t) for vectors v < `vectors`, i.e.
+// vector v holds bytes 4v..4v+3 of each of the 16 rows (one 32-bit lane per row).
+template <typename Byte>
+void interleave_rows(uint8_t* dst, int vectors, Byte byte) {
+  for (int v = 0; v < vectors; ++v)
+    for (int r = 0; r < kRows; ++r)
+      for (int t = 0; t < 4; ++t) dst[64 * v + 4 * r + t] = byte(r, 4 * v + t);
+}
+
 // Copies the 16 rows' f16 field at byte `field` of block b into dst[0..16) (zero past N).
 void gather_f16(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_t b, int block_bytes,
                 int field, uint8_t* dst) {
@@ -55,22 +64,18 @@ void pack_panel(GgmlType type, const uint8_t* W, size_t row_bytes, int64_t r0, i
     uint8_t* q = dst + b * qb;
     uint8_t* s = scales + b * sb;
     if (type == GgmlType::Q8_0) {
-      for (int j = 0; j < 8; ++j)
-        for (int r = 0; r < kRows; ++r)
-          for (int t = 0; t < 4; ++t) {
-            const uint8_t v = r0 + r < N ? W[(r0 + r) * row_bytes + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs) + 4 * j + t]
-                                         : uint8_t{0};
-            q[64 * j + 4 * r + t] = static_cast<uint8_t>(v ^ 0x80);  // s8 -> s8 + 128 (rows past N: 0 -> 128, d = 0)
-          }
+      const auto byte_at = [&](int r, int off) -> uint8_t {
+        return r0 + r < N ? W[(r0 + r) * row_bytes + b * sizeof(BlockQ8_0) + off] : uint8_t{0};
+      };
+      // s8 -> s8 + 128 (rows past N: 0 -> 128, with d = 0).
+      interleave_rows(q, 8, [&](int r, int k) { return static_cast<uint8_t>(byte_at(r, offsetof(BlockQ8_0, qs) + k) ^ 0x80); });
       gather_f16(W, row_bytes, r0, N, b, sizeof(BlockQ8_0), offsetof(BlockQ8_0, d), s);
     } else {
       const NibbleFormat f = nibble_format(type);
       const auto byte_at = [&](int r, int off) -> uint8_t {
         return r0 + r < N ? W[(r0 + r) * row_bytes + b * f.block + off] : uint8_t{0};
       };
-      for (int j = 0; j < 4; ++j)
-        for (int r = 0; r < kRows; ++r)
-          for (int t = 0; t < 4; ++t) q[64 * j + 4 * r + t] = byte_at(r, f.qs + 4 * j + t);
+      interleave_rows(q, 4, [&](int r, int k) { return byte_at(r, f.qs + k); });
       if (f.qh >= 0)  // Q5: the 5th bits, regrouped per quant vector (layout in the header)
         for (int r = 0; r < kRows; ++r) {
           uint32_t qh = 0;
@@ -98,10 +103,7 @@ void pack_panel(GgmlType type, const uint8_t* W, size_t row_bytes, int64_t r0, i
 // column k of the sub-block.
 template <typename Q>
 void pack_nibbles(uint8_t* dst, Q q) {
-  for (int v = 0; v < 4; ++v)
-    for (int r = 0; r < kRows; ++r)
-      for (int t = 0; t < 4; ++t)
-        dst[64 * v + 4 * r + t] = static_cast<uint8_t>((q(r, 4 * v + t) & 15) | (q(r, 16 + 4 * v + t) & 15) << 4);
+  interleave_rows(dst, 4, [&](int r, int k) { return static_cast<uint8_t>((q(r, k) & 15) | (q(r, 16 + k) & 15) << 4); });
 }
 
 // Q4_K super-block i of rows r0..r0+15: [8 x 256 nibbles][8 x 16 sc][8 x 16 m][16 d][16 dmin].
