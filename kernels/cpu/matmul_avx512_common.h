@@ -14,18 +14,7 @@ namespace {
 
 inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-// DotFn of a kernel templated on its activation rows: K<MR>::run(a, n0, n1), MR = a.mr in
-// 1..4 (kMaxMr). Here, in this anonymous namespace, each file gets its own copy: a shared
-// template instantiated in several ISA files was merged by the linker into one ISA's code.
-template <template <int> class K>
-void by_mr(const DotArgs& a, int64_t n0, int64_t n1) {
-  switch (a.mr) {
-    case 1: return K<1>::run(a, n0, n1);
-    case 2: return K<2>::run(a, n0, n1);
-    case 3: return K<3>::run(a, n0, n1);
-    default: return K<4>::run(a, n0, n1);
-  }
-}
+#include "kernels/cpu/matmul_by_mr.inc"  // by_mr, each including file's own copy
 
 // Software prefetch distance along a weight stream (bytes). The hardware prefetcher stops at
 // 4 KiB page boundaries and needs a few misses to lock on again, and decode reads weights in

@@ -241,15 +241,7 @@ void dot_dequant(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
-template <template <int> class K>
-void by_mr(const DotArgs& a, int64_t n0, int64_t n1) {
-  switch (a.mr) {
-    case 1: return K<1>::run(a, n0, n1);
-    case 2: return K<2>::run(a, n0, n1);
-    case 3: return K<3>::run(a, n0, n1);
-    default: return K<4>::run(a, n0, n1);
-  }
-}
+#include "kernels/cpu/matmul_by_mr.inc"  // by_mr, this file's own copy
 
 template <bool kHalf> struct FloatK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_float<kHalf, MR>(a, b, e); } }; };
 template <GgmlType T> struct Q32K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q32<T, MR>(a, b, e); } }; };
