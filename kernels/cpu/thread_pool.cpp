@@ -14,7 +14,7 @@ namespace {
 constexpr int kSpinIterations = 20000;  // ~ a hundred microseconds before sleeping
 }
 
-ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
+ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)), shares_(new Share[std::max(1, threads)]) {
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -70,6 +70,24 @@ void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
     if (spins % 64 == 63) std::this_thread::yield();
   }
   job_ = nullptr;
+}
+
+void ThreadPool::for_each_chunk(int64_t chunks, const std::function<void(int64_t)>& fn) {
+  if (chunks <= 0) return;
+  if (threads_ == 1 || chunks == 1) {
+    for (int64_t c = 0; c < chunks; ++c) fn(c);
+    return;
+  }
+  for (int t = 0; t < threads_; ++t) {
+    shares_[t].next.store(chunks * t / threads_, std::memory_order_relaxed);
+    shares_[t].end = chunks * (t + 1) / threads_;
+  }
+  run_on_all([&](int t, int n) {
+    for (int i = 0; i < n; ++i) {
+      Share& s = shares_[(t + i) % n];
+      for (int64_t c; (c = s.next.fetch_add(1, std::memory_order_relaxed)) < s.end;) fn(c);
+    }
+  });
 }
 
 void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,12 +31,24 @@ class ThreadPool {
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
   // Runs fn(thread_index, size()) once on every thread.
   void run_on_all(const std::function<void(int thread, int threads)>& fn);
+  // Runs fn(c) for every c in [0, chunks), each exactly once. Thread t first takes the chunks
+  // of its own contiguous share in order (a counter only it touches until it runs dry: no cache
+  // line bouncing between cores per chunk, and consecutive chunks keep the hardware prefetcher
+  // streaming), then helps the others by taking chunks from their shares. Blocks until done.
+  void for_each_chunk(int64_t chunks, const std::function<void(int64_t chunk)>& fn);
 
  private:
   void worker_loop(int index);
 
+  // One thread's share of a for_each_chunk: [next, end), on its own cache line.
+  struct alignas(64) Share {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
+
   int threads_;
   std::vector<std::thread> workers_;
+  std::unique_ptr<Share[]> shares_;
   const std::function<void(int, int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
