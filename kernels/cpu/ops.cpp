@@ -104,6 +104,7 @@ void kv_store(const float* src, void* dst, KvDtype dtype, int64_t n) {
       return;
     case KvDtype::kF16: {
       auto* out = static_cast<uint16_t*>(dst);
+      if (use_avx512()) return fp32_to_fp16_avx512(src, out, n);
       for (int64_t i = 0; i < n; ++i) out[i] = ref::fp32_to_fp16(src[i]);
       return;
     }

@@ -90,4 +90,16 @@ double sum_exp_avx512(const float* x, int64_t n, float shift) {
   return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 
+void fp32_to_fp16_avx512(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  if (i < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(dst + i, tail,
+                             _mm512_cvtps_ph(_mm512_maskz_loadu_ps(tail, src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+}
+
 }  // namespace fathom::cpu

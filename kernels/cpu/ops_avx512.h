@@ -9,5 +9,7 @@ void silu_mul_avx512(float* gate, const float* up, int64_t n);
 void gelu_tanh_mul_avx512(float* gate, const float* up, int64_t n);
 double exp_scaled_inplace_avx512(float* x, int64_t n, float shift, float scale);
 double sum_exp_avx512(const float* x, int64_t n, float shift);
+// f32 -> f16, round to nearest even (bit-identical to ref::fp32_to_fp16 for every non-NaN input).
+void fp32_to_fp16_avx512(const float* src, uint16_t* dst, int64_t n);
 
 }  // namespace fathom::cpu

@@ -11,11 +11,13 @@
 #include <cmath>
 #include <limits>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/ref/dequant.h"
 
 namespace fathom {
 namespace {
@@ -96,6 +98,36 @@ TEST(Ops, SoftmaxWeightsMatchDoubleAtEveryLevel) {
       double want = 0.0;
       for (float v : x) want += std::exp(static_cast<double>(v) - mx);
       EXPECT_NEAR(cpu::sum_exp(x.data(), n, mx), want, 1e-6 * want) << level << " n " << n;
+    }
+  }
+  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
+}
+
+// The f16 KV store (cpu::kv_store) gives exactly ref::fp32_to_fp16's bits at every level: every
+// finite f32 exponent (normal, f16-subnormal, underflow to 0, overflow to inf) with random
+// mantissas, exact ties, ±0, ±inf, lengths that leave a masked tail.
+TEST(Ops, F16KvStoreIsBitExactAtEveryLevel) {
+  std::mt19937 rng(9);
+  std::vector<float> x;
+  for (uint32_t e = 0; e < 255; ++e)
+    for (int j = 0; j < 24; ++j) {
+      uint32_t mant = rng() & 0x7FFFFFu;
+      if (j < 4) mant = (mant & ~0x1FFFu) | 0x1000u;  // exactly halfway between two f16 values
+      const uint32_t bits = (static_cast<uint32_t>(j % 2) << 31) | (e << 23) | mant;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      x.push_back(f);
+    }
+  for (float f : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  65504.0f, 65520.0f, 6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f})
+    x.push_back(f);
+  for (const char* level : {"portable", "avx2", "avx512"}) {
+    if (!cpu::set_simd_level_for_testing(level)) continue;
+    for (const int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, static_cast<int64_t>(x.size())}) {
+      std::vector<uint16_t> got(n, 0xFFFF);
+      cpu::kv_store(x.data(), got.data(), KvDtype::kF16, n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], ref::fp32_to_fp16(x[i])) << level << " n " << n << " x " << x[i];
     }
   }
   if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
