@@ -10,8 +10,12 @@
 #include "kernels/ref/dequant.h"
 
 namespace fathom::cpu {
+namespace {
+bool use_avx512() { return std::strcmp(simd_level(), "avx512") == 0; }  // follows set_simd_level_for_testing
+}  // namespace
 
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps) {
+  if (use_avx512()) return rms_norm_avx512(x, w, y, rows, n, eps);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -54,9 +58,6 @@ void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, i
   }
 }
 
-namespace {
-bool use_avx512() { return std::strcmp(simd_level(), "avx512") == 0; }  // follows set_simd_level_for_testing
-}  // namespace
 
 void silu_mul(float* gate, const float* up, int64_t n) {
   if (use_avx512()) return silu_mul_avx512(gate, up, n);

@@ -8,6 +8,8 @@
 // (GELU of a large negative g is then accurate; 1 + tanhf(y) in f32 rounds it to ~0.)
 #include "kernels/cpu/ops_avx512.h"
 
+#include <cmath>
+
 #include "kernels/cpu/simd_avx512.h"
 
 namespace fathom::cpu {
@@ -88,6 +90,32 @@ double sum_exp_avx512(const float* x, int64_t n, float shift) {
     add_pd(_mm512_maskz_mov_ps(m, exp_or_zero(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs))), lo, hi);
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
+void rms_norm_avx512(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    __m512d ss[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+      for (int u = 0; u < 4; ++u) {
+        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(xr + i + 8 * u));
+        ss[u] = _mm512_fmadd_pd(v, v, ss[u]);
+      }
+    for (; i < n; i += 8) {
+      const __mmask8 m = n - i >= 8 ? static_cast<__mmask8>(0xff) : static_cast<__mmask8>((1u << (n - i)) - 1);
+      const __m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, xr + i));
+      ss[0] = _mm512_fmadd_pd(v, v, ss[0]);
+    }
+    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(ss[0], ss[1]), _mm512_add_pd(ss[2], ss[3])));
+    const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps)));
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(static_cast<int32_t>(n - j));
+      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + j), inv);
+      _mm512_mask_storeu_ps(yr + j, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + j)));
+    }
+  }
 }
 
 void fp32_to_fp16_avx512(const float* src, uint16_t* dst, int64_t n) {

@@ -9,6 +9,9 @@ void silu_mul_avx512(float* gate, const float* up, int64_t n);
 void gelu_tanh_mul_avx512(float* gate, const float* up, int64_t n);
 double exp_scaled_inplace_avx512(float* x, int64_t n, float shift, float scale);
 double sum_exp_avx512(const float* x, int64_t n, float shift);
+// RMS norm of each row: the sum of squares in double (4 chains of 8 lanes instead of one
+// dependent chain: ~10x faster at n = 576), then y = x · inv · w in f32 as the scalar version.
+void rms_norm_avx512(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps);
 // f32 -> f16, round to nearest even (bit-identical to ref::fp32_to_fp16 for every non-NaN input).
 void fp32_to_fp16_avx512(const float* src, uint16_t* dst, int64_t n);
 
