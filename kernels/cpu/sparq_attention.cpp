@@ -97,8 +97,7 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
       std::vector<int32_t>& s = sel[g];
       s.resize(res.k);
       sparse::top_k(&summed[static_cast<size_t>(g) * S], first_forced, n_rest, s.data());
-      std::iota(s.begin() + n_rest, s.end(), first_forced);
-      std::sort(s.begin(), s.begin() + n_rest);
+      std::iota(s.begin() + n_rest, s.end(), first_forced);  // top_k's indices come ascending
       if (res.k == S) continue;  // every position: α = 1 exactly
       for (int32_t j = 0; j < G; ++j) {
         float m = -INFINITY, l = 0.0f;

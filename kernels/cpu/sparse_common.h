@@ -4,6 +4,7 @@
 // dispatch, sparse_kernels.inc instantiated per ISA), the chunked multi-threaded gather attention
 // every policy ends with, and an exact top-k.
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/thread_pool.h"
@@ -33,7 +34,19 @@ struct Kernels {
   // from kv.k_t (r contiguous dimension rows per tile) when present, else from the K rows.
   void (*sparq_scores)(const PagedKvView& kv, int32_t g, const int32_t* dims, int32_t r, const float* qr, int32_t G,
                        int32_t b0, int32_t b1, int32_t S, float* out, int64_t ld);
+  // The indices i < n with order_key(s[i]) >= key, ascending, into out; returns their count.
+  // out must hold n + 16 entries (the vector version stores whole vectors).
+  int32_t (*indices_at_least)(const float* s, int32_t n, uint32_t key, int32_t* out);
 };
+
+// Order-preserving unsigned key of a float, branch-free (x + 0 turns −0 into +0: they compare
+// equal, so they must share a key).
+inline uint32_t order_key(float x) {
+  x += 0.0f;
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u ^ ((0u - (u >> 31)) | 0x80000000u);
+}
 
 // Element offsets of the rows of positions pos[0..n) of kv head g: rows [n].
 inline void row_offsets(const PagedKvView& kv, int32_t g, const int32_t* pos, int32_t n, int64_t* rows) {
@@ -64,8 +77,9 @@ struct AttendTask {
 void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
             const std::vector<AttendTask>& tasks);
 
-// The k indices of the largest score[0..n) under (score descending, index ascending), unordered,
-// into out[0..k). Exact (radix prefilter on the float bits, nth_element on the boundary bucket).
+// The k indices of the largest score[0..n) under (score descending, index ascending), in
+// ascending index order, into out[0..k). Exact (sampled threshold, branch-free filter,
+// nth_element on the candidates; a radix select when the sample misleads).
 void top_k(const float* score, int32_t n, int32_t k, int32_t* out);
 
 // Σ_c q[c] per row, for INT8 keys: q [R][d] -> sums [R].

@@ -124,6 +124,24 @@ float max_sum_exp(const float* s, int32_t n, float* mx) {
   return hsum(sum);
 }
 
+// order_key of 16 floats at once, compared unsigned; the passing indices compressed to the front
+// of a vector stored whole (out has 16 spare entries).
+int32_t indices_at_least(const float* s, int32_t n, uint32_t key, int32_t* out) {
+  const __m512i vkey = _mm512_set1_epi32(static_cast<int32_t>(key)), top = _mm512_set1_epi32(INT32_MIN);
+  const __m512i step = _mm512_set1_epi32(16);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  int32_t c = 0;
+  for (int32_t i = 0; i < n; i += 16, idx = _mm512_add_epi32(idx, step)) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __m512i u = _mm512_castps_si512(_mm512_add_ps(_mm512_maskz_loadu_ps(m, s + i), _mm512_setzero_ps()));
+    const __m512i k = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), top));
+    const __mmask16 pass = _mm512_mask_cmpge_epu32_mask(m, k, vkey);
+    _mm512_storeu_si512(out + c, _mm512_maskz_compress_epi32(pass, idx));
+    c += __builtin_popcount(pass);
+  }
+  return c;
+}
+
 #include "kernels/cpu/sparse_common.inc"
 
 }  // namespace

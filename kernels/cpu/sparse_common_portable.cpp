@@ -51,6 +51,15 @@ float max_sum_exp(const float* s, int32_t n, float* mx) {
   return sum;
 }
 
+int32_t indices_at_least(const float* s, int32_t n, uint32_t key, int32_t* out) {
+  int32_t c = 0;
+  for (int32_t i = 0; i < n; ++i) {  // branch-free: the slot is overwritten until a key passes
+    out[c] = i;
+    c += order_key(s[i]) >= key;
+  }
+  return c;
+}
+
 // No register-blocked tile kernel here: the generic path of sparq_scores handles every tile.
 template <typename T>
 bool kt_tile16(const T*, const int32_t*, int32_t, const float*, int32_t, float*, int64_t, int32_t, int32_t) {

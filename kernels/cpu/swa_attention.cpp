@@ -20,8 +20,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   const int32_t older = n - res.k_local;
   res.k_global = static_cast<int32_t>(std::clamp<int64_t>(budget - res.k_local, 0, older));
   std::vector<int32_t> kept(res.k_global + res.k_local);
-  sparse::top_k(mass, older, res.k_global, kept.data());
-  std::sort(kept.begin(), kept.begin() + res.k_global);
+  sparse::top_k(mass, older, res.k_global, kept.data());  // ascending
   std::iota(kept.begin() + res.k_global, kept.end(), older);
   const int32_t n_kept = static_cast<int32_t>(kept.size());
 

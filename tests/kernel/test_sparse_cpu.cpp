@@ -410,16 +410,28 @@ TEST(SparseCpu, LoosestSettingsEqualDense) {
   worst.print("dense");
 }
 
-// top_k (the radix prefilter + nth_element) is exactly the reference's ordering, ties included.
+// top_k is exactly the reference's ordering, ties included, and lists its indices ascending:
+// small n (radix select), large n (sampled threshold) on continuous scores, scores with many ties
+// (coarse), all equal, sorted ascending / descending (a strided sample then sees a biased
+// picture), spikes of large values, and large values only where the strided sample looks (for
+// n = 16k, 64k: its threshold is too high, fewer than k pass, the radix fallback answers). At
+// every SIMD level.
 TEST(SparseCpu, TopKMatchesSortOrder) {
   std::mt19937 rng(7);
-  for (int32_t n : {1, 5, 100, 5000}) {
-    for (int coarse : {0, 1}) {
+  for (const char* level : {"portable", "avx512"}) {
+  if (!cpu::set_simd_level_for_testing(level)) continue;
+  for (int32_t n : {1, 5, 100, 2047, 5000, 16384, 65536}) {
+    for (int shape = 0; shape < 7; ++shape) {
       std::vector<float> s(n);
       std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float& x : s) x = coarse ? std::round(normal(rng) * 4) / 4 : normal(rng);
+      for (int32_t i = 0; i < n; ++i) {
+        const float x = normal(rng);
+        s[i] = shape == 0 ? x : shape == 1 ? std::round(x * 4) / 4 : shape == 2 ? 1.5f : shape == 3 ? static_cast<float>(i)
+               : shape == 4 ? static_cast<float>(-i) : shape == 5 ? (i % 97 == 5 ? 100.0f + x : x)
+               : (i % std::max(1, n / 512) == 0 ? 1.0f + x * 0.01f : -1.0f);
+      }
       if (n > 3) s[1] = -0.0f, s[2] = 0.0f;
-      for (int32_t k : {0, 1, n / 3, n - 1, n}) {
+      for (int32_t k : {0, 1, n / 16, n / 3, n - 1, n}) {
         std::vector<int32_t> got(std::max(k, 0));
         cpu::sparse::top_k(s.data(), n, k, got.data());
         std::vector<int32_t> order(n);
@@ -427,11 +439,12 @@ TEST(SparseCpu, TopKMatchesSortOrder) {
         std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return s[x] > s[y]; });
         order.resize(std::max(k, 0));
         std::sort(order.begin(), order.end());
-        std::sort(got.begin(), got.end());
-        EXPECT_EQ(got, order) << "n=" << n << " k=" << k;
+        ASSERT_EQ(got, order) << level << " n=" << n << " k=" << k << " shape=" << shape;
       }
     }
   }
+  }
+  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
 }
 
 }  // namespace
