@@ -7,6 +7,12 @@
 // (GB = 1e9 bytes). The best of --reps repetitions is the figure (the machine's capability;
 // slower repetitions are disturbance), the median is reported beside it.
 //
+// Then random 64-byte lines from the same buffer, the bound of gather kernels (sparse attention
+// reads scattered K/V rows and half-line K^T slices, not streams): (a) the latency of one
+// dependent load (a chain whose next line is a hash of the word just read and the step), (b) the rate of
+// independent loads at random lines, per thread count (the memory system's parallelism for
+// scattered reads). Best of --reps as above.
+//
 //   bench_bandwidth [--threads 1,2] [--size-mib 1024] [--reps 7] [--json FILE]
 #include <algorithm>
 #include <barrier>
@@ -175,6 +181,60 @@ Result measure(const uint64_t* buf, size_t words, int threads, int reps, SumFn f
   return r;
 }
 
+// Line index after `word` (the value read, its own word index) in a chain over `lines` lines.
+inline size_t next_line(uint64_t word, size_t lines) {
+  uint64_t z = word + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<size_t>((z ^ (z >> 31)) % lines);
+}
+
+// ns per dependent load over `steps` steps of the chain (one thread).
+double chase_ns(const uint64_t* buf, size_t lines, size_t steps) {
+  size_t line = 0;
+  const auto t0 = Clock::now();
+  // (+ i: a function iterated on its own falls into a cycle of ~sqrt(lines) lines, which caches)
+  for (size_t i = 0; i < steps; ++i) line = next_line(buf[line * 8] + i, lines);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  volatile size_t sink = line;  // the chain's end is used: the loads cannot be optimised away
+  (void)sink;
+  return s * 1e9 / static_cast<double>(steps);
+}
+
+// Independent loads of random lines: each thread reads `per_thread` lines of its own part, at
+// indices precomputed in a sequentially read array. GB/s = 64 B x lines / wall time.
+Result measure_random(const uint64_t* buf, size_t words, int threads, int reps, size_t per_thread) {
+  Result r{threads, {}};
+  const size_t lines = words / 8;
+  std::vector<std::vector<uint32_t>> index(threads, std::vector<uint32_t>(per_thread));
+  for (int t = 0; t < threads; ++t) {
+    const size_t lo = lines * t / threads, n = lines * (t + 1) / threads - lo;
+    for (size_t i = 0; i < per_thread; ++i) index[t][i] = static_cast<uint32_t>(lo + next_line(i * 977 + t, n));
+  }
+  std::barrier sync(threads + 1);
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      for (int pass = 0; pass <= reps; ++pass) {
+        sync.arrive_and_wait();
+        uint64_t a = 0;
+        for (uint32_t line : index[t]) a += buf[static_cast<size_t>(line) * 8];
+        sums[t * 8] = a;
+        sync.arrive_and_wait();
+      }
+    });
+  for (int pass = 0; pass <= reps; ++pass) {
+    sync.arrive_and_wait();
+    const auto t0 = Clock::now();
+    sync.arrive_and_wait();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (pass > 0) r.gbps.push_back(64.0 * static_cast<double>(per_thread) * threads / s / 1e9);
+  }
+  for (std::thread& w : workers) w.join();
+  return r;
+}
+
 void usage() {
   std::fprintf(stderr,
                "usage: bench_bandwidth [--threads 1,2] [--size-mib 1024] [--reps 7] [--simd avx512|avx2|scalar]\n"
@@ -234,6 +294,19 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       results.push_back({{"threads", t}, {"best_gbps", r.best()}, {"median_gbps", r.median()}, {"all_gbps", r.gbps}});
     }
+    const size_t lines = words / 8;
+    std::vector<double> chase;
+    for (int rep = 0; rep < reps; ++rep) chase.push_back(chase_ns(buf, lines, 1u << 20));
+    const double latency = *std::min_element(chase.begin(), chase.end());
+    std::printf("random 64-byte lines: %.0f ns per dependent load (best of %d)\n", latency, reps);
+    nlohmann::json random = nlohmann::json::array();
+    for (int t : threads) {
+      const Result r = measure_random(buf, words, t, reps, size_t{1} << 21);
+      std::printf("  threads %2d: %6.2f GB/s best, %6.2f GB/s median of independent random line reads (%.1f lines in flight)\n",
+                  t, r.best(), r.median(), r.best() / 64.0 * latency / t);
+      std::fflush(stdout);
+      random.push_back({{"threads", t}, {"best_gbps", r.best()}, {"median_gbps", r.median()}});
+    }
     std::free(buf);
 
     if (!json_path.empty()) {
@@ -244,7 +317,9 @@ int main(int argc, char** argv) {
                           {"simd", simd.name},
                           {"reps", reps},
                           {"hardware_threads", std::thread::hardware_concurrency()},
-                          {"results", results}};
+                          {"results", results},
+                          {"random_line_latency_ns", latency},
+                          {"random_lines", random}};
       std::ofstream out(json_path);
       if (!out) throw std::runtime_error("cannot write " + json_path);
       out << j.dump(2) << "\n";

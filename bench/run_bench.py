@@ -224,11 +224,28 @@ def combine_bandwidth(sessions):
         top = max(per, key=lambda x: x["best_gbps"])
         results.append({"threads": t, "best_gbps": top["best_gbps"], "median_gbps": top["median_gbps"],
                         "best_gbps_per_session": [x["best_gbps"] for x in per]})
+    random = []  # independent random 64-byte line reads: the bound of gather kernels
+    for r in sessions[0].get("random_lines", []):
+        per = [x for sess in sessions for x in sess.get("random_lines", []) if x["threads"] == r["threads"]]
+        random.append({"threads": r["threads"], "best_gbps": max(x["best_gbps"] for x in per)})
     first = sessions[0]
     return {"benchmark": "bandwidth", "description": first["description"], "buffer_bytes": first["buffer_bytes"],
             "simd": first["simd"], "reps": first["reps"], "hardware_threads": first["hardware_threads"],
             "combined": "best over the sessions (before and after the decode runs)",
-            "results": results, "sessions": sessions}
+            "results": results, "random_lines": random,
+            "random_line_latency_ns": min((x.get("random_line_latency_ns", float("inf")) for x in sessions),
+                                          default=float("inf")),
+            "sessions": sessions}
+
+
+def random_line_sentence(bandwidth):
+    """One sentence on scattered reads (what sparse attention's gathers are bound by), or ''."""
+    if not bandwidth.get("random_lines"):
+        return ""
+    return ("Independent reads of random 64-byte lines: " +
+            ", ".join(f"{r['best_gbps']:.1f} GB/s at {r['threads']} thread" + ("s" if r["threads"] > 1 else "")
+                      for r in bandwidth["random_lines"]) +
+            f"; one dependent load {bandwidth['random_line_latency_ns']:.0f} ns.")
 
 
 def write_reports(machine, bandwidth, decodes, skipped, commands, results_md, summary_md):
@@ -262,7 +279,7 @@ def write_reports(machine, bandwidth, decodes, skipped, commands, results_md, su
           "## Memory bandwidth (read-only, the roofline)", "",
           f"{bandwidth['buffer_bytes'] >> 20} MiB buffer, {bandwidth['simd']} sum, best of {bandwidth['reps']} repetitions, "
           "measured before and after the decode runs; the better of the two is the roofline for every bound below.",
-          "", *bw_rows, ""]
+          "", *bw_rows, "", random_line_sentence(bandwidth), ""]
     for key, spec in MODELS.items():
         main = decodes.get((key, PRECISION))
         if not main:
@@ -289,7 +306,8 @@ def write_reports(machine, bandwidth, decodes, skipped, commands, results_md, su
     sm = [f"Measured on {machine['cpu']} ({machine['cpus']} CPUs, {machine['simd']}), {machine['date'][:10]}, "
           f"commit `{machine['commit'][:10]}`" + ("" if quiet else " — machine busy, figures disturbed") + ".", ""]
     sm.append("Read bandwidth: " + ", ".join(f"{r['best_gbps']:.1f} GB/s at {r['threads']} thread"
-                                             + ("s" if r["threads"] > 1 else "") for r in bandwidth["results"]) + ".")
+                                             + ("s" if r["threads"] > 1 else "") for r in bandwidth["results"]) + ". "
+              + random_line_sentence(bandwidth))
     sm.append("")
     sm += ["| model | threads | depth | prefill tok/s | decode tok/s | bound tok/s | fraction of bound |",
            "|---|---|---|---|---|---|---|"]
