@@ -79,6 +79,7 @@ double measure_bandwidth(ThreadPool& pool) {
   std::vector<uint64_t> sums(pool.size());
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
+    std::fill(sums.begin(), sums.end(), 0);
     const auto t0 = Clock::now();
     pool.parallel_for(static_cast<int64_t>(n), [&](int64_t b, int64_t e, int t) {
       uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -88,7 +89,7 @@ double measure_bandwidth(ThreadPool& pool) {
         s2 += buf[i + 2];
         s3 += buf[i + 3];
       }
-      sums[t] = s0 + s1 + s2 + s3;
+      sums[t] += s0 + s1 + s2 + s3;
     }, 4096);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / s / 1e9);

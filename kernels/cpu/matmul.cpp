@@ -169,7 +169,7 @@ T* scratch(std::vector<T>& v, size_t n) {
 // of holding everyone up with a fixed half of the rows.
 template <typename Fn>
 void parallel_chunks(ThreadPool& pool, int64_t N, int64_t chunk, const Fn& fn) {
-  pool.for_each_chunk((N + chunk - 1) / chunk, [&](int64_t c) { fn(c * chunk, std::min(N, (c + 1) * chunk)); });
+  pool.for_each_chunk((N + chunk - 1) / chunk, [&](int64_t c, int) { fn(c * chunk, std::min(N, (c + 1) * chunk)); });
 }
 
 // Rows per work chunk: ~32 KB of weights (several chunks per thread for balance), a multiple
@@ -222,7 +222,7 @@ void run_rows(const DotJob& j, int64_t M, int64_t b, int64_t e) {
 void run_dots(ThreadPool& pool, const DotJob* jobs, int count, int64_t M) {
   int64_t total = 0;
   for (int i = 0; i < count; ++i) total += (jobs[i].N + jobs[i].chunk - 1) / jobs[i].chunk;
-  auto run_chunk = [&](int64_t c) {
+  auto run_chunk = [&](int64_t c, int) {
     int i = 0;
     for (int64_t n; c >= (n = (jobs[i].N + jobs[i].chunk - 1) / jobs[i].chunk); c -= n) ++i;
     const DotJob& j = jobs[i];

@@ -72,10 +72,10 @@ void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
   job_ = nullptr;
 }
 
-void ThreadPool::for_each_chunk(int64_t chunks, const std::function<void(int64_t)>& fn) {
+void ThreadPool::for_each_chunk(int64_t chunks, const std::function<void(int64_t, int)>& fn) {
   if (chunks <= 0) return;
   if (threads_ == 1 || chunks == 1) {
-    for (int64_t c = 0; c < chunks; ++c) fn(c);
+    for (int64_t c = 0; c < chunks; ++c) fn(c, 0);
     return;
   }
   for (int t = 0; t < threads_; ++t) {
@@ -85,7 +85,7 @@ void ThreadPool::for_each_chunk(int64_t chunks, const std::function<void(int64_t
   run_on_all([&](int t, int n) {
     for (int i = 0; i < n; ++i) {
       Share& s = shares_[(t + i) % n];
-      for (int64_t c; (c = s.next.fetch_add(1, std::memory_order_relaxed)) < s.end;) fn(c);
+      for (int64_t c; (c = s.next.fetch_add(1, std::memory_order_relaxed)) < s.end;) fn(c, t);
     }
   });
 }
@@ -94,15 +94,13 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t chunks = (n + grain - 1) / grain;
-  const int used = static_cast<int>(std::min<int64_t>(threads_, chunks));
-  if (used == 1) {
+  const int64_t pieces = std::min<int64_t>(chunks, 4 * static_cast<int64_t>(threads_));
+  if (threads_ == 1 || pieces == 1) {
     fn(0, n, 0);
     return;
   }
-  run_on_all([&](int t, int) {
-    if (t >= used) return;
-    const int64_t c0 = chunks * t / used, c1 = chunks * (t + 1) / used;
-    const int64_t b = c0 * grain, e = std::min(n, c1 * grain);
+  for_each_chunk(pieces, [&](int64_t p, int t) {
+    const int64_t b = chunks * p / pieces * grain, e = std::min(n, chunks * (p + 1) / pieces * grain);
     if (b < e) fn(b, e, t);
   });
 }

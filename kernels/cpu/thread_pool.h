@@ -26,16 +26,19 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return threads_; }
-  // Splits [0, n) into size() ranges whose boundaries are multiples of `grain`
-  // (except the end). Blocks until every range is done. Not reentrant.
+  // Covers [0, n) with fn over disjoint ranges whose boundaries are multiples of `grain` (except
+  // the end): up to 4 ranges per thread, handed out as for_each_chunk does, so a thread that is
+  // descheduled for a while holds up at most its current range. fn may run several times on
+  // the same thread (accumulate per-thread results, do not overwrite them). Blocks until every
+  // range is done. Not reentrant.
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
   // Runs fn(thread_index, size()) once on every thread.
   void run_on_all(const std::function<void(int thread, int threads)>& fn);
-  // Runs fn(c) for every c in [0, chunks), each exactly once. Thread t first takes the chunks
+  // Runs fn(c, thread index) for every c in [0, chunks), each exactly once. Thread t first takes the chunks
   // of its own contiguous share in order (a counter only it touches until it runs dry: no cache
   // line bouncing between cores per chunk, and consecutive chunks keep the hardware prefetcher
   // streaming), then helps the others by taking chunks from their shares. Blocks until done.
-  void for_each_chunk(int64_t chunks, const std::function<void(int64_t chunk)>& fn);
+  void for_each_chunk(int64_t chunks, const std::function<void(int64_t chunk, int thread)>& fn);
 
  private:
   void worker_loop(int index);
