@@ -1,7 +1,7 @@
 #pragma once
 // A fixed pool of worker threads for data-parallel kernels.
-// parallel_for splits [0, n) into one contiguous range per thread; the calling thread
-// takes range 0. Workers spin briefly between jobs (decode issues hundreds of small jobs
+// The calling thread works too (it is thread 0). Work is handed out from per-thread shares
+// (for_each_chunk; parallel_for is built on it). Workers spin briefly between jobs (decode issues hundreds of small jobs
 // per token, so a condition-variable wake-up per job would cost more than the job), then
 // sleep on a condition variable when idle.
 #include <atomic>
@@ -34,10 +34,11 @@ class ThreadPool {
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
   // Runs fn(thread_index, size()) once on every thread.
   void run_on_all(const std::function<void(int thread, int threads)>& fn);
-  // Runs fn(c, thread index) for every c in [0, chunks), each exactly once. Thread t first takes the chunks
-  // of its own contiguous share in order (a counter only it touches until it runs dry: no cache
-  // line bouncing between cores per chunk, and consecutive chunks keep the hardware prefetcher
-  // streaming), then helps the others by taking chunks from their shares. Blocks until done.
+  // Runs fn(c, thread index) for every c in [0, chunks), each exactly once. Thread t first takes
+  // the chunks of its own contiguous share in order (a counter only it touches until it runs
+  // dry: no cache line bouncing between cores per chunk, and consecutive chunks keep the
+  // hardware prefetcher streaming), then helps the others by taking chunks from their shares.
+  // Blocks until done.
   void for_each_chunk(int64_t chunks, const std::function<void(int64_t chunk, int thread)>& fn);
 
  private:
