@@ -1,9 +1,9 @@
 #pragma once
 // A fixed pool of worker threads for data-parallel kernels.
 // The calling thread works too (it is thread 0). Work is handed out from per-thread shares
-// (for_each_chunk; parallel_for is built on it). Workers spin briefly between jobs (decode issues hundreds of small jobs
-// per token, so a condition-variable wake-up per job would cost more than the job), then
-// sleep on a condition variable when idle.
+// (for_each_chunk; parallel_for is built on it). Workers spin briefly between jobs (decode
+// issues hundreds of small jobs per token, so a condition-variable wake-up per job would cost
+// more than the job), then sleep on a condition variable when idle.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
