@@ -1,9 +1,11 @@
 #include "kernels/cpu/sparse_common.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -91,42 +93,45 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
   int32_t max_rows = 1;
   for (const AttendTask& t : tasks) max_rows = std::max(max_rows, t.R);
 
-  pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end, int) {
-    std::vector<float> s(static_cast<size_t>(max_rows) * chunk);
-    std::vector<int64_t> rows(chunk);
-    for (int64_t w = begin; w < end; ++w) {
-      const Item& it = items[w];
-      const AttendTask& t = tasks[it.task];
-      const int32_t n = it.end - it.begin;
-      row_offsets(kv, t.g, t.pos + it.begin, n, rows.data());
-      kern.key_logits(kv, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, rows.data(), n, scale, s.data(),
-                      n);
-      for (int32_t r = 0; r < t.R; ++r) {
-        float* sr = &s[static_cast<size_t>(r) * n];
-        if (t.logits != nullptr) std::copy(sr, sr + n, t.logits + static_cast<int64_t>(r) * t.n + it.begin);
-        const float mx = *std::max_element(sr, sr + n);
-        m[it.slot + r] = mx;
-        l[it.slot + r] = kern.exp_shifted(sr, n, mx);
-      }
-      kern.accumulate_v(kv, t.R, s.data(), n, rows.data(), n, &acc[it.slot * d]);
-    }
-  });
-
-  pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t begin, int64_t end, int) {
+  // Items go out one by one through the pool's shares; the thread that finishes a task's last
+  // item merges that task's partials at once (no second pool phase; the countdown's acq_rel makes
+  // the other threads' partials of the task visible to it).
+  std::unique_ptr<std::atomic<int32_t>[]> items_left(new std::atomic<int32_t>[tasks.size()]);
+  for (size_t ti = 0; ti < tasks.size(); ++ti)
+    items_left[ti].store(first_item[ti + 1] - first_item[ti], std::memory_order_relaxed);
+  auto merge_task = [&](int32_t ti) {
+    const AttendTask& t = tasks[ti];
     std::vector<float> run(d);
-    for (int64_t ti = begin; ti < end; ++ti) {
-      const AttendTask& t = tasks[ti];
-      for (int32_t r = 0; r < t.R; ++r) {
-        float rm = -INFINITY, rl = 0.0f;
-        for (int32_t w = first_item[ti]; w < first_item[ti + 1]; ++w) {
-          const int64_t slot = items[w].slot + r;
-          fold(run.data(), rm, rl, &acc[slot * d], m[slot], l[slot], d);
-        }
-        float* o = t.out + static_cast<int64_t>(r) * d;
-        for (int32_t c = 0; c < d; ++c) o[c] = run[c] / rl;
-        if (t.lse != nullptr) t.lse[r] = rm + std::log(rl);
+    for (int32_t r = 0; r < t.R; ++r) {
+      float rm = -INFINITY, rl = 0.0f;
+      for (int32_t w = first_item[ti]; w < first_item[ti + 1]; ++w) {
+        const int64_t slot = items[w].slot + r;
+        fold(run.data(), rm, rl, &acc[slot * d], m[slot], l[slot], d);
       }
+      float* o = t.out + static_cast<int64_t>(r) * d;
+      for (int32_t c = 0; c < d; ++c) o[c] = run[c] / rl;
+      if (t.lse != nullptr) t.lse[r] = rm + std::log(rl);
     }
+  };
+  pool.for_each_chunk(static_cast<int64_t>(items.size()), [&](int64_t w, int) {
+    thread_local std::vector<float> s;
+    thread_local std::vector<int64_t> rows;
+    s.resize(static_cast<size_t>(max_rows) * chunk);
+    rows.resize(chunk);
+    const Item& it = items[w];
+    const AttendTask& t = tasks[it.task];
+    const int32_t n = it.end - it.begin;
+    row_offsets(kv, t.g, t.pos + it.begin, n, rows.data());
+    kern.key_logits(kv, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, rows.data(), n, scale, s.data(), n);
+    for (int32_t r = 0; r < t.R; ++r) {
+      float* sr = &s[static_cast<size_t>(r) * n];
+      if (t.logits != nullptr) std::copy(sr, sr + n, t.logits + static_cast<int64_t>(r) * t.n + it.begin);
+      const float mx = *std::max_element(sr, sr + n);
+      m[it.slot + r] = mx;
+      l[it.slot + r] = kern.exp_shifted(sr, n, mx);
+    }
+    kern.accumulate_v(kv, t.R, s.data(), n, rows.data(), n, &acc[it.slot * d]);
+    if (items_left[it.task].fetch_sub(1, std::memory_order_acq_rel) == 1) merge_task(it.task);
   });
 }
 
