@@ -3,6 +3,7 @@
 // every live (head, half) over the pool, then each head keeps its best halves. The attention is
 // one sparse::attend task per query head over its merged intervals (sinks, blocks, window).
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -22,8 +23,12 @@ struct Interval {
 };
 
 // Sorts and merges intervals in place; returns the number of positions covered.
+bool by_lo(const Interval& a, const Interval& b) { return a.lo < b.lo; }
+
 int64_t merge_intervals(std::vector<Interval>& iv) {
-  std::sort(iv.begin(), iv.end(), [](const Interval& a, const Interval& b) { return a.lo < b.lo; });
+  // Usually already in order (sink, the mask's ascending blocks, window; or merged lists): the
+  // check is linear, the sort of ~260 intervals per head cost ~5 µs of serial time per head.
+  if (!std::is_sorted(iv.begin(), iv.end(), by_lo)) std::sort(iv.begin(), iv.end(), by_lo);
   size_t o = 0;
   for (const Interval& x : iv) {
     if (x.hi <= x.lo) continue;
@@ -152,10 +157,12 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
     if (mask.dense) {
       iv[h] = {{0, S}};
     } else {
-      iv[h] = {{0, sink_hi}, {win_lo, S}};
+      iv[h].reserve(mask.block_starts[h].size() + 2);
+      iv[h] = {{0, sink_hi}};
       for (int32_t b : mask.block_starts[h]) iv[h].push_back({std::min(b, S), std::min(b + p.block_size_k, S)});
+      iv[h].push_back({win_lo, S});
     }
-    merge_intervals(iv[h]);
+    pos[h].reserve(static_cast<size_t>(merge_intervals(iv[h])));
     for (const Interval& x : iv[h])
       for (int32_t t = x.lo; t < x.hi; ++t) pos[h].push_back(t);
     sparse::AttendTask& t = tasks[h];
@@ -169,8 +176,12 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
   sparse::attend(pool, kern, kv, args.scale, tasks);
   if (bytes != nullptr) {
     for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
-      std::vector<Interval> all;
-      for (int32_t h = g * G; h < (g + 1) * G; ++h) all.insert(all.end(), iv[h].begin(), iv[h].end());
+      std::vector<Interval> all, merged;  // the G heads' sorted lists merged in order (no sort)
+      for (int32_t h = g * G; h < (g + 1) * G; ++h) {
+        merged.clear();
+        std::merge(all.begin(), all.end(), iv[h].begin(), iv[h].end(), std::back_inserter(merged), by_lo);
+        all.swap(merged);
+      }
       const int64_t rows = merge_intervals(all);
       bytes->k_bytes += rows * row_bytes;
       bytes->v_bytes += rows * row_bytes;
