@@ -63,7 +63,7 @@ float exp_shifted(float* s, int32_t n, float shift) {
   const __m512 vs = _mm512_set1_ps(shift);
   __m512 sum = _mm512_setzero_ps();
   for (int32_t i = 0; i < n; i += 16) {
-    const __mmask16 mask = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 mask = simd512::lanes16(n - i);
     const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + i), vs));
     _mm512_mask_storeu_ps(s + i, mask, e);
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(mask, e));

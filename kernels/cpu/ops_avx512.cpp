@@ -21,7 +21,7 @@ using namespace simd512;
 template <typename F>
 inline void gated(float* gate, const float* up, int64_t n, F f) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(static_cast<int32_t>(n - i));
+    const __mmask16 m = lanes16(n - i);
     const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
     _mm512_mask_storeu_ps(gate + i, m, f(g, u));
   }
@@ -74,7 +74,7 @@ double exp_scaled_inplace_avx512(float* x, int64_t n, float shift, float scale) 
   const __m512 vs = _mm512_set1_ps(shift), vk = _mm512_set1_ps(scale);
   __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(static_cast<int32_t>(n - i));
+    const __mmask16 m = lanes16(n - i);
     const __m512 e = _mm512_maskz_mov_ps(m, exp_or_zero(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs), vk)));
     _mm512_mask_storeu_ps(x + i, m, e);
     add_pd(e, lo, hi);
@@ -86,7 +86,7 @@ double sum_exp_avx512(const float* x, int64_t n, float shift) {
   const __m512 vs = _mm512_set1_ps(shift);
   __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(static_cast<int32_t>(n - i));
+    const __mmask16 m = lanes16(n - i);
     add_pd(_mm512_maskz_mov_ps(m, exp_or_zero(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs))), lo, hi);
   }
   return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
@@ -111,7 +111,7 @@ void rms_norm_avx512(const float* x, const float* w, float* y, int64_t rows, int
     const double sum = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(ss[0], ss[1]), _mm512_add_pd(ss[2], ss[3])));
     const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps)));
     for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(static_cast<int32_t>(n - j));
+      const __mmask16 m = lanes16(n - j);
       const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xr + j), inv);
       _mm512_mask_storeu_ps(yr + j, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + j)));
     }
@@ -124,7 +124,7 @@ void fp32_to_fp16_avx512(const float* src, uint16_t* dst, int64_t n) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
                         _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   if (i < n) {
-    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 tail = tail_mask(static_cast<int32_t>(n - i));
     _mm256_mask_storeu_epi16(dst + i, tail,
                              _mm512_cvtps_ph(_mm512_maskz_loadu_ps(tail, src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }

@@ -14,6 +14,10 @@
 namespace fathom::cpu::simd512 {
 
 inline __mmask16 tail_mask(int32_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+// The lanes of a 16-element step with `left` elements remaining (all 16 when left >= 16).
+inline __mmask16 lanes16(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(static_cast<int32_t>(left));
+}
 
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const uint16_t* p) {

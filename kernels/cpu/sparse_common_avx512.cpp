@@ -63,7 +63,7 @@ void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr,
     const __m512 row = load(tile + static_cast<int64_t>(dims[i]) * stride);
     for (int j = 0; j < G; ++j) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(qr[j * r + i]), row, acc[j]);
   }
-  const __mmask16 m = n_t >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n_t);
+  const __mmask16 m = lanes16(n_t);
   for (int j = 0; j < G; ++j) _mm512_mask_storeu_ps(out + j * ld, m, acc[j]);
 }
 template <typename T, typename Load>
@@ -99,7 +99,7 @@ float exp_shifted(float* s, int32_t n, float shift) {
   const __m512 vs = _mm512_set1_ps(shift);
   __m512 sum = _mm512_setzero_ps();
   for (int32_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __mmask16 m = lanes16(n - i);
     const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), vs));
     _mm512_mask_storeu_ps(s + i, m, e);
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
@@ -109,14 +109,14 @@ float exp_shifted(float* s, int32_t n, float shift) {
 float max_sum_exp(const float* s, int32_t n, float* mx) {
   __m512 vm = _mm512_set1_ps(-INFINITY);
   for (int32_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __mmask16 m = lanes16(n - i);
     vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, s + i));
   }
   const float best = hmax(vm);
   const __m512 vs = _mm512_set1_ps(best);
   __m512 sum = _mm512_setzero_ps();
   for (int32_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __mmask16 m = lanes16(n - i);
     const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), vs));
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
   }
@@ -132,7 +132,7 @@ int32_t indices_at_least(const float* s, int32_t n, uint32_t key, int32_t* out) 
   __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   int32_t c = 0;
   for (int32_t i = 0; i < n; i += 16, idx = _mm512_add_epi32(idx, step)) {
-    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __mmask16 m = lanes16(n - i);
     const __m512i u = _mm512_castps_si512(_mm512_add_ps(_mm512_maskz_loadu_ps(m, s + i), _mm512_setzero_ps()));
     const __m512i k = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), top));
     const __mmask16 pass = _mm512_mask_cmpge_epu32_mask(m, k, vkey);
