@@ -11,7 +11,6 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>

@@ -3,9 +3,7 @@
 // per-item softmax statistics in one pass; steps 3–4 per kv head, run by the thread that finishes
 // the head's last item; step 5 through sparse::attend over (kv head, key chunk) items.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <memory>
 #include <numeric>
 
 #include "kernels/cpu/sparse_attention.h"
@@ -91,10 +89,8 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   // One pass over the items; the thread that finishes a head's last item selects that head's
   // keys at once, while the other threads go on with step 2 of the other heads (the selection
   // no longer waits for every head's scores: at 16k, d 64 it was a separate ~80-180 µs phase,
-  // 3 heads on 2 threads). The countdown's acq_rel makes every item's writes of the head visible
-  // to the thread that selects.
-  std::unique_ptr<std::atomic<int32_t>[]> items_left(new std::atomic<int32_t>[n_kv]);
-  for (int32_t g = 0; g < n_kv; ++g) items_left[g].store(items_per_head, std::memory_order_relaxed);
+  // 3 heads on 2 threads).
+  LastArrival head_done(static_cast<size_t>(n_kv), [&](size_t) { return items_per_head; });
   pool.for_each_chunk(n_items, [&](int64_t w, int) {
     const int32_t g = static_cast<int32_t>(w / items_per_head), b0 = static_cast<int32_t>(w % items_per_head) * span;
     const int32_t b1 = std::min(n_blocks, b0 + span), t0 = b0 * bs, t1 = std::min(S, b1 * bs), n = t1 - t0;
@@ -115,7 +111,7 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
       sparse::row_offsets(kv, g, positions.data(), n, rows.data());
       kern.accumulate_v(kv, 1, ones.data(), n, rows.data(), n, &item_vsum[w * d]);
     }
-    if (items_left[g].fetch_sub(1, std::memory_order_acq_rel) == 1) select_head(g);
+    if (head_done.arrive(static_cast<size_t>(g))) select_head(g);
   });
 
   // Step 5: exact attention over I2 (y written to out, then step 6 in place).

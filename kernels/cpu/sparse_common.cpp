@@ -1,11 +1,9 @@
 #include "kernels/cpu/sparse_common.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -94,11 +92,8 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
   for (const AttendTask& t : tasks) max_rows = std::max(max_rows, t.R);
 
   // Items go out one by one through the pool's shares; the thread that finishes a task's last
-  // item merges that task's partials at once (no second pool phase; the countdown's acq_rel makes
-  // the other threads' partials of the task visible to it).
-  std::unique_ptr<std::atomic<int32_t>[]> items_left(new std::atomic<int32_t>[tasks.size()]);
-  for (size_t ti = 0; ti < tasks.size(); ++ti)
-    items_left[ti].store(first_item[ti + 1] - first_item[ti], std::memory_order_relaxed);
+  // item merges that task's partials at once (no second pool phase).
+  LastArrival task_done(tasks.size(), [&](size_t ti) { return first_item[ti + 1] - first_item[ti]; });
   auto merge_task = [&](int32_t ti) {
     const AttendTask& t = tasks[ti];
     std::vector<float> run(d);
@@ -131,7 +126,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
       l[it.slot + r] = kern.exp_shifted(sr, n, mx);
     }
     kern.accumulate_v(kv, t.R, s.data(), n, rows.data(), n, &acc[it.slot * d]);
-    if (items_left[it.task].fetch_sub(1, std::memory_order_acq_rel) == 1) merge_task(it.task);
+    if (task_done.arrive(static_cast<size_t>(it.task))) merge_task(it.task);
   });
 }
 
@@ -184,7 +179,7 @@ void top_k(const float* score, int32_t n, int32_t k, int32_t* out) {
   if (n < 4 * kSample) return top_k_radix(score, n, k, out);
   thread_local std::vector<uint32_t> sample;
   thread_local std::vector<int32_t> cand;
-  thread_local std::vector<uint64_t> ranks, kth_search;
+  thread_local std::vector<uint64_t> ranks;
   sample.resize(kSample);
   for (int32_t j = 0; j < kSample; ++j) sample[j] = order_key(score[static_cast<int64_t>(j) * n / kSample]);
   const int64_t expected = static_cast<int64_t>(k) * kSample / n;
@@ -194,14 +189,14 @@ void top_k(const float* score, int32_t n, int32_t k, int32_t* out) {
   cand.resize(static_cast<size_t>(n) + 16);
   const int32_t c = kernels().indices_at_least(score, n, threshold, cand.data());
   if (c < k) return top_k_radix(score, n, k, out);
-  ranks.resize(c);
-  for (int32_t j = 0; j < c; ++j) ranks[j] = rank_of(order_key(score[cand[j]]), cand[j]);
-  kth_search.assign(ranks.begin(), ranks.begin() + c);  // (nth_element reorders; the pass below needs index order)
-  std::nth_element(kth_search.begin(), kth_search.begin() + (k - 1), kth_search.end(), std::greater<uint64_t>());
-  const uint64_t kth = kth_search[k - 1];
+  auto rank_at = [&](int32_t j) { return rank_of(order_key(score[cand[j]]), cand[j]); };
+  ranks.resize(c);  // (nth_element reorders them; cand keeps the index order for the last pass)
+  for (int32_t j = 0; j < c; ++j) ranks[j] = rank_at(j);
+  std::nth_element(ranks.begin(), ranks.begin() + (k - 1), ranks.end(), std::greater<uint64_t>());
+  const uint64_t kth = ranks[k - 1];
   for (int32_t j = 0, o = 0; o < k; ++j) {  // exactly k ranks are >= kth: stops at the k-th
     out[o] = cand[j];
-    o += ranks[j] >= kth;
+    o += rank_at(j) >= kth;
   }
 }
 

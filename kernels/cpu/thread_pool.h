@@ -61,4 +61,19 @@ class ThreadPool {
   std::condition_variable wake_;
 };
 
+// Per-group countdowns for "the thread that runs a group's last chunk finishes the group" (inside
+// for_each_chunk): arrive(g) is true for exactly one call per group, the last, and its acq_rel
+// decrement makes the writes of the group's earlier chunks, from any thread, visible to it.
+class LastArrival {
+ public:
+  template <typename CountOf>  // count_of(g): chunks in group g
+  LastArrival(size_t groups, CountOf count_of) : left_(new std::atomic<int32_t>[groups]) {
+    for (size_t g = 0; g < groups; ++g) left_[g].store(static_cast<int32_t>(count_of(g)), std::memory_order_relaxed);
+  }
+  bool arrive(size_t g) { return left_[g].fetch_sub(1, std::memory_order_acq_rel) == 1; }
+
+ private:
+  std::unique_ptr<std::atomic<int32_t>[]> left_;
+};
+
 }  // namespace fathom
