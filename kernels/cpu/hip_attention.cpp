@@ -3,8 +3,8 @@
 // every live (head, half) over the pool, then each head keeps its best halves. The attention is
 // one sparse::attend task per query head over its merged intervals (sinks, blocks, window).
 #include <algorithm>
-#include <iterator>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 #include <stdexcept>
 
@@ -22,9 +22,9 @@ struct Interval {
   int32_t lo, hi;  // positions [lo, hi)
 };
 
-// Sorts and merges intervals in place; returns the number of positions covered.
 bool by_lo(const Interval& a, const Interval& b) { return a.lo < b.lo; }
 
+// Sorts and merges intervals in place; returns the number of positions covered.
 int64_t merge_intervals(std::vector<Interval>& iv) {
   // Usually already in order (sink, the mask's ascending blocks, window; or merged lists): the
   // check is linear, the sort of ~260 intervals per head cost ~5 µs of serial time per head.
@@ -158,7 +158,7 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
       iv[h] = {{0, S}};
     } else {
       iv[h].reserve(mask.block_starts[h].size() + 2);
-      iv[h] = {{0, sink_hi}};
+      iv[h].push_back({0, sink_hi});
       for (int32_t b : mask.block_starts[h]) iv[h].push_back({std::min(b, S), std::min(b + p.block_size_k, S)});
       iv[h].push_back({win_lo, S});
     }

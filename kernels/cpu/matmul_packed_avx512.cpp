@@ -138,7 +138,6 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
-
 // Q4_K super-block panel (packed_weights.cpp): per 32-column sub-block j the Q4_1 nibble
 // vectors, 16 rows' 6-bit scale and min (bytes), and per super-block the rows' d and dmin:
 //   acc[r] += float(P) * (d sc_j)[r] * dx;  acc2[r] += (dmin m_j)[r] * (dx qsum)

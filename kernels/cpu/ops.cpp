@@ -58,7 +58,6 @@ void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, i
   }
 }
 
-
 void silu_mul(float* gate, const float* up, int64_t n) {
   if (use_avx512()) return silu_mul_avx512(gate, up, n);
   for (int64_t i = 0; i < n; ++i) {

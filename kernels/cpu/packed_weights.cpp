@@ -95,7 +95,6 @@ void pack_panel(GgmlType type, const uint8_t* W, size_t row_bytes, int64_t r0, i
   }
 }
 
-
 // ---- K-quants: one unit per 256-column super-block ---------------------------------------------
 
 // Nibble vectors of one 32-column sub-block (4 x 64 bytes, the Q4_1 panel layout): vector v,
