@@ -146,39 +146,46 @@ struct Result {
   }
 };
 
-// One thread count: `threads` workers, each owning a contiguous, 64-word-aligned part.
-// The main thread only times: it passes the start barrier with the workers and takes the
-// clock after the end barrier, so thread start-up is outside every measurement.
-Result measure(const uint64_t* buf, size_t words, int threads, int reps, SumFn fn) {
+// `threads` workers run pass(t) -> a 64-bit sum, all released together by a barrier; one pass's
+// time is the wall time until the last finishes, GB/s = `bytes` / that time. The main thread only
+// times: it passes the start barrier with the workers and takes the clock after the end barrier,
+// so thread start-up is outside every measurement. The first pass (TLBs, prefetchers) is not
+// timed. Every pass's total must equal `expected` (mod 2^64): the loads cannot be skipped.
+template <typename Pass>
+Result timed_passes(int threads, int reps, double bytes, const Pass& pass_body, uint64_t expected) {
   Result r{threads, {}};
   std::barrier sync(threads + 1);
   std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);  // a cache line apart
-  std::vector<size_t> bounds(threads + 1);
-  for (int t = 0; t <= threads; ++t) bounds[t] = words / 64 * t / threads * 64;
-  const int passes = reps + 1;  // the first pass warms TLBs and the prefetchers; not timed
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t)
     workers.emplace_back([&, t] {
-      for (int pass = 0; pass < passes; ++pass) {
+      for (int pass = 0; pass <= reps; ++pass) {
         sync.arrive_and_wait();
-        sums[t * 8] = fn(buf + bounds[t], bounds[t + 1] - bounds[t]);
+        sums[t * 8] = pass_body(t);
         sync.arrive_and_wait();
       }
     });
-  const size_t bytes = bounds[threads] * sizeof(uint64_t);
-  for (int pass = 0; pass < passes; ++pass) {
+  for (int pass = 0; pass <= reps; ++pass) {
     sync.arrive_and_wait();
     const auto t0 = Clock::now();
     sync.arrive_and_wait();
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     uint64_t total = 0;
     for (int t = 0; t < threads; ++t) total += sums[t * 8];
-    if (total != expected_sum(0, bounds[threads]))
-      throw std::runtime_error("sum mismatch: the kernel did not read the whole buffer");
-    if (pass > 0) r.gbps.push_back(static_cast<double>(bytes) / s / 1e9);
+    if (total != expected) throw std::runtime_error("sum mismatch: the kernel did not read what it should");
+    if (pass > 0) r.gbps.push_back(bytes / s / 1e9);
   }
   for (std::thread& w : workers) w.join();
   return r;
+}
+
+// Streaming at one thread count: each worker sums its contiguous, 64-word-aligned part.
+Result measure(const uint64_t* buf, size_t words, int threads, int reps, SumFn fn) {
+  std::vector<size_t> bounds(threads + 1);
+  for (int t = 0; t <= threads; ++t) bounds[t] = words / 64 * t / threads * 64;
+  return timed_passes(
+      threads, reps, static_cast<double>(bounds[threads] * sizeof(uint64_t)),
+      [&](int t) { return fn(buf + bounds[t], bounds[t + 1] - bounds[t]); }, expected_sum(0, bounds[threads]));
 }
 
 // Line index after `word` (the value read, its own word index) in a chain over `lines` lines.
@@ -204,35 +211,24 @@ double chase_ns(const uint64_t* buf, size_t lines, size_t steps) {
 // Independent loads of random lines: each thread reads `per_thread` lines of its own part, at
 // indices precomputed in a sequentially read array. GB/s = 64 B x lines / wall time.
 Result measure_random(const uint64_t* buf, size_t words, int threads, int reps, size_t per_thread) {
-  Result r{threads, {}};
   const size_t lines = words / 8;
   std::vector<std::vector<uint32_t>> index(threads, std::vector<uint32_t>(per_thread));
+  uint64_t expected = 0;  // word w holds w: the line's first word is 8 x line
   for (int t = 0; t < threads; ++t) {
     const size_t lo = lines * t / threads, n = lines * (t + 1) / threads - lo;
-    for (size_t i = 0; i < per_thread; ++i) index[t][i] = static_cast<uint32_t>(lo + next_line(i * 977 + t, n));
+    for (size_t i = 0; i < per_thread; ++i) {
+      index[t][i] = static_cast<uint32_t>(lo + next_line(i * 977 + t, n));
+      expected += uint64_t{8} * index[t][i];
+    }
   }
-  std::barrier sync(threads + 1);
-  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);
-  std::vector<std::thread> workers;
-  for (int t = 0; t < threads; ++t)
-    workers.emplace_back([&, t] {
-      for (int pass = 0; pass <= reps; ++pass) {
-        sync.arrive_and_wait();
+  return timed_passes(
+      threads, reps, 64.0 * static_cast<double>(per_thread) * threads,
+      [&](int t) {
         uint64_t a = 0;
         for (uint32_t line : index[t]) a += buf[static_cast<size_t>(line) * 8];
-        sums[t * 8] = a;
-        sync.arrive_and_wait();
-      }
-    });
-  for (int pass = 0; pass <= reps; ++pass) {
-    sync.arrive_and_wait();
-    const auto t0 = Clock::now();
-    sync.arrive_and_wait();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (pass > 0) r.gbps.push_back(64.0 * static_cast<double>(per_thread) * threads / s / 1e9);
-  }
-  for (std::thread& w : workers) w.join();
-  return r;
+        return a;
+      },
+      expected);
 }
 
 void usage() {
