@@ -169,34 +169,34 @@ void top_k(const float* score, int32_t n, int32_t k, int32_t* out) {
   }
   // A threshold from a sample: m keys at stride n / m; the one at sample rank ~1.25 k m / n (+4)
   // lies, with high probability, a little below the k-th largest key. One branch-free pass keeps
-  // the candidates at or above it (in index order); the exact k-th (key, index) among them is
-  // found by nth_element on ~1.25 k integers, and a last pass over the candidates keeps those
-  // ranked at or above it, in index order. If the sample was unlucky (fewer than k candidates),
-  // the radix version answers. The radix version alone cost ~85 us for k = 768 of n = 16k
-  // (histogram increments chained through memory when many keys share a bucket, and a
-  // mispredicted branch per key); this one ~10 us (the filter is one vector compress per 16 keys).
+  // the candidates at or above it (in index order); the exact k-th key among them is found by
+  // kth_largest_key, and a last pass over the candidates keeps those above it plus, in index
+  // order, as many of those equal to it as are still needed. If the sample was unlucky (fewer
+  // than k candidates), the radix version answers. Costs for k = 192 of n = 4k (SparQ at 1/8):
+  // ~14 us with nth_element for both selections (they mispredict about every other comparison),
+  // now ~4 us; the radix version alone cost ~85 us for k = 768 of 16k.
   constexpr int32_t kSample = 512;
   if (n < 4 * kSample) return top_k_radix(score, n, k, out);
-  thread_local std::vector<uint32_t> sample;
+  const Kernels& kern = kernels();
+  thread_local std::vector<uint32_t> keys;
   thread_local std::vector<int32_t> cand;
-  thread_local std::vector<uint64_t> ranks;
-  sample.resize(kSample);
-  for (int32_t j = 0; j < kSample; ++j) sample[j] = order_key(score[static_cast<int64_t>(j) * n / kSample]);
+  keys.resize(std::max<size_t>(kSample, static_cast<size_t>(n)));
+  for (int32_t j = 0; j < kSample; ++j) keys[j] = order_key(score[static_cast<int64_t>(j) * n / kSample]);
   const int64_t expected = static_cast<int64_t>(k) * kSample / n;
   const int32_t r = static_cast<int32_t>(std::min<int64_t>(kSample - 1, expected + expected / 4 + 4));
-  std::nth_element(sample.begin(), sample.begin() + r, sample.end(), std::greater<uint32_t>());
-  const uint32_t threshold = sample[r];
+  const uint32_t threshold = kern.kth_largest_key(keys.data(), kSample, r + 1);
   cand.resize(static_cast<size_t>(n) + 16);
-  const int32_t c = kernels().indices_at_least(score, n, threshold, cand.data());
+  const int32_t c = kern.indices_at_least(score, n, threshold, cand.data());
   if (c < k) return top_k_radix(score, n, k, out);
-  auto rank_at = [&](int32_t j) { return rank_of(order_key(score[cand[j]]), cand[j]); };
-  ranks.resize(c);  // (nth_element reorders them; cand keeps the index order for the last pass)
-  for (int32_t j = 0; j < c; ++j) ranks[j] = rank_at(j);
-  std::nth_element(ranks.begin(), ranks.begin() + (k - 1), ranks.end(), std::greater<uint64_t>());
-  const uint64_t kth = ranks[k - 1];
-  for (int32_t j = 0, o = 0; o < k; ++j) {  // exactly k ranks are >= kth: stops at the k-th
+  for (int32_t j = 0; j < c; ++j) keys[j] = order_key(score[cand[j]]);
+  const uint32_t kth = kern.kth_largest_key(keys.data(), c, k);
+  int32_t ties = k;  // how many keys equal to kth are taken: k minus those above it
+  for (int32_t j = 0; j < c; ++j) ties -= keys[j] > kth;
+  for (int32_t j = 0, o = 0; o < k; ++j) {  // branch-free; stops at the k-th taken
+    const int32_t above = keys[j] > kth, tie = (keys[j] == kth) & (ties > 0);
     out[o] = cand[j];
-    o += rank_at(j) >= kth;
+    o += above | tie;
+    ties -= tie;
   }
 }
 

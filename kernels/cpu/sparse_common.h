@@ -37,6 +37,10 @@ struct Kernels {
   // The indices i < n with order_key(s[i]) >= key, ascending, into out; returns their count.
   // out must hold n + 16 entries (the vector version stores whole vectors).
   int32_t (*indices_at_least)(const float* s, int32_t n, uint32_t key, int32_t* out);
+  // The k-th largest of keys[0..m) (1 ≤ k ≤ m), built bit by bit from the top: the largest t
+  // with at least k keys ≥ t. 32 counting passes, no data-dependent branches (nth_element
+  // mispredicts about every other comparison: ~13 ns a key here).
+  uint32_t (*kth_largest_key)(const uint32_t* keys, int32_t m, int32_t k);
 };
 
 // Order-preserving unsigned key of a float, branch-free (x + 0 turns −0 into +0: they compare
@@ -78,8 +82,8 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
             const std::vector<AttendTask>& tasks);
 
 // The k indices of the largest score[0..n) under (score descending, index ascending), in
-// ascending index order, into out[0..k). Exact (sampled threshold, branch-free filter,
-// nth_element on the candidates; a radix select when the sample misleads).
+// ascending index order, into out[0..k). Exact (sampled threshold, branch-free filter, the k-th
+// candidate key by kth_largest_key; a radix select when the sample misleads).
 void top_k(const float* score, int32_t n, int32_t k, int32_t* out);
 
 // Σ_c q[c] per row, for INT8 keys: q [R][d] -> sums [R].

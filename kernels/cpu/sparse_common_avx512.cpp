@@ -142,6 +142,19 @@ int32_t indices_at_least(const float* s, int32_t n, uint32_t key, int32_t* out) 
   return c;
 }
 
+uint32_t kth_largest_key(const uint32_t* keys, int32_t m, int32_t k) {
+  uint32_t t = 0;
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t trial = t | (1u << bit);
+    const __m512i vt = _mm512_set1_epi32(static_cast<int32_t>(trial));
+    int32_t c = 0;
+    for (int32_t i = 0; i < m; i += 16)
+      c += __builtin_popcount(_mm512_mask_cmpge_epu32_mask(lanes16(m - i), _mm512_maskz_loadu_epi32(lanes16(m - i), keys + i), vt));
+    if (c >= k) t = trial;
+  }
+  return t;
+}
+
 #include "kernels/cpu/sparse_common.inc"
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Portable (any ISA) instantiation of the sparse-attention inner loops.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <vector>
 
 #include "kernels/cpu/sparse_common.h"
 #include "kernels/ref/dequant.h"
@@ -58,6 +60,13 @@ int32_t indices_at_least(const float* s, int32_t n, uint32_t key, int32_t* out) 
     c += order_key(s[i]) >= key;
   }
   return c;
+}
+
+uint32_t kth_largest_key(const uint32_t* keys, int32_t m, int32_t k) {
+  thread_local std::vector<uint32_t> copy;
+  copy.assign(keys, keys + m);
+  std::nth_element(copy.begin(), copy.begin() + (k - 1), copy.end(), std::greater<uint32_t>());
+  return copy[k - 1];
 }
 
 // No register-blocked tile kernel here: the generic path of sparq_scores handles every tile.

@@ -410,6 +410,28 @@ TEST(SparseCpu, LoosestSettingsEqualDense) {
   worst.print("dense");
 }
 
+// kth_largest_key is the k-th entry of the keys sorted descending, for every k, at every SIMD level:
+// keys at the ends of the range (0, UINT32_MAX), many duplicates, lengths off the vector width.
+TEST(SparseCpu, KthLargestKeyMatchesSort) {
+  std::mt19937 rng(11);
+  for (const char* level : {"portable", "avx512"}) {
+    if (!cpu::set_simd_level_for_testing(level)) continue;
+    for (int32_t m : {1, 2, 15, 16, 17, 100, 513}) {
+      for (int shape = 0; shape < 3; ++shape) {
+        std::vector<uint32_t> keys(m);
+        for (uint32_t& x : keys) x = shape == 0 ? static_cast<uint32_t>(rng()) : shape == 1 ? rng() % 4 : 0xFFFFFFFFu - rng() % 3;
+        if (m > 2) keys[0] = 0, keys[1] = 0xFFFFFFFFu;
+        std::vector<uint32_t> sorted = keys;
+        std::sort(sorted.begin(), sorted.end(), std::greater<uint32_t>());
+        for (int32_t k = 1; k <= m; ++k)
+          ASSERT_EQ(cpu::sparse::kernels().kth_largest_key(keys.data(), m, k), sorted[k - 1])
+              << level << " m=" << m << " k=" << k << " shape=" << shape;
+      }
+    }
+  }
+  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
+}
+
 // top_k is exactly the reference's ordering, ties included, and lists its indices ascending:
 // small n (radix select), large n (sampled threshold) on continuous scores, scores with many ties
 // (coarse), all equal, sorted ascending / descending (a strided sample then sees a biased
