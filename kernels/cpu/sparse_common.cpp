@@ -159,6 +159,21 @@ void top_k_radix(const float* score, int32_t n, int32_t k, int32_t* out) {
   std::sort(out, out + k);
 }
 
+// The k best of c candidates (indices idx[0..c), ascending, with keys[0..c)), in index order, into
+// out: those above the k-th key, then as many of those equal to it as are still needed (the
+// lowest indices: ties go to the lower index). Branch-free; stops at the k-th taken.
+void take_k_best(const uint32_t* keys, const int32_t* idx, int32_t c, int32_t k, int32_t* out) {
+  const uint32_t kth = kernels().kth_largest_key(keys, c, k);
+  int32_t ties = k;  // how many keys equal to kth are taken: k minus those above it
+  for (int32_t j = 0; j < c; ++j) ties -= keys[j] > kth;
+  for (int32_t j = 0, o = 0; o < k; ++j) {
+    const int32_t above = keys[j] > kth, tie = (keys[j] == kth) & (ties > 0);
+    out[o] = idx[j];
+    o += above | tie;
+    ties -= tie;
+  }
+}
+
 }  // namespace
 
 void top_k(const float* score, int32_t n, int32_t k, int32_t* out) {
@@ -167,37 +182,33 @@ void top_k(const float* score, int32_t n, int32_t k, int32_t* out) {
     std::iota(out, out + n, 0);
     return;
   }
-  // A threshold from a sample: m keys at stride n / m; the one at sample rank ~1.25 k m / n (+4)
-  // lies, with high probability, a little below the k-th largest key. One branch-free pass keeps
-  // the candidates at or above it (in index order); the exact k-th key among them is found by
-  // kth_largest_key, and a last pass over the candidates keeps those above it plus, in index
-  // order, as many of those equal to it as are still needed. If the sample was unlucky (fewer
-  // than k candidates), the radix version answers. Costs for k = 192 of n = 4k (SparQ at 1/8):
-  // ~14 us with nth_element for both selections (they mispredict about every other comparison),
-  // now ~4 us; the radix version alone cost ~85 us for k = 768 of 16k.
-  constexpr int32_t kSample = 512;
-  if (n < 4 * kSample) return top_k_radix(score, n, k, out);
-  const Kernels& kern = kernels();
   thread_local std::vector<uint32_t> keys;
   thread_local std::vector<int32_t> cand;
+  // Small n: the k-th key among all of them directly (kth_largest_key: 32 counting passes).
+  constexpr int32_t kSample = 512;
+  if (n < 4 * kSample) {
+    keys.resize(n);
+    cand.resize(n);
+    for (int32_t i = 0; i < n; ++i) keys[i] = order_key(score[i]), cand[i] = i;
+    return take_k_best(keys.data(), cand.data(), n, k, out);
+  }
+  // Large n: a threshold from a sample of m keys at stride n / m; the one at sample rank
+  // ~1.25 k m / n (+4) lies, with high probability, a little below the k-th largest key. One
+  // branch-free pass keeps the candidates at or above it (in index order), and take_k_best picks
+  // among them. If the sample was unlucky (fewer than k candidates), the radix version answers.
+  // Costs for k = 192 of n = 4k (SparQ at 1/8): ~14 us with nth_element for both selections
+  // (they mispredict about every other comparison), now ~5 us; the radix version alone cost
+  // ~85 us for k = 768 of 16k.
   keys.resize(std::max<size_t>(kSample, static_cast<size_t>(n)));
   for (int32_t j = 0; j < kSample; ++j) keys[j] = order_key(score[static_cast<int64_t>(j) * n / kSample]);
   const int64_t expected = static_cast<int64_t>(k) * kSample / n;
   const int32_t r = static_cast<int32_t>(std::min<int64_t>(kSample - 1, expected + expected / 4 + 4));
-  const uint32_t threshold = kern.kth_largest_key(keys.data(), kSample, r + 1);
+  const uint32_t threshold = kernels().kth_largest_key(keys.data(), kSample, r + 1);
   cand.resize(static_cast<size_t>(n) + 16);
-  const int32_t c = kern.indices_at_least(score, n, threshold, cand.data());
+  const int32_t c = kernels().indices_at_least(score, n, threshold, cand.data());
   if (c < k) return top_k_radix(score, n, k, out);
   for (int32_t j = 0; j < c; ++j) keys[j] = order_key(score[cand[j]]);
-  const uint32_t kth = kern.kth_largest_key(keys.data(), c, k);
-  int32_t ties = k;  // how many keys equal to kth are taken: k minus those above it
-  for (int32_t j = 0; j < c; ++j) ties -= keys[j] > kth;
-  for (int32_t j = 0, o = 0; o < k; ++j) {  // branch-free; stops at the k-th taken
-    const int32_t above = keys[j] > kth, tie = (keys[j] == kth) & (ties > 0);
-    out[o] = cand[j];
-    o += above | tie;
-    ties -= tie;
-  }
+  take_k_best(keys.data(), cand.data(), c, k, out);
 }
 
 }  // namespace fathom::cpu::sparse
