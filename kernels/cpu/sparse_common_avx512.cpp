@@ -95,6 +95,64 @@ bool kt_tile16(const uint8_t* tile, const int32_t* dims, int32_t r, const float*
   return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, kLoad);
 }
 
+// acc[r][c] += Σ_i a[r·ld + i]·x[row i][c] with the accumulators in registers: RB rows × 4 vectors
+// (64 columns) per pass over the rows, each row's 64 columns converted once for all RB rows.
+// (Row by row with axpy, every key reloaded and stored each accumulator and converted the row
+// again for every query row: ~3x the instructions, and a store-to-load chain per key.)
+template <int RB, typename T>
+void axpy_rows_block(const T* base, const int64_t* rows, int32_t n, const float* a, int64_t ld, float* acc, int32_t d,
+                     int32_t c0, bool prefetch) {
+  __m512 s[RB][4];
+  for (int r = 0; r < RB; ++r)
+    for (int j = 0; j < 4; ++j) s[r][j] = _mm512_loadu_ps(acc + r * d + c0 + 16 * j);
+  for (int32_t i = 0; i < n; ++i) {
+    if (prefetch && i + 12 < n) {
+      const char* next = reinterpret_cast<const char*>(base + rows[i + 12]);
+      for (size_t o = 0; o < d * sizeof(T); o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+    }
+    const T* x = base + rows[i] + c0;
+    const __m512 x0 = load16(x), x1 = load16(x + 16), x2 = load16(x + 32), x3 = load16(x + 48);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 w = _mm512_set1_ps(a[r * ld + i]);
+      s[r][0] = _mm512_fmadd_ps(w, x0, s[r][0]);
+      s[r][1] = _mm512_fmadd_ps(w, x1, s[r][1]);
+      s[r][2] = _mm512_fmadd_ps(w, x2, s[r][2]);
+      s[r][3] = _mm512_fmadd_ps(w, x3, s[r][3]);
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc + r * d + c0 + 16 * j, s[r][j]);
+}
+// False (nothing done) when d is not a multiple of 64: the caller's row-by-row path.
+template <typename T>
+bool axpy_rows_any(const T* base, const int64_t* rows, int32_t n, int32_t R, const float* a, int64_t ld, float* acc,
+                   int32_t d) {
+  if (d % 64 != 0) return false;
+  for (int32_t c0 = 0; c0 < d; c0 += 64)
+    for (int32_t r0 = 0; r0 < R; r0 += 6) {
+      const bool prefetch = c0 == 0 && r0 == 0;  // later passes find the rows in L1 / L2
+      const float* ar = a + r0 * ld;
+      float* accr = acc + static_cast<int64_t>(r0) * d;
+      switch (std::min(6, R - r0)) {
+        case 1: axpy_rows_block<1>(base, rows, n, ar, ld, accr, d, c0, prefetch); break;
+        case 2: axpy_rows_block<2>(base, rows, n, ar, ld, accr, d, c0, prefetch); break;
+        case 3: axpy_rows_block<3>(base, rows, n, ar, ld, accr, d, c0, prefetch); break;
+        case 4: axpy_rows_block<4>(base, rows, n, ar, ld, accr, d, c0, prefetch); break;
+        case 5: axpy_rows_block<5>(base, rows, n, ar, ld, accr, d, c0, prefetch); break;
+        default: axpy_rows_block<6>(base, rows, n, ar, ld, accr, d, c0, prefetch); break;
+      }
+    }
+  return true;
+}
+bool axpy_rows(const float* base, const int64_t* rows, int32_t n, int32_t R, const float* a, int64_t ld, float* acc,
+               int32_t d) {
+  return axpy_rows_any(base, rows, n, R, a, ld, acc, d);
+}
+bool axpy_rows(const uint16_t* base, const int64_t* rows, int32_t n, int32_t R, const float* a, int64_t ld, float* acc,
+               int32_t d) {
+  return axpy_rows_any(base, rows, n, R, a, ld, acc, d);
+}
+
 float exp_shifted(float* s, int32_t n, float shift) {
   const __m512 vs = _mm512_set1_ps(shift);
   __m512 sum = _mm512_setzero_ps();
