@@ -95,6 +95,68 @@ bool kt_tile16(const uint8_t* tile, const int32_t* dims, int32_t r, const float*
   return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, kLoad);
 }
 
+// Lane i of the result = the sum of the 16 lanes of v[i] (a transpose-and-add tree: 45 shuffles and
+// adds for 16 sums, against ~8 per sum one by one).
+inline __m512 sum_lanes16(const __m512* v) {
+  __m512 a[8], b[4];
+  for (int k = 0; k < 8; ++k)  // per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3], x = v[2k], y = v[2k+1]
+    a[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  for (int k = 0; k < 4; ++k) {  // per 128-bit lane: the lane's sums of v[4k .. 4k+3]
+    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(a[2 * k]), _mm512_castps_pd(a[2 * k + 1]));
+    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(a[2 * k]), _mm512_castps_pd(a[2 * k + 1]));
+    b[k] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+  }
+  // b[k]'s four 128-bit lanes each hold partial sums of v[4k .. 4k+3]: add the lanes across.
+  const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x88), _mm512_shuffle_f32x4(b[0], b[1], 0xDD));
+  const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x88), _mm512_shuffle_f32x4(b[2], b[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
+}
+
+// out[r·ld + i] = scale · q_r · x[row i] for 16 keys at a time: each key's row converted once for all
+// R query rows, the R·16 dot products left as vectors and summed across by sum_lanes16. False when
+// d is not a multiple of 64 (the caller's key-by-key path).
+template <typename T>
+bool dot_rows_any(const T* base, const int64_t* rows, int32_t n, const float* q, int32_t R, int32_t d, float scale,
+                  float* out, int64_t ld) {
+  if (d % 64 != 0) return false;
+  alignas(64) float part[kMaxRows][16][16];  // [r][key][lane]
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int32_t i0 = 0; i0 < n; i0 += 16) {
+    const int32_t m = std::min(16, n - i0);
+    for (int32_t i = 0; i < m; ++i) {
+      if (i0 + i + 12 < n) {
+        const char* next = reinterpret_cast<const char*>(base + rows[i0 + i + 12]);
+        for (size_t o = 0; o < d * sizeof(T); o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
+      }
+      const T* x = base + rows[i0 + i];
+      for (int32_t r = 0; r < R; ++r) {
+        const float* qr = q + static_cast<int64_t>(r) * d;
+        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+        for (int32_t c = 0; c < d; c += 32) {
+          s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + c), load16(x + c), s0);
+          s1 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + c + 16), load16(x + c + 16), s1);
+        }
+        _mm512_store_ps(part[r][i], _mm512_add_ps(s0, s1));
+      }
+    }
+    for (int32_t r = 0; r < R; ++r) {
+      for (int32_t i = m; i < 16; ++i) _mm512_store_ps(part[r][i], _mm512_setzero_ps());
+      __m512 v[16];
+      for (int i = 0; i < 16; ++i) v[i] = _mm512_load_ps(part[r][i]);
+      _mm512_mask_storeu_ps(out + r * ld + i0, lanes16(m), _mm512_mul_ps(sum_lanes16(v), vscale));
+    }
+  }
+  return true;
+}
+bool dot_rows(const float* base, const int64_t* rows, int32_t n, const float* q, int32_t R, int32_t d, float scale,
+              float* out, int64_t ld) {
+  return dot_rows_any(base, rows, n, q, R, d, scale, out, ld);
+}
+bool dot_rows(const uint16_t* base, const int64_t* rows, int32_t n, const float* q, int32_t R, int32_t d, float scale,
+              float* out, int64_t ld) {
+  return dot_rows_any(base, rows, n, q, R, d, scale, out, ld);
+}
+
 // acc[r][c] += Σ_i a[r·ld + i]·x[row i][c] with the accumulators in registers: RB rows × 4 vectors
 // (64 columns) per pass over the rows, each row's 64 columns converted once for all RB rows.
 // (Row by row with axpy, every key reloaded and stored each accumulator and converted the row

@@ -69,6 +69,12 @@ uint32_t kth_largest_key(const uint32_t* keys, int32_t m, int32_t k) {
   return copy[k - 1];
 }
 
+// No blocked dot products here: key_logits goes key by key.
+template <typename T>
+bool dot_rows(const T*, const int64_t*, int32_t, const float*, int32_t, int32_t, float, float*, int64_t) {
+  return false;
+}
+
 // No register-blocked row accumulation here: accumulate_v goes row by row.
 template <typename T>
 bool axpy_rows(const T*, const int64_t*, int32_t, int32_t, const float*, int64_t, float*, int32_t) {
