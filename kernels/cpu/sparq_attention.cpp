@@ -96,11 +96,7 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
     const int32_t b1 = std::min(n_blocks, b0 + span), t0 = b0 * bs, t1 = std::min(S, b1 * bs), n = t1 - t0;
     float* ap = &approx[static_cast<size_t>(g) * G * S];
     kern.sparq_scores(kv, g, &dims[static_cast<size_t>(g) * r], r, &qr[static_cast<size_t>(g) * G * r], G, b0, b1, S,
-                      ap, S);
-    float* sum = &summed[static_cast<size_t>(g) * S];
-    std::copy(ap + t0, ap + t1, sum + t0);
-    for (int32_t j = 1; j < G; ++j)
-      for (int32_t t = t0; t < t1; ++t) sum[t] += ap[static_cast<size_t>(j) * S + t];
+                      ap, S, &summed[static_cast<size_t>(g) * S]);
     for (int32_t j = 0; j < G; ++j)
       item_l[w * G + j] = kern.max_sum_exp(ap + static_cast<size_t>(j) * S + t0, n, &item_m[w * G + j]);
     if (compute_vbar) {

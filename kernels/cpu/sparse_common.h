@@ -31,9 +31,11 @@ struct Kernels {
   float (*max_sum_exp)(const float* s, int32_t n, float* mx);
   // SparQ step 1 for the positions of logical blocks [b0, b1) below S:
   //   out[j·ld + t] = Σ_{i<r} qr[j·r + i] · K[t][dims[i]]   (qr: [G][r], already scaled)
-  // from kv.k_t (r contiguous dimension rows per tile) when present, else from the K rows.
+  //   sum[t] = out[t] + out[ld + t] + … + out[(G−1)·ld + t]   (the group sum, in that order)
+  // from kv.k_t (r contiguous dimension rows per tile) when present, else from the K rows. The
+  // group sum is taken per tile while its scores are in L1.
   void (*sparq_scores)(const PagedKvView& kv, int32_t g, const int32_t* dims, int32_t r, const float* qr, int32_t G,
-                       int32_t b0, int32_t b1, int32_t S, float* out, int64_t ld);
+                       int32_t b0, int32_t b1, int32_t S, float* out, int64_t ld, float* sum);
   // The indices i < n with order_key(s[i]) >= key, ascending, into out; returns their count.
   // out must hold n + 16 entries (the vector version stores whole vectors).
   int32_t (*indices_at_least)(const float* s, int32_t n, uint32_t key, int32_t* out);
