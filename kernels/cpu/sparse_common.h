@@ -13,6 +13,7 @@
 namespace fathom::cpu::sparse {
 
 constexpr int32_t kMaxRows = 64;  // query rows that share one kv head in one call (GQA group)
+constexpr int32_t kPrefetchAhead = 12;  // rows ahead the gathers prefetch (scattered rows defeat the hardware prefetcher)
 
 // Inner loops over K / V rows, reading f32 / f16 / INT8 in place. Rows are given by element offset
 // into kv.k / kv.v (row_offsets: computed once per gather, shared by the K and V passes); an INT8

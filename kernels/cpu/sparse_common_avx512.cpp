@@ -112,6 +112,14 @@ inline __m512 sum_lanes16(const __m512* v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
 }
 
+// Prefetches the d elements of row rows[i + kPrefetchAhead] of base, when there is one.
+template <typename T>
+void prefetch_row_ahead(const T* base, const int64_t* rows, int32_t i, int32_t n, int32_t d) {
+  if (i + kPrefetchAhead >= n) return;
+  const char* p = reinterpret_cast<const char*>(base + rows[i + kPrefetchAhead]);
+  for (size_t o = 0; o < d * sizeof(T); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 // out[r·ld + i] = scale · q_r · x[row i] for 16 keys at a time: each key's row converted once for all
 // R query rows, the R·16 dot products left as vectors and summed across by sum_lanes16. False when
 // d is not a multiple of 64 (the caller's key-by-key path).
@@ -124,10 +132,7 @@ bool dot_rows_any(const T* base, const int64_t* rows, int32_t n, const float* q,
   for (int32_t i0 = 0; i0 < n; i0 += 16) {
     const int32_t m = std::min(16, n - i0);
     for (int32_t i = 0; i < m; ++i) {
-      if (i0 + i + 12 < n) {
-        const char* next = reinterpret_cast<const char*>(base + rows[i0 + i + 12]);
-        for (size_t o = 0; o < d * sizeof(T); o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
-      }
+      prefetch_row_ahead(base, rows, i0 + i, n, d);
       const T* x = base + rows[i0 + i];
       for (int32_t r = 0; r < R; ++r) {
         const float* qr = q + static_cast<int64_t>(r) * d;
@@ -140,9 +145,8 @@ bool dot_rows_any(const T* base, const int64_t* rows, int32_t n, const float* q,
       }
     }
     for (int32_t r = 0; r < R; ++r) {
-      for (int32_t i = m; i < 16; ++i) _mm512_store_ps(part[r][i], _mm512_setzero_ps());
       __m512 v[16];
-      for (int i = 0; i < 16; ++i) v[i] = _mm512_load_ps(part[r][i]);
+      for (int32_t i = 0; i < 16; ++i) v[i] = i < m ? _mm512_load_ps(part[r][i]) : _mm512_setzero_ps();
       _mm512_mask_storeu_ps(out + r * ld + i0, lanes16(m), _mm512_mul_ps(sum_lanes16(v), vscale));
     }
   }
@@ -168,10 +172,7 @@ void axpy_rows_block(const T* base, const int64_t* rows, int32_t n, const float*
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < 4; ++j) s[r][j] = _mm512_loadu_ps(acc + r * d + c0 + 16 * j);
   for (int32_t i = 0; i < n; ++i) {
-    if (prefetch && i + 12 < n) {
-      const char* next = reinterpret_cast<const char*>(base + rows[i + 12]);
-      for (size_t o = 0; o < d * sizeof(T); o += 64) _mm_prefetch(next + o, _MM_HINT_T0);
-    }
+    if (prefetch) prefetch_row_ahead(base, rows, i, n, d);
     const T* x = base + rows[i] + c0;
     const __m512 x0 = load16(x), x1 = load16(x + 16), x2 = load16(x + 32), x3 = load16(x + 48);
     for (int r = 0; r < RB; ++r) {

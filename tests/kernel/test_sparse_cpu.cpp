@@ -414,8 +414,7 @@ TEST(SparseCpu, LoosestSettingsEqualDense) {
 // keys at the ends of the range (0, UINT32_MAX), many duplicates, lengths off the vector width.
 TEST(SparseCpu, KthLargestKeyMatchesSort) {
   std::mt19937 rng(11);
-  for (const char* level : {"portable", "avx512"}) {
-    if (!cpu::set_simd_level_for_testing(level)) continue;
+  for_each_simd_level([&] {
     for (int32_t m : {1, 2, 15, 16, 17, 100, 513}) {
       for (int shape = 0; shape < 3; ++shape) {
         std::vector<uint32_t> keys(m);
@@ -425,11 +424,10 @@ TEST(SparseCpu, KthLargestKeyMatchesSort) {
         std::sort(sorted.begin(), sorted.end(), std::greater<uint32_t>());
         for (int32_t k = 1; k <= m; ++k)
           ASSERT_EQ(cpu::sparse::kernels().kth_largest_key(keys.data(), m, k), sorted[k - 1])
-              << level << " m=" << m << " k=" << k << " shape=" << shape;
+              << "m=" << m << " k=" << k << " shape=" << shape;
       }
     }
-  }
-  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
+  });
 }
 
 // top_k is exactly the reference's ordering, ties included, and lists its indices ascending:
@@ -440,8 +438,7 @@ TEST(SparseCpu, KthLargestKeyMatchesSort) {
 // every SIMD level.
 TEST(SparseCpu, TopKMatchesSortOrder) {
   std::mt19937 rng(7);
-  for (const char* level : {"portable", "avx512"}) {
-  if (!cpu::set_simd_level_for_testing(level)) continue;
+  for_each_simd_level([&] {
   for (int32_t n : {1, 5, 100, 2047, 5000, 16384, 65536}) {
     for (int shape = 0; shape < 7; ++shape) {
       std::vector<float> s(n);
@@ -461,12 +458,11 @@ TEST(SparseCpu, TopKMatchesSortOrder) {
         std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return s[x] > s[y]; });
         order.resize(std::max(k, 0));
         std::sort(order.begin(), order.end());
-        ASSERT_EQ(got, order) << level << " n=" << n << " k=" << k << " shape=" << shape;
+        ASSERT_EQ(got, order) << "n=" << n << " k=" << k << " shape=" << shape;
       }
     }
   }
-  }
-  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
+  });
 }
 
 }  // namespace
