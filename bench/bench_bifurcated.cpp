@@ -2,11 +2,13 @@
 // against the memory-bandwidth roofline.
 //
 // One decode step's attention of one layer: b sequences share a prefix of S tokens (stored once,
-// f16) and each has its own 16-token suffix; n_kv_heads = 1, G = 3 query heads per kv head
+// f16, with the transposed-K plane the engine keeps by default) and each has its own 16-token
+// suffix; n_kv_heads = 1, G = 3 query heads per kv head
 // (SmolLM2-135M's group; a model with H kv heads does H times the work and bytes). Measured:
 //   bifurcated  cpu::bifurcated_decode, one call for the whole group
 //   dense       cpu::paged_attention once per sequence (what the engine does without sharing)
-// Each figure is the median of --reps timed calls (after one warm-up call), the fastest call
+// Each figure is the median of --reps timed calls (after one warm-up call; a 64 MiB buffer is
+// streamed before each, so the KV comes from memory as in a decode step), the fastest call
 // beside it: other processes may share the machine (the load average is printed), and the fastest
 // call is the closest to what an idle machine does; speed-ups and % of bound use the median. KV
 // bytes are what each reads: bifurcated (S + 16·b)·2·row_bytes, dense b·(S + 16)·2·row_bytes; the
@@ -15,9 +17,10 @@
 // Break-even: b = 2, 4, 8 and prefixes 16..512 (--reps-small calls each): the ratio
 // bifurcated / dense time; the first prefix where it drops below 1 is the break-even.
 //
-//   bench_bifurcated [--threads 2] [--reps 7] [--reps-small 201] [--max-prefix 16384]
+//   bench_bifurcated [--threads 2] [--reps 7] [--reps-small 51] [--max-prefix 16384]
 //                    [--bandwidth-gbs X] [--out bench/results/bifurcated.md]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_partial.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sparse_attention.h"
@@ -43,7 +47,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int32_t kBlock = 16, kSuffix = 16, kGroup = 3, kKvHeads = 1;
 
 struct Args {
-  int threads = 2, reps = 7, reps_small = 201;
+  int threads = 2, reps = 7, reps_small = 51;
   int32_t max_prefix = 16384;
   double bandwidth_gbs = 0;  // 0: measure
   std::string out = "bench/results/bifurcated.md";
@@ -105,6 +109,7 @@ double measure_bandwidth(ThreadPool& pool) {
 struct Setup {
   int32_t d = 0, S = 0, b = 0;
   std::vector<uint16_t> k, v;                // [blocks][1][16][d]
+  std::vector<uint16_t> k_t;                 // [blocks][1][d][16]: the transposed-K plane the engine keeps by default
   std::vector<std::vector<int32_t>> tables;  // per sequence: shared blocks, then its own
   std::vector<PagedKvView> views;
   std::vector<ref::SharedSegment> segments;
@@ -123,13 +128,19 @@ struct Setup {
     cpu::kv_store(tmp.data(), k.data(), KvDtype::kF16, elems);
     for (float& x : tmp) x = normal(rng);
     cpu::kv_store(tmp.data(), v.data(), KvDtype::kF16, elems);
+    k_t.resize(elems);
+    for (int64_t tile = 0; tile < blocks * kKvHeads; ++tile)
+      for (int32_t c = 0; c < d; ++c)
+        for (int32_t t = 0; t < kBlock; ++t) k_t[(tile * d + c) * kBlock + t] = k[(tile * kBlock + t) * d + c];
     tables.resize(b);
     for (int32_t i = 0; i < b; ++i) {
       for (int32_t j = 0; j < shared; ++j) tables[i].push_back(j);
       for (int32_t j = 0; j < own; ++j) tables[i].push_back(shared + i * own + j);
     }
-    for (int32_t i = 0; i < b; ++i)
+    for (int32_t i = 0; i < b; ++i) {
       views.push_back(PagedKvView{k.data(), v.data(), KvDtype::kF16, tables[i].data(), kBlock, kKvHeads, d});
+      views.back().k_t = k_t.data();
+    }
     std::vector<int32_t> members(b);
     for (int32_t i = 0; i < b; ++i) members[i] = i;
     segments.push_back({&views[0], 0, S, members});
@@ -158,17 +169,39 @@ struct Timing {
   double median, min;  // seconds
 };
 
-// `reps` calls after one warm-up call.
-Timing time_calls(int reps, const std::function<void()>& fn) {
+std::atomic<uint64_t> g_sink{0};  // keeps the eviction loads alive
+
+// Streams a 64 MiB buffer on every thread of the pool: a decode step finds a layer's KV in memory,
+// not in the cache (the weights and the other layers stream through it in between), and so
+// does every timed call here. On all threads, as bench_sparse_attention does, so the workers
+// are spinning, not asleep, when the timed call starts.
+void evict_caches(ThreadPool& pool) {
+  static std::vector<uint64_t> buf(size_t{64} << 17, 1);
+  pool.run_on_all([&](int t, int n) {
+    uint64_t s = 0;
+    for (size_t i = buf.size() * t / n / 8 * 8; i < buf.size() * (t + 1) / n; i += 8) s += buf[i];
+    g_sink.fetch_add(s, std::memory_order_relaxed);
+  });
+}
+
+// `reps` calls after one warm-up call, the caches evicted before each.
+Timing time_calls(ThreadPool& pool, int reps, const std::function<void()>& fn) {
   fn();
   std::vector<double> t(reps);
   for (double& x : t) {
+    evict_caches(pool);
     const auto t0 = Clock::now();
     fn();
     x = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   std::sort(t.begin(), t.end());
   return {t[reps / 2], t[0]};
+}
+
+// Which kernel bifurcated_decode gives passes of many rows (f16 KV with Kᵀ, as here).
+const char* many_rows_kernel() {
+  if (std::string(cpu::simd_level()) != "avx512") return "the per-row kernel";
+  return cpu::partial_attention_rows_amx() ? "AMX (bf16x3)" : "AVX-512 f32";
 }
 
 std::string load_average() {
@@ -194,7 +227,7 @@ int main(int argc, char** argv) {
      << "bench/bench_bifurcated.cpp: one layer's decode-step attention, f16 KV, n_kv_heads = " << kKvHeads
      << ", G = " << kGroup << " query heads per kv head, b sequences sharing an S-token prefix, each with a "
      << kSuffix << "-token own suffix; " << a.threads << " threads, SIMD " << cpu::simd_level() << ". Times are the median of "
-     << a.reps << " calls (break-even: " << a.reps_small << ") after a warm-up; read bandwidth "
+     << a.reps << " calls (break-even: " << a.reps_small << ") after a warm-up, each after a 64 MiB stream that evicts the KV from the caches; many-rows kernel: " << many_rows_kernel() << "; read bandwidth "
      << (a.bandwidth_gbs > 0 ? "given" : "measured") << ": " << std::to_string(bw).substr(0, 5)
      << " GB/s; bound = bytes / bandwidth. Load average at start: " << load0 << ".\n\n";
 
@@ -209,8 +242,8 @@ int main(int argc, char** argv) {
       for (int32_t b : {1, 4, 16, 64}) {
         Setup s(d, S, b, rng);
         int64_t bif_bytes = 0;
-        const Timing tb = time_calls(a.reps, [&] { bif_bytes = s.bifurcated(pool); });
-        const Timing td = time_calls(a.reps, [&] { s.dense(pool); });
+        const Timing tb = time_calls(pool, a.reps, [&] { bif_bytes = s.bifurcated(pool); });
+        const Timing td = time_calls(pool, a.reps, [&] { s.dense(pool); });
         const double t_bif = tb.median, t_dense = td.median;
         const double bound_bif = bif_bytes / (bw * 1e9), bound_dense = s.dense_bytes() / (bw * 1e9);
         std::snprintf(line, sizeof line,
@@ -237,8 +270,8 @@ int main(int argc, char** argv) {
       int32_t even = -1;
       for (int32_t p : small) {
         Setup s(d, p, b, rng);
-        const double t_bif = time_calls(a.reps_small, [&] { s.bifurcated(pool); }).median;
-        const double t_dense = time_calls(a.reps_small, [&] { s.dense(pool); }).median;
+        const double t_bif = time_calls(pool, a.reps_small, [&] { s.bifurcated(pool); }).median;
+        const double t_dense = time_calls(pool, a.reps_small, [&] { s.dense(pool); }).median;
         const double r = t_bif / t_dense;
         if (r < 1 && even < 0) even = p;
         std::snprintf(line, sizeof line, " %.2f (%.1f/%.1f us) |", r, t_bif * 1e6, t_dense * 1e6);

@@ -41,11 +41,27 @@ struct Member {
 
 }  // namespace
 
+namespace {
+// The kernel for a pass of more than kManyRows rows on AVX-512 CPUs. One layer's 16k keys at
+// d 128, one thread, KV evicted (bench/results/bifurcated.md has the end-to-end effect): with the
+// Kᵀ plane the per-row-group Kᵀ kernel beats the rows GEMM at every row count measured (6-192),
+// and AMX beats the Kᵀ kernel from ~24 rows at d 128, ~48 at d 64 (R = 48: 5.4 vs 8.3 ms, d 128).
+constexpr int32_t kAmxMinRows = 32;
+void many_rows_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
+                      float scale, float* acc, float* m, float* l, float* scratch) {
+  static const PartialAttentionFn amx = partial_attention_rows_amx();
+  static const PartialAttentionFn gemm = partial_attention_rows_avx512();
+  static const PartialAttentionFn per_row = partial_attention_avx512();  // the Kᵀ kernel when the plane is there
+  const PartialAttentionFn fn = kv.k_t == nullptr ? gemm : amx && rows.count >= kAmxMinRows ? amx : per_row;
+  fn(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
+}
+}  // namespace
+
 int64_t bifurcated_decode(ThreadPool& pool, const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
                           const DecodeArgs* seq_args, int32_t n_seqs) {
   static const PartialAttentionFn kernel = best_partial_attention();
   static const PartialAttentionFn many_rows =
-      std::string(simd_level()) == "avx512" ? partial_attention_rows_avx512() : nullptr;
+      std::string(simd_level()) == "avx512" && partial_attention_rows_avx512() ? &many_rows_avx512 : nullptr;
   return bifurcated_decode_with(kernel, many_rows, pool, segments, seq_kv, seq_args, n_seqs);
 }
 
