@@ -263,22 +263,26 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         std::memset(plr, 0, n_kc * kStep * sizeof(uint16_t));
         continue;
       }
+      // Max over the live raw logits (scale > 0 commutes with max), then p = exp(raw·scale − m)
+      // split straight from registers, 32 keys (one P tile row) at a time.
       __m512 mx = _mm512_set1_ps(-INFINITY);
-      for (int32_t u = 0; u < n_sub; ++u) {
-        const __m512 x = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live[u], _mm512_mul_ps(_mm512_loadu_ps(sr + u * kTile), vscale));
-        _mm512_storeu_ps(sr + u * kTile, x);
-        mx = _mm512_max_ps(mx, x);
-      }
-      const float m_new = std::max(m[r], hmax(mx));
+      for (int32_t u = 0; u < n_sub; ++u)
+        mx = _mm512_mask_max_ps(mx, live[u], mx, _mm512_loadu_ps(sr + u * kTile));
+      const float m_new = std::max(m[r], hmax(mx) * scale_factor);
       const float corr = m[r] == -INFINITY ? 0.0f : std::exp(m[r] - m_new);
+      const __m512 vm = _mm512_set1_ps(m_new);
       __m512 sum = _mm512_setzero_ps();
-      for (int32_t u = 0; u < n_sub; ++u) {
-        const __m512 e = _mm512_maskz_mov_ps(live[u], exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(sr + u * kTile), _mm512_set1_ps(m_new))));
-        _mm512_storeu_ps(sr + u * kTile, e);
-        sum = _mm512_add_ps(sum, e);
+      for (int32_t u = 0; u < n_kc * 2; u += 2) {
+        __m512 e[2];
+        for (int32_t h = 0; h < 2; ++h) {
+          e[h] = u + h < n_sub ? _mm512_maskz_mov_ps(live[u + h], exp_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(sr + (u + h) * kTile), vscale, vm)))
+                               : _mm512_setzero_ps();
+          sum = _mm512_add_ps(sum, e[h]);
+        }
+        const Split sp = split2(e[0], e[1]);
+        _mm512_storeu_si512(phr + u * kTile, sp.hi);
+        _mm512_storeu_si512(plr + u * kTile, sp.lo);
       }
-      if (n_sub % 2) _mm512_storeu_ps(sr + n_sub * kTile, _mm512_setzero_ps());
-      for (int32_t k = 0; k < n_kc * kStep; k += kStep) store_run(sr + k, phr + k, plr + k);
       l[r] = l[r] * corr + hsum(sum);
       m[r] = m_new;
       if (corr != 1.0f) {
@@ -343,7 +347,8 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
 
 void partial_attention_rows_amx_or_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
                                           int32_t t1, float scale, float* acc, float* m, float* l, float* scratch) {
-  if (kv.dtype == KvDtype::kF16 && kv.k_t != nullptr && kv.head_dim % 64 == 0 && kv.block_size % kTile == 0)
+  if (kv.dtype == KvDtype::kF16 && kv.k_t != nullptr && kv.head_dim % 64 == 0 && kv.block_size % kTile == 0 &&
+      scale > 0.0f)
     rows_amx(kv, head, rows, t0, t1, scale, acc, m, l);
   else
     partial_attention_rows_avx512()(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
