@@ -33,7 +33,7 @@ struct SchedulerConfig {
   // `bifurcated_min_prefix` tokens (the break-even measured by bench/bench_bifurcated).
   bool bifurcated = true;
   int32_t bifurcated_min_seqs = 4;
-  int32_t bifurcated_min_prefix = 128;
+  int32_t bifurcated_min_prefix = 256;
 };
 
 // Shared between the engine thread and one client: a queue of events plus cancellation.

@@ -10,7 +10,7 @@ namespace fathom {
 
 struct GroupRule {
   int32_t min_seqs = 4;      // a segment needs at least this many members ...
-  int32_t min_prefix = 128;  // ... and this many tokens to pay (bench/results/bifurcated.md)
+  int32_t min_prefix = 256;  // ... and this many tokens to pay (bench/results/bifurcated.md)
 };
 
 // Groups by the first physical block, then recursively: each level is the longest run of
