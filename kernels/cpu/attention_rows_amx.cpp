@@ -2,13 +2,16 @@
 // sequences × G query heads (tens to hundreds of rows) read the same keys, so the step is two
 // small GEMMs per key chunk and compute-bound on AVX-512 (bench/results/bifurcated.md).
 //
-// AMX multiplies bf16 tiles (TDPBF16PS: C[16][16] f32 += A[16][32] · B[32][16], ~16x the f32
-// FMA rate of AVX-512 on this CPU). bf16 keeps 8 significant bits, so every operand is split
+// AMX multiplies bf16 tiles (TDPBF16PS: C[16][16] f32 += A[16][32] · B[32][16]; on the
+// development VM ~0.9 TFLOP/s per core back to back, ~0.5 with the operand tile loads, against
+// ~0.12 for AVX-512 f32 FMAs; each core has its own unit). bf16 keeps 8 significant bits, so every operand is split
 // into two bf16 terms, x = hi + lo ("bf16x3"): an f16 K or V element (11 bits) splits exactly,
 // a q or p element (f32) to within 2^-17 of itself, and each product is taken as
 // hi·hi + hi·lo + lo·hi (the lo·lo term is below 2^-17). Accumulation is f32. The result differs
-// from the f32 kernels by ~1e-5 relative: well inside the f16 rounding of the stored K and V
-// (2^-11), and tested against the reference with its own tolerance (test_bifurcated_cpu).
+// from the f32 kernels by ~1e-5 (|v| ~ 1, worst 1.7e-5 at d 256): well inside the f16 rounding of
+// the stored K and V (2^-11), and tested against the reference with its own tolerance
+// (test_bifurcated_cpu). One thread, 16k keys, d 128: 48 rows 5.4 ms against 8.3 for the AVX-512
+// Kᵀ kernel, 192 rows 15.4 against 31.7; below ~32 rows the Kᵀ kernel wins (bifurcated_attention.cpp).
 //
 // Keys go in pieces of up to 256 (16 sub-tiles of 16 keys at absolute multiples of 16):
 //   1. Kᵀ of the piece (from the transposed-K plane) → B tiles, bf16 hi/lo, dims paired
@@ -31,13 +34,6 @@
 
 #include "kernels/cpu/attention_partial.h"
 
-#ifdef FATHOM_AMX_PROFILE
-#include <x86intrin.h>
-double g_phase[6];
-#define PHASE(i) do { uint64_t now_ = __rdtsc(); g_phase[i] += now_ - last_; last_ = now_; } while (0)
-#else
-#define PHASE(i) do {} while (0)
-#endif
 
 namespace fathom::cpu {
 namespace {
@@ -192,9 +188,6 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
   const auto* k_t = static_cast<const uint16_t*>(kv.k_t);
   const auto* v = static_cast<const uint16_t*>(kv.v);
   _tile_loadconfig(&tile_config());
-#ifdef FATHOM_AMX_PROFILE
-  uint64_t last_ = __rdtsc();
-#endif
   const int32_t q_stride = d * 2, p_stride = kPiece * 2, s_stride = kPiece * 4, acc_stride = d * 4;  // bytes
   for (int32_t p0 = keys.lo / kTile * kTile; p0 <= keys.hi; p0 += kPiece) {
     const int32_t n_sub = std::min(kSubs, (keys.hi - p0) / kTile + 1);
@@ -217,7 +210,6 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
     const int64_t k_pad = static_cast<int64_t>(n_sub4 - n_sub) * n_dc * kTileElems;
     std::memset(kh + static_cast<int64_t>(n_sub) * n_dc * kTileElems, 0, k_pad * sizeof(uint16_t));
     std::memset(kl + static_cast<int64_t>(n_sub) * n_dc * kTileElems, 0, k_pad * sizeof(uint16_t));
-    PHASE(0);
     // 2. Logits of one row tile for 4 sub-tiles at a time: C in tiles 0-3, Q hi/lo in 4-5 (shared
     // by the four), Kᵀ hi/lo in 6-7. Four independent accumulators keep the TDPBF16PS pipeline
     // full (two run ~3x slower: each waits for the previous product into the same C).
@@ -245,7 +237,6 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         _tile_stored(2, s0 + 2 * kTile, s_stride);
         _tile_stored(3, s0 + 3 * kTile, s_stride);
       }
-    PHASE(1);
     // 3. Online softmax per row over the piece's live keys; P split into A tiles (keys past
     // n_sub · 16 up to the 32-key chunk are zero).
     __mmask16 live[kSubs];
@@ -290,7 +281,6 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         for (int32_t c = 0; c < d; c += 16) _mm512_store_ps(ar + c, _mm512_mul_ps(_mm512_load_ps(ar + c), _mm512_set1_ps(corr)));
       }
     }
-    PHASE(2);
     // 4. V → B tiles: tile (kc, dt), pair-row i = keys (32 kc + 2i, 32 kc + 2i + 1), dims 16 dt ..
     // 16 dt + 15. Dead keys are zero (their p is 0, and rows past the sequence may hold anything).
     for (int32_t kc = 0; kc < n_kc; ++kc)
@@ -307,7 +297,6 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
                          vh + t, vl + t);
         }
       }
-    PHASE(3);
     // 5. acc += P·V for one row tile and 4 column tiles (64 dims) at a time: C in 0-3 (from and
     // back to acc), P hi/lo in 4-5 (shared by the four), V hi/lo in 6-7.
     for (int32_t rt = 0; rt < n_rt; ++rt)
@@ -333,7 +322,6 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         _tile_stored(2, c0 + 2 * kTile, acc_stride);
         _tile_stored(3, c0 + 3 * kTile, acc_stride);
       }
-    PHASE(4);
   }
   _tile_release();
   for (int32_t r = 0; r < R; ++r) {
