@@ -122,8 +122,11 @@ inline void store_run(const float* x, uint16_t* hi, uint16_t* lo) {
   _mm512_storeu_si512(lo, s.lo);
 }
 
-// C tile c += A·B as hi·hi + hi·lo + lo·hi, with A's hi/lo in tiles 4-5 and B's loaded from
-// (bh, bl) into tiles 6-7 (tile numbers are immediates, hence a macro).
+// C tiles 0-3 += A · B_j (j = 0..3), each as hi·hi + hi·lo + lo·hi: A's hi/lo tiles (at ah / al,
+// row stride a_stride bytes) loaded once into tiles 4-5 and shared by the four; B_j's hi/lo
+// (64-byte rows) at bh / bl + j · b_next loaded in turn into tiles 6-7. Four independent
+// accumulators keep the TDPBF16PS pipeline full (two run ~3x slower: each product waits for the
+// previous one into the same C). Tile numbers are immediates, hence the macro.
 #define FATHOM_TDP3_LOADB(c, bh, bl) \
   do {                               \
     _tile_loadd(6, bh, 64);          \
@@ -132,6 +135,16 @@ inline void store_run(const float* x, uint16_t* hi, uint16_t* lo) {
     _tile_dpbf16ps(c, 4, 7);         \
     _tile_dpbf16ps(c, 5, 6);         \
   } while (0)
+inline void tdp3_times4(const uint16_t* ah, const uint16_t* al, int32_t a_stride, const uint16_t* bh,
+                        const uint16_t* bl, int64_t b_next) {
+  _tile_loadd(4, ah, a_stride);
+  _tile_loadd(5, al, a_stride);
+  FATHOM_TDP3_LOADB(0, bh, bl);
+  FATHOM_TDP3_LOADB(1, bh + b_next, bl + b_next);
+  FATHOM_TDP3_LOADB(2, bh + 2 * b_next, bl + 2 * b_next);
+  FATHOM_TDP3_LOADB(3, bh + 3 * b_next, bl + 3 * b_next);
+}
+#undef FATHOM_TDP3_LOADB
 
 struct Buffers {  // per thread, reused across calls (sizes grow to the largest call)
   std::vector<uint16_t> qh, ql;                              // [Rp][d]
@@ -210,9 +223,7 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
     const int64_t k_pad = static_cast<int64_t>(n_sub4 - n_sub) * n_dc * kTileElems;
     std::memset(kh + static_cast<int64_t>(n_sub) * n_dc * kTileElems, 0, k_pad * sizeof(uint16_t));
     std::memset(kl + static_cast<int64_t>(n_sub) * n_dc * kTileElems, 0, k_pad * sizeof(uint16_t));
-    // 2. Logits of one row tile for 4 sub-tiles at a time: C in tiles 0-3, Q hi/lo in 4-5 (shared
-    // by the four), Kᵀ hi/lo in 6-7. Four independent accumulators keep the TDPBF16PS pipeline
-    // full (two run ~3x slower: each waits for the previous product into the same C).
+    // 2. Logits of one row tile for 4 sub-tiles at a time: C in tiles 0-3, Q hi/lo shared.
     for (int32_t rt = 0; rt < n_rt; ++rt)
       for (int32_t u0 = 0; u0 < n_sub4; u0 += 4) {
         _tile_zero(0);
@@ -221,15 +232,8 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         _tile_zero(3);
         for (int32_t dc = 0; dc < n_dc; ++dc) {
           const int64_t a0 = static_cast<int64_t>(rt) * kTile * d + dc * kStep;
-          _tile_loadd(4, qh + a0, q_stride);
-          _tile_loadd(5, ql + a0, q_stride);
-          const uint16_t* bh = kh + static_cast<int64_t>(u0 * n_dc + dc) * kTileElems;
-          const uint16_t* bl = kl + static_cast<int64_t>(u0 * n_dc + dc) * kTileElems;
-          const int64_t next = static_cast<int64_t>(n_dc) * kTileElems;  // the next sub-tile's (u + 1, dc)
-          FATHOM_TDP3_LOADB(0, bh, bl);
-          FATHOM_TDP3_LOADB(1, bh + next, bl + next);
-          FATHOM_TDP3_LOADB(2, bh + 2 * next, bl + 2 * next);
-          FATHOM_TDP3_LOADB(3, bh + 3 * next, bl + 3 * next);
+          const int64_t b0 = static_cast<int64_t>(u0 * n_dc + dc) * kTileElems;
+          tdp3_times4(qh + a0, ql + a0, q_stride, kh + b0, kl + b0, static_cast<int64_t>(n_dc) * kTileElems);
         }
         float* s0 = s + static_cast<int64_t>(rt) * kTile * kPiece + u0 * kTile;
         _tile_stored(0, s0, s_stride);
@@ -298,7 +302,7 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         }
       }
     // 5. acc += P·V for one row tile and 4 column tiles (64 dims) at a time: C in 0-3 (from and
-    // back to acc), P hi/lo in 4-5 (shared by the four), V hi/lo in 6-7.
+    // back to acc), P hi/lo shared.
     for (int32_t rt = 0; rt < n_rt; ++rt)
       for (int32_t dt0 = 0; dt0 < n_dt; dt0 += 4) {
         float* c0 = acc + static_cast<int64_t>(rt) * kTile * d + dt0 * kTile;
@@ -308,14 +312,8 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         _tile_loadd(3, c0 + 3 * kTile, acc_stride);
         for (int32_t kc = 0; kc < n_kc; ++kc) {
           const int64_t a0 = static_cast<int64_t>(rt) * kTile * kPiece + kc * kStep;
-          _tile_loadd(4, ph + a0, p_stride);
-          _tile_loadd(5, pl + a0, p_stride);
-          const uint16_t* bh = vh + static_cast<int64_t>(kc * n_dt + dt0) * kTileElems;
-          const uint16_t* bl = vl + static_cast<int64_t>(kc * n_dt + dt0) * kTileElems;
-          FATHOM_TDP3_LOADB(0, bh, bl);
-          FATHOM_TDP3_LOADB(1, bh + kTileElems, bl + kTileElems);
-          FATHOM_TDP3_LOADB(2, bh + 2 * kTileElems, bl + 2 * kTileElems);
-          FATHOM_TDP3_LOADB(3, bh + 3 * kTileElems, bl + 3 * kTileElems);
+          const int64_t b0 = static_cast<int64_t>(kc * n_dt + dt0) * kTileElems;
+          tdp3_times4(ph + a0, pl + a0, p_stride, vh + b0, vl + b0, kTileElems);
         }
         _tile_stored(0, c0, acc_stride);
         _tile_stored(1, c0 + kTile, acc_stride);
@@ -330,8 +328,6 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
     std::copy_n(acc + static_cast<int64_t>(r) * d, d, acc_out + static_cast<int64_t>(r) * d);
   }
 }
-
-#undef FATHOM_TDP3_LOADB
 
 void partial_attention_rows_amx_or_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
                                           int32_t t1, float scale, float* acc, float* m, float* l, float* scratch) {
