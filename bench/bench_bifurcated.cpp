@@ -201,7 +201,8 @@ Timing time_calls(ThreadPool& pool, int reps, const std::function<void()>& fn) {
 // Which kernel bifurcated_decode gives passes of many rows (f16 KV with Kᵀ, as here).
 const char* many_rows_kernel() {
   if (std::string(cpu::simd_level()) != "avx512") return "the per-row kernel";
-  return cpu::partial_attention_rows_amx() ? "AMX (bf16x3)" : "AVX-512 f32";
+  return cpu::partial_attention_rows_amx() ? "AMX (bf16x3) for passes of 32 or more rows (b >= 11 here, so not in the break-even sweep), the AVX-512 Kᵀ kernel below"
+                                           : "AVX-512 Kᵀ kernel";
 }
 
 std::string load_average() {

@@ -19,8 +19,8 @@
 //   3. online softmax per row over the piece's live keys (AVX-512), P → A tiles (hi/lo)
 //   4. V of the piece → B tiles (keys paired)
 //   5. acc[r][c] = corr_r · acc[r][c] + Σ_t p_r[t] v[t][c]   AMX, accumulators as C tiles
-// f16 KV with the transposed-K plane and head_dim a multiple of 64; anything else (f32, INT8,
-// no Kᵀ) goes to the AVX-512 rows kernel. Rows must share one key range (the rows contract).
+// f16 KV with the transposed-K plane and head_dim a multiple of 64; anything else goes to the
+// AVX-512 Kᵀ kernel (f32, INT8 with the plane) or rows GEMM (no plane). Rows must share one key range (the rows contract).
 #include "kernels/cpu/simd_avx512.h"  // first: its pragma must wrap <immintrin.h>
 
 #include <sys/syscall.h>
@@ -146,6 +146,11 @@ inline void tdp3_times4(const uint16_t* ah, const uint16_t* al, int32_t a_stride
 }
 #undef FATHOM_TDP3_LOADB
 
+// GCC's _tile_loadd is an asm that takes only the address, without a "memory" clobber: nothing
+// tells the compiler that it reads the tiles the AVX-512 code just stored, so the stores could in
+// principle be sunk past it. A barrier before each group of tile loads orders them.
+inline void compiler_memory_barrier() { asm volatile("" ::: "memory"); }
+
 struct Buffers {  // per thread, reused across calls (sizes grow to the largest call)
   std::vector<uint16_t> qh, ql;                              // [Rp][d]
   std::vector<uint16_t> kh, kl;                            // [kSubs][d/32] tiles
@@ -224,6 +229,7 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
     std::memset(kh + static_cast<int64_t>(n_sub) * n_dc * kTileElems, 0, k_pad * sizeof(uint16_t));
     std::memset(kl + static_cast<int64_t>(n_sub) * n_dc * kTileElems, 0, k_pad * sizeof(uint16_t));
     // 2. Logits of one row tile for 4 sub-tiles at a time: C in tiles 0-3, Q hi/lo shared.
+    compiler_memory_barrier();
     for (int32_t rt = 0; rt < n_rt; ++rt)
       for (int32_t u0 = 0; u0 < n_sub4; u0 += 4) {
         _tile_zero(0);
@@ -301,6 +307,7 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
                          vh + t, vl + t);
         }
       }
+    compiler_memory_barrier();
     // 5. acc += P·V for one row tile and 4 column tiles (64 dims) at a time: C in 0-3 (from and
     // back to acc), P hi/lo shared.
     for (int32_t rt = 0; rt < n_rt; ++rt)
@@ -335,7 +342,10 @@ void partial_attention_rows_amx_or_avx512(const PagedKvView& kv, int32_t head, c
       scale > 0.0f)
     rows_amx(kv, head, rows, t0, t1, scale, acc, m, l);
   else
-    partial_attention_rows_avx512()(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
+    // Not for AMX: the Kᵀ kernel when the plane is there (faster than the rows GEMM at every row
+    // count measured), else the rows GEMM.
+    (kv.k_t != nullptr ? partial_attention_avx512() : partial_attention_rows_avx512())(kv, head, rows, t0, t1, scale,
+                                                                                       acc, m, l, scratch);
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 // 64/128/256, GQA group 1/3/4/8, f32/f16/INT8 KV, b = 1, 2, 5, 16 sequences, shared prefixes of
 // 1, 15, 16, 17, 300 tokens (inside, at and across block edges, several chunks), own suffixes of
 // 0..40 tokens, nested prefixes (one shared by all, others shared by subsets, listed out of
-// order) and two independent groups in one call. Shared blocks are physically shared; a block
-// holding both shared and own tokens is a per-sequence copy, as after copy-on-write.
+// order) and two independent groups in one call; blocks of 32 and 48 tokens (AMX calls spanning two
+// 256-key pieces). Shared blocks are physically shared; a block holding both shared and own tokens
+// is a per-sequence copy, as after copy-on-write. Unwritten slots past a sequence's end hold NaN
+// (f32 / f16).
 // Tolerances (max |cpu − other|, |v| ~ 1), the same as test_attention's: f32 and f16 5e-6 (both
 // sides read the same stored values; only accumulation order and chunk cuts differ), INT8 1e-5
 // (the kernel forms scale·(q·x_q) + min·Σq in f32, see test_attention); the AMX rows kernel, f16:
@@ -62,10 +64,11 @@ struct Group {
 };
 
 Group make_group(int32_t d, int32_t group, KvDtype dtype, const std::vector<SegmentSpec>& specs,
-                 const std::vector<int32_t>& suffix, std::mt19937& rng, bool with_k_t = true) {
+                 const std::vector<int32_t>& suffix, std::mt19937& rng, bool with_k_t = true, int32_t block_size = 16) {
   Group g;
   g.d = d;
   g.group = group;
+  g.block_size = block_size;
   g.n_heads = group * g.n_kv;
   const int32_t b = static_cast<int32_t>(suffix.size()), bs = g.block_size;
   // Token identity: (segment index, t) for shared tokens, (−1 − i, t) for own ones.
@@ -114,6 +117,17 @@ Group make_group(int32_t d, int32_t group, KvDtype dtype, const std::vector<Segm
       }
     }
   }
+  // Slots past a sequence's last position in its last block were never written: NaN there (f32 /
+  // f16; INT8 rows carry parameters the kernels read for whole 16-key groups), so a kernel that
+  // lets a dead key's K or V reach the sums fails.
+  if (dtype != KvDtype::kI8)
+    for (int32_t i = 0; i < b; ++i)
+      for (int32_t t = g.pos[i] + 1; t < (g.pos[i] / bs + 1) * bs; ++t)
+        for (int32_t h = 0; h < g.n_kv; ++h) {
+          const size_t at = ((static_cast<size_t>(g.tables[i].back()) * g.n_kv + h) * bs + t % bs) * d;
+          std::fill_n(&g.pool.kf[at], d, NAN);
+          std::fill_n(&g.pool.vf[at], d, NAN);
+        }
   g.pool.store();
   for (int32_t i = 0; i < b; ++i) {
     PagedKvView v = g.pool.view(with_k_t, false);
@@ -261,6 +275,29 @@ TEST(BifurcatedCpu, NestedPrefixesAndSeveralGroups) {
         if (::testing::Test::HasFatalFailure()) return;
       }
   print("nested / several groups", worst);
+}
+
+// Blocks of 32 and 48 tokens: a 48-token block makes split-K chunks of 288 keys, so the AMX
+// kernel's calls span two 256-key pieces (the online rescale between them); 48 rows (b = 16,
+// G = 3) is past the dispatcher's AMX threshold.
+TEST(BifurcatedCpu, OtherBlockSizesAndSeveralPiecesPerCall) {
+  std::mt19937 rng(31);
+  Worst worst;
+  for (int32_t bs : {32, 48})
+    for (int32_t d : {64, 128})
+      for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
+        std::vector<int32_t> members(16), suffix(16);
+        for (int32_t i = 0; i < 16; ++i) {
+          members[i] = i;
+          suffix[i] = (i * 7) % 41;
+        }
+        const Group g = make_group(d, 3, dtype, {{0, 700, members}}, suffix, rng, true, bs);
+        char what[160];
+        std::snprintf(what, sizeof what, "block %d d=%d %s b=16 prefix=700", bs, d, kv_dtype_name(dtype));
+        check(g, dtype, worst, what);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  print("block sizes 32 / 48", worst);
 }
 
 TEST(BifurcatedCpu, RejectsSegmentsThatDoNotTile) {
