@@ -57,6 +57,9 @@ ATTENTION_RESULTS = [
     "cached mask) and SWA on the CPU, d 64/128, S 1k-64k, bytes read and bandwidth bound (`build/bench_sparse_attention`).",
     "- [results/bifurcated.md](results/bifurcated.md): bifurcated vs per-sequence dense for b = 1-64 sequences sharing "
     "an S-token prefix, and the break-even behind the scheduler's rule (`build/bench_bifurcated`).",
+    "- [results/samples-smollm2.md](results/samples-smollm2.md), [results/samples-gemma3.md](results/samples-gemma3.md): "
+    "n samples of one prompt through the engine, decode step with bifurcated attention on and off "
+    "(`build/bench_samples --model M`).",
     "- [results/attention_quality.md](results/attention_quality.md): top-k correspondence and output error of each "
     "policy at KV-read ratios 1/2, 1/4, 1/8 on real q/K/V of both default models (`build/bench_attention_quality`).",
     "- [results/passkey.md](results/passkey.md): passkey retrieval accuracy per policy and length "
