@@ -103,7 +103,8 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
         int32_t n = 0;
         auto flush = [&] {
           sparse::row_offsets(kv, g, pos, n, rows);
-          kern.key_logits(kv, args.q + static_cast<int64_t>(h) * d, &q_sum[h], 1, rows, n, 1.0f, logit, n);
+          kern.key_logits(kv, args.q + static_cast<int64_t>(h) * d, &q_sum[h], 1, rows, n, 1.0f, logit, n,
+                          /*v_next=*/false);
           for (int32_t x = 0; x < n; ++x) sc[half[x]] = std::max(sc[half[x]], logit[x]);
           n = 0;
         };

@@ -117,7 +117,8 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     const AttendTask& t = tasks[it.task];
     const int32_t n = it.end - it.begin;
     row_offsets(kv, t.g, t.pos + it.begin, n, rows.data());
-    kern.key_logits(kv, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, rows.data(), n, scale, s.data(), n);
+    kern.key_logits(kv, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, rows.data(), n, scale, s.data(), n,
+                    /*v_next=*/true);
     for (int32_t r = 0; r < t.R; ++r) {
       float* sr = &s[static_cast<size_t>(r) * n];
       if (t.logits != nullptr) std::copy(sr, sr + n, t.logits + static_cast<int64_t>(r) * t.n + it.begin);

@@ -125,7 +125,7 @@ void prefetch_row_ahead(const T* base, const int64_t* rows, int32_t i, int32_t n
 // d is not a multiple of 64 (the caller's key-by-key path).
 template <typename T>
 bool dot_rows_any(const T* base, const int64_t* rows, int32_t n, const float* q, int32_t R, int32_t d, float scale,
-                  float* out, int64_t ld) {
+                  float* out, int64_t ld, const T* also) {
   if (d % 64 != 0) return false;
   alignas(64) float part[kMaxRows][16][16];  // [r][key][lane]
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -133,6 +133,7 @@ bool dot_rows_any(const T* base, const int64_t* rows, int32_t n, const float* q,
     const int32_t m = std::min(16, n - i0);
     for (int32_t i = 0; i < m; ++i) {
       prefetch_row_ahead(base, rows, i0 + i, n, d);
+      if (also != nullptr) prefetch_row_ahead(also, rows, i0 + i, n, d);
       const T* x = base + rows[i0 + i];
       for (int32_t r = 0; r < R; ++r) {
         const float* qr = q + static_cast<int64_t>(r) * d;
@@ -153,12 +154,12 @@ bool dot_rows_any(const T* base, const int64_t* rows, int32_t n, const float* q,
   return true;
 }
 bool dot_rows(const float* base, const int64_t* rows, int32_t n, const float* q, int32_t R, int32_t d, float scale,
-              float* out, int64_t ld) {
-  return dot_rows_any(base, rows, n, q, R, d, scale, out, ld);
+              float* out, int64_t ld, const float* also) {
+  return dot_rows_any(base, rows, n, q, R, d, scale, out, ld, also);
 }
 bool dot_rows(const uint16_t* base, const int64_t* rows, int32_t n, const float* q, int32_t R, int32_t d, float scale,
-              float* out, int64_t ld) {
-  return dot_rows_any(base, rows, n, q, R, d, scale, out, ld);
+              float* out, int64_t ld, const uint16_t* also) {
+  return dot_rows_any(base, rows, n, q, R, d, scale, out, ld, also);
 }
 
 // acc[r][c] += Σ_i a[r·ld + i]·x[row i][c] with the accumulators in registers: RB rows × 4 vectors

@@ -71,7 +71,7 @@ uint32_t kth_largest_key(const uint32_t* keys, int32_t m, int32_t k) {
 
 // No blocked dot products here: key_logits goes key by key.
 template <typename T>
-bool dot_rows(const T*, const int64_t*, int32_t, const float*, int32_t, int32_t, float, float*, int64_t) {
+bool dot_rows(const T*, const int64_t*, int32_t, const float*, int32_t, int32_t, float, float*, int64_t, const T*) {
   return false;
 }
 
