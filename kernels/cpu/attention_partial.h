@@ -51,9 +51,9 @@ PartialAttentionFn partial_attention_avx512();
 // rows in the SIMD lanes, a small GEMM per 16-key sub-tile. Same contract as PartialAttentionFn
 // plus that precondition; scratch is unused. nullptr when this CPU lacks AVX-512.
 PartialAttentionFn partial_attention_rows_avx512();
-// The same on AMX tiles (bf16x3 products, f32 accumulation; attention_rows_amx.cpp) for f16 KV
-// with the transposed-K plane, head_dim a multiple of 64; other KV goes to the AVX-512 Kᵀ kernel
-// (plane present) or rows GEMM.
+// The same on AMX tiles (bf16x3 products, f32 accumulation; attention_rows_amx.cpp) for f16 and
+// INT8 KV with the transposed-K plane, head_dim a multiple of 64; other KV goes to the AVX-512 Kᵀ
+// kernel (plane present) or rows GEMM.
 // nullptr when the CPU or the OS does not offer AMX.
 PartialAttentionFn partial_attention_rows_amx();
 

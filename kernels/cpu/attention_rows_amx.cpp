@@ -11,7 +11,8 @@
 // from the f32 kernels by ~1e-5 (|v| ~ 1, worst 1.7e-5 at d 256): well inside the f16 rounding of
 // the stored K and V (2^-11), and tested against the reference with its own tolerance
 // (test_bifurcated_cpu). One thread, 16k keys, d 128: 48 rows 5.4 ms against 8.3 for the AVX-512
-// Kᵀ kernel, 192 rows 15.4 against 31.7; below ~32 rows the Kᵀ kernel wins (bifurcated_attention.cpp).
+// Kᵀ kernel, 192 rows 15.4 against 31.7 (INT8, best of 7 on a busy machine: 4.0 / 8.0 and 12.0 /
+// 31.6); below ~32 rows the Kᵀ kernel wins (bifurcated_attention.cpp).
 //
 // Keys go in pieces of up to 256 (16 sub-tiles of 16 keys at absolute multiples of 16):
 //   1. Kᵀ of the piece (from the transposed-K plane) → B tiles, bf16 hi/lo, dims paired
@@ -19,8 +20,13 @@
 //   3. online softmax per row over the piece's live keys (AVX-512), P → A tiles (hi/lo)
 //   4. V of the piece → B tiles (keys paired)
 //   5. acc[r][c] = corr_r · acc[r][c] + Σ_t p_r[t] v[t][c]   AMX, accumulators as C tiles
-// f16 KV with the transposed-K plane and head_dim a multiple of 64; anything else goes to the
-// AVX-512 Kᵀ kernel (f32, INT8 with the plane) or rows GEMM (no plane). Rows must share one key range (the rows contract).
+// INT8 KV (ALISA's per-row scale and min) takes the same path with fewer products: its codes
+// 0-255 are exact in bf16, so K and V need no lo term (hi·x + lo·x, two products); the logit is
+// k_scale·(q·x) + k_min·Σq per key, p is stored multiplied by the key's v_scale, and Σ p·v_min is
+// added to every output component.
+// f16 or INT8 KV with the transposed-K plane and head_dim a multiple of 64; anything else goes to
+// the AVX-512 Kᵀ kernel (f32 with the plane) or rows GEMM (no plane). Rows must share one key
+// range (the rows contract).
 #include "kernels/cpu/simd_avx512.h"  // first: its pragma must wrap <immintrin.h>
 
 #include <sys/syscall.h>
@@ -30,6 +36,7 @@
 #include <cmath>
 #include <cpuid.h>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/attention_partial.h"
@@ -115,6 +122,13 @@ inline void store_pair_row_exact(__m512 a, __m512 b, uint16_t* hi, uint16_t* lo)
   _mm512_store_si512(lo, _mm512_ternarylogic_epi32(b_lo, top, _mm512_srli_epi32(a_lo, 16), 0xEA));
 }
 
+// The same when the values are exact in bf16 (INT8 codes 0-255): the hi row only.
+inline void store_pair_row_hi(__m512 a, __m512 b, uint16_t* hi) {
+  const __m512i top = _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  _mm512_store_si512(hi, _mm512_ternarylogic_epi32(_mm512_castps_si512(b), top,
+                                                    _mm512_srli_epi32(_mm512_castps_si512(a), 16), 0xEA));
+}
+
 // A-tile row: 32 consecutive f32 → 32 consecutive bf16 hi and lo.
 inline void store_run(const float* x, uint16_t* hi, uint16_t* lo) {
   const Split s = split2(_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16));
@@ -145,6 +159,47 @@ inline void tdp3_times4(const uint16_t* ah, const uint16_t* al, int32_t a_stride
   FATHOM_TDP3_LOADB(3, bh + 3 * b_next, bl + 3 * b_next);
 }
 #undef FATHOM_TDP3_LOADB
+// The same with B exact in bf16 (INT8 codes): hi·B + lo·B, B_j at b + j · b_next.
+#define FATHOM_TDP2_LOADB(c, b) \
+  do {                          \
+    _tile_loadd(6, b, 64);      \
+    _tile_dpbf16ps(c, 4, 6);    \
+    _tile_dpbf16ps(c, 5, 6);    \
+  } while (0)
+inline void tdp2_times4(const uint16_t* ah, const uint16_t* al, int32_t a_stride, const uint16_t* b, int64_t b_next) {
+  _tile_loadd(4, ah, a_stride);
+  _tile_loadd(5, al, a_stride);
+  FATHOM_TDP2_LOADB(0, b);
+  FATHOM_TDP2_LOADB(1, b + b_next);
+  FATHOM_TDP2_LOADB(2, b + 2 * b_next);
+  FATHOM_TDP2_LOADB(3, b + 3 * b_next);
+}
+#undef FATHOM_TDP2_LOADB
+
+// C tiles 0-3 += A · B_j for KV element type T: three products for f16, two for INT8 codes.
+template <typename T>
+inline void products_times4(const uint16_t* ah, const uint16_t* al, int32_t a_stride, const uint16_t* bh,
+                            const uint16_t* bl, int64_t b_next) {
+  if constexpr (std::is_same_v<T, uint8_t>) tdp2_times4(ah, al, a_stride, bh, b_next);
+  else tdp3_times4(ah, al, a_stride, bh, bl, b_next);
+}
+
+// B-tile pair row of KV element type T: f16 split exactly into hi and lo, INT8 codes hi only.
+template <typename T>
+inline void store_pair_row(__m512 a, __m512 b, uint16_t* hi, uint16_t* lo) {
+  if constexpr (std::is_same_v<T, uint8_t>) store_pair_row_hi(a, b, hi);
+  else store_pair_row_exact(a, b, hi, lo);
+}
+
+// 16 KvInt8Row {scale, min} pairs → (scales, mins).
+inline void load_params16(const KvInt8Row* p, __m512& scale, __m512& min) {
+  const __m512 lo = _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+  const __m512 hi = _mm512_loadu_ps(reinterpret_cast<const float*>(p) + 16);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  scale = _mm512_permutex2var_ps(lo, even, hi);
+  min = _mm512_permutex2var_ps(lo, odd, hi);
+}
 
 // GCC's _tile_loadd is an asm that takes only the address, without a "memory" clobber: nothing
 // tells the compiler that it reads the tiles the AVX-512 code just stored, so the stores could in
@@ -158,7 +213,7 @@ struct Buffers {  // per thread, reused across calls (sizes grow to the largest 
   std::vector<uint16_t> ph, pl;                            // [Rp][kPiece]
   std::vector<float> s;                                    // [Rp][kPiece] logits
   std::vector<float> acc;                                  // [Rp][d]
-  std::vector<float> m, l;                                 // [Rp]
+  std::vector<float> m, l, q_sum;                          // [Rp]
 };
 
 // 64-byte aligned views into a vector (tile loads do not need it, the AVX-512 stores do).
@@ -169,8 +224,10 @@ T* aligned(std::vector<T>& v, size_t n) {
   return reinterpret_cast<T*>((p + 63) & ~uintptr_t{63});
 }
 
+template <typename T>
 void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1, float scale_factor,
               float* acc_out, float* m_out, float* l_out) {
+  constexpr bool kInt8 = std::is_same_v<T, uint8_t>;
   const int32_t d = kv.head_dim, bs = kv.block_size, R = rows.count;
   const KeyRange keys = start_partial(rows, t0, t1, d, acc_out, m_out, l_out);
   if (keys.hi < keys.lo) return;
@@ -188,6 +245,13 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
   float* acc = aligned(b.acc, static_cast<size_t>(Rp) * d);
   float* m = aligned(b.m, Rp);
   float* l = aligned(b.l, Rp);
+  float* q_sum = aligned(b.q_sum, Rp);  // INT8: Σ_c q[c] per row (the K min term)
+  if constexpr (kInt8)
+    for (int32_t r = 0; r < R; ++r) {
+      __m512 t = _mm512_setzero_ps();
+      for (int32_t c = 0; c < d; c += 16) t = _mm512_add_ps(t, _mm512_loadu_ps(rows.q[r] + c));
+      q_sum[r] = hsum(t);
+    }
 
   // Q split once per call; padding rows are zero (their results are dropped).
   for (int32_t r = 0; r < Rp; ++r)
@@ -203,8 +267,8 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
   std::fill(m, m + Rp, -INFINITY);
   std::fill(l, l + Rp, 0.0f);
 
-  const auto* k_t = static_cast<const uint16_t*>(kv.k_t);
-  const auto* v = static_cast<const uint16_t*>(kv.v);
+  const auto* k_t = static_cast<const T*>(kv.k_t);
+  const auto* v = static_cast<const T*>(kv.v);
   _tile_loadconfig(&tile_config());
   const int32_t q_stride = d * 2, p_stride = kPiece * 2, s_stride = kPiece * 4, acc_stride = d * 4;  // bytes
   for (int32_t p0 = keys.lo / kTile * kTile; p0 <= keys.hi; p0 += kPiece) {
@@ -214,20 +278,20 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
     // 1. Kᵀ → B tiles: tile (u, dc), pair-row i = dims (32 dc + 2i, 32 dc + 2i + 1) of keys j0 .. j0 + 15.
     for (int32_t u = 0; u < n_sub; ++u) {
       const int32_t j0 = p0 + u * kTile, blk = j0 / bs;
-      const uint16_t* src = k_t + kv.tile_offset(blk, head) + (j0 - blk * bs);
+      const T* src = k_t + kv.tile_offset(blk, head) + (j0 - blk * bs);
       for (int32_t dc = 0; dc < n_dc; ++dc) {
         uint16_t* th = kh + static_cast<int64_t>(u * n_dc + dc) * kTileElems;
         uint16_t* tl = kl + static_cast<int64_t>(u * n_dc + dc) * kTileElems;
         for (int32_t i = 0; i < kTile; ++i) {
           const int32_t c = dc * kStep + 2 * i;
-          store_pair_row_exact(load16(src + static_cast<int64_t>(c) * bs), load16(src + static_cast<int64_t>(c + 1) * bs),
-                               th + i * kStep, tl + i * kStep);
+          store_pair_row<T>(load16(src + static_cast<int64_t>(c) * bs), load16(src + static_cast<int64_t>(c + 1) * bs),
+                            th + i * kStep, tl + i * kStep);
         }
       }
     }
     const int64_t k_pad = static_cast<int64_t>(n_sub4 - n_sub) * n_dc * kTileElems;
     std::memset(kh + static_cast<int64_t>(n_sub) * n_dc * kTileElems, 0, k_pad * sizeof(uint16_t));
-    std::memset(kl + static_cast<int64_t>(n_sub) * n_dc * kTileElems, 0, k_pad * sizeof(uint16_t));
+    if constexpr (!kInt8) std::memset(kl + static_cast<int64_t>(n_sub) * n_dc * kTileElems, 0, k_pad * sizeof(uint16_t));
     // 2. Logits of one row tile for 4 sub-tiles at a time: C in tiles 0-3, Q hi/lo shared.
     compiler_memory_barrier();
     for (int32_t rt = 0; rt < n_rt; ++rt)
@@ -239,7 +303,7 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         for (int32_t dc = 0; dc < n_dc; ++dc) {
           const int64_t a0 = static_cast<int64_t>(rt) * kTile * d + dc * kStep;
           const int64_t b0 = static_cast<int64_t>(u0 * n_dc + dc) * kTileElems;
-          tdp3_times4(qh + a0, ql + a0, q_stride, kh + b0, kl + b0, static_cast<int64_t>(n_dc) * kTileElems);
+          products_times4<T>(qh + a0, ql + a0, q_stride, kh + b0, kl + b0, static_cast<int64_t>(n_dc) * kTileElems);
         }
         float* s0 = s + static_cast<int64_t>(rt) * kTile * kPiece + u0 * kTile;
         _tile_stored(0, s0, s_stride);
@@ -255,6 +319,13 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
       live[u] = static_cast<__mmask16>(tail_mask(hi - j0 + 1) & ~tail_mask(lo - j0));
     }
     const __m512 vscale = _mm512_set1_ps(scale_factor);
+    __m512 k_scale[kSubs], k_min[kSubs], v_scale[kSubs], v_min[kSubs];  // INT8: the sub-tiles' row parameters
+    if constexpr (kInt8)
+      for (int32_t u = 0; u < n_sub; ++u) {
+        const int64_t p = kv.row_index(p0 + u * kTile, head);  // 16 consecutive slots of one block
+        load_params16(kv.k_rows + p, k_scale[u], k_min[u]);
+        load_params16(kv.v_rows + p, v_scale[u], v_min[u]);
+      }
     for (int32_t r = 0; r < Rp; ++r) {
       float* sr = s + static_cast<int64_t>(r) * kPiece;
       uint16_t* phr = ph + static_cast<int64_t>(r) * kPiece;
@@ -264,21 +335,37 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         std::memset(plr, 0, n_kc * kStep * sizeof(uint16_t));
         continue;
       }
-      // Max over the live raw logits (scale > 0 commutes with max), then p = exp(raw·scale − m)
-      // split straight from registers, 32 keys (one P tile row) at a time.
+      // Max over the live logits, then p = exp(logit − m) split straight from registers, 32 keys
+      // (one P tile row) at a time. f16: the raw q·k (scale > 0 commutes with max). INT8: the
+      // logits are k_scale·(q·x) + k_min·Σq per key, formed here and kept in S; p is stored
+      // multiplied by the key's v_scale and Σ p·v_min goes to every output component.
       __m512 mx = _mm512_set1_ps(-INFINITY);
-      for (int32_t u = 0; u < n_sub; ++u)
-        mx = _mm512_mask_max_ps(mx, live[u], mx, _mm512_loadu_ps(sr + u * kTile));
-      const float m_new = std::max(m[r], hmax(mx) * scale_factor);
+      for (int32_t u = 0; u < n_sub; ++u) {
+        __m512 x = _mm512_loadu_ps(sr + u * kTile);
+        if constexpr (kInt8) {
+          x = _mm512_mul_ps(_mm512_fmadd_ps(k_scale[u], x, _mm512_mul_ps(k_min[u], _mm512_set1_ps(q_sum[r]))), vscale);
+          _mm512_storeu_ps(sr + u * kTile, x);
+        }
+        mx = _mm512_mask_max_ps(mx, live[u], mx, x);
+      }
+      const float m_new = std::max(m[r], kInt8 ? hmax(mx) : hmax(mx) * scale_factor);
       const float corr = m[r] == -INFINITY ? 0.0f : std::exp(m[r] - m_new);
       const __m512 vm = _mm512_set1_ps(m_new);
-      __m512 sum = _mm512_setzero_ps();
+      __m512 sum = _mm512_setzero_ps(), pmin = _mm512_setzero_ps();
       for (int32_t u = 0; u < n_kc * 2; u += 2) {
         __m512 e[2];
         for (int32_t h = 0; h < 2; ++h) {
-          e[h] = u + h < n_sub ? _mm512_maskz_mov_ps(live[u + h], exp_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(sr + (u + h) * kTile), vscale, vm)))
-                               : _mm512_setzero_ps();
+          if (u + h >= n_sub) {
+            e[h] = _mm512_setzero_ps();
+            continue;
+          }
+          const __m512 x = _mm512_loadu_ps(sr + (u + h) * kTile);
+          e[h] = _mm512_maskz_mov_ps(live[u + h], exp_nonpositive(kInt8 ? _mm512_sub_ps(x, vm) : _mm512_fmsub_ps(x, vscale, vm)));
           sum = _mm512_add_ps(sum, e[h]);
+          if constexpr (kInt8) {  // masked: a dead key's parameters may be anything (never written)
+            pmin = _mm512_add_ps(pmin, _mm512_maskz_mul_ps(live[u + h], e[h], v_min[u + h]));
+            e[h] = _mm512_maskz_mul_ps(live[u + h], e[h], v_scale[u + h]);
+          }
         }
         const Split sp = split2(e[0], e[1]);
         _mm512_storeu_si512(phr + u * kTile, sp.hi);
@@ -286,9 +373,11 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
       }
       l[r] = l[r] * corr + hsum(sum);
       m[r] = m_new;
-      if (corr != 1.0f) {
+      const float bias = kInt8 ? hsum(pmin) : 0.0f;  // Σ p·v_min of this piece, in every component
+      if (corr != 1.0f || bias != 0.0f) {
         float* ar = acc + static_cast<int64_t>(r) * d;
-        for (int32_t c = 0; c < d; c += 16) _mm512_store_ps(ar + c, _mm512_mul_ps(_mm512_load_ps(ar + c), _mm512_set1_ps(corr)));
+        const __m512 vc = _mm512_set1_ps(corr), vb = _mm512_set1_ps(bias);
+        for (int32_t c = 0; c < d; c += 16) _mm512_store_ps(ar + c, _mm512_fmadd_ps(_mm512_load_ps(ar + c), vc, vb));
       }
     }
     // 4. V → B tiles: tile (kc, dt), pair-row i = keys (32 kc + 2i, 32 kc + 2i + 1), dims 16 dt ..
@@ -299,12 +388,12 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         const int32_t ua = (ja - p0) / kTile, ub = (jb - p0) / kTile;
         const bool a_live = ua < n_sub && (live[ua] >> (ja - p0 - ua * kTile) & 1);
         const bool b_live = ub < n_sub && (live[ub] >> (jb - p0 - ub * kTile) & 1);
-        const uint16_t* va = a_live ? v + kv.tile_offset(ja / bs, head) + static_cast<int64_t>(ja % bs) * d : nullptr;
-        const uint16_t* vb = b_live ? v + kv.tile_offset(jb / bs, head) + static_cast<int64_t>(jb % bs) * d : nullptr;
+        const T* va = a_live ? v + kv.tile_offset(ja / bs, head) + static_cast<int64_t>(ja % bs) * d : nullptr;
+        const T* vb = b_live ? v + kv.tile_offset(jb / bs, head) + static_cast<int64_t>(jb % bs) * d : nullptr;
         for (int32_t dt = 0; dt < n_dt; ++dt) {
           const int64_t t = static_cast<int64_t>(kc * n_dt + dt) * kTileElems + i * kStep;
-          store_pair_row_exact(va ? load16(va + dt * kTile) : _mm512_setzero_ps(), vb ? load16(vb + dt * kTile) : _mm512_setzero_ps(),
-                         vh + t, vl + t);
+          store_pair_row<T>(va ? load16(va + dt * kTile) : _mm512_setzero_ps(), vb ? load16(vb + dt * kTile) : _mm512_setzero_ps(),
+                            vh + t, vl + t);
         }
       }
     compiler_memory_barrier();
@@ -320,7 +409,7 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
         for (int32_t kc = 0; kc < n_kc; ++kc) {
           const int64_t a0 = static_cast<int64_t>(rt) * kTile * kPiece + kc * kStep;
           const int64_t b0 = static_cast<int64_t>(kc * n_dt + dt0) * kTileElems;
-          tdp3_times4(ph + a0, pl + a0, p_stride, vh + b0, vl + b0, kTileElems);
+          products_times4<T>(ph + a0, pl + a0, p_stride, vh + b0, vl + b0, kTileElems);
         }
         _tile_stored(0, c0, acc_stride);
         _tile_stored(1, c0 + kTile, acc_stride);
@@ -338,9 +427,11 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
 
 void partial_attention_rows_amx_or_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
                                           int32_t t1, float scale, float* acc, float* m, float* l, float* scratch) {
-  if (kv.dtype == KvDtype::kF16 && kv.k_t != nullptr && kv.head_dim % 64 == 0 && kv.block_size % kTile == 0 &&
-      scale > 0.0f)
-    rows_amx(kv, head, rows, t0, t1, scale, acc, m, l);
+  const bool fits = kv.k_t != nullptr && kv.head_dim % 64 == 0 && kv.block_size % kTile == 0 && scale > 0.0f;
+  if (fits && kv.dtype == KvDtype::kF16)
+    rows_amx<uint16_t>(kv, head, rows, t0, t1, scale, acc, m, l);
+  else if (fits && kv.dtype == KvDtype::kI8)
+    rows_amx<uint8_t>(kv, head, rows, t0, t1, scale, acc, m, l);
   else
     // Not for AMX: the Kᵀ kernel when the plane is there (faster than the rows GEMM at every row
     // count measured), else the rows GEMM.
