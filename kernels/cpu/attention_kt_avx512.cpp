@@ -45,16 +45,6 @@ float sum_of(const float* x, int32_t d) {  // d a multiple of 16
   return hsum(s);
 }
 
-// 16 KvInt8Row {scale, min} pairs → (scales, mins).
-inline void load_params16(const KvInt8Row* p, __m512& scale, __m512& min) {
-  const __m512 lo = _mm512_loadu_ps(reinterpret_cast<const float*>(p));
-  const __m512 hi = _mm512_loadu_ps(reinterpret_cast<const float*>(p) + 16);
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  scale = _mm512_permutex2var_ps(lo, even, hi);
-  min = _mm512_permutex2var_ps(lo, odd, hi);
-}
-
 struct SubTile {
   int32_t j0;      // absolute position of key 0
   int32_t lo, hi;  // union of the rows' ranges within the sub-tile (absolute, inclusive); lo > hi: empty

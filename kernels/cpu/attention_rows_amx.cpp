@@ -41,13 +41,13 @@
 
 #include "kernels/cpu/attention_partial.h"
 
-
 namespace fathom::cpu {
 namespace {
 using simd512::exp_nonpositive;
 using simd512::hmax;
 using simd512::hsum;
 using simd512::load16;
+using simd512::load_params16;
 using simd512::tail_mask;
 
 constexpr int32_t kTile = 16;    // rows of every tile; keys of a logits tile; dims of an output tile
@@ -189,16 +189,6 @@ template <typename T>
 inline void store_pair_row(__m512 a, __m512 b, uint16_t* hi, uint16_t* lo) {
   if constexpr (std::is_same_v<T, uint8_t>) store_pair_row_hi(a, b, hi);
   else store_pair_row_exact(a, b, hi, lo);
-}
-
-// 16 KvInt8Row {scale, min} pairs → (scales, mins).
-inline void load_params16(const KvInt8Row* p, __m512& scale, __m512& min) {
-  const __m512 lo = _mm512_loadu_ps(reinterpret_cast<const float*>(p));
-  const __m512 hi = _mm512_loadu_ps(reinterpret_cast<const float*>(p) + 16);
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  scale = _mm512_permutex2var_ps(lo, even, hi);
-  min = _mm512_permutex2var_ps(lo, odd, hi);
 }
 
 // GCC's _tile_loadd is an asm that takes only the address, without a "memory" clobber: nothing

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/kv_dtype.h"
+
 namespace fathom::cpu::simd512 {
 
 inline __mmask16 tail_mask(int32_t n) { return static_cast<__mmask16>((1u << n) - 1); }
@@ -53,6 +55,16 @@ inline float hmax(__m512 v) {
   x = _mm_max_ps(x, _mm_movehl_ps(x, x));
   x = _mm_max_ss(x, _mm_movehdup_ps(x));
   return _mm_cvtss_f32(x);
+}
+
+// The parameters of 16 consecutive INT8 rows ({scale, min} pairs) → (scales, mins).
+inline void load_params16(const KvInt8Row* p, __m512& scale, __m512& min) {
+  const __m512 lo = _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+  const __m512 hi = _mm512_loadu_ps(reinterpret_cast<const float*>(p) + 16);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  scale = _mm512_permutex2var_ps(lo, even, hi);
+  min = _mm512_permutex2var_ps(lo, odd, hi);
 }
 
 // exp(x) for x <= 0 (Cephes expf: range reduction by ln 2 in two parts, degree-5 polynomial,
