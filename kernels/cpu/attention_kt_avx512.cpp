@@ -39,12 +39,6 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
   for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
 }
 
-float sum_of(const float* x, int32_t d) {  // d a multiple of 16
-  __m512 s = _mm512_setzero_ps();
-  for (int32_t c = 0; c < d; c += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(x + c));
-  return hsum(s);
-}
-
 struct SubTile {
   int32_t j0;      // absolute position of key 0
   int32_t lo, hi;  // union of the rows' ranges within the sub-tile (absolute, inclusive); lo > hi: empty

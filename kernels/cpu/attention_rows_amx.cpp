@@ -4,8 +4,8 @@
 //
 // AMX multiplies bf16 tiles (TDPBF16PS: C[16][16] f32 += A[16][32] · B[32][16]; on the
 // development VM ~0.9 TFLOP/s per core back to back, ~0.5 with the operand tile loads, against
-// ~0.12 for AVX-512 f32 FMAs; each core has its own unit). bf16 keeps 8 significant bits, so every operand is split
-// into two bf16 terms, x = hi + lo ("bf16x3"): an f16 K or V element (11 bits) splits exactly,
+// ~0.12 for AVX-512 f32 FMAs; each core has its own unit). bf16 keeps 8 significant bits, so
+// every operand is split into two bf16 terms, x = hi + lo ("bf16x3"): an f16 K or V element (11 bits) splits exactly,
 // a q or p element (f32) to within 2^-17 of itself, and each product is taken as
 // hi·hi + hi·lo + lo·hi (the lo·lo term is below 2^-17). Accumulation is f32. The result differs
 // from the f32 kernels by ~1e-5 (|v| ~ 1, worst 1.7e-5 at d 256): well inside the f16 rounding of
@@ -48,6 +48,7 @@ using simd512::hmax;
 using simd512::hsum;
 using simd512::load16;
 using simd512::load_params16;
+using simd512::sum_of;
 using simd512::tail_mask;
 
 constexpr int32_t kTile = 16;    // rows of every tile; keys of a logits tile; dims of an output tile
@@ -197,13 +198,13 @@ inline void store_pair_row(__m512 a, __m512 b, uint16_t* hi, uint16_t* lo) {
 inline void compiler_memory_barrier() { asm volatile("" ::: "memory"); }
 
 struct Buffers {  // per thread, reused across calls (sizes grow to the largest call)
-  std::vector<uint16_t> qh, ql;                              // [Rp][d]
-  std::vector<uint16_t> kh, kl;                            // [kSubs][d/32] tiles
-  std::vector<uint16_t> vh, vl;                            // [kSubs/2][d/16] tiles
-  std::vector<uint16_t> ph, pl;                            // [Rp][kPiece]
-  std::vector<float> s;                                    // [Rp][kPiece] logits
-  std::vector<float> acc;                                  // [Rp][d]
-  std::vector<float> m, l, q_sum;                          // [Rp]
+  std::vector<uint16_t> qh, ql;    // [Rp][d]
+  std::vector<uint16_t> kh, kl;    // [kSubs][d/32] tiles (INT8: kh only)
+  std::vector<uint16_t> vh, vl;    // [kSubs/2][d/16] tiles (INT8: vh only)
+  std::vector<uint16_t> ph, pl;    // [Rp][kPiece]
+  std::vector<float> s;            // [Rp][kPiece] logits
+  std::vector<float> acc;          // [Rp][d]
+  std::vector<float> m, l, q_sum;  // [Rp]
 };
 
 // 64-byte aligned views into a vector (tile loads do not need it, the AVX-512 stores do).
@@ -237,11 +238,7 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
   float* l = aligned(b.l, Rp);
   float* q_sum = aligned(b.q_sum, Rp);  // INT8: Σ_c q[c] per row (the K min term)
   if constexpr (kInt8)
-    for (int32_t r = 0; r < R; ++r) {
-      __m512 t = _mm512_setzero_ps();
-      for (int32_t c = 0; c < d; c += 16) t = _mm512_add_ps(t, _mm512_loadu_ps(rows.q[r] + c));
-      q_sum[r] = hsum(t);
-    }
+    for (int32_t r = 0; r < R; ++r) q_sum[r] = sum_of(rows.q[r], d);
 
   // Q split once per call; padding rows are zero (their results are dropped).
   for (int32_t r = 0; r < Rp; ++r)

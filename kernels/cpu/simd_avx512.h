@@ -57,6 +57,13 @@ inline float hmax(__m512 v) {
   return _mm_cvtss_f32(x);
 }
 
+// Σ x[0..d) for d a multiple of 16 (Σq of a query row: the min term of INT8 logits).
+inline float sum_of(const float* x, int32_t d) {
+  __m512 s = _mm512_setzero_ps();
+  for (int32_t c = 0; c < d; c += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(x + c));
+  return hsum(s);
+}
+
 // The parameters of 16 consecutive INT8 rows ({scale, min} pairs) → (scales, mins).
 inline void load_params16(const KvInt8Row* p, __m512& scale, __m512& min) {
   const __m512 lo = _mm512_loadu_ps(reinterpret_cast<const float*>(p));
