@@ -31,12 +31,16 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/attention/decode_attention.h"
 #include "engine/attention/policy.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/batch_plan.h"
+#include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
 #include "engine/model.h"
 #include "kernels/cpu/sparse_attention.h"
@@ -228,7 +232,7 @@ std::string read_text(const std::vector<std::string>& files) {
   return text;
 }
 
-RunResult run_one(Model& model, const std::string& name, const std::vector<int32_t>& all_tokens, int32_t S,
+RunResult run_one(const Model& model, CpuBackend& backend, const std::string& name, const std::vector<int32_t>& all_tokens, int32_t S,
                   int32_t n_decode, int32_t n_measure) {
   const auto t_start = Clock::now();
   const ModelConfig& c = model.config();
@@ -248,7 +252,7 @@ RunResult run_one(Model& model, const std::string& name, const std::vector<int32
   std::vector<float> out(static_cast<size_t>(c.n_heads) * d), out_cpu(out.size());
   ThreadPool pool(1);
 
-  model.set_attention_observer([&](int32_t layer, bool sliding, const PagedKvView& kv, const DecodeArgs& q) {
+  backend.set_attention_observer([&](int32_t layer, bool sliding, const PagedKvView& kv, const DecodeArgs& q) {
     if (step < 0 || sliding) return;
     const bool measure = step >= first_measured;
     const int32_t pos = q.pos, S_cur = pos + 1;
@@ -332,7 +336,8 @@ RunResult run_one(Model& model, const std::string& name, const std::vector<int32
     }
   });
 
-  BlockTable blocks(model.kv_pool());
+  BlockAllocator allocator(backend.kv_blocks(), backend.kv_layout().block_size);
+  BlockTable blocks(allocator);
   if (!blocks.reserve(S + n_decode + 1)) {
     std::fprintf(stderr, "KV pool too small for %d tokens\n", S + n_decode);
     std::exit(1);
@@ -346,7 +351,7 @@ RunResult run_one(Model& model, const std::string& name, const std::vector<int32
     const int32_t first = step < 0 ? 0 : static_cast<int32_t>(tokens.size()) - 1;
     const std::span<const int32_t> toks(tokens.data() + first, step < 0 ? tokens.size() : 1);
     plan.seqs.push_back(SeqStep{toks, first, &blocks.blocks(), LogitsWanted::kLast});
-    model.forward(plan, logits);
+    backend.forward(plan, logits);
     const float* row = logits.data();
     const int32_t next = static_cast<int32_t>(std::max_element(row, row + model.vocab()) - row);
     tokens.push_back(next);
@@ -359,7 +364,7 @@ RunResult run_one(Model& model, const std::string& name, const std::vector<int32
       std::fprintf(stderr, "  %s S=%d: decode step %d took %.1f s\n", name.c_str(), S, step, dt);
     }
   }
-  model.set_attention_observer(nullptr);
+  backend.set_attention_observer(nullptr);
   res.continuation = model.tokenizer().decode(generated);
   res.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   return res;
@@ -487,7 +492,8 @@ int main(int argc, char** argv) {
     if (job.path.empty() || job.lens.empty()) continue;
     ModelOptions opts;
     opts.threads = threads;
-    auto model = Model::load(job.path, opts);
+    auto model = Model::load(job.path);
+    CpuBackend backend(*model, opts);
     const std::vector<int32_t> all = model->tokenizer().encode(text);
     for (const std::string& ls : job.lens) {
       const int32_t S = std::atoi(ls.c_str());
@@ -495,7 +501,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "the text has only %zu tokens for %s; need %d\n", all.size(), job.name.c_str(), S);
         return 1;
       }
-      const RunResult r = run_one(*model, job.name, all, S, n_decode, n_measure);
+      const RunResult r = run_one(*model, backend, job.name, all, S, n_decode, n_measure);
       const std::string part = report(r, n_decode, n_measure);
       std::fputs(part.c_str(), stdout);
       std::fflush(stdout);

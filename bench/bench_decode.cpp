@@ -46,7 +46,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/batch_plan.h"
-#include "engine/error.h"
+#include "base/error.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
 #include "engine/model.h"
 #include "engine/model/gguf.h"
@@ -210,7 +212,7 @@ double prefill_flops(const ModelConfig& c, const ModelWeights& w, int64_t tokens
 }
 
 // Runs `tokens` as prefill at positions [0, tokens.size()) in chunks; returns the last logits row.
-std::vector<float> prefill(Model& m, const BlockTable& table, const std::vector<int32_t>& tokens, int32_t chunk) {
+std::vector<float> prefill(Backend& m, const BlockTable& table, const std::vector<int32_t>& tokens, int32_t chunk) {
   std::vector<float> logits;
   const size_t n = tokens.size();
   for (size_t p = 0; p < n; p += chunk) {
@@ -225,14 +227,14 @@ std::vector<float> prefill(Model& m, const BlockTable& table, const std::vector<
 
 // Copies the KV of positions [0, tokens) from one model's blocks to another's (same layout):
 // whole blocks across every layer and plane, as a swap to the host tier and back would.
-void copy_kv(Model& src, const BlockTable& from, Model& dst, const BlockTable& to, int32_t tokens) {
-  const KvLayout& l = src.kv_pool().layout();
-  FATHOM_CHECK(l.block_bytes() == dst.kv_pool().layout().block_bytes() && l.block_size == dst.kv_pool().layout().block_size);
-  std::vector<std::byte> block(l.block_bytes());
+void copy_kv(Backend& src, const BlockTable& from, Backend& dst, const BlockTable& to, int32_t tokens) {
+  const KvLayout& l = src.kv_layout();
+  FATHOM_CHECK(src.block_bytes() == dst.block_bytes() && l.block_size == dst.kv_layout().block_size);
+  std::vector<std::byte> block(src.block_bytes());
   const int32_t blocks = (tokens + l.block_size - 1) / l.block_size;
   for (int32_t b = 0; b < blocks; ++b) {
-    src.kv_pool().read_block(from.blocks()[b], block.data());
-    dst.kv_pool().write_block(to.blocks()[b], block.data());
+    src.read_block(from.blocks()[b], block.data());
+    dst.write_block(to.blocks()[b], block.data());
   }
 }
 
@@ -243,8 +245,8 @@ struct Decode {
 };
 
 // Greedy decode from `depth` with `policy`; the KV bytes are what the attention kernels report
-// reading (Model::take_kv_read_bytes), so sparse policies are measured, not modelled.
-Decode decode(Model& m, const BlockTable& table, int32_t depth, int32_t first, const Args& a,
+// reading (Backend::take_kv_read_bytes), so sparse policies are measured, not modelled.
+Decode decode(Backend& m, const BlockTable& table, int32_t depth, int32_t first, const Args& a,
               const AttentionPolicy& policy) {
   Decode d;
   std::vector<float> logits;
@@ -260,7 +262,7 @@ Decode decode(Model& m, const BlockTable& table, int32_t depth, int32_t first, c
     m.forward(plan, logits);
     const double s = seconds_since(t0);
     const auto read = m.take_kv_read_bytes();
-    token = argmax(logits.data(), m.vocab());
+    token = argmax(logits.data(), m.model().vocab());
     d.generated.push_back(token);
     if (i >= a.warmup_tokens) {
       d.seconds.push_back(s);
@@ -274,17 +276,17 @@ Decode decode(Model& m, const BlockTable& table, int32_t depth, int32_t first, c
 // (appending again over a written slot would double-count the running V sums).
 struct DecodeSnapshot {
   std::vector<std::vector<std::byte>> blocks;
-  void save(Model& m, const BlockTable& t, int32_t depth) {
-    const KvLayout& l = m.kv_pool().layout();
+  void save(Backend& m, const BlockTable& t, int32_t depth) {
+    const KvLayout& l = m.kv_layout();
     blocks.clear();
     for (size_t b = depth / l.block_size; b < t.blocks().size(); ++b) {
-      blocks.emplace_back(l.block_bytes());
-      m.kv_pool().read_block(t.blocks()[b], blocks.back().data());
+      blocks.emplace_back(m.block_bytes());
+      m.read_block(t.blocks()[b], blocks.back().data());
     }
   }
-  void restore(Model& m, const BlockTable& t, int32_t depth) const {
-    const size_t first = depth / m.kv_pool().layout().block_size;
-    for (size_t i = 0; i < blocks.size(); ++i) m.kv_pool().write_block(t.blocks()[first + i], blocks[i].data());
+  void restore(Backend& m, const BlockTable& t, int32_t depth) const {
+    const size_t first = depth / m.kv_layout().block_size;
+    for (size_t i = 0; i < blocks.size(); ++i) m.write_block(t.blocks()[first + i], blocks[i].data());
   }
 };
 
@@ -296,6 +298,8 @@ double median(std::vector<double> v) {
 struct Runner {
   int threads;
   std::unique_ptr<Model> model;
+  std::unique_ptr<CpuBackend> backend;
+  std::unique_ptr<BlockAllocator> allocator;
 };
 
 std::string model_name(const std::string& path) {
@@ -329,15 +333,18 @@ int run(const Args& a) {
   std::vector<Runner> runners;
   for (int t : a.threads) {
     opts.threads = t;
-    runners.push_back(Runner{t, Model::load(a.model, opts)});
+    Runner r{t, Model::load(a.model), nullptr, nullptr};
+    r.backend = std::make_unique<CpuBackend>(*r.model, opts);
+    r.allocator = std::make_unique<BlockAllocator>(r.backend->kv_blocks(), r.backend->kv_layout().block_size);
+    runners.push_back(std::move(r));
     // Warm-up pass: faults the mapped weights in and sizes the activation buffers.
-    Model& m = *runners.back().model;
-    BlockTable table(m.kv_pool());
+    const Model& m = *runners.back().model;
+    BlockTable table(*runners.back().allocator);
     std::vector<int32_t> warm(16, m.tokenizer().bos_id() >= 0 ? m.tokenizer().bos_id() : 0);
     FATHOM_CHECK(table.reserve(static_cast<int32_t>(warm.size())));
-    prefill(m, table, warm, a.chunk);
+    prefill(*runners.back().backend, table, warm, a.chunk);
   }
-  Model& m0 = *runners.front().model;
+  const Model& m0 = *runners.front().model;
   const ModelConfig& c = m0.config();
   const ModelWeights& w = m0.weights();
   const double embed_row = static_cast<double>(ggml_row_size(w.token_embd.type, c.dim));
@@ -358,22 +365,21 @@ int run(const Args& a) {
     std::vector<std::optional<double>> prefill_s(runners.size());
     std::vector<int32_t> first(runners.size(), tokens.front());  // first decode input
     for (size_t r = 0; r < runners.size(); ++r) {
-      Model& m = *runners[r].model;
-      tables.push_back(std::make_unique<BlockTable>(m.kv_pool()));
+      tables.push_back(std::make_unique<BlockTable>(*runners[r].allocator));
       if (!tables.back()->reserve(depth + steps)) throw Error("KV pool too small (internal sizing error)");
     }
     if (depth > 0) {
       for (size_t r = 0; r < runners.size(); ++r) {
         if (share && r != src) continue;
         const auto t0 = Clock::now();
-        const std::vector<float> logits = prefill(*runners[r].model, *tables[r], prompt, a.chunk);
+        const std::vector<float> logits = prefill(*runners[r].backend, *tables[r], prompt, a.chunk);
         prefill_s[r] = seconds_since(t0);
         first[r] = argmax(logits.data(), runners[r].model->vocab());
       }
       if (share)
         for (size_t r = 0; r < runners.size(); ++r)
           if (r != src) {
-            copy_kv(*runners[src].model, *tables[src], *runners[r].model, *tables[r], depth);
+            copy_kv(*runners[src].backend, *tables[src], *runners[r].backend, *tables[r], depth);
             first[r] = first[src];
           }
     }
@@ -381,7 +387,7 @@ int run(const Args& a) {
     for (size_t cell = 0; cell < runners.size() * a.attention.size(); ++cell) {
       const size_t r = cell / a.attention.size(), pi = cell % a.attention.size();
       const int t = runners[r].threads;
-      Model& m = *runners[r].model;
+      Backend& m = *runners[r].backend;
       AttentionPolicy policy;
       policy.kind = parse_policy_name(a.attention[pi]);
       policy.kv_read_ratio = policy.kind == PolicyKind::kDense ? 1.0 : a.kv_read_ratio;
@@ -410,7 +416,7 @@ int run(const Args& a) {
       std::printf("%s %s t=%d depth=%-6d %s | %s decode %6.1f tok/s (median %.2f ms, mean %.2f ms) | %.1f MB/token | %s\n",
                   name.c_str(), prec, t, depth, pf, pname, tok_s, med * 1e3, mean * 1e3, bytes / 1e6, bd);
       if (r == 0 && depth == a.depths.front())
-        std::printf("  greedy continuation: %s\n", json(m.tokenizer().decode(d.generated)).dump().c_str());
+        std::printf("  greedy continuation: %s\n", json(m.model().tokenizer().decode(d.generated)).dump().c_str());
       std::fflush(stdout);
 
       cells.push_back({{"threads", t},
@@ -434,7 +440,7 @@ int run(const Args& a) {
                        {"bandwidth_gbps", bw == bandwidth.end() ? json(nullptr) : json(bw->second)},
                        {"bound_tok_s", optional_number(bound)},
                        {"fraction_of_bound", bound ? json(tok_s / *bound) : json(nullptr)},
-                       {"greedy_text", m.tokenizer().decode(d.generated)}});
+                       {"greedy_text", m.model().tokenizer().decode(d.generated)}});
     }
   }
 

@@ -21,8 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "engine/backend/backend.h"
 #include "engine/engine.h"
-#include "engine/error.h"
 #include "engine/metrics.h"
 #include "engine/model.h"
 #include "engine/model/gguf.h"
@@ -97,12 +98,12 @@ double decode_seconds(Engine& engine, const std::vector<int32_t>& prompt, int n,
 
 // One engine session: the prompt prefilled once (a 2-token request; later requests hit the
 // prefix cache), then every n once. Returns the step seconds per n.
-std::vector<double> session(Model& model, bool bifurcated, const std::vector<int32_t>& prompt, const Args& a) {
+std::vector<double> session(const Model& model, Backend& backend, bool bifurcated, const std::vector<int32_t>& prompt, const Args& a) {
   MetricsRegistry metrics;
   SchedulerConfig cfg;
   cfg.bifurcated = bifurcated;
   cfg.max_num_seqs = std::max(cfg.max_num_seqs, *std::max_element(a.samples.begin(), a.samples.end()));
-  Engine engine(model, cfg, metrics);
+  Engine engine(model, backend, cfg, metrics);
   decode_seconds(engine, prompt, 1, 2);
   std::vector<double> steps;
   for (int n : a.samples) steps.push_back(decode_seconds(engine, prompt, n, a.decode_tokens) / (a.decode_tokens - 1));
@@ -128,7 +129,8 @@ int run(const Args& a) {
                            static_cast<int64_t>(max_n) * ((a.decode_tokens + 2 * opts.block_size) / opts.block_size + 1) + 8;
     opts.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * blocks;
   }
-  std::unique_ptr<Model> model = Model::load(a.model, opts);
+  std::unique_ptr<Model> model = Model::load(a.model);
+  std::unique_ptr<Backend> backend = make_backend(*model, opts);
   const Tokenizer& tok = model->tokenizer();
   std::vector<int32_t> base = tok.encode(
       "The lighthouse keeper climbed the narrow stairs every evening before the sun went down, carried a can of oil "
@@ -156,7 +158,7 @@ int run(const Args& a) {
     std::vector<std::vector<double>> on(a.samples.size()), off(a.samples.size());
     for (int rep = 0; rep < a.reps; ++rep)
       for (bool bif : {true, false}) {
-        const std::vector<double> steps = session(*model, bif, prompt, a);
+        const std::vector<double> steps = session(*model, *backend, bif, prompt, a);
         for (size_t i = 0; i < steps.size(); ++i) (bif ? on : off)[i].push_back(steps[i]);
       }
     double step_n1 = 0;

@@ -84,7 +84,7 @@ std::atomic<uint64_t> g_sink{0};  // keeps the flush loads alive
 
 }  // namespace
 
-// The fixture's planes copied into 2 MiB-page buffers, as the engine's BlockPool holds them
+// The fixture's planes copied into 2 MiB-page buffers, as the CPU backend's KV storage holds them
 // (with the fixture's 4 KiB-page vectors nearly every tile read is a TLB miss the engine does
 // not have; the sparse kernels, which touch many tiles for few bytes each, suffered most).
 struct HugeKv {

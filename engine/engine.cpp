@@ -2,7 +2,8 @@
 
 #include <algorithm>
 
-#include "engine/error.h"
+#include "base/error.h"
+#include "engine/backend/backend.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
 
@@ -52,9 +53,9 @@ void RequestHandle::set_usage(const RequestUsage& usage) {
   usage_ = usage;
 }
 
-Engine::Engine(Model& model, const SchedulerConfig& config, MetricsRegistry& metrics)
-    : model_(model), config_(config), metrics_(metrics),
-      scheduler_(std::make_unique<Scheduler>(model, config, metrics)) {
+Engine::Engine(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics)
+    : model_(model), backend_(backend), config_(config), metrics_(metrics),
+      scheduler_(std::make_unique<Scheduler>(model, backend, config, metrics)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -82,11 +83,12 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
                 " more");
   if (request.n < 1 || request.n > 128) throw Error("n must be between 1 and 128");
   request.attention.validate();
+  backend_.check_policy(request.attention);
   validate(request.sampling, model_.vocab());
-  const int32_t bs = model_.kv_pool().layout().block_size;
-  if ((prompt + bs) / bs > model_.kv_pool().num_blocks())
-    throw Error("the prompt needs more KV cache blocks than the server has (" +
-                std::to_string(model_.kv_pool().num_blocks()) + " blocks of " + std::to_string(bs) + " tokens)");
+  const int32_t bs = backend_.kv_layout().block_size;
+  if ((prompt + bs) / bs > backend_.kv_blocks())
+    throw Error("the prompt needs more KV cache blocks than the server has (" + std::to_string(backend_.kv_blocks()) +
+                " blocks of " + std::to_string(bs) + " tokens)");
 
   auto state = std::make_unique<RequestState>();
   if (request.id.empty()) request.id = "req-" + std::to_string(next_id_.fetch_add(1));
@@ -122,7 +124,13 @@ void Engine::loop() {
       });
     }
     for (auto& r : batch) scheduler_->add(std::move(r));
-    if (scheduler_->has_work()) scheduler_->step();
+    // The scheduler keeps its own error boundary; this one catches what escaped it (a broken
+    // invariant in its bookkeeping): every request then fails, and the engine keeps serving.
+    try {
+      if (scheduler_->has_work()) scheduler_->step();
+    } catch (const std::exception& e) {
+      scheduler_->fail_all(std::string("internal error: ") + e.what());
+    }
     running_count_.store(scheduler_->running_requests());
     waiting_count_.store(scheduler_->waiting_requests());
     idle_.notify_all();

@@ -18,6 +18,7 @@
 
 namespace fathom {
 
+class Backend;
 class Model;
 class Scheduler;
 struct RequestState;
@@ -65,11 +66,13 @@ class RequestHandle {
 
 class Engine {
  public:
-  Engine(Model& model, const SchedulerConfig& config, MetricsRegistry& metrics);
+  // The model and backend must outlive the engine; the engine is the backend's only driver.
+  Engine(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics);
   ~Engine();  // stops the scheduler thread; unfinished requests finish as cancelled
 
-  // Validates and queues the request. Throws fathom::Error for invalid input (HTTP 400 /
-  // INVALID_ARGUMENT) and EngineBusy when the waiting queue is full (HTTP 429).
+  // Validates and queues the request. Throws fathom::Error for invalid input, including an
+  // attention policy the backend does not implement (HTTP 400 / INVALID_ARGUMENT), and
+  // EngineBusy when the waiting queue is full (HTTP 429).
   std::shared_ptr<RequestHandle> submit(Request request);
 
   // Stops admission (submit throws EngineDraining) and waits up to `timeout` for running
@@ -77,7 +80,8 @@ class Engine {
   bool drain(std::chrono::milliseconds timeout);
   bool draining() const { return draining_.load(); }
 
-  Model& model() { return model_; }
+  const Model& model() const { return model_; }
+  Backend& backend() { return backend_; }
   const SchedulerConfig& config() const { return config_; }
   int32_t running() const;  // sequences being processed
   int32_t waiting() const;  // requests queued
@@ -85,7 +89,8 @@ class Engine {
  private:
   void loop();
 
-  Model& model_;
+  const Model& model_;
+  Backend& backend_;
   SchedulerConfig config_;
   MetricsRegistry& metrics_;
   std::unique_ptr<Scheduler> scheduler_;

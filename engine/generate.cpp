@@ -1,10 +1,13 @@
 #include "engine/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
+#include "base/error.h"
 #include "engine/backend/backend.h"
-#include "engine/error.h"
+#include "engine/engine.h"
+#include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
 #include "engine/model.h"
 
@@ -13,7 +16,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 void check_prompt(const Model& model, const std::vector<int32_t>& prompt) {
   const int32_t ctx = model.config().context_length;
@@ -21,105 +24,92 @@ void check_prompt(const Model& model, const std::vector<int32_t>& prompt) {
   if (static_cast<int64_t>(prompt.size()) >= ctx)
     throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
                 std::to_string(ctx) + " (at least one must remain for generation)");
-  for (int32_t id : prompt)
-    if (id < 0 || id >= model.vocab()) throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
 }
-
-struct Running {
-  size_t index;
-  std::unique_ptr<BlockTable> blocks;
-  std::vector<int32_t> tokens;  // prompt + generated
-  Sampler sampler;
-  int32_t limit;                // total tokens allowed (prompt + generated)
-  bool done = false;
-  SeqPolicyState policy_state;
-};
 
 }  // namespace
 
-std::vector<GenerateResult> generate(Model& model, const std::vector<GenerateRequest>& requests, GenerateStats* stats,
-                                     const TokenCallback& on_token) {
+std::vector<GenerateResult> generate(const Model& model, Backend& backend, const std::vector<GenerateRequest>& requests,
+                                     GenerateStats* stats, const TokenCallback& on_token) {
   GenerateStats local_stats;
   GenerateStats& st = stats ? *stats : local_stats;
   std::vector<GenerateResult> results(requests.size());
-  std::vector<Running> running;
-  const int32_t ctx = model.config().context_length;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerateRequest& r = requests[i];
+  // Every prompt in one prefill step, as a batch (the scheduler's token budget allows it).
+  SchedulerConfig config;
+  int64_t prompt_tokens = 0;
+  for (const GenerateRequest& r : requests) {
     check_prompt(model, r.prompt);
-    validate(r.sampling, model.vocab());
-    r.attention.validate();
-    const int64_t limit = std::min<int64_t>(ctx, static_cast<int64_t>(r.prompt.size()) + std::max(0, r.max_tokens));
-    running.push_back(Running{i, std::make_unique<BlockTable>(model.kv_pool()), r.prompt,
-                              Sampler(r.sampling, 0x5eed0000ull + i), static_cast<int32_t>(limit), false, {}});
+    prompt_tokens += static_cast<int64_t>(r.prompt.size());
   }
-  // Blocks are taken as the sequences grow, so max_tokens is not reserved up front.
-  auto reserve = [&](Running& r, size_t tokens) {
-    if (!r.blocks->reserve(static_cast<int32_t>(tokens)))
-      throw Error("the KV cache is too small for this batch (" + std::to_string(model.kv_pool().num_blocks()) +
-                  " blocks of " + std::to_string(model.kv_pool().layout().block_size) + " tokens)");
-  };
+  config.max_num_seqs = std::max<int32_t>(config.max_num_seqs, static_cast<int32_t>(requests.size()));
+  config.max_batched_tokens = static_cast<int32_t>(std::max<int64_t>(config.max_batched_tokens, prompt_tokens));
+  config.max_queue = static_cast<int32_t>(requests.size()) + 1;
+  MetricsRegistry metrics;
+  Engine engine(model, backend, config, metrics);
 
-  std::vector<float> logits;
-  bool prefill = true;
-  for (;;) {
-    BatchPlan plan;
-    std::vector<Running*> in_plan;
-    for (Running& r : running) {
-      if (r.done) continue;
-      if (static_cast<int32_t>(r.tokens.size()) >= r.limit) {
-        r.done = true;
-        results[r.index].finish_reason = "length";
-        continue;
-      }
-      const size_t n_prompt = requests[r.index].prompt.size();
-      const size_t first = prefill ? 0 : r.tokens.size() - 1;
-      const std::span<const int32_t> toks(r.tokens.data() + first, prefill ? n_prompt : 1);
-      reserve(r, first + toks.size());
-      plan.seqs.push_back(SeqStep{toks, static_cast<int32_t>(first), &r.blocks->blocks(), LogitsWanted::kLast});
-      if (!prefill) {
-        plan.seqs.back().policy = &requests[r.index].attention;
-        plan.seqs.back().policy_state = &r.policy_state;
-      }
-      in_plan.push_back(&r);
+  const auto t0 = Clock::now();
+  std::vector<std::shared_ptr<RequestHandle>> handles(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerateRequest& g = requests[i];
+    const int32_t room = model.config().context_length - static_cast<int32_t>(g.prompt.size());
+    if (g.max_tokens <= 0) {
+      results[i].finish_reason = "length";
+      continue;
     }
-    if (plan.seqs.empty()) break;
-    const auto t0 = Clock::now();
-    model.backend().forward(plan, logits);
-    int64_t n_tokens = 0;
-    for (const SeqStep& s : plan.seqs) n_tokens += static_cast<int64_t>(s.tokens.size());
-    for (size_t k = 0; k < in_plan.size(); ++k) {
-      Running& r = *in_plan[k];
-      const GenerateRequest& req = requests[r.index];
-      const std::vector<int32_t> generated(r.tokens.begin() + static_cast<std::ptrdiff_t>(req.prompt.size()),
-                                           r.tokens.end());
-      SampledToken tok = r.sampler.sample(&logits[k * static_cast<size_t>(model.vocab())], model.vocab(), req.prompt,
-                                          generated);
-      if (req.stop_at_end_of_generation && model.tokenizer().is_end_of_generation(tok.id)) {
-        r.done = true;
-        results[r.index].finish_reason = "stop";
-        continue;
-      }
-      r.tokens.push_back(tok.id);
-      results[r.index].tokens.push_back(tok.id);
-      results[r.index].sampled.push_back(std::move(tok));
-      if (on_token) on_token(r.index, results[r.index].tokens.back());
-    }
-    (prefill ? st.prefill_seconds : st.decode_seconds) += seconds_since(t0);
-    (prefill ? st.prefill_tokens : st.decode_tokens) += n_tokens;
-    prefill = false;
+    Request r;
+    r.prompt = g.prompt;
+    r.sampling = g.sampling;
+    r.max_tokens = std::min(g.max_tokens, room);
+    r.stop.ignore_eos = !g.stop_at_end_of_generation;
+    r.attention = g.attention;
+    handles[i] = engine.submit(std::move(r));
   }
+
+  // Events in arrival order per request; several requests are polled in turn.
+  Clock::time_point last_first_token = t0;
+  std::string error;
+  for (bool pending = true; pending;) {
+    pending = false;
+    for (size_t i = 0; i < handles.size(); ++i) {
+      if (!handles[i] || handles[i]->done()) continue;
+      pending = true;
+      StreamEvent ev;
+      const auto wait = std::chrono::milliseconds(handles.size() == 1 ? 1000 : 1);
+      while (handles[i]->next(ev, wait)) {
+        GenerateResult& res = results[i];
+        for (size_t k = 0; k < ev.token_ids.size(); ++k) {
+          if (res.tokens.empty()) last_first_token = std::max(last_first_token, Clock::now());
+          res.tokens.push_back(ev.token_ids[k]);
+          res.sampled.push_back(k < ev.logprobs.size() ? ev.logprobs[k] : SampledToken{ev.token_ids[k], 0.0f, {}});
+          if (on_token) on_token(i, ev.token_ids[k]);
+        }
+        if (ev.finish == FinishReason::kError && error.empty()) error = ev.error;
+        if (ev.finish != FinishReason::kNone) res.finish_reason = finish_reason_name(ev.finish);
+        if (handles.size() > 1) break;  // the next request's turn
+      }
+    }
+  }
+  if (!error.empty()) throw Error("generation failed: " + error);
+  const auto t1 = Clock::now();
+  st.prefill_tokens += prompt_tokens;
+  st.prefill_seconds += seconds_between(t0, last_first_token);
+  int64_t decoded = 0;
+  for (const GenerateResult& r : results) decoded += std::max<int64_t>(0, static_cast<int64_t>(r.tokens.size()) - 1);
+  st.decode_tokens += decoded;
+  st.decode_seconds += seconds_between(last_first_token, t1);
   return results;
 }
 
-std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& prompt) {
+std::vector<float> prompt_logits(const Model& model, Backend& backend, const std::vector<int32_t>& prompt) {
   check_prompt(model, prompt);
-  BlockTable blocks(model.kv_pool());
+  for (int32_t id : prompt)
+    if (id < 0 || id >= model.vocab()) throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
+  BlockAllocator allocator(backend.kv_blocks(), backend.kv_layout().block_size);
+  BlockTable blocks(allocator);
   if (!blocks.reserve(static_cast<int32_t>(prompt.size()))) throw Error("the KV cache is too small for this prompt");
   BatchPlan plan;
   plan.seqs.push_back(SeqStep{prompt, 0, &blocks.blocks(), LogitsWanted::kAll});
   std::vector<float> logits;
-  model.backend().forward(plan, logits);
+  backend.forward(plan, logits);
   return logits;
 }
 

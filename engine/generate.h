@@ -1,7 +1,6 @@
 #pragma once
-// Batched generation for the CLI and benchmarks: every request's prompt is prefilled in one
-// forward pass, then all unfinished requests decode together, one token each per pass.
-// (The serving engine with continuous batching and a scheduler builds on the same Model API.)
+// Generation for the CLI (`fathom generate`, `fathom chat`): the requests go through an Engine
+// (the same scheduler, batching and stop rules as the server), and the results are collected.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -12,12 +11,13 @@
 
 namespace fathom {
 
+class Backend;
 class Model;
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
-  int32_t max_tokens = 128;
+  int32_t max_tokens = 128;               // clamped to the context; 0 generates nothing
   bool stop_at_end_of_generation = true;  // stop on EOS / end-of-turn tokens (not emitted)
   AttentionPolicy attention;              // decode attention policy (prefill is dense)
 };
@@ -30,18 +30,19 @@ struct GenerateResult {
 
 struct GenerateStats {
   int64_t prefill_tokens = 0, decode_tokens = 0;
-  double prefill_seconds = 0, decode_seconds = 0;
+  double prefill_seconds = 0, decode_seconds = 0;  // submission to every first token; the rest
 };
 
 // Called after each sampled token that is kept: (request index, token id).
 using TokenCallback = std::function<void(size_t request, int32_t token)>;
 
-// Throws fathom::Error when a prompt is empty, does not fit the context, or the KV cache is too
-// small for the batch.
-std::vector<GenerateResult> generate(Model& model, const std::vector<GenerateRequest>& requests,
+// Throws fathom::Error when a request is invalid (empty prompt, no room in the context or the KV
+// cache, a policy the backend lacks) or generation fails.
+std::vector<GenerateResult> generate(const Model& model, Backend& backend, const std::vector<GenerateRequest>& requests,
                                      GenerateStats* stats = nullptr, const TokenCallback& on_token = {});
 
-// Logits of every prompt position: [prompt.size()][vocab], one prefill pass.
-std::vector<float> prompt_logits(Model& model, const std::vector<int32_t>& prompt);
+// Logits of every prompt position: [prompt.size()][vocab], one prefill pass straight through the
+// backend (an analysis tool, not generation).
+std::vector<float> prompt_logits(const Model& model, Backend& backend, const std::vector<int32_t>& prompt);
 
 }  // namespace fathom

@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cpu/ops.h"
 
 // Cost per token for a vocabulary of V (262144 for Gemma-class models), n = prompt + generated:

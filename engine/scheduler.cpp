@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "base/error.h"
 #include "engine/attention/groups.h"
 #include "engine/backend/backend.h"
-#include "engine/error.h"
 #include "engine/model.h"
 
 namespace fathom {
@@ -69,11 +69,13 @@ struct Scheduler::Metrics {
   MetricsRegistry& registry;
 };
 
-Scheduler::Scheduler(Model& model, const SchedulerConfig& config, MetricsRegistry& metrics)
+Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics)
     : model_(model),
+      backend_(backend),
       config_(config),
+      allocator_(backend.kv_blocks(), backend.kv_layout().block_size),
       metrics_(std::make_unique<Metrics>(metrics)),
-      prefix_(model.kv_pool()),
+      prefix_(allocator_),
       host_(config.host_kv_bytes) {
   for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
     metrics_->finished(r);  // export every reason from the start, at 0
@@ -102,33 +104,32 @@ void Scheduler::add(std::unique_ptr<RequestState> r) {
 }
 
 int32_t Scheduler::available_blocks() const {
-  return model_.kv_pool().free_blocks() + (config_.prefix_caching ? prefix_.evictable() : 0);
+  return allocator_.free_blocks() + (config_.prefix_caching ? prefix_.evictable() : 0);
 }
 
 bool Scheduler::allocate_block(Sequence& seq) {
-  BlockPool& pool = model_.kv_pool();
-  int32_t b = pool.allocate();
-  if (b < 0 && prefix_.evict(1) > 0) b = pool.allocate();
+  int32_t b = allocator_.allocate();
+  if (b < 0 && prefix_.evict(1) > 0) b = allocator_.allocate();
   if (b < 0) return false;
   seq.blocks.push_back(b);
   return true;
 }
 
 bool Scheduler::ensure_room(Sequence& seq, int32_t tokens) {
-  const int32_t bs = model_.kv_pool().layout().block_size;
+  const int32_t bs = allocator_.block_size();
   while (static_cast<int32_t>(seq.blocks.size()) * bs < tokens)
     if (!allocate_block(seq)) return false;
   return true;
 }
 
 void Scheduler::release_blocks(Sequence& seq) {
-  for (int32_t b : seq.blocks) model_.kv_pool().release(b);
+  for (int32_t b : seq.blocks) allocator_.release(b);
   seq.blocks.clear();
 }
 
 void Scheduler::register_full_blocks(Sequence& seq) {
   if (!config_.prefix_caching) return;
-  const int32_t bs = model_.kv_pool().layout().block_size;
+  const int32_t bs = allocator_.block_size();
   const int32_t full = seq.n_computed / bs;
   for (int32_t i = seq.n_registered; i < full; ++i)
     seq.last_hash = prefix_.insert(seq.last_hash, std::span<const int32_t>(seq.tokens).subspan(i * bs, bs), seq.blocks[i]);
@@ -150,7 +151,7 @@ Sequence* Scheduler::pick_victim(const Sequence* except) {
 }
 
 void Scheduler::preempt(Sequence& seq) {
-  ForwardBackend& dev = model_.backend();  // block data lives where the backend keeps it
+  Backend& dev = backend_;  // block data lives where the backend keeps it
   const int64_t block_bytes = static_cast<int64_t>(dev.block_bytes());
   const int64_t bytes = block_bytes * static_cast<int64_t>(seq.blocks.size());
   if (bytes > 0 && host_.try_reserve(bytes)) {
@@ -172,7 +173,7 @@ void Scheduler::preempt(Sequence& seq) {
 }
 
 bool Scheduler::swap_in(Sequence& seq) {
-  ForwardBackend& dev = model_.backend();
+  Backend& dev = backend_;
   const int64_t block_bytes = static_cast<int64_t>(dev.block_bytes());
   const int32_t n = static_cast<int32_t>(static_cast<int64_t>(seq.swapped_kv.size()) / block_bytes);
   if (available_blocks() < n + 1) return false;  // +1: room for the next token
@@ -191,7 +192,7 @@ bool Scheduler::swap_in(Sequence& seq) {
 
 void Scheduler::admit(Sequence& seq) {
   RequestState& r = *seq.request;
-  const int32_t bs = model_.kv_pool().layout().block_size;
+  const int32_t bs = allocator_.block_size();
   const int32_t n_tokens = static_cast<int32_t>(seq.tokens.size());
   // At least one token is always computed: its logits give the next token.
   if (config_.prefix_caching) {
@@ -208,9 +209,49 @@ void Scheduler::admit(Sequence& seq) {
   seq.state = SeqState::kRunning;
 }
 
+template <typename F>
+bool Scheduler::guarded(RequestState& r, F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const std::exception& e) {
+    fail_request(r, e.what());
+    return false;
+  }
+}
+
 void Scheduler::step() {
   reap_cancelled();
   if (requests_.empty()) return;
+  BatchPlan plan;
+  std::vector<Sequence*> planned;
+  std::vector<int32_t> chunk_of;
+  plan_step(plan, planned, chunk_of);
+  update_gauges();
+  if (plan.seqs.empty()) {
+    remove_finished();
+    return;
+  }
+  // Run, inside the error boundary: a step that throws fails the requests in it, nothing else.
+  try {
+    backend_.forward(plan, logits_);
+  } catch (const std::exception& e) {
+    const std::string message = std::string("the forward step failed: ") + e.what();
+    for (Sequence* s : planned)
+      if (s->request->unfinished > 0) fail_request(*s->request, message);
+    remove_finished();
+    update_gauges();
+    return;
+  }
+  const KvReadBytes kv_read = backend_.take_kv_read_bytes();
+  for (int k = 0; k < kPolicyKinds; ++k)
+    if (kv_read[k] > 0) metrics_->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));
+  update_step(plan, planned, chunk_of);
+  remove_finished();
+  update_gauges();
+}
+
+void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std::vector<int32_t>& chunk_of) {
   std::vector<RequestState*> order;
   for (auto& r : requests_) order.push_back(r.get());
   std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return before(*a, *b); });
@@ -223,22 +264,26 @@ void Scheduler::step() {
   bool preempted = false;
   for (Sequence* s : seqs) {
     if (s->state != SeqState::kRunning) continue;
-    while (!ensure_room(*s, static_cast<int32_t>(s->tokens.size()))) {
-      Sequence* victim = pick_victim(s);
-      preempt(victim ? *victim : *s);
-      preempted = true;
-      if (!victim) break;
-    }
+    guarded(*s->request, [&] {
+      while (!ensure_room(*s, static_cast<int32_t>(s->tokens.size()))) {
+        Sequence* victim = pick_victim(s);
+        Sequence& v = victim ? *victim : *s;
+        preempted = true;
+        guarded(*v.request, [&] { preempt(v); });  // a failed move fails the victim, whose blocks go back
+        if (!victim) break;
+      }
+    });
   }
   // 2. Swapped sequences come back first when there is room (they are older than new ones).
   if (!preempted)
-    for (Sequence* s : seqs)
-      if (s->state == SeqState::kSwapped && !swap_in(*s)) break;
+    for (Sequence* s : seqs) {
+      if (s->state != SeqState::kSwapped) continue;
+      bool back = false;
+      guarded(*s->request, [&] { back = swap_in(*s); });
+      if (!back && s->state == SeqState::kSwapped) break;
+    }
 
   // 3. The step: decode tokens first, then prefill chunks, then admissions.
-  BatchPlan plan;
-  std::vector<Sequence*> planned;
-  std::vector<int32_t> chunk_of;
   int32_t budget = config_.max_batched_tokens;
   auto add_to_plan = [&](Sequence* s, int32_t chunk) {
     const bool last = s->n_computed + chunk == static_cast<int32_t>(s->tokens.size());
@@ -262,17 +307,22 @@ void Scheduler::step() {
     if (s->state == SeqState::kRunning && s->pending() > 1 && static_cast<int32_t>(planned.size()) < max_seqs &&
         budget > 0)
       add_to_plan(s, std::min(s->pending(), budget));
-  const int32_t bs = model_.kv_pool().layout().block_size;
+  const int32_t bs = allocator_.block_size();
   for (Sequence* s : seqs) {
     if (s->state != SeqState::kWaiting) continue;
     if (static_cast<int32_t>(planned.size()) >= max_seqs || budget <= 0) break;
     const int32_t need = (static_cast<int32_t>(s->tokens.size()) + bs) / bs;  // whole prompt + next token
-    if (need > model_.kv_pool().num_blocks()) {
+    if (need > allocator_.num_blocks()) {
       finish(*s, FinishReason::kLength);  // can never fit: the cache is smaller than this sequence
       continue;
     }
-    admit(*s);
-    if (!ensure_room(*s, static_cast<int32_t>(s->tokens.size())) || available_blocks() < 1) {
+    bool fits = false;
+    if (!guarded(*s->request, [&] {
+          admit(*s);
+          fits = ensure_room(*s, static_cast<int32_t>(s->tokens.size())) && available_blocks() >= 1;
+        }))
+      continue;
+    if (!fits) {
       release_blocks(*s);  // not enough room now: back to the queue, keep FCFS order
       s->n_computed = 0;
       s->state = SeqState::kWaiting;
@@ -280,41 +330,41 @@ void Scheduler::step() {
     }
     add_to_plan(s, std::min(s->pending(), budget));
   }
-  update_gauges();
-  if (plan.seqs.empty()) return;
-  if (config_.bifurcated)
+  if (config_.bifurcated && backend_.implements_groups())
     plan.groups = find_attention_groups(plan, bs, GroupRule{config_.bifurcated_min_seqs, config_.bifurcated_min_prefix});
+}
 
-  model_.backend().forward(plan, logits_);
-  const auto kv_read = model_.backend().take_kv_read_bytes();
-  for (int k = 0; k < kPolicyKinds; ++k)
-    if (kv_read[k] > 0) metrics_->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));
-
-  // 4. Results: advance, cache full blocks, sample where logits came back.
+void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>& planned,
+                            const std::vector<int32_t>& chunk_of) {
+  // Advance, cache full blocks, sample where logits came back.
   const int32_t vocab = model_.vocab();
   int64_t row = 0;
   for (size_t i = 0; i < planned.size(); ++i) {
     Sequence& s = *planned[i];
-    s.n_computed += chunk_of[i];
-    register_full_blocks(s);
-    if (plan.seqs[i].logits != LogitsWanted::kLast) continue;
-    const float* logits = &logits_[row++ * vocab];
+    const int64_t my_row = plan.seqs[i].logits == LogitsWanted::kLast ? row++ : -1;
     RequestState& r = *s.request;
-    if (s.state == SeqState::kFinished) continue;  // finished as a side effect (cannot happen today)
-    if (s.choice == 0 && !r.forked && r.request.n > 1 && s.generated() == 0) fork_choices(r, logits);
-    const std::vector<int32_t> generated(s.tokens.begin() + static_cast<std::ptrdiff_t>(r.request.prompt.size()),
-                                         s.tokens.end());
-    accept_token(s, s.sampler->sample(logits, vocab, r.request.prompt, generated));
+    if (s.state == SeqState::kFinished) continue;  // its request failed earlier in this update
+    const float* logits = logits_.data() + std::max<int64_t>(my_row, 0) * vocab;
+    guarded(r, [&] {
+      s.n_computed += chunk_of[i];
+      register_full_blocks(s);
+      if (my_row < 0) return;
+      if (s.choice == 0 && !r.forked && r.request.n > 1 && s.generated() == 0) fork_choices(r, logits);
+      const std::vector<int32_t> generated(s.tokens.begin() + static_cast<std::ptrdiff_t>(r.request.prompt.size()),
+                                           s.tokens.end());
+      accept_token(s, s.sampler->sample(logits, vocab, r.request.prompt, generated));
+    });
   }
-  // Finished requests leave.
+}
+
+void Scheduler::remove_finished() {
   requests_.erase(std::remove_if(requests_.begin(), requests_.end(), [](auto& r) { return r->unfinished == 0; }),
                   requests_.end());
-  update_gauges();
 }
 
 void Scheduler::fork_choices(RequestState& r, const float* logits) {
   Sequence& parent = *r.seqs[0];
-  const int32_t bs = model_.kv_pool().layout().block_size;
+  const int32_t bs = allocator_.block_size();
   const SamplingParams& p = r.request.sampling;
   r.forked = true;
   for (int32_t c = 1; c < r.request.n; ++c) {
@@ -330,7 +380,7 @@ void Scheduler::fork_choices(RequestState& r, const float* logits) {
     // Share the full prompt blocks; copy the partial last block (copy-on-write at fork time).
     const int32_t full = parent.n_computed / bs;
     for (int32_t i = 0; i < full; ++i) {
-      model_.kv_pool().retain(parent.blocks[i]);
+      allocator_.retain(parent.blocks[i]);
       child->blocks.push_back(parent.blocks[i]);
     }
     child->n_computed = parent.n_computed;
@@ -338,7 +388,7 @@ void Scheduler::fork_choices(RequestState& r, const float* logits) {
     child->last_hash = parent.last_hash;
     if (parent.n_computed % bs != 0) {
       if (allocate_block(*child)) {
-        model_.backend().copy_block(parent.blocks[full], child->blocks.back());
+        backend_.copy_block(parent.blocks[full], child->blocks.back());
       } else {  // no room to copy: this choice recomputes its prompt later (prefix cache helps)
         release_blocks(*child);
         child->n_computed = 0;
@@ -397,10 +447,10 @@ void Scheduler::accept_token(Sequence& seq, const SampledToken& tok) {
   finish(seq, reason);
 }
 
-void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail) {
+void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail, const std::string& error) {
   RequestState& r = *seq.request;
   if (seq.state == SeqState::kFinished) return;
-  register_full_blocks(seq);
+  if (reason != FinishReason::kError) register_full_blocks(seq);  // a failed step's blocks are not trusted
   release_blocks(seq);
   if (!seq.swapped_kv.empty()) host_.release(static_cast<int64_t>(seq.swapped_kv.size()));
   seq.swapped_kv.clear();
@@ -409,6 +459,7 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail) {
   events[0].choice = seq.choice;
   events[0].text = std::move(tail);
   events[0].finish = reason;
+  events[0].error = error;
   --r.unfinished;
   if (!r.forked && seq.choice == 0) {
     // n > 1 and the request ended before its first sample: the other choices never started.
@@ -416,6 +467,7 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail) {
       StreamEvent other;
       other.choice = c;
       other.finish = reason;
+      other.error = error;
       events.push_back(std::move(other));
     }
     r.unfinished = 0;
@@ -426,6 +478,18 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail) {
     metrics_->e2e.observe(seconds_between(r.arrival, Clock::now()));
   }
   for (StreamEvent& ev : events) r.handle->push(std::move(ev));
+}
+
+void Scheduler::fail_request(RequestState& r, const std::string& message) {
+  for (size_t i = 0; i < r.seqs.size(); ++i)  // finish() adds no sequences: the index is stable
+    if (r.seqs[i]->state != SeqState::kFinished && r.unfinished > 0)
+      finish(*r.seqs[i], FinishReason::kError, {}, message);
+}
+
+void Scheduler::fail_all(const std::string& message) {
+  for (auto& r : requests_) fail_request(*r, message);
+  remove_finished();
+  update_gauges();
 }
 
 void Scheduler::reap_cancelled() {
@@ -457,8 +521,8 @@ int32_t Scheduler::running_requests() const {
 int32_t Scheduler::waiting_requests() const { return static_cast<int32_t>(requests_.size()) - running_requests(); }
 
 void Scheduler::update_gauges() {
-  const BlockPool& pool = model_.kv_pool();
-  const int64_t block_bytes = static_cast<int64_t>(model_.backend().block_bytes());
+  const BlockAllocator& pool = allocator_;
+  const int64_t block_bytes = static_cast<int64_t>(backend_.block_bytes());
   metrics_->running.set(running_requests());
   metrics_->waiting.set(waiting_requests());
   metrics_->blocks_device.set(pool.used_blocks());

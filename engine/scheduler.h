@@ -10,6 +10,10 @@
 //      longest cached prefix;
 //   5. runs one forward pass over decode tokens and prefill chunks (chunks bounded by
 //      max_batched_tokens), samples, detokenizes, checks stops and streams events.
+// Steps 1-4 plan, 5 runs and then updates. Error boundary: an exception while planning or
+// updating a request fails that request; an exception in the forward pass fails every request
+// in the step (FinishReason::kError with the message: HTTP 500, gRPC INTERNAL, an SSE error
+// event); their blocks are freed and every other request goes on.
 // n > 1 requests prefill once; at the first sample the other choices fork off, sharing the full
 // prompt blocks and copying the partial last one (copy-on-write).
 #include <cstdint>
@@ -19,25 +23,31 @@
 #include <string>
 #include <vector>
 
+#include "engine/batch_plan.h"
 #include "engine/engine.h"
+#include "engine/kv/block_allocator.h"
 #include "engine/kv/host_tier.h"
 #include "engine/kv/prefix_index.h"
 #include "engine/sequence.h"
 
 namespace fathom {
 
+class Backend;
 class Model;
 
 class Scheduler {
  public:
-  Scheduler(Model& model, const SchedulerConfig& config, MetricsRegistry& metrics);
+  // The allocator gets backend.kv_blocks() blocks of the backend's block size.
+  Scheduler(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics);
   ~Scheduler();
 
   void add(std::unique_ptr<RequestState> request);
   bool has_work() const { return !requests_.empty(); }
   void step();
   void cancel_all();  // finishes every request as cancelled
+  void fail_all(const std::string& message);  // finishes every request with an error
 
+  const BlockAllocator& allocator() const { return allocator_; }
   int32_t running_requests() const;
   int32_t waiting_requests() const;
 
@@ -56,12 +66,22 @@ class Scheduler {
   void fork_choices(RequestState& r, const float* logits);
   void accept_token(Sequence& seq, const SampledToken& tok);
   // Ends a choice: releases its blocks and sends its last event (`tail`: text still to emit).
-  void finish(Sequence& seq, FinishReason reason, std::string tail = {});
+  void finish(Sequence& seq, FinishReason reason, std::string tail = {}, const std::string& error = {});
+  // Ends every unfinished choice of `r` with FinishReason::kError and `message`.
+  void fail_request(RequestState& r, const std::string& message);
+  // Runs f(); an exception from it fails request `r` (the error boundary). False when it threw.
+  template <typename F>
+  bool guarded(RequestState& r, F&& f);
+  void plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std::vector<int32_t>& chunk_of);
+  void update_step(const BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of);
+  void remove_finished();
   void reap_cancelled();
   void update_gauges();
 
-  Model& model_;
+  const Model& model_;
+  Backend& backend_;
   SchedulerConfig config_;
+  BlockAllocator allocator_;
   std::unique_ptr<Metrics> metrics_;
   PrefixIndex prefix_;
   HostTier host_;

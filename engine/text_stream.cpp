@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/failpoints.h"
+
 namespace fathom {
 
 size_t TextStream::held_suffix() const {
@@ -18,6 +20,7 @@ size_t TextStream::held_suffix() const {
 }
 
 TextStream::Piece TextStream::push(int32_t token) {
+  failpoints::hit("detokenize");
   pending_ += detok_.push(token);
   Piece out;
   size_t first_stop = std::string::npos;

@@ -2,7 +2,7 @@
 // What an attention kernel needs to read one sequence's K/V for one layer from the paged pool.
 #include <cstdint>
 
-#include "kernels/kv_dtype.h"
+#include "base/kv_dtype.h"
 
 namespace fathom {
 

@@ -11,7 +11,7 @@ seconds=${1:-30}
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 sources=(tests/fuzz/fuzz_gguf.cpp engine/model/gguf.cpp engine/model/gguf_values.cpp
-  engine/error.cpp kernels/ggml_type.cpp)
+  base/error.cpp kernels/ggml_type.cpp)
 mkdir -p "$out/corpus" "$out/seeds"
 
 if ! command -v "$cxx" >/dev/null; then
@@ -21,7 +21,7 @@ fi
 
 # Rebuild only when a source or header changed; the build takes a few seconds.
 if [ ! -x "$out/fuzz_gguf" ] ||
-  [ -n "$(find "${sources[@]}" engine/model/gguf.h engine/error.h kernels/ggml_type.h \
+  [ -n "$(find "${sources[@]}" engine/model/gguf.h base/error.h kernels/ggml_type.h \
     scripts/fuzz.sh -newer "$out/fuzz_gguf" 2>/dev/null)" ]; then
   echo "fuzz: building $out/fuzz_gguf"
   "$cxx" -std=c++20 -I. -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror \

@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace fathom {
 

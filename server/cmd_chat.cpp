@@ -4,6 +4,7 @@
 #include <iostream>
 #include <string>
 
+#include "engine/backend/backend.h"
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "server/commands.h"
@@ -16,7 +17,9 @@ int run_chat(int argc, char** argv) {
   names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
   CliArgs args(names, kModelFlagNames);
   args.parse(argc, argv, 2);
-  auto model = Model::load(args.require("model"), model_options_from_args(args));
+  const ModelOptions options = model_options_from_args(args);
+  auto model = Model::load(args.require("model"), options.chat_template);
+  auto backend = make_backend(*model, options);
   const ChatTemplate& tmpl = model->chat_template();
   std::vector<ChatMessage> history;
   if (auto system = args.get("system")) history.push_back({"system", *system});
@@ -35,7 +38,7 @@ int run_chat(int argc, char** argv) {
     IncrementalDetokenizer detok(model->tokenizer());
     std::string reply;
     GenerateStats stats;
-    generate(*model, {req}, &stats, [&](size_t, int32_t id) {
+    generate(*model, *backend, {req}, &stats, [&](size_t, int32_t id) {
       const std::string piece = detok.push(id);
       reply += piece;
       std::fputs(piece.c_str(), stdout);

@@ -4,8 +4,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/generate.h"
+#include "engine/backend/backend.h"
 #include "engine/model.h"
 #include "server/commands.h"
 #include "server/model_options.h"
@@ -62,7 +63,9 @@ int run_generate(int argc, char** argv) {
                     kModelOptionNames),
                with({"json", "ignore-eos"}, kModelFlagNames));
   args.parse(argc, argv, 2);
-  auto model = Model::load(args.require("model"), model_options_from_args(args));
+  const ModelOptions options = model_options_from_args(args);
+  auto model = Model::load(args.require("model"), options.chat_template);
+  auto backend = make_backend(*model, options);
   const auto prompts = prompts_from_args(*model, args);
   std::vector<GenerateRequest> requests;
   for (const auto& p : prompts) {
@@ -85,7 +88,7 @@ int run_generate(int argc, char** argv) {
       std::fflush(stdout);
     };
   GenerateStats stats;
-  const auto results = generate(*model, requests, &stats, stream);
+  const auto results = generate(*model, *backend, requests, &stats, stream);
   const double prefill_tps = stats.prefill_seconds > 0 ? stats.prefill_tokens / stats.prefill_seconds : 0;
   const double decode_tps = stats.decode_seconds > 0 ? stats.decode_tokens / stats.decode_seconds : 0;
   if (json) {
@@ -119,10 +122,12 @@ int run_logits(int argc, char** argv) {
   ModelOptions defaults;
   defaults.precision = cpu::Precision::kF32;
   defaults.kv_dtype = KvDtype::kF32;
-  auto model = Model::load(args.require("model"), model_options_from_args(args, defaults));
+  const ModelOptions options = model_options_from_args(args, defaults);
+  auto model = Model::load(args.require("model"), options.chat_template);
+  auto backend = make_backend(*model, options);
   const auto prompts = prompts_from_args(*model, args);
   if (prompts.size() != 1) throw Error("logits takes exactly one prompt");
-  const std::vector<float> logits = prompt_logits(*model, prompts[0]);
+  const std::vector<float> logits = prompt_logits(*model, *backend, prompts[0]);
   const std::string out_path = args.require("out");
   std::ofstream out(out_path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));

@@ -18,8 +18,10 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/metrics.h"
+#include "base/failpoints.h"
+#include "engine/backend/backend.h"
 #include "engine/model.h"
 #include "server/cli_args.h"
 #include "server/commands.h"
@@ -155,8 +157,10 @@ int run_serve(int argc, char** argv) {
 
   spdlog::info("loading {}", config.model);
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<Model> model = Model::load(config.model, config.model_options);
-  spdlog::info("loaded {} ({}, {} layers, context {}, {} chat template) in {:.2f} s", config.model_name,
+  std::unique_ptr<Model> model = Model::load(config.model, config.model_options.chat_template);
+  std::unique_ptr<Backend> backend = make_backend(*model, config.model_options);
+  backend->check_policy(config.attention);  // the default policy must run on this backend
+  spdlog::info("loaded {} ({}, {} layers, context {}, {} chat template) on the {} backend in {:.2f} s", config.model_name,
                model->config().arch_name, model->config().n_layers, model->config().context_length,
                [&]() -> std::string {
                  try {
@@ -165,9 +169,11 @@ int run_serve(int argc, char** argv) {
                    return "no";
                  }
                }(),
+               backend->name(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
-  Engine engine(*model, config.scheduler, metrics);
+  if (const std::string fp = failpoints::describe(); !fp.empty()) spdlog::warn("failpoints armed: {}", fp);
+  Engine engine(*model, *backend, config.scheduler, metrics);
   std::unique_ptr<GrpcServer> grpc;
   if (config.grpc_port != 0) {
     grpc = start_grpc_server(engine, config, config.grpc_port < 0 ? 0 : config.grpc_port);

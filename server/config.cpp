@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "server/attention_options.h"
 
 namespace fathom {

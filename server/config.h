@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/backend/backend_options.h"
 
 namespace fathom {
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model.h"
 #include "proto/fathom.grpc.pb.h"
 #include "proto/fathom.pb.h"
@@ -130,7 +130,7 @@ SamplingParams to_sampling(const pb::SamplingParameters& s, int32_t vocab) {
   return p;
 }
 
-Request to_engine_request(const pb::GenerateRequest& in, Model& model, const ServerConfig& config) {
+Request to_engine_request(const pb::GenerateRequest& in, const Model& model, const ServerConfig& config) {
   check_model(in.model(), config);
   Request r;
   r.attention = config.attention;

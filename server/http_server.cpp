@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/metrics.h"
 #include "engine/model.h"
 #include "server/auth.h"
@@ -77,7 +77,7 @@ struct HttpServer::Impl {
   std::atomic<State> state{State::kLoading};
   // Set once the model is loaded; null while loading (also when draining starts first).
   std::atomic<Engine*> engine_ptr{nullptr};
-  std::atomic<Model*> model_ptr{nullptr};
+  std::atomic<const Model*> model_ptr{nullptr};
   uint64_t id_salt = 0;
   std::atomic<uint64_t> id_counter{0};
 
@@ -86,7 +86,7 @@ struct HttpServer::Impl {
   // Throws ApiError 503 unless the state allows the route: generation needs kReady, the
   // tokenizer routes only a loaded model.
   // Returns the loaded model.
-  Model& require(bool generation) const;
+  const Model& require(bool generation) const;
   std::string new_id(ApiKind kind);
   void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
 };
@@ -115,10 +115,10 @@ httplib::Server::Handler HttpServer::Impl::guarded(
   };
 }
 
-Model& HttpServer::Impl::require(bool generation) const {
+const Model& HttpServer::Impl::require(bool generation) const {
   const State s = state.load(std::memory_order_acquire);
   if (generation && s == State::kDraining) throw ApiError(503, "the server is shutting down", "", "draining");
-  Model* model = model_ptr.load(std::memory_order_acquire);
+  const Model* model = model_ptr.load(std::memory_order_acquire);
   if (!model) throw ApiError(503, "the model is still loading", "", "loading");
   return *model;
 }
@@ -132,7 +132,7 @@ std::string HttpServer::Impl::new_id(ApiKind kind) {
 }
 
 void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
-  Model& model = require(/*generation=*/true);
+  const Model& model = require(/*generation=*/true);
   Engine& engine = *engine_ptr.load(std::memory_order_acquire);
   const json body = parse_json_body(req.body);
   check_model_name(body, config);
@@ -248,7 +248,7 @@ int HttpServer::start() {
   return port;
 }
 
-void HttpServer::set_ready(Engine& engine, Model& model) {
+void HttpServer::set_ready(Engine& engine, const Model& model) {
   impl_->engine_ptr.store(&engine, std::memory_order_release);
   impl_->model_ptr.store(&model, std::memory_order_release);
   State loading = State::kLoading;  // a drain that began during loading wins

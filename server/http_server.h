@@ -22,7 +22,7 @@ class HttpServer {
   int start();
   // The model is loaded and the engine running: generation routes open, /health says ready.
   // Both must outlive the server (or stop() must be called before they go).
-  void set_ready(Engine& engine, Model& model);
+  void set_ready(Engine& engine, const Model& model);
   // Admission stops: generation routes answer 503 with Retry-After, /health says draining.
   void set_draining();
   // Stops listening and waits for the handler threads to end. Idempotent.

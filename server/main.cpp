@@ -4,11 +4,12 @@
 #include <exception>
 #include <string>
 
-#include "engine/error.h"
-#include "engine/model.h"
+#include "base/error.h"
+#include "base/failpoints.h"
+#include "engine/backend/backend.h"
 #include "server/commands.h"
 #if FATHOM_HAS_CUDA_BACKEND
-#include "engine/backend/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #endif
 
 namespace {
@@ -37,9 +38,10 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
 #if FATHOM_HAS_CUDA_BACKEND
-  fathom::Model::set_cuda_backend_factory(fathom::make_cuda_backend);
+  fathom::register_cuda_backend(fathom::make_cuda_backend);
 #endif
   try {
+    fathom::failpoints::configure_from_environment();
     if (command == "generate") return fathom::run_generate(argc, argv);
     if (command == "logits") return fathom::run_logits(argc, argv);
     if (command == "chat") return fathom::run_chat(argc, argv);

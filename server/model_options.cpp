@@ -1,6 +1,7 @@
 #include "server/model_options.h"
 
-#include "engine/error.h"
+#include "base/error.h"
+#include "base/kv_dtype.h"
 
 namespace fathom {
 

@@ -3,7 +3,8 @@
 #include <set>
 #include <string>
 
-#include "engine/model.h"
+#include "engine/attention/policy.h"
+#include "engine/backend/backend_options.h"
 #include "server/cli_args.h"
 
 namespace fathom {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model.h"
 #include "server/attention_options.h"
 #include "server/config.h"

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model.h"
 
 namespace fathom {

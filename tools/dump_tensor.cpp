@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/gguf.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/ref/dequant.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/bpe_pretokenizer.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/gguf.h"

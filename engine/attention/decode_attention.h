@@ -1,12 +1,13 @@
 #pragma once
-// One decode query of one layer through the sequence's attention policy, with the state a
-// policy keeps across steps (HiP's cached mask, ALISA's attention mass), and the KV bytes read.
+// Backend-independent parts of decode attention through a request's policy: the state a policy
+// keeps across steps (HiP's cached mask, ALISA's attention mass), which layers and lengths it
+// covers, and the dense byte count. The kernels per policy live in each backend
+// (engine/backend/cpu/cpu_policies.cpp, engine/backend/cuda/).
 #include <cstdint>
 #include <vector>
 
 #include "engine/attention/policy.h"
-#include "kernels/cpu/thread_pool.h"
-#include "kernels/paged_kv.h"
+#include "engine/kv/kv_layout.h"
 
 namespace fathom {
 
@@ -26,12 +27,13 @@ struct SeqPolicyState {
 // layers already read at most their window and stay dense; HiP keeps its leading layers dense.
 bool layer_uses_policy(const AttentionPolicy& p, int32_t layer, bool sliding);
 
-// Runs args (one query at args.pos) over kv with policy `p` and returns the KV bytes read.
-// Dense reads S = pos + 1 rows of K and V per kv head.
-int64_t decode_attention(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
-                         LayerPolicyState& state);
+// True when the policy would select every one of the S keys at head dimension d: the step is
+// dense attention and runs the dense kernel — the output is then exactly dense (one kernel's
+// rounding, not the gather kernels'), and no selection work is spent. HiP's mask state is left
+// alone: it is estimated at the first step whose selection is partial (hip_age < 0).
+bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d);
 
-// Bytes dense attention reads for one query attending `keys` keys.
-int64_t dense_kv_bytes(const PagedKvView& kv, int64_t keys);
+// Bytes dense attention reads for one query attending `keys` keys: S rows of K and V per kv head.
+int64_t dense_kv_bytes(const KvLayout& kv, int64_t keys);
 
 }  // namespace fathom

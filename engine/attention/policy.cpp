@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace fathom {
 

@@ -1,68 +1,91 @@
 #pragma once
-// A forward-pass backend: runs a whole BatchPlan (what Model::forward runs on the CPU) on some
-// device, holding its own copy of the weights and its own paged KV storage.
+// A backend is the device a model runs on: it takes the weights it needs from the Model (uploads
+// or repacks them), owns the KV cache's storage (num_blocks blocks of its KvLayout, addressed by
+// the block ids of the engine's BlockAllocator), implements the forward ops (engine/forward_ops.h)
+// and the attention policies it registers. The layer schedule is not here: forward() runs the one
+// in engine/forward.cpp over this backend's ops.
 //
-// Ownership of KV blocks. The scheduler keeps allocating block ids from the model's CPU-side
-// BlockPool (Model::kv_pool()), which then only acts as the allocator (ids, reference counts,
-// free list, prefix cache); a device backend keeps its own K/V storage with the same number of
-// blocks, addressed by the same ids, so a SeqStep's block table means the same on both sides.
-// The data of a block lives only where the backend writes it: block data moves (copy-on-write of
-// a forked sequence's partial block, swapping to the host tier) must go through the backend's
-// copy_block / read_block / write_block, not the pool's.
-//
-// Threading: one backend is driven by one thread (the engine thread), like Model::forward.
-#include <array>
+// Threading: one backend is driven by one thread (the engine thread).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/attention/policy.h"
-#include "engine/batch_plan.h"
-#include "engine/model.h"
+#include "engine/backend/backend_options.h"
+#include "engine/forward.h"
+#include "engine/forward_ops.h"
+#include "engine/kv/kv_layout.h"
 
 namespace fathom {
 
-class ForwardBackend {
- public:
-  virtual ~ForwardBackend() = default;
+class Model;
 
-  // "cpu", "cuda": for logs and /metrics.
+class Backend : protected ForwardOps {
+ public:
+  ~Backend() override;
+
+  // "cpu", "cuda": for logs, errors and /metrics.
   virtual std::string name() const = 0;
 
-  // Runs the plan exactly as Model::forward specifies: appends every step's K/V at its
-  // positions (block tables index the allocator's block ids), attends, and writes
-  // plan.logits_rows() rows of vocab floats to `logits` (host memory, resized). Throws
-  // fathom::Error on a device failure.
-  virtual void forward(const BatchPlan& plan, std::vector<float>& logits) = 0;
+  // ---- Attention policies (the table: PolicyKind -> implemented here or not) ----
+  virtual bool implements(PolicyKind kind) const = 0;
+  // Bifurcated attention (ForwardOps::attend_group); without it the scheduler forms no groups.
+  virtual bool implements_groups() const = 0;
+  // Throws fathom::Error naming the policy, the backend and what it does implement.
+  void check_policy(const AttentionPolicy& policy) const;
 
-  // KV bytes read by decode attention since the last call, per policy of the reading request
-  // (indexed by PolicyKind), then reset: as Model::take_kv_read_bytes.
-  virtual std::array<int64_t, kPolicyKinds> take_kv_read_bytes() = 0;
-
-  // Block data moves, the backend's twins of BlockPool::copy_block / read_block / write_block.
-  // block_bytes(): bytes of one block across every layer, the size read_block writes and
-  // write_block reads (the backend's own layout: not necessarily the CPU pool's).
+  // ---- KV storage ----
+  const KvLayout& kv_layout() const { return kv_layout_; }
+  int32_t kv_blocks() const { return kv_blocks_; }  // blocks the storage holds
+  // Bytes of one block's host image across every layer and plane (what read_block writes and
+  // write_block reads: the backend's own layout, not necessarily the CPU's).
   virtual size_t block_bytes() const = 0;
-  virtual void copy_block(int32_t src, int32_t dst) = 0;
-  virtual void read_block(int32_t block, std::byte* dst) = 0;
-  virtual void write_block(int32_t block, const std::byte* src) = 0;
-};
+  // Whole-block moves (copy-on-write of a forked sequence's partial block, swap to the host
+  // tier and back). Failpoint "kv_copy".
+  void copy_block(int32_t src, int32_t dst);
+  void read_block(int32_t block, std::byte* dst);
+  void write_block(int32_t block, const std::byte* src);
 
-// The CPU backend: Model's own forward pass and KV pool.
-class CpuBackend final : public ForwardBackend {
- public:
-  explicit CpuBackend(Model& model) : model_(model) {}
-  std::string name() const override { return "cpu"; }
-  void forward(const BatchPlan& plan, std::vector<float>& logits) override { model_.forward(plan, logits); }
-  std::array<int64_t, kPolicyKinds> take_kv_read_bytes() override { return model_.take_kv_read_bytes(); }
-  size_t block_bytes() const override { return model_.kv_pool().layout().block_bytes(); }
-  void copy_block(int32_t src, int32_t dst) override { model_.kv_pool().copy_block(src, dst); }
-  void read_block(int32_t block, std::byte* dst) override { model_.kv_pool().read_block(block, dst); }
-  void write_block(int32_t block, const std::byte* src) override { model_.kv_pool().write_block(block, src); }
+  // ---- The forward pass ----
+  // Runs the plan (run_forward over this backend's ops): appends every step's K/V at its
+  // positions, attends, and writes plan.logits_rows() rows of vocab floats to `logits` (host
+  // memory). Throws fathom::Error (or std::logic_error for a broken invariant) on failure; the
+  // KV blocks of the plan's sequences are then in an unknown state.
+  void forward(const BatchPlan& plan, std::vector<float>& logits);
+  // KV bytes read by decode attention since the last call, per policy of the reading request
+  // (indexed by PolicyKind), then reset.
+  KvReadBytes take_kv_read_bytes();
+
+  const Model& model() const { return model_; }
+
+ protected:
+  // `layout` describes the stored planes; `num_blocks` >= 1.
+  Backend(const Model& model, const KvLayout& layout, int32_t num_blocks);
+  virtual void copy_block_impl(int32_t src, int32_t dst) = 0;
+  virtual void read_block_impl(int32_t block, std::byte* dst) = 0;
+  virtual void write_block_impl(int32_t block, const std::byte* src) = 0;
+
+  const Model& model_;
 
  private:
-  Model& model_;
+  KvLayout kv_layout_;
+  int32_t kv_blocks_;
+  KvReadBytes kv_read_{};
 };
+
+// Blocks a KV budget holds: `bytes` (0: room for the model's whole context plus 64 blocks) over
+// `block_bytes`. Throws fathom::Error when the budget holds no block.
+int32_t kv_blocks_for_budget(const Model& model, const ModelOptions& options, size_t block_bytes);
+
+// The backend `options.backend` names ("cpu" or "cuda"). Throws fathom::Error for an unknown
+// name, a build without CUDA, no visible GPU, or a model the backend cannot run.
+std::unique_ptr<Backend> make_backend(const Model& model, const ModelOptions& options);
+
+// How "cuda" backends are made: the fathom executable registers engine/backend/cuda's factory
+// when built with CUDA; without one, "cuda" is a load error.
+using BackendFactory = std::function<std::unique_ptr<Backend>(const Model&, const ModelOptions&)>;
+void register_cuda_backend(BackendFactory factory);
 
 }  // namespace fathom

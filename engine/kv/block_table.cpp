@@ -5,7 +5,7 @@
 namespace fathom {
 
 int32_t BlockTable::blocks_needed(int32_t tokens) const {
-  const int32_t bs = pool_->layout().block_size;
+  const int32_t bs = pool_->block_size();
   return std::max<int32_t>(0, (tokens + bs - 1) / bs - static_cast<int32_t>(blocks_.size()));
 }
 

@@ -24,7 +24,7 @@ uint64_t PrefixIndex::chain_hash(uint64_t parent, std::span<const int32_t> block
 }
 
 std::vector<int32_t> PrefixIndex::match(std::span<const int32_t> tokens, int32_t max_blocks) {
-  const int32_t bs = pool_.layout().block_size;
+  const int32_t bs = pool_.block_size();
   const int32_t full = std::min<int32_t>(max_blocks, static_cast<int32_t>(tokens.size()) / bs);
   std::vector<int32_t> out;
   uint64_t h = 0;

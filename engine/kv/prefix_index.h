@@ -11,13 +11,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/kv/block_pool.h"
+#include "engine/kv/block_allocator.h"
 
 namespace fathom {
 
 class PrefixIndex {
  public:
-  explicit PrefixIndex(BlockPool& pool) : pool_(pool) {}
+  explicit PrefixIndex(BlockAllocator& pool) : pool_(pool) {}
   ~PrefixIndex();
 
   static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> block_tokens);
@@ -43,7 +43,7 @@ class PrefixIndex {
     std::vector<int32_t> tokens;  // this block's tokens
   };
 
-  BlockPool& pool_;
+  BlockAllocator& pool_;
   std::list<Entry> lru_;  // front = most recently used
   std::unordered_map<uint64_t, std::list<Entry>::iterator> entries_;
 };

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace fathom {
 namespace {

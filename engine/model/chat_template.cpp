@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace fathom {
 namespace {

@@ -15,7 +15,7 @@
 #include <limits>
 #include <sstream>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace fathom {
 namespace {

@@ -3,7 +3,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/gguf.h"
 
 namespace fathom {

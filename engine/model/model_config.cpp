@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/gguf.h"
 
 namespace fathom {

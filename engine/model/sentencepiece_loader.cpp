@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/sentencepiece_module.h"
 
 #ifndef FATHOM_SPM_MODULE_PATH

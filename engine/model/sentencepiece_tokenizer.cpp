@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/gguf.h"
 #include "engine/model/sentencepiece_module.h"
 

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/bpe_tokenizer.h"
 #include "engine/model/gguf.h"
 #include "engine/model/sentencepiece_tokenizer.h"

@@ -1,6 +1,6 @@
 #include "engine/model/weights.h"
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/gguf.h"
 #include "kernels/ref/dequant.h"
 

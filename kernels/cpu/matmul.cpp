@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cpu/matmul_kernels.h"
 
 namespace fathom::cpu {

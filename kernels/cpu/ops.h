@@ -3,7 +3,7 @@
 // plain loops the compiler vectorises). The formulas are the specification; ref == cpu here.
 #include <cstdint>
 
-#include "kernels/kv_dtype.h"
+#include "base/kv_dtype.h"
 
 namespace fathom::cpu {
 

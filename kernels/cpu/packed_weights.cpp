@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/quant_blocks.h"
 

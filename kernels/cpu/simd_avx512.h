@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "kernels/kv_dtype.h"
+#include "base/kv_dtype.h"
 
 namespace fathom::cpu::simd512 {
 

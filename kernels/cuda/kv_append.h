@@ -1,12 +1,12 @@
 #pragma once
 // Appending new tokens' K and V rows to the paged KV cache on the device. Spec: the engine's
-// one-token append (engine/kv/block_pool.cpp BlockPool::append) repeated token by token:
+// one-token append (engine/backend/cpu/kv_storage.cpp CpuKvStorage::append) repeated token by token:
 // rows stored as the cache dtype (cpu::kv_store / cpu::kv_store_int8_row), the transposed-K
 // slot, and the running V sum carried from the previous block's sum.
 #include <cstdint>
 
 #include "kernels/cuda/emu/cuda_emu.h"
-#include "kernels/kv_dtype.h"
+#include "base/kv_dtype.h"
 
 namespace fathom::cuda {
 

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace fathom::ref {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/gguf.h"
 
 namespace {

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "engine/backend/cuda_backend.h"
-#include "engine/error.h"
+#include "base/error.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/model.h"
 
 int main(int argc, char** argv) {
@@ -14,8 +14,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    std::unique_ptr<fathom::Model> model = fathom::Model::load(argv[1], fathom::ModelOptions{});
-    std::unique_ptr<fathom::ForwardBackend> backend = fathom::make_cuda_backend(*model);
+    std::unique_ptr<fathom::Model> model = fathom::Model::load(argv[1]);
+    std::unique_ptr<fathom::Backend> backend = fathom::make_cuda_backend(*model, fathom::ModelOptions{});
     std::printf("backend %s ready\n", backend->name().c_str());
   } catch (const fathom::Error& e) {
     std::printf("%s\n", e.what());

@@ -1,5 +1,6 @@
-// The CUDA forward backend (engine/backend/cuda_backend.cu) run on the CPU through kernels/cuda/emu
-// against the CPU Model::forward on the real models, with identical BatchPlans; plus the
+// The CUDA backend (engine/backend/cuda/cuda_backend.cu) run on the CPU through kernels/cuda/emu
+// against the CPU backend on the real models, with identical BatchPlans (both through the one
+// layer schedule of engine/forward.cpp); plus the
 // elementwise kernels it added (kernels/cuda/elementwise.cu) against their host spec.
 //
 // Whole-model check: a plan of three prompts (8, 2 and 12 tokens, T = 22 > 16 so quantized
@@ -26,7 +27,7 @@
 #include "kernels/cuda/quant_gemv.cu"
 #include "kernels/cuda/rms_norm.cu"
 #include "kernels/cuda/rope.cu"
-#include "engine/backend/cuda_backend.cu"
+#include "engine/backend/cuda/cuda_backend.cu"
 
 #include <gtest/gtest.h>
 
@@ -41,6 +42,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/kv/block_allocator.h"
 #include "engine/model.h"
 
 namespace fathom {
@@ -126,8 +129,9 @@ double compare_model(const std::string& file, double bound, int decode_steps) {
   o.kv_dtype = KvDtype::kF16;
   o.block_size = 16;
   o.kv_cache_bytes = 8 << 20;  // 14 blocks (SmolLM2), 17 (Gemma 3): both caches stay small
-  std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/" + file, o);
-  std::unique_ptr<ForwardBackend> cuda = make_cuda_backend(*model);
+  std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/" + file);
+  CpuBackend cpu(*model, o);
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*model, o);
   EXPECT_EQ(cuda->name(), "cuda");
   const auto t1 = std::chrono::steady_clock::now();
 
@@ -141,7 +145,7 @@ double compare_model(const std::string& file, double bound, int decode_steps) {
   EXPECT_EQ(a.size(), 8u);
   EXPECT_EQ(b.size(), 12u);
   EXPECT_EQ(c.size(), 2u);
-  BlockPool& pool = model->kv_pool();
+  BlockAllocator pool(std::min(cpu.kv_blocks(), cuda->kv_blocks()), o.block_size);
   const std::vector<int32_t> table_a{pool.allocate()}, table_b{pool.allocate()}, table_c{pool.allocate()};
   const int32_t vocab = model->vocab();
 
@@ -160,7 +164,7 @@ double compare_model(const std::string& file, double bound, int decode_steps) {
       plan.seqs.push_back(SeqStep{next_b, static_cast<int32_t>(b.size()) + step - 1, &table_b, LogitsWanted::kLast});
     }
     const auto s0 = std::chrono::steady_clock::now();
-    model->forward(plan, cpu_logits);
+    cpu.forward(plan, cpu_logits);
     const auto s1 = std::chrono::steady_clock::now();
     cuda->forward(plan, cuda_logits);
     const auto s2 = std::chrono::steady_clock::now();
@@ -201,8 +205,8 @@ TEST(CudaForward, BlockMovesRoundTrip) {
   ModelOptions o;
   o.threads = 1;
   o.kv_cache_bytes = 1 << 24;
-  std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf", o);
-  std::unique_ptr<ForwardBackend> cuda = make_cuda_backend(*model);
+  std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*model, o);
   const size_t bytes = cuda->block_bytes();
   std::vector<std::byte> in(bytes), out(bytes), copied(bytes);
   for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<std::byte>(i * 131 % 251);

@@ -256,7 +256,7 @@ TEST(CudaOps, EmbeddingMatchesDequantize) {
 }
 
 // ---- kv_append ------------------------------------------------------------------------------
-// Host mirror of one cache layer, appended one token at a time the way BlockPool::append does.
+// Host mirror of one cache layer, appended one token at a time the way CpuKvStorage::append does.
 struct HostCache {
   cuda::KvStoreType dtype;
   int32_t blocks, n_kv_heads, d, bs;

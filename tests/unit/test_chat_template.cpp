@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/gguf.h"
 

@@ -3,15 +3,19 @@
 // (swap and recompute) leaves every output unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 
+#include "base/error.h"
+#include "engine/backend/backend.h"
 #include "engine/engine.h"
-#include "engine/error.h"
-#include "engine/generate.h"
+#include "engine/kv/block_allocator.h"
+#include "engine/kv/block_table.h"
 #include "engine/model.h"
 
 namespace fathom {
@@ -19,12 +23,42 @@ namespace {
 
 const std::string kModel = std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf";
 
-std::unique_ptr<Model> load(int64_t kv_bytes = 0) {
+struct Loaded {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+  const Model* operator->() const { return model.get(); }
+  const Model& operator*() const { return *model; }
+};
+
+Loaded load(int64_t kv_bytes = 0) {
   ModelOptions o;
   o.threads = 2;
   o.kv_cache_bytes = kv_bytes;
   o.block_size = 16;
-  return Model::load(kModel, o);
+  Loaded l{Model::load(kModel), nullptr};
+  l.backend = make_backend(*l.model, o);
+  return l;
+}
+
+// Greedy tokens straight through the backend (one prefill pass, then one pass per token): what
+// the engine must reproduce.
+std::vector<int32_t> direct_greedy(Loaded& l, const std::vector<int32_t>& prompt, int32_t n) {
+  BlockAllocator allocator(l.backend->kv_blocks(), l.backend->kv_layout().block_size);
+  BlockTable table(allocator);
+  std::vector<int32_t> tokens = prompt, out;
+  std::vector<float> logits;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t first = i == 0 ? 0 : static_cast<int32_t>(tokens.size()) - 1;
+    EXPECT_TRUE(table.reserve(static_cast<int32_t>(tokens.size())));
+    BatchPlan plan;
+    plan.seqs.push_back(SeqStep{std::span<const int32_t>(tokens).subspan(first), first, &table.blocks(), LogitsWanted::kLast});
+    l.backend->forward(plan, logits);
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (l->tokenizer().is_end_of_generation(next)) break;
+    tokens.push_back(next);
+    out.push_back(next);
+  }
+  return out;
 }
 
 struct Collected {
@@ -57,25 +91,22 @@ Request greedy(const Model& m, const std::string& prompt, int32_t max_tokens) {
 
 TEST(Engine, StreamMatchesBatchGeneration) {
   auto model = load();
-  GenerateRequest g;
-  g.prompt = model->tokenizer().encode("The three primary colors are");
-  g.sampling.temperature = 0;
-  g.max_tokens = 12;
-  const auto expected = generate(*model, {g})[0];
+  const std::vector<int32_t> prompt = model->tokenizer().encode("The three primary colors are");
+  const std::vector<int32_t> expected = direct_greedy(model, prompt, 12);
   MetricsRegistry metrics;
-  Engine engine(*model, SchedulerConfig{}, metrics);
+  Engine engine(*model, *model.backend, SchedulerConfig{}, metrics);
   auto handle = engine.submit(greedy(*model, "The three primary colors are", 12));
   const Collected c = collect(*handle);
-  EXPECT_EQ(c.tokens.at(0), expected.tokens);
-  EXPECT_EQ(c.text.at(0), model->tokenizer().decode(expected.tokens));
-  EXPECT_EQ(handle->usage().completion_tokens, static_cast<int32_t>(expected.tokens.size()));
-  EXPECT_EQ(handle->usage().prompt_tokens, static_cast<int32_t>(g.prompt.size()));
+  EXPECT_EQ(c.tokens.at(0), expected);
+  EXPECT_EQ(c.text.at(0), model->tokenizer().decode(expected));
+  EXPECT_EQ(handle->usage().completion_tokens, static_cast<int32_t>(expected.size()));
+  EXPECT_EQ(handle->usage().prompt_tokens, static_cast<int32_t>(prompt.size()));
 }
 
 TEST(Engine, ForksNChoicesFromOnePrefillAndStopsOnStrings) {
   auto model = load();
   MetricsRegistry metrics;
-  Engine engine(*model, SchedulerConfig{}, metrics);
+  Engine engine(*model, *model.backend, SchedulerConfig{}, metrics);
   Request r = greedy(*model, "Count: 1, 2, 3,", 24);
   r.n = 3;
   r.sampling.temperature = 1.0f;
@@ -101,7 +132,7 @@ TEST(Engine, ForksNChoicesFromOnePrefillAndStopsOnStrings) {
 TEST(Engine, CancelFreesBlocksAndPrefixCacheHits) {
   auto model = load();
   MetricsRegistry metrics;
-  Engine engine(*model, SchedulerConfig{}, metrics);
+  Engine engine(*model, *model.backend, SchedulerConfig{}, metrics);
   std::string long_prompt;
   for (int i = 0; i < 12; ++i) long_prompt += "The quick brown fox jumps over the lazy dog. ";
   auto h = engine.submit(greedy(*model, long_prompt, 200));
@@ -129,19 +160,19 @@ TEST(Engine, PreemptionBySwapAndRecomputeKeepsOutputs) {
   {
     auto model = load();
     MetricsRegistry metrics;
-    Engine engine(*model, SchedulerConfig{}, metrics);
+    Engine engine(*model, *model.backend, SchedulerConfig{}, metrics);
     for (const auto& p : prompts) alone.push_back(collect(*engine.submit(greedy(*model, p, 40))).tokens.at(0));
   }
   // 6 sequences of ~56 tokens need ~24 blocks; the device gets 10.
   auto model = load(0);
-  const int64_t block_bytes = static_cast<int64_t>(model->kv_pool().layout().block_bytes());
+  const int64_t block_bytes = static_cast<int64_t>(model.backend->block_bytes());
   model = load(block_bytes * 10);
-  ASSERT_EQ(model->kv_pool().num_blocks(), 10);
+  ASSERT_EQ(model.backend->kv_blocks(), 10);
   MetricsRegistry metrics;
   SchedulerConfig cfg;
   cfg.host_kv_bytes = block_bytes * 5;  // room for one swapped sequence; more preemptions recompute
   cfg.prefix_caching = false;
-  Engine engine(*model, cfg, metrics);
+  Engine engine(*model, *model.backend, cfg, metrics);
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (const auto& p : prompts) handles.push_back(engine.submit(greedy(*model, p, 40)));
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -159,7 +190,7 @@ TEST(Engine, PreemptionBySwapAndRecomputeKeepsOutputs) {
 TEST(Engine, RejectsInvalidRequests) {
   auto model = load();
   MetricsRegistry metrics;
-  Engine engine(*model, SchedulerConfig{}, metrics);
+  Engine engine(*model, *model.backend, SchedulerConfig{}, metrics);
   Request empty;
   EXPECT_THROW(engine.submit(empty), Error);
   Request too_long = greedy(*model, "hi", model->config().context_length);

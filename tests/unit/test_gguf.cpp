@@ -12,7 +12,7 @@
 #include <limits>
 #include <map>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model/gguf.h"
 
 namespace fathom {

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/generate.h"
+#include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
 #include "engine/model.h"
 
@@ -18,13 +20,20 @@ namespace {
 
 const std::string kModel = std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf";
 
-std::unique_ptr<Model> load(KvDtype dtype) {
+struct Loaded {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+};
+
+Loaded load(KvDtype dtype) {
   ModelOptions o;
   o.threads = 2;
   o.kv_dtype = dtype;
   o.precision = cpu::Precision::kF32;
   o.kv_cache_bytes = 64 << 20;
-  return Model::load(kModel, o);
+  Loaded l{Model::load(kModel), nullptr};
+  l.backend = make_backend(*l.model, o);
+  return l;
 }
 
 std::vector<int32_t> prompt(const Model& m) {
@@ -35,8 +44,9 @@ std::vector<int32_t> prompt(const Model& m) {
 }
 
 // All-position logits of `tokens` in one prefill.
-std::vector<float> logits_of(Model& m, const std::vector<int32_t>& tokens) {
-  BlockTable table(m.kv_pool());
+std::vector<float> logits_of(Backend& m, const std::vector<int32_t>& tokens) {
+  BlockAllocator allocator(m.kv_blocks(), m.kv_layout().block_size);
+  BlockTable table(allocator);
   EXPECT_TRUE(table.reserve(static_cast<int32_t>(tokens.size())));
   BatchPlan plan;
   plan.seqs.push_back(SeqStep{tokens, 0, &table.blocks(), LogitsWanted::kAll});
@@ -48,12 +58,12 @@ std::vector<float> logits_of(Model& m, const std::vector<int32_t>& tokens) {
 TEST(KvInt8Model, LogitsStayCloseToTheF32Cache) {
   auto f32 = load(KvDtype::kF32);
   auto i8 = load(KvDtype::kI8);
-  const std::vector<int32_t> tokens = prompt(*f32);
-  const std::vector<float> a = logits_of(*f32, tokens), b = logits_of(*i8, tokens);
+  const std::vector<int32_t> tokens = prompt(*f32.model);
+  const std::vector<float> a = logits_of(*f32.backend, tokens), b = logits_of(*i8.backend, tokens);
   ASSERT_EQ(a.size(), b.size());
   double err = 0, ref = 0;
   int32_t same_argmax = 0;
-  const int32_t V = f32->vocab(), T = static_cast<int32_t>(tokens.size());
+  const int32_t V = f32.model->vocab(), T = static_cast<int32_t>(tokens.size());
   for (int32_t t = 0; t < T; ++t) {
     int32_t am = 0, bm = 0;
     for (int32_t v = 0; v < V; ++v) {
@@ -75,15 +85,15 @@ TEST(KvInt8Model, LogitsStayCloseToTheF32Cache) {
 TEST(KvInt8Model, LoosestPoliciesEqualDense) {
   auto m = load(KvDtype::kI8);
   GenerateRequest r;
-  r.prompt = prompt(*m);
+  r.prompt = prompt(*m.model);
   r.sampling.temperature = 0;
   r.max_tokens = 12;
   r.stop_at_end_of_generation = false;
-  const std::vector<int32_t> dense = generate(*m, {r})[0].tokens;
+  const std::vector<int32_t> dense = generate(*m.model, *m.backend, {r})[0].tokens;
   for (PolicyKind k : {PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa}) {
     r.attention.kind = k;
     r.attention.kv_read_ratio = 1.0;
-    EXPECT_EQ(generate(*m, {r})[0].tokens, dense) << policy_name(k);
+    EXPECT_EQ(generate(*m.model, *m.backend, {r})[0].tokens, dense) << policy_name(k);
   }
 }
 

@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace fathom {
 namespace {

@@ -1,24 +1,25 @@
-// The CUDA forward backend (contract: engine/backend/cuda_backend.h). Host code that drives the
-// launchers of kernels/cuda; the same source builds with nvcc (fathom_cuda_backend) and with
-// the host compiler through kernels/cuda/emu (tests/kernel/test_cuda_forward.cpp).
+// The CUDA backend (contract: engine/backend/cuda/cuda_backend.h): the forward ops of
+// engine/forward_ops.h as launchers of kernels/cuda, over device weights, activations and KV.
+// The same source builds with nvcc (fathom_cuda_backend) and with the host compiler through
+// kernels/cuda/emu (tests/kernel/test_cuda_forward.cpp).
 //
-// Per forward pass, T = tokens in the plan, every step one launch over all T rows:
-//   embedding_lookup -> per layer: rms_norm, Q/K/V matmuls (+ add_bias), QK-norm (rms_norm over
-//   head_dim rows), rope (angle cache indexed by absolute position, global and local tables),
-//   kv_append (all sequences at once), paged_decode_attention per sequence, output matmul
-//   (+ post norm), add_inplace; rms_norm, gate/up matmuls, glu, down matmul (+ post norm),
-//   add_inplace -> gather the wanted rows, rms_norm, output matmul, one copy to the host.
-#include "engine/backend/cuda_backend.h"
+// Per op, T = tokens in the plan, one launch over all T rows: embedding_lookup, rms_norm,
+// quant_gemv / dequantize + gemm_f16, add_bias, rope (angle cache indexed by absolute position,
+// global and local tables), kv_append (all sequences at once), paged_decode_attention per
+// sequence, glu, add_inplace; logits: gather the wanted rows, rms_norm, output matmul, one copy
+// to the host.
+#include "engine/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "engine/attention/decode_attention.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/model.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -108,22 +109,47 @@ constexpr int64_t kGemvRows = 4;
 constexpr int64_t kGemvMaxRows = 16;
 constexpr int64_t kDequantChunk = int64_t{16} << 20;
 
-class CudaBackend final : public ForwardBackend {
+// Device bytes of one block in one layer for K (or V), INT8 row parameters included.
+inline size_t cuda_plane_bytes(const KvLayout& l) { return l.kv_plane_bytes() + l.rows_plane_bytes(); }
+
+inline KvLayout cuda_layout(const Model& model, const ModelOptions& o) {
+  const ModelConfig& c = model.config();
+  return KvLayout{c.n_layers, c.n_kv_heads, c.head_dim, o.block_size, o.kv_dtype, /*transposed_k=*/false};
+}
+
+class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(Model& model);
+  CudaBackend(const Model& model, const ModelOptions& options);
   ~CudaBackend() override { cuda::gemm_destroy(gemm_); }
 
   std::string name() const override { return "cuda"; }
-  void forward(const BatchPlan& plan, std::vector<float>& logits) override;
-  std::array<int64_t, kPolicyKinds> take_kv_read_bytes() override {
-    const std::array<int64_t, kPolicyKinds> out = kv_read_bytes_;
-    kv_read_bytes_.fill(0);
-    return out;
+  bool implements(PolicyKind kind) const override { return kind == PolicyKind::kDense; }
+  bool implements_groups() const override { return false; }
+  size_t block_bytes() const override { return 2 * cuda_plane_bytes(kv_layout()) * static_cast<size_t>(config_.n_layers); }
+
+ protected:
+  void copy_block_impl(int32_t src, int32_t dst) override;
+  void read_block_impl(int32_t block, std::byte* dst) override;
+  void write_block_impl(int32_t block, const std::byte* src) override;
+
+  void begin_pass(const BatchPlan& plan) override;
+  void rms_norm(Act in, Act out, int32_t layer, LayerVector w, int64_t rows, int32_t width) override;
+  void matmul(int32_t layer, std::span<const MatmulOut> outs, Act in) override;
+  void add_bias(Act x, int32_t layer, LayerVector bias) override;
+  void rope(int32_t layer) override;
+  void append_kv(int32_t layer) override;
+  void attend_dense(int32_t layer, int32_t seq, int32_t window) override;
+  int64_t attend_sparse(int32_t, int32_t, const AttentionPolicy& policy, LayerPolicyState&) override {
+    FATHOM_CHECK(false, "the cuda backend implements no sparse policy: " + policy.name());
+    return 0;
   }
-  size_t block_bytes() const override { return 2 * plane_bytes() * static_cast<size_t>(config_.n_layers); }
-  void copy_block(int32_t src, int32_t dst) override;
-  void read_block(int32_t block, std::byte* dst) override;
-  void write_block(int32_t block, const std::byte* src) override;
+  int64_t attend_group(int32_t, const AttentionGroup&) override {
+    FATHOM_CHECK(false, "the cuda backend implements no bifurcated groups");
+    return 0;
+  }
+  void glu(Activation act) override;
+  void add(Act x, Act y) override;
+  void logits(std::span<const int64_t> rows, std::vector<float>& logits) override;
 
  private:
   DevMatrix upload_matrix(const WeightMatrix& w);
@@ -132,17 +158,15 @@ class CudaBackend final : public ForwardBackend {
     if (!v.empty()) d.upload(v);
     return d;
   }
-  // Bytes of one block of one layer for K (or V), row parameters included.
-  size_t kv_elems() const { return static_cast<size_t>(block_size_) * config_.n_kv_heads * config_.head_dim; }
+  size_t kv_elems() const { return kv_layout().block_elems(); }
   size_t rows_count() const { return static_cast<size_t>(block_size_) * config_.n_kv_heads; }
-  size_t plane_bytes() const {
-    return kv_elems() * kv_dtype_bytes(kv_dtype_) + (kv_dtype_ == KvDtype::kI8 ? rows_count() * sizeof(KvInt8Row) : 0);
-  }
+  float* act(Act a) { return acts_[static_cast<int>(a)].get(); }
+  int64_t width(Act a) const;
+  const float* vector(int32_t layer, LayerVector v) const;
+  const DevMatrix& matrix(int32_t layer, LayerMatrix m) const;
   PagedKvView kv_view(int32_t layer, const int32_t* device_table) const;
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
-  void attention_layer(const BatchPlan& plan, int32_t il);
-  void mlp_layer(int32_t il);
 
   ModelConfig config_;
   KvDtype kv_dtype_;
@@ -155,19 +179,20 @@ class CudaBackend final : public ForwardBackend {
   DeviceArray<float> output_norm_;
   std::vector<DevLayer> layers_;
   DeviceArray<int32_t> row_ids_;  // 0, 1, ..., max rows of a quantized matrix (dequantization ids)
-  std::array<int64_t, kPolicyKinds> kv_read_bytes_{};
 
   // RoPE angle caches, row p = cpu::rope_table at position p: [rope_rows_][rope_dim / 2].
   int32_t rope_rows_ = 0;
   DeviceArray<float> rope_cos_, rope_sin_, rope_cos_local_, rope_sin_local_;
 
   // The current pass (T tokens, S sequences).
+  const BatchPlan* plan_ = nullptr;
   int64_t T_ = 0;
+  std::vector<int64_t> first_;            // plan.seqs[i] owns rows [first_[i], first_[i] + n)
   DeviceArray<int32_t> ids_, positions_;  // (T)
   DeviceArray<int32_t> seq_start_;        // (S + 1) token CSR
   DeviceArray<int32_t> tables_;           // (S, table_stride_) block tables, padded with 0
   int32_t table_stride_ = 0;
-  DeviceArray<float> x_, xn_, q_, k_, v_, attn_, proj_, gate_, up_;  // (T, dim|q_dim|kv_dim|ffn_dim)
+  std::array<DeviceArray<float>, 9> acts_;  // indexed by Act, (T, width(Act))
   DeviceArray<float> attn_workspace_;
   DeviceArray<__half> act16_;        // (T, max in-features): the GEMM's f16 activations
   DeviceArray<float> w32_;           // (kDequantChunk): a dequantized chunk of W, f32 ...
@@ -175,11 +200,14 @@ class CudaBackend final : public ForwardBackend {
   DeviceArray<float> picked_, logits_;  // (rows, dim) (rows, vocab)
 };
 
-CudaBackend::CudaBackend(Model& model)
-    : config_(model.config()),
-      kv_dtype_(model.options().kv_dtype),
-      block_size_(model.kv_pool().layout().block_size),
-      num_blocks_(model.kv_pool().num_blocks()) {
+CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
+    : Backend(model, cuda_layout(model, options),
+              kv_blocks_for_budget(model, options,
+                                   2 * cuda_plane_bytes(cuda_layout(model, options)) * model.config().n_layers)),
+      config_(model.config()),
+      kv_dtype_(options.kv_dtype),
+      block_size_(options.block_size),
+      num_blocks_(kv_blocks()) {
   const ModelConfig& c = config_;
   if (c.head_dim > 256) throw Error("--backend cuda: head_dim " + std::to_string(c.head_dim) + " > 256 is not supported");
   FATHOM_CUDA_BACKEND_OK(cuda::gemm_create(&gemm_));
@@ -221,6 +249,53 @@ CudaBackend::CudaBackend(Model& model)
   std::vector<int32_t> ids(static_cast<size_t>(max_rows));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
   row_ids_.upload(ids);
+}
+
+int64_t CudaBackend::width(Act a) const {
+  const ModelConfig& c = config_;
+  switch (a) {
+    case Act::kX:
+    case Act::kXn:
+    case Act::kProj: return c.dim;
+    case Act::kQ:
+    case Act::kAttn: return c.q_dim();
+    case Act::kK:
+    case Act::kV: return c.kv_dim();
+    case Act::kGate:
+    case Act::kUp: return c.ffn_dim;
+  }
+  return 0;
+}
+
+const float* CudaBackend::vector(int32_t layer, LayerVector v) const {
+  const DevLayer& D = layers_[layer];
+  switch (v) {
+    case LayerVector::kAttnNorm: return D.attn_norm.get();
+    case LayerVector::kFfnNorm: return D.ffn_norm.get();
+    case LayerVector::kQNorm: return D.q_norm.get();
+    case LayerVector::kKNorm: return D.k_norm.get();
+    case LayerVector::kPostAttnNorm: return D.post_attn_norm.get();
+    case LayerVector::kPostFfnNorm: return D.post_ffn_norm.get();
+    case LayerVector::kBq: return D.bq.get();
+    case LayerVector::kBk: return D.bk.get();
+    case LayerVector::kBv: return D.bv.get();
+  }
+  return nullptr;
+}
+
+const DevMatrix& CudaBackend::matrix(int32_t layer, LayerMatrix m) const {
+  const DevLayer& D = layers_[layer];
+  switch (m) {
+    case LayerMatrix::kWq: return D.wq;
+    case LayerMatrix::kWk: return D.wk;
+    case LayerMatrix::kWv: return D.wv;
+    case LayerMatrix::kWo: return D.wo;
+    case LayerMatrix::kGate: return D.w_gate;
+    case LayerMatrix::kUp: return D.w_up;
+    case LayerMatrix::kDown: return D.w_down;
+  }
+  FATHOM_CHECK(false, "unknown layer matrix");
+  return D.wq;
 }
 
 DevMatrix CudaBackend::upload_matrix(const WeightMatrix& w) {
@@ -271,7 +346,7 @@ void CudaBackend::ensure_rope_rows(int32_t rows) {
   std::vector<int32_t> pos(n);
   for (int32_t i = 0; i < n; ++i) pos[i] = i;
   std::vector<float> cos_t(static_cast<size_t>(n) * half), sin_t(cos_t.size());
-  // The same tables as Model::forward: the first global layer's config, then the first local one.
+  // The same tables as the CPU backend: the first global layer's config, then the first local one.
   const auto global = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return !l.sliding; });
   const auto local = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return l.sliding; });
   const LayerConfig& g = global != c.layers.end() ? *global : c.layers.front();
@@ -319,20 +394,19 @@ void CudaBackend::matmul(const DevMatrix& w, const float* x, int64_t m, float* y
   }
 }
 
-void CudaBackend::forward(const BatchPlan& plan, std::vector<float>& logits) {
+void CudaBackend::begin_pass(const BatchPlan& plan) {
   const ModelConfig& c = config_;
+  plan_ = &plan;
   int64_t T = 0;
   int32_t max_pos = 0;
   size_t stride = 1;
+  first_.clear();
   for (const SeqStep& s : plan.seqs) {
-    FATHOM_CHECK(s.blocks != nullptr);
-    FATHOM_CHECK(static_cast<int64_t>(s.blocks->size()) * block_size_ >= s.pos0 + static_cast<int64_t>(s.tokens.size()),
-                 "block table too short");
+    first_.push_back(T);
     T += static_cast<int64_t>(s.tokens.size());
     stride = std::max(stride, s.blocks->size());
     if (!s.tokens.empty()) max_pos = std::max(max_pos, s.pos0 + static_cast<int32_t>(s.tokens.size()) - 1);
   }
-  if (T == 0) return;
   T_ = T;
 
   // The batch on the device: token ids, absolute positions, token CSR, padded block tables.
@@ -359,75 +433,39 @@ void CudaBackend::forward(const BatchPlan& plan, std::vector<float>& logits) {
   tables_.upload(tables);
   table_stride_ = static_cast<int32_t>(stride);
   ensure_rope_rows(max_pos + 1);
-
-  const auto sized = [T](DeviceArray<float>& a, int64_t width) { a.reserve(static_cast<size_t>(T * width)); };
-  sized(x_, c.dim);
-  sized(xn_, c.dim);
-  sized(q_, c.q_dim());
-  sized(k_, c.kv_dim());
-  sized(v_, c.kv_dim());
-  sized(attn_, c.q_dim());
-  sized(proj_, c.dim);
-  sized(gate_, c.ffn_dim);
-  sized(up_, c.ffn_dim);
-
+  for (int a = 0; a < static_cast<int>(acts_.size()); ++a)
+    acts_[a].reserve(static_cast<size_t>(T * width(static_cast<Act>(a))));
   FATHOM_CUDA_BACKEND_OK(cuda::embedding_lookup(token_embd_.data, token_embd_.type, token_embd_.rows, c.dim,
-                                                ids_.get(), T, c.embed_scale, x_.get(), stream_));
-  for (int32_t il = 0; il < c.n_layers; ++il) {
-    attention_layer(plan, il);
-    mlp_layer(il);
-  }
-
-  // Final norm and output projection, only for the rows whose logits are wanted.
-  const int64_t rows = plan.logits_rows();
-  picked_.reserve(static_cast<size_t>(rows * c.dim));
-  int64_t t = 0, r = 0;
-  for (const SeqStep& s : plan.seqs) {
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    const int64_t first = s.logits == LogitsWanted::kAll ? 0 : s.logits == LogitsWanted::kLast ? n - 1 : n;
-    if (n > first)
-      FATHOM_CUDA_BACKEND_OK(cudaMemcpy(picked_.get() + r * c.dim, x_.get() + (t + first) * c.dim,
-                                        (n - first) * c.dim * sizeof(float), cudaMemcpyDeviceToDevice));
-    r += std::max<int64_t>(0, n - first);
-    t += n;
-  }
-  const int64_t vocab = output_.rows;
-  logits.resize(static_cast<size_t>(rows * vocab));
-  if (rows == 0) return;
-  FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(picked_.get(), output_norm_.get(), picked_.get(), rows, c.dim, c.rms_eps, stream_));
-  logits_.reserve(static_cast<size_t>(rows * vocab));
-  matmul(output_, picked_.get(), rows, logits_.get());
-  FATHOM_CUDA_BACKEND_OK(
-      cudaMemcpy(logits.data(), logits_.get(), logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
+                                                ids_.get(), T, c.embed_scale, act(Act::kX), stream_));
 }
 
-void CudaBackend::attention_layer(const BatchPlan& plan, int32_t il) {
+void CudaBackend::rms_norm(Act in, Act out, int32_t layer, LayerVector w, int64_t rows, int32_t width) {
+  FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(act(in), vector(layer, w), act(out), rows, width, config_.rms_eps, stream_));
+}
+
+void CudaBackend::matmul(int32_t layer, std::span<const MatmulOut> outs, Act in) {
+  for (const MatmulOut& o : outs) matmul(matrix(layer, o.w), act(in), T_, act(o.out));
+}
+
+void CudaBackend::add_bias(Act x, int32_t layer, LayerVector bias) {
+  const float* b = vector(layer, bias);
+  if (b != nullptr) FATHOM_CUDA_BACKEND_OK(cuda::add_bias(act(x), b, T_, width(x), stream_));
+}
+
+void CudaBackend::rope(int32_t layer) {
   const ModelConfig& c = config_;
-  const LayerConfig& lc = c.layers[il];
-  DevLayer& D = layers_[il];
-  const int64_t T = T_;
-
-  FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(x_.get(), D.attn_norm.get(), xn_.get(), T, c.dim, c.rms_eps, stream_));
-  matmul(D.wq, xn_.get(), T, q_.get());
-  matmul(D.wk, xn_.get(), T, k_.get());
-  matmul(D.wv, xn_.get(), T, v_.get());
-  if (D.bq.get() != nullptr) FATHOM_CUDA_BACKEND_OK(cuda::add_bias(q_.get(), D.bq.get(), T, c.q_dim(), stream_));
-  if (D.bk.get() != nullptr) FATHOM_CUDA_BACKEND_OK(cuda::add_bias(k_.get(), D.bk.get(), T, c.kv_dim(), stream_));
-  if (D.bv.get() != nullptr) FATHOM_CUDA_BACKEND_OK(cuda::add_bias(v_.get(), D.bv.get(), T, c.kv_dim(), stream_));
-  if (c.qk_norm) {
-    FATHOM_CUDA_BACKEND_OK(
-        cuda::rms_norm(q_.get(), D.q_norm.get(), q_.get(), T * c.n_heads, c.head_dim, c.rms_eps, stream_));
-    FATHOM_CUDA_BACKEND_OK(
-        cuda::rms_norm(k_.get(), D.k_norm.get(), k_.get(), T * c.n_kv_heads, c.head_dim, c.rms_eps, stream_));
-  }
-  const float* cos_t = lc.sliding ? rope_cos_local_.get() : rope_cos_.get();
-  const float* sin_t = lc.sliding ? rope_sin_local_.get() : rope_sin_.get();
-  FATHOM_CUDA_BACKEND_OK(cuda::rope(q_.get(), positions_.get(), T, c.q_dim(), c.n_heads, c.head_dim, c.rope_dim,
+  const bool sliding = c.layers[layer].sliding;
+  const float* cos_t = sliding ? rope_cos_local_.get() : rope_cos_.get();
+  const float* sin_t = sliding ? rope_sin_local_.get() : rope_sin_.get();
+  FATHOM_CUDA_BACKEND_OK(cuda::rope(act(Act::kQ), positions_.get(), T_, c.q_dim(), c.n_heads, c.head_dim, c.rope_dim,
                                     c.rope_neox, cos_t, sin_t, stream_));
-  FATHOM_CUDA_BACKEND_OK(cuda::rope(k_.get(), positions_.get(), T, c.kv_dim(), c.n_kv_heads, c.head_dim, c.rope_dim,
-                                    c.rope_neox, cos_t, sin_t, stream_));
+  FATHOM_CUDA_BACKEND_OK(cuda::rope(act(Act::kK), positions_.get(), T_, c.kv_dim(), c.n_kv_heads, c.head_dim,
+                                    c.rope_dim, c.rope_neox, cos_t, sin_t, stream_));
+}
 
-  // Append every token's K/V, then dense attention per sequence (decode token or prefill chunk).
+void CudaBackend::append_kv(int32_t layer) {
+  const ModelConfig& c = config_;
+  DevLayer& D = layers_[layer];
   cuda::KvCacheLayer cache;
   cache.k = D.k.get();
   cache.v = D.v.get();
@@ -438,64 +476,68 @@ void CudaBackend::attention_layer(const BatchPlan& plan, int32_t il) {
   cache.n_kv_heads = c.n_kv_heads;
   cache.head_dim = c.head_dim;
   cuda::KvAppendBatch batch;
-  batch.k = k_.get();
-  batch.v = v_.get();
+  batch.k = act(Act::kK);
+  batch.v = act(Act::kV);
   batch.k_token_stride = c.kv_dim();
   batch.v_token_stride = c.kv_dim();
   batch.positions = positions_.get();
   batch.seq_token_start = seq_start_.get();
   batch.block_tables = tables_.get();
   batch.table_stride = table_stride_;
-  batch.n_tokens = static_cast<int32_t>(T);
-  batch.n_seqs = static_cast<int32_t>(plan.seqs.size());
+  batch.n_tokens = static_cast<int32_t>(T_);
+  batch.n_seqs = static_cast<int32_t>(plan_->seqs.size());
   FATHOM_CUDA_BACKEND_OK(cuda::kv_append(cache, batch, stream_));
-
-  int64_t t = 0;
-  for (size_t si = 0; si < plan.seqs.size(); ++si) {
-    const SeqStep& s = plan.seqs[si];
-    const int32_t n = static_cast<int32_t>(s.tokens.size());
-    if (n == 0) continue;
-    const PagedKvView view = kv_view(il, tables_.get() + si * table_stride_);
-    AttentionArgs args;
-    args.q = q_.get() + t * c.q_dim();
-    args.out = attn_.get() + t * c.q_dim();
-    args.n_q = n;
-    args.n_heads = c.n_heads;
-    args.pos0 = s.pos0;
-    args.window = lc.window;
-    args.scale = c.attn_scale;
-    const cuda::DecodeAttentionPlan ap = cuda::plan_paged_decode_attention(view, args);
-    if (ap.workspace_floats > 0) attn_workspace_.reserve(ap.workspace_floats);
-    FATHOM_CUDA_BACKEND_OK(cuda::paged_decode_attention(view, args, ap, attn_workspace_.get(), stream_));
-    if (n == 1 && s.policy != nullptr) {
-      const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
-      kv_read_bytes_[static_cast<int>(s.policy->kind)] += dense_kv_bytes(view, keys);
-    }
-    t += n;
-  }
-
-  matmul(D.wo, attn_.get(), T, proj_.get());
-  if (c.post_norms)
-    FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(proj_.get(), D.post_attn_norm.get(), proj_.get(), T, c.dim, c.rms_eps, stream_));
-  FATHOM_CUDA_BACKEND_OK(cuda::add_inplace(x_.get(), proj_.get(), T * c.dim, stream_));
 }
 
-void CudaBackend::mlp_layer(int32_t il) {
+void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   const ModelConfig& c = config_;
-  DevLayer& D = layers_[il];
-  const int64_t T = T_;
-  FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(x_.get(), D.ffn_norm.get(), xn_.get(), T, c.dim, c.rms_eps, stream_));
-  matmul(D.w_gate, xn_.get(), T, gate_.get());
-  matmul(D.w_up, xn_.get(), T, up_.get());
-  const cuda::GluKind kind = c.activation == Activation::kSilu ? cuda::GluKind::kSwiGlu : cuda::GluKind::kGeGluTanh;
-  FATHOM_CUDA_BACKEND_OK(cuda::glu(kind, gate_.get(), up_.get(), gate_.get(), T * c.ffn_dim, stream_));
-  matmul(D.w_down, gate_.get(), T, proj_.get());
-  if (c.post_norms)
-    FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(proj_.get(), D.post_ffn_norm.get(), proj_.get(), T, c.dim, c.rms_eps, stream_));
-  FATHOM_CUDA_BACKEND_OK(cuda::add_inplace(x_.get(), proj_.get(), T * c.dim, stream_));
+  const SeqStep& s = plan_->seqs[seq];
+  const PagedKvView view = kv_view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
+  AttentionArgs args;
+  args.q = act(Act::kQ) + first_[seq] * c.q_dim();
+  args.out = act(Act::kAttn) + first_[seq] * c.q_dim();
+  args.n_q = static_cast<int32_t>(s.tokens.size());
+  args.n_heads = c.n_heads;
+  args.pos0 = s.pos0;
+  args.window = window;
+  args.scale = c.attn_scale;
+  const cuda::DecodeAttentionPlan ap = cuda::plan_paged_decode_attention(view, args);
+  if (ap.workspace_floats > 0) attn_workspace_.reserve(ap.workspace_floats);
+  FATHOM_CUDA_BACKEND_OK(cuda::paged_decode_attention(view, args, ap, attn_workspace_.get(), stream_));
 }
 
-void CudaBackend::copy_block(int32_t src, int32_t dst) {
+void CudaBackend::glu(Activation a) {
+  const cuda::GluKind kind = a == Activation::kSilu ? cuda::GluKind::kSwiGlu : cuda::GluKind::kGeGluTanh;
+  FATHOM_CUDA_BACKEND_OK(
+      cuda::glu(kind, act(Act::kGate), act(Act::kUp), act(Act::kGate), T_ * config_.ffn_dim, stream_));
+}
+
+void CudaBackend::add(Act x, Act y) {
+  FATHOM_CUDA_BACKEND_OK(cuda::add_inplace(act(x), act(y), T_ * width(x), stream_));
+}
+
+void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out) {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t vocab = output_.rows;
+  out.resize(static_cast<size_t>(n * vocab));
+  if (n == 0) return;
+  picked_.reserve(static_cast<size_t>(n * c.dim));
+  // Runs of consecutive rows move in one copy.
+  for (int64_t i = 0; i < n;) {
+    int64_t j = i + 1;
+    while (j < n && rows[j] == rows[j - 1] + 1) ++j;
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(picked_.get() + i * c.dim, act(Act::kX) + rows[i] * c.dim,
+                                      (j - i) * c.dim * sizeof(float), cudaMemcpyDeviceToDevice));
+    i = j;
+  }
+  FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(picked_.get(), output_norm_.get(), picked_.get(), n, c.dim, c.rms_eps, stream_));
+  logits_.reserve(static_cast<size_t>(n * vocab));
+  matmul(output_, picked_.get(), n, logits_.get());
+  FATHOM_CUDA_BACKEND_OK(cudaMemcpy(out.data(), logits_.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+void CudaBackend::copy_block_impl(int32_t src, int32_t dst) {
   FATHOM_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, "block id out of range");
   const size_t kv = kv_elems() * kv_dtype_bytes(kv_dtype_), rows = rows_count();
   for (DevLayer& D : layers_) {
@@ -510,7 +552,7 @@ void CudaBackend::copy_block(int32_t src, int32_t dst) {
 }
 
 // Host layout of one block: per layer K, V, then (INT8) K and V row parameters.
-void CudaBackend::read_block(int32_t block, std::byte* dst) {
+void CudaBackend::read_block_impl(int32_t block, std::byte* dst) {
   FATHOM_CHECK(block >= 0 && block < num_blocks_, "block id out of range");
   const size_t kv = kv_elems() * kv_dtype_bytes(kv_dtype_), rows = rows_count() * sizeof(KvInt8Row);
   for (DevLayer& D : layers_) {
@@ -524,7 +566,7 @@ void CudaBackend::read_block(int32_t block, std::byte* dst) {
   }
 }
 
-void CudaBackend::write_block(int32_t block, const std::byte* src) {
+void CudaBackend::write_block_impl(int32_t block, const std::byte* src) {
   FATHOM_CHECK(block >= 0 && block < num_blocks_, "block id out of range");
   const size_t kv = kv_elems() * kv_dtype_bytes(kv_dtype_), rows = rows_count() * sizeof(KvInt8Row);
   for (DevLayer& D : layers_) {
@@ -540,7 +582,7 @@ void CudaBackend::write_block(int32_t block, const std::byte* src) {
 
 }  // namespace cuda_backend_detail
 
-std::unique_ptr<ForwardBackend> make_cuda_backend(Model& model) {
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const ModelOptions& options) {
 #ifndef FATHOM_CUDA_EMULATION
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
@@ -548,7 +590,7 @@ std::unique_ptr<ForwardBackend> make_cuda_backend(Model& model) {
     throw Error(std::string("--backend cuda: no CUDA device is visible (cudaGetDeviceCount: ") +
                 (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
 #endif
-  return std::make_unique<cuda_backend_detail::CudaBackend>(model);
+  return std::make_unique<cuda_backend_detail::CudaBackend>(model, options);
 }
 
 }  // namespace fathom

@@ -1,4 +1,5 @@
-// BlockPool reference counting and BlockTable growth/release.
+// The KV page table (BlockAllocator reference counting, BlockTable growth/release) and the CPU
+// backend's KV storage (planes, append, whole-block moves).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +8,8 @@
 #include <set>
 #include <vector>
 
-#include "engine/kv/block_pool.h"
+#include "engine/backend/cpu/kv_storage.h"
+#include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
 #include "kernels/cpu/huge_buffer.h"
 #include "kernels/ref/attention_state.h"
@@ -17,8 +19,8 @@ namespace {
 
 KvLayout small_layout(KvDtype dtype = KvDtype::kF16) { return KvLayout{2, 3, 8, 4, dtype}; }
 
-TEST(BlockPool, AllocatesEveryBlockOnceThenRunsOut) {
-  BlockPool pool(small_layout(), 5);
+TEST(BlockAllocator, AllocatesEveryBlockOnceThenRunsOut) {
+  BlockAllocator pool(5, 4);
   std::set<int32_t> seen;
   for (int i = 0; i < 5; ++i) {
     const int32_t b = pool.allocate();
@@ -29,8 +31,8 @@ TEST(BlockPool, AllocatesEveryBlockOnceThenRunsOut) {
   EXPECT_EQ(pool.free_blocks(), 0);
 }
 
-TEST(BlockPool, SharedBlockIsFreedByTheLastRelease) {
-  BlockPool pool(small_layout(), 2);
+TEST(BlockAllocator, SharedBlockIsFreedByTheLastRelease) {
+  BlockAllocator pool(2, 4);
   const int32_t b = pool.allocate();
   pool.retain(b);
   EXPECT_EQ(pool.ref_count(b), 2);
@@ -41,9 +43,9 @@ TEST(BlockPool, SharedBlockIsFreedByTheLastRelease) {
   EXPECT_THROW(pool.release(b), std::logic_error);
 }
 
-TEST(BlockPool, TilesOfDifferentBlocksLayersAndHeadsDoNotOverlap) {
+TEST(CpuKvStorage, TilesOfDifferentBlocksLayersAndHeadsDoNotOverlap) {
   const KvLayout layout = small_layout(KvDtype::kF32);
-  BlockPool pool(layout, 3);
+  CpuKvStorage pool(layout, 3);
   const size_t tile_bytes = layout.tile_elems() * 4;
   std::set<const void*> starts;
   for (int32_t l = 0; l < layout.n_layers; ++l)
@@ -62,11 +64,11 @@ TEST(BlockPool, TilesOfDifferentBlocksLayersAndHeadsDoNotOverlap) {
 // Appends the rows of one sequence and checks every plane through the view a kernel gets: the
 // stored K/V (f32, f16, INT8 within its step), K^T == K, the running V sums across blocks, and
 // that a swap (read_block / write_block) and a copy-on-write (copy_block) carry every plane.
-TEST(BlockPool, AppendFillsEveryPlaneAndBlocksMoveWhole) {
+TEST(CpuKvStorage, AppendFillsEveryPlaneAndBlocksMoveWhole) {
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
     KvLayout layout = small_layout(dtype);  // 2 layers, 3 kv heads, d 8, block 4
     layout.transposed_k = true;
-    BlockPool pool(layout, 6);
+    CpuKvStorage pool(layout, 6);
     const std::vector<int32_t> table = {4, 1, 3};  // 10 positions over three blocks
     std::vector<float> k(3 * 8), v(3 * 8), sum(3 * 8, 0.0f);
     std::vector<std::vector<float>> ks, vs;
@@ -111,6 +113,7 @@ TEST(BlockPool, AppendFillsEveryPlaneAndBlocksMoveWhole) {
     pool.read_block(1, bytes.data());
     pool.write_block(5, bytes.data());
     pool.copy_block(3, 0);
+    EXPECT_THROW(pool.copy_block(3, 6), std::logic_error) << "block ids are checked";
     const std::vector<int32_t> moved = {4, 5, 0};
     for (int32_t layer = 0; layer < 2; ++layer) {
       const PagedKvView a = pool.view(layer, table.data()), b = pool.view(layer, moved.data());
@@ -155,7 +158,7 @@ TEST(HugePageBuffer, IsZeroedAlignedWritableAndMovable) {
 }
 
 TEST(BlockTable, GrowsByBlocksAndReleasesOnDestruction) {
-  BlockPool pool(small_layout(), 4);  // block_size 4
+  BlockAllocator pool(4, 4);  // block_size 4
   {
     BlockTable table(pool);
     EXPECT_TRUE(table.reserve(1));

@@ -4,7 +4,7 @@
 
 namespace fathom {
 
-// Element type of the paged KV cache (kernels read it in place; engine/kv owns the storage).
+// Element type of the paged KV cache (kernels read it in place; the backend owns the storage).
 //   kI8: asymmetric per-row INT8 (ALISA): one row = one token of one kv head (head_dim values),
 //        x ≈ scale·x_q + min with x_q ∈ [0, 255]; the (scale, min) pairs live beside the tiles
 //        (PagedKvView::k_rows / v_rows).

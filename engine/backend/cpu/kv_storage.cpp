@@ -1,20 +1,13 @@
-#include "engine/kv/block_pool.h"
+#include "engine/backend/cpu/kv_storage.h"
 
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cpu/ops.h"
 
 namespace fathom {
 
-KvDtype parse_kv_dtype(const std::string& name) {
-  if (name == "f32") return KvDtype::kF32;
-  if (name == "f16") return KvDtype::kF16;
-  if (name == "int8") return KvDtype::kI8;
-  throw Error("unknown KV cache dtype '" + name + "' (expected f32, f16 or int8)");
-}
-
-size_t BlockPool::plane_bytes(Plane p) const {
+size_t CpuKvStorage::plane_bytes(Plane p) const {
   switch (p) {
     case kK:
     case kV: return layout_.kv_plane_bytes();
@@ -27,37 +20,21 @@ size_t BlockPool::plane_bytes(Plane p) const {
   return 0;
 }
 
-BlockPool::BlockPool(const KvLayout& layout, int32_t num_blocks) : layout_(layout), num_blocks_(num_blocks) {
+CpuKvStorage::CpuKvStorage(const KvLayout& layout, int32_t num_blocks) : layout_(layout), num_blocks_(num_blocks) {
   FATHOM_CHECK(num_blocks > 0 && layout.block_size > 0);
   for (int p = 0; p < kPlanes; ++p) {
     const size_t bytes = plane_bytes(static_cast<Plane>(p)) * static_cast<size_t>(num_blocks);
     if (bytes > 0)
       for (int32_t l = 0; l < layout.n_layers; ++l) planes_[p].emplace_back(bytes);
   }
-  refs_.assign(num_blocks, 0);
-  free_.reserve(num_blocks);
-  for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
 
-int32_t BlockPool::allocate() {
-  if (free_.empty()) return -1;
-  const int32_t b = free_.back();
-  free_.pop_back();
-  refs_[b] = 1;
-  return b;
+void CpuKvStorage::check_block(int32_t block) const {
+  FATHOM_CHECK(block >= 0 && block < num_blocks_, "block id out of range");
 }
 
-void BlockPool::retain(int32_t block) {
-  FATHOM_CHECK(refs_.at(block) > 0, "retain of a free block");
-  ++refs_[block];
-}
-
-void BlockPool::release(int32_t block) {
-  FATHOM_CHECK(refs_.at(block) > 0, "release of a free block");
-  if (--refs_[block] == 0) free_.push_back(block);
-}
-
-void BlockPool::read_block(int32_t block, std::byte* dst) const {
+void CpuKvStorage::read_block(int32_t block, std::byte* dst) const {
+  check_block(block);
   for (int32_t l = 0; l < layout_.n_layers; ++l)
     for (int p = 0; p < kPlanes; ++p) {
       const size_t n = plane_bytes(static_cast<Plane>(p));
@@ -67,7 +44,8 @@ void BlockPool::read_block(int32_t block, std::byte* dst) const {
     }
 }
 
-void BlockPool::write_block(int32_t block, const std::byte* src) {
+void CpuKvStorage::write_block(int32_t block, const std::byte* src) {
+  check_block(block);
   for (int32_t l = 0; l < layout_.n_layers; ++l)
     for (int p = 0; p < kPlanes; ++p) {
       const size_t n = plane_bytes(static_cast<Plane>(p));
@@ -77,7 +55,9 @@ void BlockPool::write_block(int32_t block, const std::byte* src) {
     }
 }
 
-void BlockPool::copy_block(int32_t src, int32_t dst) {
+void CpuKvStorage::copy_block(int32_t src, int32_t dst) {
+  check_block(src);
+  check_block(dst);
   for (int32_t l = 0; l < layout_.n_layers; ++l)
     for (int p = 0; p < kPlanes; ++p) {
       const size_t n = plane_bytes(static_cast<Plane>(p));
@@ -85,15 +65,15 @@ void BlockPool::copy_block(int32_t src, int32_t dst) {
     }
 }
 
-void* BlockPool::k_tile(int32_t layer, int32_t block, int32_t head) {
+void* CpuKvStorage::k_tile(int32_t layer, int32_t block, int32_t head) {
   return at(kK, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
 }
 
-void* BlockPool::v_tile(int32_t layer, int32_t block, int32_t head) {
+void* CpuKvStorage::v_tile(int32_t layer, int32_t block, int32_t head) {
   return at(kV, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
 }
 
-void BlockPool::append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v) {
+void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v) {
   const KvLayout& L = layout_;
   const int32_t bs = L.block_size, d = L.head_dim, slot = pos % bs, block = table[pos / bs];
   const size_t elem = kv_dtype_bytes(L.dtype);
@@ -124,7 +104,7 @@ void BlockPool::append(int32_t layer, const int32_t* table, int32_t pos, const f
   }
 }
 
-PagedKvView BlockPool::view(int32_t layer, const int32_t* table) const {
+PagedKvView CpuKvStorage::view(int32_t layer, const int32_t* table) const {
   PagedKvView kv{at(kK, layer, 0), at(kV, layer, 0), layout_.dtype, table, layout_.block_size, layout_.n_kv_heads,
                  layout_.head_dim};
   if (layout_.dtype == KvDtype::kI8) {

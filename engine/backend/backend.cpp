@@ -1,0 +1,85 @@
+#include "engine/backend/backend.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "base/error.h"
+#include "base/failpoints.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/model.h"
+
+namespace fathom {
+
+Backend::Backend(const Model& model, const KvLayout& layout, int32_t num_blocks)
+    : model_(model), kv_layout_(layout), kv_blocks_(num_blocks) {
+  FATHOM_CHECK(num_blocks >= 1);
+}
+
+Backend::~Backend() = default;
+
+void Backend::check_policy(const AttentionPolicy& policy) const {
+  if (implements(policy.kind)) return;
+  std::string available;
+  for (int k = 0; k < kPolicyKinds; ++k)
+    if (implements(static_cast<PolicyKind>(k))) {
+      if (!available.empty()) available += ", ";
+      available += policy_name(static_cast<PolicyKind>(k));
+    }
+  throw Error("attention policy '" + policy.name() + "' is not implemented by the " + name() + " backend (available: " +
+              available + ")");
+}
+
+void Backend::copy_block(int32_t src, int32_t dst) {
+  failpoints::hit("kv_copy");
+  copy_block_impl(src, dst);
+}
+
+void Backend::read_block(int32_t block, std::byte* dst) {
+  failpoints::hit("kv_copy");
+  read_block_impl(block, dst);
+}
+
+void Backend::write_block(int32_t block, const std::byte* src) {
+  failpoints::hit("kv_copy");
+  write_block_impl(block, src);
+}
+
+void Backend::forward(const BatchPlan& plan, std::vector<float>& logits) {
+  run_forward(model_.config(), kv_layout_, *this, plan, logits, kv_read_);
+}
+
+KvReadBytes Backend::take_kv_read_bytes() {
+  const KvReadBytes out = kv_read_;
+  kv_read_.fill(0);
+  return out;
+}
+
+int32_t kv_blocks_for_budget(const Model& model, const ModelOptions& options, size_t block_bytes) {
+  if (options.block_size <= 0 || options.block_size > 1024)
+    throw Error("kv block size must be in [1, 1024], got " + std::to_string(options.block_size));
+  int64_t bytes = options.kv_cache_bytes;
+  if (bytes <= 0) bytes = static_cast<int64_t>(block_bytes) * (model.config().context_length / options.block_size + 64);
+  const int64_t blocks = bytes / static_cast<int64_t>(block_bytes);
+  if (blocks < 1) throw Error("kv cache budget of " + std::to_string(bytes) + " bytes holds no block");
+  return static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
+}
+
+namespace {
+BackendFactory& cuda_factory() {
+  static BackendFactory factory;
+  return factory;
+}
+}  // namespace
+
+void register_cuda_backend(BackendFactory factory) { cuda_factory() = std::move(factory); }
+
+std::unique_ptr<Backend> make_backend(const Model& model, const ModelOptions& options) {
+  if (options.backend == "cpu") return std::make_unique<CpuBackend>(model, options);
+  if (options.backend == "cuda") {
+    if (!cuda_factory()) throw Error("--backend cuda: this build has no CUDA backend (nvcc was not found at build time)");
+    return cuda_factory()(model, options);
+  }
+  throw Error("unknown backend '" + options.backend + "' (expected cpu or cuda)");
+}
+
+}  // namespace fathom

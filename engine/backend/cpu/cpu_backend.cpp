@@ -1,0 +1,256 @@
+#include "engine/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "base/error.h"
+#include "engine/backend/cpu/cpu_policies.h"
+#include "engine/model.h"
+#include "engine/model/gguf.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/sparse_attention.h"
+
+namespace fathom {
+namespace {
+
+KvLayout layout_for(const Model& model, const ModelOptions& o) {
+  const ModelConfig& c = model.config();
+  return KvLayout{c.n_layers, c.n_kv_heads, c.head_dim, o.block_size, o.kv_dtype, o.kv_transposed_k};
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const Model& model, const ModelOptions& options)
+    : Backend(model, layout_for(model, options),
+              kv_blocks_for_budget(model, options, layout_for(model, options).block_bytes())),
+      options_(options),
+      weights_(model.weights()) {
+  kv_ = std::make_unique<CpuKvStorage>(kv_layout(), kv_blocks());
+  const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  threads_ = std::make_unique<ThreadPool>(threads);
+  if (options.pack_weights && options.precision == cpu::Precision::kQ8) {
+    weights_.pack_for_cpu();
+    // The mapped bytes of a packed matrix are no longer read (packing read them all in): give the
+    // pages back. A tied embedding too: its rows fault back in one page per looked-up token.
+    std::as_const(weights_).for_each_matrix([&](const WeightMatrix& w) {
+      if (w.packed) model.file().release_pages(w.data, w.bytes());
+    });
+  }
+}
+
+CpuBackend::~CpuBackend() = default;
+
+bool CpuBackend::implements(PolicyKind kind) const { return cpu_implements(kind); }
+
+int64_t CpuBackend::width(Act a) const {
+  const ModelConfig& c = model_.config();
+  switch (a) {
+    case Act::kX:
+    case Act::kXn:
+    case Act::kProj: return c.dim;
+    case Act::kQ:
+    case Act::kAttn: return c.q_dim();
+    case Act::kK:
+    case Act::kV: return c.kv_dim();
+    case Act::kGate:
+    case Act::kUp: return c.ffn_dim;
+  }
+  return 0;
+}
+
+const std::vector<float>& CpuBackend::vector(int32_t layer, LayerVector v) const {
+  const LayerWeights& L = weights_.layers[layer];
+  switch (v) {
+    case LayerVector::kAttnNorm: return L.attn_norm;
+    case LayerVector::kFfnNorm: return L.ffn_norm;
+    case LayerVector::kQNorm: return L.q_norm;
+    case LayerVector::kKNorm: return L.k_norm;
+    case LayerVector::kPostAttnNorm: return L.post_attn_norm;
+    case LayerVector::kPostFfnNorm: return L.post_ffn_norm;
+    case LayerVector::kBq: return L.bq;
+    case LayerVector::kBk: return L.bk;
+    case LayerVector::kBv: return L.bv;
+  }
+  FATHOM_CHECK(false, "unknown layer vector");
+  return L.attn_norm;
+}
+
+const WeightMatrix& CpuBackend::matrix(int32_t layer, LayerMatrix m) const {
+  const LayerWeights& L = weights_.layers[layer];
+  switch (m) {
+    case LayerMatrix::kWq: return L.wq;
+    case LayerMatrix::kWk: return L.wk;
+    case LayerMatrix::kWv: return L.wv;
+    case LayerMatrix::kWo: return L.wo;
+    case LayerMatrix::kGate: return L.w_gate;
+    case LayerMatrix::kUp: return L.w_up;
+    case LayerMatrix::kDown: return L.w_down;
+  }
+  FATHOM_CHECK(false, "unknown layer matrix");
+  return L.wq;
+}
+
+void CpuBackend::begin_pass(const BatchPlan& plan) {
+  const ModelConfig& c = model_.config();
+  plan_ = &plan;
+  first_.clear();
+  positions_.clear();
+  for (const SeqStep& s : plan.seqs) {
+    first_.push_back(static_cast<int64_t>(positions_.size()));
+    for (size_t i = 0; i < s.tokens.size(); ++i) positions_.push_back(s.pos0 + static_cast<int32_t>(i));
+  }
+  const int64_t T = static_cast<int64_t>(positions_.size());
+  for (int a = 0; a < static_cast<int>(acts_.size()); ++a) acts_[a].resize(T * width(static_cast<Act>(a)));
+
+  // Embedding lookup (quantized rows dequantized on the fly), gemma scales by sqrt(dim).
+  float* x = act(Act::kX);
+  int64_t t = 0;
+  for (const SeqStep& s : plan.seqs)
+    for (const int32_t id : s.tokens) {
+      FATHOM_CHECK(id >= 0 && id < weights_.token_embd.rows, "token id out of range");
+      cpu::dequantize_row(weights_.token_embd.type, weights_.token_embd.data, c.dim, id, &x[t++ * c.dim]);
+    }
+  if (c.embed_scale != 1.0f) cpu::scale_inplace(x, c.embed_scale, T * c.dim);
+
+  // RoPE tables: one per distinct (base, scale) — llama has one, gemma3 two (local / global).
+  const int32_t half = c.rope_dim / 2;
+  const auto global = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return !l.sliding; });
+  const LayerConfig& g = global != c.layers.end() ? *global : c.layers.front();
+  rope_cos_.resize(T * half);
+  rope_sin_.resize(T * half);
+  cpu::rope_table(positions_.data(), T, c.rope_dim, g.rope_base, g.rope_scale, rope_cos_.data(), rope_sin_.data());
+  const auto local = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return l.sliding; });
+  if (local != c.layers.end()) {
+    rope_cos_local_.resize(T * half);
+    rope_sin_local_.resize(T * half);
+    cpu::rope_table(positions_.data(), T, c.rope_dim, local->rope_base, local->rope_scale, rope_cos_local_.data(),
+                    rope_sin_local_.data());
+  }
+}
+
+void CpuBackend::rms_norm(Act in, Act out, int32_t layer, LayerVector w, int64_t rows, int32_t width) {
+  cpu::rms_norm(act(in), vector(layer, w).data(), act(out), rows, width, model_.config().rms_eps);
+}
+
+void CpuBackend::matmul(int32_t layer, std::span<const MatmulOut> outs, Act in) {
+  const int64_t T = static_cast<int64_t>(positions_.size());
+  if (outs.size() == 1) {
+    const WeightMatrix& w = matrix(layer, outs[0].w);
+    cpu::matmul(*threads_, w.type, w.data, w.rows, w.cols, act(in), T, act(outs[0].out), options_.precision,
+                w.packed.get());
+    return;
+  }
+  // Matrices that share their input run as one pool job (the input is quantized once).
+  std::array<cpu::MatmulTarget, 3> targets{};
+  FATHOM_CHECK(outs.size() <= targets.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const WeightMatrix& w = matrix(layer, outs[i].w);
+    targets[i] = cpu::MatmulTarget{w.type, w.data, w.rows, act(outs[i].out), w.packed.get()};
+  }
+  cpu::matmul_group(*threads_, targets.data(), static_cast<int>(outs.size()), matrix(layer, outs[0].w).cols, act(in), T,
+                    options_.precision);
+}
+
+void CpuBackend::add_bias(Act x, int32_t layer, LayerVector bias) {
+  const std::vector<float>& b = vector(layer, bias);
+  if (b.empty()) return;
+  const int64_t n = width(x), T = static_cast<int64_t>(positions_.size());
+  for (int64_t r = 0; r < T; ++r) cpu::add_inplace(act(x) + r * n, b.data(), n);
+}
+
+void CpuBackend::rope(int32_t layer) {
+  const ModelConfig& c = model_.config();
+  const bool sliding = c.layers[layer].sliding;
+  const float* cos_t = sliding ? rope_cos_local_.data() : rope_cos_.data();
+  const float* sin_t = sliding ? rope_sin_local_.data() : rope_sin_.data();
+  const int64_t T = static_cast<int64_t>(positions_.size());
+  cpu::rope_apply(act(Act::kQ), T, c.n_heads, c.head_dim, c.rope_dim, c.rope_neox, cos_t, sin_t);
+  cpu::rope_apply(act(Act::kK), T, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_neox, cos_t, sin_t);
+}
+
+void CpuBackend::append_kv(int32_t layer) {
+  const int64_t kv_dim = model_.config().kv_dim();
+  const float* k = act(Act::kK);
+  const float* v = act(Act::kV);
+  int64_t t = 0;
+  for (const SeqStep& s : plan_->seqs)
+    for (size_t i = 0; i < s.tokens.size(); ++i, ++t)
+      kv_->append(layer, s.blocks->data(), s.pos0 + static_cast<int32_t>(i), k + t * kv_dim, v + t * kv_dim);
+}
+
+DecodeArgs CpuBackend::decode_args(int32_t seq) {
+  const ModelConfig& c = model_.config();
+  const int64_t row = first_[seq] * c.q_dim();
+  return DecodeArgs{act(Act::kQ) + row, act(Act::kAttn) + row, c.n_heads, plan_->seqs[seq].pos0, c.attn_scale};
+}
+
+void CpuBackend::observe(int32_t layer, int32_t seq, const PagedKvView& view) {
+  if (observer_ && plan_->seqs[seq].tokens.size() == 1)
+    observer_(layer, model_.config().layers[layer].sliding, view, decode_args(seq));
+}
+
+void CpuBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
+  const ModelConfig& c = model_.config();
+  const SeqStep& s = plan_->seqs[seq];
+  const PagedKvView view = kv_->view(layer, s.blocks->data());
+  observe(layer, seq, view);
+  const int64_t row = first_[seq] * c.q_dim();
+  const AttentionArgs args{act(Act::kQ) + row, act(Act::kAttn) + row, static_cast<int32_t>(s.tokens.size()),
+                           c.n_heads, s.pos0, window, c.attn_scale};
+  cpu::paged_attention(*threads_, view, args);
+}
+
+int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
+  const PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
+  observe(layer, seq, view);
+  return cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
+}
+
+int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {
+  const int32_t n = static_cast<int32_t>(g.members.size());
+  std::vector<PagedKvView> views(n);
+  std::vector<DecodeArgs> args(n);
+  std::vector<int32_t> local(plan_->seqs.size(), -1);
+  for (int32_t j = 0; j < n; ++j) {
+    local[g.members[j]] = j;
+    views[j] = kv_->view(layer, plan_->seqs[g.members[j]].blocks->data());
+    args[j] = decode_args(g.members[j]);
+  }
+  std::vector<ref::SharedSegment> segments;
+  for (const SharedSpan& span : g.segments) {
+    ref::SharedSegment seg{&views[local[span.members[0]]], span.begin, span.end, {}};
+    for (int32_t m : span.members) seg.members.push_back(local[m]);
+    segments.push_back(std::move(seg));
+  }
+  return cpu::bifurcated_decode(*threads_, segments, views.data(), args.data(), n);
+}
+
+void CpuBackend::glu(Activation a) {
+  const int64_t n = static_cast<int64_t>(positions_.size()) * model_.config().ffn_dim;
+  if (a == Activation::kSilu)
+    cpu::silu_mul(act(Act::kGate), act(Act::kUp), n);
+  else
+    cpu::gelu_tanh_mul(act(Act::kGate), act(Act::kUp), n);
+}
+
+void CpuBackend::add(Act x, Act y) {
+  cpu::add_inplace(act(x), act(y), static_cast<int64_t>(positions_.size()) * width(x));
+}
+
+void CpuBackend::logits(std::span<const int64_t> rows, std::vector<float>& out) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = static_cast<int64_t>(rows.size());
+  picked_.resize(n * c.dim);
+  const float* x = act(Act::kX);
+  for (int64_t i = 0; i < n; ++i) std::copy_n(x + rows[i] * c.dim, c.dim, &picked_[i * c.dim]);
+  cpu::rms_norm(picked_.data(), weights_.output_norm.data(), picked_.data(), n, c.dim, c.rms_eps);
+  const WeightMatrix& w = weights_.output;
+  out.resize(n * w.rows);
+  if (n == 0) return;
+  cpu::matmul(*threads_, w.type, w.data, w.rows, w.cols, picked_.data(), n, out.data(), options_.precision,
+              w.packed.get());
+}
+
+}  // namespace fathom

@@ -1,0 +1,82 @@
+#pragma once
+// The CPU backend: weights read in place from the mapping (or repacked into 16-row panels for the
+// AVX-512 VNNI kernels), KV storage in host memory, a thread pool, and the forward ops over
+// kernels/cpu (AVX-512 / AVX2 / portable, chosen at run time). Implements every policy and
+// bifurcated groups.
+#include <array>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/kv_storage.h"
+#include "engine/model/weights.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace fathom {
+
+class CpuBackend final : public Backend {
+ public:
+  // Throws fathom::Error for bad KV options (block size, a budget that holds no block).
+  CpuBackend(const Model& model, const ModelOptions& options);
+  ~CpuBackend() override;
+
+  std::string name() const override { return "cpu"; }
+  bool implements(PolicyKind kind) const override;
+  bool implements_groups() const override { return true; }
+  size_t block_bytes() const override { return kv_->layout().block_bytes(); }
+
+  // Direct access for tests and bench/ tools (the engine goes through Backend only).
+  CpuKvStorage& kv_storage() { return *kv_; }
+  ThreadPool& threads() { return *threads_; }
+
+  // Analysis hook (bench/ tools, not the server): called for every one-token step of every
+  // layer that is not in a bifurcated group, after its K/V were appended and before attention
+  // runs, with the view and the query.
+  using AttentionObserver = std::function<void(int32_t layer, bool sliding, const PagedKvView& kv, const DecodeArgs& q)>;
+  void set_attention_observer(AttentionObserver observer) { observer_ = std::move(observer); }
+
+ protected:
+  void copy_block_impl(int32_t src, int32_t dst) override { kv_->copy_block(src, dst); }
+  void read_block_impl(int32_t block, std::byte* dst) override { kv_->read_block(block, dst); }
+  void write_block_impl(int32_t block, const std::byte* src) override { kv_->write_block(block, src); }
+
+  void begin_pass(const BatchPlan& plan) override;
+  void rms_norm(Act in, Act out, int32_t layer, LayerVector w, int64_t rows, int32_t width) override;
+  void matmul(int32_t layer, std::span<const MatmulOut> outs, Act in) override;
+  void add_bias(Act x, int32_t layer, LayerVector bias) override;
+  void rope(int32_t layer) override;
+  void append_kv(int32_t layer) override;
+  void attend_dense(int32_t layer, int32_t seq, int32_t window) override;
+  int64_t attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) override;
+  int64_t attend_group(int32_t layer, const AttentionGroup& group) override;
+  void glu(Activation act) override;
+  void add(Act x, Act y) override;
+  void logits(std::span<const int64_t> rows, std::vector<float>& logits) override;
+
+ private:
+  float* act(Act a) { return acts_[static_cast<int>(a)].data(); }
+  int64_t width(Act a) const;
+  const std::vector<float>& vector(int32_t layer, LayerVector v) const;
+  const WeightMatrix& matrix(int32_t layer, LayerMatrix m) const;
+  DecodeArgs decode_args(int32_t seq);
+  void observe(int32_t layer, int32_t seq, const PagedKvView& view);
+
+  ModelOptions options_;
+  ModelWeights weights_;  // the model's views; quantized matrices repacked when options_.pack_weights
+  std::unique_ptr<ThreadPool> threads_;
+  std::unique_ptr<CpuKvStorage> kv_;
+  AttentionObserver observer_;
+
+  // The current pass: T tokens, plan.seqs[i] owns rows [first_[i], first_[i] + n).
+  const BatchPlan* plan_ = nullptr;
+  std::vector<int64_t> first_;
+  std::vector<int32_t> positions_;                   // (T)
+  std::array<std::vector<float>, 9> acts_;           // indexed by Act, (T, width(Act))
+  std::vector<float> rope_cos_, rope_sin_;           // (T, rope_dim/2), global layers' RoPE
+  std::vector<float> rope_cos_local_, rope_sin_local_;  // sliding layers' (gemma3)
+  std::vector<float> picked_;                        // (rows, dim) rows whose logits are wanted
+};
+
+}  // namespace fathom

@@ -1,0 +1,68 @@
+#include "engine/backend/cpu/cpu_policies.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu/sparse_attention.h"
+
+namespace fathom {
+namespace {
+
+int64_t hip_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
+                 LayerPolicyState& st) {
+  ref::HipBytes bytes;
+  if (st.hip_age < 0 || st.hip_age + 1 >= p.hip_refresh) {  // refresh: estimate at this position
+    st.hip_params = resolve_hip(p, args.pos + 1);
+    cpu::hip_estimate_mask(pool, kv, args, st.hip_params, &st.hip_mask, &bytes);
+    st.hip_age = 0;
+  } else {
+    ++st.hip_age;
+  }
+  cpu::hip_sparse_decode(pool, kv, args, st.hip_params, st.hip_mask, &bytes);
+  return bytes.total();
+}
+
+// ALISA keeps the tokens with the largest attention mass "summed over the last k steps"; an
+// exponential decay with horizon k (the local window) stands in for the exact sliding sum, which
+// would need k past weight vectors. The first step has no history: it attends densely (ratio 1)
+// to seed the mass.
+int64_t swa_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
+                 LayerPolicyState& st) {
+  const int32_t S = args.pos + 1;
+  const bool seeded = !st.swa_mass.empty();
+  st.swa_mass.resize(S, 0.0f);
+  ref::SwaParams params = resolve_swa(p);
+  if (!seeded) params.ratio = 1.0f;
+  std::vector<float> weights(S, 0.0f);
+  const cpu::SwaResult r = cpu::swa_decode(pool, kv, args, params, st.swa_mass.data(), weights.data());
+  const float keep = 1.0f - 1.0f / static_cast<float>(std::max(1, r.k_local));
+  for (int32_t t = 0; t < S; ++t) st.swa_mass[t] = st.swa_mass[t] * keep + weights[t];
+  return r.kv_bytes;
+}
+
+}  // namespace
+
+bool cpu_implements(PolicyKind kind) {
+  switch (kind) {
+    case PolicyKind::kDense:
+    case PolicyKind::kSparq:
+    case PolicyKind::kHip:
+    case PolicyKind::kSwa: return true;
+  }
+  return false;
+}
+
+int64_t cpu_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
+                          LayerPolicyState& state) {
+  switch (p.kind) {
+    case PolicyKind::kSparq: return cpu::sparq_decode(pool, kv, args, resolve_sparq(p, args.pos + 1, kv.head_dim)).kv_bytes;
+    case PolicyKind::kHip: return hip_step(pool, kv, args, p, state);
+    case PolicyKind::kSwa: return swa_step(pool, kv, args, p, state);
+    case PolicyKind::kDense: break;
+  }
+  FATHOM_CHECK(false, "dense is not a sparse policy");
+  return 0;
+}
+
+}  // namespace fathom

@@ -1,0 +1,56 @@
+#pragma once
+// The CPU backend's KV storage: num_blocks blocks of the KvLayout's planes in host memory (2 MiB
+// pages where the kernel gives them), addressed by the BlockAllocator's block ids. It knows
+// nothing of reference counts: the page table decides which ids are live.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/kv/kv_layout.h"
+#include "kernels/cpu/huge_buffer.h"
+#include "kernels/paged_kv.h"
+
+namespace fathom {
+
+class CpuKvStorage {
+ public:
+  CpuKvStorage(const KvLayout& layout, int32_t num_blocks);
+
+  const KvLayout& layout() const { return layout_; }
+  int32_t num_blocks() const { return num_blocks_; }
+
+  // Start of the [block_size][head_dim] tile of (layer, block, kv head).
+  void* k_tile(int32_t layer, int32_t block, int32_t head);
+  void* v_tile(int32_t layer, int32_t block, int32_t head);
+  // Whole-block copies across every layer and plane: layout().block_bytes() bytes.
+  // Used to swap a block to the host tier and back, and for copy-on-write of a shared block.
+  void read_block(int32_t block, std::byte* dst) const;
+  void write_block(int32_t block, const std::byte* src);
+  void copy_block(int32_t src, int32_t dst);
+
+  // Appends one token's K and V rows (f32, [n_kv_heads][head_dim] each) of `layer` at
+  // position `pos` of the sequence with block table `table`: stores them as the layout's dtype,
+  // fills the transposed-K slot and carries the running V sum (from the previous block's sum
+  // when `pos` opens a block). Positions of a sequence must be appended in order.
+  void append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v);
+
+  // The view an attention kernel reads for `layer` of the sequence with block table `table`.
+  PagedKvView view(int32_t layer, const int32_t* table) const;
+
+ private:
+  enum Plane { kK, kV, kKt, kKRows, kVRows, kVSum, kPlanes };
+  size_t plane_bytes(Plane p) const;
+  std::byte* at(Plane p, int32_t layer, int32_t block) {
+    return planes_[p][layer].data() + plane_bytes(p) * static_cast<size_t>(block);
+  }
+  const std::byte* at(Plane p, int32_t layer, int32_t block) const {
+    return planes_[p][layer].data() + plane_bytes(p) * static_cast<size_t>(block);
+  }
+  void check_block(int32_t block) const;
+
+  KvLayout layout_;
+  int32_t num_blocks_;
+  std::vector<HugePageBuffer> planes_[kPlanes];  // [plane][layer], empty when absent
+};
+
+}  // namespace fathom

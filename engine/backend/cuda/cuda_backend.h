@@ -1,0 +1,33 @@
+#pragma once
+// The CUDA backend (engine/backend/cuda/cuda_backend.cu): the model's weights, activations and
+// paged KV on the device, and the forward ops (engine/forward_ops.h) as CUDA kernels; the layer
+// schedule is the shared one (engine/forward.cpp).
+//
+// Weights: Q8_0 / Q4_K / Q6_K matrices are uploaded as stored and read by quant_gemv for
+// decode-sized batches (<= 16 rows, in launches of up to 4); larger batches (prefill)
+// dequantize row chunks to f16 on the device (embedding_lookup + convert) and run gemm_f16
+// (cuBLAS under nvcc). Every other format (F32, F16, BF16, Q4_0, Q4_1, Q5_0, ...) has no CUDA
+// GEMV: it is dequantized to f16 once at load and always goes through gemm_f16 (activations
+// converted to f16 per matmul, f32 accumulation). Norm weights and biases stay f32.
+// Attention: dense (paged_decode_attention for decode tokens and prefill chunks alike, a causal
+// key range per query). Policies registered: dense only, no bifurcated groups yet — a request for
+// sparq, hip or swa is rejected at validation (Backend::check_policy), and the scheduler forms no
+// groups. KV: K and V (f32 / f16 / INT8 with row parameters), without the transposed K and V sums.
+//
+// Built two ways from the same source: with nvcc into the fathom_cuda_backend library (CMake
+// target, compile definition FATHOM_HAS_CUDA_BACKEND=1 on its users), and with the host compiler
+// through kernels/cuda/emu in tests/kernel/test_cuda_forward.cpp.
+#include <memory>
+
+#include "engine/backend/backend.h"
+
+namespace fathom {
+
+// Uploads `model`'s weights and allocates device KV for the budget in `options` (its own block
+// size in bytes: see block_bytes()). The model must outlive the backend. Throws fathom::Error:
+// "--backend cuda: no CUDA device is visible (cudaGetDeviceCount: ...)" without a GPU, or a
+// one-line reason for an unsupported model or a failed allocation. Under the emulator (tests)
+// the device is always there.
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const ModelOptions& options);
+
+}  // namespace fathom

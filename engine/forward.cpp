@@ -1,0 +1,107 @@
+#include "engine/forward.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/failpoints.h"
+
+namespace fathom {
+namespace {
+
+// Attention of every sequence of the plan on layer `il` (queries in kQ, keys already appended):
+// bifurcated groups first (global layers only: a sliding window cuts the shared prefix
+// differently per member), then each remaining sequence through its policy or densely.
+void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan, int32_t il,
+               KvReadBytes& kv_read) {
+  const LayerConfig& lc = c.layers[il];
+  std::vector<char> grouped(plan.seqs.size(), 0);
+  if (!lc.sliding)
+    for (const AttentionGroup& g : plan.groups) {
+      kv_read[static_cast<int>(PolicyKind::kDense)] += ops.attend_group(il, g);
+      for (int32_t m : g.members) grouped[m] = 1;
+    }
+  for (size_t si = 0; si < plan.seqs.size(); ++si) {
+    const SeqStep& s = plan.seqs[si];
+    if (grouped[si] || s.tokens.empty()) continue;
+    const int32_t seq = static_cast<int32_t>(si);
+    const bool decode = s.tokens.size() == 1 && s.policy != nullptr;
+    if (decode && layer_uses_policy(*s.policy, il, lc.sliding) && !selects_every_key(*s.policy, s.pos0 + 1, c.head_dim)) {
+      kv_read[static_cast<int>(s.policy->kind)] += ops.attend_sparse(il, seq, *s.policy, s.policy_state->layers[il]);
+      continue;
+    }
+    ops.attend_dense(il, seq, lc.window);
+    if (decode) {
+      const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
+      kv_read[static_cast<int>(s.policy->kind)] += dense_kv_bytes(kv, keys);
+    }
+  }
+}
+
+void attention_block(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan, int64_t T,
+                     int32_t il, KvReadBytes& kv_read) {
+  ops.rms_norm(Act::kX, Act::kXn, il, LayerVector::kAttnNorm, T, c.dim);
+  const MatmulOut qkv[] = {{LayerMatrix::kWq, Act::kQ}, {LayerMatrix::kWk, Act::kK}, {LayerMatrix::kWv, Act::kV}};
+  ops.matmul(il, qkv, Act::kXn);
+  ops.add_bias(Act::kQ, il, LayerVector::kBq);  // no-ops without biases (only Qwen2-style models have them)
+  ops.add_bias(Act::kK, il, LayerVector::kBk);
+  ops.add_bias(Act::kV, il, LayerVector::kBv);
+  if (c.qk_norm) {
+    ops.rms_norm(Act::kQ, Act::kQ, il, LayerVector::kQNorm, T * c.n_heads, c.head_dim);
+    ops.rms_norm(Act::kK, Act::kK, il, LayerVector::kKNorm, T * c.n_kv_heads, c.head_dim);
+  }
+  ops.rope(il);
+  ops.append_kv(il);
+  attention(c, kv, ops, plan, il, kv_read);
+  const MatmulOut out[] = {{LayerMatrix::kWo, Act::kProj}};
+  ops.matmul(il, out, Act::kAttn);
+  if (c.post_norms) ops.rms_norm(Act::kProj, Act::kProj, il, LayerVector::kPostAttnNorm, T, c.dim);
+  ops.add(Act::kX, Act::kProj);
+}
+
+void mlp_block(const ModelConfig& c, ForwardOps& ops, int64_t T, int32_t il) {
+  ops.rms_norm(Act::kX, Act::kXn, il, LayerVector::kFfnNorm, T, c.dim);
+  const MatmulOut gate_up[] = {{LayerMatrix::kGate, Act::kGate}, {LayerMatrix::kUp, Act::kUp}};
+  ops.matmul(il, gate_up, Act::kXn);
+  ops.glu(c.activation);
+  const MatmulOut down[] = {{LayerMatrix::kDown, Act::kProj}};
+  ops.matmul(il, down, Act::kGate);
+  if (c.post_norms) ops.rms_norm(Act::kProj, Act::kProj, il, LayerVector::kPostFfnNorm, T, c.dim);
+  ops.add(Act::kX, Act::kProj);
+}
+
+}  // namespace
+
+void run_forward(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan,
+                 std::vector<float>& logits, KvReadBytes& kv_read) {
+  failpoints::hit("forward");
+  int64_t T = 0;
+  for (const SeqStep& s : plan.seqs) {
+    FATHOM_CHECK(s.blocks != nullptr);
+    FATHOM_CHECK(static_cast<int64_t>(s.blocks->size()) * kv.block_size >= s.pos0 + static_cast<int64_t>(s.tokens.size()),
+                 "block table too short");
+    FATHOM_CHECK(s.policy == nullptr || s.policy_state != nullptr, "a policy step needs its state");
+    T += static_cast<int64_t>(s.tokens.size());
+  }
+  logits.clear();
+  if (T == 0) return;
+  for (const SeqStep& s : plan.seqs)
+    if (s.policy_state != nullptr) s.policy_state->layers.resize(c.n_layers);
+
+  ops.begin_pass(plan);
+  for (int32_t il = 0; il < c.n_layers; ++il) {
+    attention_block(c, kv, ops, plan, T, il, kv_read);
+    mlp_block(c, ops, T, il);
+  }
+  // Only the rows whose logits are wanted go through the final norm and the output projection.
+  std::vector<int64_t> rows;
+  int64_t t = 0;
+  for (const SeqStep& s : plan.seqs) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    const int64_t first = s.logits == LogitsWanted::kAll ? 0 : s.logits == LogitsWanted::kLast ? n - 1 : n;
+    for (int64_t i = std::max<int64_t>(first, 0); i < n; ++i) rows.push_back(t + i);
+    t += n;
+  }
+  ops.logits(rows, logits);
+}
+
+}  // namespace fathom

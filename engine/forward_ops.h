@@ -1,0 +1,69 @@
+#pragma once
+// The operations the transformer's layer schedule (engine/forward.cpp) is written in. A backend
+// (engine/backend/*) implements them over its own weights, activations and KV storage, in host
+// or device memory; which op runs when, for every architecture, is decided once, in run_forward.
+//
+// Activations of one pass, T = tokens in the plan, rows in plan order (sequence by sequence):
+//   kX, kXn, kProj: (T, dim)     residual stream, its normalised copy, a sublayer's output
+//   kQ, kAttn:      (T, q_dim)   queries, attention output
+//   kK, kV:         (T, kv_dim)  the new tokens' keys and values (before they enter the cache)
+//   kGate, kUp:     (T, ffn_dim) the gated MLP's two projections
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/attention/decode_attention.h"
+#include "engine/batch_plan.h"
+#include "engine/model/model_config.h"
+
+namespace fathom {
+
+enum class Act { kX, kXn, kQ, kK, kV, kAttn, kProj, kGate, kUp };
+// Per-layer vectors of ModelWeights' LayerWeights (f32): norm weights and biases.
+enum class LayerVector { kAttnNorm, kFfnNorm, kQNorm, kKNorm, kPostAttnNorm, kPostFfnNorm, kBq, kBk, kBv };
+// Per-layer matrices, y = x · Wᵀ.
+enum class LayerMatrix { kWq, kWk, kWv, kWo, kGate, kUp, kDown };
+
+struct MatmulOut {
+  LayerMatrix w;
+  Act out;
+};
+
+class ForwardOps {
+ public:
+  virtual ~ForwardOps() = default;
+
+  // Starts a pass over `plan` (T >= 1 tokens; every block table covers its tokens): sizes the
+  // activations, takes the token ids, absolute positions and block tables, and writes every
+  // token's embedding times config.embed_scale to kX.
+  virtual void begin_pass(const BatchPlan& plan) = 0;
+  // out = x / rms(x) · w over `rows` rows of `width` (in may be out). kQNorm / kKNorm run over
+  // heads: rows = T·heads, width = head_dim.
+  virtual void rms_norm(Act in, Act out, int32_t layer, LayerVector w, int64_t rows, int32_t width) = 0;
+  // Every out = in · Wᵀ for matrices that share their input (one job: the input is read once).
+  virtual void matmul(int32_t layer, std::span<const MatmulOut> outs, Act in) = 0;
+  // x += bias on every row.
+  virtual void add_bias(Act x, int32_t layer, LayerVector bias) = 0;
+  // Rotates kQ and kK by the tokens' positions with `layer`'s RoPE (base, scale).
+  virtual void rope(int32_t layer) = 0;
+  // Writes kK and kV of every token into its sequence's KV blocks at its position.
+  virtual void append_kv(int32_t layer) = 0;
+  // Attention of plan.seqs[seq]'s tokens (queries in kQ, output to kAttn), causal over the
+  // sequence's cached keys; `window` > 0 limits a query to the last `window` keys.
+  virtual void attend_dense(int32_t layer, int32_t seq, int32_t window) = 0;
+  // The one decode query of plan.seqs[seq] through a sparse policy the backend implements
+  // (Backend::implements); returns the KV bytes it read.
+  virtual int64_t attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) = 0;
+  // Bifurcated attention of a group's one-token steps (engine/batch_plan.h AttentionGroup): each
+  // shared segment read once for all members; returns the KV bytes read.
+  virtual int64_t attend_group(int32_t layer, const AttentionGroup& group) = 0;
+  // kGate = act(kGate) · kUp, elementwise.
+  virtual void glu(Activation act) = 0;
+  // x += y, elementwise over (T, width of x).
+  virtual void add(Act x, Act y) = 0;
+  // The final norm of kX's rows `rows` (token indices, ascending) and the output projection:
+  // rows.size() rows of vocab floats into `logits` (host memory, resized).
+  virtual void logits(std::span<const int64_t> rows, std::vector<float>& logits) = 0;
+};
+
+}  // namespace fathom

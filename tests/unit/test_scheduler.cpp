@@ -1,0 +1,242 @@
+// The scheduler's plan -> run -> update step and its error boundary, driven synchronously over a
+// fake backend (no model compute: logits are a function of each row's position), with the real
+// SmolLM2 tokenizer for detokenization. Fast: no forward pass runs.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/failpoints.h"
+#include "engine/backend/backend.h"
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+
+namespace fathom {
+namespace {
+
+const std::string kModel = std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf";
+
+// Every op is a no-op but logits: row r of a step gets a one-hot at token 100 + position % 50
+// (never an end-of-generation token). `fail` decides per forward pass whether it throws.
+class FakeBackend final : public Backend {
+ public:
+  FakeBackend(const Model& model, int32_t blocks, int32_t block_size = 16)
+      : Backend(model, KvLayout{model.config().n_layers, 1, 8, block_size, KvDtype::kF32, false}, blocks) {}
+  std::string name() const override { return "fake"; }
+  bool implements(PolicyKind kind) const override { return kind == PolicyKind::kDense; }
+  bool implements_groups() const override { return false; }
+  size_t block_bytes() const override { return 64; }
+
+  std::function<bool(const BatchPlan&)> fail;
+  int passes = 0;
+
+ protected:
+  void copy_block_impl(int32_t, int32_t) override {}
+  void read_block_impl(int32_t, std::byte*) override {}
+  void write_block_impl(int32_t, const std::byte*) override {}
+  void begin_pass(const BatchPlan& plan) override {
+    ++passes;
+    if (fail && fail(plan)) throw Error("injected device failure");
+    positions_.clear();
+    for (const SeqStep& s : plan.seqs)
+      for (size_t i = 0; i < s.tokens.size(); ++i) positions_.push_back(s.pos0 + static_cast<int32_t>(i));
+  }
+  void rms_norm(Act, Act, int32_t, LayerVector, int64_t, int32_t) override {}
+  void matmul(int32_t, std::span<const MatmulOut>, Act) override {}
+  void add_bias(Act, int32_t, LayerVector) override {}
+  void rope(int32_t) override {}
+  void append_kv(int32_t) override {}
+  void attend_dense(int32_t, int32_t, int32_t) override {}
+  int64_t attend_sparse(int32_t, int32_t, const AttentionPolicy&, LayerPolicyState&) override { return 0; }
+  int64_t attend_group(int32_t, const AttentionGroup&) override { return 0; }
+  void glu(Activation) override {}
+  void add(Act, Act) override {}
+  void logits(std::span<const int64_t> rows, std::vector<float>& out) override {
+    const int32_t vocab = model_.vocab();
+    out.assign(rows.size() * static_cast<size_t>(vocab), 0.0f);
+    for (size_t r = 0; r < rows.size(); ++r) out[r * vocab + 100 + positions_[rows[r]] % 50] = 10.0f;
+  }
+
+ private:
+  std::vector<int32_t> positions_;
+};
+
+struct Harness {
+  std::unique_ptr<Model> model = Model::load(kModel);
+  FakeBackend backend;
+  MetricsRegistry metrics;
+  Scheduler scheduler;
+  uint64_t order = 0;
+
+  explicit Harness(int32_t blocks = 64, SchedulerConfig config = {})
+      : backend(*model, blocks), scheduler(*model, backend, config, metrics) {}
+
+  std::shared_ptr<RequestHandle> add(int32_t prompt_tokens, int32_t max_tokens, int32_t n = 1) {
+    auto r = std::make_unique<RequestState>();
+    r->request.prompt.assign(prompt_tokens, 300);
+    r->request.max_tokens = max_tokens;
+    r->request.n = n;
+    r->request.sampling.temperature = 0;
+    r->handle = std::make_shared<RequestHandle>("r" + std::to_string(order), n);
+    r->order = order++;
+    r->arrival = Clock::now();
+    auto h = r->handle;
+    scheduler.add(std::move(r));
+    return h;
+  }
+  void run(int max_steps = 1000) {
+    for (int i = 0; i < max_steps && scheduler.has_work(); ++i) scheduler.step();
+    ASSERT_FALSE(scheduler.has_work()) << "the scheduler did not finish within " << max_steps << " steps";
+  }
+};
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
+};
+
+Outcome drain(RequestHandle& h) {
+  Outcome o;
+  StreamEvent ev;
+  while (h.next(ev, std::chrono::milliseconds(0))) {
+    o.tokens.insert(o.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    if (ev.finish != FinishReason::kNone) {
+      o.finish = ev.finish;
+      o.error = ev.error;
+    }
+  }
+  return o;
+}
+
+TEST(Scheduler, RunsRequestsToTheirLengthAndFreesEveryBlock) {
+  Harness h;
+  auto a = h.add(40, 5), b = h.add(3, 9, 3);
+  h.run();
+  const Outcome oa = drain(*a);
+  EXPECT_EQ(oa.finish, FinishReason::kLength);
+  ASSERT_EQ(oa.tokens.size(), 5u);
+  EXPECT_EQ(oa.tokens[0], 100 + 39 % 50) << "the logits of the prompt's last position";
+  EXPECT_EQ(drain(*b).tokens.size(), 27u) << "3 choices of 9 tokens";
+  // Only the prefix cache still holds blocks; it gives them back when evicted.
+  EXPECT_EQ(h.scheduler.allocator().used_blocks(),
+            h.metrics.gauge("fathom_kv_blocks_used", "", {{"tier", "device"}}).value());
+}
+
+TEST(Scheduler, AForwardFailureFailsTheRequestsInTheStepAndNothingElse) {
+  SchedulerConfig cfg;
+  cfg.prefix_caching = false;
+  Harness h(64, cfg);
+  auto a = h.add(20, 6), b = h.add(20, 6);
+  h.scheduler.step();  // both prefill in one step
+  h.backend.fail = [](const BatchPlan& p) { return p.seqs.size() == 2; };  // the next joint step fails
+  h.scheduler.step();
+  h.backend.fail = nullptr;
+  auto c = h.add(10, 4);
+  h.run();
+  for (auto* handle : {a.get(), b.get()}) {
+    const Outcome o = drain(*handle);
+    EXPECT_EQ(o.finish, FinishReason::kError);
+    EXPECT_NE(o.error.find("injected device failure"), std::string::npos) << o.error;
+    EXPECT_EQ(o.tokens.size(), 1u) << "the token sampled before the failing step was delivered";
+  }
+  const Outcome oc = drain(*c);
+  EXPECT_EQ(oc.finish, FinishReason::kLength);
+  EXPECT_EQ(oc.tokens.size(), 4u);
+  EXPECT_EQ(h.scheduler.allocator().used_blocks(), 0) << "the failed requests' blocks came back";
+  EXPECT_EQ(h.metrics.counter("fathom_request_finished_total", "", {{"reason", "error"}}).value(), 2.0);
+}
+
+TEST(Scheduler, FailpointsInAllocationAndDetokenizationFailOneRequestEach) {
+  SchedulerConfig cfg;
+  cfg.prefix_caching = false;
+  Harness h(64, cfg);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 6; ++i) handles.push_back(h.add(30 + i, 20));
+  failpoints::configure("kv_alloc:throw@5,detokenize:throw@23");
+  h.run();
+  failpoints::configure("");
+  int errors = 0, complete = 0;
+  for (auto& handle : handles) {
+    const Outcome o = drain(*handle);
+    if (o.finish == FinishReason::kError) {
+      ++errors;
+      EXPECT_NE(o.error.find("failpoint"), std::string::npos) << o.error;
+    } else {
+      EXPECT_EQ(o.finish, FinishReason::kLength);
+      EXPECT_EQ(o.tokens.size(), 20u);
+      ++complete;
+    }
+  }
+  EXPECT_GE(errors, 2) << "at least one allocation and one detokenization failed";
+  EXPECT_GE(complete, 1);
+  EXPECT_EQ(h.scheduler.allocator().used_blocks(), 0);
+}
+
+TEST(Scheduler, SwapFailureFailsTheVictimOnly) {
+  // 8 blocks of 16 tokens: two 40-token prompts both run until the first needs its 5th block
+  // (64 tokens); the later one is then preempted by swap, and the swap's block read throws.
+  SchedulerConfig cfg;
+  cfg.prefix_caching = false;
+  cfg.host_kv_bytes = 1 << 20;
+  Harness h(8, cfg);
+  auto a = h.add(40, 30), b = h.add(40, 30);
+  failpoints::configure("kv_copy:throw@1");
+  h.run();
+  failpoints::configure("");
+  const Outcome oa = drain(*a), ob = drain(*b);
+  EXPECT_EQ(oa.finish, FinishReason::kLength) << oa.error;
+  EXPECT_EQ(oa.tokens.size(), 30u);
+  EXPECT_EQ(ob.finish, FinishReason::kError);
+  EXPECT_NE(ob.error.find("failpoint kv_copy"), std::string::npos) << ob.error;
+  EXPECT_EQ(h.scheduler.allocator().used_blocks(), 0);
+}
+
+TEST(Engine, RejectsAPolicyTheBackendDoesNotImplement) {
+  std::unique_ptr<Model> model = Model::load(kModel);
+  FakeBackend backend(*model, 16);
+  MetricsRegistry metrics;
+  Engine engine(*model, backend, SchedulerConfig{}, metrics);
+  Request r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 2;
+  r.attention.kind = PolicyKind::kSparq;
+  try {
+    engine.submit(r);
+    FAIL() << "sparq on a dense-only backend was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "attention policy 'sparq' is not implemented by the fake backend (available: dense)");
+  }
+  r.attention.kind = PolicyKind::kDense;
+  EXPECT_NO_THROW(engine.submit(r));
+}
+
+TEST(Failpoints, ParseAndFireEveryNthHit) {
+  failpoints::configure("forward:throw@3, kv_alloc:throw");
+  EXPECT_EQ(failpoints::describe(), "forward:throw@3,kv_alloc:throw@1");
+  int thrown = 0;
+  for (int i = 0; i < 9; ++i) {
+    try {
+      failpoints::hit("forward");
+    } catch (const Error&) {
+      ++thrown;
+    }
+  }
+  EXPECT_EQ(thrown, 3);
+  EXPECT_THROW(failpoints::hit("kv_alloc"), Error);
+  EXPECT_NO_THROW(failpoints::hit("detokenize"));
+  for (const char* bad : {"forward", "x:throw", "forward:boom", "forward:throw@0", "forward:throw@-1", "forward:throw@",
+                          "forward:throw,forward:throw@2", "forward:throw@99999999999999999999"})
+    EXPECT_THROW(failpoints::configure(bad), Error) << bad;
+  failpoints::configure("");
+  EXPECT_EQ(failpoints::describe(), "");
+  EXPECT_NO_THROW(failpoints::hit("kv_alloc"));
+}
+
+}  // namespace
+}  // namespace fathom
