@@ -2,11 +2,18 @@
 // view, Cᵀ (N×M, ld ldc) = op(B)·op(A) with B stored as a K×N column-major matrix (transposed:
 // CUBLAS_OP_T) and A as K×M (CUBLAS_OP_N); inputs f16/bf16, C f32, CUBLAS_COMPUTE_32F (tensor
 // cores with f32 accumulation; no TF32 or f16 reduction).
-// Tiled stand-in (emulated tests, and compiled under nvcc for the resource check): grid
+// Emulation: gemm_f16 / gemm_bf16 stand in for cuBLAS with a plain host loop (cuBLAS is not our
+// code to verify; the loop is ~30x faster than emulating the tiled kernel, which kept the
+// whole-model emulated tests from running many tokens). Same arithmetic as the tiled kernel:
+// inputs widened to f32, summed over k in order in f32.
+// Tiled kernel (gemm_*_tiled: tested under emulation, and compiled under nvcc for the resource check): grid
 // (ceil(N/32), ceil(M/32)), block (32, 8); a 32×32 tile of C per block, 4 outputs per thread
 // (rows ty, ty+8, ty+16, ty+24), K in steps of 32 through shared memory as f32 ([32][33]:
 // the pad avoids bank conflicts on the transposed B reads). Sums over k in order, in f32.
 #include "kernels/cuda/gemm.h"
+
+#include <algorithm>
+#include <vector>
 
 #ifdef __CUDACC__
 #include <cublas_v2.h>
@@ -125,9 +132,38 @@ cudaError_t gemm_bf16(GemmHandle* handle, const __nv_bfloat16* a, int64_t lda, c
   return gemm_detail::cublas_gemm(handle, a, lda, b, ldb, c, ldc, m, n, k, CUDA_R_16BF, stream);
 }
 
-#else  // emulation: the tiled kernel behind the same interface
+#else  // emulation: a host loop behind the same interface (see the top of the file)
 
 struct GemmHandle {};
+
+namespace gemm_detail {
+
+template <typename T>
+cudaError_t host_gemm(const T* a, int64_t lda, const T* b, int64_t ldb, float* c, int64_t ldc, int32_t m, int32_t n,
+                      int32_t k) {
+  if (!valid_shape(lda, ldb, ldc, m, n, k)) return cudaErrorInvalidValue;
+  // Columns of C 8 at a time: B's 8 rows widened once into a [k][8] tile, 8 independent in-order
+  // sums per row of A (vectorisable across the 8, each still summed over k in order).
+  constexpr int kCols = 8;
+  std::vector<float> tile(static_cast<size_t>(k) * kCols), row(static_cast<size_t>(k));
+  for (int32_t j0 = 0; j0 < n; j0 += kCols) {
+    const int32_t cols = std::min(kCols, n - j0);
+    for (int32_t u = 0; u < kCols; ++u)
+      for (int32_t kk = 0; kk < k; ++kk)
+        tile[static_cast<size_t>(kk) * kCols + u] = u < cols ? to_f32(b[static_cast<int64_t>(j0 + u) * ldb + kk]) : 0.0f;
+    for (int32_t i = 0; i < m; ++i) {
+      const T* ai = a + static_cast<int64_t>(i) * lda;
+      for (int32_t kk = 0; kk < k; ++kk) row[kk] = to_f32(ai[kk]);
+      float acc[kCols] = {};
+      for (int32_t kk = 0; kk < k; ++kk)
+        for (int32_t u = 0; u < kCols; ++u) acc[u] += row[kk] * tile[static_cast<size_t>(kk) * kCols + u];
+      for (int32_t u = 0; u < cols; ++u) c[static_cast<int64_t>(i) * ldc + j0 + u] = acc[u];
+    }
+  }
+  return cudaSuccess;
+}
+
+}  // namespace gemm_detail
 
 cudaError_t gemm_create(GemmHandle** handle) {
   *handle = new GemmHandle;
@@ -139,13 +175,13 @@ void gemm_destroy(GemmHandle* handle) { delete handle; }
 cudaError_t gemm_f16(GemmHandle* handle, const __half* a, int64_t lda, const __half* b, int64_t ldb, float* c,
                      int64_t ldc, int32_t m, int32_t n, int32_t k, cudaStream_t stream) {
   if (!handle) return cudaErrorInvalidValue;
-  return gemm_detail::tiled(a, lda, b, ldb, c, ldc, m, n, k, stream);
+  return gemm_detail::host_gemm(a, lda, b, ldb, c, ldc, m, n, k);
 }
 
 cudaError_t gemm_bf16(GemmHandle* handle, const __nv_bfloat16* a, int64_t lda, const __nv_bfloat16* b, int64_t ldb,
                       float* c, int64_t ldc, int32_t m, int32_t n, int32_t k, cudaStream_t stream) {
   if (!handle) return cudaErrorInvalidValue;
-  return gemm_detail::tiled(a, lda, b, ldb, c, ldc, m, n, k, stream);
+  return gemm_detail::host_gemm(a, lda, b, ldb, c, ldc, m, n, k);
 }
 
 #endif

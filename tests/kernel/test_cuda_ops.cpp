@@ -486,8 +486,9 @@ TEST(CudaOps, QuantGemvMatchesDequantizedDot) {
 }
 
 // ---- gemm -----------------------------------------------------------------------------------
+// tiled: the tiled kernel (gemm_*_tiled) instead of the handle API (cuBLAS's host stand-in).
 template <typename T>
-void run_gemm_cases(bool bf16, std::mt19937& rng) {
+void run_gemm_cases(bool bf16, bool tiled, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const double atol = 1e-6, rtol_sum = 1e-6;  // bound: atol + rtol_sum · Σ|a·b|
   auto round_in = [bf16](float v, T* out) {
@@ -515,8 +516,12 @@ void run_gemm_cases(bool bf16, std::mt19937& rng) {
     DeviceBuffer<T> da(a), db(b);
     DeviceBuffer<float> dc(c0);
     cudaError_t st;
-    if constexpr (std::is_same_v<T, __half>) st = cuda::gemm_f16(handle, da.ptr, lda, db.ptr, ldb, dc.ptr, ldc, s.m, s.n, s.k, nullptr);
-    else st = cuda::gemm_bf16(handle, da.ptr, lda, db.ptr, ldb, dc.ptr, ldc, s.m, s.n, s.k, nullptr);
+    if constexpr (std::is_same_v<T, __half>)
+      st = tiled ? cuda::gemm_f16_tiled(da.ptr, lda, db.ptr, ldb, dc.ptr, ldc, s.m, s.n, s.k, nullptr)
+                 : cuda::gemm_f16(handle, da.ptr, lda, db.ptr, ldb, dc.ptr, ldc, s.m, s.n, s.k, nullptr);
+    else
+      st = tiled ? cuda::gemm_bf16_tiled(da.ptr, lda, db.ptr, ldb, dc.ptr, ldc, s.m, s.n, s.k, nullptr)
+                 : cuda::gemm_bf16(handle, da.ptr, lda, db.ptr, ldb, dc.ptr, ldc, s.m, s.n, s.k, nullptr);
     ASSERT_EQ(st, cudaSuccess);
     const std::vector<float> got = dc.download();
     WorstError worst;
@@ -532,7 +537,8 @@ void run_gemm_cases(bool bf16, std::mt19937& rng) {
       }
       for (int64_t j = s.n; j < ldc; ++j) ASSERT_EQ(got[i * ldc + j], 99.0f) << "wrote past n";
     }
-    std::printf("gemm %s m=%d n=%d k=%d: worst |err| %.3g\n", bf16 ? "bf16" : "f16", s.m, s.n, s.k, worst.abs);
+    std::printf("gemm %s%s m=%d n=%d k=%d: worst |err| %.3g\n", bf16 ? "bf16" : "f16", tiled ? " tiled" : "", s.m, s.n,
+                s.k, worst.abs);
     EXPECT_LE(worst.excess, 0.0) << "m=" << s.m << " n=" << s.n << " k=" << s.k << " at " << worst.index;
   }
   EXPECT_EQ(cuda::gemm_f16(handle, nullptr, 3, nullptr, 4, nullptr, 4, 1, 4, 4, nullptr), cudaErrorInvalidValue);
@@ -541,8 +547,10 @@ void run_gemm_cases(bool bf16, std::mt19937& rng) {
 
 TEST(CudaOps, GemmMatchesDouble) {
   std::mt19937 rng(6);
-  run_gemm_cases<__half>(false, rng);
-  run_gemm_cases<__nv_bfloat16>(true, rng);
+  for (const bool tiled : {false, true}) {
+    run_gemm_cases<__half>(false, tiled, rng);
+    run_gemm_cases<__nv_bfloat16>(true, tiled, rng);
+  }
 }
 
 // ---- sampling -------------------------------------------------------------------------------
