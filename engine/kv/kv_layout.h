@@ -15,6 +15,10 @@
 
 namespace fathom {
 
+// The planes of a block, in the order a block's host image (swap, copy) lists them per layer.
+enum class KvPlane { kK, kV, kKt, kKRows, kVRows, kVSum };
+inline constexpr int kKvPlanes = 6;
+
 struct KvLayout {
   int32_t n_layers = 0;
   int32_t n_kv_heads = 0;
@@ -32,6 +36,17 @@ struct KvLayout {
     return dtype == KvDtype::kI8 ? static_cast<size_t>(block_size) * n_kv_heads * sizeof(KvInt8Row) : 0;
   }
   size_t vsum_plane_bytes() const { return static_cast<size_t>(n_kv_heads) * head_dim * sizeof(float); }
+  size_t plane_bytes(KvPlane p) const {
+    switch (p) {
+      case KvPlane::kK:
+      case KvPlane::kV: return kv_plane_bytes();
+      case KvPlane::kKt: return kt_plane_bytes();
+      case KvPlane::kKRows:
+      case KvPlane::kVRows: return rows_plane_bytes();
+      case KvPlane::kVSum: return vsum_plane_bytes();
+    }
+    return 0;
+  }
   // Bytes one block holds across all layers and planes.
   size_t block_bytes() const {
     return (2 * kv_plane_bytes() + kt_plane_bytes() + 2 * rows_plane_bytes() + vsum_plane_bytes()) * n_layers;

@@ -145,7 +145,9 @@ cudaError_t host_gemm(const T* a, int64_t lda, const T* b, int64_t ldb, float* c
   // Columns of C 8 at a time: B's 8 rows widened once into a [k][8] tile, 8 independent in-order
   // sums per row of A (vectorisable across the 8, each still summed over k in order).
   constexpr int kCols = 8;
-  std::vector<float> tile(static_cast<size_t>(k) * kCols), row(static_cast<size_t>(k));
+  thread_local std::vector<float> tile, row;  // reused: fresh pages for every call cost page faults
+  tile.resize(static_cast<size_t>(k) * kCols);
+  row.resize(static_cast<size_t>(k));
   for (int32_t j0 = 0; j0 < n; j0 += kCols) {
     const int32_t cols = std::min(kCols, n - j0);
     for (int32_t u = 0; u < kCols; ++u)

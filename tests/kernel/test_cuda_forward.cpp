@@ -18,16 +18,7 @@
 // ~55 M switches (~100 s wall on a loaded 2-core machine). Hence one model, 3 decode steps, and
 // 4 logits rows at most per pass (one quant_gemv launch over the 49152-row output).
 // Elementwise kernels: exact (the same single f32 addition / the same rounding as the host).
-#include "kernels/cuda/activation.cu"
-#include "kernels/cuda/elementwise.cu"
-#include "kernels/cuda/embedding.cu"
-#include "kernels/cuda/gemm.cu"
-#include "kernels/cuda/kv_append.cu"
-#include "kernels/cuda/paged_decode_attention.cu"
-#include "kernels/cuda/quant_gemv.cu"
-#include "kernels/cuda/rms_norm.cu"
-#include "kernels/cuda/rope.cu"
-#include "engine/backend/cuda/cuda_backend.cu"
+#include "tests/kernel/cuda_backend_sources.h"
 
 #include <gtest/gtest.h>
 

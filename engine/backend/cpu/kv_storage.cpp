@@ -7,23 +7,10 @@
 
 namespace fathom {
 
-size_t CpuKvStorage::plane_bytes(Plane p) const {
-  switch (p) {
-    case kK:
-    case kV: return layout_.kv_plane_bytes();
-    case kKt: return layout_.kt_plane_bytes();
-    case kKRows:
-    case kVRows: return layout_.rows_plane_bytes();
-    case kVSum: return layout_.vsum_plane_bytes();
-    case kPlanes: break;
-  }
-  return 0;
-}
-
 CpuKvStorage::CpuKvStorage(const KvLayout& layout, int32_t num_blocks) : layout_(layout), num_blocks_(num_blocks) {
   FATHOM_CHECK(num_blocks > 0 && layout.block_size > 0);
-  for (int p = 0; p < kPlanes; ++p) {
-    const size_t bytes = plane_bytes(static_cast<Plane>(p)) * static_cast<size_t>(num_blocks);
+  for (int p = 0; p < kKvPlanes; ++p) {
+    const size_t bytes = layout.plane_bytes(static_cast<KvPlane>(p)) * static_cast<size_t>(num_blocks);
     if (bytes > 0)
       for (int32_t l = 0; l < layout.n_layers; ++l) planes_[p].emplace_back(bytes);
   }
@@ -36,10 +23,10 @@ void CpuKvStorage::check_block(int32_t block) const {
 void CpuKvStorage::read_block(int32_t block, std::byte* dst) const {
   check_block(block);
   for (int32_t l = 0; l < layout_.n_layers; ++l)
-    for (int p = 0; p < kPlanes; ++p) {
-      const size_t n = plane_bytes(static_cast<Plane>(p));
+    for (int p = 0; p < kKvPlanes; ++p) {
+      const size_t n = layout_.plane_bytes(static_cast<KvPlane>(p));
       if (n == 0) continue;
-      std::memcpy(dst, at(static_cast<Plane>(p), l, block), n);
+      std::memcpy(dst, at(static_cast<KvPlane>(p), l, block), n);
       dst += n;
     }
 }
@@ -47,10 +34,10 @@ void CpuKvStorage::read_block(int32_t block, std::byte* dst) const {
 void CpuKvStorage::write_block(int32_t block, const std::byte* src) {
   check_block(block);
   for (int32_t l = 0; l < layout_.n_layers; ++l)
-    for (int p = 0; p < kPlanes; ++p) {
-      const size_t n = plane_bytes(static_cast<Plane>(p));
+    for (int p = 0; p < kKvPlanes; ++p) {
+      const size_t n = layout_.plane_bytes(static_cast<KvPlane>(p));
       if (n == 0) continue;
-      std::memcpy(at(static_cast<Plane>(p), l, block), src, n);
+      std::memcpy(at(static_cast<KvPlane>(p), l, block), src, n);
       src += n;
     }
 }
@@ -59,18 +46,18 @@ void CpuKvStorage::copy_block(int32_t src, int32_t dst) {
   check_block(src);
   check_block(dst);
   for (int32_t l = 0; l < layout_.n_layers; ++l)
-    for (int p = 0; p < kPlanes; ++p) {
-      const size_t n = plane_bytes(static_cast<Plane>(p));
-      if (n > 0) std::memcpy(at(static_cast<Plane>(p), l, dst), at(static_cast<Plane>(p), l, src), n);
+    for (int p = 0; p < kKvPlanes; ++p) {
+      const size_t n = layout_.plane_bytes(static_cast<KvPlane>(p));
+      if (n > 0) std::memcpy(at(static_cast<KvPlane>(p), l, dst), at(static_cast<KvPlane>(p), l, src), n);
     }
 }
 
 void* CpuKvStorage::k_tile(int32_t layer, int32_t block, int32_t head) {
-  return at(kK, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
+  return at(KvPlane::kK, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
 }
 
 void* CpuKvStorage::v_tile(int32_t layer, int32_t block, int32_t head) {
-  return at(kV, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
+  return at(KvPlane::kV, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
 }
 
 void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v) {
@@ -83,8 +70,8 @@ void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, cons
     std::byte* k_row = static_cast<std::byte*>(k_tile(layer, block, h)) + static_cast<size_t>(slot) * d * elem;
     std::byte* v_row = static_cast<std::byte*>(v_tile(layer, block, h)) + static_cast<size_t>(slot) * d * elem;
     if (L.dtype == KvDtype::kI8) {
-      auto* rows_k = reinterpret_cast<KvInt8Row*>(at(kKRows, layer, block)) + h * bs + slot;
-      auto* rows_v = reinterpret_cast<KvInt8Row*>(at(kVRows, layer, block)) + h * bs + slot;
+      auto* rows_k = reinterpret_cast<KvInt8Row*>(at(KvPlane::kKRows, layer, block)) + h * bs + slot;
+      auto* rows_v = reinterpret_cast<KvInt8Row*>(at(KvPlane::kVRows, layer, block)) + h * bs + slot;
       cpu::kv_store_int8_row(kh, d, reinterpret_cast<uint8_t*>(k_row), rows_k);
       cpu::kv_store_int8_row(vh, d, reinterpret_cast<uint8_t*>(v_row), rows_v);
     } else {
@@ -92,27 +79,27 @@ void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, cons
       cpu::kv_store(vh, v_row, L.dtype, d);
     }
     if (L.transposed_k) {  // column c of the tile gets this token's element c
-      std::byte* kt = at(kKt, layer, block) + static_cast<size_t>(h) * L.tile_elems() * elem;
+      std::byte* kt = at(KvPlane::kKt, layer, block) + static_cast<size_t>(h) * L.tile_elems() * elem;
       for (int32_t c = 0; c < d; ++c)
         std::memcpy(kt + (static_cast<size_t>(c) * bs + slot) * elem, k_row + static_cast<size_t>(c) * elem, elem);
     }
-    float* sum = reinterpret_cast<float*>(at(kVSum, layer, block)) + static_cast<size_t>(h) * d;
+    float* sum = reinterpret_cast<float*>(at(KvPlane::kVSum, layer, block)) + static_cast<size_t>(h) * d;
     const float* prev = nullptr;  // running sum before this position
     if (slot > 0) prev = sum;
-    else if (pos > 0) prev = reinterpret_cast<const float*>(at(kVSum, layer, table[pos / bs - 1])) + static_cast<size_t>(h) * d;
+    else if (pos > 0) prev = reinterpret_cast<const float*>(at(KvPlane::kVSum, layer, table[pos / bs - 1])) + static_cast<size_t>(h) * d;
     for (int32_t c = 0; c < d; ++c) sum[c] = (prev ? prev[c] : 0.0f) + vh[c];
   }
 }
 
 PagedKvView CpuKvStorage::view(int32_t layer, const int32_t* table) const {
-  PagedKvView kv{at(kK, layer, 0), at(kV, layer, 0), layout_.dtype, table, layout_.block_size, layout_.n_kv_heads,
+  PagedKvView kv{at(KvPlane::kK, layer, 0), at(KvPlane::kV, layer, 0), layout_.dtype, table, layout_.block_size, layout_.n_kv_heads,
                  layout_.head_dim};
   if (layout_.dtype == KvDtype::kI8) {
-    kv.k_rows = reinterpret_cast<const KvInt8Row*>(at(kKRows, layer, 0));
-    kv.v_rows = reinterpret_cast<const KvInt8Row*>(at(kVRows, layer, 0));
+    kv.k_rows = reinterpret_cast<const KvInt8Row*>(at(KvPlane::kKRows, layer, 0));
+    kv.v_rows = reinterpret_cast<const KvInt8Row*>(at(KvPlane::kVRows, layer, 0));
   }
-  if (layout_.transposed_k) kv.k_t = at(kKt, layer, 0);
-  kv.v_sum = reinterpret_cast<const float*>(at(kVSum, layer, 0));
+  if (layout_.transposed_k) kv.k_t = at(KvPlane::kKt, layer, 0);
+  kv.v_sum = reinterpret_cast<const float*>(at(KvPlane::kVSum, layer, 0));
   return kv;
 }
 

@@ -38,19 +38,17 @@ class CpuKvStorage {
   PagedKvView view(int32_t layer, const int32_t* table) const;
 
  private:
-  enum Plane { kK, kV, kKt, kKRows, kVRows, kVSum, kPlanes };
-  size_t plane_bytes(Plane p) const;
-  std::byte* at(Plane p, int32_t layer, int32_t block) {
-    return planes_[p][layer].data() + plane_bytes(p) * static_cast<size_t>(block);
+  std::byte* at(KvPlane p, int32_t layer, int32_t block) {
+    return planes_[static_cast<int>(p)][layer].data() + layout_.plane_bytes(p) * static_cast<size_t>(block);
   }
-  const std::byte* at(Plane p, int32_t layer, int32_t block) const {
-    return planes_[p][layer].data() + plane_bytes(p) * static_cast<size_t>(block);
+  const std::byte* at(KvPlane p, int32_t layer, int32_t block) const {
+    return planes_[static_cast<int>(p)][layer].data() + layout_.plane_bytes(p) * static_cast<size_t>(block);
   }
   void check_block(int32_t block) const;
 
   KvLayout layout_;
   int32_t num_blocks_;
-  std::vector<HugePageBuffer> planes_[kPlanes];  // [plane][layer], empty when absent
+  std::vector<HugePageBuffer> planes_[kKvPlanes];  // [plane][layer], empty when absent
 };
 
 }  // namespace fathom

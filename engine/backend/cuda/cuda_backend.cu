@@ -20,6 +20,9 @@
 #include <vector>
 
 #include "base/error.h"
+#include "engine/backend/cuda/attention_policies.h"
+#include "engine/backend/cuda/device_array.h"
+#include "engine/backend/cuda/kv_storage.h"
 #include "engine/model.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -36,52 +39,6 @@
 namespace fathom {
 namespace cuda_backend_detail {  // named: the test includes this file with the kernels' .cu files
 
-inline void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("cuda backend: ") + what + ": " + cudaGetErrorString(e));
-}
-#define FATHOM_CUDA_BACKEND_OK(expr) ::fathom::cuda_backend_detail::cuda_ok((expr), #expr)
-
-// A device allocation of n elements of T; reserve() grows it (contents not kept).
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  ~DeviceArray() { release(); }
-  DeviceArray(DeviceArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  DeviceArray& operator=(DeviceArray&& o) noexcept {
-    if (this != &o) {
-      release();
-      p_ = std::exchange(o.p_, nullptr);
-      n_ = std::exchange(o.n_, 0);
-    }
-    return *this;
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  void reserve(size_t n) {
-    if (n <= n_ && p_ != nullptr) return;
-    release();
-    FATHOM_CUDA_BACKEND_OK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
-    n_ = n;
-  }
-  void upload(const T* host, size_t n) {
-    reserve(n);
-    if (n > 0) FATHOM_CUDA_BACKEND_OK(cudaMemcpy(p_, host, n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
-  T* get() const { return p_; }
-
- private:
-  void release() {
-    if (p_ != nullptr) cudaFree(p_);
-    p_ = nullptr;
-    n_ = 0;
-  }
-  T* p_ = nullptr;
-  size_t n_ = 0;
-};
-
 // A weight matrix on the device: y = x · Wᵀ maps cols -> rows.
 struct DevMatrix {
   GgmlType type = GgmlType::F16;  // Q8_0 / Q4_K / Q6_K as stored, or F16 (dequantized at load)
@@ -97,10 +54,6 @@ struct DevLayer {
   DeviceArray<float> q_norm, k_norm;                 // (head_dim), gemma3
   DeviceArray<float> post_attn_norm, post_ffn_norm;  // (dim), gemma3
   DevMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
-  // Paged KV of this layer: [num_blocks][n_kv_heads][block_size][head_dim] in the KV dtype;
-  // INT8 adds [num_blocks][n_kv_heads][block_size] row parameters for K and V.
-  DeviceArray<std::byte> k, v;
-  DeviceArray<KvInt8Row> k_rows, v_rows;
 };
 
 // Decode-sized batches (<= kGemvMaxRows rows) read quantized weights through quant_gemv in
@@ -109,12 +62,9 @@ constexpr int64_t kGemvRows = 4;
 constexpr int64_t kGemvMaxRows = 16;
 constexpr int64_t kDequantChunk = int64_t{16} << 20;
 
-// Device bytes of one block in one layer for K (or V), INT8 row parameters included.
-inline size_t cuda_plane_bytes(const KvLayout& l) { return l.kv_plane_bytes() + l.rows_plane_bytes(); }
-
 inline KvLayout cuda_layout(const Model& model, const ModelOptions& o) {
   const ModelConfig& c = model.config();
-  return KvLayout{c.n_layers, c.n_kv_heads, c.head_dim, o.block_size, o.kv_dtype, /*transposed_k=*/false};
+  return KvLayout{c.n_layers, c.n_kv_heads, c.head_dim, o.block_size, o.kv_dtype, o.kv_transposed_k};
 }
 
 class CudaBackend final : public Backend {
@@ -123,14 +73,16 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override { cuda::gemm_destroy(gemm_); }
 
   std::string name() const override { return "cuda"; }
-  bool implements(PolicyKind kind) const override { return kind == PolicyKind::kDense; }
-  bool implements_groups() const override { return false; }
-  size_t block_bytes() const override { return 2 * cuda_plane_bytes(kv_layout()) * static_cast<size_t>(config_.n_layers); }
+  bool implements(PolicyKind kind) const override {
+    return kind == PolicyKind::kDense || kind == PolicyKind::kSparq || kind == PolicyKind::kHip;
+  }
+  bool implements_groups() const override { return true; }
+  size_t block_bytes() const override { return kv_layout().block_bytes(); }
 
  protected:
-  void copy_block_impl(int32_t src, int32_t dst) override;
-  void read_block_impl(int32_t block, std::byte* dst) override;
-  void write_block_impl(int32_t block, const std::byte* src) override;
+  void copy_block_impl(int32_t src, int32_t dst) override { kv_->copy_block(src, dst); }
+  void read_block_impl(int32_t block, std::byte* dst) override { kv_->read_block(block, dst); }
+  void write_block_impl(int32_t block, const std::byte* src) override { kv_->write_block(block, src); }
 
   void begin_pass(const BatchPlan& plan) override;
   void rms_norm(Act in, Act out, int32_t layer, LayerVector w, int64_t rows, int32_t width) override;
@@ -139,14 +91,8 @@ class CudaBackend final : public Backend {
   void rope(int32_t layer) override;
   void append_kv(int32_t layer) override;
   void attend_dense(int32_t layer, int32_t seq, int32_t window) override;
-  int64_t attend_sparse(int32_t, int32_t, const AttentionPolicy& policy, LayerPolicyState&) override {
-    FATHOM_CHECK(false, "the cuda backend implements no sparse policy: " + policy.name());
-    return 0;
-  }
-  int64_t attend_group(int32_t, const AttentionGroup&) override {
-    FATHOM_CHECK(false, "the cuda backend implements no bifurcated groups");
-    return 0;
-  }
+  int64_t attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) override;
+  int64_t attend_group(int32_t layer, const AttentionGroup& group) override;
   void glu(Activation act) override;
   void add(Act x, Act y) override;
   void logits(std::span<const int64_t> rows, std::vector<float>& logits) override;
@@ -158,19 +104,18 @@ class CudaBackend final : public Backend {
     if (!v.empty()) d.upload(v);
     return d;
   }
-  size_t kv_elems() const { return kv_layout().block_elems(); }
-  size_t rows_count() const { return static_cast<size_t>(block_size_) * config_.n_kv_heads; }
   float* act(Act a) { return acts_[static_cast<int>(a)].get(); }
   int64_t width(Act a) const;
   const float* vector(int32_t layer, LayerVector v) const;
   const DevMatrix& matrix(int32_t layer, LayerMatrix m) const;
-  PagedKvView kv_view(int32_t layer, const int32_t* device_table) const;
+  DecodeArgs decode_args(int32_t seq);
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
 
   ModelConfig config_;
-  KvDtype kv_dtype_;
-  int32_t block_size_, num_blocks_;
+  int32_t num_blocks_;
+  std::unique_ptr<CudaKvStorage> kv_;
+  PolicyScratch scratch_;
   cudaStream_t stream_ = nullptr;  // the default stream: the final copy to the host synchronises
   cuda::GemmHandle* gemm_ = nullptr;
   std::vector<DeviceArray<std::byte>> matrix_storage_;
@@ -202,11 +147,8 @@ class CudaBackend final : public Backend {
 
 CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
     : Backend(model, cuda_layout(model, options),
-              kv_blocks_for_budget(model, options,
-                                   2 * cuda_plane_bytes(cuda_layout(model, options)) * model.config().n_layers)),
+              kv_blocks_for_budget(model, options, cuda_layout(model, options).block_bytes())),
       config_(model.config()),
-      kv_dtype_(options.kv_dtype),
-      block_size_(options.block_size),
       num_blocks_(kv_blocks()) {
   const ModelConfig& c = config_;
   if (c.head_dim > 256) throw Error("--backend cuda: head_dim " + std::to_string(c.head_dim) + " > 256 is not supported");
@@ -216,7 +158,7 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
   output_ = upload_matrix(w.output);
   output_norm_ = upload_vector(w.output_norm);
   int64_t max_rows = std::max(token_embd_.rows, output_.rows);
-  const size_t kv_bytes = kv_elems() * kv_dtype_bytes(kv_dtype_) * static_cast<size_t>(num_blocks_);
+  kv_ = std::make_unique<CudaKvStorage>(kv_layout(), num_blocks_);
   layers_.resize(c.n_layers);
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = w.layers[il];
@@ -239,12 +181,6 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
     D.w_down = upload_matrix(L.w_down);
     for (const DevMatrix* m : {&D.wq, &D.wk, &D.wv, &D.wo, &D.w_gate, &D.w_up, &D.w_down})
       max_rows = std::max(max_rows, m->rows);
-    D.k.reserve(kv_bytes);
-    D.v.reserve(kv_bytes);
-    if (kv_dtype_ == KvDtype::kI8) {
-      D.k_rows.reserve(rows_count() * num_blocks_);
-      D.v_rows.reserve(rows_count() * num_blocks_);
-    }
   }
   std::vector<int32_t> ids(static_cast<size_t>(max_rows));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
@@ -321,23 +257,6 @@ DevMatrix CudaBackend::upload_matrix(const WeightMatrix& w) {
   return d;
 }
 
-PagedKvView CudaBackend::kv_view(int32_t layer, const int32_t* device_table) const {
-  const DevLayer& D = layers_[layer];
-  PagedKvView v;
-  v.k = D.k.get();
-  v.v = D.v.get();
-  v.dtype = kv_dtype_;
-  v.block_table = device_table;
-  v.block_size = block_size_;
-  v.n_kv_heads = config_.n_kv_heads;
-  v.head_dim = config_.head_dim;
-  if (kv_dtype_ == KvDtype::kI8) {
-    v.k_rows = D.k_rows.get();
-    v.v_rows = D.v_rows.get();
-  }
-  return v;
-}
-
 void CudaBackend::ensure_rope_rows(int32_t rows) {
   if (rows <= rope_rows_) return;
   const ModelConfig& c = config_;
@@ -397,6 +316,7 @@ void CudaBackend::matmul(const DevMatrix& w, const float* x, int64_t m, float* y
 void CudaBackend::begin_pass(const BatchPlan& plan) {
   const ModelConfig& c = config_;
   plan_ = &plan;
+  scratch_.host_plans.clear();  // the previous pass ended with a synchronous copy of its logits
   int64_t T = 0;
   int32_t max_pos = 0;
   size_t stride = 1;
@@ -465,16 +385,6 @@ void CudaBackend::rope(int32_t layer) {
 
 void CudaBackend::append_kv(int32_t layer) {
   const ModelConfig& c = config_;
-  DevLayer& D = layers_[layer];
-  cuda::KvCacheLayer cache;
-  cache.k = D.k.get();
-  cache.v = D.v.get();
-  cache.k_rows = D.k_rows.get();
-  cache.v_rows = D.v_rows.get();
-  cache.dtype = cuda::kv_store_type(kv_dtype_);
-  cache.block_size = block_size_;
-  cache.n_kv_heads = c.n_kv_heads;
-  cache.head_dim = c.head_dim;
   cuda::KvAppendBatch batch;
   batch.k = act(Act::kK);
   batch.v = act(Act::kV);
@@ -486,13 +396,37 @@ void CudaBackend::append_kv(int32_t layer) {
   batch.table_stride = table_stride_;
   batch.n_tokens = static_cast<int32_t>(T_);
   batch.n_seqs = static_cast<int32_t>(plan_->seqs.size());
-  FATHOM_CUDA_BACKEND_OK(cuda::kv_append(cache, batch, stream_));
+  FATHOM_CUDA_BACKEND_OK(cuda::kv_append(kv_->append_target(layer), batch, stream_));
+}
+
+DecodeArgs CudaBackend::decode_args(int32_t seq) {
+  const ModelConfig& c = config_;
+  const int64_t row = first_[seq] * c.q_dim();
+  return DecodeArgs{act(Act::kQ) + row, act(Act::kAttn) + row, c.n_heads, plan_->seqs[seq].pos0, c.attn_scale};
+}
+
+int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
+  const PagedKvView view = kv_->view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
+  switch (policy.kind) {
+    case PolicyKind::kSparq: return sparq_step(view, decode_args(seq), policy, scratch_, stream_);
+    case PolicyKind::kHip: return hip_step(view, decode_args(seq), policy, state, scratch_, stream_);
+    case PolicyKind::kSwa:
+    case PolicyKind::kDense: break;
+  }
+  FATHOM_CHECK(false, "the cuda backend does not implement policy " + policy.name());
+  return 0;
+}
+
+int64_t CudaBackend::attend_group(int32_t layer, const AttentionGroup& group) {
+  const ModelConfig& c = config_;
+  return group_step(kv_->view(layer, nullptr), *plan_, group, tables_.get(), table_stride_, act(Act::kQ),
+                    act(Act::kAttn), first_, c.n_heads, c.attn_scale, scratch_, stream_);
 }
 
 void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   const ModelConfig& c = config_;
   const SeqStep& s = plan_->seqs[seq];
-  const PagedKvView view = kv_view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
+  const PagedKvView view = kv_->view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
   AttentionArgs args;
   args.q = act(Act::kQ) + first_[seq] * c.q_dim();
   args.out = act(Act::kAttn) + first_[seq] * c.q_dim();
@@ -535,49 +469,6 @@ void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out)
   logits_.reserve(static_cast<size_t>(n * vocab));
   matmul(output_, picked_.get(), n, logits_.get());
   FATHOM_CUDA_BACKEND_OK(cudaMemcpy(out.data(), logits_.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
-}
-
-void CudaBackend::copy_block_impl(int32_t src, int32_t dst) {
-  FATHOM_CHECK(src >= 0 && src < num_blocks_ && dst >= 0 && dst < num_blocks_, "block id out of range");
-  const size_t kv = kv_elems() * kv_dtype_bytes(kv_dtype_), rows = rows_count();
-  for (DevLayer& D : layers_) {
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.k.get() + dst * kv, D.k.get() + src * kv, kv, cudaMemcpyDeviceToDevice));
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.v.get() + dst * kv, D.v.get() + src * kv, kv, cudaMemcpyDeviceToDevice));
-    if (kv_dtype_ != KvDtype::kI8) continue;
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.k_rows.get() + dst * rows, D.k_rows.get() + src * rows,
-                                      rows * sizeof(KvInt8Row), cudaMemcpyDeviceToDevice));
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.v_rows.get() + dst * rows, D.v_rows.get() + src * rows,
-                                      rows * sizeof(KvInt8Row), cudaMemcpyDeviceToDevice));
-  }
-}
-
-// Host layout of one block: per layer K, V, then (INT8) K and V row parameters.
-void CudaBackend::read_block_impl(int32_t block, std::byte* dst) {
-  FATHOM_CHECK(block >= 0 && block < num_blocks_, "block id out of range");
-  const size_t kv = kv_elems() * kv_dtype_bytes(kv_dtype_), rows = rows_count() * sizeof(KvInt8Row);
-  for (DevLayer& D : layers_) {
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(dst, D.k.get() + block * kv, kv, cudaMemcpyDeviceToHost));
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(dst + kv, D.v.get() + block * kv, kv, cudaMemcpyDeviceToHost));
-    dst += 2 * kv;
-    if (kv_dtype_ != KvDtype::kI8) continue;
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(dst, D.k_rows.get() + block * rows_count(), rows, cudaMemcpyDeviceToHost));
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(dst + rows, D.v_rows.get() + block * rows_count(), rows, cudaMemcpyDeviceToHost));
-    dst += 2 * rows;
-  }
-}
-
-void CudaBackend::write_block_impl(int32_t block, const std::byte* src) {
-  FATHOM_CHECK(block >= 0 && block < num_blocks_, "block id out of range");
-  const size_t kv = kv_elems() * kv_dtype_bytes(kv_dtype_), rows = rows_count() * sizeof(KvInt8Row);
-  for (DevLayer& D : layers_) {
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.k.get() + block * kv, src, kv, cudaMemcpyHostToDevice));
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.v.get() + block * kv, src + kv, kv, cudaMemcpyHostToDevice));
-    src += 2 * kv;
-    if (kv_dtype_ != KvDtype::kI8) continue;
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.k_rows.get() + block * rows_count(), src, rows, cudaMemcpyHostToDevice));
-    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(D.v_rows.get() + block * rows_count(), src + rows, rows, cudaMemcpyHostToDevice));
-    src += 2 * rows;
-  }
 }
 
 }  // namespace cuda_backend_detail

@@ -10,9 +10,11 @@
 // GEMV: it is dequantized to f16 once at load and always goes through gemm_f16 (activations
 // converted to f16 per matmul, f32 accumulation). Norm weights and biases stay f32.
 // Attention: dense (paged_decode_attention for decode tokens and prefill chunks alike, a causal
-// key range per query). Policies registered: dense only, no bifurcated groups yet — a request for
-// sparq, hip or swa is rejected at validation (Backend::check_policy), and the scheduler forms no
-// groups. KV: K and V (f32 / f16 / INT8 with row parameters), without the transposed K and V sums.
+// key range per query), SparQ and HiP decode (attention_policies.h), bifurcated groups
+// (bifurcated_attention). SWA has no CUDA kernel: a request for it is rejected at validation
+// (Backend::check_policy). KV (kv_storage.h): every plane of the KvLayout — K, V, the transposed
+// K when configured, INT8 row parameters, V sums — in device memory; a block's host image is the
+// same bytes as the CPU backend's.
 //
 // Built two ways from the same source: with nvcc into the fathom_cuda_backend library (CMake
 // target, compile definition FATHOM_HAS_CUDA_BACKEND=1 on its users), and with the host compiler

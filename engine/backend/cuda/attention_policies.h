@@ -1,0 +1,130 @@
+#pragma once
+// The CUDA backend's sparse decode policies and bifurcated groups over the launchers of
+// kernels/cuda: SparQ (sparq_attention.h), HiP (hip_attention.h: mask estimation every
+// `hip_refresh` steps, block-sparse attention) and bifurcated attention (bifurcated_attention.h).
+// Parameters come from the same resolve_* as the CPU backend's (engine/attention/policy.h), and
+// the policy state is the same LayerPolicyState: a HiP mask is copied to the host when it is
+// estimated (it travels with its sequence: forks copy it, recompute drops it) and uploaded on
+// the steps that reuse it.
+// TODO(tiered KV): keep masks device-resident per (sequence, layer) to save the copies.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/attention/decode_attention.h"
+#include "engine/backend/cuda/device_array.h"
+#include "engine/batch_plan.h"
+#include "kernels/cuda/bifurcated_attention.h"
+#include "kernels/cuda/hip_attention.h"
+#include "kernels/cuda/sparq_attention.h"
+#include "kernels/paged_kv.h"
+
+namespace fathom {
+namespace cuda_backend_detail {
+
+// Device scratch reused by every call of a pass (the stream orders its uses).
+struct PolicyScratch {
+  DeviceArray<std::byte> workspace;
+  DeviceArray<int32_t> hip_starts;   // [n_heads][n_keep] selected block starts
+  DeviceArray<std::byte> plan;       // a bifurcated plan's device copy
+  DeviceArray<float> q, out;         // a group's query rows gathered, and its outputs
+  std::deque<cuda::BifurcatedPlan> host_plans;  // alive until the pass ends (async plan copies read them)
+};
+
+inline int64_t sparq_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, PolicyScratch& s,
+                          cudaStream_t stream) {
+  const ref::SparqParams rp = resolve_sparq(p, args.pos + 1, kv.head_dim);
+  const cuda::SparqPlan plan = cuda::plan_sparq_decode_attention(kv, args, cuda::SparqConfig{rp.k, rp.l, rp.r, rp.reallocation});
+  s.workspace.reserve(plan.workspace_words * 4);
+  FATHOM_CUDA_BACKEND_OK(cuda::sparq_decode_attention(kv, args, plan, s.workspace.get(), stream));
+  return cuda::sparq_decode_attention_bytes(kv, args, plan).kv_read;
+}
+
+inline cuda::HipConfig hip_config(const ref::HipParams& h) {
+  return cuda::HipConfig{h.mask_k, h.block_size_k, h.sink, h.window};
+}
+
+inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,
+                        PolicyScratch& s, cudaStream_t stream) {
+  int64_t bytes = 0;
+  const bool refresh = st.hip_age < 0 || st.hip_age + 1 >= p.hip_refresh;
+  if (refresh) st.hip_params = resolve_hip(p, args.pos + 1);
+  const cuda::HipConfig cfg = hip_config(st.hip_params);
+  DecodeArgs at_mask = args;
+  at_mask.pos = refresh ? args.pos : st.hip_mask.pos;
+  const cuda::HipMaskInfo info = cuda::plan_hip_mask(kv, at_mask, cfg);
+  const size_t keep = static_cast<size_t>(std::max(1, info.n_keep)), heads = static_cast<size_t>(args.n_heads);
+  s.hip_starts.reserve(heads * keep);
+  if (refresh) {
+    st.hip_mask = ref::HipMask{info.dense, info.pos, {}};
+    if (!info.dense) {
+      FATHOM_CUDA_BACKEND_OK(cuda::hip_estimate_mask(kv, args, cfg, info, s.hip_starts.get(), stream));
+      bytes += cuda::hip_estimate_mask_bytes_bound(kv, args, cfg, info).kv_read;
+      std::vector<int32_t> starts(heads * keep);
+      FATHOM_CUDA_BACKEND_OK(
+          cudaMemcpy(starts.data(), s.hip_starts.get(), starts.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+      for (size_t h = 0; h < heads; ++h)
+        st.hip_mask.block_starts.emplace_back(starts.begin() + h * keep, starts.begin() + (h + 1) * keep);
+    }
+    st.hip_age = 0;
+  } else {
+    ++st.hip_age;
+    if (!info.dense) {
+      std::vector<int32_t> starts;
+      starts.reserve(heads * keep);
+      for (const std::vector<int32_t>& h : st.hip_mask.block_starts) starts.insert(starts.end(), h.begin(), h.end());
+      FATHOM_CHECK(starts.size() == heads * keep, "cached HiP mask has the wrong shape");
+      FATHOM_CUDA_BACKEND_OK(
+          cudaMemcpy(s.hip_starts.get(), starts.data(), starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+  }
+  const cuda::HipAttentionPlan plan = cuda::plan_hip_sparse_attention(kv, args, cfg, info);
+  s.workspace.reserve(std::max<size_t>(plan.workspace_floats, 1) * sizeof(float));
+  FATHOM_CUDA_BACKEND_OK(cuda::hip_sparse_attention(kv, args, cfg, info, s.hip_starts.get(), plan,
+                                                    reinterpret_cast<float*>(s.workspace.get()), stream));
+  return bytes + cuda::hip_sparse_attention_bytes(kv, args, cfg, info, plan).kv_read;
+}
+
+// One group of the plan: members' query rows (q + first[m]·row, [n_heads][head_dim] each) are
+// gathered, attended with each shared segment read once, and the outputs scattered back to out.
+// tables: device block tables, member m's at tables + m·table_stride. pool: the layer's view
+// (its block_table unused).
+inline int64_t group_step(const PagedKvView& pool, const BatchPlan& plan, const AttentionGroup& g,
+                          const int32_t* tables, int32_t table_stride, const float* q, float* out,
+                          const std::vector<int64_t>& first, int32_t n_heads, float scale, PolicyScratch& s,
+                          cudaStream_t stream) {
+  const int32_t n = static_cast<int32_t>(g.members.size());
+  const size_t row = static_cast<size_t>(n_heads) * pool.head_dim;
+  std::vector<int32_t> local(plan.seqs.size(), -1);
+  std::vector<cuda::BifSequence> seqs(n);
+  s.q.reserve(row * n);
+  s.out.reserve(row * n);
+  for (int32_t j = 0; j < n; ++j) {
+    const int32_t m = g.members[j];
+    local[m] = j;
+    seqs[j] = cuda::BifSequence{tables + static_cast<size_t>(m) * table_stride, plan.seqs[m].pos0};
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(s.q.get() + j * row, q + first[m] * static_cast<int64_t>(row),
+                                      row * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  std::vector<cuda::BifSegment> segments;
+  for (const SharedSpan& span : g.segments) {
+    cuda::BifSegment seg{seqs[local[span.members[0]]].block_table, span.begin, span.end, {}};
+    for (int32_t m : span.members) seg.members.push_back(local[m]);
+    segments.push_back(std::move(seg));
+  }
+  const cuda::BifurcatedPlan& bp =
+      s.host_plans.emplace_back(cuda::plan_bifurcated_attention(segments, seqs, n_heads, pool));
+  s.plan.reserve(bp.device_bytes);
+  s.workspace.reserve(std::max<size_t>(bp.workspace_floats, 1) * sizeof(float));
+  FATHOM_CUDA_BACKEND_OK(cuda::bifurcated_attention(bp, pool, s.q.get(), s.out.get(), s.plan.get(),
+                                                    reinterpret_cast<float*>(s.workspace.get()), scale, stream));
+  for (int32_t j = 0; j < n; ++j)
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(out + first[g.members[j]] * static_cast<int64_t>(row), s.out.get() + j * row,
+                                      row * sizeof(float), cudaMemcpyDeviceToDevice));
+  return cuda::bifurcated_attention_bytes(bp, pool).kv_read;
+}
+
+}  // namespace cuda_backend_detail
+}  // namespace fathom

@@ -1,0 +1,105 @@
+#pragma once
+// The CUDA backend's KV storage: the KvLayout's planes per layer in device memory (K, V, the
+// transposed K when configured, INT8 row parameters, the running V sums), addressed by the
+// BlockAllocator's block ids. A block's host image (read_block / write_block) lists the planes
+// in KvPlane order per layer, as CpuKvStorage does: the two backends' images are the same bytes.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend/cuda/device_array.h"
+#include "engine/kv/kv_layout.h"
+#include "kernels/cuda/kv_append.h"
+#include "kernels/paged_kv.h"
+
+namespace fathom {
+namespace cuda_backend_detail {
+
+class CudaKvStorage {
+ public:
+  CudaKvStorage(const KvLayout& layout, int32_t num_blocks) : layout_(layout), num_blocks_(num_blocks) {
+    for (int p = 0; p < kKvPlanes; ++p) {
+      const size_t bytes = layout.plane_bytes(static_cast<KvPlane>(p)) * static_cast<size_t>(num_blocks);
+      planes_[p].resize(bytes > 0 ? layout.n_layers : 0);
+      for (DeviceArray<std::byte>& a : planes_[p]) a.reserve(bytes);
+    }
+  }
+
+  // The view a kernel reads for `layer` through `device_table` (device pointers throughout).
+  PagedKvView view(int32_t layer, const int32_t* device_table) const {
+    PagedKvView v;
+    v.k = base(KvPlane::kK, layer);
+    v.v = base(KvPlane::kV, layer);
+    v.dtype = layout_.dtype;
+    v.block_table = device_table;
+    v.block_size = layout_.block_size;
+    v.n_kv_heads = layout_.n_kv_heads;
+    v.head_dim = layout_.head_dim;
+    v.k_rows = reinterpret_cast<const KvInt8Row*>(base(KvPlane::kKRows, layer));
+    v.v_rows = reinterpret_cast<const KvInt8Row*>(base(KvPlane::kVRows, layer));
+    v.k_t = base(KvPlane::kKt, layer);
+    v.v_sum = reinterpret_cast<const float*>(base(KvPlane::kVSum, layer));
+    return v;
+  }
+
+  // What kv_append writes for `layer`.
+  cuda::KvCacheLayer append_target(int32_t layer) {
+    cuda::KvCacheLayer c;
+    c.k = base(KvPlane::kK, layer);
+    c.v = base(KvPlane::kV, layer);
+    c.k_t = base(KvPlane::kKt, layer);
+    c.k_rows = reinterpret_cast<KvInt8Row*>(base(KvPlane::kKRows, layer));
+    c.v_rows = reinterpret_cast<KvInt8Row*>(base(KvPlane::kVRows, layer));
+    c.v_sum = reinterpret_cast<float*>(base(KvPlane::kVSum, layer));
+    c.dtype = cuda::kv_store_type(layout_.dtype);
+    c.block_size = layout_.block_size;
+    c.n_kv_heads = layout_.n_kv_heads;
+    c.head_dim = layout_.head_dim;
+    return c;
+  }
+
+  void copy_block(int32_t src, int32_t dst) {
+    check(src);
+    check(dst);
+    for_each_plane([&](KvPlane p, int32_t l, size_t n) {
+      FATHOM_CUDA_BACKEND_OK(cudaMemcpy(at(p, l, dst), at(p, l, src), n, cudaMemcpyDeviceToDevice));
+    });
+  }
+  void read_block(int32_t block, std::byte* dst) {
+    check(block);
+    for_each_plane([&](KvPlane p, int32_t l, size_t n) {
+      FATHOM_CUDA_BACKEND_OK(cudaMemcpy(dst, at(p, l, block), n, cudaMemcpyDeviceToHost));
+      dst += n;
+    });
+  }
+  void write_block(int32_t block, const std::byte* src) {
+    check(block);
+    for_each_plane([&](KvPlane p, int32_t l, size_t n) {
+      FATHOM_CUDA_BACKEND_OK(cudaMemcpy(at(p, l, block), src, n, cudaMemcpyHostToDevice));
+      src += n;
+    });
+  }
+
+ private:
+  std::byte* base(KvPlane p, int32_t layer) const {
+    const auto& layers = planes_[static_cast<int>(p)];
+    return layers.empty() ? nullptr : layers[layer].get();
+  }
+  std::byte* at(KvPlane p, int32_t layer, int32_t block) const {
+    return base(p, layer) + layout_.plane_bytes(p) * static_cast<size_t>(block);
+  }
+  void check(int32_t block) const { FATHOM_CHECK(block >= 0 && block < num_blocks_, "block id out of range"); }
+  template <typename F>
+  void for_each_plane(F&& f) const {
+    for (int32_t l = 0; l < layout_.n_layers; ++l)
+      for (int p = 0; p < kKvPlanes; ++p)
+        if (const size_t n = layout_.plane_bytes(static_cast<KvPlane>(p)); n > 0) f(static_cast<KvPlane>(p), l, n);
+  }
+
+  KvLayout layout_;
+  int32_t num_blocks_;
+  std::vector<DeviceArray<std::byte>> planes_[kKvPlanes];  // [plane][layer], empty when absent
+};
+
+}  // namespace cuda_backend_detail
+}  // namespace fathom

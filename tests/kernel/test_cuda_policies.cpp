@@ -1,0 +1,164 @@
+// Greedy decode on the CUDA backend (run on the CPU through kernels/cuda/emu) equals the CPU
+// backend's, token for token, for every policy the CUDA backend implements, and bifurcated
+// groups (CUDA) equal ungrouped attention (CPU).
+//
+// One batched run per model: the prompt (~400 tokens, long enough that SparQ and HiP at
+// kv_read_ratio 1/8 select a part of the keys) is prefilled once on the CPU and its blocks are
+// copied into the CUDA backend's storage (the two backends' block images are the same bytes), so
+// both decode from the same cache. Then 4 sequences decode 32 steps in one plan per step on each
+// backend: dense, sparq, hip, and a second dense one; sequence i starts from the i-th best first
+// token, so all diverge. All 4 share the prompt's full blocks; each has its own copy of the
+// partial last block (copy-on-write, as a fork). On the CUDA side the 2 dense sequences form a
+// bifurcated group (the shared prompt read once for both); the CPU side runs no groups.
+// Every sequence feeds back its own backend's greedy token; a step passes when both backends
+// pick the same token for every sequence.
+// Precision: CPU f32 activations (Precision::kF32), f16 KV on both sides; the CUDA backend rounds
+// GEMM inputs to f16, so logits differ by NMSE ~1e-6 (test_cuda_forward) — far below the margins
+// of greedy picks on these prompts, checked by printing each step's smallest top-2 margin.
+#include "tests/kernel/cuda_backend_sources.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/attention/groups.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/kv/block_allocator.h"
+#include "engine/model.h"
+
+namespace fathom {
+namespace {
+
+constexpr int kSeqs = 4;  // one quant_gemv launch (up to 4 rows) per matrix: the emulator's cost
+constexpr int kSteps = 32;
+
+std::vector<int32_t> ranked(const float* row, int32_t n, int32_t top) {
+  std::vector<int32_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + top, ids.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+  ids.resize(top);
+  return ids;
+}
+
+void compare_policies(const std::string& file, int steps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ModelOptions o;
+  o.threads = 2;
+  o.precision = cpu::Precision::kF32;
+  o.kv_dtype = KvDtype::kF16;
+  o.block_size = 16;
+  std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/" + file);
+  const ModelConfig& c = model->config();
+  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, o.block_size, o.kv_dtype, o.kv_transposed_k};
+  o.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * 64;
+  CpuBackend cpu(*model, o);
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*model, o);
+  ASSERT_EQ(cpu.block_bytes(), cuda->block_bytes()) << "the block images must be the same bytes";
+  AttentionPolicy swa;
+  swa.kind = PolicyKind::kSwa;
+  try {
+    cuda->check_policy(swa);
+    ADD_FAILURE() << "swa has no CUDA kernel, yet the cuda backend accepted it";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "attention policy 'swa' is not implemented by the cuda backend (available: dense, sparq, hip)");
+  }
+  BlockAllocator blocks(cpu.kv_blocks(), o.block_size);
+  const int32_t vocab = model->vocab(), bs = o.block_size;
+
+  std::string text;
+  while (model->tokenizer().encode(text).size() < 400)
+    text += "The lighthouse keeper climbed the narrow stairs every evening, carried a can of oil and a notebook, "
+            "and wrote down the weather, the ships that passed and the birds that nested on the rocks below. ";
+  std::vector<int32_t> prompt = model->tokenizer().encode(text);
+  prompt.resize(405);  // 25 full blocks and a partial one
+  const int32_t P = static_cast<int32_t>(prompt.size()), full = P / bs;
+
+  // Prefill on the CPU; the prompt's blocks are then copied into the CUDA storage.
+  std::vector<int32_t> prompt_table;
+  for (int32_t b = 0; b <= full; ++b) prompt_table.push_back(blocks.allocate());
+  BatchPlan prefill;
+  prefill.seqs.push_back(SeqStep{prompt, 0, &prompt_table, LogitsWanted::kLast});
+  std::vector<float> logits;
+  cpu.forward(prefill, logits);
+  std::vector<std::byte> image(cpu.block_bytes());
+  for (int32_t b : prompt_table) {
+    cpu.read_block(b, image.data());
+    cuda->write_block(b, image.data());
+  }
+  const std::vector<int32_t> first = ranked(logits.data(), vocab, kSeqs);
+
+  // Sequences: the full prompt blocks shared, the partial one copied, room for `steps` more.
+  AttentionPolicy dense, sparq, hip;
+  sparq.kind = PolicyKind::kSparq;
+  hip.kind = PolicyKind::kHip;
+  const AttentionPolicy* policy[kSeqs] = {&dense, &sparq, &hip, &dense};
+  std::vector<std::vector<int32_t>> tables(kSeqs);
+  for (int i = 0; i < kSeqs; ++i) {
+    tables[i].assign(prompt_table.begin(), prompt_table.begin() + full);
+    tables[i].push_back(blocks.allocate());
+    cpu.copy_block(prompt_table[full], tables[i].back());
+    cuda->copy_block(prompt_table[full], tables[i].back());
+    while (static_cast<int32_t>(tables[i].size()) * bs < P + steps + 1) tables[i].push_back(blocks.allocate());
+  }
+  std::vector<SeqPolicyState> cpu_state(kSeqs), cuda_state(kSeqs);
+  std::vector<int32_t> token(first);  // both backends' current token per sequence (equal while they agree)
+  std::vector<std::vector<int32_t>> generated(kSeqs);
+  int grouped_steps = 0;
+  double worst_nmse = 0, smallest_margin = 1e30;
+  for (int step = 0; step < steps; ++step) {
+    BatchPlan plan;
+    for (int i = 0; i < kSeqs; ++i)
+      plan.seqs.push_back(SeqStep{std::span<const int32_t>(&token[i], 1), P + step, &tables[i], LogitsWanted::kLast,
+                                  policy[i], &cpu_state[i]});
+    std::vector<float> cpu_logits, cuda_logits;
+    cpu.forward(plan, cpu_logits);
+    for (int i = 0; i < kSeqs; ++i) plan.seqs[i].policy_state = &cuda_state[i];
+    plan.groups = find_attention_groups(plan, bs, GroupRule{2, 16});
+    grouped_steps += !plan.groups.empty();
+    cuda->forward(plan, cuda_logits);
+    ASSERT_EQ(cpu_logits.size(), cuda_logits.size());
+    double num = 0, den = 0;
+    for (size_t k = 0; k < cpu_logits.size(); ++k) {
+      num += (cpu_logits[k] - cuda_logits[k]) * static_cast<double>(cpu_logits[k] - cuda_logits[k]);
+      den += cpu_logits[k] * static_cast<double>(cpu_logits[k]);
+    }
+    worst_nmse = std::max(worst_nmse, num / den);
+    for (int i = 0; i < kSeqs; ++i) {
+      const float* a = &cpu_logits[static_cast<size_t>(i) * vocab];
+      const std::vector<int32_t> top = ranked(a, vocab, 2);
+      const int32_t mine = ranked(&cuda_logits[static_cast<size_t>(i) * vocab], vocab, 1)[0];
+      smallest_margin = std::min<double>(smallest_margin, a[top[0]] - a[top[1]]);
+      ASSERT_EQ(mine, top[0]) << file << " sequence " << i << " (" << policy[i]->name() << ") step " << step
+                              << ": CPU top-2 margin " << a[top[0]] - a[top[1]];
+      token[i] = top[0];
+      generated[i].push_back(top[0]);
+    }
+  }
+  EXPECT_EQ(grouped_steps, steps) << "every CUDA step ran the dense sequences as a bifurcated group";
+  EXPECT_GT(cpu.take_kv_read_bytes()[static_cast<int>(PolicyKind::kSparq)], 0);
+  EXPECT_GT(cuda->take_kv_read_bytes()[static_cast<int>(PolicyKind::kHip)], 0);
+  for (int i = 0; i < kSeqs; ++i)
+    std::printf("%s %s: %s\n", file.c_str(), policy[i]->name().c_str(),
+                model->tokenizer().decode(generated[i]).c_str());
+  std::printf("%s: %d steps x %d sequences equal; worst logits NMSE %.2e, smallest CPU top-2 margin %.3f; %.1f s\n",
+              file.c_str(), steps, kSeqs, worst_nmse, smallest_margin,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+TEST(CudaPolicies, SmolLM2GreedyEqualsCpuForEveryPolicyAndGroups) {
+  compare_policies("smollm2-135m-instruct-q4_1.gguf", kSteps);
+}
+
+TEST(CudaPolicies, Gemma3GreedyEqualsCpuForEveryPolicyAndGroups) {
+  compare_policies("gemma-3-270m-q4_k_m.gguf", kSteps);
+}
+
+}  // namespace
+}  // namespace fathom
