@@ -33,6 +33,15 @@ bool layer_uses_policy(const AttentionPolicy& p, int32_t layer, bool sliding);
 // alone: it is estimated at the first step whose selection is partial (hip_age < 0).
 bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d);
 
+// SWA's parameters for a step at S keys: the request's caching ratio, or 1 (dense) on the first
+// step, which has no mass yet and seeds it. Sizes state.swa_mass to S (new positions at 0).
+ref::SwaParams swa_step_params(const AttentionPolicy& p, LayerPolicyState& state, int32_t S);
+// ALISA keeps the tokens with the largest attention mass "summed over the last k steps"; an
+// exponential decay with horizon k = k_local stands in for the exact sliding sum (which would
+// need k past weight vectors): mass = mass·(1 − 1/k_local) + weights, weights: [S] this step's
+// softmax weight per position summed over heads (0 where not kept).
+void swa_fold_mass(LayerPolicyState& state, const float* weights, int32_t k_local);
+
 // Bytes dense attention reads for one query attending `keys` keys: S rows of K and V per kv head.
 int64_t dense_kv_bytes(const KvLayout& kv, int64_t keys);
 

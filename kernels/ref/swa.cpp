@@ -6,9 +6,8 @@
 
 namespace fathom::ref {
 
-SwaStats swa_attention(const PagedKvView& kv, const DecodeArgs& args, const SwaParams& p, const float* mass) {
-  const int32_t d = kv.head_dim, group = args.n_heads / kv.n_kv_heads, n = args.pos + 1;
-  const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(n) * p.ratio));
+SwaStats swa_select(int32_t n, float ratio, const float* mass) {
+  const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(n) * ratio));
   SwaStats st;
   st.k_local = static_cast<int32_t>(std::clamp<int64_t>(budget / 2, 1, n));
   const int32_t older = n - st.k_local;
@@ -21,6 +20,12 @@ SwaStats swa_attention(const PagedKvView& kv, const DecodeArgs& args, const SwaP
   st.kept.assign(cand.begin(), cand.begin() + st.k_global);
   for (int32_t t = older; t < n; ++t) st.kept.push_back(t);
   std::sort(st.kept.begin(), st.kept.end());
+  return st;
+}
+
+SwaStats swa_attention(const PagedKvView& kv, const DecodeArgs& args, const SwaParams& p, const float* mass) {
+  const int32_t d = kv.head_dim, group = args.n_heads / kv.n_kv_heads;
+  SwaStats st = swa_select(args.pos + 1, p.ratio, mass);
   std::vector<AttentionState> part(group);
   for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
     st.kv_bytes += partial_attention(kv, g, args.q + static_cast<int64_t>(g) * group * d, group, args.scale,

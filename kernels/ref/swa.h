@@ -19,6 +19,9 @@ struct SwaStats {
   int32_t k_local = 0, k_global = 0;
 };
 
+// The kept positions of a step at n = pos + 1 keys (the selection rule below), ascending.
+SwaStats swa_select(int32_t n, float ratio, const float* mass);
+
 // n = pos + 1. k_local = max(1, ⌊n·r/2⌋) most recent tokens [n − k_local, n) (the current token
 // is always kept); k_global = max(0, ⌊n·r⌋ − k_local) older tokens with the largest `mass`
 // (ties: lower position). The paper's k = ⌊n·r/2⌋ for both halves; giving the global half the

@@ -13,4 +13,5 @@
 #include "kernels/cuda/rms_norm.cu"
 #include "kernels/cuda/rope.cu"
 #include "kernels/cuda/sparq_attention.cu"
+#include "kernels/cuda/swa_attention.cu"
 #include "engine/backend/cuda/cuda_backend.cu"

@@ -3,6 +3,7 @@
 //   sparq_decode_attention   vs ref::sparq_attention
 //   hip_estimate_mask / hip_sparse_attention vs ref::hip_estimate_mask / ref::hip_sparse_attention
 //   bifurcated_attention     vs ref::bifurcated_attention
+//   swa_attention            vs ref::swa_attention (output) and double softmax weights (weights)
 // plus, for every launch, the bytes its launcher reports vs the bytes the emulated grid touched
 // (attention_common.h instruments every global load and store under emulation).
 // The .cu files are included so the host compiler builds exactly the source nvcc builds.
@@ -11,10 +12,10 @@
 // absolute bound; no pass-rate thresholds). Both sides dequantize the same stored f16 / INT8
 // values with the same formula, so every KV dtype has the same bound; the slack over f32
 // rounding covers expf vs exp, the split merges and float vs double logits:
-//   dtype      dense   sparq (own selection)   hip (own mask)   bifurcated
-//   f32        1e-5    2e-5                    1e-5             1e-5
-//   f16        1e-5    2e-5                    1e-5             1e-5
-//   int8       1e-5    2e-5                    1e-5             1e-5
+//   dtype      dense   sparq (own selection)   hip (own mask)   bifurcated   swa (out, weights)
+//   f32        1e-5    2e-5                    1e-5             1e-5         1e-5, 1e-5·heads
+//   f16        1e-5    2e-5                    1e-5             1e-5         1e-5, 1e-5·heads
+//   int8       1e-5    2e-5                    1e-5             1e-5         1e-5, 1e-5·heads
 // Selections (SparQ I1/I2, HiP blocks) are computed in float by the kernels and in double by
 // ref, so near-ties may flip: the tests check overlap with ref's selection (stated per test) and
 // the output over the kernel's own selection, recomputed by ref.
@@ -22,6 +23,7 @@
 #include "kernels/cuda/hip_attention.cu"
 #include "kernels/cuda/paged_decode_attention.cu"
 #include "kernels/cuda/sparq_attention.cu"
+#include "kernels/cuda/swa_attention.cu"
 
 #include <gtest/gtest.h>
 
@@ -38,6 +40,7 @@
 #include "kernels/ref/attention.h"
 #include "kernels/ref/bifurcated.h"
 #include "kernels/ref/hip.h"
+#include "kernels/ref/swa.h"
 #include "kernels/ref/sparq.h"
 #include "tests/kernel/paged_kv_fixture.h"
 
@@ -471,6 +474,93 @@ TEST(CudaAttention, BifurcatedMatchesRef) {
   };
   for (KvDtype dtype : kDtypes)
     for (const BifCase& c : cases) run_bif_case(c, dtype, rng);
+}
+
+}  // namespace
+}  // namespace fathom
+
+namespace fathom {
+namespace {
+
+// ---- SWA ------------------------------------------------------------------------------------
+
+struct SwaCase {
+  int32_t head_dim, group, seq_len;
+  float ratio;
+};
+
+void run_swa_case(const SwaCase& c, KvDtype dtype, std::mt19937& rng) {
+  const int32_t n_kv = 2, n_heads = c.group * n_kv, d = c.head_dim, S = c.seq_len, pos = S - 1;
+  const PagedKvFixture f = make_paged_kv(d, n_kv, 16, dtype, S, 2, rng);
+  const std::vector<float> q = random_q(static_cast<size_t>(n_heads) * d, rng);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  std::vector<float> mass(S);
+  for (float& m : mass) m = uni(rng);
+  mass[S / 3] = mass[S / 2];  // a tie: the lower position wins on both sides
+  std::vector<float> want(q.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  DecodeArgs args{q.data(), want.data(), n_heads, pos, scale};
+  const ref::SwaStats st = ref::swa_attention(f.view(), args, ref::SwaParams{c.ratio}, mass.data());
+  // Expected weights: softmax over the kept positions per head, in double, summed over heads.
+  const int32_t n = static_cast<int32_t>(st.kept.size());
+  std::vector<double> want_w(n, 0.0);
+  std::vector<float> krow(d);
+  for (int32_t h = 0; h < n_heads; ++h) {
+    std::vector<double> logit(n);
+    for (int32_t i = 0; i < n; ++i) {
+      ref::load_kv_row(f.view(), f.view().k, st.kept[i], h / c.group, krow.data());
+      double dot = 0;
+      for (int32_t e = 0; e < d; ++e) dot += static_cast<double>(q[static_cast<size_t>(h) * d + e]) * krow[e];
+      logit[i] = dot * scale;
+    }
+    const double m = *std::max_element(logit.begin(), logit.end());
+    double sum = 0;
+    for (double l : logit) sum += std::exp(l - m);
+    for (int32_t i = 0; i < n; ++i) want_w[i] += std::exp(logit[i] - m) / sum;
+  }
+
+  DeviceKv dkv(f);
+  const PagedKvView kv = dkv.view(f);
+  DeviceBuffer<float> dq(q), dout(q.size()), dweights(static_cast<size_t>(n));
+  DeviceBuffer<int32_t> dkept(st.kept);
+  DecodeArgs dargs{dq.ptr, dout.ptr, n_heads, pos, scale};
+  const cuda::SwaPlan plan = cuda::plan_swa_attention(kv, dargs, n, 24);
+  DeviceBuffer<float> workspace(plan.workspace_floats);
+  cuda::attn_common::reset_byte_counters();
+  ASSERT_EQ(cuda::swa_attention(kv, dargs, dkept.ptr, plan, dweights.ptr, workspace.ptr, nullptr), cudaSuccess);
+  expect_bytes("swa", cuda::swa_attention_bytes(kv, dargs, plan));
+  const double err = max_abs_diff(dout.download(), want);
+  const std::vector<float> got_w = dweights.download();
+  double w_err = 0;
+  for (int32_t i = 0; i < n; ++i) w_err = std::max(w_err, std::fabs(got_w[i] - want_w[i]));
+  std::printf("swa %s d=%d group=%d S=%d ratio=%.2f kept=%d splits=%d: |err| %.3g, weights |err| %.3g\n",
+              kv_dtype_name(dtype), d, c.group, S, c.ratio, n, plan.n_splits, err, w_err);
+  EXPECT_LE(err, 1e-5) << kv_dtype_name(dtype) << " d=" << d << " S=" << S;
+  EXPECT_LE(w_err, 1e-5 * n_heads) << kv_dtype_name(dtype) << " d=" << d << " S=" << S;
+}
+
+TEST(CudaAttention, SwaMatchesRef) {
+  std::mt19937 rng(17);
+  const SwaCase cases[] = {{64, 3, 1, 0.5f},    {64, 3, 37, 0.25f},  {128, 4, 300, 0.125f},
+                           {256, 1, 129, 1.0f}, {80, 8, 200, 0.3f},  {64, 1, 700, 0.125f}};
+  for (KvDtype dtype : kDtypes)
+    for (const SwaCase& c : cases) run_swa_case(c, dtype, rng);
+}
+
+TEST(CudaAttention, SwaRejectsBadArguments) {
+  std::mt19937 rng(3);
+  const PagedKvFixture f = make_paged_kv(64, 2, 16, KvDtype::kF16, 20, 2, rng);
+  DeviceKv dkv(f);
+  const PagedKvView kv = dkv.view(f);
+  DeviceBuffer<float> q(4 * 64), out(4 * 64), w(8), ws(4096);
+  DeviceBuffer<int32_t> kept(std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  DecodeArgs args{q.ptr, out.ptr, 4, 19, 0.125f};
+  const cuda::SwaPlan plan = cuda::plan_swa_attention(kv, args, 8);
+  EXPECT_EQ(cuda::swa_attention(kv, args, nullptr, plan, w.ptr, ws.ptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::swa_attention(kv, args, kept.ptr, cuda::plan_swa_attention(kv, args, 0), w.ptr, ws.ptr, nullptr),
+            cudaErrorInvalidValue);
+  args.n_heads = 3;  // not a multiple of the kv heads
+  EXPECT_EQ(cuda::swa_attention(kv, args, kept.ptr, plan, w.ptr, ws.ptr, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

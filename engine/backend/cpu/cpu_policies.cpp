@@ -23,21 +23,13 @@ int64_t hip_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args
   return bytes.total();
 }
 
-// ALISA keeps the tokens with the largest attention mass "summed over the last k steps"; an
-// exponential decay with horizon k (the local window) stands in for the exact sliding sum, which
-// would need k past weight vectors. The first step has no history: it attends densely (ratio 1)
-// to seed the mass.
 int64_t swa_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
                  LayerPolicyState& st) {
   const int32_t S = args.pos + 1;
-  const bool seeded = !st.swa_mass.empty();
-  st.swa_mass.resize(S, 0.0f);
-  ref::SwaParams params = resolve_swa(p);
-  if (!seeded) params.ratio = 1.0f;
+  const ref::SwaParams params = swa_step_params(p, st, S);
   std::vector<float> weights(S, 0.0f);
   const cpu::SwaResult r = cpu::swa_decode(pool, kv, args, params, st.swa_mass.data(), weights.data());
-  const float keep = 1.0f - 1.0f / static_cast<float>(std::max(1, r.k_local));
-  for (int32_t t = 0; t < S; ++t) st.swa_mass[t] = st.swa_mass[t] * keep + weights[t];
+  swa_fold_mass(st, weights.data(), r.k_local);
   return r.kv_bytes;
 }
 

@@ -1,12 +1,15 @@
 #pragma once
 // The CUDA backend's sparse decode policies and bifurcated groups over the launchers of
 // kernels/cuda: SparQ (sparq_attention.h), HiP (hip_attention.h: mask estimation every
-// `hip_refresh` steps, block-sparse attention) and bifurcated attention (bifurcated_attention.h).
+// `hip_refresh` steps, block-sparse attention), SWA (swa_attention.h: the kept positions chosen on
+// the host from the sequence's mass, attended on the device, their weights folded back into the
+// mass) and bifurcated attention (bifurcated_attention.h).
 // Parameters come from the same resolve_* as the CPU backend's (engine/attention/policy.h), and
 // the policy state is the same LayerPolicyState: a HiP mask is copied to the host when it is
 // estimated (it travels with its sequence: forks copy it, recompute drops it) and uploaded on
 // the steps that reuse it.
-// TODO(tiered KV): keep masks device-resident per (sequence, layer) to save the copies.
+// TODO(tiered KV): keep HiP masks and SWA masses device-resident per (sequence, layer) to save
+// the copies (today one host round trip per layer per step for SWA, per refresh for HiP).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +22,8 @@
 #include "kernels/cuda/bifurcated_attention.h"
 #include "kernels/cuda/hip_attention.h"
 #include "kernels/cuda/sparq_attention.h"
+#include "kernels/cuda/swa_attention.h"
+#include "kernels/ref/swa.h"
 #include "kernels/paged_kv.h"
 
 namespace fathom {
@@ -30,6 +35,8 @@ struct PolicyScratch {
   DeviceArray<int32_t> hip_starts;   // [n_heads][n_keep] selected block starts
   DeviceArray<std::byte> plan;       // a bifurcated plan's device copy
   DeviceArray<float> q, out;         // a group's query rows gathered, and its outputs
+  DeviceArray<int32_t> swa_kept;     // [n_kept] SWA's kept positions
+  DeviceArray<float> swa_weights;    // [n_kept] their softmax weights summed over heads
   std::deque<cuda::BifurcatedPlan> host_plans;  // alive until the pass ends (async plan copies read them)
 };
 
@@ -85,6 +92,26 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   FATHOM_CUDA_BACKEND_OK(cuda::hip_sparse_attention(kv, args, cfg, info, s.hip_starts.get(), plan,
                                                     reinterpret_cast<float*>(s.workspace.get()), stream));
   return bytes + cuda::hip_sparse_attention_bytes(kv, args, cfg, info, plan).kv_read;
+}
+
+inline int64_t swa_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,
+                        PolicyScratch& s, cudaStream_t stream) {
+  const int32_t S = args.pos + 1;
+  const ref::SwaParams params = swa_step_params(p, st, S);
+  const ref::SwaStats sel = ref::swa_select(S, params.ratio, st.swa_mass.data());
+  const int32_t n = static_cast<int32_t>(sel.kept.size());
+  s.swa_kept.upload(sel.kept);
+  s.swa_weights.reserve(static_cast<size_t>(n));
+  const cuda::SwaPlan plan = cuda::plan_swa_attention(kv, args, n);
+  s.workspace.reserve(plan.workspace_floats * sizeof(float));
+  FATHOM_CUDA_BACKEND_OK(cuda::swa_attention(kv, args, s.swa_kept.get(), plan, s.swa_weights.get(),
+                                             reinterpret_cast<float*>(s.workspace.get()), stream));
+  std::vector<float> kept_weights(static_cast<size_t>(n)), weights(static_cast<size_t>(S), 0.0f);
+  FATHOM_CUDA_BACKEND_OK(
+      cudaMemcpy(kept_weights.data(), s.swa_weights.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int32_t i = 0; i < n; ++i) weights[sel.kept[i]] = kept_weights[i];
+  swa_fold_mass(st, weights.data(), sel.k_local);
+  return cuda::swa_attention_bytes(kv, args, plan).kv_read;
 }
 
 // One group of the plan: members' query rows (q + first[m]·row, [n_heads][head_dim] each) are
