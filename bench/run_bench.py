@@ -67,6 +67,9 @@ ATTENTION_RESULTS = [
     "- [cuda_bytes.md](cuda_bytes.md): bytes per decode step of every CUDA attention kernel and the H100 bandwidth "
     "bound (on paper; no GPU timing) (`build/cuda_bytes`).",
     "- End-to-end decode per policy: `build/bench_decode --attention dense,sparq,hip,swa --depths 4096` (README).",
+    "- [results/backend_refactor_ab.md](results/backend_refactor_ab.md): alternating A/B of the build before and after "
+    "the one-forward / pluggable-backends change (decode at depth 0/1k/4k, prefill 1k/4k, n = 16 samples) "
+    "(`bench/ab_compare.py --a OLD_BUILD --b build`).",
     "",
 ]
 

@@ -24,6 +24,22 @@ enum class LayerVector { kAttnNorm, kFfnNorm, kQNorm, kKNorm, kPostAttnNorm, kPo
 // Per-layer matrices, y = x · Wᵀ.
 enum class LayerMatrix { kWq, kWk, kWv, kWo, kGate, kUp, kDown };
 
+// Row width of an activation buffer (see the table above).
+inline int64_t act_width(const ModelConfig& c, Act a) {
+  switch (a) {
+    case Act::kX:
+    case Act::kXn:
+    case Act::kProj: return c.dim;
+    case Act::kQ:
+    case Act::kAttn: return c.q_dim();
+    case Act::kK:
+    case Act::kV: return c.kv_dim();
+    case Act::kGate:
+    case Act::kUp: return c.ffn_dim;
+  }
+  return 0;
+}
+
 struct MatmulOut {
   LayerMatrix w;
   Act out;

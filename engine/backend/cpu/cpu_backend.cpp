@@ -44,21 +44,6 @@ CpuBackend::~CpuBackend() = default;
 
 bool CpuBackend::implements(PolicyKind kind) const { return cpu_implements(kind); }
 
-int64_t CpuBackend::width(Act a) const {
-  const ModelConfig& c = model_.config();
-  switch (a) {
-    case Act::kX:
-    case Act::kXn:
-    case Act::kProj: return c.dim;
-    case Act::kQ:
-    case Act::kAttn: return c.q_dim();
-    case Act::kK:
-    case Act::kV: return c.kv_dim();
-    case Act::kGate:
-    case Act::kUp: return c.ffn_dim;
-  }
-  return 0;
-}
 
 const std::vector<float>& CpuBackend::vector(int32_t layer, LayerVector v) const {
   const LayerWeights& L = weights_.layers[layer];
@@ -102,7 +87,8 @@ void CpuBackend::begin_pass(const BatchPlan& plan) {
     for (size_t i = 0; i < s.tokens.size(); ++i) positions_.push_back(s.pos0 + static_cast<int32_t>(i));
   }
   const int64_t T = static_cast<int64_t>(positions_.size());
-  for (int a = 0; a < static_cast<int>(acts_.size()); ++a) acts_[a].resize(T * width(static_cast<Act>(a)));
+  for (int a = 0; a < static_cast<int>(acts_.size()); ++a)
+    acts_[a].resize(T * act_width(model_.config(), static_cast<Act>(a)));
 
   // Embedding lookup (quantized rows dequantized on the fly), gemma scales by sqrt(dim).
   float* x = act(Act::kX);
@@ -156,7 +142,7 @@ void CpuBackend::matmul(int32_t layer, std::span<const MatmulOut> outs, Act in) 
 void CpuBackend::add_bias(Act x, int32_t layer, LayerVector bias) {
   const std::vector<float>& b = vector(layer, bias);
   if (b.empty()) return;
-  const int64_t n = width(x), T = static_cast<int64_t>(positions_.size());
+  const int64_t n = act_width(model_.config(), x), T = static_cast<int64_t>(positions_.size());
   for (int64_t r = 0; r < T; ++r) cpu::add_inplace(act(x) + r * n, b.data(), n);
 }
 
@@ -236,7 +222,7 @@ void CpuBackend::glu(Activation a) {
 }
 
 void CpuBackend::add(Act x, Act y) {
-  cpu::add_inplace(act(x), act(y), static_cast<int64_t>(positions_.size()) * width(x));
+  cpu::add_inplace(act(x), act(y), static_cast<int64_t>(positions_.size()) * act_width(model_.config(), x));
 }
 
 void CpuBackend::logits(std::span<const int64_t> rows, std::vector<float>& out) {

@@ -57,7 +57,6 @@ class CpuBackend final : public Backend {
 
  private:
   float* act(Act a) { return acts_[static_cast<int>(a)].data(); }
-  int64_t width(Act a) const;
   const std::vector<float>& vector(int32_t layer, LayerVector v) const;
   const WeightMatrix& matrix(int32_t layer, LayerMatrix m) const;
   DecodeArgs decode_args(int32_t seq);
@@ -73,7 +72,7 @@ class CpuBackend final : public Backend {
   const BatchPlan* plan_ = nullptr;
   std::vector<int64_t> first_;
   std::vector<int32_t> positions_;                   // (T)
-  std::array<std::vector<float>, 9> acts_;           // indexed by Act, (T, width(Act))
+  std::array<std::vector<float>, 9> acts_;           // indexed by Act, (T, act_width(Act))
   std::vector<float> rope_cos_, rope_sin_;           // (T, rope_dim/2), global layers' RoPE
   std::vector<float> rope_cos_local_, rope_sin_local_;  // sliding layers' (gemma3)
   std::vector<float> picked_;                        // (rows, dim) rows whose logits are wanted

@@ -103,7 +103,6 @@ class CudaBackend final : public Backend {
     return d;
   }
   float* act(Act a) { return acts_[static_cast<int>(a)].get(); }
-  int64_t width(Act a) const;
   const float* vector(int32_t layer, LayerVector v) const;
   const DevMatrix& matrix(int32_t layer, LayerMatrix m) const;
   DecodeArgs decode_args(int32_t seq);
@@ -135,7 +134,7 @@ class CudaBackend final : public Backend {
   DeviceArray<int32_t> seq_start_;        // (S + 1) token CSR
   DeviceArray<int32_t> tables_;           // (S, table_stride_) block tables, padded with 0
   int32_t table_stride_ = 0;
-  std::array<DeviceArray<float>, 9> acts_;  // indexed by Act, (T, width(Act))
+  std::array<DeviceArray<float>, 9> acts_;  // indexed by Act, (T, act_width(Act))
   DeviceArray<float> attn_workspace_;
   DeviceArray<__half> act16_;        // (T, max in-features): the GEMM's f16 activations
   DeviceArray<float> w32_;           // (kDequantChunk): a dequantized chunk of W, f32 ...
@@ -185,21 +184,6 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
   row_ids_.upload(ids);
 }
 
-int64_t CudaBackend::width(Act a) const {
-  const ModelConfig& c = config_;
-  switch (a) {
-    case Act::kX:
-    case Act::kXn:
-    case Act::kProj: return c.dim;
-    case Act::kQ:
-    case Act::kAttn: return c.q_dim();
-    case Act::kK:
-    case Act::kV: return c.kv_dim();
-    case Act::kGate:
-    case Act::kUp: return c.ffn_dim;
-  }
-  return 0;
-}
 
 const float* CudaBackend::vector(int32_t layer, LayerVector v) const {
   const DevLayer& D = layers_[layer];
@@ -352,7 +336,7 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
   table_stride_ = static_cast<int32_t>(stride);
   ensure_rope_rows(max_pos + 1);
   for (int a = 0; a < static_cast<int>(acts_.size()); ++a)
-    acts_[a].reserve(static_cast<size_t>(T * width(static_cast<Act>(a))));
+    acts_[a].reserve(static_cast<size_t>(T * act_width(config_, static_cast<Act>(a))));
   FATHOM_CUDA_BACKEND_OK(cuda::embedding_lookup(token_embd_.data, token_embd_.type, token_embd_.rows, c.dim,
                                                 ids_.get(), T, c.embed_scale, act(Act::kX), stream_));
 }
@@ -367,7 +351,7 @@ void CudaBackend::matmul(int32_t layer, std::span<const MatmulOut> outs, Act in)
 
 void CudaBackend::add_bias(Act x, int32_t layer, LayerVector bias) {
   const float* b = vector(layer, bias);
-  if (b != nullptr) FATHOM_CUDA_BACKEND_OK(cuda::add_bias(act(x), b, T_, width(x), stream_));
+  if (b != nullptr) FATHOM_CUDA_BACKEND_OK(cuda::add_bias(act(x), b, T_, act_width(config_, x), stream_));
 }
 
 void CudaBackend::rope(int32_t layer) {
@@ -445,7 +429,7 @@ void CudaBackend::glu(Activation a) {
 }
 
 void CudaBackend::add(Act x, Act y) {
-  FATHOM_CUDA_BACKEND_OK(cuda::add_inplace(act(x), act(y), T_ * width(x), stream_));
+  FATHOM_CUDA_BACKEND_OK(cuda::add_inplace(act(x), act(y), T_ * act_width(config_, x), stream_));
 }
 
 void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out) {
