@@ -85,10 +85,17 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   request.attention.validate();
   backend_.check_policy(request.attention);
   validate(request.sampling, model_.vocab());
-  const int32_t bs = backend_.kv_layout().block_size;
-  if ((prompt + bs) / bs > backend_.kv_blocks())
-    throw Error("the prompt needs more KV cache blocks than the server has (" + std::to_string(backend_.kv_blocks()) +
-                " blocks of " + std::to_string(bs) + " tokens)");
+  // A request must fit the KV cache when it runs alone, or it could never finish (it would be
+  // preempted by itself forever): the prompt and one choice's max_tokens, plus every other
+  // choice's own blocks (its copy of the prompt's partial last block and its generated tokens).
+  const int64_t bs = backend_.kv_layout().block_size;
+  const int64_t need = (prompt + request.max_tokens + bs - 1) / bs +
+                       static_cast<int64_t>(request.n - 1) * ((request.max_tokens + bs - 1) / bs + 1);
+  if (need > backend_.kv_blocks())
+    throw Error("this request needs up to " + std::to_string(need) + " KV cache blocks of " + std::to_string(bs) +
+                " tokens (prompt " + std::to_string(prompt) + " + max_tokens " + std::to_string(request.max_tokens) +
+                (request.n > 1 ? ", n " + std::to_string(request.n) : std::string()) + "); the cache holds " +
+                std::to_string(backend_.kv_blocks()) + ": lower max_tokens" + (request.n > 1 ? " or n" : ""));
 
   auto state = std::make_unique<RequestState>();
   if (request.id.empty()) request.id = "req-" + std::to_string(next_id_.fetch_add(1));

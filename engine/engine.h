@@ -71,7 +71,8 @@ class Engine {
   ~Engine();  // stops the scheduler thread; unfinished requests finish as cancelled
 
   // Validates and queues the request. Throws fathom::Error for invalid input, including an
-  // attention policy the backend does not implement (HTTP 400 / INVALID_ARGUMENT), and
+  // attention policy the backend does not implement and a request whose KV (prompt + max_tokens,
+  // n choices) exceeds the whole cache, which could never finish (HTTP 400 / INVALID_ARGUMENT), and
   // EngineBusy when the waiting queue is full (HTTP 429).
   std::shared_ptr<RequestHandle> submit(Request request);
 

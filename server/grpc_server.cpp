@@ -26,6 +26,7 @@
 #include "engine/model.h"
 #include "proto/fathom.grpc.pb.h"
 #include "proto/fathom.pb.h"
+#include "server/auth.h"
 #include "server/config.h"
 
 namespace fathom {
@@ -220,12 +221,25 @@ void fill_usage(const RequestUsage& u, pb::GenerateResponse& out) {
   usage->set_cached_prompt_tokens(u.cached_prompt_tokens);
 }
 
+// The HTTP API's keys hold for gRPC too: metadata "authorization: Bearer <key>" (grpc.health.v1
+// stays open, as /health does). UNAUTHENTICATED otherwise.
+grpc::Status authorize(const grpc::ServerContext* ctx, const ServerConfig& config) {
+  if (config.api_keys.empty()) return grpc::Status::OK;
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  const std::string header = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+  if (api_key_accepted(header, config.api_keys)) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "missing or incorrect API key (send metadata 'authorization: Bearer <key>')");
+}
+
 class FathomService final : public pb::Fathom::Service {
  public:
   FathomService(Engine& engine, const ServerConfig& config) : engine_(engine), config_(config) {}
 
   grpc::Status Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* in,
                         grpc::ServerWriter<pb::GenerateResponse>* writer) override {
+    if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
     std::shared_ptr<RequestHandle> handle;
     int32_t n = 1;
     RequestUsage counted;  // what this call saw, for the log line when the engine's usage is not final
@@ -284,7 +298,8 @@ class FathomService final : public pb::Fathom::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Tokenize(grpc::ServerContext*, const pb::TokenizeRequest* in, pb::TokenizeResponse* out) override {
+  grpc::Status Tokenize(grpc::ServerContext* ctx, const pb::TokenizeRequest* in, pb::TokenizeResponse* out) override {
+    if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
     try {
       check_model(in->model(), config_);
       EncodeOptions opts;
@@ -296,7 +311,8 @@ class FathomService final : public pb::Fathom::Service {
     }
   }
 
-  grpc::Status ListModels(grpc::ServerContext*, const pb::ListModelsRequest*, pb::ListModelsResponse* out) override {
+  grpc::Status ListModels(grpc::ServerContext* ctx, const pb::ListModelsRequest*, pb::ListModelsResponse* out) override {
+    if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
     pb::ModelInfo* m = out->add_models();
     m->set_id(model_id(config_));
     m->set_context_length(engine_.model().config().context_length);

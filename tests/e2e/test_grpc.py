@@ -316,3 +316,26 @@ def test_sigterm_drains_grpc_streams(fathom_bin, smollm2_path, pb):
         assert messages[-1].usage.completion_tokens == 48
         ch.close()
         assert s.wait(120) == 0, s.stderr
+
+
+def test_api_keys_hold_for_grpc_too(fathom_bin, smollm2_path, pb):
+    """With API keys configured, every Fathom call without the key (or with a wrong one) is
+    UNAUTHENTICATED, as HTTP answers 401; the right key works; health stays open."""
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--grpc-port", "-1", "--api-key", "sekrit"]) as s:
+        ch = grpc.insecure_channel(f"127.0.0.1:{s.grpc_port}")
+        stub = pb.svc.FathomStub(ch)
+        req = pb.msg.GenerateRequest(text=PROMPT, max_tokens=2, sampling=pb.msg.SamplingParameters(temperature=0.0))
+        for metadata in ([], [("authorization", "Bearer wrong")], [("authorization", "sekrit")]):
+            for call in (lambda md: list(stub.Generate(req, metadata=md, timeout=60)),
+                         lambda md: stub.Tokenize(pb.msg.TokenizeRequest(text="hi"), metadata=md, timeout=60),
+                         lambda md: stub.ListModels(pb.msg.ListModelsRequest(), metadata=md, timeout=60)):
+                with pytest.raises(grpc.RpcError) as err:
+                    call(metadata)
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, (metadata, err.value.details())
+        good = [("authorization", "Bearer sekrit")]
+        assert len(text_of(list(stub.Generate(req, metadata=good, timeout=120)))) > 0
+        assert stub.Tokenize(pb.msg.TokenizeRequest(text="hi"), metadata=good, timeout=60).token_ids
+        health = health_pb2_grpc.HealthStub(ch)
+        assert health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status == \
+            health_pb2.HealthCheckResponse.SERVING
+        ch.close()

@@ -122,3 +122,18 @@ def test_sigterm_during_eight_streams_finishes_them_all(fathom_bin, smollm2_path
             assert chunks[-1]["choices"][0]["finish_reason"] == "length"
             assert sum(bool(c["choices"][0]["text"]) for c in chunks) >= 20
         assert server.wait(120) == 0
+
+
+def test_a_request_larger_than_the_kv_cache_is_refused_not_parked(fathom_bin, smollm2_path):
+    """8 MiB of f16 KV holds 14 blocks (224 tokens) on SmolLM2: a request whose prompt + max_tokens
+    needs more could never finish, so it gets a 400 at once that says why (it used to be swapped
+    out forever); the server keeps serving requests that fit."""
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--kv-cache-mib", "8"]) as server:
+        started = time.monotonic()
+        r = requests.post(f"{server.base_url}/v1/completions", timeout=60,
+                          json={"prompt": "Tell me a long story.", "max_tokens": 400, "fathom": {"ignore_eos": True}})
+        assert r.status_code == 400, r.text
+        assert "KV cache blocks" in r.json()["error"]["message"] and "lower max_tokens" in r.json()["error"]["message"]
+        assert time.monotonic() - started < 10
+        assert requests.get(f"{server.base_url}/health", timeout=10).status_code == 200
+        assert complete(server, "Tell me a long story.", 100, fathom={"ignore_eos": True})

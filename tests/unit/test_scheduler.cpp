@@ -3,6 +3,7 @@
 // SmolLM2 tokenizer for detokenization. Fast: no forward pass runs.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -236,6 +237,52 @@ TEST(Failpoints, ParseAndFireEveryNthHit) {
   failpoints::configure("");
   EXPECT_EQ(failpoints::describe(), "");
   EXPECT_NO_THROW(failpoints::hit("kv_alloc"));
+}
+
+}  // namespace
+}  // namespace fathom
+
+namespace fathom {
+namespace {
+
+// A request that could never finish (its KV, run alone, exceeds the whole cache) is refused at
+// submission; one that just fits finishes even while another request competes for the blocks.
+TEST(Engine, RefusesARequestLargerThanTheCacheAndFinishesOneThatFits) {
+  std::unique_ptr<Model> model = Model::load(kModel);
+  FakeBackend backend(*model, 8);  // 8 blocks of 16 tokens = 128 token slots
+  MetricsRegistry metrics;
+  SchedulerConfig cfg;
+  cfg.prefix_caching = false;
+  Engine engine(*model, backend, cfg, metrics);
+  Request big;
+  big.prompt.assign(40, 300);
+  big.max_tokens = 100;  // 140 tokens: 9 blocks
+  try {
+    engine.submit(big);
+    FAIL() << "a request larger than the cache was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs up to 9 KV cache blocks"), std::string::npos) << e.what();
+  }
+  Request forks = big;
+  forks.max_tokens = 20;
+  forks.n = 4;  // 4 blocks for the prompt + 20 tokens, then 3 × 3 more
+  EXPECT_THROW(engine.submit(forks), Error);
+
+  Request fits = big;
+  fits.max_tokens = 88;  // 128 tokens: all 8 blocks
+  fits.stop.ignore_eos = true;
+  Request other = fits;
+  other.max_tokens = 40;
+  auto a = engine.submit(fits);
+  auto b = engine.submit(other);
+  for (auto* h : {a.get(), b.get()}) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    StreamEvent ev;
+    while (!h->done() && std::chrono::steady_clock::now() < deadline) h->next(ev, std::chrono::milliseconds(50));
+    ASSERT_TRUE(h->done()) << "a request that fits the cache alone never finished";
+  }
+  EXPECT_EQ(a->usage().completion_tokens, 88);
+  EXPECT_EQ(b->usage().completion_tokens, 40);
 }
 
 }  // namespace
