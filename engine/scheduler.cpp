@@ -15,6 +15,21 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Water-filling: each want gets min(want, an equal share of what is left), smallest wants first,
+// so what a small want leaves goes to the others; shares sum to at most `budget`.
+std::vector<int64_t> fair_shares(const std::vector<int64_t>& wants, int64_t budget) {
+  std::vector<size_t> order(wants.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return wants[a] < wants[b]; });
+  std::vector<int64_t> shares(wants.size(), 0);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int64_t equal = budget / static_cast<int64_t>(order.size() - k);
+    shares[order[k]] = std::min(wants[order[k]], equal);
+    budget -= shares[order[k]];
+  }
+  return shares;
+}
+
 bool before(const RequestState& a, const RequestState& b) {
   if (a.request.priority != b.request.priority) return a.request.priority > b.request.priority;
   return a.order < b.order;
@@ -303,17 +318,20 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
     if (s->state == SeqState::kRunning && s->pending() == 1 && static_cast<int32_t>(planned.size()) < max_seqs &&
         budget > 0)
       add_to_plan(s, 1);
+  // Prefill chunks — running sequences' rest of a prompt, then the waiting ones admitted now, in
+  // order, while their whole prompt fits — share what the decode tokens left of the budget fairly,
+  // so a short prompt behind a long one starts at once instead of after the whole long prefill.
+  std::vector<Sequence*> prefill;
+  const size_t slots = static_cast<size_t>(std::max<int64_t>(0, max_seqs - static_cast<int64_t>(planned.size())));
   for (Sequence* s : seqs)
-    if (s->state == SeqState::kRunning && s->pending() > 1 && static_cast<int32_t>(planned.size()) < max_seqs &&
-        budget > 0)
-      add_to_plan(s, std::min(s->pending(), budget));
+    if (s->state == SeqState::kRunning && s->pending() > 1 && prefill.size() < slots) prefill.push_back(s);
   const int32_t bs = allocator_.block_size();
   for (Sequence* s : seqs) {
     if (s->state != SeqState::kWaiting) continue;
-    if (static_cast<int32_t>(planned.size()) >= max_seqs || budget <= 0) break;
+    if (prefill.size() >= slots || budget <= static_cast<int32_t>(prefill.size())) break;
     const int32_t need = (static_cast<int32_t>(s->tokens.size()) + bs) / bs;  // whole prompt + next token
-    if (need > allocator_.num_blocks()) {
-      finish(*s, FinishReason::kLength);  // can never fit: the cache is smaller than this sequence
+    if (need > allocator_.num_blocks()) {  // submit() refuses these; a safety net, never parked
+      finish(*s, FinishReason::kError, {}, "the sequence outgrew the whole KV cache");
       continue;
     }
     bool fits = false;
@@ -328,8 +346,13 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
       s->state = SeqState::kWaiting;
       break;
     }
-    add_to_plan(s, std::min(s->pending(), budget));
+    prefill.push_back(s);
   }
+  std::vector<int64_t> wants;
+  for (Sequence* s : prefill) wants.push_back(s->pending());
+  const std::vector<int64_t> shares = fair_shares(wants, std::max(budget, 0));
+  for (size_t i = 0; i < prefill.size(); ++i)
+    if (shares[i] > 0) add_to_plan(prefill[i], static_cast<int32_t>(shares[i]));  // else: a share next step
   if (config_.bifurcated && backend_.implements_groups())
     plan.groups = find_attention_groups(plan, bs, GroupRule{config_.bifurcated_min_seqs, config_.bifurcated_min_prefix});
 }

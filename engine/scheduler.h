@@ -8,8 +8,10 @@
 //   4. admits waiting sequences in (priority, arrival) order while the step has token and
 //      sequence budget and their whole prompt fits in free + evictable blocks, reusing the
 //      longest cached prefix;
-//   5. runs one forward pass over decode tokens and prefill chunks (chunks bounded by
-//      max_batched_tokens), samples, detokenizes, checks stops and streams events.
+//   5. runs one forward pass over decode tokens (one each) and prefill chunks, samples,
+//      detokenizes, checks stops and streams events. Prefill chunks share what the decode tokens
+//      leave of max_batched_tokens by water-filling (each gets min(what it wants, an equal share
+//      of the rest)), so a short prompt is not queued behind a long one's whole prefill.
 // Steps 1-4 plan, 5 runs and then updates. Error boundary: an exception while planning or
 // updating a request fails that request; an exception in the forward pass fails every request
 // in the step (FinishReason::kError with the message: HTTP 500, gRPC INTERNAL, an SSE error

@@ -129,6 +129,29 @@ TEST(Scheduler, RunsRequestsToTheirLengthAndFreesEveryBlock) {
             h.metrics.gauge("fathom_kv_blocks_used", "", {{"tier", "device"}}).value());
 }
 
+// A short prompt behind a long one is not starved: prefill chunks share the step's token budget
+// (water-filling), so it gets its first token in the first step; alone, a long prompt still
+// takes the whole budget per step.
+TEST(Scheduler, AShortPromptBehindALongOneStartsInTheFirstStep) {
+  Harness h(256);
+  auto long_one = h.add(2000, 2), short_one = h.add(10, 2);
+  h.scheduler.step();
+  EXPECT_EQ(drain(*short_one).tokens.size(), 1u) << "the short prompt waited for the long prefill";
+  EXPECT_TRUE(drain(*long_one).tokens.empty());
+  h.run();
+  EXPECT_EQ(drain(*long_one).tokens.size(), 2u);
+
+  Harness alone(256);
+  auto solo = alone.add(2000, 1);
+  int steps = 0;
+  while (alone.scheduler.has_work()) {
+    alone.scheduler.step();
+    ++steps;
+  }
+  EXPECT_EQ(steps, 4) << "2000 prompt tokens in chunks of the whole 512-token budget";
+  EXPECT_EQ(drain(*solo).tokens.size(), 1u);
+}
+
 TEST(Scheduler, AForwardFailureFailsTheRequestsInTheStepAndNothingElse) {
   SchedulerConfig cfg;
   cfg.prefix_caching = false;
