@@ -176,6 +176,7 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     l->read_int("max_n", c.max_n, 1, 128);
     l->read_int("max_tokens", c.max_tokens_limit, 1, 1 << 24);
     l->read_int("default_max_tokens", c.default_max_tokens, 1, 1 << 24);
+    l->read_int("max_priority", c.max_priority, 0, 1000000);
     l->finish();
   }
   top.finish();

@@ -26,7 +26,17 @@ struct ServerConfig {
   int32_t max_tokens_limit = 4096;  // largest max_tokens a request may ask for
   int32_t drain_timeout_ms = 30000;
   int32_t default_max_tokens = 256;
+  // Client priorities are clamped into [-max_priority, max_priority]: 0 (the default) turns them
+  // off (every request is equal, FCFS), so no client can jump the queue unless the operator says so.
+  int32_t max_priority = 0;
 };
+
+// The priority a client's request runs at (it asked for `asked`, already range-checked).
+inline int32_t client_priority(int64_t asked, const ServerConfig& config) {
+  return static_cast<int32_t>(asked < -config.max_priority ? -config.max_priority
+                              : asked > config.max_priority ? config.max_priority
+                                                            : asked);
+}
 
 // Throws fathom::Error naming the key for unknown keys, wrong types and out-of-range values.
 ServerConfig load_server_config(const std::string& json_path);

@@ -185,7 +185,7 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
   r.n = std::max(1, in.n());
   if (in.priority() < -kMaxPriority || in.priority() > kMaxPriority)
     invalid("priority must be in [-1000000, 1000000]");
-  r.priority = in.priority();
+  r.priority = client_priority(in.priority(), config);
 
   if (static_cast<size_t>(in.stop_size()) > kMaxStopStrings) invalid("at most 4 stop strings are supported");
   for (const std::string& s : in.stop()) {

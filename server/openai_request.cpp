@@ -192,9 +192,9 @@ void parse_logit_bias(const json& body, const Model& model, SamplingParams& samp
 }
 
 // "fathom": {"attention": policy, "kv_read_ratio": x, "sparq"/"hip"/"swa": {...} (see
-// server/attention_options.h), "priority": int, "ignore_eos": bool}. The policy starts from the
-// server's default (config "attention").
-void parse_extension(const json& body, Request& request) {
+// server/attention_options.h), "priority": int (clamped to ±limits.max_priority), "ignore_eos":
+// bool}. The policy starts from the server's default (config "attention").
+void parse_extension(const json& body, const ServerConfig& config, Request& request) {
   const json* f = field(body, "fathom");
   if (!f) return;
   if (!f->is_object()) bad_type("fathom", "an object");
@@ -207,7 +207,7 @@ void parse_extension(const json& body, Request& request) {
       continue;
     } else if (it.key() == "priority") {
       if (!it->is_number_integer() || std::llabs(integer_value(*it)) > 1000000) bad_type(param, "an integer in [-1000000, 1000000]");
-      request.priority = static_cast<int32_t>(integer_value(*it));
+      request.priority = client_priority(integer_value(*it), config);
     } else if (it.key() == "ignore_eos") {
       if (!it->is_boolean()) bad_type(param, "true or false");
       request.stop.ignore_eos = it->get<bool>();
@@ -244,7 +244,7 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
   parse_stop(body, r.stop);
   parse_logit_bias(body, model, s);
   r.attention = config.attention;
-  parse_extension(body, r);
+  parse_extension(body, config, r);
   reject_unsupported(body);
   if (const json* u = field(body, "user"); u && !u->is_string()) bad_type("user", "a string");
 

@@ -1,0 +1,39 @@
+// Limits the request parsers apply for the operator: client priorities are off unless
+// limits.max_priority allows them, and then clamped (HTTP's "fathom.priority"; gRPC's priority
+// goes through the same client_priority).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model.h"
+#include "server/config.h"
+#include "server/openai_request.h"
+
+namespace fathom {
+namespace {
+
+TEST(RequestLimits, ClientPriorityIsOffByDefaultAndClampedWhenAllowed) {
+  const std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
+  ServerConfig config;
+  auto priority_of = [&](int64_t asked) {
+    const nlohmann::json body = {{"prompt", "hi"}, {"max_tokens", 2}, {"fathom", {{"priority", asked}}}};
+    return parse_completion_request(body, *model, config).engine.priority;
+  };
+  EXPECT_EQ(config.max_priority, 0);
+  EXPECT_EQ(priority_of(1000000), 0) << "a client jumped the queue on a server that does not allow it";
+  EXPECT_EQ(priority_of(-5), 0);
+  config.max_priority = 10;
+  EXPECT_EQ(priority_of(3), 3);
+  EXPECT_EQ(priority_of(11), 10);
+  EXPECT_EQ(priority_of(-1000000), -10);
+  EXPECT_EQ(client_priority(int64_t{1} << 40, config), 10);
+  EXPECT_THROW(priority_of(1000001), std::exception) << "out of the accepted range: 400";
+  EXPECT_EQ(parse_server_config(R"({"limits": {"max_priority": 7}})", "test").max_priority, 7);
+  EXPECT_THROW(parse_server_config(R"({"limits": {"max_priority": -1}})", "test"), std::exception);
+}
+
+}  // namespace
+}  // namespace fathom
