@@ -13,6 +13,12 @@ const ChatTemplate& Model::chat_template() const {
   return *chat_template_;
 }
 
+std::vector<int32_t> Model::encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  const RenderedChat r = chat_template().render(messages, add_generation_prompt);
+  // The template writes BOS itself where its family wants one.
+  return tokenizer().encode(r.text, EncodeOptions{/*add_bos=*/false, /*parse_special=*/true, &r.content});
+}
+
 std::unique_ptr<Model> Model::load(const std::string& path, const std::string& chat_template) {
   std::unique_ptr<Model> m(new Model());
   m->file_ = GgufFile::open(path);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/model/chat_template.h"
 #include "engine/model/model_config.h"
@@ -29,6 +30,10 @@ class Model {
   // Throws fathom::Error when the model has no chat template and none was configured.
   const ChatTemplate& chat_template() const;
   int32_t vocab() const { return static_cast<int32_t>(weights_.output.rows); }
+  // A conversation through the chat template, tokenized: special tokens only where the template
+  // wrote them (message content is text: it cannot forge a turn). Throws fathom::Error as
+  // chat_template() and ChatTemplate::render do.
+  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
   const GgufFile& file() const { return *file_; }
 
  private:

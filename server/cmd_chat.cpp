@@ -31,7 +31,7 @@ int run_chat(int argc, char** argv) {
     if (!std::getline(std::cin, line) || line.empty()) break;
     history.push_back({"user", line});
     GenerateRequest req;
-    req.prompt = model->tokenizer().encode(tmpl.apply(history, true), EncodeOptions{false, true});
+    req.prompt = model->encode_chat(history, true);
     req.sampling.temperature = static_cast<float>(args.get_double("temperature", 0.7));
     if (args.has("seed")) req.sampling.seed = static_cast<uint64_t>(args.get_int("seed", 0));
     req.max_tokens = static_cast<int32_t>(args.get_int("max-tokens", 512));

@@ -148,14 +148,12 @@ std::vector<int32_t> chat_prompt(const json& body, const Model& model) {
       bad(param + ".role", "unsupported role '" + r + "' (system, developer, user and assistant are)");
     messages.push_back({r, message_content(msg, i)});
   }
-  std::string text;
   try {
-    text = model.chat_template().apply(messages, /*add_generation_prompt=*/true);
+    return model.encode_chat(messages, /*add_generation_prompt=*/true);
   } catch (const Error& e) {
     bad("messages", e.what());
   }
-  // The template writes BOS itself where its family wants one.
-  return model.tokenizer().encode(text, EncodeOptions{/*add_bos=*/false, /*parse_special=*/true});
+  return {};
 }
 
 void parse_stop(const json& body, StopConditions& stop) {

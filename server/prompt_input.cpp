@@ -37,9 +37,7 @@ std::vector<int32_t> encode_chat_json(const Model& model, const std::string& jso
       throw Error("--chat: every message needs string \"role\" and \"content\"");
     messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }
-  const std::string text = model.chat_template().apply(messages, /*add_generation_prompt=*/true);
-  // The template writes BOS itself where its family wants one.
-  return model.tokenizer().encode(text, EncodeOptions{/*add_bos=*/false, /*parse_special=*/true});
+  return model.encode_chat(messages, /*add_generation_prompt=*/true);
 }
 
 std::vector<std::vector<int32_t>> prompts_from_args(const Model& model, const CliArgs& args) {

@@ -131,7 +131,10 @@ int run(int argc, char** argv) {
       family = fathom::default_family_for_architecture(file->get_string("general.architecture").value_or(""));
     const std::string bos = tok->bos_id() >= 0 ? tok->piece(tok->bos_id()) : "";
     const auto tmpl = fathom::ChatTemplate::resolve(text, family, bos);
-    print({{"text", tmpl.apply(messages, !no_gen)}, {"family", tmpl.family_name()}});
+    const fathom::RenderedChat rendered = tmpl.render(messages, !no_gen);
+    // ids: the prompt as the server tokenizes it (special tokens only where the template wrote them).
+    const std::vector<int32_t> ids = tok->encode(rendered.text, fathom::EncodeOptions{false, true, &rendered.content});
+    print({{"text", rendered.text}, {"family", tmpl.family_name()}, {"ids", ids}});
     return 0;
   }
   if (do_decode || stream) {

@@ -193,7 +193,7 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text, const EncodeOpt
   std::vector<int32_t> ids;
   if (opts.add_bos && add_bos_) ids.push_back(bos_id_);
   std::vector<std::string_view> words;
-  for (const TextSpan& span : split_special(text, opts.parse_special)) {
+  for (const TextSpan& span : split_special(text, opts)) {
     if (span.special_id >= 0) {
       ids.push_back(span.special_id);
       continue;

@@ -50,10 +50,20 @@ std::string python_strip(const std::string& s) {
   return s.substr(begin, end - begin);
 }
 
-// Appends the parts in order (instead of operator+ chains, which trip GCC 12's -Wrestrict).
-void append(std::string& out, std::initializer_list<std::string_view> parts) {
-  for (std::string_view p : parts) out.append(p);
-}
+// Builds the prompt, recording where message content lands: lit() for the template's own text
+// (special tokens spelled as text), msg() for what a client wrote.
+struct Writer {
+  RenderedChat r;
+  Writer& lit(std::string_view s) {
+    r.text.append(s);
+    return *this;
+  }
+  Writer& msg(std::string_view s) {
+    if (!s.empty()) r.content.emplace_back(r.text.size(), r.text.size() + s.size());
+    r.text.append(s);
+    return *this;
+  }
+};
 
 void check_roles(const std::vector<ChatMessage>& messages) {
   if (messages.empty()) throw Error("chat template: the message list is empty");
@@ -94,43 +104,41 @@ std::string find_default_system(const std::string& tmpl) {
   return {};
 }
 
-std::string render_chatml(const std::vector<ChatMessage>& messages, const std::string& default_system,
-                          bool add_generation_prompt) {
-  std::string out;
+RenderedChat render_chatml(const std::vector<ChatMessage>& messages, const std::string& default_system,
+                           bool add_generation_prompt) {
+  Writer w;
   if (!default_system.empty() && messages[0].role != "system")
-    append(out, {"<|im_start|>system\n", default_system, "<|im_end|>\n"});
-  for (const ChatMessage& m : messages) append(out, {"<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n"});
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+    w.lit("<|im_start|>system\n").lit(default_system).lit("<|im_end|>\n");  // the template's own text
+  for (const ChatMessage& m : messages) w.lit("<|im_start|>").lit(m.role).lit("\n").msg(m.content).lit("<|im_end|>\n");
+  if (add_generation_prompt) w.lit("<|im_start|>assistant\n");
+  return w.r;
 }
 
 // Gemma 3: a leading system message becomes "<content>\n\n" before the first turn's text; turns
 // must alternate user/model starting with user (the template raises otherwise); text is trimmed.
-std::string render_gemma(const std::vector<ChatMessage>& messages, const std::string& bos, bool add_generation_prompt) {
-  std::string out = bos;
-  std::string first_prefix;
+RenderedChat render_gemma(const std::vector<ChatMessage>& messages, const std::string& bos, bool add_generation_prompt) {
+  Writer w;
+  w.lit(bos);
   size_t begin = 0;
-  if (messages[0].role == "system") {
-    append(first_prefix, {messages[0].content, "\n\n"});
-    begin = 1;
-  }
+  if (messages[0].role == "system") begin = 1;
   for (size_t i = begin; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     const size_t index0 = i - begin;
     if ((m.role == "user") != (index0 % 2 == 0))
       throw Error("gemma chat template: conversation roles must alternate user/assistant/user/assistant/...");
-    const std::string role = m.role == "assistant" ? "model" : m.role;
-    append(out, {"<start_of_turn>", role, "\n", index0 == 0 ? first_prefix : "", python_strip(m.content),
-                 "<end_of_turn>\n"});
+    w.lit("<start_of_turn>").lit(m.role == "assistant" ? "model" : m.role).lit("\n");
+    if (index0 == 0 && begin == 1) w.msg(messages[0].content).lit("\n\n");
+    w.msg(python_strip(m.content)).lit("<end_of_turn>\n");
   }
-  if (add_generation_prompt) out += "<start_of_turn>model\n";
-  return out;
+  if (add_generation_prompt) w.lit("<start_of_turn>model\n");
+  return w.r;
 }
 
-// Llama 2 chat. Its template has no generation prompt: the prompt ends with " [/INST]".
-std::string render_llama2(const std::vector<ChatMessage>& messages, const std::string& bos) {
+// Llama 2 chat. Its template has no generation prompt: the prompt ends with " [/INST]". The
+// <<SYS>> block is plain text inside the first user turn (stripped with it, as the template does).
+RenderedChat render_llama2(const std::vector<ChatMessage>& messages, const std::string& bos) {
   const std::string eos = "</s>";  // every Llama 2 vocabulary spells EOS this way
-  std::string out;
+  Writer w;
   size_t begin = 0;
   const bool has_system = messages[0].role == "system";
   if (has_system) begin = 1;
@@ -142,26 +150,28 @@ std::string render_llama2(const std::vector<ChatMessage>& messages, const std::s
     std::string content = m.content;
     if (index0 == 0 && has_system) {
       content.clear();
-      append(content, {"<<SYS>>\n", messages[0].content, "\n<</SYS>>\n\n", m.content});
+      for (std::string_view part : {std::string_view("<<SYS>>\n"), std::string_view(messages[0].content),
+                                    std::string_view("\n<</SYS>>\n\n"), std::string_view(m.content)})
+        content.append(part);
     }
     if (m.role == "user") {
-      append(out, {bos, "[INST] ", python_strip(content), " [/INST]"});
+      w.lit(bos).lit("[INST] ").msg(python_strip(content)).lit(" [/INST]");
     } else if (m.role == "assistant") {
-      append(out, {" ", python_strip(content), " ", eos});
+      w.lit(" ").msg(python_strip(content)).lit(" ").lit(eos);
     }
   }
-  return out;
+  return w.r;
 }
 
-std::string render_llama3(const std::vector<ChatMessage>& messages, const std::string& bos, bool add_generation_prompt) {
-  std::string out;
+RenderedChat render_llama3(const std::vector<ChatMessage>& messages, const std::string& bos, bool add_generation_prompt) {
+  Writer w;
   for (size_t i = 0; i < messages.size(); ++i) {
-    if (i == 0) out += bos;
-    append(out, {"<|start_header_id|>", messages[i].role, "<|end_header_id|>\n\n", python_strip(messages[i].content),
-                 "<|eot_id|>"});
+    if (i == 0) w.lit(bos);
+    w.lit("<|start_header_id|>").lit(messages[i].role).lit("<|end_header_id|>\n\n");
+    w.msg(python_strip(messages[i].content)).lit("<|eot_id|>");
   }
-  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+  if (add_generation_prompt) w.lit("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return w.r;
 }
 
 }  // namespace
@@ -208,6 +218,10 @@ const char* ChatTemplate::family_name() const {
 }
 
 std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  return render(messages, add_generation_prompt).text;
+}
+
+RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
   check_roles(messages);
   switch (family_) {
     case ChatFamily::kChatML: return render_chatml(messages, default_system_, add_generation_prompt);

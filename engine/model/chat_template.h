@@ -3,6 +3,7 @@
 // tokenizer.chat_template text. An unrecognised template is a fathom::Error unless a family
 // is named explicitly (config / --chat-template).
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fathom {
@@ -13,6 +14,14 @@ struct ChatMessage {
 };
 
 enum class ChatFamily { kChatML, kGemma, kLlama2, kLlama3 };
+
+// A rendered prompt and the byte ranges [begin, end) of `text` that hold message content (what a
+// client wrote), ascending. Encode with EncodeOptions::literal = &content: special-token text is
+// recognised only where the template wrote it, so a message cannot forge a control token.
+struct RenderedChat {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> content;
+};
 
 class ChatTemplate {
  public:
@@ -26,6 +35,8 @@ class ChatTemplate {
   // Throws fathom::Error for an empty message list or an unknown role, and where the family's
   // template raises (Gemma, Llama 2: user/assistant turns must alternate).
   std::string apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+  // The same text with the ranges of message content (see RenderedChat).
+  RenderedChat render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
   // True when the rendered prompt starts with the BOS text itself (Gemma, Llama 2/3): encode it
   // with add_bos = false so BOS is not doubled.
   bool writes_bos() const { return family_ != ChatFamily::kChatML; }

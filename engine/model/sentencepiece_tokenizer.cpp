@@ -210,7 +210,7 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text, const
   std::vector<int32_t> ids;
   if (opts.add_bos && add_bos_) ids.push_back(bos_id_);
   std::vector<int> piece_ids;
-  for (const TextSpan& span : split_special(text, opts.parse_special)) {
+  for (const TextSpan& span : split_special(text, opts)) {
     if (span.special_id >= 0) {
       ids.push_back(span.special_id);
       continue;

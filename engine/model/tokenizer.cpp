@@ -101,10 +101,13 @@ void Tokenizer::index_vocabulary(bool match_user_defined) {
   for (auto& lengths : special_lengths_) std::sort(lengths.rbegin(), lengths.rend());
 }
 
-std::vector<Tokenizer::TextSpan> Tokenizer::split_special(std::string_view text, bool parse_special) const {
+std::vector<Tokenizer::TextSpan> Tokenizer::split_special(std::string_view text, const EncodeOptions& opts) const {
+  const bool parse_special = opts.parse_special;
   std::vector<TextSpan> spans;
-  size_t plain_begin = 0, i = 0;
+  size_t plain_begin = 0, i = 0, r = 0;  // r: the first literal range that ends after i
+  const size_t n_literal = opts.literal ? opts.literal->size() : 0;
   while (i < text.size()) {
+    while (r < n_literal && (*opts.literal)[r].second <= i) ++r;
     const auto& lengths = special_lengths_[static_cast<unsigned char>(text[i])];
     const SpecialToken* found = nullptr;
     size_t found_len = 0;
@@ -112,6 +115,9 @@ std::vector<Tokenizer::TextSpan> Tokenizer::split_special(std::string_view text,
       if (len > text.size() - i) continue;
       auto it = special_by_text_.find(text.substr(i, len));
       if (it == special_by_text_.end() || !(parse_special || it->second.always)) continue;
+      // Message content is text: no special token is recognised in it (GGUF files mark chat
+      // control tokens as control or as user-defined; either would let a message forge a turn).
+      if (r < n_literal && (*opts.literal)[r].first < i + len) continue;
       found = &it->second;
       found_len = len;
       break;

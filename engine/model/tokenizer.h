@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace fathom {
@@ -19,6 +20,10 @@ class GgufFile;
 struct EncodeOptions {
   bool add_bos = true;        // prepend BOS when the vocabulary asks for it (tokenizer.ggml.add_bos_token)
   bool parse_special = true;  // recognise special-token text in the input
+  // Byte ranges [begin, end) of the input, ascending, where no special-token text is recognised,
+  // user-defined tokens included (message content inside a rendered chat prompt:
+  // RenderedChat::content). Null: none.
+  const std::vector<std::pair<size_t, size_t>>* literal = nullptr;
 };
 
 class Tokenizer {
@@ -65,7 +70,7 @@ class Tokenizer {
   void index_vocabulary(bool match_user_defined);
   // Splits `text` at special-token text, leftmost-longest match first (as HF's added-token
   // matcher and llama.cpp do); the plain spans between are left for the tokenizer's model.
-  std::vector<TextSpan> split_special(std::string_view text, bool parse_special) const;
+  std::vector<TextSpan> split_special(std::string_view text, const EncodeOptions& opts) const;
   // Fills eog_ids_: EOS, tokenizer.ggml.eot_token_id/eom_token_id, and end-of-turn tokens by name.
   void collect_end_of_generation(const GgufFile& file);
 
