@@ -40,6 +40,37 @@ inline int64_t act_width(const ModelConfig& c, Act a) {
   return 0;
 }
 
+// The field of a layer's weights an enum names. Backends keep their own per-layer structs with
+// the field names of LayerWeights (engine/model/weights.h), so one lookup serves them all.
+template <typename Layer>
+auto& layer_vector(Layer& l, LayerVector v) {
+  switch (v) {
+    case LayerVector::kAttnNorm: return l.attn_norm;
+    case LayerVector::kFfnNorm: return l.ffn_norm;
+    case LayerVector::kQNorm: return l.q_norm;
+    case LayerVector::kKNorm: return l.k_norm;
+    case LayerVector::kPostAttnNorm: return l.post_attn_norm;
+    case LayerVector::kPostFfnNorm: return l.post_ffn_norm;
+    case LayerVector::kBq: return l.bq;
+    case LayerVector::kBk: return l.bk;
+    case LayerVector::kBv: return l.bv;
+  }
+  return l.attn_norm;  // unreachable: every enumerator is handled above
+}
+template <typename Layer>
+auto& layer_matrix(Layer& l, LayerMatrix m) {
+  switch (m) {
+    case LayerMatrix::kWq: return l.wq;
+    case LayerMatrix::kWk: return l.wk;
+    case LayerMatrix::kWv: return l.wv;
+    case LayerMatrix::kWo: return l.wo;
+    case LayerMatrix::kGate: return l.w_gate;
+    case LayerMatrix::kUp: return l.w_up;
+    case LayerMatrix::kDown: return l.w_down;
+  }
+  return l.wq;  // unreachable
+}
+
 struct MatmulOut {
   LayerMatrix w;
   Act out;

@@ -46,35 +46,11 @@ bool CpuBackend::implements(PolicyKind kind) const { return cpu_implements(kind)
 
 
 const std::vector<float>& CpuBackend::vector(int32_t layer, LayerVector v) const {
-  const LayerWeights& L = weights_.layers[layer];
-  switch (v) {
-    case LayerVector::kAttnNorm: return L.attn_norm;
-    case LayerVector::kFfnNorm: return L.ffn_norm;
-    case LayerVector::kQNorm: return L.q_norm;
-    case LayerVector::kKNorm: return L.k_norm;
-    case LayerVector::kPostAttnNorm: return L.post_attn_norm;
-    case LayerVector::kPostFfnNorm: return L.post_ffn_norm;
-    case LayerVector::kBq: return L.bq;
-    case LayerVector::kBk: return L.bk;
-    case LayerVector::kBv: return L.bv;
-  }
-  FATHOM_CHECK(false, "unknown layer vector");
-  return L.attn_norm;
+  return layer_vector(weights_.layers[layer], v);
 }
 
 const WeightMatrix& CpuBackend::matrix(int32_t layer, LayerMatrix m) const {
-  const LayerWeights& L = weights_.layers[layer];
-  switch (m) {
-    case LayerMatrix::kWq: return L.wq;
-    case LayerMatrix::kWk: return L.wk;
-    case LayerMatrix::kWv: return L.wv;
-    case LayerMatrix::kWo: return L.wo;
-    case LayerMatrix::kGate: return L.w_gate;
-    case LayerMatrix::kUp: return L.w_up;
-    case LayerMatrix::kDown: return L.w_down;
-  }
-  FATHOM_CHECK(false, "unknown layer matrix");
-  return L.wq;
+  return layer_matrix(weights_.layers[layer], m);
 }
 
 void CpuBackend::begin_pass(const BatchPlan& plan) {

@@ -186,35 +186,10 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
 
 
 const float* CudaBackend::vector(int32_t layer, LayerVector v) const {
-  const DevLayer& D = layers_[layer];
-  switch (v) {
-    case LayerVector::kAttnNorm: return D.attn_norm.get();
-    case LayerVector::kFfnNorm: return D.ffn_norm.get();
-    case LayerVector::kQNorm: return D.q_norm.get();
-    case LayerVector::kKNorm: return D.k_norm.get();
-    case LayerVector::kPostAttnNorm: return D.post_attn_norm.get();
-    case LayerVector::kPostFfnNorm: return D.post_ffn_norm.get();
-    case LayerVector::kBq: return D.bq.get();
-    case LayerVector::kBk: return D.bk.get();
-    case LayerVector::kBv: return D.bv.get();
-  }
-  return nullptr;
+  return layer_vector(layers_[layer], v).get();  // null when the model has no such vector
 }
 
-const DevMatrix& CudaBackend::matrix(int32_t layer, LayerMatrix m) const {
-  const DevLayer& D = layers_[layer];
-  switch (m) {
-    case LayerMatrix::kWq: return D.wq;
-    case LayerMatrix::kWk: return D.wk;
-    case LayerMatrix::kWv: return D.wv;
-    case LayerMatrix::kWo: return D.wo;
-    case LayerMatrix::kGate: return D.w_gate;
-    case LayerMatrix::kUp: return D.w_up;
-    case LayerMatrix::kDown: return D.w_down;
-  }
-  FATHOM_CHECK(false, "unknown layer matrix");
-  return D.wq;
-}
+const DevMatrix& CudaBackend::matrix(int32_t layer, LayerMatrix m) const { return layer_matrix(layers_[layer], m); }
 
 DevMatrix CudaBackend::upload_matrix(const WeightMatrix& w) {
   if (const auto it = uploaded_.find(w.data); it != uploaded_.end()) return it->second;
