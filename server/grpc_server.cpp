@@ -37,7 +37,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int32_t kMaxTopLogprobs = 20;  // as over HTTP
 constexpr size_t kMaxStopStrings = 4;
-constexpr int32_t kDefaultMaxTokens = 16;  // as OpenAI's /v1/completions
 constexpr int32_t kMaxPriority = 1000000;
 // How often a waiting Generate call looks at client cancellation.
 constexpr std::chrono::milliseconds kPollInterval{50};
@@ -178,7 +177,8 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
               " tokens and the context is " + std::to_string(context) + " tokens");
     r.max_tokens = static_cast<int32_t>(m);
   } else {
-    r.max_tokens = static_cast<int32_t>(std::min<int64_t>(kDefaultMaxTokens, context - prompt_len));
+    // The same default as HTTP (limits.default_max_tokens), clamped to the context left.
+    r.max_tokens = static_cast<int32_t>(std::min<int64_t>(config.default_max_tokens, context - prompt_len));
   }
 
   if (in.n() < 0 || in.n() > config.max_n) invalid("n must be in [1, " + std::to_string(config.max_n) + "]");

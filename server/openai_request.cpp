@@ -52,10 +52,11 @@ std::optional<int64_t> get_int(const json& body, const char* key, int64_t min, i
   const json* v = field(body, key);
   if (!v) return std::nullopt;
   if (!is_integral(*v)) bad_type(key, "an integer");
-  const int64_t x = integer_value(*v);
-  if (x < min || x > max)
+  const int64_t x = integer_value(*v);  // saturates above INT64_MAX: such a value is out of range here
+  const bool above = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+  if (above || x < min || x > max)
     bad(key, "'" + std::string(key) + "' must be between " + std::to_string(min) + " and " + std::to_string(max) +
-                 ", got " + std::to_string(x));
+                 ", got " + (above ? std::to_string(v->get<uint64_t>()) : std::to_string(x)));
   return x;
 }
 
@@ -279,6 +280,9 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
 }  // namespace
 
 json parse_json_body(const std::string& body) {
+  // A NUL byte is never valid JSON; refuse it rather than let any reader stop at it.
+  if (body.find('\0') != std::string::npos)
+    throw ApiError(400, "the request body contains a NUL byte (not valid JSON)", "", "invalid_json");
   // nlohmann's parser is iterative, but a million nested brackets still cost memory and
   // time for nothing: no valid request nests deeper than a handful of levels.
   int depth = 0;

@@ -123,9 +123,10 @@ def test_streamed_tokens_decode_to_the_text(stub, pb, server):
     assert messages[-1].usage.completion_tokens == 16
 
 
-def test_default_max_tokens_is_16(stub, pb):
+def test_default_max_tokens_is_the_http_default(stub, pb):
+    """Without max_tokens, gRPC generates limits.default_max_tokens (256), as HTTP does."""
     messages = generate(stub, pb, text=PROMPT, ignore_eos=True, sampling={"temperature": 0.0})
-    assert messages[-1].usage.completion_tokens == 16
+    assert messages[-1].usage.completion_tokens == 256
     assert finish_of(messages) == "length"
 
 

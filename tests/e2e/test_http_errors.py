@@ -68,7 +68,8 @@ def assert_error(r, status, param=None, phrase=None):
 # -- malformed and invalid requests ---------------------------------------------------------------
 
 @pytest.mark.parametrize("raw", [b"{", b"not json", b"", b'{"prompt": "x",}', b"\xff\xfe{}", b"[" * 50000,
-                                 b'"just a string"', b"[1, 2]"])
+                                 b'"just a string"', b"[1, 2]",
+                                 b'{"prompt": "x", "max_tokens": 1}\x00{"garbage'])  # a NUL must not end the JSON
 def test_malformed_json(server, raw):
     err = assert_error(send(server, raw=raw), 400)
     assert err["type"] == "invalid_request_error"
@@ -91,6 +92,7 @@ def test_malformed_json(server, raw):
     ("/v1/completions", {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ("/v1/completions", {"prompt": "x", "stream": "yes"}, "stream"),
     ("/v1/completions", {"prompt": "x", "seed": 1.5}, "seed"),
+    ("/v1/completions", {"prompt": "x", "seed": 2 ** 63}, "seed"),  # OpenAI's seed is an int64
     ("/v1/completions", {"prompt": "x", "logprobs": 100}, "logprobs"),
     ("/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}}, "logit_bias"),
     ("/v1/completions", {"prompt": "x", "logit_bias": {"5": 1000}}, "logit_bias"),
