@@ -1,8 +1,19 @@
 #include "server/auth.h"
 
+#include <algorithm>
+#include <fstream>
+
+#include "base/error.h"
+
 namespace fathom {
 
 namespace {
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
 
 bool same_bytes(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
@@ -22,6 +33,30 @@ bool api_key_accepted(const std::string& authorization_header, const std::vector
   bool accepted = false;
   for (const std::string& k : keys) accepted |= same_bytes(key, k);
   return accepted;
+}
+
+std::vector<std::string> read_api_keys_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read the API key file '" + path + "'");
+  std::vector<std::string> keys;
+  for (std::string line; std::getline(in, line);) {
+    const std::string key = trimmed(line);
+    if (!key.empty() && key[0] != '#') keys.push_back(key);
+  }
+  if (keys.empty()) throw Error("the API key file '" + path + "' holds no key");
+  return keys;
+}
+
+std::vector<std::string> split_api_keys(const std::string& list) {
+  std::vector<std::string> keys;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string key = trimmed(list.substr(at, comma - at));
+    if (!key.empty()) keys.push_back(key);
+    at = comma + 1;
+  }
+  return keys;
 }
 
 }  // namespace fathom

@@ -13,16 +13,18 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <thread>
 
 #include "engine/engine.h"
 #include "base/error.h"
-#include "engine/metrics.h"
 #include "base/failpoints.h"
 #include "engine/backend/backend.h"
+#include "engine/metrics.h"
 #include "engine/model.h"
+#include "server/auth.h"
 #include "server/cli_args.h"
 #include "server/commands.h"
 #include "server/config.h"
@@ -52,7 +54,15 @@ ServerConfig config_from_args(const CliArgs& args) {
   int_option(args, "port", 0, 65535, c.port);
   int_option(args, "grpc-port", -1, 65535, c.grpc_port);
   c.model_options = model_options_from_args(args, c.model_options);
+  // API keys: the config's list (or --api-key, which replaces it), plus a key file
+  // (http.api_keys_file / --api-key-file) and FATHOM_API_KEYS (comma-separated): the latter two
+  // keep keys out of the command line, where `ps` shows them.
   if (!args.all("api-key").empty()) c.api_keys = args.all("api-key");
+  if (auto v = args.get("api-key-file")) c.api_keys_file = *v;
+  if (!c.api_keys_file.empty())
+    for (std::string& k : read_api_keys_file(c.api_keys_file)) c.api_keys.push_back(std::move(k));
+  if (const char* env = std::getenv("FATHOM_API_KEYS"))
+    for (std::string& k : split_api_keys(env)) c.api_keys.push_back(std::move(k));
   int64_t host_kv_mib = 0;
   int_option(args, "host-kv-mib", 0, int64_t{1} << 24, host_kv_mib);
   if (args.has("host-kv-mib")) c.scheduler.host_kv_bytes = host_kv_mib << 20;
@@ -134,7 +144,7 @@ class ShutdownSignal {
 
 int run_serve(int argc, char** argv) {
   std::set<std::string> names = {"config",    "model-name",       "host",           "port",      "grpc-port",
-                                 "api-key",   "host-kv-mib",      "max-num-seqs",   "max-queue", "max-batched-tokens",
+                                 "api-key",   "api-key-file",     "host-kv-mib",      "max-num-seqs",   "max-queue", "max-batched-tokens",
                                  "log-level", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms"};
   names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
   std::set<std::string> flags = {"no-prefix-caching", "no-bifurcated"};

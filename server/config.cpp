@@ -165,6 +165,7 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     if (c.host.empty()) h->fail("host", "must not be empty");
     h->read_int("port", c.port, 0, 65535);
     h->read("api_keys", c.api_keys);
+    h->read("api_keys_file", c.api_keys_file);
     h->read_int("max_body_bytes", c.max_body_bytes, 1024, int64_t{1} << 30);
     h->finish();
   }

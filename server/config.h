@@ -20,6 +20,7 @@ struct ServerConfig {
   int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
   int32_t grpc_port = 0;            // 0 = gRPC off; -1 = pick a free port
   std::vector<std::string> api_keys;  // empty = no auth
+  std::string api_keys_file;          // more keys, one per line (keeps them off the command line)
   std::string log_level = "info";
   int64_t max_body_bytes = 1 << 20;
   int32_t max_n = 16;

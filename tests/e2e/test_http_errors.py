@@ -8,6 +8,7 @@ exit status 0).
 import concurrent.futures as cf
 import json
 import signal
+import subprocess
 import threading
 import time
 
@@ -240,3 +241,22 @@ def test_sigterm_drains(small_server):
         assert finals[-1]["choices"][0]["finish_reason"] == "length"
     assert small_server.wait(120) == 0, small_server.stderr
     assert "drained" in small_server.stderr
+
+
+def test_api_keys_from_a_file_and_the_environment(fathom_bin, smollm2_path, tmp_path):
+    """Keys need not be on the command line (where ps shows them): --api-key-file and
+    FATHOM_API_KEYS add keys; the command line then carries none."""
+    key_file = tmp_path / "keys"
+    key_file.write_text("# operators' keys\n  from-file  \n\n")
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--api-key-file", key_file],
+                       env={"FATHOM_API_KEYS": "from-env, second"}) as s:
+        assert "from-file" not in " ".join(s.proc.args) and "from-env" not in " ".join(s.proc.args)
+        for key, status in [(None, 401), ("wrong", 401), ("from-file", 200), ("from-env", 200), ("second", 200)]:
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            r = requests.get(f"{s.base_url}/v1/models", headers=headers, timeout=30)
+            assert r.status_code == status, (key, r.text)
+    empty = tmp_path / "empty"
+    empty.write_text("# nothing\n")
+    r = subprocess.run([str(fathom_bin), "serve", "--model", str(smollm2_path), "--port", "0", "--api-key-file",
+                        str(empty)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "holds no key" in r.stderr
