@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake g++ clang libclang-rt-14-dev pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  nlohmann-json3-dev libspdlog-dev libsentencepiece-dev libcpp-httplib-dev
+  nlohmann-json3-dev libspdlog-dev libsentencepiece-dev libboost1.81-dev
   libgtest-dev libgmock-dev libbenchmark-dev prometheus)
 
 missing=()

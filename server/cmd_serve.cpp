@@ -3,6 +3,7 @@
 // Lifecycle: HTTP listens first (/health says "loading"), then the model loads, the engine
 // starts and /health says "ready". SIGTERM or SIGINT stops admission (503 + Retry-After),
 // drains the engine within drain_timeout_ms, stops HTTP and gRPC, and exits 0.
+#include <sys/resource.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -140,6 +141,16 @@ class ShutdownSignal {
   bool exiting_ = false;
 };
 
+
+// Each HTTP connection is a file descriptor: lift the soft limit to the hard one (often 1024
+// vs 1M in containers), so http.max_connections, not the default ulimit, bounds them.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) spdlog::warn("cannot raise the open file limit");
+}
+
 }  // namespace
 
 int run_serve(int argc, char** argv) {
@@ -156,6 +167,7 @@ int run_serve(int argc, char** argv) {
   // Logs go to stderr; stdout carries only the "listening on" lines scripts parse.
   spdlog::set_default_logger(spdlog::stderr_color_mt("fathom"));
   spdlog::set_level(spdlog::level::from_str(config.log_level));
+  raise_open_file_limit();
   ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
   ShutdownSignal shutdown;        // before any other thread exists
 

@@ -167,6 +167,14 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     h->read("api_keys", c.api_keys);
     h->read("api_keys_file", c.api_keys_file);
     h->read_int("max_body_bytes", c.max_body_bytes, 1024, int64_t{1} << 30);
+    HttpLimits& l = c.http_limits;
+    h->read_int("max_header_bytes", l.max_header_bytes, 1024, 1 << 20);
+    h->read_int("max_connections", l.max_connections, 1, 1 << 20);
+    h->read_int("max_workers", l.max_workers, 0, 4096);
+    h->read_int("header_timeout_ms", l.header_timeout_ms, 100, 3600 * 1000);
+    h->read_int("body_timeout_ms", l.body_timeout_ms, 100, 3600 * 1000);
+    h->read_int("idle_timeout_ms", l.idle_timeout_ms, 100, 3600 * 1000);
+    h->read_int("write_timeout_ms", l.write_timeout_ms, 100, 3600 * 1000);
     h->finish();
   }
   if (auto g = top.object("grpc")) {

@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/backend/backend_options.h"
+#include "server/http_transport.h"
 
 namespace fathom {
 
@@ -23,6 +24,9 @@ struct ServerConfig {
   std::string api_keys_file;          // more keys, one per line (keeps them off the command line)
   std::string log_level = "info";
   int64_t max_body_bytes = 1 << 20;
+  // Connection limits and deadlines of the HTTP front end (max_body_bytes above wins over
+  // http_limits.max_body_bytes; max_workers 0 = sized from the scheduler's seqs + queue).
+  HttpLimits http_limits{.max_workers = 0};
   int32_t max_n = 16;
   int32_t max_tokens_limit = 4096;  // largest max_tokens a request may ask for
   int32_t drain_timeout_ms = 30000;

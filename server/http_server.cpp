@@ -1,13 +1,12 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <random>
-#include <thread>
+#include <optional>
 
 #include "engine/engine.h"
 #include "base/error.h"
@@ -15,6 +14,7 @@
 #include "engine/model.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/http_transport.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/sse.h"
@@ -40,26 +40,46 @@ const char* state_name(State s) {
 constexpr const char* kRetryAfterBusy = "1";
 constexpr const char* kRetryAfterUnavailable = "5";
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump_json(body), "application/json");
+HttpResponse json_response(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump_json(body);
+  return r;
 }
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "",
-                const std::string& code = "") {
-  send_json(res, status, error_body(status, message, param, code));
-  if (status == 429) res.set_header("Retry-After", kRetryAfterBusy);
-  if (status == 503) res.set_header("Retry-After", kRetryAfterUnavailable);
+HttpResponse error_response(int status, const std::string& message, const std::string& param = "",
+                            const std::string& code = "") {
+  HttpResponse r = json_response(status, error_body(status, message, param, code));
+  if (status == 429) r.headers.emplace_back("Retry-After", kRetryAfterBusy);
+  if (status == 503) r.headers.emplace_back("Retry-After", kRetryAfterUnavailable);
+  return r;
+}
+
+struct Route {
+  const char* method;
+  const char* path;
+  bool runs_inline;  // answers on the I/O thread: must be quick and never block
+  bool open;         // no API key needed (probes and scrapers)
+};
+
+constexpr Route kRoutes[] = {
+    {"POST", "/v1/completions", false, false},   {"POST", "/v1/chat/completions", false, false},
+    {"GET", "/v1/models", true, false},          {"POST", "/tokenize", false, false},
+    {"POST", "/detokenize", false, false},       {"GET", "/health", true, true},
+    {"GET", "/metrics", true, true},
+};
+
+const Route* find_route(const HttpRequest& req) {
+  for (const Route& r : kRoutes)
+    if (req.path == r.path && req.method == r.method) return &r;
+  return nullptr;
 }
 
 // Label for the per-route request counter: known routes by name, everything else "other"
 // (a scanner must not create unbounded label values).
-std::string route_label(const std::string& path) {
-  static const char* kRoutes[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize",
-                                  "/detokenize",     "/health",              "/metrics"};
-  for (const char* r : kRoutes)
-    if (path == r) return r;
-  return "other";
+std::string route_label(const HttpRequest& req) {
+  const Route* r = find_route(req);
+  return r ? r->path : "other";
 }
 
 }  // namespace
@@ -72,8 +92,7 @@ struct HttpServer::Impl {
 
   const ServerConfig& config;
   MetricsRegistry& metrics;
-  httplib::Server server;
-  std::thread thread;
+  std::unique_ptr<HttpTransport> transport;
   std::atomic<State> state{State::kLoading};
   // Set once the model is loaded; null while loading (also when draining starts first).
   std::atomic<Engine*> engine_ptr{nullptr};
@@ -81,38 +100,44 @@ struct HttpServer::Impl {
   uint64_t id_salt = 0;
   std::atomic<uint64_t> id_counter{0};
 
-  void install_routes();
-  httplib::Server::Handler guarded(std::function<void(const httplib::Request&, httplib::Response&)> handler);
+  HttpRoutes routes();
+  std::optional<HttpResponse> check_head(const HttpRequest& req) const;
+  // Nothing a client sends may take the process down: every failure becomes an error body.
+  HttpResponse handle(const HttpRequest& req, HttpClient& client);
+  HttpResponse route(const HttpRequest& req, HttpClient& client);
   // Throws ApiError 503 unless the state allows the route: generation needs kReady, the
-  // tokenizer routes only a loaded model.
-  // Returns the loaded model.
+  // tokenizer routes only a loaded model. Returns the loaded model.
   const Model& require(bool generation) const;
   std::string new_id(ApiKind kind);
-  void generate(const httplib::Request& req, httplib::Response& res, ApiKind kind);
+  HttpResponse generate(const HttpRequest& req, HttpClient& client, ApiKind kind);
 };
 
-httplib::Server::Handler HttpServer::Impl::guarded(
-    std::function<void(const httplib::Request&, httplib::Response&)> handler) {
-  // Nothing a client sends may take the process down: every failure becomes an error body.
-  return [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
-    try {
-      handler(req, res);
-    } catch (const ApiError& e) {
-      send_error(res, e.status, e.what(), e.param, e.code);
-    } catch (const EngineBusy& e) {
-      send_error(res, 429, std::string("the server is busy: ") + e.what(), "", "queue_full");
-    } catch (const EngineDraining& e) {
-      send_error(res, 503, "the server is shutting down", "", "draining");
-    } catch (const Error& e) {
-      send_error(res, 400, e.what(), "", "invalid_value");
-    } catch (const std::exception& e) {
-      spdlog::error("internal error on {} {}: {}", req.method, req.path, e.what());
-      send_error(res, 500, std::string("internal error: ") + e.what(), "", "internal_error");
-    } catch (...) {
-      spdlog::error("internal error on {} {}", req.method, req.path);
-      send_error(res, 500, "internal error", "", "internal_error");
-    }
-  };
+std::optional<HttpResponse> HttpServer::Impl::check_head(const HttpRequest& req) const {
+  const Route* r = find_route(req);
+  // API keys before anything else: an unauthenticated client learns nothing, not even routes.
+  if (!(r && r->open) && !config.api_keys.empty() &&
+      !api_key_accepted(req.header("authorization"), config.api_keys))
+    return error_response(401, "missing or incorrect API key (send 'Authorization: Bearer <key>')", "",
+                          "invalid_api_key");
+  if (!r) return error_response(404, "no route " + req.method + " " + req.path, "", "not_found");
+  return std::nullopt;
+}
+
+HttpResponse HttpServer::Impl::handle(const HttpRequest& req, HttpClient& client) {
+  try {
+    return route(req, client);
+  } catch (const ApiError& e) {
+    return error_response(e.status, e.what(), e.param, e.code);
+  } catch (const EngineBusy& e) {
+    return error_response(429, std::string("the server is busy: ") + e.what(), "", "queue_full");
+  } catch (const EngineDraining&) {
+    return error_response(503, "the server is shutting down", "", "draining");
+  } catch (const Error& e) {
+    return error_response(400, e.what(), "", "invalid_value");
+  } catch (const std::exception& e) {
+    spdlog::error("internal error on {} {}: {}", req.method, req.path, e.what());
+    return error_response(500, std::string("internal error: ") + e.what(), "", "internal_error");
+  }
 }
 
 const Model& HttpServer::Impl::require(bool generation) const {
@@ -131,99 +156,86 @@ std::string HttpServer::Impl::new_id(ApiKind kind) {
   return buf;
 }
 
-void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
+HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& client, ApiKind kind) {
   const Model& model = require(/*generation=*/true);
   Engine& engine = *engine_ptr.load(std::memory_order_acquire);
   const json body = parse_json_body(req.body);
   check_model_name(body, config);
   ApiRequest api = kind == ApiKind::kChat ? parse_chat_request(body, model, config)
                                           : parse_completion_request(body, model, config);
-  const ResponseMeta meta{new_id(kind), static_cast<int64_t>(std::time(nullptr)), config.model_name};
+  const ResponseMeta meta{new_id(kind), static_cast<int64_t>(std::time(nullptr)), config.model_name, req.id};
   auto gen = std::make_shared<Generation>(engine, model.tokenizer(), std::move(api), meta);
   if (!gen->request().stream) {
-    send_json(res, 200, gen->collect());
-    return;
+    std::optional<json> whole = gen->collect([&client] { return client.alive(); });
+    // 499 (nginx's "client closed request"): nobody reads it, but metrics and logs see it.
+    if (!whole) return error_response(499, "the client closed the connection", "", "client_closed");
+    return json_response(200, *whole);
   }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  // The provider owns the Generation: if the response is dropped before the stream ends,
-  // ~Generation cancels the request.
-  res.set_chunked_content_provider("text/event-stream", [gen](size_t, httplib::DataSink& sink) {
-    const bool finished = gen->stream([&sink](const std::string& frame) { return sink.write(frame.data(), frame.size()); },
-                                      [&sink] { return sink.is_writable(); });
-    if (finished) sink.done();
-    return finished;
-  });
+  HttpResponse r;
+  r.content_type = "text/event-stream";
+  r.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+  // The response owns the Generation: if the stream ends early, ~Generation cancels the request.
+  r.stream = [gen](HttpClient& out) {
+    return gen->stream([&out](const std::string& frame) { return out.write(frame); }, [&out] { return out.alive(); });
+  };
+  return r;
 }
 
-void HttpServer::Impl::install_routes() {
-  server.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-                generate(req, res, ApiKind::kCompletion);
-              }));
-  server.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-                generate(req, res, ApiKind::kChat);
-              }));
-  server.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
-               const Model& model = require(/*generation=*/false);
-               json m = {{"id", config.model_name},
-                         {"object", "model"},
-                         {"created", 0},
-                         {"owned_by", "fathom"},
-                         {"max_model_len", model.config().context_length}};
-               send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
-             }));
-  server.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
-                const Model& model = require(/*generation=*/false);
-                const std::vector<int32_t> tokens = parse_tokenize_request(parse_json_body(req.body), model);
-                send_json(res, 200, {{"tokens", tokens},
-                                     {"count", tokens.size()},
-                                     {"max_model_len", model.config().context_length}});
-              }));
-  server.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
-                const Model& model = require(/*generation=*/false);
-                const std::string text = model.tokenizer().decode(parse_detokenize_request(parse_json_body(req.body), model));
-                send_json(res, 200, {{"prompt", text}, {"text", text}});
-              }));
-  server.Get("/health", guarded([this](const httplib::Request&, httplib::Response& res) {
-               const State s = state.load(std::memory_order_acquire);
-               send_json(res, s == State::kReady ? 200 : 503, {{"status", state_name(s)}});
-               if (s != State::kReady) res.set_header("Retry-After", kRetryAfterUnavailable);
-             }));
-  server.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
-               res.set_content(metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
-             }));
+HttpResponse HttpServer::Impl::route(const HttpRequest& req, HttpClient& client) {
+  if (req.path == "/v1/completions") return generate(req, client, ApiKind::kCompletion);
+  if (req.path == "/v1/chat/completions") return generate(req, client, ApiKind::kChat);
+  if (req.path == "/v1/models") {
+    const Model& model = require(/*generation=*/false);
+    json m = {{"id", config.model_name},
+              {"object", "model"},
+              {"created", 0},
+              {"owned_by", "fathom"},
+              {"max_model_len", model.config().context_length}};
+    return json_response(200, {{"object", "list"}, {"data", json::array({m})}});
+  }
+  if (req.path == "/tokenize") {
+    const Model& model = require(/*generation=*/false);
+    const std::vector<int32_t> tokens = parse_tokenize_request(parse_json_body(req.body), model);
+    return json_response(200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", model.config().context_length}});
+  }
+  if (req.path == "/detokenize") {
+    const Model& model = require(/*generation=*/false);
+    const std::string text = model.tokenizer().decode(parse_detokenize_request(parse_json_body(req.body), model));
+    return json_response(200, {{"prompt", text}, {"text", text}});
+  }
+  if (req.path == "/health") {
+    const State s = state.load(std::memory_order_acquire);
+    HttpResponse r = json_response(s == State::kReady ? 200 : 503, {{"status", state_name(s)}});
+    if (s != State::kReady) r.headers.emplace_back("Retry-After", kRetryAfterUnavailable);
+    return r;
+  }
+  if (req.path == "/metrics") {
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = metrics.render();
+    return r;
+  }
+  throw ApiError(404, "no route " + req.method + " " + req.path, "", "not_found");
+}
 
-  // API keys: everything but /health and /metrics (probes and scrapers stay open).
-  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (config.api_keys.empty() || req.path == "/health" || req.path == "/metrics")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (api_key_accepted(req.get_header_value("Authorization"), config.api_keys))
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "missing or incorrect API key (send 'Authorization: Bearer <key>')", "", "invalid_api_key");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Statuses httplib produces itself (404 no route, 413 body too large, 400 bad HTTP) get
-  // the OpenAI error shape too; our own error bodies pass through.
-  server.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                       httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message;
-    if (res.status == 404) message = "no route " + req.method + " " + req.path;
-    else if (res.status == 413)
-      message = "the request body exceeds the limit of " + std::to_string(config.max_body_bytes) + " bytes";
-    else message = "HTTP error " + std::to_string(res.status);
-    send_json(res, res.status, error_body(res.status, message, "", res.status == 413 ? "request_too_large" : ""));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-    send_error(res, 500, "internal error", "", "internal_error");
-  });
-  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+HttpRoutes HttpServer::Impl::routes() {
+  HttpRoutes r;
+  r.check_head = [this](const HttpRequest& req) { return check_head(req); };
+  r.runs_inline = [](const HttpRequest& req) {
+    const Route* route = find_route(req);
+    return route && route->runs_inline;
+  };
+  r.handle = [this](const HttpRequest& req, HttpClient& client) { return handle(req, client); };
+  r.error = [](int status, const std::string& message, const std::string& code) {
+    return error_response(status, message, "", code);
+  };
+  r.done = [this](const HttpRequest& req, int status) {
     metrics
         .counter("fathom_http_requests_total", "HTTP requests by route and status",
-                 {{"route", route_label(req.path)}, {"status", std::to_string(res.status)}})
+                 {{"route", route_label(req)}, {"status", std::to_string(status)}})
         .inc();
-  });
+  };
+  return r;
 }
 
 HttpServer::HttpServer(const ServerConfig& config, MetricsRegistry& metrics)
@@ -233,19 +245,14 @@ HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::start() {
   Impl& s = *impl_;
-  s.install_routes();
-  s.server.set_payload_max_length(static_cast<size_t>(s.config.max_body_bytes));
-  // One thread per open connection (a stream holds its thread until it ends): room for a
-  // full batch of streams plus probes and clients waiting in the engine's queue.
-  const size_t threads = std::clamp<size_t>(static_cast<size_t>(s.config.scheduler.max_num_seqs) * 2 + 8, 16, 512);
-  s.server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  int port = s.config.port;
-  if (port == 0) port = s.server.bind_to_any_port(s.config.host);
-  else if (!s.server.bind_to_port(s.config.host, port)) port = -1;
-  if (port < 0)
-    throw Error("cannot listen for HTTP on " + s.config.host + ":" + std::to_string(s.config.port));
-  s.thread = std::thread([&s] { s.server.listen_after_bind(); });
-  return port;
+  HttpLimits limits = s.config.http_limits;
+  limits.max_body_bytes = s.config.max_body_bytes;
+  // Every request the engine can hold (running + queued) plus room for tokenizer calls; one
+  // more is refused at once rather than parked.
+  if (limits.max_workers <= 0)
+    limits.max_workers = std::clamp(s.config.scheduler.max_num_seqs + s.config.scheduler.max_queue + 16, 16, 4096);
+  s.transport = std::make_unique<HttpTransport>(limits, s.routes(), s.metrics);
+  return s.transport->start(s.config.host, s.config.port);
 }
 
 void HttpServer::set_ready(Engine& engine, const Model& model) {
@@ -260,9 +267,7 @@ void HttpServer::set_draining() {
 }
 
 void HttpServer::stop() {
-  if (!impl_->thread.joinable()) return;
-  impl_->server.stop();
-  impl_->thread.join();
+  if (impl_->transport) impl_->transport->stop();
 }
 
 }  // namespace fathom

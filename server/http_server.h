@@ -1,5 +1,5 @@
 #pragma once
-// The OpenAI-compatible HTTP front end (cpp-httplib): /v1/completions, /v1/chat/completions,
+// The OpenAI-compatible HTTP routes over HttpTransport (server/http_transport.h): /v1/completions, /v1/chat/completions,
 // /v1/models, /tokenize, /detokenize, /health, /metrics. It listens before the model is
 // loaded so that /health can say "loading"; generation routes answer 503 until set_ready().
 #include <memory>

@@ -29,6 +29,7 @@ struct ResponseMeta {
   std::string id;       // "cmpl-…" / "chatcmpl-…"
   int64_t created = 0;  // unix seconds
   std::string model;
+  std::string request_id;  // the transport's X-Request-Id (logs); "" when there is none
 };
 
 std::string dump_json(const nlohmann::json& j);

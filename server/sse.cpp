@@ -36,9 +36,14 @@ Generation::~Generation() {
   }
 }
 
-bool Generation::next(StreamEvent& event) {
-  while (!handle_->next(event, kPollInterval))
+bool Generation::next(StreamEvent& event, const std::function<bool()>& client_alive, bool& client_gone) {
+  while (!handle_->next(event, kPollInterval)) {
     if (handle_->done()) return false;
+    if (!client_alive()) {
+      client_gone = true;
+      return false;
+    }
+  }
   note_event(event);
   return true;
 }
@@ -58,16 +63,18 @@ void Generation::log_finished(const char* outcome) {
     if (!reasons.empty()) reasons += ',';
     reasons += r == FinishReason::kNone ? "none" : finish_reason_name(r);
   }
-  spdlog::info("{} {} prompt_tokens={} cached_tokens={} completion_tokens={} ttft_ms={:.1f} total_ms={:.1f} finish={} "
+  spdlog::info("{} {}{} prompt_tokens={} cached_tokens={} completion_tokens={} ttft_ms={:.1f} total_ms={:.1f} finish={} "
                "attention={} {}",
-               meta_.id, req_.stream ? "stream" : "whole", usage.prompt_tokens, usage.cached_prompt_tokens,
+               meta_.id, meta_.request_id.empty() ? "" : "request_id=" + meta_.request_id + " ",
+               req_.stream ? "stream" : "whole", usage.prompt_tokens, usage.cached_prompt_tokens,
                usage.completion_tokens, ttft_ms_, ms_since(start_), reasons, req_.engine.attention.name(), outcome);
 }
 
-nlohmann::json Generation::collect() {
+std::optional<nlohmann::json> Generation::collect(const std::function<bool()>& client_alive) {
   std::vector<ChoiceOutput> choices(static_cast<size_t>(req_.engine.n));
   StreamEvent event;
-  while (next(event)) {
+  bool client_gone = false;
+  while (next(event, client_alive, client_gone)) {
     if (event.choice < 0 || event.choice >= static_cast<int32_t>(choices.size())) continue;
     ChoiceOutput& c = choices[event.choice];
     c.text += event.text;
@@ -75,6 +82,11 @@ nlohmann::json Generation::collect() {
     c.logprobs.insert(c.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
     if (event.finish != FinishReason::kNone) c.finish = event.finish;
     if (event.finish == FinishReason::kError) c.error = event.error;
+  }
+  if (client_gone) {
+    handle_->cancel();
+    log_finished("client disconnected");
+    return std::nullopt;
   }
   log_finished("ok");
   for (const ChoiceOutput& c : choices)

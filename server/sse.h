@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,9 +27,10 @@ class Generation {
   Generation(Engine& engine, const Tokenizer& tokenizer, ApiRequest req, ResponseMeta meta);
   ~Generation();  // cancels the request if it has not finished (client gone, handler threw)
 
-  // Blocks until every choice has finished; the whole response body. Throws ApiError 500
-  // when the engine reports an error for a choice.
-  nlohmann::json collect();
+  // Blocks until every choice has finished; the whole response body. Checks `client_alive`
+  // whenever no event arrived for a while: nullopt when the client went away (the request is
+  // then cancelled, its KV freed). Throws ApiError 500 when the engine reports an error.
+  std::optional<nlohmann::json> collect(const std::function<bool()>& client_alive);
 
   // Streams SSE frames through `write` (false: the client is gone) and checks `client_alive`
   // whenever no event arrived for a while. Ends with the usage chunk (if asked) and
@@ -38,7 +40,8 @@ class Generation {
   const ApiRequest& request() const { return req_; }
 
  private:
-  bool next(StreamEvent& event);  // false once every choice has finished
+  // false once every choice has finished, or (client_gone set) when `client_alive` said no.
+  bool next(StreamEvent& event, const std::function<bool()>& client_alive, bool& client_gone);
   void note_event(const StreamEvent& event);
   void log_finished(const char* outcome);
 
