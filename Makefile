@@ -3,7 +3,7 @@ JOBS  ?= $(shell nproc)
 BUILD ?= build
 PY    := .venv/bin/python
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
-FUZZ_SECONDS ?= 30
+FUZZ_SECONDS ?= 15
 
 .PHONY: all setup build test fuzz serve chat bench clean
 
@@ -29,7 +29,8 @@ test: build
 	$(MAKE) --no-print-directory fuzz
 	FATHOM_BUILD=$(BUILD) $(PY) -m pytest -q tests/e2e
 
-# libFuzzer over the GGUF parser for a bounded time.
+# libFuzzer over every parser of outside bytes (GGUF, request bodies, chat templates +
+# tokenizer), FUZZ_SECONDS each.
 fuzz: setup
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
 

@@ -1,53 +1,107 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader with libFuzzer + ASan + UBSan for SECONDS (default 30).
-# Builds build-fuzz/fuzz_gguf with clang++ (Debian: clang, libclang-rt-14-dev), writes a seed
-# corpus of small valid GGUF files (tests/fuzz/make_corpus.py) plus the first 64 KiB of the
-# default models, and exits non-zero when the fuzzer finds a crash, leak, hang or UB.
-# Findings are saved as build-fuzz/crash-* etc.; replay one with: build-fuzz/fuzz_gguf FILE
+# Fuzzes every parser of outside bytes with libFuzzer + ASan + UBSan, SECONDS (default 15) per
+# target:
+#   fuzz_gguf     the GGUF reader (model files)
+#   fuzz_request  an HTTP request body -> the validated engine request (JSON, fields, prompts,
+#                 chat messages, tokenize/detokenize), over the real SmolLM2 model
+#   fuzz_chat     chat messages -> every chat template family -> the tokenizer (content can never
+#                 forge a control token; valid UTF-8 survives encode/decode)
+# The HTTP framing itself is Boost.Beast's parser, fuzzed upstream; tests/e2e/test_http_hardening.py
+# attacks our use of it.
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (default: every target)
+# Builds with clang++ (Debian: clang, libclang-rt-14-dev) into build-fuzz/, exits non-zero on any
+# crash, leak, hang or UB. Findings are saved as build-fuzz/<target>-crash-* etc.; replay one with
+# build-fuzz/<target> FILE. Each target keeps its corpus in build-fuzz/corpus-<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${1:-30}
+seconds=${1:-15}
+shift || true
+targets=("$@")
+((${#targets[@]})) || targets=(fuzz_gguf fuzz_request fuzz_chat)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
-sources=(tests/fuzz/fuzz_gguf.cpp engine/model/gguf.cpp engine/model/gguf_values.cpp
-  base/error.cpp kernels/ggml_type.cpp)
-mkdir -p "$out/corpus" "$out/seeds"
+flags=(-std=c++20 -I. -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror
+  -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
+
+gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp base/error.cpp kernels/ggml_type.cpp)
+model_sources=("${gguf_sources[@]}" engine/model.cpp engine/model/model_config.cpp engine/model/weights.cpp
+  engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp engine/model/bpe_pretokenizer.cpp
+  engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
+  engine/model/chat_template.cpp kernels/ref/dequant.cpp)
+request_sources=("${model_sources[@]}" server/openai_request.cpp server/prompt_input.cpp
+  server/attention_options.cpp server/cli_args.cpp engine/attention/policy.cpp kernels/ref/sparq.cpp kernels/ref/attention_state.cpp)
+
+sources_of() {
+  case "$1" in
+    fuzz_gguf) echo "${gguf_sources[@]}" ;;
+    fuzz_request) echo "${request_sources[@]}" ;;
+    fuzz_chat) echo "${model_sources[@]}" ;;
+    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_request, fuzz_chat)" >&2; exit 2 ;;
+  esac
+}
 
 if ! command -v "$cxx" >/dev/null; then
   echo "fuzz: $cxx not found (install clang and libclang-rt-14-dev: scripts/setup.sh)" >&2
   exit 1
 fi
 
-# Rebuild only when a source or header changed; the build takes a few seconds.
-if [ ! -x "$out/fuzz_gguf" ] ||
-  [ -n "$(find "${sources[@]}" engine/model/gguf.h base/error.h kernels/ggml_type.h \
-    scripts/fuzz.sh -newer "$out/fuzz_gguf" 2>/dev/null)" ]; then
-  echo "fuzz: building $out/fuzz_gguf"
-  "$cxx" -std=c++20 -I. -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror \
-    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    "${sources[@]}" -o "$out/fuzz_gguf"
+# Objects are rebuilt when any source or header of the layers they come from changed (cheap
+# to check, and a stale object would fuzz old code).
+mkdir -p "$out/obj"
+stamp="$out/obj/.stamp"
+if [ ! -f "$stamp" ] || [ -n "$(find base engine kernels server tests/fuzz scripts/fuzz.sh \
+  \( -name '*.cpp' -o -name '*.h' -o -name '*.inc' -o -name '*.sh' \) -newer "$stamp" -print -quit)" ]; then
+  rm -f "$out"/obj/*.o
 fi
+all=()
+for t in "${targets[@]}"; do
+  read -ra srcs <<<"$(sources_of "$t")"
+  all+=("${srcs[@]}" "tests/fuzz/$t.cpp")
+done
+mapfile -t unique < <(printf '%s\n' "${all[@]}" | sort -u)
+todo=()
+for src in "${unique[@]}"; do
+  obj="$out/obj/${src//\//_}.o"
+  [ -f "$obj" ] || todo+=("$src")
+done
+if ((${#todo[@]})); then
+  echo "fuzz: compiling ${#todo[@]} sources with $cxx + ASan/UBSan"
+  printf '%s\n' "${todo[@]}" | xargs -P "$(nproc)" -I{} sh -c \
+    'src="$1"; shift; obj="'"$out"'/obj/$(echo "$src" | tr / _).o"; "$@" -c "$src" -o "$obj"' _ {} "$cxx" "${flags[@]}"
+fi
+touch "$stamp"
 
-# Seeds are regenerated every run (cheap); the corpus directory keeps what the fuzzer
-# learned between runs.
+for t in "${targets[@]}"; do
+  read -ra srcs <<<"$(sources_of "$t")"
+  objs=()
+  for src in "${srcs[@]}" "tests/fuzz/$t.cpp"; do objs+=("$out/obj/${src//\//_}.o"); done
+  "$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" -ldl -o "$out/$t"
+done
+
+# Seed corpora are regenerated every run (cheap); corpus-<target>/ keeps what the fuzzer learned.
 if [ -x .venv/bin/python ] && .venv/bin/python -c 'import gguf' 2>/dev/null; then
-  .venv/bin/python tests/fuzz/make_corpus.py "$out/seeds" models/*.gguf
+  .venv/bin/python tests/fuzz/make_corpus.py "$out" models/*.gguf
 else
   echo "fuzz: .venv with the gguf package missing (run scripts/setup.sh); fuzzing without seeds" >&2
 fi
 
-echo "fuzz: running for ${seconds}s"
-# -timeout: one input taking over 10 s is a hang; -rss_limit_mb: 2 GiB is far above what a
-# 64 KiB input may legitimately need. libFuzzer exits non-zero on any finding.
-"$out/fuzz_gguf" "$out/corpus" "$out/seeds" \
-  -dict=tests/fuzz/gguf.dict -max_total_time="$seconds" -max_len=65536 \
-  -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/" \
-  2> "$out/fuzz.log" || {
-  status=$?
-  tail -n 60 "$out/fuzz.log" >&2
-  echo "fuzz: FAILED (exit $status); the input is saved as $out/crash-*/leak-*/timeout-*; full log: $out/fuzz.log" >&2
-  exit "$status"
-}
-grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb|^#[0-9]+.*DONE' "$out/fuzz.log" || true
-echo "fuzz: OK, no findings in ${seconds}s"
+for t in "${targets[@]}"; do
+  mkdir -p "$out/corpus-$t" "$out/seeds-$t"
+  dict=()
+  [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
+  echo "fuzz: $t for ${seconds}s"
+  # -timeout: one input taking over 10 s is a hang; -rss_limit_mb: 2 GiB is far above what a
+  # 64 KiB input may legitimately need (the model mapping is shared, not counted per input).
+  "$out/$t" "$out/corpus-$t" "$out/seeds-$t" "${dict[@]}" -max_total_time="$seconds" -max_len=65536 \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/$t-" \
+    2> "$out/$t.log" || {
+    status=$?
+    tail -n 60 "$out/$t.log" >&2
+    echo "fuzz: $t FAILED (exit $status); the input is saved as $out/$t-crash-*/leak-*/timeout-*; log: $out/$t.log" >&2
+    exit "$status"
+  }
+  grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$out/$t.log" | tr '\n' ' ' || true
+  echo
+done
+echo "fuzz: OK, no findings (${targets[*]}, ${seconds}s each)"

@@ -25,10 +25,18 @@ bool is_python_space(uint32_t cp) {
 std::pair<uint32_t, size_t> char_at(const std::string& s, size_t i) {
   const auto b0 = static_cast<unsigned char>(s[i]);
   if (b0 < 0x80) return {b0, 1};
-  auto cont = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) & 0x3Fu : 0u; };
-  if ((b0 & 0xE0) == 0xC0) return {((b0 & 0x1Fu) << 6) | cont(1), 2};
-  if ((b0 & 0xF0) == 0xE0) return {((b0 & 0x0Fu) << 12) | (cont(1) << 6) | cont(2), 3};
-  return {0xFFFFFFFF, 1};
+  const size_t n = (b0 & 0xE0) == 0xC0 ? 2 : (b0 & 0xF0) == 0xE0 ? 3 : 0;
+  // Only 2- and 3-byte characters can be white space; anything else, a sequence cut short by
+  // the end of the text or a non-continuation byte is one non-space byte (found by fuzz_chat:
+  // a lone 0xE2 decoded as U+2000 and stepped past the end).
+  if (n == 0 || i + n > s.size()) return {0xFFFFFFFF, 1};
+  uint32_t cp = n == 2 ? (b0 & 0x1Fu) : (b0 & 0x0Fu);
+  for (size_t k = 1; k < n; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return {0xFFFFFFFF, 1};
+    cp = (cp << 6) | (b & 0x3Fu);
+  }
+  return {cp, n};
 }
 
 std::string python_strip(const std::string& s) {

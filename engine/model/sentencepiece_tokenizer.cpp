@@ -12,7 +12,8 @@
 namespace fathom {
 namespace {
 
-constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6;
+// SentencePiece piece types (ModelProto.SentencePiece.Type); 4 is USER_DEFINED, 5 UNUSED.
+constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kByte = 6;
 constexpr const char kSpaceMarker[] = "\xE2\x96\x81";  // U+2581, sentencepiece's escaped space
 
 // Just enough of the protobuf wire format to write a sentencepiece ModelProto

@@ -96,25 +96,4 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
   return w;
 }
 
-size_t ModelWeights::pack_for_cpu() {
-  // One arena for all of them: each matrix rounded up to whole 2 MiB pages would waste ~1 MiB
-  // per matrix (about 200 MB on SmolLM2's 210 matrices).
-  size_t total = 0;
-  std::vector<WeightMatrix*> packable;
-  for_each_matrix([&](WeightMatrix& w) {
-    if (!w.packed && cpu::PackedWeights::supported(w.type)) {
-      packable.push_back(&w);
-      total += cpu::PackedWeights::bytes_for(w.type, w.rows, w.cols);
-    }
-  });
-  if (packable.empty()) return 0;
-  packed_arena = std::make_shared<HugePageBuffer>(total);
-  auto* dst = reinterpret_cast<uint8_t*>(packed_arena->data());
-  for (WeightMatrix* w : packable) {
-    w->packed = std::make_shared<const cpu::PackedWeights>(w->type, w->data, w->rows, w->cols, dst);
-    dst += w->packed->bytes();
-  }
-  return total;
-}
-
 }  // namespace fathom

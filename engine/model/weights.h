@@ -7,12 +7,15 @@
 #include <vector>
 
 #include "engine/model/model_config.h"
-#include "kernels/cpu/packed_weights.h"
 #include "kernels/ggml_type.h"
 
 namespace fathom {
 
 class GgufFile;
+class HugePageBuffer;
+namespace cpu {
+class PackedWeights;
+}
 
 // A weight matrix W: [rows][cols] in `type`; y = x · Wᵀ maps cols -> rows.
 struct WeightMatrix {
@@ -20,7 +23,7 @@ struct WeightMatrix {
   const void* data = nullptr;
   int64_t rows = 0;  // output features (GGUF dims[1])
   int64_t cols = 0;  // input features (GGUF dims[0])
-  // The same matrix repacked for the CPU kQ8 kernels (ModelWeights::pack_for_cpu), or null.
+  // The same matrix repacked for the CPU kQ8 kernels (the CPU backend packs it), or null.
   std::shared_ptr<const cpu::PackedWeights> packed;
   size_t bytes() const { return ggml_row_size(type, cols) * rows; }
 };
@@ -42,7 +45,7 @@ struct ModelWeights {
   std::vector<float> output_norm;  // (dim)
   std::vector<LayerWeights> layers;
   size_t matrix_bytes = 0;   // bytes of every matrix read per decoded token (embedding row excluded)
-  std::shared_ptr<HugePageBuffer> packed_arena;  // every WeightMatrix::packed's panels (pack_for_cpu)
+  std::shared_ptr<HugePageBuffer> packed_arena;  // every WeightMatrix::packed's panels (CPU backend)
 
   // Throws fathom::Error for a missing tensor, wrong shape, or a type the kernels cannot read.
   static ModelWeights from_gguf(const GgufFile& file, const ModelConfig& config);
@@ -51,10 +54,6 @@ struct ModelWeights {
   template <typename F> void for_each_matrix(F&& f) { visit_matrices(*this, f); }
   template <typename F> void for_each_matrix(F&& f) const { visit_matrices(*this, f); }
 
-  // Repacks every matrix the CPU's kQ8 kernels read faster in panels (cpu::PackedWeights:
-  // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K on AVX-512 VNNI), including the output projection (when it is the tied
-  // embedding, the lookup keeps reading the mapped rows). Returns the bytes allocated.
-  size_t pack_for_cpu();
 
  private:
   template <typename Self, typename F>

@@ -157,5 +157,21 @@ TEST(ChatTemplate, RenderMarksTheMessageContent) {
   }
 }
 
+
+// fuzz_chat's first finding: a message ending in a truncated UTF-8 lead byte (0xE2 alone) was
+// decoded as U+2000 (a Python space) by Llama 3's strip, which stepped past the end and threw
+// std::out_of_range (an HTTP 500). Broken sequences are content, not white space.
+TEST(ChatTemplate, StripKeepsBrokenUtf8AndStripsUnicodeSpaces) {
+  const auto t = ChatTemplate::resolve("", "llama3", "<|begin_of_text|>");
+  for (const std::string content : {"\xE2", "h\xE2", "\xE2\x80", "\xE2x\x80", "\xC2"}) {
+    const RenderedChat r = t.render({{"user", content}}, false);
+    ASSERT_EQ(r.content.size(), 1u) << content;
+    EXPECT_EQ(r.text.substr(r.content[0].first, r.content[0].second - r.content[0].first), content);
+  }
+  // U+2000 EN QUAD and U+3000 IDEOGRAPHIC SPACE around the text are stripped, as Python's str.strip().
+  const RenderedChat r = t.render({{"user", "\xE2\x80\x80hi\xE3\x80\x80"}}, false);
+  EXPECT_EQ(r.text.substr(r.content[0].first, r.content[0].second - r.content[0].first), "hi");
+}
+
 }  // namespace
 }  // namespace fathom
