@@ -7,27 +7,13 @@
 #include "engine/attention/groups.h"
 #include "engine/backend/backend.h"
 #include "engine/model.h"
+#include "engine/prefill_budget.h"
 
 namespace fathom {
 namespace {
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// Water-filling: each want gets min(want, an equal share of what is left), smallest wants first,
-// so what a small want leaves goes to the others; shares sum to at most `budget`.
-std::vector<int64_t> fair_shares(const std::vector<int64_t>& wants, int64_t budget) {
-  std::vector<size_t> order(wants.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return wants[a] < wants[b]; });
-  std::vector<int64_t> shares(wants.size(), 0);
-  for (size_t k = 0; k < order.size(); ++k) {
-    const int64_t equal = budget / static_cast<int64_t>(order.size() - k);
-    shares[order[k]] = std::min(wants[order[k]], equal);
-    budget -= shares[order[k]];
-  }
-  return shares;
 }
 
 bool before(const RequestState& a, const RequestState& b) {
@@ -319,8 +305,9 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
         budget > 0)
       add_to_plan(s, 1);
   // Prefill chunks — running sequences' rest of a prompt, then the waiting ones admitted now, in
-  // order, while their whole prompt fits — share what the decode tokens left of the budget fairly,
-  // so a short prompt behind a long one starts at once instead of after the whole long prefill.
+  // order, while their whole prompt fits — share what the decode tokens left of the budget by cost
+  // and fairly (engine/prefill_budget.h), so a short prompt behind a long one gets its first token
+  // from a short step instead of after the whole long prefill.
   std::vector<Sequence*> prefill;
   const size_t slots = static_cast<size_t>(std::max<int64_t>(0, max_seqs - static_cast<int64_t>(planned.size())));
   for (Sequence* s : seqs)
@@ -348,9 +335,10 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
     }
     prefill.push_back(s);
   }
-  std::vector<int64_t> wants;
-  for (Sequence* s : prefill) wants.push_back(s->pending());
-  const std::vector<int64_t> shares = fair_shares(wants, std::max(budget, 0));
+  std::vector<PrefillWant> wants;
+  for (Sequence* s : prefill) wants.push_back(PrefillWant{s->n_computed, s->pending(), s->generated() == 0});
+  const std::vector<int64_t> shares =
+      prefill_shares(wants, std::max(budget, 0), attention_equivalent_positions(model_.config()));
   for (size_t i = 0; i < prefill.size(); ++i)
     if (shares[i] > 0) add_to_plan(prefill[i], static_cast<int32_t>(shares[i]));  // else: a share next step
   if (config_.bifurcated && backend_.implements_groups())

@@ -1,0 +1,40 @@
+#pragma once
+// How one step's token budget (scheduler.max_batched_tokens) is split between prefill chunks.
+//
+// 1. Cost, not tokens: a chunk of c prompt tokens starting at position p costs about
+//    c × (1 + (p + c/2) / E) token-equivalents, where E (attention_equivalent_positions) is the
+//    context length at which one token's attention work equals its matmul work. So a step deep
+//    into a long prompt takes about as long as a step at its start, and the budget means "the
+//    time of max_batched_tokens tokens at position 0": one prefill chunk.
+// 2. Fair: the cost budget is water-filled (smallest wants first), so a short prompt behind a long
+//    one gets its whole prompt into the next step.
+// 3. First tokens first: in a step where some sequence completes its prompt (its first token
+//    comes out of this step), the chunks that do not complete are held to 1/kFirstTokenStepShare
+//    of the budget, so that step, and with it the short request's time to first token, stays
+//    short while a long prompt is prefilling. The long prompt loses a little throughput per
+//    arriving request, never all of it.
+#include <cstdint>
+#include <vector>
+
+namespace fathom {
+
+struct ModelConfig;
+
+inline constexpr int64_t kFirstTokenStepShare = 8;
+
+struct PrefillWant {
+  int64_t position = 0;     // first prompt position of the chunk (tokens already computed)
+  int64_t tokens = 0;       // prompt tokens still to compute (>= 1)
+  bool awaiting_first_token = false;  // nothing generated yet: completing the prompt emits a token
+};
+
+// E for a model from its shapes: per token, matmuls cost 2 × (weights of one layer) × layers
+// FLOPs (the output projection runs for the last token only), attention 4 × q_dim × layers per
+// earlier position (QKᵀ and PV). 0 when unknown (then cost = tokens).
+double attention_equivalent_positions(const ModelConfig& config);
+
+// Tokens each want gets this step: sum of costs <= budget (at least one token in all when
+// `wants` is non-empty and budget >= 1, so prefill always progresses); each <= its want.
+std::vector<int64_t> prefill_shares(const std::vector<PrefillWant>& wants, int64_t budget, double equivalent_positions);
+
+}  // namespace fathom
