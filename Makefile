@@ -5,7 +5,7 @@ PY    := .venv/bin/python
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 FUZZ_SECONDS ?= 15
 
-.PHONY: all setup build test fuzz serve chat bench clean
+.PHONY: all setup build test fuzz soak serve chat bench clean
 
 all: build
 
@@ -33,6 +33,12 @@ test: build
 # tokenizer), FUZZ_SECONDS each.
 fuzz: setup
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# Load and fault soak over loopback for SOAK_MINUTES (not part of `make test`):
+# tests/soak/soak.py, writes bench/results/soak.md, fails on any lost request or leak.
+SOAK_MINUTES ?= 3
+soak: build
+	FATHOM_BUILD=$(BUILD) $(PY) tests/soak/soak.py --minutes $(SOAK_MINUTES) --build $(BUILD)
 
 bench: build
 	FATHOM_BUILD=$(BUILD) $(PY) bench/run_bench.py

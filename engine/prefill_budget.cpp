@@ -33,6 +33,46 @@ double attention_equivalent_positions(const ModelConfig& c) {
   return attention_per_position > 0 ? matmul / attention_per_position : 0.0;
 }
 
+void StepCostModel::observe(double tokens, double attention_positions, double seconds) {
+  const double x[3] = {1.0, tokens, attention_positions};
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) m_[i][j] = kForget * m_[i][j] + x[i] * x[j];
+    v_[i] = kForget * v_[i] + x[i] * seconds;
+  }
+  ++n_;
+}
+
+double StepCostModel::equivalent_positions() const {
+  if (n_ < 16) return prior_;
+  // Solve m·(o, a, b) = v by Gaussian elimination with partial pivoting, on columns scaled to
+  // unit diagonal (T and A differ by orders of magnitude).
+  double scale[3];
+  for (int i = 0; i < 3; ++i) scale[i] = m_[i][i] > 0 ? 1.0 / std::sqrt(m_[i][i]) : 0.0;
+  if (scale[2] == 0.0 || scale[1] == 0.0) return prior_;
+  double a[3][4];
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) a[i][j] = m_[i][j] * scale[i] * scale[j];
+    a[i][3] = v_[i] * scale[i];
+  }
+  for (int c = 0; c < 3; ++c) {
+    int pivot = c;
+    for (int r = c + 1; r < 3; ++r)
+      if (std::fabs(a[r][c]) > std::fabs(a[pivot][c])) pivot = r;
+    if (std::fabs(a[pivot][c]) < 1e-9) return prior_;  // degenerate: all steps alike
+    for (int k = 0; k < 4; ++k) std::swap(a[c][k], a[pivot][k]);
+    for (int r = 0; r < 3; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (int k = c; k < 4; ++k) a[r][k] -= f * a[c][k];
+    }
+  }
+  const double per_token = a[1][3] / a[1][1] * scale[1];
+  const double per_position = a[2][3] / a[2][2] * scale[2];
+  if (!(per_token > 0) || !(per_position > 0)) return prior_;
+  const double e = per_token / per_position;
+  return e >= prior_ / 8 && e <= prior_ * 8 ? e : prior_;
+}
+
 std::vector<int64_t> prefill_shares(const std::vector<PrefillWant>& wants, int64_t budget, double equivalent_positions) {
   const size_t n = wants.size();
   std::vector<int64_t> tokens(n, 0);

@@ -28,6 +28,26 @@ struct PrefillWant {
   bool awaiting_first_token = false;  // nothing generated yet: completing the prompt emits a token
 };
 
+// Learns E from the steps the engine actually runs: step seconds ≈ o + a·T + b·A, with T the
+// step's tokens and A = Σ chunk·(position + chunk/2) its attention positions, fitted by least
+// squares with exponential forgetting (recent steps count most); E = a / b. Until the fit is
+// well determined (enough steps with and without deep chunks), and whenever it leaves
+// [prior/8, prior·8], E is the prior from the model's shapes.
+class StepCostModel {
+ public:
+  explicit StepCostModel(double prior_positions) : prior_(prior_positions) {}
+  void observe(double tokens, double attention_positions, double seconds);
+  double equivalent_positions() const;
+  int64_t observations() const { return n_; }
+
+ private:
+  static constexpr double kForget = 0.995;  // weight of a step 140 steps ago: 1/2
+  double prior_;
+  double m_[3][3] = {};  // Σ w·x·xᵀ over x = (1, T, A)
+  double v_[3] = {};     // Σ w·x·seconds
+  int64_t n_ = 0;
+};
+
 // E for a model from its shapes: per token, matmuls cost 2 × (weights of one layer) × layers
 // FLOPs (the output projection runs for the last token only), attention 4 × q_dim × layers per
 // earlier position (QKᵀ and PV). 0 when unknown (then cost = tokens).

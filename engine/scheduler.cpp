@@ -77,7 +77,8 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
       allocator_(backend.kv_blocks(), backend.kv_layout().block_size),
       metrics_(std::make_unique<Metrics>(metrics)),
       prefix_(allocator_),
-      host_(config.host_kv_bytes) {
+      host_(config.host_kv_bytes),
+      step_cost_(attention_equivalent_positions(model.config())) {
   for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
     metrics_->finished(r);  // export every reason from the start, at 0
   for (int k = 0; k < kPolicyKinds; ++k) metrics_->kv_read(static_cast<PolicyKind>(k));
@@ -235,7 +236,15 @@ void Scheduler::step() {
   }
   // Run, inside the error boundary: a step that throws fails the requests in it, nothing else.
   try {
+    const auto t0 = Clock::now();
     backend_.forward(plan, logits_);
+    double tokens = 0, positions = 0;
+    for (const SeqStep& s : plan.seqs) {
+      const double c = static_cast<double>(s.tokens.size());
+      tokens += c;
+      positions += c * (s.pos0 + c / 2);
+    }
+    step_cost_.observe(tokens, positions, seconds_between(t0, Clock::now()));
   } catch (const std::exception& e) {
     const std::string message = std::string("the forward step failed: ") + e.what();
     for (Sequence* s : planned)
@@ -338,7 +347,7 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
   std::vector<PrefillWant> wants;
   for (Sequence* s : prefill) wants.push_back(PrefillWant{s->n_computed, s->pending(), s->generated() == 0});
   const std::vector<int64_t> shares =
-      prefill_shares(wants, std::max(budget, 0), attention_equivalent_positions(model_.config()));
+      prefill_shares(wants, std::max(budget, 0), step_cost_.equivalent_positions());
   for (size_t i = 0; i < prefill.size(); ++i)
     if (shares[i] > 0) add_to_plan(prefill[i], static_cast<int32_t>(shares[i]));  // else: a share next step
   if (config_.bifurcated && backend_.implements_groups())

@@ -29,6 +29,7 @@
 #include "engine/engine.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/host_tier.h"
+#include "engine/prefill_budget.h"
 #include "engine/kv/prefix_index.h"
 #include "engine/sequence.h"
 
@@ -90,6 +91,7 @@ class Scheduler {
   std::vector<std::unique_ptr<RequestState>> requests_;
   std::mt19937_64 seed_rng_{0x5eed};
   std::vector<float> logits_;
+  StepCostModel step_cost_;  // what a prefill chunk costs, learned from step times
 };
 
 }  // namespace fathom

@@ -27,6 +27,7 @@
 #include "proto/fathom.grpc.pb.h"
 #include "proto/fathom.pb.h"
 #include "server/auth.h"
+#include "server/request_rules.h"
 #include "server/config.h"
 
 namespace fathom {
@@ -35,9 +36,6 @@ namespace {
 namespace pb = ::fathom::v1;
 using Clock = std::chrono::steady_clock;
 
-constexpr int32_t kMaxTopLogprobs = 20;  // as over HTTP
-constexpr size_t kMaxStopStrings = 4;
-constexpr int32_t kMaxPriority = 1000000;
 // How often a waiting Generate call looks at client cancellation.
 constexpr std::chrono::milliseconds kPollInterval{50};
 constexpr std::chrono::seconds kShutdownGrace{3};
@@ -59,6 +57,10 @@ grpc::Status status_from_exception() {
     throw;
   } catch (const RpcError& e) {
     return grpc::Status(e.code, e.what());
+  } catch (const RuleError& e) {
+    return grpc::Status(e.kind == RuleError::Kind::kNotFound ? grpc::StatusCode::NOT_FOUND
+                                                            : grpc::StatusCode::INVALID_ARGUMENT,
+                        e.what());
   } catch (const EngineBusy& e) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, e.what());
   } catch (const EngineDraining& e) {
@@ -77,48 +79,25 @@ std::string model_id(const ServerConfig& config) {
   return std::filesystem::path(config.model).stem().string();
 }
 
-// An empty name means "the served model"; otherwise it must name it (id, path or file name).
-void check_model(const std::string& name, const ServerConfig& config) {
-  if (name.empty()) return;
-  const std::filesystem::path file(config.model);
-  if (name == model_id(config) || name == config.model || name == file.filename().string() ||
-      name == file.stem().string())
-    return;
-  throw RpcError(grpc::StatusCode::NOT_FOUND,
-                 "the model '" + name + "' does not exist (this server serves '" + model_id(config) + "')");
-}
-
-// `v` within [lo, hi] (NaN fails), else INVALID_ARGUMENT naming the field.
-float in_range(float v, float lo, float hi, const char* field, bool lo_open = false) {
-  const bool ok = lo_open ? (v > lo && v <= hi) : (v >= lo && v <= hi);
-  if (!ok) {
-    invalid(std::string("sampling.") + field + " must be in " + (lo_open ? "(" : "[") + std::to_string(lo) + ", " +
-            std::to_string(hi) + "], got " + std::to_string(v));
-  }
-  return v;
-}
-
 SamplingParams to_sampling(const pb::SamplingParameters& s, int32_t vocab) {
   SamplingParams p;
-  if (s.has_temperature()) p.temperature = in_range(s.temperature(), 0.0f, 2.0f, "temperature");
-  if (s.has_top_p()) p.top_p = in_range(s.top_p(), 0.0f, 1.0f, "top_p", /*lo_open=*/true);
+  auto in_range = [](const char* name, double v) { return check_sampling_number(name, v, std::string("sampling.") + name); };
+  if (s.has_temperature()) p.temperature = in_range("temperature", s.temperature());
+  if (s.has_top_p()) p.top_p = in_range("top_p", s.top_p());
   if (s.has_top_k()) {
     if (s.top_k() < -1 || s.top_k() > vocab)
       invalid("sampling.top_k must be in [-1, " + std::to_string(vocab) + "] (0 or -1: off)");
     p.top_k = std::max(0, s.top_k());
   }
-  if (s.has_min_p()) p.min_p = in_range(s.min_p(), 0.0f, 1.0f, "min_p");
-  if (s.has_presence_penalty()) p.presence_penalty = in_range(s.presence_penalty(), -2.0f, 2.0f, "presence_penalty");
-  if (s.has_frequency_penalty())
-    p.frequency_penalty = in_range(s.frequency_penalty(), -2.0f, 2.0f, "frequency_penalty");
-  if (s.has_repetition_penalty())
-    p.repetition_penalty = in_range(s.repetition_penalty(), 0.0f, 10.0f, "repetition_penalty", /*lo_open=*/true);
+  if (s.has_min_p()) p.min_p = in_range("min_p", s.min_p());
+  if (s.has_presence_penalty()) p.presence_penalty = in_range("presence_penalty", s.presence_penalty());
+  if (s.has_frequency_penalty()) p.frequency_penalty = in_range("frequency_penalty", s.frequency_penalty());
+  if (s.has_repetition_penalty()) p.repetition_penalty = in_range("repetition_penalty", s.repetition_penalty());
   if (s.has_seed()) p.seed = s.seed();
   for (const auto& [id, bias] : s.logit_bias()) {
     if (id < 0 || id >= vocab)
       invalid("sampling.logit_bias key " + std::to_string(id) + " is not a token id of this model");
-    if (!(bias >= -100.0f && bias <= 100.0f)) invalid("sampling.logit_bias values must be in [-100, 100]");
-    p.logit_bias.emplace_back(id, bias);
+    p.logit_bias.emplace_back(id, check_sampling_number("logit_bias", bias, "sampling.logit_bias"));
   }
   std::sort(p.logit_bias.begin(), p.logit_bias.end());  // map order is unspecified; keep requests reproducible
   if (s.has_logprobs()) {
@@ -131,7 +110,7 @@ SamplingParams to_sampling(const pb::SamplingParameters& s, int32_t vocab) {
 }
 
 Request to_engine_request(const pb::GenerateRequest& in, const Model& model, const ServerConfig& config) {
-  check_model(in.model(), config);
+  check_served_model(in.model(), config, "model");
   Request r;
   r.attention = config.attention;
   if (!in.attention().empty()) {
@@ -163,35 +142,12 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
   }
   if (r.prompt.empty()) invalid("the prompt is empty: set text or token_ids");
 
-  const int64_t context = model.config().context_length;
-  const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
-  if (prompt_len >= context)
-    invalid("the prompt has " + std::to_string(prompt_len) + " tokens; this model's context is " +
-            std::to_string(context) + " tokens");
-  if (in.has_max_tokens()) {
-    const int64_t m = in.max_tokens();
-    if (m < 1) invalid("max_tokens must be at least 1");
-    if (m > config.max_tokens_limit) invalid("max_tokens must be at most " + std::to_string(config.max_tokens_limit));
-    if (prompt_len + m > context)
-      invalid("max_tokens is " + std::to_string(m) + " but the prompt has " + std::to_string(prompt_len) +
-              " tokens and the context is " + std::to_string(context) + " tokens");
-    r.max_tokens = static_cast<int32_t>(m);
-  } else {
-    // The same default as HTTP (limits.default_max_tokens), clamped to the context left.
-    r.max_tokens = static_cast<int32_t>(std::min<int64_t>(config.default_max_tokens, context - prompt_len));
-  }
-
-  if (in.n() < 0 || in.n() > config.max_n) invalid("n must be in [1, " + std::to_string(config.max_n) + "]");
-  r.n = std::max(1, in.n());
-  if (in.priority() < -kMaxPriority || in.priority() > kMaxPriority)
-    invalid("priority must be in [-1000000, 1000000]");
-  r.priority = client_priority(in.priority(), config);
-
-  if (static_cast<size_t>(in.stop_size()) > kMaxStopStrings) invalid("at most 4 stop strings are supported");
-  for (const std::string& s : in.stop()) {
-    if (s.empty()) invalid("stop strings must not be empty");
-    r.stop.strings.push_back(s);
-  }
+  check_prompt_fits(r.prompt.size(), model, "text");
+  r.max_tokens = resolve_max_tokens(in.has_max_tokens() ? std::optional<int64_t>(in.max_tokens()) : std::nullopt,
+                                    r.prompt.size(), model, config, "max_tokens");
+  r.n = resolve_n(in.n() == 0 ? std::nullopt : std::optional<int64_t>(in.n()), config, "n");
+  r.priority = resolve_priority(in.priority(), config, "priority");
+  for (const std::string& s : in.stop()) add_stop_string(s, r.stop, "stop");
   r.stop.ignore_eos = in.ignore_eos();
   r.sampling = to_sampling(in.sampling(), vocab);
   return r;
@@ -301,7 +257,7 @@ class FathomService final : public pb::Fathom::Service {
   grpc::Status Tokenize(grpc::ServerContext* ctx, const pb::TokenizeRequest* in, pb::TokenizeResponse* out) override {
     if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
     try {
-      check_model(in->model(), config_);
+      check_served_model(in->model(), config_, "model");
       EncodeOptions opts;
       opts.add_bos = in->add_special();
       for (int32_t id : engine_.model().tokenizer().encode(in->text(), opts)) out->add_token_ids(id);

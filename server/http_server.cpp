@@ -17,6 +17,7 @@
 #include "server/http_transport.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/request_rules.h"
 #include "server/sse.h"
 
 namespace fathom {
@@ -128,6 +129,9 @@ HttpResponse HttpServer::Impl::handle(const HttpRequest& req, HttpClient& client
     return route(req, client);
   } catch (const ApiError& e) {
     return error_response(e.status, e.what(), e.param, e.code);
+  } catch (const RuleError& e) {
+    const bool not_found = e.kind == RuleError::Kind::kNotFound;
+    return error_response(not_found ? 404 : 400, e.what(), e.field, not_found ? "model_not_found" : "invalid_value");
   } catch (const EngineBusy& e) {
     return error_response(429, std::string("the server is busy: ") + e.what(), "", "queue_full");
   } catch (const EngineDraining&) {

@@ -2,12 +2,12 @@
 
 #include <charconv>
 #include <cmath>
-#include <filesystem>
 
 #include "base/error.h"
 #include "engine/model.h"
 #include "server/attention_options.h"
 #include "server/config.h"
+#include "server/request_rules.h"
 
 namespace fathom {
 
@@ -16,8 +16,6 @@ namespace {
 using nlohmann::json;
 
 constexpr int kMaxJsonDepth = 64;       // nesting; deeper bodies are rejected before parsing
-constexpr int32_t kMaxTopLogprobs = 20;
-constexpr size_t kMaxStopStrings = 4;
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, message, param, "invalid_value");
@@ -60,18 +58,17 @@ std::optional<int64_t> get_int(const json& body, const char* key, int64_t min, i
   return x;
 }
 
-// `min_open`: the lower bound itself is excluded.
-std::optional<float> get_number(const json& body, const char* key, double min, double max, bool min_open = false) {
+// A sampling parameter: a number within its range (server/request_rules.h).
+std::optional<float> get_sampling(const json& body, const char* key) {
   const json* v = field(body, key);
   if (!v) return std::nullopt;
   if (!v->is_number()) bad_type(key, "a number");
-  const double x = v->get<double>();
-  if (!std::isfinite(x) || x < min || x > max || (min_open && x == min)) {
-    char range[96];
-    std::snprintf(range, sizeof range, "%s%g, %g]", min_open ? "(" : "[", min, max);
-    bad(key, "'" + std::string(key) + "' must be in " + range);
-  }
-  return static_cast<float>(x);
+  return check_sampling_number(key, v->get<double>(), key);
+}
+
+// Any integer (type-checked only); the rules check the range.
+std::optional<int64_t> get_any_int(const json& body, const char* key) {
+  return get_int(body, key, INT64_MIN, INT64_MAX);
 }
 
 std::optional<bool> get_bool(const json& body, const char* key) {
@@ -162,11 +159,9 @@ void parse_stop(const json& body, StopConditions& stop) {
   if (!s) return;
   auto add = [&](const json& v) {
     if (!v.is_string()) bad_type("stop", "a string or an array of up to 4 strings");
-    if (v.get<std::string>().empty()) bad("stop", "stop strings must not be empty");
-    stop.strings.push_back(v.get<std::string>());
+    add_stop_string(v.get<std::string>(), stop, "stop");
   };
   if (s->is_array()) {
-    if (s->size() > kMaxStopStrings) bad("stop", "at most 4 stop strings are supported");
     for (const json& v : *s) add(v);
   } else {
     add(*s);
@@ -184,9 +179,8 @@ void parse_logit_bias(const json& body, const Model& model, SamplingParams& samp
     if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id >= model.vocab())
       bad("logit_bias", "logit_bias key '" + key + "' is not a token id of this model");
     if (!it->is_number()) bad_type("logit_bias", "an object mapping token ids to numbers");
-    const double v = it->get<double>();
-    if (!std::isfinite(v) || v < -100 || v > 100) bad("logit_bias", "logit_bias values must be in [-100, 100]");
-    sampling.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(v));
+    sampling.logit_bias.emplace_back(static_cast<int32_t>(id),
+                                     check_sampling_number("logit_bias", it->get<double>(), "logit_bias"));
   }
 }
 
@@ -205,8 +199,8 @@ void parse_extension(const json& body, const ServerConfig& config, Request& requ
     if (apply_attention_option("attention", it.key(), *it, request.attention, fail)) {
       continue;
     } else if (it.key() == "priority") {
-      if (!it->is_number_integer() || std::llabs(integer_value(*it)) > 1000000) bad_type(param, "an integer in [-1000000, 1000000]");
-      request.priority = client_priority(integer_value(*it), config);
+      if (!it->is_number_integer()) bad_type(param, "an integer in [-1000000, 1000000]");
+      request.priority = resolve_priority(integer_value(*it), config, param);
     } else if (it.key() == "ignore_eos") {
       if (!it->is_boolean()) bad_type(param, "true or false");
       request.stop.ignore_eos = it->get<bool>();
@@ -230,15 +224,15 @@ void reject_unsupported(const json& body) {
 void parse_common(const json& body, const Model& model, const ServerConfig& config, ApiRequest& out) {
   Request& r = out.engine;
   SamplingParams& s = r.sampling;
-  if (auto v = get_number(body, "temperature", 0.0, 2.0)) s.temperature = *v;
-  if (auto v = get_number(body, "top_p", 0.0, 1.0, /*min_open=*/true)) s.top_p = *v;
+  if (auto v = get_sampling(body, "temperature")) s.temperature = *v;
+  if (auto v = get_sampling(body, "top_p")) s.top_p = *v;
   if (auto v = get_int(body, "top_k", -1, model.vocab())) s.top_k = *v < 0 ? 0 : static_cast<int32_t>(*v);
-  if (auto v = get_number(body, "min_p", 0.0, 1.0)) s.min_p = *v;
-  if (auto v = get_number(body, "presence_penalty", -2.0, 2.0)) s.presence_penalty = *v;
-  if (auto v = get_number(body, "frequency_penalty", -2.0, 2.0)) s.frequency_penalty = *v;
-  if (auto v = get_number(body, "repetition_penalty", 0.0, 10.0, /*min_open=*/true)) s.repetition_penalty = *v;
-  if (auto v = get_int(body, "seed", INT64_MIN, INT64_MAX)) s.seed = static_cast<uint64_t>(*v);
-  if (auto v = get_int(body, "n", 1, config.max_n)) r.n = static_cast<int32_t>(*v);
+  if (auto v = get_sampling(body, "min_p")) s.min_p = *v;
+  if (auto v = get_sampling(body, "presence_penalty")) s.presence_penalty = *v;
+  if (auto v = get_sampling(body, "frequency_penalty")) s.frequency_penalty = *v;
+  if (auto v = get_sampling(body, "repetition_penalty")) s.repetition_penalty = *v;
+  if (auto v = get_any_int(body, "seed")) s.seed = static_cast<uint64_t>(*v);
+  r.n = resolve_n(get_any_int(body, "n"), config, "n");
   if (auto v = get_int(body, "best_of", 1, config.max_n); v && *v != r.n) bad("best_of", "'best_of' other than n is not supported");
   parse_stop(body, r.stop);
   parse_logit_bias(body, model, s);
@@ -254,27 +248,10 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
   }
 
   // max_tokens: the prompt plus every choice's completion must fit in the context.
-  const int64_t context = model.config().context_length;
-  const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
-  if (prompt_len == 0) bad(out.kind == ApiKind::kChat ? "messages" : "prompt", "the prompt is empty");
-  if (prompt_len >= context)
-    bad(out.kind == ApiKind::kChat ? "messages" : "prompt",
-        "the prompt has " + std::to_string(prompt_len) + " tokens; this model's context is " + std::to_string(context) + " tokens");
-  std::optional<int64_t> max_tokens;
+  check_prompt_fits(r.prompt.size(), model, out.kind == ApiKind::kChat ? "messages" : "prompt");
   const char* max_param = "max_tokens";
   if (out.kind == ApiKind::kChat && field(body, "max_completion_tokens")) max_param = "max_completion_tokens";
-  max_tokens = get_int(body, max_param, 1, INT64_MAX);
-  if (max_tokens) {
-    if (prompt_len + *max_tokens > context)
-      bad(max_param, "'" + std::string(max_param) + "' is " + std::to_string(*max_tokens) + " but the prompt has " +
-                         std::to_string(prompt_len) + " tokens and the context is " + std::to_string(context) +
-                         " tokens (at most " + std::to_string(context - prompt_len) + " more)");
-    if (*max_tokens > config.max_tokens_limit)
-      bad(max_param, "'" + std::string(max_param) + "' must be at most " + std::to_string(config.max_tokens_limit));
-    r.max_tokens = static_cast<int32_t>(*max_tokens);
-  } else {
-    r.max_tokens = static_cast<int32_t>(std::min<int64_t>(config.default_max_tokens, context - prompt_len));
-  }
+  r.max_tokens = resolve_max_tokens(get_any_int(body, max_param), r.prompt.size(), model, config, max_param);
 }
 
 }  // namespace
@@ -310,13 +287,7 @@ void check_model_name(const json& body, const ServerConfig& config) {
   const json* m = field(body, "model");
   if (!m) return;
   if (!m->is_string()) bad_type("model", "a string");
-  const std::string name = m->get<std::string>();
-  const std::filesystem::path file(config.model);
-  if (name == config.model_name || name == config.model || name == file.filename().string() ||
-      name == file.stem().string())
-    return;
-  throw ApiError(404, "the model '" + name + "' does not exist (this server serves '" + config.model_name + "')",
-                 "model", "model_not_found");
+  check_served_model(m->get<std::string>(), config, "model");
 }
 
 ApiRequest parse_completion_request(const json& body, const Model& model, const ServerConfig& config) {

@@ -1,7 +1,7 @@
 #pragma once
-// OpenAI request bodies (JSON) -> engine Requests, with validation. Every rejection is an
-// ApiError carrying the HTTP status and the fields of the OpenAI error object, so the HTTP
-// layer maps errors in one place (api_error_status / error_body in openai_response.h).
+// OpenAI request bodies (JSON) -> engine Requests, with validation. A rejection is an ApiError
+// carrying the HTTP status and the fields of the OpenAI error object, or a RuleError from the
+// rules HTTP and gRPC share (server/request_rules.h), which the HTTP routes answer 400 / 404.
 #include <cstdint>
 #include <stdexcept>
 #include <string>

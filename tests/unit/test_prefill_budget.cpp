@@ -70,5 +70,29 @@ TEST(PrefillBudget, EquivalentPositionsFromShapes) {
   EXPECT_DOUBLE_EQ(attention_equivalent_positions(c), 3072.0);
 }
 
+TEST(StepCostModel, LearnsTheRatioOfTokenToPositionCost) {
+  // Steps that take 5 ms + 1 ms per token + 0.5 µs per attention position: E = 1e-3 / 5e-7 = 2000.
+  StepCostModel model(3072.0);
+  EXPECT_EQ(model.equivalent_positions(), 3072.0) << "the prior until there are observations";
+  std::mt19937 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    const double tokens = 1 + rng() % 512, start = rng() % 4000;
+    const double positions = tokens * (start + tokens / 2);
+    model.observe(tokens, positions, 5e-3 + 1e-3 * tokens + 5e-7 * positions);
+  }
+  EXPECT_NEAR(model.equivalent_positions(), 2000.0, 1.0);
+}
+
+TEST(StepCostModel, KeepsThePriorWhenStepsCannotTellCostsApart) {
+  StepCostModel model(3072.0);
+  for (int i = 0; i < 100; ++i) model.observe(1, 100, 0.01);  // every step the same
+  EXPECT_EQ(model.equivalent_positions(), 3072.0);
+  StepCostModel wild(3072.0);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 100; ++i) wild.observe(1 + rng() % 512, rng() % 100000, 1e-3 * (rng() % 100));  // noise
+  const double e = wild.equivalent_positions();
+  EXPECT_TRUE(e == 3072.0 || (e >= 3072.0 / 8 && e <= 3072.0 * 8)) << e;
+}
+
 }  // namespace
 }  // namespace fathom
