@@ -28,6 +28,7 @@
 #include "server/auth.h"
 #include "server/cli_args.h"
 #include "server/commands.h"
+#include "server/json_log.h"
 #include "server/config.h"
 #include "server/grpc_server.h"
 #include "server/http_server.h"
@@ -46,9 +47,11 @@ void int_option(const CliArgs& args, const char* name, int64_t min, int64_t max,
   target = static_cast<Int>(v);
 }
 
-// --config FILE first, then every flag given on top of it.
+// --config FILE first, then FATHOM_* environment overrides, then every flag given on top.
 ServerConfig config_from_args(const CliArgs& args) {
-  ServerConfig c = args.has("config") ? load_server_config(args.require("config")) : ServerConfig{};
+  const EnvVars env = fathom_environment();
+  ServerConfig c = args.has("config") ? load_server_config(args.require("config"), env)
+                                      : parse_server_config("{}", "the environment", env);
   if (auto v = args.get("model")) c.model = *v;
   if (auto v = args.get("model-name")) c.model_name = *v;
   if (auto v = args.get("host")) c.host = *v;
@@ -78,6 +81,8 @@ ServerConfig config_from_args(const CliArgs& args) {
   int_option(args, "max-n", 1, 128, c.max_n);
   int_option(args, "drain-timeout-ms", 0, 3600 * 1000, c.drain_timeout_ms);
   if (auto v = args.get("log-level")) c.log_level = *v;
+  if (auto v = args.get("log-format")) c.log_format = *v;
+  if (c.log_format != "text" && c.log_format != "json") throw Error("--log-format must be text or json");
   if (spdlog::level::from_str(c.log_level) == spdlog::level::off && c.log_level != "off")
     throw Error("--log-level must be one of trace, debug, info, warn, error, critical, off");
 
@@ -156,7 +161,7 @@ void raise_open_file_limit() {
 int run_serve(int argc, char** argv) {
   std::set<std::string> names = {"config",    "model-name",       "host",           "port",      "grpc-port",
                                  "api-key",   "api-key-file",     "host-kv-mib",      "max-num-seqs",   "max-queue", "max-batched-tokens",
-                                 "log-level", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms"};
+                                 "log-level", "log-format", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms"};
   names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
   std::set<std::string> flags = {"no-prefix-caching", "no-bifurcated"};
   flags.insert(kModelFlagNames.begin(), kModelFlagNames.end());
@@ -166,6 +171,7 @@ int run_serve(int argc, char** argv) {
 
   // Logs go to stderr; stdout carries only the "listening on" lines scripts parse.
   spdlog::set_default_logger(spdlog::stderr_color_mt("fathom"));
+  if (config.log_format == "json") spdlog::set_formatter(make_json_log_formatter());
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   raise_open_file_limit();
   ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server

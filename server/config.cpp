@@ -1,5 +1,9 @@
 #include "server/config.h"
 
+#include <unistd.h>  // environ
+
+#include <cctype>
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -101,11 +105,57 @@ constexpr int64_t kMaxMib = int64_t{1} << 24;  // 16 TiB: a typo guard, not a re
 
 const std::set<std::string> kLogLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
 
+// The top-level keys parse_server_config reads: a FATHOM_ variable whose first level is one of
+// them is a config override; the others (FATHOM_API_KEYS, FATHOM_FAILPOINTS, FATHOM_SIMD, ...)
+// belong to other features.
+const std::set<std::string> kTopLevelKeys = {"model",     "model_name", "threads",   "precision", "pack_weights",
+                                             "chat_template", "log_level", "log_format", "drain_timeout_ms", "kv_cache",
+                                             "attention", "scheduler",  "http",      "grpc",      "limits"};
+
+// FATHOM_HTTP__MAX_CONNECTIONS=4096 -> root["http"]["max_connections"] = 4096.
+void apply_env_overrides(json& root, const EnvVars& env, const std::string& origin) {
+  for (const auto& [name, value] : env) {
+    if (name.rfind("FATHOM_", 0) != 0) continue;
+    std::string path = name.substr(7);
+    for (char& ch : path) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    std::vector<std::string> keys;
+    for (size_t at = 0;;) {
+      const size_t sep = path.find("__", at);
+      keys.push_back(path.substr(at, sep == std::string::npos ? std::string::npos : sep - at));
+      if (sep == std::string::npos) break;
+      at = sep + 2;
+    }
+    if (!kTopLevelKeys.count(keys[0])) continue;
+    if (!root.is_object()) throw Error(origin + ": the top level must be a JSON object");
+    json* node = &root;
+    for (size_t i = 0; i + 1 < keys.size(); ++i) {
+      json& next = (*node)[keys[i]];
+      if (next.is_null()) next = json::object();
+      if (!next.is_object()) throw Error(name + ": '" + keys[i] + "' is not an object in the configuration");
+      node = &next;
+    }
+    // JSON when the value parses as a number, true/false or an array; otherwise the text itself.
+    json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
+    (*node)[keys.back()] = parsed.is_discarded() || parsed.is_object() || parsed.is_null() ? json(value) : parsed;
+  }
+}
+
 }  // namespace
 
-ServerConfig parse_server_config(const std::string& json_text, const std::string& origin) {
+EnvVars fathom_environment() {
+  EnvVars env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos && entry.rfind("FATHOM_", 0) == 0) env.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+ServerConfig parse_server_config(const std::string& json_text, const std::string& origin, const EnvVars& env) {
   json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
   if (root.is_discarded()) throw Error(origin + ": not valid JSON");
+  apply_env_overrides(root, env, origin);
 
   ServerConfig c;
   ObjectReader top(root, "", origin);
@@ -120,6 +170,8 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
   top.read("pack_weights", c.model_options.pack_weights);
   top.read("chat_template", c.model_options.chat_template);
   top.read("log_level", c.log_level);
+  top.read("log_format", c.log_format);
+  if (c.log_format != "text" && c.log_format != "json") top.fail("log_format", "must be \"text\" or \"json\"");
   if (!kLogLevels.count(c.log_level)) top.fail("log_level", "must be one of trace, debug, info, warn, error, critical, off");
   top.read_int("drain_timeout_ms", c.drain_timeout_ms, 0, 3600 * 1000);
 
@@ -192,12 +244,12 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
   return c;
 }
 
-ServerConfig load_server_config(const std::string& json_path) {
+ServerConfig load_server_config(const std::string& json_path, const EnvVars& env) {
   std::ifstream in(json_path, std::ios::binary);
   if (!in) throw Error("cannot read config file '" + json_path + "'");
   std::ostringstream text;
   text << in.rdbuf();
-  ServerConfig c = parse_server_config(text.str(), json_path);
+  ServerConfig c = parse_server_config(text.str(), json_path, env);
 
   // A relative model path is tried against the working directory first, then against the
   // config file's directory and its parent (configs/default.json names models/... relative

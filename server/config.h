@@ -3,6 +3,7 @@
 // Unknown keys are errors (a typo must not silently fall back to a default).
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -23,6 +24,7 @@ struct ServerConfig {
   std::vector<std::string> api_keys;  // empty = no auth
   std::string api_keys_file;          // more keys, one per line (keeps them off the command line)
   std::string log_level = "info";
+  std::string log_format = "text";  // "text" (human) or "json" (one JSON object per line)
   int64_t max_body_bytes = 1 << 20;
   // Connection limits and deadlines of the HTTP front end (max_body_bytes above wins over
   // http_limits.max_body_bytes; max_workers 0 = sized from the scheduler's seqs + queue).
@@ -43,8 +45,17 @@ inline int32_t client_priority(int64_t asked, const ServerConfig& config) {
                                                             : asked);
 }
 
+// Environment overrides: FATHOM_<KEY PATH> sets a config key, the path upper-cased with levels
+// joined by "__" (FATHOM_HTTP__PORT=9000 sets http.port, FATHOM_KV_CACHE__DTYPE=int8,
+// FATHOM_THREADS=4). Values are JSON when they parse as a number, true/false or an array, else the
+// text. They apply over the file and under command-line flags. Variables whose first level is not
+// a config key (FATHOM_API_KEYS, FATHOM_FAILPOINTS, ...) are left to their own features; a wrong
+// key inside a section is an error like any unknown key.
+using EnvVars = std::vector<std::pair<std::string, std::string>>;
+EnvVars fathom_environment();  // the process's FATHOM_* variables
+
 // Throws fathom::Error naming the key for unknown keys, wrong types and out-of-range values.
-ServerConfig load_server_config(const std::string& json_path);
-ServerConfig parse_server_config(const std::string& json_text, const std::string& origin);
+ServerConfig load_server_config(const std::string& json_path, const EnvVars& env = {});
+ServerConfig parse_server_config(const std::string& json_text, const std::string& origin, const EnvVars& env = {});
 
 }  // namespace fathom
