@@ -3,7 +3,7 @@ JOBS  ?= $(shell nproc)
 BUILD ?= build
 PY    := .venv/bin/python
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
-FUZZ_SECONDS ?= 15
+FUZZ_SECONDS ?= 10
 
 .PHONY: all setup build test fuzz soak serve chat bench clean
 

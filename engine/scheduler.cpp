@@ -38,6 +38,14 @@ struct Scheduler::Metrics {
                         MetricsRegistry::latency_buckets())),
         queue(r.histogram("fathom_queue_time_seconds", "Time from arrival to admission",
                           MetricsRegistry::latency_buckets())),
+        prefill_time(r.histogram("fathom_request_prefill_seconds", "Time from admission to the first token",
+                                 MetricsRegistry::latency_buckets())),
+        decode_time(r.histogram("fathom_request_decode_seconds", "Time from the first token to the last",
+                                MetricsRegistry::latency_buckets())),
+        step_tokens(r.histogram("fathom_step_tokens", "Tokens computed per engine step (prefill chunks + decodes)",
+                                {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192})),
+        step_time(r.histogram("fathom_step_duration_seconds", "Time of one engine step's forward pass",
+                              MetricsRegistry::latency_buckets())),
         blocks_device(r.gauge("fathom_kv_blocks_used", "KV blocks in use (including cached prefixes)", {{"tier", "device"}})),
         blocks_host(r.gauge("fathom_kv_blocks_used", "KV blocks in use (including cached prefixes)", {{"tier", "host"}})),
         usage_device(r.gauge("fathom_kv_usage_ratio", "Fraction of the tier's KV capacity in use", {{"tier", "device"}})),
@@ -64,7 +72,7 @@ struct Scheduler::Metrics {
 
   Gauge &running, &waiting;
   Counter &prompt_tokens, &generation_tokens;
-  Histogram &ttft, &itl, &e2e, &queue;
+  Histogram &ttft, &itl, &e2e, &queue, &prefill_time, &decode_time, &step_tokens, &step_time;
   Gauge &blocks_device, &blocks_host, &usage_device, &usage_host;
   Counter &prefix_queries, &prefix_hits, &preempt_swap, &preempt_recompute, &swap_out, &swap_in;
   MetricsRegistry& registry;
@@ -205,7 +213,8 @@ void Scheduler::admit(Sequence& seq) {
   seq.n_computed = static_cast<int32_t>(seq.blocks.size()) * bs;
   if (seq.choice == 0 && !r.first_token_seen) {
     r.usage.cached_prompt_tokens = seq.n_computed;
-    metrics_->queue.observe(seconds_between(r.arrival, Clock::now()));
+    r.admitted = Clock::now();
+    metrics_->queue.observe(seconds_between(r.arrival, r.admitted));
     metrics_->prompt_tokens.inc(n_tokens);
   }
   seq.state = SeqState::kRunning;
@@ -244,7 +253,10 @@ void Scheduler::step() {
       tokens += c;
       positions += c * (s.pos0 + c / 2);
     }
-    step_cost_.observe(tokens, positions, seconds_between(t0, Clock::now()));
+    const double seconds = seconds_between(t0, Clock::now());
+    step_cost_.observe(tokens, positions, seconds);
+    metrics_->step_tokens.observe(tokens);
+    metrics_->step_time.observe(seconds);
   } catch (const std::exception& e) {
     const std::string message = std::string("the forward step failed: ") + e.what();
     for (Sequence* s : planned)
@@ -429,7 +441,9 @@ void Scheduler::accept_token(Sequence& seq, const SampledToken& tok) {
   const auto now = Clock::now();
   if (!r.first_token_seen) {
     r.first_token_seen = true;
+    r.first_token = now;
     metrics_->ttft.observe(seconds_between(r.arrival, now));
+    metrics_->prefill_time.observe(seconds_between(r.admitted, now));
   } else if (seq.generated() > 0) {
     metrics_->itl.observe(seconds_between(seq.last_token_time, now));
   }
@@ -495,7 +509,9 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail, con
   if (r.unfinished == 0) {  // usage is final before the stream's last event
     r.handle->set_usage(r.usage);
     metrics_->finished(reason).inc();
-    metrics_->e2e.observe(seconds_between(r.arrival, Clock::now()));
+    const auto now = Clock::now();
+    metrics_->e2e.observe(seconds_between(r.arrival, now));
+    if (r.first_token_seen) metrics_->decode_time.observe(seconds_between(r.first_token, now));
   }
   for (StreamEvent& ev : events) r.handle->push(std::move(ev));
 }

@@ -47,6 +47,8 @@ struct RequestState {
   std::shared_ptr<RequestHandle> handle;
   uint64_t order = 0;  // arrival order (FCFS within a priority)
   Clock::time_point arrival;
+  Clock::time_point admitted;     // first admission (prefill starts)
+  Clock::time_point first_token;  // valid once first_token_seen
   bool first_token_seen = false;
   bool forked = false;  // n > 1: the choices beyond 0 exist
   int32_t unfinished = 0;

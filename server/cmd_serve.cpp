@@ -200,6 +200,17 @@ int run_serve(int argc, char** argv) {
                backend->name(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 
+  metrics.gauge("fathom_model_load_seconds", "Seconds the model took to load (mapping, tokenizer, backend weights)")
+      .set(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  metrics
+      .gauge("fathom_build_info", "Always 1: the build and what it serves, as labels",
+             {{"version", FATHOM_VERSION},
+              {"commit", FATHOM_COMMIT},
+              {"backend", backend->name()},
+              {"model", config.model_name},
+              {"attention_policy", config.attention.name()},
+              {"kv_dtype", kv_dtype_name(config.model_options.kv_dtype)}})
+      .set(1);
   if (const std::string fp = failpoints::describe(); !fp.empty()) spdlog::warn("failpoints armed: {}", fp);
   Engine engine(*model, *backend, config.scheduler, metrics);
   std::unique_ptr<GrpcServer> grpc;

@@ -106,6 +106,8 @@ struct HttpServer::Impl {
   // Nothing a client sends may take the process down: every failure becomes an error body.
   HttpResponse handle(const HttpRequest& req, HttpClient& client);
   HttpResponse route(const HttpRequest& req, HttpClient& client);
+  // error_response, counted in fathom_errors_total{protocol="http", code}.
+  HttpResponse error(int status, const std::string& message, const std::string& param, const std::string& code) const;
   // Throws ApiError 503 unless the state allows the route: generation needs kReady, the
   // tokenizer routes only a loaded model. Returns the loaded model.
   const Model& require(bool generation) const;
@@ -113,14 +115,23 @@ struct HttpServer::Impl {
   HttpResponse generate(const HttpRequest& req, HttpClient& client, ApiKind kind);
 };
 
+HttpResponse HttpServer::Impl::error(int status, const std::string& message, const std::string& param,
+                                     const std::string& code) const {
+  metrics
+      .counter("fathom_errors_total", "Error responses by protocol and error code",
+               {{"protocol", "http"}, {"code", code.empty() ? "http_" + std::to_string(status) : code}})
+      .inc();
+  return error_response(status, message, param, code);
+}
+
 std::optional<HttpResponse> HttpServer::Impl::check_head(const HttpRequest& req) const {
   const Route* r = find_route(req);
   // API keys before anything else: an unauthenticated client learns nothing, not even routes.
   if (!(r && r->open) && !config.api_keys.empty() &&
       !api_key_accepted(req.header("authorization"), config.api_keys))
-    return error_response(401, "missing or incorrect API key (send 'Authorization: Bearer <key>')", "",
+    return error(401, "missing or incorrect API key (send 'Authorization: Bearer <key>')", "",
                           "invalid_api_key");
-  if (!r) return error_response(404, "no route " + req.method + " " + req.path, "", "not_found");
+  if (!r) return error(404, "no route " + req.method + " " + req.path, "", "not_found");
   return std::nullopt;
 }
 
@@ -128,19 +139,19 @@ HttpResponse HttpServer::Impl::handle(const HttpRequest& req, HttpClient& client
   try {
     return route(req, client);
   } catch (const ApiError& e) {
-    return error_response(e.status, e.what(), e.param, e.code);
+    return error(e.status, e.what(), e.param, e.code);
   } catch (const RuleError& e) {
     const bool not_found = e.kind == RuleError::Kind::kNotFound;
-    return error_response(not_found ? 404 : 400, e.what(), e.field, not_found ? "model_not_found" : "invalid_value");
+    return error(not_found ? 404 : 400, e.what(), e.field, not_found ? "model_not_found" : "invalid_value");
   } catch (const EngineBusy& e) {
-    return error_response(429, std::string("the server is busy: ") + e.what(), "", "queue_full");
+    return error(429, std::string("the server is busy: ") + e.what(), "", "queue_full");
   } catch (const EngineDraining&) {
-    return error_response(503, "the server is shutting down", "", "draining");
+    return error(503, "the server is shutting down", "", "draining");
   } catch (const Error& e) {
-    return error_response(400, e.what(), "", "invalid_value");
+    return error(400, e.what(), "", "invalid_value");
   } catch (const std::exception& e) {
     spdlog::error("internal error on {} {}: {}", req.method, req.path, e.what());
-    return error_response(500, std::string("internal error: ") + e.what(), "", "internal_error");
+    return error(500, std::string("internal error: ") + e.what(), "", "internal_error");
   }
 }
 
@@ -172,7 +183,7 @@ HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& clie
   if (!gen->request().stream) {
     std::optional<json> whole = gen->collect([&client] { return client.alive(); });
     // 499 (nginx's "client closed request"): nobody reads it, but metrics and logs see it.
-    if (!whole) return error_response(499, "the client closed the connection", "", "client_closed");
+    if (!whole) return error(499, "the client closed the connection", "", "client_closed");
     return json_response(200, *whole);
   }
   HttpResponse r;
@@ -230,8 +241,8 @@ HttpRoutes HttpServer::Impl::routes() {
     return route && route->runs_inline;
   };
   r.handle = [this](const HttpRequest& req, HttpClient& client) { return handle(req, client); };
-  r.error = [](int status, const std::string& message, const std::string& code) {
-    return error_response(status, message, "", code);
+  r.error = [this](int status, const std::string& message, const std::string& code) {
+    return error(status, message, "", code);
   };
   r.done = [this](const HttpRequest& req, int status) {
     metrics

@@ -236,6 +236,8 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
   if (auto v = get_int(body, "best_of", 1, config.max_n); v && *v != r.n) bad("best_of", "'best_of' other than n is not supported");
   parse_stop(body, r.stop);
   parse_logit_bias(body, model, s);
+  // vLLM's top-level extension, for clients written against it; "fathom": {"ignore_eos"} too.
+  if (auto v = get_bool(body, "ignore_eos")) r.stop.ignore_eos = *v;
   r.attention = config.attention;
   parse_extension(body, config, r);
   reject_unsupported(body);

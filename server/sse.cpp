@@ -37,13 +37,21 @@ Generation::~Generation() {
 }
 
 bool Generation::next(StreamEvent& event, const std::function<bool()>& client_alive, bool& client_gone) {
+  // The client is looked at every kPollInterval whether or not events keep coming: a request
+  // generating steadily must still notice its client left.
+  auto check_client = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_client_check_ < kPollInterval) return true;
+    last_client_check_ = now;
+    if (client_alive()) return true;
+    client_gone = true;
+    return false;
+  };
   while (!handle_->next(event, kPollInterval)) {
     if (handle_->done()) return false;
-    if (!client_alive()) {
-      client_gone = true;
-      return false;
-    }
+    if (!check_client()) return false;
   }
+  if (!check_client()) return false;
   note_event(event);
   return true;
 }

@@ -53,6 +53,7 @@ class Generation {
   double ttft_ms_ = -1.0;
   std::vector<FinishReason> finish_;  // per choice
   bool logged_ = false;
+  std::chrono::steady_clock::time_point last_client_check_{};
 };
 
 }  // namespace fathom
