@@ -67,6 +67,7 @@ constexpr Route kRoutes[] = {
     {"POST", "/v1/completions", false, false},   {"POST", "/v1/chat/completions", false, false},
     {"GET", "/v1/models", true, false},          {"POST", "/tokenize", false, false},
     {"POST", "/detokenize", false, false},       {"GET", "/health", true, true},
+    {"GET", "/ready", true, true},               {"GET", "/live", true, true},
     {"GET", "/metrics", true, true},
 };
 
@@ -222,6 +223,18 @@ HttpResponse HttpServer::Impl::route(const HttpRequest& req, HttpClient& client)
     const State s = state.load(std::memory_order_acquire);
     HttpResponse r = json_response(s == State::kReady ? 200 : 503, {{"status", state_name(s)}});
     if (s != State::kReady) r.headers.emplace_back("Retry-After", kRetryAfterUnavailable);
+    return r;
+  }
+  // Kubernetes probes. /live: the process answers (liveness; never fails for load). /ready: take
+  // traffic (readiness): loaded, not draining and the engine's queue not full.
+  if (req.path == "/live") return json_response(200, {{"status", "alive"}});
+  if (req.path == "/ready") {
+    State s = state.load(std::memory_order_acquire);
+    const double waiting = metrics.gauge("fathom_requests_waiting", "Requests queued for admission").value();
+    const bool overloaded = s == State::kReady && waiting >= std::max(1, config.scheduler.max_queue);
+    HttpResponse r = json_response(s == State::kReady && !overloaded ? 200 : 503,
+                                   {{"status", overloaded ? "overloaded" : state_name(s)}, {"waiting", waiting}});
+    if (r.status != 200) r.headers.emplace_back("Retry-After", kRetryAfterBusy);
     return r;
   }
   if (req.path == "/metrics") {

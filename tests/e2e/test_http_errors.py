@@ -196,8 +196,24 @@ def completion(server, max_tokens, stream=False):
 
 
 def test_queue_full_is_429(small_server):
-    with cf.ThreadPoolExecutor(10) as pool:
+    ready_while_full = []
+
+    def probe():  # /ready turns 503 "overloaded" while the queue is full; /live stays 200
+        for _ in range(100):
+            ready = requests.get(f"{small_server.base_url}/ready", timeout=5)
+            live = requests.get(f"{small_server.base_url}/live", timeout=5)
+            assert live.status_code == 200
+            ready_while_full.append((ready.status_code, ready.json()["status"]))
+            if ready.status_code == 503:
+                return
+            time.sleep(0.01)
+
+    with cf.ThreadPoolExecutor(11) as pool:
+        prober = pool.submit(probe)
         responses = list(pool.map(lambda _: completion(small_server, 12), range(10)))
+        prober.result()
+    assert (503, "overloaded") in ready_while_full, ready_while_full
+    assert requests.get(f"{small_server.base_url}/ready", timeout=5).status_code == 200
     statuses = [r.status_code for r in responses]
     assert set(statuses) <= {200, 429}, statuses
     assert 429 in statuses and 200 in statuses, statuses
