@@ -75,26 +75,27 @@ def hardened(fathom_bin, smollm2_path, tmp_path_factory):
         yield server
 
 
+def send_with_smuggled_body(server, request_line, headers, smuggled: bytes) -> bytes:
+    """Sends a request whose body is itself a complete request; returns all the server sent."""
+    head = f"{request_line}\r\nHost: x\r\n{headers}Content-Length: {len(smuggled)}\r\n\r\n".encode()
+    with connect(server) as s:
+        s.sendall(head + smuggled)
+        return read_until_closed(s)
+
+
 def test_unread_body_after_401_is_not_a_second_request(hardened):
     # The body of an unauthenticated POST is itself a valid, authenticated request. Read as a
     # second request on the keep-alive connection it would run with the victim's key.
-    smuggled = (f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n").encode()
-    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(smuggled)}\r\n\r\n").encode()
-    with connect(hardened) as s:
-        s.sendall(head + smuggled)
-        raw = read_until_closed(s)
+    smuggled = f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n".encode()
+    raw = send_with_smuggled_body(hardened, "POST /v1/completions HTTP/1.1", "Content-Type: application/json\r\n",
+                                  smuggled)
     assert statuses(raw) == [401], raw
     assert b"Connection: close" in raw
 
 
 def test_unknown_route_with_body_closes_the_connection(hardened):
-    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-    head = (f"POST /nope HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
-            f"Content-Length: {len(smuggled)}\r\n\r\n").encode()
-    with connect(hardened) as s:
-        s.sendall(head + smuggled)
-        raw = read_until_closed(s)
+    raw = send_with_smuggled_body(hardened, "POST /nope HTTP/1.1", f"Authorization: Bearer {KEY}\r\n",
+                                  b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     assert statuses(raw) == [404], raw
 
 
