@@ -1,5 +1,8 @@
 #include "server/openai_response.h"
 
+#include <cstdio>
+
+#include "base/utf8.h"
 #include "engine/model/tokenizer.h"
 
 namespace fathom {
@@ -22,19 +25,39 @@ const char* error_type(int status) {
 
 json finish_json(FinishReason r) { return r == FinishReason::kNone ? json(nullptr) : json(api_finish_reason(r)); }
 
-// Completions shape: parallel arrays over the tokens, top alternatives as {text: logprob}.
-json completion_logprobs(const std::vector<SampledToken>& tokens, int64_t& text_offset, const Tokenizer& tok) {
+// A token as the completions API names it: its text when that is valid UTF-8 on its own, else
+// OpenAI's "bytes:\xe2\x80" spelling, so tokens that are parts of one character stay distinct
+// instead of all becoming U+FFFD.
+std::string token_name(const std::string& bytes) {
+  if (is_valid_utf8(bytes)) return bytes;
+  std::string name = "bytes:";
+  for (const unsigned char c : bytes) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "\\x%02x", c);
+    name += hex;
+  }
+  return name;
+}
+
+// Completions shape: parallel arrays over the tokens, top alternatives as {name: logprob} (two
+// alternatives with the same name — possible only in odd vocabularies — are told apart by
+// "token_id:N", never merged). text_offset counts characters, as OpenAI's does.
+json completion_logprobs(const std::vector<SampledToken>& tokens, Utf8Offset& text_offset, const Tokenizer& tok) {
   json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   for (const SampledToken& t : tokens) {
-    const std::string text = tok.token_bytes(t.id);
-    out["tokens"].push_back(text);
+    const std::string bytes = tok.token_bytes(t.id);
+    out["tokens"].push_back(token_name(bytes));
     out["token_logprobs"].push_back(t.logprob);
     json top = json::object();
-    for (const auto& [id, lp] : t.top) top[tok.token_bytes(id)] = lp;
+    for (const auto& [id, lp] : t.top) {
+      std::string key = token_name(tok.token_bytes(id));
+      if (top.contains(key)) key = "token_id:" + std::to_string(id);
+      top[key] = lp;
+    }
     out["top_logprobs"].push_back(std::move(top));
-    out["text_offset"].push_back(text_offset);
-    text_offset += static_cast<int64_t>(text.size());
+    out["text_offset"].push_back(text_offset.chars());
+    text_offset.feed(bytes);
   }
   return out;
 }
@@ -99,7 +122,7 @@ json completion_response(const ApiRequest& req, const ResponseMeta& meta, const 
   json out = envelope(req, meta, false);
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
-    int64_t offset = 0;
+    Utf8Offset offset;
     list.push_back({{"index", i},
                     {"text", choices[i].text},
                     {"logprobs", req.logprobs ? completion_logprobs(choices[i].logprobs, offset, tokenizer) : json(nullptr)},
@@ -126,7 +149,7 @@ json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::v
 }
 
 json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, const StreamEvent& event, bool first,
-                  int64_t& text_offset, const Tokenizer& tokenizer) {
+                  Utf8Offset& text_offset, const Tokenizer& tokenizer) {
   json out = envelope(req, meta, true);
   json choice = {{"index", event.choice}};
   if (req.kind == ApiKind::kChat) {

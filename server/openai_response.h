@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
 #include "engine/request.h"
 #include "server/openai_request.h"
 
@@ -54,7 +55,7 @@ nlohmann::json chat_response(const ApiRequest& req, const ResponseMeta& meta, co
 // the event's first token (completions logprobs); advanced past the event's tokens.
 // `first` marks the choice's first chunk (chat sends the assistant role there).
 nlohmann::json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, const StreamEvent& event, bool first,
-                            int64_t& text_offset, const Tokenizer& tokenizer);
+                            Utf8Offset& text_offset, const Tokenizer& tokenizer);
 // The final usage chunk of stream_options.include_usage: empty choices plus usage.
 nlohmann::json usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const RequestUsage& usage);
 

@@ -107,7 +107,7 @@ std::optional<nlohmann::json> Generation::collect(const std::function<bool()>& c
 bool Generation::stream(const std::function<bool(const std::string&)>& write,
                         const std::function<bool()>& client_alive) {
   std::vector<bool> first(static_cast<size_t>(req_.engine.n), true);
-  std::vector<int64_t> text_offset(static_cast<size_t>(req_.engine.n), 0);
+  std::vector<Utf8Offset> text_offset(static_cast<size_t>(req_.engine.n));
   auto gone = [&] {
     handle_->cancel();
     log_finished("client disconnected");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/utf8.h"
 #include "engine/model.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/tokenizer.h"
@@ -22,26 +23,6 @@ namespace {
 
 const fathom::Model* g_model = nullptr;
 bool g_unspellable[256] = {};  // bytes encode() drops
-
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
-    for (size_t k = 1; k < n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d >> 6) != 2) return false;
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-      return false;
-    i += n;
-  }
-  return true;
-}
 
 size_t count_outside(const fathom::RenderedChat& r, std::string_view needle) {
   size_t count = 0;
@@ -102,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string expected;
     for (char ch : m.content)
       if (!g_unspellable[static_cast<unsigned char>(ch)]) expected += ch;
-    if (!valid_utf8(m.content) || !valid_utf8(expected)) continue;
+    if (!fathom::is_valid_utf8(m.content) || !fathom::is_valid_utf8(expected)) continue;
     const std::vector<int32_t> ids = tok.encode(m.content, fathom::EncodeOptions{false, false, nullptr});
     if (tok.decode(ids) != expected) std::abort();
   }
