@@ -29,6 +29,11 @@ bool RequestHandle::next(StreamEvent& event, std::chrono::milliseconds timeout) 
   return true;
 }
 
+bool RequestHandle::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return ready_.wait_for(lock, timeout, [&] { return !events_.empty() || unfinished_ == 0; });
+}
+
 bool RequestHandle::done() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return unfinished_ == 0 && events_.empty();

@@ -43,6 +43,9 @@ class RequestHandle {
   // Blocks until an event is available or `timeout` passes; false on timeout.
   // After the final event of every choice, done() is true and next() returns false at once.
   bool next(StreamEvent& event, std::chrono::milliseconds timeout = std::chrono::milliseconds(1000));
+  // Waits up to `timeout` until an event is there or every choice has finished, without taking
+  // anything; true when next() would return at once.
+  bool wait(std::chrono::milliseconds timeout);
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
   bool done() const;

@@ -97,20 +97,40 @@ bool all_integers(const json& array) {
   return true;
 }
 
-// "prompt": a string, an array of token ids, or a one-element array of either.
-std::vector<int32_t> completion_prompt(const json& body, const Model& model) {
+constexpr size_t kMaxPrompts = 32;  // prompts in one /v1/completions request
+
+// "prompt": a string, an array of token ids, or an array of either (one prompt each, up to
+// kMaxPrompts). Each prompt's text for `echo` goes to `texts` (the string as sent, or the ids
+// decoded).
+std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Model& model, std::vector<std::string>& texts) {
   const json* p = field(body, "prompt");
   if (!p) bad("prompt", "'prompt' is required");
-  if (p->is_string()) return model.tokenizer().encode(p->get<std::string>());
-  if (!p->is_array()) bad_type("prompt", "a string or an array of token ids");
+  std::vector<std::vector<int32_t>> prompts;
+  auto add_text = [&](const std::string& text) {
+    prompts.push_back(model.tokenizer().encode(text));
+    texts.push_back(text);
+  };
+  auto add_ids = [&](const json& ids) {
+    prompts.push_back(token_ids(ids, model, "prompt"));
+    texts.push_back(model.tokenizer().decode(prompts.back()));
+  };
+  if (p->is_string()) {
+    add_text(p->get<std::string>());
+    return prompts;
+  }
+  if (!p->is_array()) bad_type("prompt", "a string, an array of token ids, or an array of either");
   if (p->empty()) bad("prompt", "'prompt' is empty");
-  if (all_integers(*p)) return token_ids(*p, model, "prompt");
-  if (p->size() > 1)
-    bad("prompt", "a list of prompts is not supported: send one request per prompt (use 'n' for several samples)");
-  const json& only = (*p)[0];
-  if (only.is_string()) return model.tokenizer().encode(only.get<std::string>());
-  if (only.is_array() && all_integers(only)) return token_ids(only, model, "prompt");
-  bad_type("prompt", "a string or an array of token ids");
+  if (all_integers(*p)) {
+    add_ids(*p);
+    return prompts;
+  }
+  if (p->size() > kMaxPrompts) bad("prompt", "at most " + std::to_string(kMaxPrompts) + " prompts per request");
+  for (const json& one : *p) {
+    if (one.is_string()) add_text(one.get<std::string>());
+    else if (one.is_array() && !one.empty() && all_integers(one)) add_ids(one);
+    else bad_type("prompt", "a string, an array of token ids, or an array of either");
+  }
+  return prompts;
 }
 
 std::string message_content(const json& message, size_t index) {
@@ -210,8 +230,8 @@ void parse_extension(const json& body, const ServerConfig& config, Request& requ
   }
 }
 
-void reject_unsupported(const json& body) {
-  if (get_bool(body, "echo").value_or(false)) bad("echo", "'echo' is not supported");
+void reject_unsupported(const json& body, ApiKind kind) {
+  if (kind == ApiKind::kChat && get_bool(body, "echo").value_or(false)) bad("echo", "'echo' is a /v1/completions field");
   if (field(body, "suffix")) bad("suffix", "'suffix' is not supported");
   if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty())) bad("tools", "tools are not supported");
   if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty())) bad("functions", "functions are not supported");
@@ -240,7 +260,7 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
   if (auto v = get_bool(body, "ignore_eos")) r.stop.ignore_eos = *v;
   r.attention = config.attention;
   parse_extension(body, config, r);
-  reject_unsupported(body);
+  reject_unsupported(body, out.kind);
   if (const json* u = field(body, "user"); u && !u->is_string()) bad_type("user", "a string");
 
   out.stream = get_bool(body, "stream").value_or(false);
@@ -249,11 +269,15 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
     out.include_usage = get_bool(*so, "include_usage").value_or(false);
   }
 
-  // max_tokens: the prompt plus every choice's completion must fit in the context.
-  check_prompt_fits(r.prompt.size(), model, out.kind == ApiKind::kChat ? "messages" : "prompt");
+  // max_tokens: every prompt plus its completion must fit in the context.
   const char* max_param = "max_tokens";
   if (out.kind == ApiKind::kChat && field(body, "max_completion_tokens")) max_param = "max_completion_tokens";
-  r.max_tokens = resolve_max_tokens(get_any_int(body, max_param), r.prompt.size(), model, config, max_param);
+  const std::optional<int64_t> asked = get_any_int(body, max_param);
+  r.max_tokens = INT32_MAX;
+  for (const std::vector<int32_t>& prompt : out.prompts.empty() ? std::vector<std::vector<int32_t>>{r.prompt} : out.prompts) {
+    check_prompt_fits(prompt.size(), model, out.kind == ApiKind::kChat ? "messages" : "prompt");
+    r.max_tokens = std::min(r.max_tokens, resolve_max_tokens(asked, prompt.size(), model, config, max_param));
+  }
 }
 
 }  // namespace
@@ -296,10 +320,18 @@ ApiRequest parse_completion_request(const json& body, const Model& model, const 
   ApiRequest out;
   out.kind = ApiKind::kCompletion;
   out.model = config.model_name;
-  out.engine.prompt = completion_prompt(body, model);
+  std::vector<std::string> texts;
+  out.prompts = completion_prompts(body, model, texts);
+  out.engine.prompt = out.prompts[0];
   if (auto v = get_int(body, "logprobs", 0, kMaxTopLogprobs)) {
     out.logprobs = true;
     out.top_logprobs = static_cast<int32_t>(*v);
+  }
+  if (get_bool(body, "echo").value_or(false)) {
+    // Echoed prompt tokens would need their own logprobs (a prefill that keeps every position's
+    // logits), which the engine does not return yet: refuse rather than answer half.
+    if (out.logprobs) bad("echo", "'echo' together with 'logprobs' (prompt logprobs) is not supported");
+    out.echo = std::move(texts);
   }
   parse_common(body, model, config, out);
   out.engine.sampling.logprobs = out.logprobs ? out.top_logprobs : -1;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,11 @@ struct ApiRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // return logprobs (completions: logprobs >= 0; chat: logprobs true)
   int32_t top_logprobs = 0;    // alternatives per token
+  // /v1/completions: every prompt (engine.prompt is the first); each runs as its own engine
+  // request with engine.n choices, and response choice p·n + c is prompt p's choice c.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echo;  // per prompt, its text when "echo" is set (prefixes each choice)
+  int32_t choices() const { return engine.n * static_cast<int32_t>(prompts.empty() ? 1 : prompts.size()); }
 };
 
 // Parses a request body; malformed JSON (or absurdly deep nesting) is a 400.

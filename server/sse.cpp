@@ -11,6 +11,8 @@ namespace {
 
 // How long to wait for an event before checking on the client again.
 constexpr std::chrono::milliseconds kPollInterval(100);
+// With several prompts, how long to wait on one handle before looking at the others again.
+constexpr std::chrono::milliseconds kMultiPromptWait(5);
 // A queued or slow stream sends an SSE comment after this much silence: a socket whose peer
 // has gone still polls writable, so only a write notices the client left (and cancels).
 constexpr std::chrono::seconds kKeepAliveInterval(2);
@@ -24,15 +26,76 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 
 Generation::Generation(Engine& engine, const Tokenizer& tokenizer, ApiRequest req, ResponseMeta meta)
     : tokenizer_(tokenizer), req_(std::move(req)), meta_(std::move(meta)), start_(std::chrono::steady_clock::now()),
-      finish_(static_cast<size_t>(req_.engine.n), FinishReason::kNone) {
+      finish_(static_cast<size_t>(req_.choices()), FinishReason::kNone) {
   req_.engine.id = meta_.id;
-  handle_ = engine.submit(req_.engine);
+  if (req_.prompts.size() <= 1) {
+    handles_.push_back(engine.submit(req_.engine));
+    return;
+  }
+  // One engine request per prompt; if one is refused (queue full), the ones already in go too.
+  try {
+    for (size_t p = 0; p < req_.prompts.size(); ++p) {
+      Request r = req_.engine;
+      r.prompt = req_.prompts[p];
+      r.id = meta_.id + "-" + std::to_string(p);
+      handles_.push_back(engine.submit(r));
+    }
+  } catch (...) {
+    for (auto& h : handles_) h->cancel();
+    throw;
+  }
 }
 
 Generation::~Generation() {
-  if (handle_ && !handle_->done()) {
-    handle_->cancel();
+  if (!all_done()) {
+    cancel_all();
     log_finished("cancelled");
+  }
+}
+
+bool Generation::all_done() const {
+  for (const auto& h : handles_)
+    if (!h->done()) return false;
+  return true;
+}
+
+void Generation::cancel_all() {
+  for (auto& h : handles_) h->cancel();
+}
+
+RequestUsage Generation::usage() const {
+  RequestUsage total;
+  for (const auto& h : handles_) {
+    const RequestUsage u = h->usage();
+    total.prompt_tokens += u.prompt_tokens;
+    total.cached_prompt_tokens += u.cached_prompt_tokens;
+    total.completion_tokens += u.completion_tokens;
+  }
+  return total;
+}
+
+bool Generation::poll(StreamEvent& event) {
+  if (handles_.size() == 1) return handles_[0]->next(event, kPollInterval);
+  // Several prompts: take what any handle has (round robin), else wait a little on one that is
+  // still running; prompt p's choice c becomes response choice p·n + c.
+  const auto deadline = std::chrono::steady_clock::now() + kPollInterval;
+  for (;;) {
+    for (size_t k = 0; k < handles_.size(); ++k) {
+      const size_t p = (next_handle_ + k) % handles_.size();
+      if (handles_[p]->next(event, std::chrono::milliseconds(0))) {
+        next_handle_ = p + 1;
+        event.choice += static_cast<int32_t>(p) * req_.engine.n;
+        return true;
+      }
+    }
+    if (all_done() || std::chrono::steady_clock::now() >= deadline) return false;
+    // Sleep until the first unfinished handle has an event, or a little while (the others are
+    // looked at again then).
+    for (auto& h : handles_)
+      if (!h->done()) {
+        h->wait(kMultiPromptWait);
+        break;
+      }
   }
 }
 
@@ -47,8 +110,8 @@ bool Generation::next(StreamEvent& event, const std::function<bool()>& client_al
     client_gone = true;
     return false;
   };
-  while (!handle_->next(event, kPollInterval)) {
-    if (handle_->done()) return false;
+  while (!poll(event)) {
+    if (all_done()) return false;
     if (!check_client()) return false;
   }
   if (!check_client()) return false;
@@ -65,7 +128,7 @@ void Generation::note_event(const StreamEvent& event) {
 void Generation::log_finished(const char* outcome) {
   if (logged_) return;
   logged_ = true;
-  const RequestUsage usage = handle_->usage();
+  const RequestUsage usage = this->usage();
   std::string reasons;
   for (FinishReason r : finish_) {
     if (!reasons.empty()) reasons += ',';
@@ -79,7 +142,7 @@ void Generation::log_finished(const char* outcome) {
 }
 
 std::optional<nlohmann::json> Generation::collect(const std::function<bool()>& client_alive) {
-  std::vector<ChoiceOutput> choices(static_cast<size_t>(req_.engine.n));
+  std::vector<ChoiceOutput> choices(static_cast<size_t>(req_.choices()));
   StreamEvent event;
   bool client_gone = false;
   while (next(event, client_alive, client_gone)) {
@@ -92,32 +155,34 @@ std::optional<nlohmann::json> Generation::collect(const std::function<bool()>& c
     if (event.finish == FinishReason::kError) c.error = event.error;
   }
   if (client_gone) {
-    handle_->cancel();
+    cancel_all();
     log_finished("client disconnected");
     return std::nullopt;
   }
   log_finished("ok");
   for (const ChoiceOutput& c : choices)
     if (c.finish == FinishReason::kError) throw ApiError(500, "generation failed: " + c.error, "", "engine_error");
-  const RequestUsage usage = handle_->usage();
+  if (!req_.echo.empty())
+    for (size_t i = 0; i < choices.size(); ++i) choices[i].text = req_.echo[i / req_.engine.n] + choices[i].text;
+  const RequestUsage usage = this->usage();
   return req_.kind == ApiKind::kChat ? chat_response(req_, meta_, choices, usage, tokenizer_)
                                      : completion_response(req_, meta_, choices, usage, tokenizer_);
 }
 
 bool Generation::stream(const std::function<bool(const std::string&)>& write,
                         const std::function<bool()>& client_alive) {
-  std::vector<bool> first(static_cast<size_t>(req_.engine.n), true);
-  std::vector<Utf8Offset> text_offset(static_cast<size_t>(req_.engine.n));
+  std::vector<bool> first(static_cast<size_t>(req_.choices()), true);
+  std::vector<Utf8Offset> text_offset(static_cast<size_t>(req_.choices()));
   auto gone = [&] {
-    handle_->cancel();
+    cancel_all();
     log_finished("client disconnected");
     return false;
   };
   StreamEvent event;
   auto last_write = std::chrono::steady_clock::now();
   for (;;) {
-    if (!handle_->next(event, kPollInterval)) {
-      if (handle_->done()) break;
+    if (!poll(event)) {
+      if (all_done()) break;
       if (!client_alive()) return gone();
       if (std::chrono::steady_clock::now() - last_write >= kKeepAliveInterval) {
         if (!write(kSseKeepAlive)) return gone();
@@ -135,11 +200,12 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
     const bool has_logprobs = req_.logprobs && !event.logprobs.empty();
     // Nothing to say yet (a stop string may be forming): wait for the next event.
     if (event.text.empty() && event.finish == FinishReason::kNone && !has_logprobs && !first[c]) continue;
+    if (first[c] && !req_.echo.empty()) event.text = req_.echo[c / static_cast<size_t>(req_.engine.n)] + event.text;
     if (!write(sse_frame(stream_chunk(req_, meta_, event, first[c], text_offset[c], tokenizer_)))) return gone();
     last_write = std::chrono::steady_clock::now();
     first[c] = false;
   }
-  if (req_.include_usage && !write(sse_frame(usage_chunk(req_, meta_, handle_->usage())))) return gone();
+  if (req_.include_usage && !write(sse_frame(usage_chunk(req_, meta_, usage())))) return gone();
   if (!write(kSseDone)) return gone();
   log_finished("ok");
   return true;

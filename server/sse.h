@@ -42,13 +42,19 @@ class Generation {
  private:
   // false once every choice has finished, or (client_gone set) when `client_alive` said no.
   bool next(StreamEvent& event, const std::function<bool()>& client_alive, bool& client_gone);
+  // An event from any prompt's request within kPollInterval (choice renumbered p·n + c).
+  bool poll(StreamEvent& event);
+  bool all_done() const;
+  void cancel_all();
+  RequestUsage usage() const;  // summed over the prompts
   void note_event(const StreamEvent& event);
   void log_finished(const char* outcome);
 
   const Tokenizer& tokenizer_;
   ApiRequest req_;
   ResponseMeta meta_;
-  std::shared_ptr<RequestHandle> handle_;
+  std::vector<std::shared_ptr<RequestHandle>> handles_;  // one per prompt
+  size_t next_handle_ = 0;                               // round robin over handles_ in poll()
   std::chrono::steady_clock::time_point start_;
   double ttft_ms_ = -1.0;
   std::vector<FinishReason> finish_;  // per choice

@@ -78,7 +78,8 @@ def test_malformed_json(server, raw):
 
 @pytest.mark.parametrize("path,body,param", [
     ("/v1/completions", {"prompt": 5}, "prompt"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),  # a list of prompts is not supported
+    ("/v1/completions", {"prompt": ["a", 5]}, "prompt"),  # a list mixing a string and a number
+    ("/v1/completions", {"prompt": ["a", []]}, "prompt"),
     ("/v1/completions", {"prompt": [1, -3]}, "prompt"),
     ("/v1/completions", {"prompt": [10 ** 9]}, "prompt"),
     ("/v1/completions", {}, "prompt"),
@@ -101,7 +102,8 @@ def test_malformed_json(server, raw):
     ("/v1/completions", {"prompt": "x", "fathom": {"kv_read_ratio": 1.5}}, "fathom.kv_read_ratio"),
     ("/v1/completions", {"prompt": "x", "fathom": {"sparq": {"k": 0}}}, "fathom.sparq.k"),
     ("/v1/completions", {"prompt": "x", "fathom": {"bogus": 1}}, "fathom.bogus"),
-    ("/v1/completions", {"prompt": "x", "echo": True}, "echo"),
+    ("/v1/completions", {"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "echo": True}, "echo"),
     ("/v1/chat/completions", {"messages": []}, "messages"),
     ("/v1/chat/completions", {"messages": "hi"}, "messages"),
     ("/v1/chat/completions", {}, "messages"),
@@ -226,6 +228,7 @@ def test_queue_full_is_429(small_server):
 def test_sigterm_drains(small_server):
     # Two streams in flight (both admitted: max_num_seqs = 2), then SIGTERM.
     streams = [completion(small_server, 24, stream=True) for _ in range(2)]
+    assert [r.status_code for r in streams] == [200, 200], [r.text[:300] for r in streams if r.status_code != 200]
     iters = [r.iter_lines() for r in streams]
     for it in iters:  # wait until both have produced their first chunk
         assert next(l for l in it if l.startswith(b"data: "))
