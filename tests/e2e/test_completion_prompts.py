@@ -63,3 +63,15 @@ def test_echo_with_logprobs_and_too_many_prompts_are_400s(oa):
     with pytest.raises(openai.BadRequestError) as e:
         oa.completions.create(model="smollm2-135m-instruct-q4_1", prompt=["x"] * 33, max_tokens=2)
     assert e.value.body["param"] == "prompt"
+
+
+def test_ignore_eos_at_the_top_level_ignores_every_end_of_generation(oa):
+    # vLLM's spelling of the extension. Without it this chat prompt ends early for most samples
+    # (checked first, so the test cannot pass by accident); with it every sample runs to max_tokens.
+    messages = [{"role": "user", "content": "Reply with one word: yes or no?"}]
+    kw = dict(model="smollm2-135m-instruct-q4_1", messages=messages, n=8, max_tokens=24, temperature=0.8, seed=1)
+    free = oa.chat.completions.create(**kw)
+    assert any(c.finish_reason == "stop" for c in free.choices)
+    fixed = oa.chat.completions.create(**kw, extra_body={"ignore_eos": True})
+    assert [c.finish_reason for c in fixed.choices] == ["length"] * 8
+    assert fixed.usage.completion_tokens == 8 * 24
