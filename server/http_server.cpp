@@ -18,6 +18,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_rules.h"
+#include "server/responses_api.h"
 #include "server/sse.h"
 
 namespace fathom {
@@ -65,6 +66,7 @@ struct Route {
 
 constexpr Route kRoutes[] = {
     {"POST", "/v1/completions", false, false},   {"POST", "/v1/chat/completions", false, false},
+    {"POST", "/v1/responses", false, false},
     {"GET", "/v1/models", true, false},          {"POST", "/tokenize", false, false},
     {"POST", "/detokenize", false, false},       {"GET", "/health", true, true},
     {"GET", "/ready", true, true},               {"GET", "/live", true, true},
@@ -166,7 +168,8 @@ const Model& HttpServer::Impl::require(bool generation) const {
 
 std::string HttpServer::Impl::new_id(ApiKind kind) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%s-%016llx%08llx", kind == ApiKind::kChat ? "chatcmpl" : "cmpl",
+  std::snprintf(buf, sizeof buf, "%s%016llx%08llx",
+                kind == ApiKind::kChat ? "chatcmpl-" : kind == ApiKind::kResponses ? "resp_" : "cmpl-",
                 static_cast<unsigned long long>(id_salt),
                 static_cast<unsigned long long>(id_counter.fetch_add(1) & 0xffffffffu));
   return buf;
@@ -177,8 +180,9 @@ HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& clie
   Engine& engine = *engine_ptr.load(std::memory_order_acquire);
   const json body = parse_json_body(req.body);
   check_model_name(body, config);
-  ApiRequest api = kind == ApiKind::kChat ? parse_chat_request(body, model, config)
-                                          : parse_completion_request(body, model, config);
+  ApiRequest api = kind == ApiKind::kChat        ? parse_chat_request(body, model, config)
+                   : kind == ApiKind::kResponses ? parse_responses_request(body, model, config)
+                                                 : parse_completion_request(body, model, config);
   const ResponseMeta meta{new_id(kind), static_cast<int64_t>(std::time(nullptr)), config.model_name, req.id};
   auto gen = std::make_shared<Generation>(engine, model.tokenizer(), std::move(api), meta);
   if (!gen->request().stream) {
@@ -200,6 +204,7 @@ HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& clie
 HttpResponse HttpServer::Impl::route(const HttpRequest& req, HttpClient& client) {
   if (req.path == "/v1/completions") return generate(req, client, ApiKind::kCompletion);
   if (req.path == "/v1/chat/completions") return generate(req, client, ApiKind::kChat);
+  if (req.path == "/v1/responses") return generate(req, client, ApiKind::kResponses);
   if (req.path == "/v1/models") {
     const Model& model = require(/*generation=*/false);
     json m = {{"id", config.model_name},

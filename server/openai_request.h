@@ -25,7 +25,9 @@ class ApiError : public std::runtime_error {
   std::string code;   // OpenAI error code, "" for none
 };
 
-enum class ApiKind { kCompletion, kChat };
+// The endpoint a request came to. /v1/responses requests are chat requests underneath (kind kChat
+// after parsing, ApiRequest::responses set).
+enum class ApiKind { kCompletion, kChat, kResponses };
 
 struct ApiRequest {
   ApiKind kind = ApiKind::kCompletion;
@@ -39,6 +41,9 @@ struct ApiRequest {
   // request with engine.n choices, and response choice p·n + c is prompt p's choice c.
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echo;  // per prompt, its text when "echo" is set (prefixes each choice)
+  // POST /v1/responses: the request's parameters the response object echoes (instructions,
+  // max_output_tokens, temperature, top_p, metadata, user); null for the other APIs.
+  nlohmann::json responses;
   int32_t choices() const { return engine.n * static_cast<int32_t>(prompts.empty() ? 1 : prompts.size()); }
 };
 

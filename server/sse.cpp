@@ -4,6 +4,7 @@
 
 #include "engine/engine.h"
 #include "engine/model/tokenizer.h"
+#include "server/responses_api.h"
 
 namespace fathom {
 
@@ -165,6 +166,7 @@ std::optional<nlohmann::json> Generation::collect(const std::function<bool()>& c
   if (!req_.echo.empty())
     for (size_t i = 0; i < choices.size(); ++i) choices[i].text = req_.echo[i / req_.engine.n] + choices[i].text;
   const RequestUsage usage = this->usage();
+  if (!req_.responses.is_null()) return response_object(req_, meta_, choices[0].text, choices[0].finish, usage);
   return req_.kind == ApiKind::kChat ? chat_response(req_, meta_, choices, usage, tokenizer_)
                                      : completion_response(req_, meta_, choices, usage, tokenizer_);
 }
@@ -173,11 +175,22 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
                         const std::function<bool()>& client_alive) {
   std::vector<bool> first(static_cast<size_t>(req_.choices()), true);
   std::vector<Utf8Offset> text_offset(static_cast<size_t>(req_.choices()));
+  // /v1/responses frames its own event sequence (one choice); the other APIs send chunks.
+  std::optional<ResponsesStream> responses;
+  if (!req_.responses.is_null()) responses.emplace(req_, meta_);
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
   auto gone = [&] {
     cancel_all();
     log_finished("client disconnected");
     return false;
   };
+  auto write_all = [&](const std::vector<std::string>& frames) {
+    for (const std::string& f : frames)
+      if (!write(f)) return false;
+    return true;
+  };
+  if (responses && !write_all(responses->begin())) return gone();
   StreamEvent event;
   auto last_write = std::chrono::steady_clock::now();
   for (;;) {
@@ -193,6 +206,13 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
     note_event(event);
     const size_t c = static_cast<size_t>(event.choice);
     if (c >= first.size()) continue;
+    if (responses) {
+      if (event.finish != FinishReason::kNone) finish = event.finish;
+      if (event.finish == FinishReason::kError) error = event.error;
+      if (!write_all(responses->delta(event.text))) return gone();
+      last_write = std::chrono::steady_clock::now();
+      continue;
+    }
     if (event.finish == FinishReason::kError) {
       if (!write(sse_frame(error_body(500, "generation failed: " + event.error, "", "engine_error")))) return gone();
       continue;
@@ -205,8 +225,12 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
     last_write = std::chrono::steady_clock::now();
     first[c] = false;
   }
-  if (req_.include_usage && !write(sse_frame(usage_chunk(req_, meta_, usage())))) return gone();
-  if (!write(kSseDone)) return gone();
+  if (responses) {
+    if (!write_all(responses->end(finish, usage(), error))) return gone();
+  } else {
+    if (req_.include_usage && !write(sse_frame(usage_chunk(req_, meta_, usage())))) return gone();
+    if (!write(kSseDone)) return gone();
+  }
   log_finished("ok");
   return true;
 }

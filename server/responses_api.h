@@ -1,0 +1,51 @@
+#pragma once
+// OpenAI's Responses API (POST /v1/responses), stateless (store is always false):
+// `input` (a string, or message items with input_text / output_text parts), `instructions`,
+// `max_output_tokens`, `temperature`, `top_p`, `stream`, `metadata`, `user`, `text.format`
+// {"type": "text"}. The request becomes a chat request (one choice) and runs through the same
+// rules; the result is a `response` object, or when streaming the documented event sequence:
+// response.created, response.in_progress, response.output_item.added,
+// response.content_part.added, response.output_text.delta..., response.output_text.done,
+// response.content_part.done, response.output_item.done, response.completed (or
+// response.incomplete when max_output_tokens cut it, response.failed on an engine error).
+// Rejected with a 400 naming the field: previous_response_id / conversation (no stored state),
+// tools, structured text.format, reasoning, background.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+
+namespace fathom {
+
+class Model;
+struct ApiRequest;
+struct ResponseMeta;
+struct ServerConfig;
+
+ApiRequest parse_responses_request(const nlohmann::json& body, const Model& model, const ServerConfig& config);
+
+// The response object for finished text (status "completed", or "incomplete" when the length
+// limit ended it).
+nlohmann::json response_object(const ApiRequest& req, const ResponseMeta& meta, const std::string& text,
+                               FinishReason finish, const RequestUsage& usage);
+
+// Builds the streamed events of one response, numbering them (sequence_number).
+class ResponsesStream {
+ public:
+  ResponsesStream(const ApiRequest& req, const ResponseMeta& meta) : req_(req), meta_(meta) {}
+  std::vector<std::string> begin();                      // created ... content_part.added
+  std::vector<std::string> delta(const std::string& text);  // output_text.delta (none for "")
+  std::vector<std::string> end(FinishReason finish, const RequestUsage& usage, const std::string& error);
+
+ private:
+  std::string frame(nlohmann::json event);  // "event: <type>\ndata: <json>\n\n"
+  const ApiRequest& req_;
+  const ResponseMeta& meta_;
+  std::string text_;
+  int64_t sequence_ = 0;
+};
+
+}  // namespace fathom
