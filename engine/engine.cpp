@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "engine/backend/backend.h"
+#include "engine/constraint/grammar.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
 
@@ -73,6 +74,12 @@ Engine::~Engine() {
   thread_.join();
 }
 
+ConstraintCompiler& Engine::constraints() {
+  std::lock_guard<std::mutex> lock(constraints_mutex_);
+  if (!constraints_) constraints_ = std::make_unique<ConstraintCompiler>(model_.tokenizer(), model_.vocab());
+  return *constraints_;
+}
+
 std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   if (draining_.load()) throw EngineDraining("the server is shutting down");
   const ModelConfig& c = model_.config();
@@ -103,6 +110,7 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
                 std::to_string(backend_.kv_blocks()) + ": lower max_tokens" + (request.n > 1 ? " or n" : ""));
 
   auto state = std::make_unique<RequestState>();
+  if (request.constraint.kind != OutputConstraint::Kind::kNone) state->constraint = constraints().compile(request.constraint);
   if (request.id.empty()) request.id = "req-" + std::to_string(next_id_.fetch_add(1));
   state->handle = std::make_shared<RequestHandle>(request.id, request.n);
   state->arrival = Clock::now();

@@ -19,6 +19,7 @@
 namespace fathom {
 
 class Backend;
+class ConstraintCompiler;
 class Model;
 class Scheduler;
 struct RequestState;
@@ -92,6 +93,9 @@ class Engine {
 
  private:
   void loop();
+  // The vocabulary's grammar compiler, made on the first constrained request (it indexes the
+  // whole vocabulary once).
+  ConstraintCompiler& constraints();
 
   const Model& model_;
   Backend& backend_;
@@ -109,6 +113,8 @@ class Engine {
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};
+  std::mutex constraints_mutex_;
+  std::unique_ptr<ConstraintCompiler> constraints_;
 };
 
 class EngineBusy : public std::runtime_error {

@@ -17,6 +17,15 @@ struct StopConditions {
   bool ignore_eos = false;           // do not stop on the model's end-of-generation tokens
 };
 
+// Grammar-constrained decoding: what every choice's output must match. Each decode step masks
+// the tokens that cannot continue a match before sampling (engine/constraint/grammar.h).
+struct OutputConstraint {
+  enum class Kind { kNone, kJson, kJsonSchema, kGrammar };
+  Kind kind = Kind::kNone;
+  std::string text;    // kJsonSchema: the schema (JSON); kGrammar: an EBNF grammar (root rule "root")
+  bool strict = true;  // kJsonSchema: no properties beyond the schema's (additionalProperties false)
+};
+
 struct Request {
   std::string id;                // for logs; the engine assigns one when empty
   std::vector<int32_t> prompt;   // token ids, BOS included when wanted
@@ -26,6 +35,7 @@ struct Request {
   int32_t priority = 0;          // higher is scheduled first; FCFS within a priority
   StopConditions stop;
   AttentionPolicy attention;     // decode attention policy (prefill is dense)
+  OutputConstraint constraint;   // none by default
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };

@@ -106,6 +106,7 @@ void Scheduler::add(std::unique_ptr<RequestState> r) {
   const SamplingParams& p = r->request.sampling;
   seq->sampler = std::make_unique<Sampler>(p, seed_rng_());
   seq->text = std::make_unique<TextStream>(model_.tokenizer(), r->request.stop.strings);
+  if (r->constraint) seq->matcher = std::make_unique<ConstraintMatcher>(r->constraint);
   r->unfinished = r->request.n;
   r->usage.prompt_tokens = static_cast<int32_t>(r->request.prompt.size());
   r->seqs.push_back(std::move(seq));
@@ -376,11 +377,14 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
     const int64_t my_row = plan.seqs[i].logits == LogitsWanted::kLast ? row++ : -1;
     RequestState& r = *s.request;
     if (s.state == SeqState::kFinished) continue;  // its request failed earlier in this update
-    const float* logits = logits_.data() + std::max<int64_t>(my_row, 0) * vocab;
+    float* logits = logits_.data() + std::max<int64_t>(my_row, 0) * vocab;
     guarded(r, [&] {
       s.n_computed += chunk_of[i];
       register_full_blocks(s);
       if (my_row < 0) return;
+      // Tokens the output constraint cannot take next are masked before anything samples (a
+      // fork's choices start from the same state, so they share the masked row).
+      if (s.matcher) s.matcher->mask_logits(logits, vocab);
       if (s.choice == 0 && !r.forked && r.request.n > 1 && s.generated() == 0) fork_choices(r, logits);
       const std::vector<int32_t> generated(s.tokens.begin() + static_cast<std::ptrdiff_t>(r.request.prompt.size()),
                                            s.tokens.end());
@@ -409,6 +413,7 @@ void Scheduler::fork_choices(RequestState& r, const float* logits) {
     if (p.seed) cp.seed = *p.seed + static_cast<uint64_t>(c);  // choices differ, yet reproducibly
     child->sampler = std::make_unique<Sampler>(cp, seed_rng_());
     child->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings);
+    if (r.constraint) child->matcher = std::make_unique<ConstraintMatcher>(r.constraint);
     // Share the full prompt blocks; copy the partial last block (copy-on-write at fork time).
     const int32_t full = parent.n_computed / bs;
     for (int32_t i = 0; i < full; ++i) {
@@ -449,7 +454,10 @@ void Scheduler::accept_token(Sequence& seq, const SampledToken& tok) {
   }
   seq.last_token_time = now;
   const StopConditions& stop = r.request.stop;
-  const bool stop_token = (!stop.ignore_eos && model_.tokenizer().is_end_of_generation(tok.id)) ||
+  // A constrained output that its grammar has completed ends here, ignore_eos or not (the mask
+  // allowed only a stop token).
+  const bool constraint_done = seq.matcher && seq.matcher->accept(tok.id) && seq.matcher->complete();
+  const bool stop_token = constraint_done || (!stop.ignore_eos && model_.tokenizer().is_end_of_generation(tok.id)) ||
                           std::find(stop.token_ids.begin(), stop.token_ids.end(), tok.id) != stop.token_ids.end();
   if (stop_token) {
     finish(seq, FinishReason::kStop, seq.text->finish());  // held-back text was not a stop string

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/attention/decode_attention.h"
+#include "engine/constraint/grammar.h"
 #include "engine/engine.h"
 #include "engine/text_stream.h"
 
@@ -34,6 +35,7 @@ struct Sequence {
   uint64_t last_hash = 0;       // chain hash of block n_registered - 1
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
+  std::unique_ptr<ConstraintMatcher> matcher;  // set when the request carries an output constraint
   SeqPolicyState policy_state;  // the decode attention policy's state (HiP mask, SWA mass)
   std::vector<std::byte> swapped_kv;  // the blocks' bytes while in the host tier
   Clock::time_point last_token_time;
@@ -53,6 +55,7 @@ struct RequestState {
   bool forked = false;  // n > 1: the choices beyond 0 exist
   int32_t unfinished = 0;
   RequestUsage usage;
+  std::shared_ptr<const CompiledConstraint> constraint;  // compiled Request::constraint, or null
   std::vector<std::unique_ptr<Sequence>> seqs;
 };
 

