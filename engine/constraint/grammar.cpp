@@ -2,6 +2,7 @@
 
 #include <xgrammar/xgrammar.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -100,9 +101,15 @@ void ConstraintMatcher::mask_logits(float* logits, int32_t vocab_size) {
   t.dtype = xgrammar::GetBitmaskDLType();
   t.shape = mask_shape;
   if (!impl_->matcher.FillNextTokenBitmask(&t)) return;  // everything allowed
+  // One bit per token, 1 = allowed. Inside a JSON string nearly every word is all ones: skip those.
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  for (int32_t id = 0; id < vocab_size; ++id)
-    if (!((static_cast<uint32_t>(mask[id >> 5]) >> (id & 31)) & 1u)) logits[id] = kMasked;
+  for (int32_t w = 0; w * 32 < vocab_size; ++w) {
+    const uint32_t word = static_cast<uint32_t>(mask[w]);
+    if (word == ~0u) continue;
+    const int32_t end = std::min(vocab_size, (w + 1) * 32);
+    for (int32_t id = w * 32; id < end; ++id)
+      if (!((word >> (id & 31)) & 1u)) logits[id] = kMasked;
+  }
 }
 
 bool ConstraintMatcher::accept(int32_t token) { return impl_->matcher.AcceptToken(token); }
