@@ -149,6 +149,24 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
   r.priority = resolve_priority(in.priority(), config, "priority");
   for (const std::string& s : in.stop()) add_stop_string(s, r.stop, "stop");
   r.stop.ignore_eos = in.ignore_eos();
+  if (in.has_constraint()) {
+    const pb::OutputConstraint& c = in.constraint();
+    switch (c.kind_case()) {
+      case pb::OutputConstraint::kJsonObject:
+        if (c.json_object()) r.constraint.kind = OutputConstraint::Kind::kJson;
+        break;
+      case pb::OutputConstraint::kJsonSchema:
+        if (c.json_schema().empty()) invalid("constraint.json_schema is empty");
+        r.constraint = {OutputConstraint::Kind::kJsonSchema, c.json_schema(), c.strict()};
+        break;
+      case pb::OutputConstraint::kGrammar:
+        if (c.grammar().empty()) invalid("constraint.grammar is empty");
+        r.constraint = {OutputConstraint::Kind::kGrammar, c.grammar(), true};
+        break;
+      case pb::OutputConstraint::KIND_NOT_SET:
+        break;
+    }
+  }
   r.sampling = to_sampling(in.sampling(), vocab);
   return r;
 }

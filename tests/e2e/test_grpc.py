@@ -123,6 +123,24 @@ def test_streamed_tokens_decode_to_the_text(stub, pb, server):
     assert messages[-1].usage.completion_tokens == 16
 
 
+def test_constraints_as_over_http(stub, pb):
+    """The same output constraints as HTTP's response_format / fathom.grammar."""
+    grammar = 'root ::= "answer: " ("yes" | "no") "."'
+    for seed in range(3):
+        messages = generate(stub, pb, text="Is the sky blue?", max_tokens=16,
+                            sampling={"temperature": 1.0, "seed": seed},
+                            constraint=pb.msg.OutputConstraint(grammar=grammar))
+        assert text_of(messages) in ("answer: yes.", "answer: no.")
+    schema = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                         "additionalProperties": False})
+    messages = generate(stub, pb, text="Reply in JSON:", max_tokens=24, sampling={"temperature": 1.0, "seed": 1},
+                        constraint=pb.msg.OutputConstraint(json_schema=schema, strict=True))
+    assert json.loads(text_of(messages)) in ({"ok": True}, {"ok": False})
+    with pytest.raises(grpc.RpcError) as err:
+        generate(stub, pb, text="x", max_tokens=4, constraint=pb.msg.OutputConstraint(json_schema='{"type": "nope"}'))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 def test_default_max_tokens_is_the_http_default(stub, pb):
     """Without max_tokens, gRPC generates limits.default_max_tokens (256), as HTTP does."""
     messages = generate(stub, pb, text=PROMPT, ignore_eos=True, sampling={"temperature": 0.0})
