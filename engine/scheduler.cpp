@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <future>
 #include <numeric>
 
 #include "base/error.h"
@@ -244,6 +245,28 @@ void Scheduler::step() {
     remove_finished();
     return;
   }
+  // Output constraints' masks for the positions about to be sampled depend only on the tokens
+  // accepted so far: compute them on another thread while the forward pass runs. A failure
+  // here leaves a mask unprepared; update_step computes it again inside the request's guard.
+  std::vector<ConstraintMatcher*> to_mask;
+  for (size_t i = 0; i < planned.size(); ++i)
+    if (planned[i]->matcher && plan.seqs[i].logits == LogitsWanted::kLast) to_mask.push_back(planned[i]->matcher.get());
+  std::future<void> masks;
+  if (!to_mask.empty())
+    masks = std::async(std::launch::async, [&to_mask, vocab = model_.vocab()] {
+      for (ConstraintMatcher* m : to_mask) {
+        try {
+          m->prepare_mask(vocab);
+        } catch (...) {
+        }
+      }
+    });
+  struct JoinMasks {  // the masks are joined before anything else happens, exception or not
+    std::future<void>& f;
+    ~JoinMasks() {
+      if (f.valid()) f.wait();
+    }
+  } join_masks{masks};
   // Run, inside the error boundary: a step that throws fails the requests in it, nothing else.
   try {
     const auto t0 = Clock::now();
@@ -266,6 +289,7 @@ void Scheduler::step() {
     update_gauges();
     return;
   }
+  if (masks.valid()) masks.wait();
   const KvReadBytes kv_read = backend_.take_kv_read_bytes();
   for (int k = 0; k < kPolicyKinds; ++k)
     if (kv_read[k] > 0) metrics_->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));

@@ -83,6 +83,8 @@ struct ConstraintMatcher::Impl {
   std::shared_ptr<const CompiledConstraint> compiled;
   xgrammar::GrammarMatcher matcher;
   std::vector<int32_t> bitmask;
+  bool prepared = false;     // bitmask is for the next position
+  bool all_allowed = false;  // ... and allows every token
 };
 
 ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint> compiled)
@@ -90,7 +92,7 @@ ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint> c
 
 ConstraintMatcher::~ConstraintMatcher() = default;
 
-void ConstraintMatcher::mask_logits(float* logits, int32_t vocab_size) {
+void ConstraintMatcher::prepare_mask(int32_t vocab_size) {
   std::vector<int32_t>& mask = impl_->bitmask;
   mask.assign(static_cast<size_t>(xgrammar::GetBitmaskSize(vocab_size)), 0);
   int64_t mask_shape[1] = {static_cast<int64_t>(mask.size())};
@@ -100,7 +102,14 @@ void ConstraintMatcher::mask_logits(float* logits, int32_t vocab_size) {
   t.ndim = 1;
   t.dtype = xgrammar::GetBitmaskDLType();
   t.shape = mask_shape;
-  if (!impl_->matcher.FillNextTokenBitmask(&t)) return;  // everything allowed
+  impl_->all_allowed = !impl_->matcher.FillNextTokenBitmask(&t);
+  impl_->prepared = true;
+}
+
+void ConstraintMatcher::mask_logits(float* logits, int32_t vocab_size) {
+  if (!impl_->prepared) prepare_mask(vocab_size);
+  if (impl_->all_allowed) return;
+  const std::vector<int32_t>& mask = impl_->bitmask;
   // One bit per token, 1 = allowed. Inside a JSON string nearly every word is all ones: skip those.
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int32_t w = 0; w * 32 < vocab_size; ++w) {
@@ -112,7 +121,10 @@ void ConstraintMatcher::mask_logits(float* logits, int32_t vocab_size) {
   }
 }
 
-bool ConstraintMatcher::accept(int32_t token) { return impl_->matcher.AcceptToken(token); }
+bool ConstraintMatcher::accept(int32_t token) {
+  impl_->prepared = false;
+  return impl_->matcher.AcceptToken(token);
+}
 
 bool ConstraintMatcher::complete() const { return impl_->matcher.IsTerminated(); }
 

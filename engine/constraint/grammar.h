@@ -40,7 +40,11 @@ class ConstraintMatcher {
  public:
   explicit ConstraintMatcher(std::shared_ptr<const CompiledConstraint> compiled);
   ~ConstraintMatcher();
-  // logits: (vocab_size) of the next position; disallowed tokens become -inf.
+  // Computes the next position's allowed-token mask from the tokens accepted so far; needs no
+  // logits, so the scheduler runs it on another thread while the forward pass computes them.
+  void prepare_mask(int32_t vocab_size);
+  // logits: (vocab_size) of the next position; disallowed tokens become -inf. Uses the prepared
+  // mask when prepare_mask() ran since the last accept(), else computes it now.
   void mask_logits(float* logits, int32_t vocab_size);
   // Advances past `token`; false when the grammar does not allow it (a sampler bug).
   bool accept(int32_t token);
