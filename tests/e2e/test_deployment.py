@@ -39,9 +39,17 @@ def test_kubernetes_manifests_validate():
     cuda = yaml.safe_load((DOCKER / "k8s" / "deployment-cuda.yaml").read_text())
     container = cuda["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    # The grace period outlasts the drain (configs/container.json) plus preStop.
+    # The grace period outlasts the drain (configs/container.json) plus preStop, and the probes
+    # mean what they should: startup waits for the model, readiness drops while draining or
+    # overloaded, liveness never fails for load.
     drain_s = json.loads((ROOT / "configs" / "container.json").read_text())["drain_timeout_ms"] / 1000
-    assert cuda["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > drain_s + 5
+    for name in ("deployment.yaml", "deployment-cuda.yaml"):
+        spec = yaml.safe_load((DOCKER / "k8s" / name).read_text())["spec"]["template"]["spec"]
+        assert spec["terminationGracePeriodSeconds"] > drain_s + 5, name
+        c = spec["containers"][0]
+        assert c["startupProbe"]["httpGet"]["path"] == "/health", name
+        assert c["readinessProbe"]["httpGet"]["path"] == "/ready", name
+        assert c["livenessProbe"]["httpGet"]["path"] == "/live", name
 
 
 def test_extension_manifests_name_fathoms_metrics():
@@ -67,6 +75,10 @@ def queried_metrics():
         exprs += [t["expr"] for t in p["targets"]]
     rules = yaml.safe_load((DOCKER / "prometheus" / "rules.yml").read_text())
     exprs += [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    # The autoscaler's metric, and the Inference Extension's endpoint-picker mapping.
+    hpa = yaml.safe_load((DOCKER / "k8s" / "hpa.yaml").read_text())
+    exprs += [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+    exprs.append((DOCKER / "k8s" / "extensions" / "inferencepool.yaml").read_text())
     names = set()
     for e in exprs:
         names |= set(re.findall(r"\bfathom_[a-z0-9_]+", e))
