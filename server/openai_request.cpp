@@ -148,7 +148,7 @@ std::string message_content(const json& message, size_t index) {
   return text;
 }
 
-std::vector<int32_t> chat_prompt(const json& body, const Model& model) {
+std::vector<int32_t> chat_prompt(const json& body, const Model& model, const ToolPlan& tools = {}) {
   const json* m = field(body, "messages");
   if (!m) bad("messages", "'messages' is required");
   if (!m->is_array()) bad_type("messages", "an array of messages");
@@ -162,9 +162,21 @@ std::vector<int32_t> chat_prompt(const json& body, const Model& model) {
     if (role == msg.end() || !role->is_string()) bad_type(param + ".role", "a string");
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";  // OpenAI's newer name for the system role
+    if (r == "tool") {  // a function's result, as the model was trained to see it
+      messages.push_back({"user", render_tool_result(message_content(msg, i))});
+      continue;
+    }
     if (r != "system" && r != "user" && r != "assistant")
-      bad(param + ".role", "unsupported role '" + r + "' (system, developer, user and assistant are)");
-    messages.push_back({r, message_content(msg, i)});
+      bad(param + ".role", "unsupported role '" + r + "' (system, developer, user, assistant and tool are)");
+    std::string content = message_content(msg, i);
+    if (r == "assistant" && msg.contains("tool_calls") && !msg["tool_calls"].is_null())
+      content += (content.empty() ? "" : "\n") + render_tool_calls(msg["tool_calls"], param + ".tool_calls");
+    messages.push_back({r, std::move(content)});
+  }
+  // The tools' descriptions lead the system message (one is added when there is none).
+  if (const std::string section = tools_prompt(tools); !section.empty()) {
+    if (!messages.empty() && messages[0].role == "system") messages[0].content += "\n\n" + section;
+    else messages.insert(messages.begin(), ChatMessage{"system", section});
   }
   try {
     return model.encode_chat(messages, /*add_generation_prompt=*/true);
@@ -262,8 +274,10 @@ void parse_response_format(const json& body, OutputConstraint& constraint) {
 void reject_unsupported(const json& body, ApiKind kind) {
   if (kind == ApiKind::kChat && get_bool(body, "echo").value_or(false)) bad("echo", "'echo' is a /v1/completions field");
   if (field(body, "suffix")) bad("suffix", "'suffix' is not supported");
-  if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty())) bad("tools", "tools are not supported");
-  if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty())) bad("functions", "functions are not supported");
+  if (kind != ApiKind::kChat)
+    if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty())) bad("tools", "tools are a /v1/chat/completions field");
+  if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
+    bad("functions", "'functions' is the deprecated spelling: send 'tools'");
 
 }
 
@@ -370,7 +384,8 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
   ApiRequest out;
   out.kind = ApiKind::kChat;
   out.model = config.model_name;
-  out.engine.prompt = chat_prompt(body, model);
+  out.tools = parse_tools(body);
+  out.engine.prompt = chat_prompt(body, model, out.tools);
   out.logprobs = get_bool(body, "logprobs").value_or(false);
   if (auto v = get_int(body, "top_logprobs", 0, kMaxTopLogprobs)) {
     if (!out.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
@@ -378,6 +393,11 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
   }
   parse_common(body, model, config, out);
   out.engine.sampling.logprobs = out.logprobs ? out.top_logprobs : -1;
+  if (OutputConstraint c = tool_constraint(out.tools); c.kind != OutputConstraint::Kind::kNone) {
+    if (out.engine.constraint.kind != OutputConstraint::Kind::kNone)
+      bad("tool_choice", "a required or named tool_choice cannot be combined with response_format");
+    out.engine.constraint = std::move(c);
+  }
   return out;
 }
 

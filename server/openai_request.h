@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "server/tools.h"
 
 namespace fathom {
 
@@ -44,6 +45,7 @@ struct ApiRequest {
   // POST /v1/responses: the request's parameters the response object echoes (instructions,
   // max_output_tokens, temperature, top_p, metadata, user); null for the other APIs.
   nlohmann::json responses;
+  ToolPlan tools;  // chat: function tools offered and how the model must use them
   int32_t choices() const { return engine.n * static_cast<int32_t>(prompts.empty() ? 1 : prompts.size()); }
 };
 

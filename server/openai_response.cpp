@@ -138,14 +138,29 @@ json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::v
   json out = envelope(req, meta, false);
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
+    json message = {{"role", "assistant"}, {"content", choices[i].text}};
+    json finish = finish_json(choices[i].finish);
+    if (req.tools.offered() && choices[i].finish == FinishReason::kStop) {
+      std::string content;
+      const std::vector<ToolCall> calls = extract_tool_calls(req.tools, choices[i].text, content, tool_call_id(meta, i));
+      if (!calls.empty()) {
+        message["content"] = content.empty() ? json(nullptr) : json(content);
+        message["tool_calls"] = tool_calls_json(calls, false);
+        finish = "tool_calls";
+      }
+    }
     list.push_back({{"index", i},
-                    {"message", {{"role", "assistant"}, {"content", choices[i].text}}},
+                    {"message", std::move(message)},
                     {"logprobs", req.logprobs ? chat_logprobs(choices[i].logprobs, tokenizer) : json(nullptr)},
-                    {"finish_reason", finish_json(choices[i].finish)}});
+                    {"finish_reason", std::move(finish)}});
   }
   out["choices"] = std::move(list);
   out["usage"] = usage_json(usage);
   return out;
+}
+
+std::string tool_call_id(const ResponseMeta& meta, size_t choice) {
+  return "call_" + meta.id.substr(meta.id.rfind('-') + 1) + "_" + std::to_string(choice) + "_";
 }
 
 json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, const StreamEvent& event, bool first,
@@ -167,6 +182,26 @@ json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, const StreamE
   out["choices"] = json::array({std::move(choice)});
   if (req.include_usage) out["usage"] = nullptr;
   return out;
+}
+
+std::vector<json> buffered_chat_chunks(const ApiRequest& req, const ResponseMeta& meta, int32_t choice,
+                                       const std::string& text, FinishReason finish) {
+  json delta = {{"role", "assistant"}, {"content", text}};
+  json reason = finish_json(finish);
+  if (finish == FinishReason::kStop) {
+    std::string content;
+    const std::vector<ToolCall> calls = extract_tool_calls(req.tools, text, content, tool_call_id(meta, static_cast<size_t>(choice)));
+    if (!calls.empty()) {
+      delta = {{"role", "assistant"}, {"content", content.empty() ? json(nullptr) : json(content)},
+               {"tool_calls", tool_calls_json(calls, true)}};
+      reason = "tool_calls";
+    }
+  }
+  json first = envelope(req, meta, true), last = envelope(req, meta, true);
+  first["choices"] = json::array({{{"index", choice}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  last["choices"] = json::array({{{"index", choice}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}});
+  if (req.include_usage) first["usage"] = last["usage"] = nullptr;
+  return {first, last};
 }
 
 json usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const RequestUsage& usage) {

@@ -175,6 +175,7 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
                         const std::function<bool()>& client_alive) {
   std::vector<bool> first(static_cast<size_t>(req_.choices()), true);
   std::vector<Utf8Offset> text_offset(static_cast<size_t>(req_.choices()));
+  std::vector<std::string> held(static_cast<size_t>(req_.choices()));  // chat with tools: text until the end
   // /v1/responses frames its own event sequence (one choice); the other APIs send chunks.
   std::optional<ResponsesStream> responses;
   if (!req_.responses.is_null()) responses.emplace(req_, meta_);
@@ -215,6 +216,14 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
     }
     if (event.finish == FinishReason::kError) {
       if (!write(sse_frame(error_body(500, "generation failed: " + event.error, "", "engine_error")))) return gone();
+      continue;
+    }
+    if (req_.tools.offered()) {  // held until the choice ends: its text may be tool calls
+      held[c] += event.text;
+      if (event.finish != FinishReason::kNone)
+        for (const nlohmann::json& chunk : buffered_chat_chunks(req_, meta_, event.choice, held[c], event.finish))
+          if (!write(sse_frame(chunk))) return gone();
+      last_write = std::chrono::steady_clock::now();
       continue;
     }
     const bool has_logprobs = req_.logprobs && !event.logprobs.empty();

@@ -1,0 +1,195 @@
+#include "server/tools.h"
+
+#include "server/openai_request.h"
+
+namespace fathom {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param, "invalid_value");
+}
+
+bool valid_name(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+json call_object(const std::string& name, const json& arguments) { return {{"name", name}, {"arguments", arguments}}; }
+
+}  // namespace
+
+ToolPlan parse_tools(const json& body) {
+  ToolPlan plan;
+  auto t = body.find("tools");
+  if (t == body.end() || t->is_null()) {
+    if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null() && *c != "none" && *c != "auto")
+      bad("tool_choice", "'tool_choice' needs 'tools'");
+    return plan;
+  }
+  if (!t->is_array()) bad("tools", "'tools' must be an array of function tools");
+  if (t->size() > 128) bad("tools", "at most 128 tools");
+  for (size_t i = 0; i < t->size(); ++i) {
+    const json& tool = (*t)[i];
+    const std::string param = "tools[" + std::to_string(i) + "]";
+    if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+        !tool["function"].is_object())
+      bad(param, "'" + param + "' must be {\"type\": \"function\", \"function\": {...}}");
+    const json& f = tool["function"];
+    ToolSpec spec;
+    spec.name = f.value("name", "");
+    if (!valid_name(spec.name)) bad(param + ".function.name", "a function name is 1-64 of [A-Za-z0-9_-]");
+    for (const ToolSpec& other : plan.tools)
+      if (other.name == spec.name) bad(param + ".function.name", "duplicate function name '" + spec.name + "'");
+    if (f.contains("description") && !f["description"].is_null()) {
+      if (!f["description"].is_string()) bad(param + ".function.description", "must be a string");
+      spec.description = f["description"].get<std::string>();
+    }
+    spec.parameters = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"]
+                                                                             : json{{"type", "object"}, {"properties", json::object()}};
+    if (!spec.parameters.is_object()) bad(param + ".function.parameters", "must be a JSON Schema object");
+    spec.strict = f.value("strict", false);
+    plan.tools.push_back(std::move(spec));
+  }
+  plan.mode = ToolPlan::Mode::kAuto;
+  auto c = body.find("tool_choice");
+  if (c == body.end() || c->is_null() || *c == "auto") return plan;
+  if (*c == "none") plan.mode = ToolPlan::Mode::kNone;
+  else if (*c == "required") plan.mode = ToolPlan::Mode::kRequired;
+  else if (c->is_object() && c->value("type", "") == "function" && c->contains("function") &&
+           (*c)["function"].is_object() && (*c)["function"].contains("name")) {
+    plan.named = (*c)["function"]["name"].get<std::string>();
+    bool known = false;
+    for (const ToolSpec& s : plan.tools) known = known || s.name == plan.named;
+    if (!known) bad("tool_choice", "tool_choice names '" + plan.named + "', which is not in 'tools'");
+    plan.mode = ToolPlan::Mode::kNamed;
+  } else {
+    bad("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  return plan;
+}
+
+std::string tools_prompt(const ToolPlan& plan) {
+  if (!plan.offered()) return "";
+  std::string s =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const ToolSpec& t : plan.tools) {
+    json sig = {{"type", "function"},
+                {"function", {{"name", t.name}, {"description", t.description}, {"parameters", t.parameters}}}};
+    s += '\n';
+    s += sig.dump();
+  }
+  s += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+       "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+       "</tool_call>";
+  return s;
+}
+
+std::string render_tool_calls(const json& tool_calls, const std::string& param) {
+  if (!tool_calls.is_array()) bad(param, "'" + param + "' must be an array");
+  std::string s;
+  for (const json& call : tool_calls) {
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+      bad(param, "each tool call needs a 'function' object");
+    const json& f = call["function"];
+    if (!f.contains("name") || !f["name"].is_string()) bad(param, "each tool call needs 'function.name'");
+    json arguments = json::object();
+    if (f.contains("arguments") && f["arguments"].is_string()) {
+      arguments = json::parse(f["arguments"].get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (arguments.is_discarded()) bad(param, "tool call arguments must be JSON text");
+    }
+    if (!s.empty()) s += "\n";
+    s += "<tool_call>\n";
+    s += call_object(f["name"].get<std::string>(), arguments).dump();
+    s += "\n</tool_call>";
+  }
+  return s;
+}
+
+std::string render_tool_result(const std::string& content) {
+  std::string s = "<tool_response>\n";
+  s += content;
+  s += "\n</tool_response>";
+  return s;
+}
+
+OutputConstraint tool_constraint(const ToolPlan& plan) {
+  OutputConstraint c;
+  if (plan.mode == ToolPlan::Mode::kNamed) {
+    for (const ToolSpec& t : plan.tools)
+      if (t.name == plan.named) {
+        c = {OutputConstraint::Kind::kJsonSchema, t.parameters.dump(), t.strict};
+      }
+  } else if (plan.mode == ToolPlan::Mode::kRequired) {
+    json any = json::array();
+    for (const ToolSpec& t : plan.tools)
+      any.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", t.name}}}, {"arguments", t.parameters}}},
+                     {"required", {"name", "arguments"}},
+                     {"additionalProperties", false}});
+    c = {OutputConstraint::Kind::kJsonSchema, json{{"anyOf", any}}.dump(), false};
+  }
+  return c;
+}
+
+std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string& text, std::string& content,
+                                         const std::string& id_prefix) {
+  std::vector<ToolCall> calls;
+  content = text;
+  auto id = [&] { return id_prefix + std::to_string(calls.size()); };
+  if (plan.mode == ToolPlan::Mode::kNamed) {
+    calls.push_back({id(), plan.named, text});
+    content.clear();
+    return calls;
+  }
+  auto known = [&](const std::string& name) {
+    for (const ToolSpec& t : plan.tools)
+      if (t.name == name) return true;
+    return false;
+  };
+  auto from_json = [&](const std::string& s) {
+    const json j = json::parse(s, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("name") && j["name"].is_string() && known(j["name"].get<std::string>()) &&
+        j.contains("arguments") && j["arguments"].is_object())
+      calls.push_back({id(), j["name"].get<std::string>(), j["arguments"].dump()});
+  };
+  if (plan.mode == ToolPlan::Mode::kRequired) {
+    from_json(text);
+    if (!calls.empty()) content.clear();
+    return calls;
+  }
+  // auto: <tool_call> ... </tool_call> blocks, the rest is content.
+  std::string rest;
+  size_t at = 0;
+  for (;;) {
+    const size_t open = text.find("<tool_call>", at);
+    const size_t close = open == std::string::npos ? std::string::npos : text.find("</tool_call>", open);
+    if (close == std::string::npos) break;
+    rest += text.substr(at, open - at);
+    from_json(text.substr(open + 11, close - open - 11));
+    at = close + 12;
+  }
+  rest += text.substr(at);
+  if (!calls.empty()) {
+    const size_t b = rest.find_first_not_of(" \n\t"), e = rest.find_last_not_of(" \n\t");
+    content = b == std::string::npos ? "" : rest.substr(b, e - b + 1);
+  }
+  return calls;
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id}, {"type", "function"}, {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace fathom

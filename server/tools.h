@@ -1,0 +1,56 @@
+#pragma once
+// Function tools for /v1/chat/completions: `tools` ({"type": "function", "function": {name,
+// description, parameters, strict}}), `tool_choice` (none, auto, required, or a named function),
+// assistant `tool_calls` and `tool` messages in the conversation.
+//
+// The tools are described to the model in a system section (the Hermes / Qwen convention that
+// ChatML models are trained on: <tools> signatures, calls as <tool_call>{"name", "arguments"}
+// </tool_call>, results as <tool_response>). A named or required tool_choice constrains the output
+// token by token (engine/constraint): named = the function's parameters schema, so the text *is*
+// the arguments; required = one of {"name": const, "arguments": schema}. With auto the model
+// may answer in text or in <tool_call> blocks, which are parsed out.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/request.h"
+
+namespace fathom {
+
+struct ToolSpec {
+  std::string name;
+  std::string description;
+  nlohmann::json parameters;  // a JSON Schema object
+  bool strict = false;
+};
+
+struct ToolPlan {
+  enum class Mode { kNone, kAuto, kRequired, kNamed };
+  Mode mode = Mode::kNone;
+  std::vector<ToolSpec> tools;
+  std::string named;  // kNamed: the function to call
+  bool offered() const { return mode != Mode::kNone && !tools.empty(); }
+};
+
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
+// `tools` + `tool_choice`; throws ApiError 400 naming the field.
+ToolPlan parse_tools(const nlohmann::json& body);
+// The system-prompt section describing the tools ("" when none are offered).
+std::string tools_prompt(const ToolPlan& plan);
+// An assistant message's tool_calls and a tool message's content, as the model sees them.
+std::string render_tool_calls(const nlohmann::json& tool_calls, const std::string& param);
+std::string render_tool_result(const std::string& content);
+// The output constraint a named / required tool_choice implies (kind kNone otherwise).
+OutputConstraint tool_constraint(const ToolPlan& plan);
+// The calls in a finished answer; `content` gets the text outside them. Empty when none.
+std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string& text, std::string& content,
+                                         const std::string& id_prefix);
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
+
+}  // namespace fathom

@@ -1,0 +1,93 @@
+"""Function tools on /v1/chat/completions through the official openai client: a named or required
+tool_choice yields calls whose arguments parse and validate against the function's schema (the
+output is constrained to it), whole and streamed; a tool round trip (assistant tool_calls + tool
+result) continues the conversation; bad tool fields are 400s."""
+import json
+
+import jsonschema
+import openai
+import pytest
+
+MODEL = "smollm2-135m-instruct-q4_1"
+WEATHER = {"type": "object",
+           "properties": {"city": {"type": "string", "maxLength": 24},
+                          "unit": {"enum": ["celsius", "fahrenheit"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+TIME = {"type": "object", "properties": {"timezone": {"type": "string", "maxLength": 24}},
+        "required": ["timezone"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                           "parameters": WEATHER, "strict": True}},
+         {"type": "function", "function": {"name": "get_time", "description": "Time in a timezone",
+                                           "parameters": TIME, "strict": True}}]
+SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def oa(server):
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused")
+
+
+def check_call(call, name=None):
+    assert call.type == "function" and call.id.startswith("call_")
+    assert name is None or call.function.name == name
+    jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+
+def test_named_tool_choice_validates_over_seeds(oa):
+    for seed in range(4):
+        r = oa.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, temperature=1.0, seed=seed,
+                                       max_tokens=64,
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and c.message.content is None
+        check_call(c.message.tool_calls[0], "get_weather")
+
+
+def test_required_tool_choice_picks_a_known_function(oa):
+    for seed in range(4):
+        c = oa.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required",
+                                       temperature=1.0, seed=seed, max_tokens=64).choices[0]
+        assert c.finish_reason == "tool_calls"
+        check_call(c.message.tool_calls[0])
+
+
+def test_streamed_tool_call_equals_whole(oa):
+    kw = dict(model=MODEL, messages=ASK, tools=TOOLS, temperature=1.0, seed=3, max_tokens=64,
+              tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    whole = oa.chat.completions.create(**kw).choices[0].message.tool_calls[0]
+    calls, finish = {}, None
+    for chunk in oa.chat.completions.create(**kw, stream=True):
+        for ch in chunk.choices:
+            for tc in ch.delta.tool_calls or []:
+                entry = calls.setdefault(tc.index, {"id": tc.id, "name": "", "arguments": ""})
+                entry["name"] += tc.function.name or ""
+                entry["arguments"] += tc.function.arguments or ""
+            finish = ch.finish_reason or finish
+    assert finish == "tool_calls"
+    assert calls[0]["name"] == whole.function.name and calls[0]["arguments"] == whole.function.arguments
+    assert calls[0]["id"].startswith("call_")  # ids are per response
+
+
+def test_tool_round_trip(oa):
+    first = oa.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, temperature=0, max_tokens=64,
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    call = first.choices[0].message.tool_calls[0]
+    messages = ASK + [{"role": "assistant", "content": None,
+                       "tool_calls": [{"id": call.id, "type": "function",
+                                       "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+                      {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 21})}]
+    second = oa.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, tool_choice="none",
+                                        temperature=0, max_tokens=24)
+    assert second.choices[0].message.content and not second.choices[0].message.tool_calls
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+    ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+])
+def test_bad_tool_fields_are_400s(oa, extra, param):
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, **extra)
+    assert e.value.body["param"] == param
