@@ -100,9 +100,10 @@ bool Generation::poll(StreamEvent& event) {
   }
 }
 
-bool Generation::next(StreamEvent& event, const std::function<bool()>& client_alive, bool& client_gone) {
+bool Generation::next(StreamEvent& event, const std::function<bool()>& client_alive, bool& client_gone,
+                      const std::function<bool()>& on_idle) {
   // The client is looked at every kPollInterval whether or not events keep coming: a request
-  // generating steadily must still notice its client left.
+  // generating steadily (or a stream holding its text back) must still notice its client left.
   auto check_client = [&] {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_client_check_ < kPollInterval) return true;
@@ -114,6 +115,10 @@ bool Generation::next(StreamEvent& event, const std::function<bool()>& client_al
   while (!poll(event)) {
     if (all_done()) return false;
     if (!check_client()) return false;
+    if (on_idle && !on_idle()) {
+      client_gone = true;
+      return false;
+    }
   }
   if (!check_client()) return false;
   note_event(event);
@@ -194,17 +199,13 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
   if (responses && !write_all(responses->begin())) return gone();
   StreamEvent event;
   auto last_write = std::chrono::steady_clock::now();
-  for (;;) {
-    if (!poll(event)) {
-      if (all_done()) break;
-      if (!client_alive()) return gone();
-      if (std::chrono::steady_clock::now() - last_write >= kKeepAliveInterval) {
-        if (!write(kSseKeepAlive)) return gone();
-        last_write = std::chrono::steady_clock::now();
-      }
-      continue;
-    }
-    note_event(event);
+  auto keep_alive = [&] {
+    if (std::chrono::steady_clock::now() - last_write < kKeepAliveInterval) return true;
+    last_write = std::chrono::steady_clock::now();
+    return write(kSseKeepAlive);
+  };
+  bool client_gone = false;
+  while (next(event, client_alive, client_gone, keep_alive)) {
     const size_t c = static_cast<size_t>(event.choice);
     if (c >= first.size()) continue;
     if (responses) {
@@ -220,9 +221,9 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
     }
     if (req_.tools.offered()) {  // held until the choice ends: its text may be tool calls
       held[c] += event.text;
-      if (event.finish != FinishReason::kNone)
-        for (const nlohmann::json& chunk : buffered_chat_chunks(req_, meta_, event.choice, held[c], event.finish))
-          if (!write(sse_frame(chunk))) return gone();
+      if (event.finish == FinishReason::kNone) continue;
+      for (const nlohmann::json& chunk : buffered_chat_chunks(req_, meta_, event.choice, held[c], event.finish))
+        if (!write(sse_frame(chunk))) return gone();
       last_write = std::chrono::steady_clock::now();
       continue;
     }
@@ -234,6 +235,7 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
     last_write = std::chrono::steady_clock::now();
     first[c] = false;
   }
+  if (client_gone) return gone();
   if (responses) {
     if (!write_all(responses->end(finish, usage(), error))) return gone();
   } else {

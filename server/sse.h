@@ -40,8 +40,10 @@ class Generation {
   const ApiRequest& request() const { return req_; }
 
  private:
-  // false once every choice has finished, or (client_gone set) when `client_alive` said no.
-  bool next(StreamEvent& event, const std::function<bool()>& client_alive, bool& client_gone);
+  // false once every choice has finished, or (client_gone set) when `client_alive` said no or
+  // `on_idle` (called whenever no event came for kPollInterval, e.g. to send a keep-alive) failed.
+  bool next(StreamEvent& event, const std::function<bool()>& client_alive, bool& client_gone,
+            const std::function<bool()>& on_idle = {});
   // An event from any prompt's request within kPollInterval (choice renumbered p·n + c).
   bool poll(StreamEvent& event);
   bool all_done() const;

@@ -91,3 +91,31 @@ def test_bad_tool_fields_are_400s(oa, extra, param):
     with pytest.raises(openai.BadRequestError) as e:
         oa.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, **extra)
     assert e.value.body["param"] == param
+
+
+def test_a_streamed_tool_request_is_cancelled_when_its_client_leaves(server):
+    # With tools offered a stream holds its text back until the choice ends, so nothing is
+    # written while it generates: the client must still be noticed leaving.
+    import re
+    import time
+
+    import requests
+
+    def running():
+        text = requests.get(f"{server.base_url}/metrics", timeout=5).text
+        return float(re.search(r"^fathom_requests_running (\S+)$", text, re.M).group(1))
+
+    r = requests.post(f"{server.base_url}/v1/chat/completions", stream=True, timeout=60,
+                      json={"model": MODEL, "messages": ASK, "tools": TOOLS, "stream": True,
+                            "max_tokens": 3000, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    end = time.monotonic() + 30
+    while running() < 1 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert running() >= 1
+    time.sleep(1.0)  # decoding, not prefilling
+    r.close()
+    end = time.monotonic() + 5
+    while running() > 0 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert running() == 0, "the held stream kept generating after its client left"
