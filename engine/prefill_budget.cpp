@@ -77,11 +77,13 @@ std::vector<int64_t> prefill_shares(const std::vector<PrefillWant>& wants, int64
   const size_t n = wants.size();
   std::vector<int64_t> tokens(n, 0);
   if (n == 0 || budget <= 0) return tokens;
-  // Cost per token of each chunk, taken at the middle of the chunk it could get at most.
+  // Cost per token of each chunk, averaged over the largest chunk it could get.
   std::vector<double> per_token(n), cost_wants(n);
   for (size_t i = 0; i < n; ++i) {
     const double c = static_cast<double>(std::min(wants[i].tokens, budget));
-    per_token[i] = equivalent_positions > 0 ? 1.0 + (static_cast<double>(wants[i].position) + c / 2) / equivalent_positions : 1.0;
+    per_token[i] = equivalent_positions > 0
+                       ? 1.0 + chunk_attention_positions(static_cast<double>(wants[i].position), c) / c / equivalent_positions
+                       : 1.0;
     cost_wants[i] = static_cast<double>(wants[i].tokens) * per_token[i];
   }
   const std::vector<double> shares = water_fill(cost_wants, static_cast<double>(budget));

@@ -28,6 +28,10 @@ struct PrefillWant {
   bool awaiting_first_token = false;  // nothing generated yet: completing the prompt emits a token
 };
 
+// Attention work of a chunk of `tokens` starting at `position`, in earlier positions read:
+// Σ over its tokens of (position + i) ≈ tokens · (position + tokens/2). What E converts to tokens.
+inline double chunk_attention_positions(double position, double tokens) { return tokens * (position + tokens / 2); }
+
 // Learns E from the steps the engine actually runs: step seconds ≈ o + a·T + b·A, with T the
 // step's tokens and A = Σ chunk·(position + chunk/2) its attention positions, fitted by least
 // squares with exponential forgetting (recent steps count most); E = a / b. Until the fit is
@@ -38,7 +42,6 @@ class StepCostModel {
   explicit StepCostModel(double prior_positions) : prior_(prior_positions) {}
   void observe(double tokens, double attention_positions, double seconds);
   double equivalent_positions() const;
-  int64_t observations() const { return n_; }
 
  private:
   static constexpr double kForget = 0.995;  // weight of a step 140 steps ago: 1/2

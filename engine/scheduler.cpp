@@ -275,7 +275,7 @@ void Scheduler::step() {
     for (const SeqStep& s : plan.seqs) {
       const double c = static_cast<double>(s.tokens.size());
       tokens += c;
-      positions += c * (s.pos0 + c / 2);
+      positions += chunk_attention_positions(s.pos0, c);
     }
     const double seconds = seconds_between(t0, Clock::now());
     step_cost_.observe(tokens, positions, seconds);

@@ -234,8 +234,9 @@ HttpResponse HttpServer::Impl::route(const HttpRequest& req, HttpClient& client)
   // traffic (readiness): loaded, not draining and the engine's queue not full.
   if (req.path == "/live") return json_response(200, {{"status", "alive"}});
   if (req.path == "/ready") {
-    State s = state.load(std::memory_order_acquire);
-    const double waiting = metrics.gauge("fathom_requests_waiting", "Requests queued for admission").value();
+    const State s = state.load(std::memory_order_acquire);
+    const Engine* engine = engine_ptr.load(std::memory_order_acquire);
+    const int32_t waiting = engine ? engine->waiting() : 0;
     const bool overloaded = s == State::kReady && waiting >= std::max(1, config.scheduler.max_queue);
     HttpResponse r = json_response(s == State::kReady && !overloaded ? 200 : 503,
                                    {{"status", overloaded ? "overloaded" : state_name(s)}, {"waiting", waiting}});

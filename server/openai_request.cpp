@@ -316,10 +316,12 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
   if (out.kind == ApiKind::kChat && field(body, "max_completion_tokens")) max_param = "max_completion_tokens";
   const std::optional<int64_t> asked = get_any_int(body, max_param);
   r.max_tokens = INT32_MAX;
-  for (const std::vector<int32_t>& prompt : out.prompts.empty() ? std::vector<std::vector<int32_t>>{r.prompt} : out.prompts) {
-    check_prompt_fits(prompt.size(), model, out.kind == ApiKind::kChat ? "messages" : "prompt");
-    r.max_tokens = std::min(r.max_tokens, resolve_max_tokens(asked, prompt.size(), model, config, max_param));
-  }
+  auto fit = [&](size_t prompt_tokens) {
+    check_prompt_fits(prompt_tokens, model, out.kind == ApiKind::kChat ? "messages" : "prompt");
+    r.max_tokens = std::min(r.max_tokens, resolve_max_tokens(asked, prompt_tokens, model, config, max_param));
+  };
+  if (out.prompts.empty()) fit(r.prompt.size());
+  for (const std::vector<int32_t>& prompt : out.prompts) fit(prompt.size());
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ xgrammar::TokenizerInfo tokenizer_info(const Tokenizer& tok, int32_t vocab_size)
 }  // namespace
 
 ConstraintCompiler::ConstraintCompiler(const Tokenizer& tokenizer, int32_t vocab_size)
-    : impl_(std::make_unique<Impl>(tokenizer_info(tokenizer, vocab_size))), vocab_size_(vocab_size) {}
+    : impl_(std::make_unique<Impl>(tokenizer_info(tokenizer, vocab_size))) {}
 
 ConstraintCompiler::~ConstraintCompiler() = default;
 

@@ -26,12 +26,10 @@ class ConstraintCompiler {
   ~ConstraintCompiler();
   // Throws fathom::Error naming the problem for an invalid or unsupported schema / grammar.
   std::shared_ptr<const CompiledConstraint> compile(const OutputConstraint& constraint);
-  int32_t vocab_size() const { return vocab_size_; }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  int32_t vocab_size_;
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<const CompiledConstraint>> cache_;
 };
