@@ -103,11 +103,12 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   const int64_t bs = backend_.kv_layout().block_size;
   const int64_t need = (prompt + request.max_tokens + bs - 1) / bs +
                        static_cast<int64_t>(request.n - 1) * ((request.max_tokens + bs - 1) / bs + 1);
-  if (need > backend_.kv_blocks())
+  const int32_t cache_blocks = scheduler_->allocator().num_blocks();  // both tiers; fixed after construction
+  if (need > cache_blocks)
     throw Error("this request needs up to " + std::to_string(need) + " KV cache blocks of " + std::to_string(bs) +
                 " tokens (prompt " + std::to_string(prompt) + " + max_tokens " + std::to_string(request.max_tokens) +
                 (request.n > 1 ? ", n " + std::to_string(request.n) : std::string()) + "); the cache holds " +
-                std::to_string(backend_.kv_blocks()) + ": lower max_tokens" + (request.n > 1 ? " or n" : ""));
+                std::to_string(cache_blocks) + ": lower max_tokens" + (request.n > 1 ? " or n" : ""));
 
   auto state = std::make_unique<RequestState>();
   if (request.constraint.kind != OutputConstraint::Kind::kNone) state->constraint = constraints().compile(request.constraint);
@@ -169,6 +170,12 @@ bool Engine::drain(std::chrono::milliseconds timeout) {
     for (auto& weak : handles_)
       if (auto h = weak.lock()) h->cancel();
   return finished;
+}
+
+Engine::KvCapacity Engine::kv_capacity() const {
+  const BlockAllocator& a = scheduler_->allocator();
+  const SchedulerConfig& c = scheduler_->config();
+  return {a.device_blocks(), a.host_blocks(), a.block_size(), c.max_batched_tokens, c.max_num_seqs};
 }
 
 int32_t Engine::running() const { return running_count_.load(); }

@@ -28,7 +28,7 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 64;          // sequences in one step
   int32_t max_batched_tokens = 512;   // tokens (decode + prefill chunks) in one step
   int32_t max_queue = 256;            // waiting requests before submit() refuses (HTTP 429)
-  int64_t host_kv_bytes = 0;          // host tier budget for swapped-out KV blocks; 0 = no swap
+  int64_t host_kv_bytes = 0;          // host tier of the KV cache (docs/tiered_kv.md); 0: none
   bool prefix_caching = true;
   // Bifurcated attention for decode steps that share leading KV blocks (n > 1 choices, prefix
   // cache hits): used when a group has at least `bifurcated_min_seqs` sequences sharing at least
@@ -88,6 +88,11 @@ class Engine {
   const Model& model() const { return model_; }
   Backend& backend() { return backend_; }
   const SchedulerConfig& config() const { return config_; }
+  // What the KV cache holds and the step limits the scheduler runs with (fixed after construction).
+  struct KvCapacity {
+    int32_t device_blocks, host_blocks, block_size, max_batched_tokens, max_num_seqs;
+  };
+  KvCapacity kv_capacity() const;
   int32_t running() const;  // sequences being processed
   int32_t waiting() const;  // requests queued
 

@@ -53,11 +53,12 @@ struct Scheduler::Metrics {
         usage_host(r.gauge("fathom_kv_usage_ratio", "Fraction of the tier's KV capacity in use", {{"tier", "host"}})),
         prefix_queries(r.counter("fathom_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache")),
         prefix_hits(r.counter("fathom_prefix_cache_hits_total", "Prompt tokens served from the prefix cache")),
-        preempt_swap(r.counter("fathom_preemptions_total", "Sequences preempted under KV pressure", {{"mode", "swap"}})),
         preempt_recompute(
             r.counter("fathom_preemptions_total", "Sequences preempted under KV pressure", {{"mode", "recompute"}})),
         swap_out(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "out"}})),
         swap_in(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "in"}})),
+        demoted(r.counter("fathom_kv_blocks_demoted_total",
+                          "KV blocks moved from the device tier to the host tier to make room for a step's writes")),
         registry(r) {}
 
   // Created for every policy up front so the family is present (at 0) before any decode.
@@ -75,19 +76,37 @@ struct Scheduler::Metrics {
   Counter &prompt_tokens, &generation_tokens;
   Histogram &ttft, &itl, &e2e, &queue, &prefill_time, &decode_time, &step_tokens, &step_time;
   Gauge &blocks_device, &blocks_host, &usage_device, &usage_host;
-  Counter &prefix_queries, &prefix_hits, &preempt_swap, &preempt_recompute, &swap_out, &swap_in;
+  Counter &prefix_queries, &prefix_hits, &preempt_recompute, &swap_out, &swap_in, &demoted;
   MetricsRegistry& registry;
 };
+
+namespace {
+// Host-tier blocks the config's budget asks for, as many as the backend gives.
+int32_t host_tier_blocks(Backend& backend, const SchedulerConfig& config) {
+  const int64_t blocks = config.host_kv_bytes / static_cast<int64_t>(backend.block_bytes());
+  return blocks > 0 ? backend.reserve_host_tier(static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX / 2))) : 0;
+}
+}  // namespace
 
 Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics)
     : model_(model),
       backend_(backend),
       config_(config),
-      allocator_(backend.kv_blocks(), backend.kv_layout().block_size),
+      allocator_(backend.kv_blocks(), backend.kv_layout().block_size, host_tier_blocks(backend, config)),
       metrics_(std::make_unique<Metrics>(metrics)),
       prefix_(allocator_),
-      host_(config.host_kv_bytes),
       step_cost_(attention_equivalent_positions(model.config())) {
+  // With a host tier every block a step writes must be in the device tier at once: a step's
+  // prefill tokens over whole blocks plus two more blocks per sequence in it (a partial first
+  // block, or the block before one the step opens, whose running V sum carries over). A device tier too
+  // small for the configured step gets smaller steps (the server logs the limits it runs with).
+  if (allocator_.host_blocks() > 0) {
+    const int32_t bs = allocator_.block_size(), device = allocator_.device_blocks();
+    if (device < 3) throw Error("the device KV tier holds " + std::to_string(device) + " blocks: raise kv_cache.device_mib");
+    auto writes = [&] { return (config_.max_batched_tokens + bs - 1) / bs + 2 * config_.max_num_seqs; };
+    if (writes() > device) config_.max_num_seqs = std::max(1, std::min(config_.max_num_seqs, device / 6));
+    if (writes() > device) config_.max_batched_tokens = (device - 2 * config_.max_num_seqs) * bs;
+  }
   for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
     metrics_->finished(r);  // export every reason from the start, at 0
   for (int k = 0; k < kPolicyKinds; ++k) metrics_->kv_read(static_cast<PolicyKind>(k));
@@ -163,18 +182,9 @@ Sequence* Scheduler::pick_victim(const Sequence* except) {
 }
 
 void Scheduler::preempt(Sequence& seq) {
-  Backend& dev = backend_;  // block data lives where the backend keeps it
-  const int64_t block_bytes = static_cast<int64_t>(dev.block_bytes());
-  const int64_t bytes = block_bytes * static_cast<int64_t>(seq.blocks.size());
-  if (bytes > 0 && host_.try_reserve(bytes)) {
-    seq.swapped_kv.resize(bytes);
-    for (size_t i = 0; i < seq.blocks.size(); ++i) dev.read_block(seq.blocks[i], seq.swapped_kv.data() + i * block_bytes);
-    release_blocks(seq);
-    seq.state = SeqState::kSwapped;
-    metrics_->preempt_swap.inc();
-    metrics_->swap_out.inc(static_cast<double>(bytes));
-    return;
-  }
+  // Recompute: the blocks go back (their full ones stay in the prefix cache when it has them), the
+  // sequence is queued for prefill again. With a host tier this happens only when both tiers are
+  // full; a sequence whose blocks do not fit the device tier keeps running from both tiers.
   release_blocks(seq);
   seq.n_computed = 0;
   seq.n_registered = 0;
@@ -184,22 +194,70 @@ void Scheduler::preempt(Sequence& seq) {
   metrics_->preempt_recompute.inc();
 }
 
-bool Scheduler::swap_in(Sequence& seq) {
-  Backend& dev = backend_;
-  const int64_t block_bytes = static_cast<int64_t>(dev.block_bytes());
-  const int32_t n = static_cast<int32_t>(static_cast<int64_t>(seq.swapped_kv.size()) / block_bytes);
-  if (available_blocks() < n + 1) return false;  // +1: room for the next token
+void Scheduler::copy_block(int32_t src, int32_t dst) {
+  if (allocator_.host_blocks() == 0) return backend_.copy_block(src, dst);
+  backend_.copy_slot(allocator_.tier(src), allocator_.slot(src), allocator_.tier(dst), allocator_.slot(dst));
+}
+
+int32_t Scheduler::next_device_victim(const std::vector<char>& written) {
+  const int32_t n = allocator_.device_blocks();
   for (int32_t i = 0; i < n; ++i) {
-    FATHOM_CHECK(allocate_block(seq));
-    dev.write_block(seq.blocks.back(), seq.swapped_kv.data() + i * block_bytes);
+    const int32_t slot = clock_hand_;
+    clock_hand_ = (clock_hand_ + 1) % n;
+    const int32_t b = allocator_.block_at_device_slot(slot);
+    if (b >= 0 && !written[b]) return b;
   }
-  host_.release(static_cast<int64_t>(seq.swapped_kv.size()));
-  metrics_->swap_in.inc(static_cast<double>(seq.swapped_kv.size()));
-  seq.swapped_kv.clear();
-  seq.swapped_kv.shrink_to_fit();
-  seq.state = SeqState::kRunning;
-  FATHOM_CHECK(ensure_room(seq, static_cast<int32_t>(seq.tokens.size())));  // the pending token's slot
-  return true;
+  return -1;
+}
+
+void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of) {
+  if (allocator_.host_blocks() == 0) return;  // one tier: block ids are device slots
+  const int32_t bs = allocator_.block_size();
+  struct Write {
+    int32_t block;
+    bool holds_data;  // some position before the step's first is already in it
+  };
+  std::vector<Write> writes;
+  written_.assign(allocator_.num_blocks(), 0);
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const Sequence& s = *planned[i];
+    // A step that opens a block also reads the block before it (the running V sum carries over).
+    const int32_t first = s.n_computed % bs == 0 && s.n_computed > 0 ? s.n_computed / bs - 1 : s.n_computed / bs;
+    for (int32_t b = first; b <= (s.n_computed + chunk_of[i] - 1) / bs; ++b) {
+      writes.push_back({s.blocks[b], b * bs < s.n_computed});
+      written_[s.blocks[b]] = 1;
+    }
+  }
+  for (const Write& w : writes) {
+    if (allocator_.tier(w.block) == KvTier::kDevice) continue;
+    const int32_t host_slot = allocator_.slot(w.block);
+    if (allocator_.move_to_device(w.block)) {
+      if (w.holds_data) {
+        try {
+          backend_.copy_slot(KvTier::kHost, host_slot, KvTier::kDevice, allocator_.slot(w.block));
+        } catch (...) {
+          FATHOM_CHECK(allocator_.move_to_host(w.block));  // not moved: back where its bytes are
+          throw;
+        }
+      }
+      continue;
+    }
+    const int32_t victim = next_device_victim(written_);
+    FATHOM_CHECK(victim >= 0, "a step writes more blocks than the device tier holds");
+    if (w.holds_data)
+      backend_.exchange_slots(allocator_.slot(victim), host_slot);
+    else
+      backend_.copy_slot(KvTier::kDevice, allocator_.slot(victim), KvTier::kHost, host_slot);
+    allocator_.exchange(victim, w.block);
+    metrics_->demoted.inc();
+  }
+  // The kernels read physical slots (negative: host tier, staged by the backend).
+  physical_.resize(planned.size());
+  for (size_t i = 0; i < planned.size(); ++i) {
+    physical_[i].clear();
+    for (int32_t b : planned[i]->blocks) physical_[i].push_back(allocator_.physical(b));
+    plan.seqs[i].blocks = &physical_[i];
+  }
 }
 
 void Scheduler::admit(Sequence& seq) {
@@ -270,6 +328,7 @@ void Scheduler::step() {
   // Run, inside the error boundary: a step that throws fails the requests in it, nothing else.
   try {
     const auto t0 = Clock::now();
+    make_resident(plan, planned, chunk_of);
     backend_.forward(plan, logits_);
     double tokens = 0, positions = 0;
     for (const SeqStep& s : plan.seqs) {
@@ -290,6 +349,9 @@ void Scheduler::step() {
     return;
   }
   if (masks.valid()) masks.wait();
+  const TierBytes moved = backend_.take_tier_bytes();
+  metrics_->swap_in.inc(static_cast<double>(moved.host_to_device));
+  metrics_->swap_out.inc(static_cast<double>(moved.device_to_host));
   const KvReadBytes kv_read = backend_.take_kv_read_bytes();
   for (int k = 0; k < kPolicyKinds; ++k)
     if (kv_read[k] > 0) metrics_->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));
@@ -308,27 +370,17 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
       if (s->state != SeqState::kFinished) seqs.push_back(s.get());
 
   // 1. Room for every running sequence's pending tokens, preempting from the back if short.
-  bool preempted = false;
   for (Sequence* s : seqs) {
     if (s->state != SeqState::kRunning) continue;
     guarded(*s->request, [&] {
       while (!ensure_room(*s, static_cast<int32_t>(s->tokens.size()))) {
         Sequence* victim = pick_victim(s);
         Sequence& v = victim ? *victim : *s;
-        preempted = true;
-        guarded(*v.request, [&] { preempt(v); });  // a failed move fails the victim, whose blocks go back
+        guarded(*v.request, [&] { preempt(v); });
         if (!victim) break;
       }
     });
   }
-  // 2. Swapped sequences come back first when there is room (they are older than new ones).
-  if (!preempted)
-    for (Sequence* s : seqs) {
-      if (s->state != SeqState::kSwapped) continue;
-      bool back = false;
-      guarded(*s->request, [&] { back = swap_in(*s); });
-      if (!back && s->state == SeqState::kSwapped) break;
-    }
 
   // 3. The step: decode tokens first, then prefill chunks, then admissions.
   int32_t budget = config_.max_batched_tokens;
@@ -449,7 +501,7 @@ void Scheduler::fork_choices(RequestState& r, const float* logits) {
     child->last_hash = parent.last_hash;
     if (parent.n_computed % bs != 0) {
       if (allocate_block(*child)) {
-        backend_.copy_block(parent.blocks[full], child->blocks.back());
+        copy_block(parent.blocks[full], child->blocks.back());
       } else {  // no room to copy: this choice recomputes its prompt later (prefix cache helps)
         release_blocks(*child);
         child->n_computed = 0;
@@ -518,8 +570,6 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail, con
   if (seq.state == SeqState::kFinished) return;
   if (reason != FinishReason::kError) register_full_blocks(seq);  // a failed step's blocks are not trusted
   release_blocks(seq);
-  if (!seq.swapped_kv.empty()) host_.release(static_cast<int64_t>(seq.swapped_kv.size()));
-  seq.swapped_kv.clear();
   seq.state = SeqState::kFinished;
   std::vector<StreamEvent> events(1);
   events[0].choice = seq.choice;
@@ -590,13 +640,12 @@ int32_t Scheduler::waiting_requests() const { return static_cast<int32_t>(reques
 
 void Scheduler::update_gauges() {
   const BlockAllocator& pool = allocator_;
-  const int64_t block_bytes = static_cast<int64_t>(backend_.block_bytes());
   metrics_->running.set(running_requests());
   metrics_->waiting.set(waiting_requests());
-  metrics_->blocks_device.set(pool.used_blocks());
-  metrics_->usage_device.set(static_cast<double>(pool.used_blocks()) / pool.num_blocks());
-  metrics_->blocks_host.set(static_cast<double>(host_.used() / block_bytes));
-  metrics_->usage_host.set(host_.budget() > 0 ? static_cast<double>(host_.used()) / host_.budget() : 0.0);
+  metrics_->blocks_device.set(pool.used_slots(KvTier::kDevice));
+  metrics_->usage_device.set(static_cast<double>(pool.used_slots(KvTier::kDevice)) / pool.device_blocks());
+  metrics_->blocks_host.set(pool.used_slots(KvTier::kHost));
+  metrics_->usage_host.set(pool.host_blocks() > 0 ? static_cast<double>(pool.used_slots(KvTier::kHost)) / pool.host_blocks() : 0.0);
 }
 
 }  // namespace fathom

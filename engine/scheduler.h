@@ -1,18 +1,18 @@
 #pragma once
 // Iteration-level continuous batching. Every step():
 //   1. finishes cancelled requests (their blocks are released in this step);
-//   2. gives every running sequence room for its next token, preempting the lowest-priority,
-//      latest-arrived sequences when the device pool is short — by swap to the host tier when it
-//      has budget, else by recompute (blocks dropped, sequence re-queued for prefill);
-//   3. swaps sequences back in when there is room;
-//   4. admits waiting sequences in (priority, arrival) order while the step has token and
+//   2. gives every running sequence room for its next token — a block in the device tier, else
+//      in the host tier — preempting the lowest-priority, latest-arrived sequences by recompute
+//      (blocks dropped, sequence re-queued for prefill) only when both tiers are full;
+//   3. admits waiting sequences in (priority, arrival) order while the step has token and
 //      sequence budget and their whole prompt fits in free + evictable blocks, reusing the
 //      longest cached prefix;
-//   5. runs one forward pass over decode tokens (one each) and prefill chunks, samples,
+//   4. moves the blocks the step writes into the device tier (trading slots with blocks it does
+//      not write, clock order) and runs one forward pass over decode tokens (one each) and prefill chunks, samples,
 //      detokenizes, checks stops and streams events. Prefill chunks share what the decode tokens
 //      leave of max_batched_tokens by water-filling (each gets min(what it wants, an equal share
 //      of the rest)), so a short prompt is not queued behind a long one's whole prefill.
-// Steps 1-4 plan, 5 runs and then updates. Error boundary: an exception while planning or
+// Steps 1-3 plan, 4 runs and then updates. Error boundary: an exception while planning or
 // updating a request fails that request; an exception in the forward pass fails every request
 // in the step (FinishReason::kError with the message: HTTP 500, gRPC INTERNAL, an SSE error
 // event); their blocks are freed and every other request goes on.
@@ -28,7 +28,6 @@
 #include "engine/batch_plan.h"
 #include "engine/engine.h"
 #include "engine/kv/block_allocator.h"
-#include "engine/kv/host_tier.h"
 #include "engine/prefill_budget.h"
 #include "engine/kv/prefix_index.h"
 #include "engine/sequence.h"
@@ -51,6 +50,9 @@ class Scheduler {
   void fail_all(const std::string& message);  // finishes every request with an error
 
   const BlockAllocator& allocator() const { return allocator_; }
+  // The limits it runs with: the configured ones, or smaller steps when the device tier could
+  // not hold every block a configured step writes.
+  const SchedulerConfig& config() const { return config_; }
   int32_t running_requests() const;
   int32_t waiting_requests() const;
 
@@ -60,8 +62,12 @@ class Scheduler {
   bool allocate_block(Sequence& seq);        // evicts cached prefixes if needed
   bool ensure_room(Sequence& seq, int32_t tokens);
   int32_t available_blocks() const;          // free + evictable
-  void preempt(Sequence& victim);
-  bool swap_in(Sequence& seq);
+  void preempt(Sequence& victim);             // by recompute
+  void copy_block(int32_t src, int32_t dst);  // whole block, whichever tiers the two are in
+  // Host tier: the blocks `plan` writes move into device slots (demoting blocks it does not
+  // write) and the plan's block tables become physical ones (physical_).
+  void make_resident(BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of);
+  int32_t next_device_victim(const std::vector<char>& written);
   Sequence* pick_victim(const Sequence* except);
   void admit(Sequence& seq);                 // prefix lookup, blocks for the whole prompt
   void release_blocks(Sequence& seq);
@@ -87,7 +93,9 @@ class Scheduler {
   BlockAllocator allocator_;
   std::unique_ptr<Metrics> metrics_;
   PrefixIndex prefix_;
-  HostTier host_;
+  std::vector<std::vector<int32_t>> physical_;  // this step's physical block tables, by plan index
+  std::vector<char> written_;                    // per block id: written by this step
+  int32_t clock_hand_ = 0;                       // next device slot to consider for demotion
   std::vector<std::unique_ptr<RequestState>> requests_;
   std::mt19937_64 seed_rng_{0x5eed};
   std::vector<float> logits_;

@@ -19,8 +19,7 @@ struct RequestState;
 
 enum class SeqState {
   kWaiting,   // needs (re)prefill before it holds blocks: new, or preempted by recompute
-  kRunning,   // holds its blocks in the device pool
-  kSwapped,   // preempted by swap: its KV is in the host tier
+  kRunning,   // holds its blocks (in the device tier, the host tier, or both)
   kFinished,
 };
 
@@ -37,7 +36,6 @@ struct Sequence {
   std::unique_ptr<TextStream> text;
   std::unique_ptr<ConstraintMatcher> matcher;  // set when the request carries an output constraint
   SeqPolicyState policy_state;  // the decode attention policy's state (HiP mask, SWA mass)
-  std::vector<std::byte> swapped_kv;  // the blocks' bytes while in the host tier
   Clock::time_point last_token_time;
 
   int32_t generated() const;

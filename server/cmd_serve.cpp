@@ -213,6 +213,14 @@ int run_serve(int argc, char** argv) {
       .set(1);
   if (const std::string fp = failpoints::describe(); !fp.empty()) spdlog::warn("failpoints armed: {}", fp);
   Engine engine(*model, *backend, config.scheduler, metrics);
+  const Engine::KvCapacity kv = engine.kv_capacity();
+  spdlog::info("kv cache: {} device blocks + {} host blocks of {} tokens ({} tokens in all)", kv.device_blocks,
+               kv.host_blocks, kv.block_size, static_cast<int64_t>(kv.device_blocks + kv.host_blocks) * kv.block_size);
+  if (config.scheduler.host_kv_bytes > 0 && kv.host_blocks == 0)
+    spdlog::warn("the {} backend has no host KV tier yet: kv_cache.host_mib is not used", backend->name());
+  if (kv.max_batched_tokens < config.scheduler.max_batched_tokens || kv.max_num_seqs < config.scheduler.max_num_seqs)
+    spdlog::warn("the device KV tier holds {} blocks: steps limited to max_batched_tokens {} and max_num_seqs {}",
+                 kv.device_blocks, kv.max_batched_tokens, kv.max_num_seqs);
   std::unique_ptr<GrpcServer> grpc;
   if (config.grpc_port != 0) {
     grpc = start_grpc_server(engine, config, config.grpc_port < 0 ? 0 : config.grpc_port);

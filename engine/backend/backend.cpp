@@ -44,6 +44,30 @@ void Backend::write_block(int32_t block, const std::byte* src) {
   write_block_impl(block, src);
 }
 
+int32_t Backend::reserve_host_tier(int32_t) { return 0; }
+
+void Backend::copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) {
+  failpoints::hit("kv_copy");
+  copy_slot_impl(from, from_slot, to, to_slot);
+  const auto bytes = static_cast<int64_t>(block_bytes());
+  if (from == KvTier::kHost && to == KvTier::kDevice) tier_bytes_.host_to_device += bytes;
+  if (from == KvTier::kDevice && to == KvTier::kHost) tier_bytes_.device_to_host += bytes;
+}
+
+void Backend::exchange_slots(int32_t device_slot, int32_t host_slot) {
+  failpoints::hit("kv_copy");
+  exchange_slots_impl(device_slot, host_slot);
+  const auto bytes = static_cast<int64_t>(block_bytes());
+  tier_bytes_.host_to_device += bytes;
+  tier_bytes_.device_to_host += bytes;
+}
+
+TierBytes Backend::take_tier_bytes() {
+  const TierBytes out = tier_bytes_;
+  tier_bytes_ = {};
+  return out;
+}
+
 void Backend::forward(const BatchPlan& plan, std::vector<float>& logits) {
   run_forward(model_.config(), kv_layout_, *this, plan, logits, kv_read_);
 }

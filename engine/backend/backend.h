@@ -16,11 +16,19 @@
 #include "engine/backend/backend_options.h"
 #include "engine/forward.h"
 #include "engine/forward_ops.h"
+#include "base/error.h"
+#include "engine/kv/block_allocator.h"
 #include "engine/kv/kv_layout.h"
 
 namespace fathom {
 
 class Model;
+
+// KV bytes moved between the tiers, by direction.
+struct TierBytes {
+  int64_t host_to_device = 0;
+  int64_t device_to_host = 0;
+};
 
 class Backend : protected ForwardOps {
  public:
@@ -48,6 +56,21 @@ class Backend : protected ForwardOps {
   void read_block(int32_t block, std::byte* dst);
   void write_block(int32_t block, const std::byte* src);
 
+  // ---- Host tier (blocks placed by engine/kv/block_allocator.h; docs/tiered_kv.md) ----
+  // Makes room for `blocks` KV blocks in host memory and returns how many the backend holds
+  // there (0: no host tier; every block then stays in device storage). Called once, before the
+  // first forward. With a host tier, a plan's block tables are physical (BlockAllocator::
+  // physical): negative entries are host slots, which attention reads through the backend's
+  // bounded staging area; the blocks a step writes are always device slots.
+  virtual int32_t reserve_host_tier(int32_t blocks);
+  // Whole-block copies between tiers and slots (every layer and plane); failpoint "kv_copy".
+  void copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot);
+  // Device slot `device_slot` and host slot `host_slot` trade their bytes.
+  void exchange_slots(int32_t device_slot, int32_t host_slot);
+  // Bytes moved between the tiers since the last call (moves, exchanges and attention's
+  // staging of host blocks), then reset.
+  TierBytes take_tier_bytes();
+
   // ---- The forward pass ----
   // Runs the plan (run_forward over this backend's ops): appends every step's K/V at its
   // positions, attends, and writes plan.logits_rows() rows of vocab floats to `logits` (host
@@ -66,6 +89,10 @@ class Backend : protected ForwardOps {
   virtual void copy_block_impl(int32_t src, int32_t dst) = 0;
   virtual void read_block_impl(int32_t block, std::byte* dst) = 0;
   virtual void write_block_impl(int32_t block, const std::byte* src) = 0;
+  // Only backends whose reserve_host_tier() returns > 0 get these calls.
+  virtual void copy_slot_impl(KvTier, int32_t, KvTier, int32_t) { FATHOM_CHECK(false, "no host tier"); }
+  virtual void exchange_slots_impl(int32_t, int32_t) { FATHOM_CHECK(false, "no host tier"); }
+  TierBytes tier_bytes_{};  // backends add attention's staging here
 
   const Model& model_;
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -57,93 +58,142 @@ void paged_attention(ThreadPool& pool, const PagedKvView& kv, const AttentionArg
   paged_attention_with(kernel, pool, kv, a);
 }
 
-void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& a) {
-  const int32_t d = kv.head_dim, group = a.n_heads / kv.n_kv_heads, bs = kv.block_size;
-  const int32_t last_pos = a.pos0 + a.n_q - 1;
-  const int32_t first_lo = a.window > 0 ? std::max(0, a.pos0 - a.window + 1) : 0;
-  const int32_t n_qblocks = (a.n_q + kQueryBlock - 1) / kQueryBlock;
-  const int32_t chunk = (kKeyChunk + bs - 1) / bs * bs;
-  const int32_t chunk0 = first_lo / chunk, chunk1 = last_pos / chunk;  // chunks touched, inclusive
-  const int32_t n_chunks = chunk1 - chunk0 + 1;
-  const int64_t scratch_floats = 2 * static_cast<int64_t>(bs) * d + bs;
-  const int64_t rows_per_item = static_cast<int64_t>(std::min(kQueryBlock, a.n_q)) * group;
+namespace {
 
-  // Spread the chunks of a row over threads only when (query block, head) items alone cannot
-  // keep every thread busy: decode of long sequences.
-  const int64_t base_items = static_cast<int64_t>(n_qblocks) * kv.n_kv_heads;
-  const bool split = base_items < 2 * pool.size() && n_chunks > 1;
-
-  if (!split) {
-    pool.parallel_for(base_items, [&](int64_t begin, int64_t end, int) {
-      Rows rows;
-      std::vector<float> scratch(scratch_floats), acc_c(rows_per_item * d), m_c(rows_per_item), l_c(rows_per_item);
-      std::vector<RowState> state;
-      for (int64_t w = begin; w < end; ++w) {
-        const int32_t qb = static_cast<int32_t>(w / kv.n_kv_heads), head = static_cast<int32_t>(w % kv.n_kv_heads);
-        collect_rows(a, head, group, d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
-        const int32_t R = static_cast<int32_t>(rows.q.size());
-        state.clear();
-        for (int32_t r = 0; r < R; ++r) state.push_back({a.out + rows.out_row[r] * d, -INFINITY, 0.0f});
-        const PartialRows pr{R, rows.q.data(), rows.lo.data(), rows.hi.data()};
-        for (int32_t c = chunk0; c <= chunk1; ++c) {
-          kernel(kv, head, pr, c * chunk, std::min(last_pos + 1, (c + 1) * chunk), a.scale, acc_c.data(), m_c.data(),
-                 l_c.data(), scratch.data());
-          for (int32_t r = 0; r < R; ++r) fold_partial(state[r], &acc_c[static_cast<int64_t>(r) * d], m_c[r], l_c[r], d);
-        }
-        for (RowState& s : state)
-          for (int32_t x = 0; x < d; ++x) s.acc[x] /= s.l;
-      }
-    });
-    return;
+// The key chunks a call touches and the work items over them.
+struct ChunkPlan {
+  int32_t d, group, bs, last_pos, n_qblocks, chunk, chunk0, chunk1, n_chunks;
+  int64_t scratch_floats, rows_per_item, base_items;
+  ChunkPlan(const PagedKvView& kv, const AttentionArgs& a) {
+    d = kv.head_dim;
+    group = a.n_heads / kv.n_kv_heads;
+    bs = kv.block_size;
+    last_pos = a.pos0 + a.n_q - 1;
+    const int32_t first_lo = a.window > 0 ? std::max(0, a.pos0 - a.window + 1) : 0;
+    n_qblocks = (a.n_q + kQueryBlock - 1) / kQueryBlock;
+    chunk = key_chunk_positions(bs);
+    chunk0 = first_lo / chunk;
+    chunk1 = last_pos / chunk;  // chunks touched, inclusive
+    n_chunks = chunk1 - chunk0 + 1;
+    scratch_floats = 2 * static_cast<int64_t>(bs) * d + bs;
+    rows_per_item = static_cast<int64_t>(std::min(kQueryBlock, a.n_q)) * group;
+    base_items = static_cast<int64_t>(n_qblocks) * kv.n_kv_heads;
   }
+};
 
-  // Split: partials per (item, chunk) in [item][chunk][row] slots, folded in chunk order after.
-  // Reused across calls (grown, never shrunk): a fresh multi-megabyte vector per layer and step
-  // cost page faults and zeroing on every decode step at long depth.
-  const int64_t slots = base_items * n_chunks * rows_per_item;
-  // (thread_local: the lambdas below must use these pointers, not the names, which would refer
-  // to each worker's own instance.)
-  thread_local std::vector<float> acc_buf, m_buf, l_buf;
-  if (static_cast<int64_t>(acc_buf.size()) < slots * d) acc_buf.resize(slots * d);
-  if (static_cast<int64_t>(m_buf.size()) < slots) {
-    m_buf.resize(slots);
-    l_buf.resize(slots);
+// Partials of every (item, chunk) in [item][chunk][row] slots. Reused across calls (grown, never
+// shrunk): a fresh multi-megabyte vector per layer and step cost page faults and zeroing on every
+// decode step at long depth. (thread_local: the lambdas below must use these pointers, not the
+// names, which would refer to each worker's own instance.)
+struct PartialSlots {
+  float *acc, *m, *l;
+  PartialSlots(int64_t slots, int32_t d) {
+    thread_local std::vector<float> acc_buf, m_buf, l_buf;
+    if (static_cast<int64_t>(acc_buf.size()) < slots * d) acc_buf.resize(slots * d);
+    if (static_cast<int64_t>(m_buf.size()) < slots) {
+      m_buf.resize(slots);
+      l_buf.resize(slots);
+    }
+    acc = acc_buf.data();
+    m = m_buf.data();
+    l = l_buf.data();
   }
-  float* const acc = acc_buf.data();
-  float* const m = m_buf.data();
-  float* const l = l_buf.data();
-  pool.parallel_for(base_items * n_chunks, [&](int64_t begin, int64_t end, int) {
+};
+
+// Partials of chunks [c_begin, c_end), each read through view_of(c).
+template <typename ViewOf>
+void run_chunks(PartialAttentionFn kernel, ThreadPool& pool, const ChunkPlan& p, const AttentionArgs& a,
+                int32_t c_begin, int32_t c_end, const PartialSlots& out, ViewOf&& view_of) {
+  pool.parallel_for(p.base_items * (c_end - c_begin), [&](int64_t begin, int64_t end, int) {
     Rows rows;
-    std::vector<float> scratch(scratch_floats);
+    std::vector<float> scratch(p.scratch_floats);
     for (int64_t w = begin; w < end; ++w) {
       // Chunk-major: the kv heads of one key chunk one after the other. A block's tiles of
       // consecutive heads are adjacent in the pool, so the next head's tile is often already
       // on its way (same page, the hardware prefetcher's direction).
-      const int64_t item = w % base_items;
-      const int32_t c = chunk0 + static_cast<int32_t>(w / base_items);
+      const int64_t item = w % p.base_items;
+      const int32_t c = c_begin + static_cast<int32_t>(w / p.base_items);
+      const PagedKvView& kv = view_of(c);
       const int32_t qb = static_cast<int32_t>(item / kv.n_kv_heads), head = static_cast<int32_t>(item % kv.n_kv_heads);
-      collect_rows(a, head, group, d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
+      collect_rows(a, head, p.group, p.d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
       const PartialRows pr{static_cast<int32_t>(rows.q.size()), rows.q.data(), rows.lo.data(), rows.hi.data()};
-      const int64_t slot = (item * n_chunks + (c - chunk0)) * rows_per_item;
-      kernel(kv, head, pr, c * chunk, std::min(last_pos + 1, (c + 1) * chunk), a.scale, &acc[slot * d], &m[slot],
-             &l[slot], scratch.data());
+      const int64_t slot = (item * p.n_chunks + (c - p.chunk0)) * p.rows_per_item;
+      kernel(kv, head, pr, c * p.chunk, std::min(p.last_pos + 1, (c + 1) * p.chunk), a.scale, &out.acc[slot * p.d],
+             &out.m[slot], &out.l[slot], scratch.data());
     }
   });
-  pool.parallel_for(base_items, [&](int64_t begin, int64_t end, int) {
+}
+
+// Every row's partials folded in chunk order and normalised into a.out.
+void fold_chunks(ThreadPool& pool, const ChunkPlan& p, const PagedKvView& kv, const AttentionArgs& a,
+                 const PartialSlots& in) {
+  pool.parallel_for(p.base_items, [&](int64_t begin, int64_t end, int) {
     Rows rows;
     for (int64_t item = begin; item < end; ++item) {
       const int32_t qb = static_cast<int32_t>(item / kv.n_kv_heads), head = static_cast<int32_t>(item % kv.n_kv_heads);
-      collect_rows(a, head, group, d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
+      collect_rows(a, head, p.group, p.d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
       for (size_t r = 0; r < rows.q.size(); ++r) {
-        RowState s{a.out + rows.out_row[r] * d, -INFINITY, 0.0f};
-        for (int32_t c = 0; c < n_chunks; ++c) {
-          const int64_t slot = (item * n_chunks + c) * rows_per_item + static_cast<int64_t>(r);
-          fold_partial(s, &acc[slot * d], m[slot], l[slot], d);
+        RowState s{a.out + rows.out_row[r] * p.d, -INFINITY, 0.0f};
+        for (int32_t c = 0; c < p.n_chunks; ++c) {
+          const int64_t slot = (item * p.n_chunks + c) * p.rows_per_item + static_cast<int64_t>(r);
+          fold_partial(s, &in.acc[slot * p.d], in.m[slot], in.l[slot], p.d);
         }
-        for (int32_t x = 0; x < d; ++x) s.acc[x] /= s.l;
+        for (int32_t x = 0; x < p.d; ++x) s.acc[x] /= s.l;
       }
     }
   });
+}
+
+}  // namespace
+
+int32_t key_chunk_positions(int32_t block_size) { return (kKeyChunk + block_size - 1) / block_size * block_size; }
+
+void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& a) {
+  const ChunkPlan p(kv, a);
+  // Spread the chunks of a row over threads only when (query block, head) items alone cannot
+  // keep every thread busy: decode of long sequences.
+  const bool split = p.base_items < 2 * pool.size() && p.n_chunks > 1;
+  if (!split) {
+    pool.parallel_for(p.base_items, [&](int64_t begin, int64_t end, int) {
+      Rows rows;
+      std::vector<float> scratch(p.scratch_floats), acc_c(p.rows_per_item * p.d), m_c(p.rows_per_item),
+          l_c(p.rows_per_item);
+      std::vector<RowState> state;
+      for (int64_t w = begin; w < end; ++w) {
+        const int32_t qb = static_cast<int32_t>(w / kv.n_kv_heads), head = static_cast<int32_t>(w % kv.n_kv_heads);
+        collect_rows(a, head, p.group, p.d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
+        const int32_t R = static_cast<int32_t>(rows.q.size());
+        state.clear();
+        for (int32_t r = 0; r < R; ++r) state.push_back({a.out + rows.out_row[r] * p.d, -INFINITY, 0.0f});
+        const PartialRows pr{R, rows.q.data(), rows.lo.data(), rows.hi.data()};
+        for (int32_t c = p.chunk0; c <= p.chunk1; ++c) {
+          kernel(kv, head, pr, c * p.chunk, std::min(p.last_pos + 1, (c + 1) * p.chunk), a.scale, acc_c.data(),
+                 m_c.data(), l_c.data(), scratch.data());
+          for (int32_t r = 0; r < R; ++r)
+            fold_partial(state[r], &acc_c[static_cast<int64_t>(r) * p.d], m_c[r], l_c[r], p.d);
+        }
+        for (RowState& s : state)
+          for (int32_t x = 0; x < p.d; ++x) s.acc[x] /= s.l;
+      }
+    });
+    return;
+  }
+  const PartialSlots slots(p.base_items * p.n_chunks * p.rows_per_item, p.d);
+  run_chunks(kernel, pool, p, a, p.chunk0, p.chunk1 + 1, slots, [&](int32_t) -> const PagedKvView& { return kv; });
+  fold_chunks(pool, p, kv, a, slots);
+}
+
+void paged_attention_chunked(ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& a, KeyChunkSource& source) {
+  static const PartialAttentionFn kernel = best_partial_attention();
+  const ChunkPlan p(kv, a);
+  const PartialSlots slots(p.base_items * p.n_chunks * p.rows_per_item, p.d);
+  for (int32_t c = p.chunk0; c <= p.chunk1;) {
+    const int32_t end = source.prepare(c, p.chunk1 + 1);
+    if (end <= c || end > p.chunk1 + 1) throw std::logic_error("KeyChunkSource::prepare made no chunk readable");
+    run_chunks(kernel, pool, p, a, c, end, slots, [&](int32_t cc) -> const PagedKvView& { return source.view(cc); });
+    c = end;
+  }
+  fold_chunks(pool, p, kv, a, slots);
 }
 
 }  // namespace fathom::cpu

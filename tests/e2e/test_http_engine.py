@@ -1,5 +1,5 @@
 """Engine behaviour seen through the HTTP API and /metrics: prefix-cache hits and lower TTFT,
-KV pressure with both preemption modes leaving texts unchanged, a closed stream freeing its KV
+KV pressure (the host tier, recompute) and prompts larger than the device tier leaving texts unchanged, a closed stream freeing its KV
 blocks, and a SIGTERM drain of 8 streams."""
 import concurrent.futures as cf
 import json
@@ -58,26 +58,43 @@ def test_repeated_long_prompt_hits_prefix_cache_and_starts_sooner(fathom_bin, sm
     assert warm < 0.7 * cold, f"TTFT cold {cold:.3f}s, warm {warm:.3f}s"
 
 
-def test_kv_pressure_preempts_by_swap_and_recompute_without_changing_texts(fathom_bin, smollm2_path):
+def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_texts(fathom_bin, smollm2_path):
     # 8 distinct prompts of ~50 tokens, each sent 4 times at once: 32 concurrent requests that grow
-    # by 64 tokens each (from 4 to 8 blocks of 16). The device tier holds ~22 blocks (8 MiB of f16
-    # KV), so admitted sequences outgrow it and get preempted; the host tier holds ~11 blocks
-    # (4 MiB), so some preemptions swap and the rest recompute.
+    # by 64 tokens each (from 4 to 8 blocks of 16), 4 running at a time. The device tier holds 14
+    # blocks (8 MiB of f16 KV) and the host tier 7 (4 MiB): running sequences outgrow the device
+    # tier and keep running from both tiers; when both are full, preemption recomputes.
     prompts = [f"Chapter {i}. " + PARAGRAPH + f"In chapter {i} the keeper" for i in range(8)]
     extra = {"fathom": {"ignore_eos": True}}
     with ServerProcess(fathom_bin, smollm2_path) as roomy:
         alone = [complete(roomy, p, 64, **extra) for p in prompts]
-    args = ["--kv-cache-mib", "8", "--host-kv-mib", "4", "--no-prefix-caching", "--max-num-seqs", "32"]
+    args = ["--kv-cache-mib", "8", "--host-kv-mib", "4", "--no-prefix-caching", "--max-num-seqs", "4",
+            "--max-batched-tokens", "64"]
     with ServerProcess(fathom_bin, smollm2_path, extra_args=args) as tight:
         with cf.ThreadPoolExecutor(32) as pool:
             texts = list(pool.map(lambda i: complete(tight, prompts[i % 8], 64, **extra), range(32)))
-        swaps = metric(tight, "fathom_preemptions_total", {"mode": "swap"})
         recomputes = metric(tight, "fathom_preemptions_total", {"mode": "recompute"})
-        swapped_in = metric(tight, "fathom_swap_bytes_total", {"direction": "in"})
+        moved_in = metric(tight, "fathom_swap_bytes_total", {"direction": "in"})
+        demoted = metric(tight, "fathom_kv_blocks_demoted_total")
+        assert metric(tight, "fathom_kv_blocks_used", {"tier": "host"}) == 0
     for i, text in enumerate(texts):
         assert text == alone[i % 8], f"request {i} differs under KV pressure"
-    assert swaps > 0 and recomputes > 0, f"preemptions: swap {swaps}, recompute {recomputes}"
-    assert swapped_in > 0
+    assert recomputes > 0 and demoted > 0 and moved_in > 0, (recomputes, demoted, moved_in)
+
+
+def test_a_prompt_larger_than_the_device_tier_runs_from_both_tiers(fathom_bin, smollm2_path):
+    # ~2,400 tokens of prompt: 150 blocks, the device tier 14 (8 MiB). Four such requests at once
+    # over a 256 MiB host tier: none is preempted, every text equals the all-resident server's.
+    prompts = [f"Report {i}. " + PARAGRAPH * 60 + f"The summary of report {i}:" for i in range(4)]
+    with ServerProcess(fathom_bin, smollm2_path) as roomy:
+        alone = [complete(roomy, p, 16) for p in prompts]
+    args = ["--kv-cache-mib", "8", "--host-kv-mib", "256", "--max-num-seqs", "4", "--max-batched-tokens", "96"]
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=args) as tiered:
+        with cf.ThreadPoolExecutor(4) as pool:
+            texts = list(pool.map(lambda p: complete(tiered, p, 16), prompts))
+        assert metric(tiered, "fathom_preemptions_total", {"mode": "recompute"}) == 0
+        assert metric(tiered, "fathom_kv_blocks_demoted_total") > 0
+        assert metric(tiered, "fathom_swap_bytes_total", {"direction": "in"}) > 0
+    assert texts == alone
 
 
 def test_closed_stream_frees_its_blocks(fathom_bin, smollm2_path):
@@ -125,9 +142,9 @@ def test_sigterm_during_eight_streams_finishes_them_all(fathom_bin, smollm2_path
 
 
 def test_a_request_larger_than_the_kv_cache_is_refused_not_parked(fathom_bin, smollm2_path):
-    """8 MiB of f16 KV holds 14 blocks (224 tokens) on SmolLM2: a request whose prompt + max_tokens
-    needs more could never finish, so it gets a 400 at once that says why (it used to be swapped
-    out forever); the server keeps serving requests that fit."""
+    """8 MiB of f16 KV holds 14 blocks (224 tokens) on SmolLM2: without a host tier a request whose
+    prompt + max_tokens needs more could never finish, so it gets a 400 at once that says why (it
+    used to be swapped out forever); the server keeps serving requests that fit."""
     with ServerProcess(fathom_bin, smollm2_path, extra_args=["--kv-cache-mib", "8"]) as server:
         started = time.monotonic()
         r = requests.post(f"{server.base_url}/v1/completions", timeout=60,
@@ -137,3 +154,12 @@ def test_a_request_larger_than_the_kv_cache_is_refused_not_parked(fathom_bin, sm
         assert time.monotonic() - started < 10
         assert requests.get(f"{server.base_url}/health", timeout=10).status_code == 200
         assert complete(server, "Tell me a long story.", 100, fathom={"ignore_eos": True})
+    # With a host tier the same request fits both tiers together: it runs, from both, and ends.
+    args = ["--kv-cache-mib", "8", "--host-kv-mib", "64"]
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=args) as server:
+        assert "steps limited to max_batched_tokens" in server.stderr
+        body = {"prompt": "Tell me a long story.", "max_tokens": 400, "fathom": {"ignore_eos": True}}
+        r = requests.post(f"{server.base_url}/v1/completions", timeout=300, json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 400
+        assert metric(server, "fathom_kv_blocks_demoted_total") > 0

@@ -30,7 +30,8 @@ REQUIRED = {
     "fathom_kv_usage_ratio": ("gauge", {"tier": ["device", "host"]}),
     "fathom_prefix_cache_queries_total": ("counter", {}),
     "fathom_prefix_cache_hits_total": ("counter", {}),
-    "fathom_preemptions_total": ("counter", {"mode": ["swap", "recompute"]}),
+    "fathom_preemptions_total": ("counter", {"mode": ["recompute"]}),
+    "fathom_kv_blocks_demoted_total": ("counter", {}),
     "fathom_swap_bytes_total": ("counter", {"direction": ["in", "out"]}),
 }
 

@@ -1,6 +1,6 @@
 // The serving engine on the real SmolLM2 model: streams equal batch generation, n > 1 forks,
-// stop strings, cancellation frees blocks, prefix-cache hits, and preemption under KV pressure
-// (swap and recompute) leaves every output unchanged.
+// stop strings, cancellation frees blocks, prefix-cache hits, and KV pressure (sequences split
+// over the device and host tiers, preemption by recompute) leaves every output unchanged.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -152,7 +152,10 @@ TEST(Engine, CancelFreesBlocksAndPrefixCacheHits) {
   EXPECT_GE(metrics.counter("fathom_prefix_cache_hits_total", "").value() - hits_before, 16.0 * 6);
 }
 
-TEST(Engine, PreemptionBySwapAndRecomputeKeepsOutputs) {
+// The host tier (docs/tiered_kv.md): sequences whose blocks do not fit the device tier run from
+// both tiers, attention staging the host blocks, and produce exactly the tokens they produce
+// alone; with both tiers full, preemption by recompute keeps them too.
+TEST(Engine, TieredKvAndRecomputeKeepOutputs) {
   std::vector<std::string> prompts;
   for (int i = 0; i < 6; ++i)
     prompts.push_back("Story " + std::to_string(i) + ": Once upon a time there was a little robot who");
@@ -163,28 +166,65 @@ TEST(Engine, PreemptionBySwapAndRecomputeKeepsOutputs) {
     Engine engine(*model, *model.backend, SchedulerConfig{}, metrics);
     for (const auto& p : prompts) alone.push_back(collect(*engine.submit(greedy(*model, p, 40))).tokens.at(0));
   }
-  // 6 sequences of ~56 tokens need ~24 blocks; the device gets 10.
-  auto model = load(0);
-  const int64_t block_bytes = static_cast<int64_t>(model.backend->block_bytes());
-  model = load(block_bytes * 10);
-  ASSERT_EQ(model.backend->kv_blocks(), 10);
-  MetricsRegistry metrics;
-  SchedulerConfig cfg;
-  cfg.host_kv_bytes = block_bytes * 5;  // room for one swapped sequence; more preemptions recompute
-  cfg.prefix_caching = false;
-  Engine engine(*model, *model.backend, cfg, metrics);
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  for (const auto& p : prompts) handles.push_back(engine.submit(greedy(*model, p, 40)));
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const Collected c = collect(*handles[i]);
-    EXPECT_EQ(c.tokens.at(0), alone[i]) << "prompt " << i;
+  // 6 sequences of ~56 tokens need ~24 blocks; the device tier gets 10.
+  const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
+  for (const int64_t host_blocks : {20, 1}) {  // both tiers hold them all; they do not (recompute)
+    auto model = load(block_bytes * 10);
+    ASSERT_EQ(model.backend->kv_blocks(), 10);
+    MetricsRegistry metrics;
+    SchedulerConfig cfg;
+    cfg.host_kv_bytes = block_bytes * host_blocks;
+    cfg.prefix_caching = false;
+    cfg.max_batched_tokens = 64;  // a step writes at most 4 + 2·3 blocks: within the device tier
+    cfg.max_num_seqs = 3;
+    Engine engine(*model, *model.backend, cfg, metrics);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const auto& p : prompts) handles.push_back(engine.submit(greedy(*model, p, 40)));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const Collected c = collect(*handles[i]);
+      EXPECT_EQ(c.tokens.at(0), alone[i]) << "prompt " << i << ", host tier " << host_blocks;
+    }
+    const double recomputes = metrics.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value();
+    const double staged_in = metrics.counter("fathom_swap_bytes_total", "", {{"direction", "in"}}).value();
+    EXPECT_GT(staged_in, 0);
+    EXPECT_GT(metrics.counter("fathom_kv_blocks_demoted_total", "").value(), 0);
+    if (host_blocks == 20) EXPECT_EQ(recomputes, 0);
+    else EXPECT_GT(recomputes, 0);
+    std::printf("host tier %lld blocks: %.0f recomputes, %.0f bytes host->device\n",
+                static_cast<long long>(host_blocks), recomputes, staged_in);
   }
-  const double swaps = metrics.counter("fathom_preemptions_total", "", {{"mode", "swap"}}).value();
-  const double recomputes = metrics.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value();
-  EXPECT_GT(swaps, 0);
-  EXPECT_GT(recomputes, 0);
-  EXPECT_GT(metrics.counter("fathom_swap_bytes_total", "", {{"direction", "in"}}).value(), 0);
-  std::printf("preemptions: %.0f swap, %.0f recompute\n", swaps, recomputes);
+}
+
+// A prompt ten key chunks long over a device tier of 40 blocks: attention reads most of it from
+// the host tier in several staging passes, and every choice (forks share the prompt's blocks)
+// matches the all-resident run token for token. Bifurcated attention is off in both runs: it
+// is a different kernel (its own rounding), and a group with host blocks decodes densely.
+TEST(Engine, LongPromptFromTheHostTierMatchesResident) {
+  std::string text;
+  for (int i = 0; i < 160; ++i) text += "Line " + std::to_string(i) + ": the robot counted gears. ";
+  auto run = [&](int64_t device_bytes, int64_t host_bytes, MetricsRegistry& metrics) {
+    auto model = load(device_bytes);
+    SchedulerConfig cfg;
+    cfg.host_kv_bytes = host_bytes;
+    cfg.max_batched_tokens = 256;
+    cfg.max_num_seqs = 8;
+    cfg.bifurcated = false;
+    Engine engine(*model, *model.backend, cfg, metrics);
+    Request r = greedy(*model, text, 24);
+    r.n = 4;
+    r.sampling.temperature = 0.7f;
+    r.sampling.seed = 7;
+    return collect(*engine.submit(r)).tokens;
+  };
+  const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
+  MetricsRegistry m_resident, m_tiered;
+  const auto resident = run(0, 0, m_resident);
+  const auto tiered = run(block_bytes * 40, block_bytes * 200, m_tiered);
+  ASSERT_EQ(resident.size(), 4u);
+  for (size_t c = 0; c < resident.size(); ++c) EXPECT_EQ(tiered.at(static_cast<int32_t>(c)), resident.at(static_cast<int32_t>(c))) << "choice " << c;
+  const double staged_in = m_tiered.counter("fathom_swap_bytes_total", "", {{"direction", "in"}}).value();
+  EXPECT_GT(staged_in, 24 * 40 * block_bytes) << "decode steps read the prompt through the staging area";
+  EXPECT_EQ(m_tiered.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 0);
 }
 
 TEST(Engine, RejectsInvalidRequests) {

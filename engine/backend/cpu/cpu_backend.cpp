@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "engine/backend/cpu/cpu_policies.h"
+#include "engine/backend/cpu/staged_chunks.h"
 #include "engine/model.h"
 #include "engine/model/gguf.h"
 #include "kernels/cpu/attention.h"
@@ -69,6 +70,34 @@ CpuBackend::CpuBackend(const Model& model, const ModelOptions& options)
 CpuBackend::~CpuBackend() = default;
 
 bool CpuBackend::implements(PolicyKind kind) const { return cpu_implements(kind); }
+
+int32_t CpuBackend::reserve_host_tier(int32_t blocks) {
+  FATHOM_CHECK(!host_kv_ && plan_ == nullptr, "the host tier is reserved once, before the first forward");
+  if (blocks <= 0) return 0;
+  const int32_t bs = kv_layout().block_size;
+  staging_slots_ = 2 * cpu::key_chunk_positions(bs) / bs;
+  kv_ = std::make_unique<CpuKvStorage>(kv_layout(), kv_blocks() + staging_slots_);
+  host_kv_ = std::make_unique<CpuKvStorage>(kv_layout(), blocks);
+  return blocks;
+}
+
+void CpuBackend::copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) {
+  storage(from).copy_block_to(from_slot, storage(to), to_slot);
+}
+
+void CpuBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
+  std::vector<std::byte> held(block_bytes());
+  kv_->read_block(device_slot, held.data());
+  host_kv_->copy_block_to(host_slot, *kv_, device_slot);
+  host_kv_->write_block(host_slot, held.data());
+}
+
+bool CpuBackend::reads_host(int32_t seq, int32_t first_block) const {
+  if (!host_kv_) return false;
+  const SeqStep& s = plan_->seqs[seq];
+  const int32_t last = s.pos0 + static_cast<int32_t>(s.tokens.size()) - 1;
+  return reads_host_tier(*s.blocks, first_block, last / kv_layout().block_size + 1);
+}
 
 
 const std::vector<float>& CpuBackend::vector(int32_t layer, LayerVector v) const {
@@ -160,12 +189,17 @@ void CpuBackend::rope(int32_t layer) {
 
 void CpuBackend::append_kv(int32_t layer) {
   const int64_t kv_dim = model_.config().kv_dim();
+  const int32_t bs = kv_layout().block_size;
   const float* k = act(Act::kK);
   const float* v = act(Act::kV);
   int64_t t = 0;
   for (const SeqStep& s : plan_->seqs)
-    for (size_t i = 0; i < s.tokens.size(); ++i, ++t)
-      kv_->append(layer, s.blocks->data(), s.pos0 + static_cast<int32_t>(i), k + t * kv_dim, v + t * kv_dim);
+    for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
+      const int32_t pos = s.pos0 + static_cast<int32_t>(i);
+      FATHOM_CHECK((*s.blocks)[pos / bs] >= 0 && (pos % bs != 0 || pos == 0 || (*s.blocks)[pos / bs - 1] >= 0),
+                   "a step writes a block (or reads the V sum of the block before it) outside the device tier");
+      kv_->append(layer, s.blocks->data(), pos, k + t * kv_dim, v + t * kv_dim);
+    }
 }
 
 DecodeArgs CpuBackend::decode_args(int32_t seq) {
@@ -183,20 +217,41 @@ void CpuBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   const ModelConfig& c = model_.config();
   const SeqStep& s = plan_->seqs[seq];
   const PagedKvView view = kv_->view(layer, s.blocks->data());
-  observe(layer, seq, view);
   const int64_t row = first_[seq] * c.q_dim();
   const AttentionArgs args{act(Act::kQ) + row, act(Act::kAttn) + row, static_cast<int32_t>(s.tokens.size()),
                            c.n_heads, s.pos0, window, c.attn_scale};
-  cpu::paged_attention(*threads_, view, args);
+  const int32_t bs = kv_layout().block_size;
+  const int32_t first_block = window > 0 ? std::max(0, s.pos0 - window + 1) / bs : 0;
+  if (!reads_host(seq, first_block)) {
+    observe(layer, seq, view);
+    cpu::paged_attention(*threads_, view, args);
+    return;
+  }
+  const int32_t n_blocks = (s.pos0 + static_cast<int32_t>(s.tokens.size()) - 1) / bs + 1;
+  StagedChunks chunks(*kv_, *host_kv_, layer, *s.blocks, n_blocks, cpu::key_chunk_positions(bs) / bs, kv_blocks(),
+                      staging_slots_);
+  cpu::paged_attention_chunked(*threads_, view, args, chunks);
+  tier_bytes_.host_to_device += chunks.staged_bytes();
+}
+
+int64_t CpuBackend::attend_dense_decode(int32_t layer, int32_t seq) {
+  attend_dense(layer, seq, 0);
+  return dense_kv_bytes(kv_layout(), plan_->seqs[seq].pos0 + 1);
 }
 
 int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
+  if (reads_host(seq, 0)) return attend_dense_decode(layer, seq);
   const PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
   observe(layer, seq, view);
   return cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
 }
 
 int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {
+  if (std::any_of(g.members.begin(), g.members.end(), [&](int32_t m) { return reads_host(m, 0); })) {
+    int64_t bytes = 0;
+    for (int32_t m : g.members) bytes += attend_dense_decode(layer, m);
+    return bytes;
+  }
   const int32_t n = static_cast<int32_t>(g.members.size());
   std::vector<PagedKvView> views(n);
   std::vector<DecodeArgs> args(n);

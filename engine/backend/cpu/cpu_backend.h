@@ -26,6 +26,9 @@ class CpuBackend final : public Backend {
   bool implements(PolicyKind kind) const override;
   bool implements_groups() const override { return true; }
   size_t block_bytes() const override { return kv_->layout().block_bytes(); }
+  // The host tier: `blocks` blocks in their own arena; the device storage grows by the staging
+  // slots attention copies host blocks into (two key chunks' worth).
+  int32_t reserve_host_tier(int32_t blocks) override;
 
   // Direct access for tests and bench/ tools (the engine goes through Backend only).
   CpuKvStorage& kv_storage() { return *kv_; }
@@ -41,6 +44,8 @@ class CpuBackend final : public Backend {
   void copy_block_impl(int32_t src, int32_t dst) override { kv_->copy_block(src, dst); }
   void read_block_impl(int32_t block, std::byte* dst) override { kv_->read_block(block, dst); }
   void write_block_impl(int32_t block, const std::byte* src) override { kv_->write_block(block, src); }
+  void copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) override;
+  void exchange_slots_impl(int32_t device_slot, int32_t host_slot) override;
 
   void begin_pass(const BatchPlan& plan) override;
   void rms_norm(Act in, Act out, int32_t layer, LayerVector w, int64_t rows, int32_t width) override;
@@ -61,11 +66,19 @@ class CpuBackend final : public Backend {
   const WeightMatrix& matrix(int32_t layer, LayerMatrix m) const;
   DecodeArgs decode_args(int32_t seq);
   void observe(int32_t layer, int32_t seq, const PagedKvView& view);
+  CpuKvStorage& storage(KvTier t) { return t == KvTier::kDevice ? *kv_ : *host_kv_; }
+  // True when plan.seqs[seq]'s attention (keys from block `first` on) reads a host-tier block.
+  bool reads_host(int32_t seq, int32_t first_block) const;
+  // Dense decode of plan.seqs[seq] instead of a sparse policy or a bifurcated group, for a
+  // sequence with host-tier blocks (the hot-token cache is the sparse path's next step).
+  int64_t attend_dense_decode(int32_t layer, int32_t seq);
 
   ModelOptions options_;
   ModelWeights weights_;  // the model's views; quantized matrices repacked when options_.pack_weights
   std::unique_ptr<ThreadPool> threads_;
-  std::unique_ptr<CpuKvStorage> kv_;
+  std::unique_ptr<CpuKvStorage> kv_;       // device tier: kv_blocks() slots, then the staging slots
+  std::unique_ptr<CpuKvStorage> host_kv_;  // host tier (null: none)
+  int32_t staging_slots_ = 0;
   AttentionObserver observer_;
 
   // The current pass: T tokens, plan.seqs[i] owns rows [first_[i], first_[i] + n).

@@ -42,14 +42,24 @@ void CpuKvStorage::write_block(int32_t block, const std::byte* src) {
     }
 }
 
-void CpuKvStorage::copy_block(int32_t src, int32_t dst) {
+size_t CpuKvStorage::copy_layer_block_to(int32_t layer, int32_t src, CpuKvStorage& to, int32_t dst) const {
   check_block(src);
-  check_block(dst);
-  for (int32_t l = 0; l < layout_.n_layers; ++l)
-    for (int p = 0; p < kKvPlanes; ++p) {
-      const size_t n = layout_.plane_bytes(static_cast<KvPlane>(p));
-      if (n > 0) std::memcpy(at(static_cast<KvPlane>(p), l, dst), at(static_cast<KvPlane>(p), l, src), n);
-    }
+  to.check_block(dst);
+  FATHOM_CHECK(to.layout_.block_bytes() == layout_.block_bytes(), "copy between different KV layouts");
+  size_t bytes = 0;
+  for (int p = 0; p < kKvPlanes; ++p) {
+    const size_t n = layout_.plane_bytes(static_cast<KvPlane>(p));
+    if (n == 0) continue;
+    std::memcpy(to.at(static_cast<KvPlane>(p), layer, dst), at(static_cast<KvPlane>(p), layer, src), n);
+    bytes += n;
+  }
+  return bytes;
+}
+
+size_t CpuKvStorage::copy_block_to(int32_t src, CpuKvStorage& to, int32_t dst) const {
+  size_t bytes = 0;
+  for (int32_t l = 0; l < layout_.n_layers; ++l) bytes += copy_layer_block_to(l, src, to, dst);
+  return bytes;
 }
 
 void* CpuKvStorage::k_tile(int32_t layer, int32_t block, int32_t head) {

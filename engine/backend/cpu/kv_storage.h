@@ -26,7 +26,12 @@ class CpuKvStorage {
   // Used to swap a block to the host tier and back, and for copy-on-write of a shared block.
   void read_block(int32_t block, std::byte* dst) const;
   void write_block(int32_t block, const std::byte* src);
-  void copy_block(int32_t src, int32_t dst);
+  void copy_block(int32_t src, int32_t dst) { copy_block_to(src, *this, dst); }
+  // Copies block `src` (every layer and plane) into block `dst` of `to` (same layout): a move
+  // between tiers. Returns the bytes copied.
+  size_t copy_block_to(int32_t src, CpuKvStorage& to, int32_t dst) const;
+  // The same for one layer's planes only: staging a host block for one layer's attention.
+  size_t copy_layer_block_to(int32_t layer, int32_t src, CpuKvStorage& to, int32_t dst) const;
 
   // Appends one token's K and V rows (f32, [n_kv_heads][head_dim] each) of `layer` at
   // position `pos` of the sequence with block table `table`: stores them as the layout's dtype,
