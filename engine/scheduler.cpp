@@ -57,9 +57,19 @@ struct Scheduler::Metrics {
             r.counter("fathom_preemptions_total", "Sequences preempted under KV pressure", {{"mode", "recompute"}})),
         swap_out(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "out"}})),
         swap_in(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "in"}})),
+        hot_fallback(r.counter("fathom_kv_hot_row_fallbacks_total",
+                               "Sparse decode layer steps over host-tier rows that decoded densely: the hot row cache "
+                               "could not hold one attention call's rows")),
         demoted(r.counter("fathom_kv_blocks_demoted_total",
                           "KV blocks moved from the device tier to the host tier to make room for a step's writes")),
         registry(r) {}
+
+  Counter& hot_rows(PolicyKind k, const char* result) {
+    return registry.counter("fathom_kv_hot_rows_total",
+                            "Host-tier rows sparse decode looked up in the hot row cache, by policy and result "
+                            "(hit, miss: copied in)",
+                            {{"policy", policy_name(k)}, {"result", result}});
+  }
 
   // Created for every policy up front so the family is present (at 0) before any decode.
   Counter& kv_read(PolicyKind k) {
@@ -76,15 +86,17 @@ struct Scheduler::Metrics {
   Counter &prompt_tokens, &generation_tokens;
   Histogram &ttft, &itl, &e2e, &queue, &prefill_time, &decode_time, &step_tokens, &step_time;
   Gauge &blocks_device, &blocks_host, &usage_device, &usage_host;
-  Counter &prefix_queries, &prefix_hits, &preempt_recompute, &swap_out, &swap_in, &demoted;
+  Counter &prefix_queries, &prefix_hits, &preempt_recompute, &swap_out, &swap_in, &hot_fallback, &demoted;
   MetricsRegistry& registry;
 };
 
 namespace {
-// Host-tier blocks the config's budget asks for, as many as the backend gives.
-int32_t host_tier_blocks(Backend& backend, const SchedulerConfig& config) {
-  const int64_t blocks = config.host_kv_bytes / static_cast<int64_t>(backend.block_bytes());
-  return blocks > 0 ? backend.reserve_host_tier(static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX / 2))) : 0;
+// The page table over the backend's device blocks and the host tier the config's budget asks for
+// (as many blocks as the backend gives; reserving may shrink the device blocks it offers).
+BlockAllocator make_allocator(Backend& backend, const SchedulerConfig& config) {
+  const int64_t asked = config.host_kv_bytes / static_cast<int64_t>(backend.block_bytes());
+  const int32_t host = asked > 0 ? backend.reserve_host_tier(static_cast<int32_t>(std::min<int64_t>(asked, INT32_MAX / 2))) : 0;
+  return BlockAllocator(backend.kv_blocks(), backend.kv_layout().block_size, host);
 }
 }  // namespace
 
@@ -92,7 +104,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
     : model_(model),
       backend_(backend),
       config_(config),
-      allocator_(backend.kv_blocks(), backend.kv_layout().block_size, host_tier_blocks(backend, config)),
+      allocator_(make_allocator(backend, config)),
       metrics_(std::make_unique<Metrics>(metrics)),
       prefix_(allocator_),
       step_cost_(attention_equivalent_positions(model.config())) {
@@ -110,6 +122,10 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
   for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
     metrics_->finished(r);  // export every reason from the start, at 0
   for (int k = 0; k < kPolicyKinds; ++k) metrics_->kv_read(static_cast<PolicyKind>(k));
+  for (PolicyKind k : {PolicyKind::kHip, PolicyKind::kSwa}) {
+    metrics_->hot_rows(k, "hit");
+    metrics_->hot_rows(k, "miss");
+  }
   update_gauges();
 }
 
@@ -352,6 +368,12 @@ void Scheduler::step() {
   const TierBytes moved = backend_.take_tier_bytes();
   metrics_->swap_in.inc(static_cast<double>(moved.host_to_device));
   metrics_->swap_out.inc(static_cast<double>(moved.device_to_host));
+  const HotRowCounts hot = backend_.take_hot_row_counts();
+  for (int k = 0; k < kPolicyKinds; ++k) {
+    if (hot.hits[k] > 0) metrics_->hot_rows(static_cast<PolicyKind>(k), "hit").inc(static_cast<double>(hot.hits[k]));
+    if (hot.misses[k] > 0) metrics_->hot_rows(static_cast<PolicyKind>(k), "miss").inc(static_cast<double>(hot.misses[k]));
+    if (hot.fallbacks[k] > 0) metrics_->hot_fallback.inc(static_cast<double>(hot.fallbacks[k]));
+  }
   const KvReadBytes kv_read = backend_.take_kv_read_bytes();
   for (int k = 0; k < kPolicyKinds; ++k)
     if (kv_read[k] > 0) metrics_->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));

@@ -6,6 +6,20 @@
 
 namespace fathom {
 
+// A KV cache split across tiers (docs/tiered_kv.md): a block table entry < 0 is a block in the
+// host tier, slot -(entry + 1), which kernels do not read in place. The gather kernels (the sparse
+// policies) ask the view's prefetcher for the positions they are about to read; it copies the
+// rows into a device-resident row cache and records where in PagedKvView::host_rows.
+class RowPrefetcher {
+ public:
+  virtual ~RowPrefetcher() = default;
+  // Makes positions pos[0..n) of kv head g readable (K, and V when need_v): afterwards
+  // host_rows[(host slot · block_size + offset) · n_kv_heads + g] is the row index, in the view's
+  // planes, of every such position in a host block. Rows made readable by earlier calls may be
+  // evicted. Throws when the cache cannot hold them all at once.
+  virtual void prefetch(int32_t g, const int32_t* pos, int32_t n, bool need_v) = 0;
+};
+
 struct PagedKvView {
   const void* k = nullptr;  // layer base: [num_blocks][n_kv_heads][block_size][head_dim], `dtype`
   const void* v = nullptr;  // same layout as k
@@ -28,6 +42,9 @@ struct PagedKvView {
   // carried from block to block at append time, so blocks shared by a prefix agree). The mean
   // over [0, pos] is v_sum[table[pos / block_size]] / (pos + 1). nullptr: not maintained.
   const float* v_sum = nullptr;
+  // Tiered caches only (nullptr otherwise): see RowPrefetcher.
+  const int32_t* host_rows = nullptr;
+  RowPrefetcher* prefetcher = nullptr;
 
   // Element offset of the [block_size][head_dim] tile for logical block `i`, kv head `h`
   // (also the offset of the [head_dim][block_size] tile in k_t).

@@ -68,6 +68,12 @@ TierBytes Backend::take_tier_bytes() {
   return out;
 }
 
+HotRowCounts Backend::take_hot_row_counts() {
+  const HotRowCounts out = hot_counts_;
+  hot_counts_ = {};
+  return out;
+}
+
 void Backend::forward(const BatchPlan& plan, std::vector<float>& logits) {
   run_forward(model_.config(), kv_layout_, *this, plan, logits, kv_read_);
 }

@@ -6,6 +6,7 @@
 // in engine/forward.cpp over this backend's ops.
 //
 // Threading: one backend is driven by one thread (the engine thread).
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -13,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "engine/backend/backend_options.h"
 #include "engine/forward.h"
 #include "engine/forward_ops.h"
-#include "base/error.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/kv_layout.h"
 
@@ -28,6 +29,13 @@ class Model;
 struct TierBytes {
   int64_t host_to_device = 0;
   int64_t device_to_host = 0;
+};
+
+// Sparse decode over host-tier rows (the hot row cache), per policy of the reading request:
+// rows found in the cache, rows copied in, and layer steps that fell back to dense because one
+// attention call needed more rows than the cache holds.
+struct HotRowCounts {
+  std::array<int64_t, kPolicyKinds> hits{}, misses{}, fallbacks{};
 };
 
 class Backend : protected ForwardOps {
@@ -70,6 +78,8 @@ class Backend : protected ForwardOps {
   // Bytes moved between the tiers since the last call (moves, exchanges and attention's
   // staging of host blocks), then reset.
   TierBytes take_tier_bytes();
+  // The hot row cache's lookups by sparse decode over host-tier rows since the last call.
+  HotRowCounts take_hot_row_counts();
 
   // ---- The forward pass ----
   // Runs the plan (run_forward over this backend's ops): appends every step's K/V at its
@@ -93,6 +103,13 @@ class Backend : protected ForwardOps {
   virtual void copy_slot_impl(KvTier, int32_t, KvTier, int32_t) { FATHOM_CHECK(false, "no host tier"); }
   virtual void exchange_slots_impl(int32_t, int32_t) { FATHOM_CHECK(false, "no host tier"); }
   TierBytes tier_bytes_{};  // backends add attention's staging here
+  HotRowCounts hot_counts_{};
+  // A backend that carves its own device areas (a row cache) out of the budget shrinks the
+  // blocks it offers the page table; only inside reserve_host_tier().
+  void set_kv_blocks(int32_t blocks) {
+    FATHOM_CHECK(blocks >= 1 && blocks <= kv_blocks_);
+    kv_blocks_ = blocks;
+  }
 
   const Model& model_;
 

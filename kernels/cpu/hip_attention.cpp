@@ -85,43 +85,62 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
     }
     if (live.empty()) break;
     // Score each half by its centre block: max over its keys of q·k.
-    std::vector<std::pair<int32_t, int32_t>> items;  // (head, first half)
-    for (int32_t h : live)
-      for (int32_t i = 0; i < static_cast<int32_t>(halves[h].size()); i += kHalvesPerItem) items.push_back({h, i});
     // The centre blocks' keys of an item's halves go through key_logits in batches of up to
     // kBatch keys, so that its prefetching runs ahead across halves (one call per half of
     // block_size_k = 2 keys left every miss to the out-of-order window: 16k, d 64 refresh ~5x
     // its random-line bound).
-    pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t e, int) {
-      constexpr int32_t kBatch = 256;
-      int32_t pos[kBatch], half[kBatch];
-      int64_t rows[kBatch];
-      float logit[kBatch];
-      for (int64_t w = begin; w < e; ++w) {
-        const int32_t h = items[w].first, g = h / G;
-        std::vector<float>& sc = score[h];
-        int32_t n = 0;
-        auto flush = [&] {
-          sparse::row_offsets(kv, g, pos, n, rows);
-          kern.key_logits(kv, args.q + static_cast<int64_t>(h) * d, &q_sum[h], 1, rows, n, 1.0f, logit, n,
-                          /*v_next=*/false);
-          for (int32_t x = 0; x < n; ++x) sc[half[x]] = std::max(sc[half[x]], logit[x]);
-          n = 0;
-        };
-        const int32_t i1 = std::min<int32_t>(static_cast<int32_t>(halves[h].size()), items[w].second + kHalvesPerItem);
-        for (int32_t i = items[w].second; i < i1; ++i) {
-          const int32_t rep = (halves[h][i].lo + halves[h][i].hi - 1) / 2;
-          const int32_t t0 = p.sink + rep * bs, t1 = std::min(end, t0 + bs);
-          sc[i] = -INFINITY;
-          for (int32_t t = t0; t < t1; ++t) {
-            if (n == kBatch) flush();
-            pos[n] = t;
-            half[n++] = i;
+    auto score_items = [&](const std::vector<std::pair<int32_t, int32_t>>& items) {  // (head, first half)
+      pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t e, int) {
+        constexpr int32_t kBatch = 256;
+        int32_t pos[kBatch], half[kBatch];
+        int64_t rows[kBatch];
+        float logit[kBatch];
+        for (int64_t w = begin; w < e; ++w) {
+          const int32_t h = items[w].first, g = h / G;
+          std::vector<float>& sc = score[h];
+          int32_t n = 0;
+          auto flush = [&] {
+            sparse::row_offsets(kv, g, pos, n, rows);
+            kern.key_logits(kv, args.q + static_cast<int64_t>(h) * d, &q_sum[h], 1, rows, n, 1.0f, logit, n,
+                            /*v_next=*/false);
+            for (int32_t x = 0; x < n; ++x) sc[half[x]] = std::max(sc[half[x]], logit[x]);
+            n = 0;
+          };
+          const int32_t i1 = std::min<int32_t>(static_cast<int32_t>(halves[h].size()), items[w].second + kHalvesPerItem);
+          for (int32_t i = items[w].second; i < i1; ++i) {
+            const int32_t rep = (halves[h][i].lo + halves[h][i].hi - 1) / 2;
+            const int32_t t0 = p.sink + rep * bs, t1 = std::min(end, t0 + bs);
+            sc[i] = -INFINITY;
+            for (int32_t t = t0; t < t1; ++t) {
+              if (n == kBatch) flush();
+              pos[n] = t;
+              half[n++] = i;
+            }
           }
+          if (n > 0) flush();
         }
-        if (n > 0) flush();
+      });
+    };
+    auto items_of = [&](int32_t h, std::vector<std::pair<int32_t, int32_t>>& items) {
+      for (int32_t i = 0; i < static_cast<int32_t>(halves[h].size()); i += kHalvesPerItem) items.push_back({h, i});
+    };
+    if (kv.prefetcher == nullptr) {
+      std::vector<std::pair<int32_t, int32_t>> items;
+      for (int32_t h : live) items_of(h, items);
+      score_items(items);
+    } else {  // a tiered cache: one head at a time, its centre-block keys made readable first
+      for (int32_t h : live) {
+        std::vector<int32_t> keys;
+        for (const Chunk& c : halves[h]) {
+          const int32_t t0 = p.sink + (c.lo + c.hi - 1) / 2 * bs;
+          for (int32_t t = t0; t < std::min(end, t0 + bs); ++t) keys.push_back(t);
+        }
+        sparse::prefetch_rows(kv, h / G, keys, /*need_v=*/false);
+        std::vector<std::pair<int32_t, int32_t>> items;
+        items_of(h, items);
+        score_items(items);
       }
-    });
+    }
     // Bytes: distinct K rows per kv head this iteration (a centre block's rows are its own; the
     // G heads of a kv head may pick the same block: counted once, through `seen`).
     if (bytes != nullptr) {
@@ -183,7 +202,16 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
     t.pos = pos[h].data();
     t.n = static_cast<int32_t>(pos[h].size());
   }
-  sparse::attend(pool, kern, kv, args.scale, tasks);
+  if (kv.prefetcher == nullptr) {
+    sparse::attend(pool, kern, kv, args.scale, tasks);
+  } else {  // a tiered cache: one query head at a time, its positions made readable first, so the
+            // row cache needs room for one head's selection, not for the union of a group's
+    const int32_t chunk = sparse::attend_chunk(pool, tasks);  // the all-heads call's: same fold order
+    for (int32_t h = 0; h < H; ++h) {
+      sparse::prefetch_rows(kv, h / G, pos[h], /*need_v=*/true);
+      sparse::attend(pool, kern, kv, args.scale, {tasks[h]}, chunk);
+    }
+  }
   if (bytes != nullptr) {
     for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
       std::vector<Interval> all, merged;  // the G heads' sorted lists merged in order (no sort)

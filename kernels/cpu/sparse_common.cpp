@@ -48,9 +48,7 @@ void fold(float* acc, float& m, float& l, const float* acc_c, float m_c, float l
 
 }  // namespace
 
-void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
-            const std::vector<AttendTask>& tasks) {
-  const int32_t d = kv.head_dim;
+int32_t attend_chunk(const ThreadPool& pool, const std::vector<AttendTask>& tasks) {
   // Small enough chunks that every thread gets a few items, large enough to amortise the merge.
   int32_t chunk = kMaxChunk;
   auto count_items = [&](int32_t c) {
@@ -59,6 +57,13 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     return n;
   };
   while (chunk > kMinChunk && count_items(chunk) < 4 * pool.size()) chunk /= 2;
+  return chunk;
+}
+
+void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
+            const std::vector<AttendTask>& tasks, int32_t chunk) {
+  const int32_t d = kv.head_dim;
+  if (chunk <= 0) chunk = attend_chunk(pool, tasks);
 
   struct Item {
     int32_t task, begin, end;

@@ -60,10 +60,22 @@ inline uint32_t order_key(float x) {
   return u ^ ((0u - (u >> 31)) | 0x80000000u);
 }
 
-// Element offsets of the rows of positions pos[0..n) of kv head g: rows [n].
+// Element offsets of the rows of positions pos[0..n) of kv head g: rows [n]. A position in a
+// host-tier block is read from its cached row (prefetched: see RowPrefetcher).
 inline void row_offsets(const PagedKvView& kv, int32_t g, const int32_t* pos, int32_t n, int64_t* rows) {
-  for (int32_t i = 0; i < n; ++i)
-    rows[i] = kv.tile_offset(pos[i] / kv.block_size, g) + static_cast<int64_t>(pos[i] % kv.block_size) * kv.head_dim;
+  const int32_t bs = kv.block_size;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t e = kv.block_table[pos[i] / bs];
+    rows[i] = e >= 0 ? kv.tile_offset(pos[i] / bs, g) + static_cast<int64_t>(pos[i] % bs) * kv.head_dim
+                     : static_cast<int64_t>(kv.host_rows[(static_cast<int64_t>(-e - 1) * bs + pos[i] % bs) * kv.n_kv_heads + g]) *
+                           kv.head_dim;
+  }
+}
+
+// Before a gather kernel reads positions pos[0..n) of kv head g: a tiered view's prefetcher makes
+// their host-tier rows readable (no-op otherwise).
+inline void prefetch_rows(const PagedKvView& kv, int32_t g, const std::vector<int32_t>& pos, bool need_v) {
+  if (kv.prefetcher != nullptr && !pos.empty()) kv.prefetcher->prefetch(g, pos.data(), static_cast<int32_t>(pos.size()), need_v);
 }
 
 // The table for this CPU, capped by cpu::simd_level() (FATHOM_SIMD / tests).
@@ -85,9 +97,13 @@ struct AttendTask {
   float* lse = nullptr;          // optional [R]: their log-sum-exp
 };
 
-// Splits every task into key chunks, spreads the chunks over the pool, merges per task.
+// Splits every task into key chunks, spreads the chunks over the pool, merges per task. The
+// chunk length (0: attend_chunk(pool, tasks)) fixes the fold order: a task run alone with the
+// chunk its whole set would get gives bitwise the same output.
 void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
-            const std::vector<AttendTask>& tasks);
+            const std::vector<AttendTask>& tasks, int32_t chunk = 0);
+// The key chunk length attend() picks for `tasks` on `pool`.
+int32_t attend_chunk(const ThreadPool& pool, const std::vector<AttendTask>& tasks);
 
 // The k indices of the largest score[0..n) under (score descending, index ascending), in
 // ascending index order, into out[0..k). Exact (sampled threshold, branch-free filter, the k-th

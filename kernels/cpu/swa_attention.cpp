@@ -40,6 +40,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
       t.lse = &lse[static_cast<size_t>(g) * G];
     }
   }
+  for (int32_t g = 0; g < n_kv; ++g) sparse::prefetch_rows(kv, g, kept, /*need_v=*/true);  // tiered caches
   sparse::attend(pool, kern, kv, args.scale, tasks);
   res.kv_bytes = 2LL * n_kept * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv;
 

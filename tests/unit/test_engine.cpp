@@ -166,17 +166,18 @@ TEST(Engine, TieredKvAndRecomputeKeepOutputs) {
     Engine engine(*model, *model.backend, SchedulerConfig{}, metrics);
     for (const auto& p : prompts) alone.push_back(collect(*engine.submit(greedy(*model, p, 40))).tokens.at(0));
   }
-  // 6 sequences of ~56 tokens need ~24 blocks; the device tier gets 10.
+  // 6 sequences of ~56 tokens need ~24 blocks, 4 running at once ~16; the device tier gets 16, a
+  // quarter of them for the hot row cache.
   const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
-  for (const int64_t host_blocks : {20, 1}) {  // both tiers hold them all; they do not (recompute)
-    auto model = load(block_bytes * 10);
-    ASSERT_EQ(model.backend->kv_blocks(), 10);
+  for (const int64_t host_blocks : {20, 2}) {  // both tiers hold them all; they do not (recompute)
+    auto model = load(block_bytes * 16);
+    ASSERT_EQ(model.backend->kv_blocks(), 16);
     MetricsRegistry metrics;
     SchedulerConfig cfg;
     cfg.host_kv_bytes = block_bytes * host_blocks;
     cfg.prefix_caching = false;
-    cfg.max_batched_tokens = 64;  // a step writes at most 4 + 2·3 blocks: within the device tier
-    cfg.max_num_seqs = 3;
+    cfg.max_batched_tokens = 32;  // a step writes at most 2 + 2·4 blocks: within the 12 device blocks
+    cfg.max_num_seqs = 4;
     Engine engine(*model, *model.backend, cfg, metrics);
     std::vector<std::shared_ptr<RequestHandle>> handles;
     for (const auto& p : prompts) handles.push_back(engine.submit(greedy(*model, p, 40)));
@@ -195,36 +196,73 @@ TEST(Engine, TieredKvAndRecomputeKeepOutputs) {
   }
 }
 
-// A prompt ten key chunks long over a device tier of 40 blocks: attention reads most of it from
-// the host tier in several staging passes, and every choice (forks share the prompt's blocks)
-// matches the all-resident run token for token. Bifurcated attention is off in both runs: it
-// is a different kernel (its own rounding), and a group with host blocks decodes densely.
-TEST(Engine, LongPromptFromTheHostTierMatchesResident) {
+// A prompt ten key chunks long (~2,000 tokens), run with `device_blocks` device blocks (0: all
+// resident) and `host_blocks` in the host tier; returns each choice's tokens.
+std::string long_prompt() {
   std::string text;
   for (int i = 0; i < 160; ++i) text += "Line " + std::to_string(i) + ": the robot counted gears. ";
-  auto run = [&](int64_t device_bytes, int64_t host_bytes, MetricsRegistry& metrics) {
-    auto model = load(device_bytes);
-    SchedulerConfig cfg;
-    cfg.host_kv_bytes = host_bytes;
-    cfg.max_batched_tokens = 256;
-    cfg.max_num_seqs = 8;
-    cfg.bifurcated = false;
-    Engine engine(*model, *model.backend, cfg, metrics);
-    Request r = greedy(*model, text, 24);
-    r.n = 4;
-    r.sampling.temperature = 0.7f;
-    r.sampling.seed = 7;
-    return collect(*engine.submit(r)).tokens;
-  };
+  return text;
+}
+
+std::map<int32_t, std::vector<int32_t>> run_tiered(Request r, int32_t device_blocks, int32_t host_blocks,
+                                                   MetricsRegistry& metrics) {
   const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
+  auto model = load(block_bytes * device_blocks);
+  SchedulerConfig cfg;
+  cfg.host_kv_bytes = block_bytes * host_blocks;
+  cfg.max_batched_tokens = 256;
+  cfg.max_num_seqs = 8;
+  cfg.bifurcated = false;  // a different kernel (its own rounding); groups with host blocks decode per member
+  Engine engine(*model, *model.backend, cfg, metrics);
+  return collect(*engine.submit(r)).tokens;
+}
+
+// Dense attention reads most of the prompt from the host tier in several staging passes, and
+// every choice (forks share the prompt's blocks) matches the all-resident run token for token,
+// under temperature sampling.
+TEST(Engine, LongPromptFromTheHostTierMatchesResident) {
+  auto model = load();
+  Request r = greedy(*model, long_prompt(), 24);
+  r.n = 4;
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 7;
   MetricsRegistry m_resident, m_tiered;
-  const auto resident = run(0, 0, m_resident);
-  const auto tiered = run(block_bytes * 40, block_bytes * 200, m_tiered);
+  const auto resident = run_tiered(r, 0, 0, m_resident);
+  const auto tiered = run_tiered(r, 40, 200, m_tiered);
   ASSERT_EQ(resident.size(), 4u);
-  for (size_t c = 0; c < resident.size(); ++c) EXPECT_EQ(tiered.at(static_cast<int32_t>(c)), resident.at(static_cast<int32_t>(c))) << "choice " << c;
-  const double staged_in = m_tiered.counter("fathom_swap_bytes_total", "", {{"direction", "in"}}).value();
-  EXPECT_GT(staged_in, 24 * 40 * block_bytes) << "decode steps read the prompt through the staging area";
+  for (int32_t c = 0; c < 4; ++c) EXPECT_EQ(tiered.at(c), resident.at(c)) << "choice " << c;
+  const double moved_in = m_tiered.counter("fathom_swap_bytes_total", "", {{"direction", "in"}}).value();
+  const double block_bytes = static_cast<double>(model.backend->block_bytes());
+  EXPECT_GT(moved_in, 24 * 40 * block_bytes) << "decode steps read the prompt through the staging area";
   EXPECT_EQ(m_tiered.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 0);
+}
+
+// HiP and SWA gather host-tier rows through the hot row cache. HiP reads the same rows in the same
+// order as when resident, so its tokens equal the all-resident run's. SWA's first decode step
+// attends every position (it seeds the attention mass): more rows than the cache holds, so that
+// one step decodes densely over both tiers in every layer, without seeding the mass.
+TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
+  auto model = load();
+  for (PolicyKind kind : {PolicyKind::kHip, PolicyKind::kSwa}) {
+    Request r = greedy(*model, long_prompt(), 24);
+    r.attention.kind = kind;
+    r.attention.kv_read_ratio = 0.125;
+    MetricsRegistry m_resident, m_tiered;
+    const auto resident = run_tiered(r, 0, 0, m_resident);
+    const auto tiered = run_tiered(r, 96, 200, m_tiered);  // a quarter of 96 blocks: 384 rows a head
+    const std::string policy = policy_name(kind);
+    if (kind == PolicyKind::kHip) {
+      EXPECT_EQ(tiered.at(0), resident.at(0)) << policy;
+    }
+    EXPECT_EQ(tiered.at(0).size(), 24u) << policy;
+    const double hits = m_tiered.counter("fathom_kv_hot_rows_total", "", {{"policy", policy}, {"result", "hit"}}).value();
+    const double misses = m_tiered.counter("fathom_kv_hot_rows_total", "", {{"policy", policy}, {"result", "miss"}}).value();
+    EXPECT_GT(misses, 0) << policy;
+    EXPECT_GT(hits, misses) << policy << ": rows are reused across steps";
+    const double fallbacks = m_tiered.counter("fathom_kv_hot_row_fallbacks_total", "").value();
+    EXPECT_EQ(fallbacks, kind == PolicyKind::kSwa ? model->config().n_layers : 0) << policy;
+    std::printf("%s over the host tier: %.0f hot-row hits, %.0f misses\n", policy.c_str(), hits, misses);
+  }
 }
 
 TEST(Engine, RejectsInvalidRequests) {

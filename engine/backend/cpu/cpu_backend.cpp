@@ -74,15 +74,23 @@ bool CpuBackend::implements(PolicyKind kind) const { return cpu_implements(kind)
 int32_t CpuBackend::reserve_host_tier(int32_t blocks) {
   FATHOM_CHECK(!host_kv_ && plan_ == nullptr, "the host tier is reserved once, before the first forward");
   if (blocks <= 0) return 0;
-  const int32_t bs = kv_layout().block_size;
+  const int32_t bs = kv_layout().block_size, budget = kv_blocks();
+  const int32_t hot = budget / 4;  // the rest holds blocks; HotRowsFull falls back to dense
+  if (hot < 1 || budget - hot < 3)
+    throw Error("the device KV tier holds " + std::to_string(budget) +
+                " blocks: a host tier needs at least 4 (raise kv_cache.device_mib)");
   staging_slots_ = 2 * cpu::key_chunk_positions(bs) / bs;
-  kv_ = std::make_unique<CpuKvStorage>(kv_layout(), kv_blocks() + staging_slots_);
+  set_kv_blocks(budget - hot);
+  // Slots: [0, kv_blocks()) blocks, then staging, then the hot rows.
+  kv_ = std::make_unique<CpuKvStorage>(kv_layout(), kv_blocks() + staging_slots_ + hot);
   host_kv_ = std::make_unique<CpuKvStorage>(kv_layout(), blocks);
+  hot_rows_ = std::make_unique<HotRows>(*kv_, *host_kv_, kv_blocks() + staging_slots_, hot);
   return blocks;
 }
 
 void CpuBackend::copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) {
   storage(from).copy_block_to(from_slot, storage(to), to_slot);
+  if (to == KvTier::kHost) hot_rows_->invalidate_host_slot(to_slot);
 }
 
 void CpuBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
@@ -90,6 +98,7 @@ void CpuBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
   kv_->read_block(device_slot, held.data());
   host_kv_->copy_block_to(host_slot, *kv_, device_slot);
   host_kv_->write_block(host_slot, held.data());
+  hot_rows_->invalidate_host_slot(host_slot);
 }
 
 bool CpuBackend::reads_host(int32_t seq, int32_t first_block) const {
@@ -240,7 +249,32 @@ int64_t CpuBackend::attend_dense_decode(int32_t layer, int32_t seq) {
 }
 
 int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
-  if (reads_host(seq, 0)) return attend_dense_decode(layer, seq);
+  if (reads_host(seq, 0)) {
+    const int k = static_cast<int>(policy.kind);
+    // HiP and SWA gather rows: host-tier ones come through the hot row cache. SparQ's step 1
+    // reads every block's transposed K tile: it decodes densely over both tiers for now.
+    if (policy.kind == PolicyKind::kHip || policy.kind == PolicyKind::kSwa) {
+      PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
+      hot_rows_->bind(layer, view.block_table);
+      view.host_rows = hot_rows_->map(layer);
+      view.prefetcher = hot_rows_.get();
+      try {
+        const int64_t bytes = cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
+        const HotRows::Counts c = hot_rows_->take_counts();
+        hot_counts_.hits[k] += c.hits;
+        hot_counts_.misses[k] += c.misses;
+        tier_bytes_.host_to_device += c.bytes;
+        return bytes;
+      } catch (const HotRowsFull&) {  // e.g. SWA's first step, which attends every position
+        const HotRows::Counts c = hot_rows_->take_counts();
+        hot_counts_.hits[k] += c.hits;
+        hot_counts_.misses[k] += c.misses;
+        tier_bytes_.host_to_device += c.bytes;
+        ++hot_counts_.fallbacks[k];
+      }
+    }
+    return attend_dense_decode(layer, seq);
+  }
   const PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
   observe(layer, seq, view);
   return cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/hot_rows.h"
 #include "engine/backend/cpu/kv_storage.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/matmul.h"
@@ -26,8 +27,9 @@ class CpuBackend final : public Backend {
   bool implements(PolicyKind kind) const override;
   bool implements_groups() const override { return true; }
   size_t block_bytes() const override { return kv_->layout().block_bytes(); }
-  // The host tier: `blocks` blocks in their own arena; the device storage grows by the staging
-  // slots attention copies host blocks into (two key chunks' worth).
+  // The host tier: `blocks` blocks in their own arena. The device storage gets, beyond the
+  // budget, the staging slots dense attention copies host blocks into (two key chunks' worth),
+  // and gives a quarter of its budget to the hot row cache (sparse decode over host rows).
   int32_t reserve_host_tier(int32_t blocks) override;
 
   // Direct access for tests and bench/ tools (the engine goes through Backend only).
@@ -78,7 +80,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ThreadPool> threads_;
   std::unique_ptr<CpuKvStorage> kv_;       // device tier: kv_blocks() slots, then the staging slots
   std::unique_ptr<CpuKvStorage> host_kv_;  // host tier (null: none)
-  int32_t staging_slots_ = 0;
+  std::unique_ptr<HotRows> hot_rows_;      // with a host tier
+  int32_t staging_slots_ = 0;              // device slots [kv_blocks(), + staging_slots_)
   AttentionObserver observer_;
 
   // The current pass: T tokens, plan.seqs[i] owns rows [first_[i], first_[i] + n).

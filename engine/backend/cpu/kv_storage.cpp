@@ -62,6 +62,27 @@ size_t CpuKvStorage::copy_block_to(int32_t src, CpuKvStorage& to, int32_t dst) c
   return bytes;
 }
 
+size_t CpuKvStorage::copy_row_to(int32_t layer, int32_t block, int32_t head, int32_t slot, CpuKvStorage& to,
+                                 int64_t dst_row, bool k, bool v) const {
+  check_block(block);
+  const KvLayout& L = layout_;
+  const size_t row = static_cast<size_t>(L.head_dim) * kv_dtype_bytes(L.dtype);
+  const int64_t src_row = (static_cast<int64_t>(block) * L.n_kv_heads + head) * L.block_size + slot;
+  FATHOM_CHECK(dst_row >= 0 && dst_row < static_cast<int64_t>(to.num_blocks_) * L.n_kv_heads * L.block_size);
+  size_t bytes = 0;
+  for (const KvPlane p : {KvPlane::kK, KvPlane::kV}) {
+    if (!(p == KvPlane::kK ? k : v)) continue;
+    std::memcpy(to.at(p, layer, 0) + dst_row * row, at(p, layer, 0) + src_row * row, row);
+    bytes += row;
+    if (L.dtype == KvDtype::kI8) {
+      const KvPlane rows = p == KvPlane::kK ? KvPlane::kKRows : KvPlane::kVRows;
+      reinterpret_cast<KvInt8Row*>(to.at(rows, layer, 0))[dst_row] = reinterpret_cast<const KvInt8Row*>(at(rows, layer, 0))[src_row];
+      bytes += sizeof(KvInt8Row);
+    }
+  }
+  return bytes;
+}
+
 void* CpuKvStorage::k_tile(int32_t layer, int32_t block, int32_t head) {
   return at(KvPlane::kK, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
 }

@@ -39,6 +39,11 @@ class CpuKvStorage {
   // when `pos` opens a block). Positions of a sequence must be appended in order.
   void append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v);
 
+  // Copies the K row (and its INT8 parameters) and/or the V row of (layer, block, head, slot) to
+  // row `dst_row` of `to`'s planes (a row index as PagedKvView::row_index gives). Returns bytes.
+  size_t copy_row_to(int32_t layer, int32_t block, int32_t head, int32_t slot, CpuKvStorage& to, int64_t dst_row, bool k,
+                     bool v) const;
+
   // The view an attention kernel reads for `layer` of the sequence with block table `table`.
   PagedKvView view(int32_t layer, const int32_t* table) const;
 
