@@ -91,11 +91,20 @@ struct Scheduler::Metrics {
 };
 
 namespace {
+// Blocks one step may write (or read the V sum of): its prefill tokens over whole blocks plus two
+// per sequence (a partial first block, or the block before one it opens).
+int32_t step_write_blocks(const SchedulerConfig& c, int32_t block_size) {
+  return (c.max_batched_tokens + block_size - 1) / block_size + 2 * c.max_num_seqs;
+}
+
 // The page table over the backend's device blocks and the host tier the config's budget asks for
 // (as many blocks as the backend gives; reserving may shrink the device blocks it offers).
 BlockAllocator make_allocator(Backend& backend, const SchedulerConfig& config) {
   const int64_t asked = config.host_kv_bytes / static_cast<int64_t>(backend.block_bytes());
-  const int32_t host = asked > 0 ? backend.reserve_host_tier(static_cast<int32_t>(std::min<int64_t>(asked, INT32_MAX / 2))) : 0;
+  const int32_t bs = backend.kv_layout().block_size;
+  const int32_t host = asked > 0 ? backend.reserve_host_tier(static_cast<int32_t>(std::min<int64_t>(asked, INT32_MAX / 2)),
+                                                             step_write_blocks(config, bs))
+                                 : 0;
   return BlockAllocator(backend.kv_blocks(), backend.kv_layout().block_size, host);
 }
 }  // namespace
@@ -115,7 +124,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
   if (allocator_.host_blocks() > 0) {
     const int32_t bs = allocator_.block_size(), device = allocator_.device_blocks();
     if (device < 3) throw Error("the device KV tier holds " + std::to_string(device) + " blocks: raise kv_cache.device_mib");
-    auto writes = [&] { return (config_.max_batched_tokens + bs - 1) / bs + 2 * config_.max_num_seqs; };
+    auto writes = [&] { return step_write_blocks(config_, bs); };
     if (writes() > device) config_.max_num_seqs = std::max(1, std::min(config_.max_num_seqs, device / 6));
     if (writes() > device) config_.max_batched_tokens = (device - 2 * config_.max_num_seqs) * bs;
   }

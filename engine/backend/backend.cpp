@@ -44,7 +44,7 @@ void Backend::write_block(int32_t block, const std::byte* src) {
   write_block_impl(block, src);
 }
 
-int32_t Backend::reserve_host_tier(int32_t) { return 0; }
+int32_t Backend::reserve_host_tier(int32_t, int32_t) { return 0; }
 
 void Backend::copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) {
   failpoints::hit("kv_copy");

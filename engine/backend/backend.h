@@ -70,7 +70,9 @@ class Backend : protected ForwardOps {
   // first forward. With a host tier, a plan's block tables are physical (BlockAllocator::
   // physical): negative entries are host slots, which attention reads through the backend's
   // bounded staging area; the blocks a step writes are always device slots.
-  virtual int32_t reserve_host_tier(int32_t blocks);
+  // `keep_device_blocks`: the device blocks the page table needs at least (every block one step
+  // writes); a backend may turn the rest of its budget into device-side caches of the host tier.
+  virtual int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks);
   // Whole-block copies between tiers and slots (every layer and plane); failpoint "kv_copy".
   void copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot);
   // Device slot `device_slot` and host slot `host_slot` trade their bytes.

@@ -249,7 +249,7 @@ TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
     r.attention.kv_read_ratio = 0.125;
     MetricsRegistry m_resident, m_tiered;
     const auto resident = run_tiered(r, 0, 0, m_resident);
-    const auto tiered = run_tiered(r, 96, 200, m_tiered);  // a quarter of 96 blocks: 384 rows a head
+    const auto tiered = run_tiered(r, 96, 200, m_tiered);  // 64 of the 96 blocks hold hot rows: 1,024 a head
     const std::string policy = policy_name(kind);
     if (kind == PolicyKind::kHip) {
       EXPECT_EQ(tiered.at(0), resident.at(0)) << policy;

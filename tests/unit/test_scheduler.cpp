@@ -39,7 +39,7 @@ class FakeBackend final : public Backend {
   std::function<bool(const BatchPlan&)> fail;
   int passes = 0;
   int32_t host_blocks = 0;  // the host tier this backend offers
-  int32_t reserve_host_tier(int32_t blocks) override { return std::min(blocks, host_blocks); }
+  int32_t reserve_host_tier(int32_t blocks, int32_t) override { return std::min(blocks, host_blocks); }
 
  protected:
   void copy_block_impl(int32_t, int32_t) override {}

@@ -71,11 +71,13 @@ CpuBackend::~CpuBackend() = default;
 
 bool CpuBackend::implements(PolicyKind kind) const { return cpu_implements(kind); }
 
-int32_t CpuBackend::reserve_host_tier(int32_t blocks) {
+int32_t CpuBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_blocks) {
   FATHOM_CHECK(!host_kv_ && plan_ == nullptr, "the host tier is reserved once, before the first forward");
   if (blocks <= 0) return 0;
   const int32_t bs = kv_layout().block_size, budget = kv_blocks();
-  const int32_t hot = budget / 4;  // the rest holds blocks; HotRowsFull falls back to dense
+  // Blocks beyond one step's writes only save dense attention some staging copies; rows in the
+  // hot cache let sparse decode run from the device (HotRowsFull falls back to dense).
+  const int32_t hot = std::max(budget / 4, budget - keep_device_blocks);
   if (hot < 1 || budget - hot < 3)
     throw Error("the device KV tier holds " + std::to_string(budget) +
                 " blocks: a host tier needs at least 4 (raise kv_cache.device_mib)");
