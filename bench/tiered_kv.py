@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """The tiered KV cache against the all-resident cache, on long passkey prompts (docs/tiered_kv.md).
 
-Two `fathom serve` processes on the same model: `resident` (a device tier that holds everything)
-and `tiered` (a device tier of --device-fraction of one prompt's KV, a host tier for the rest).
+`fathom serve` processes on the same model: `resident` (a device tier that holds everything) and
+one `tiered` per --device-fractions entry (a device tier of that fraction of one prompt's KV, a
+host tier for the rest).
 Per trial, one passkey prompt (bench/passkey_eval.py's task) is prefilled once per server (the
 prefix cache keeps it); then for every policy the same greedy question is asked of both servers
 (answers compared) and a fixed-length decode (--decode tokens, ignore_eos) is timed on each,
-alternating resident / tiered. Decode speed is taken from the server's own request log
+alternating resident / tiered servers. Decode speed is taken from the server's own request log
 ((completion_tokens − 1) / (total − ttft)), so HTTP and prefill time do not count.
 
-    .venv/bin/python bench/tiered_kv.py --model gemma3 --lengths 16384 --trials 2
+    .venv/bin/python bench/tiered_kv.py --model gemma3 --lengths 16384 --trials 2 --device-fractions 0.125,0.25
 """
 import argparse
 import json
@@ -49,6 +50,11 @@ def decode_rate(server, fmt, text, policy, ratio, tokens):
     return (int(n) - 1) / ((float(total) - float(ttft)) / 1000.0)
 
 
+def srv_mib(server):
+    m = re.search(r"kv cache: (\d+) device blocks \+ (\d+) host blocks", server.stderr)
+    return f"{m.group(1)} device blocks for the page table (the rest of the tier holds hot rows), {m.group(2)} host blocks"
+
+
 def metric(server, name, labels=""):
     text = urllib_get(server.base_url + "/metrics")
     for line in text.splitlines():
@@ -69,7 +75,7 @@ def main():
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--policies", default="dense,sparq,hip,swa")
     ap.add_argument("--ratio", type=float, default=0.125)
-    ap.add_argument("--device-fraction", type=float, default=0.125)
+    ap.add_argument("--device-fractions", default="0.125,0.25")
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--binary", default="build/fathom")
@@ -78,7 +84,8 @@ def main():
     gguf, fmt, _ = MODELS[args.model]
     lengths = [int(x) for x in args.lengths.split(",")]
     policies = args.policies.split(",")
-    rows = []
+    fractions = [float(x) for x in args.device_fractions.split(",")]
+    rows, notes = [], []
     for length in lengths:
         # The KV bytes of one `length`-token sequence, from a probe server's block count.
         probe_mib = 64
@@ -86,56 +93,73 @@ def main():
                            extra_args=["--threads", "1", "--kv-cache-mib", probe_mib]) as probe:
             bytes_per_block = (probe_mib << 20) / device_blocks(probe)
         seq_mib = length / 16 * bytes_per_block / (1 << 20)
-        device_mib = max(1, int(seq_mib * args.device_fraction))
-        common = ["--threads", args.threads, "--max-num-seqs", 4, "--max-batched-tokens", 512]
-        resident = ServerProcess(REPO / args.binary, REPO / gguf, startup_timeout=600,
-                                 extra_args=common + ["--kv-cache-mib", int(seq_mib * 1.5) + 64])
-        tiered = ServerProcess(REPO / args.binary, REPO / gguf, startup_timeout=600,
-                               extra_args=common + ["--kv-cache-mib", device_mib, "--host-kv-mib", int(seq_mib * 1.5) + 64])
-        resident.start()
-        tiered.start()
+        common = ["--threads", args.threads, "--max-num-seqs", 4, "--max-batched-tokens", 256]
+        servers = {"resident": ServerProcess(REPO / args.binary, REPO / gguf, startup_timeout=600,
+                                             extra_args=common + ["--kv-cache-mib", int(seq_mib * 1.5) + 64])}
+        for f in fractions:
+            servers[f"tiered {f:g}"] = ServerProcess(
+                REPO / args.binary, REPO / gguf, startup_timeout=600,
+                extra_args=common + ["--kv-cache-mib", max(1, int(seq_mib * f)), "--host-kv-mib", int(seq_mib * 1.5) + 64])
+        for srv in servers.values():
+            srv.start()
         try:
-            print(f"L={length}: one sequence's KV {seq_mib:.0f} MiB; tiered device tier {device_mib} MiB", flush=True)
-            rates = {(p, s): [] for p in policies for s in ("resident", "tiered")}
-            same = {p: 0 for p in policies}
-            correct = {(p, s): 0 for p in policies for s in ("resident", "tiered")}
+            print(f"L={length}: one sequence's KV {seq_mib:.0f} MiB", flush=True)
+            rates = {(p, n): [] for p in policies for n in servers}
+            same = {(p, n): 0 for p in policies for n in servers}
+            correct = {(p, n): 0 for p in policies for n in servers}
             for trial in range(args.trials):
                 rng = random.Random(f"tiered-{args.model}-{length}-{trial}")
-                text, key, depth, ntok = make_prompt(resident.base_url, fmt, length, rng, {})
+                text, key, depth, ntok = make_prompt(servers["resident"].base_url, fmt, length, rng, {})
                 for policy in policies:
                     replies = {}
-                    for name, srv in (("resident", resident), ("tiered", tiered)):
+                    for name, srv in servers.items():
                         replies[name] = ask(srv.base_url, fmt, text, policy, args.ratio)[0]
                         m = re.search(r"\d{5}", replies[name])
                         correct[(policy, name)] += bool(m and int(m.group()) == key)
-                    same[policy] += replies["resident"] == replies["tiered"]
-                    for name, srv in (("resident", resident), ("tiered", tiered)):
+                        same[(policy, name)] += replies[name] == replies["resident"]
+                    for name, srv in servers.items():
                         rates[(policy, name)].append(decode_rate(srv, fmt, text, policy, args.ratio, args.decode))
-                    print(f"  trial {trial} {policy}: replies {'same' if replies['resident'] == replies['tiered'] else 'DIFFER'} "
-                          f"{replies}; decode {rates[(policy, 'resident')][-1]:.1f} vs {rates[(policy, 'tiered')][-1]:.1f} tok/s",
-                          flush=True)
-            moved_in = metric(tiered, "fathom_swap_bytes_total", '{direction="in"}')
+                    print(f"  trial {trial} {policy}: " + "; ".join(
+                        f"{n}: {replies[n]!r} {rates[(policy, n)][-1]:.1f} tok/s" for n in servers), flush=True)
+            for name, srv in servers.items():
+                if name == "resident":
+                    continue
+                moved = metric(srv, "fathom_swap_bytes_total", '{direction="in"}')
+                fallbacks = metric(srv, "fathom_kv_hot_row_fallbacks_total")
+                hot = {r: sum(metric(srv, "fathom_kv_hot_rows_total", f'{{policy="{p}",result="{r}"}}') for p in ("hip", "swa"))
+                       for r in ("hit", "miss")}
+                notes.append(f"{name} at {length}: {srv_mib(srv)}; host→device {moved / 2**30:.2f} GiB in all; hot rows "
+                             f"{hot['hit']:.0f} hits / {hot['miss']:.0f} misses; {fallbacks:.0f} layer steps fell back to dense")
             for policy in policies:
-                r = statistics.median(rates[(policy, "resident")])
-                t = statistics.median(rates[(policy, "tiered")])
-                rows.append((length, policy, f"{same[policy]}/{args.trials}", f"{correct[(policy, 'resident')]}/{args.trials}",
-                             f"{correct[(policy, 'tiered')]}/{args.trials}", f"{r:.1f}", f"{t:.1f}", f"{t / r:.2f}"))
-            rows.append((length, "(all)", "", "", "", "", "", f"host→device {moved_in / 2**30:.2f} GiB"))
+                base = statistics.median(rates[(policy, "resident")])
+                row = [length, policy, f"{correct[(policy, 'resident')]}/{args.trials}", f"{base:.1f}"]
+                for name in servers:
+                    if name == "resident":
+                        continue
+                    r = statistics.median(rates[(policy, name)])
+                    row += [f"{same[(policy, name)]}/{args.trials}", f"{correct[(policy, name)]}/{args.trials}",
+                            f"{r:.1f} ({r / base:.2f}×)"]
+                rows.append(row)
         finally:
-            resident.stop()
-            tiered.stop()
+            for srv in servers.values():
+                srv.stop()
     out = Path(args.out)
-    lines = [f"# Tiered KV cache vs all-resident ({args.model}, device tier {args.device_fraction:g} of one sequence's KV)",
+    head = "| length | policy | key found (resident) | decode tok/s (resident) |"
+    rule = "|---|---|---|---|"
+    for f in fractions:
+        head += f" same reply ({f:g}) | key found ({f:g}) | decode tok/s ({f:g}) |"
+        rule += "---|---|---|"
+    lines = [f"# Tiered KV cache vs all-resident ({args.model})",
              "",
-             f"`{' '.join(sys.argv)}` on {time.strftime('%Y-%m-%d')}: {args.trials} passkey trials per length, greedy; "
-             f"decode = {args.decode} tokens (ignore_eos) after the cached prompt, median over trials, "
-             f"{args.threads} threads, both servers idle while the other runs. Sequences with host-tier blocks "
-             "decode densely whatever their policy (docs/tiered_kv.md), so the tiered sparse rows measure dense over "
-             "offloaded KV.",
-             "",
-             "| length | policy | same reply | key found (resident) | key found (tiered) | decode tok/s resident | decode tok/s tiered | tiered / resident |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"`{' '.join(sys.argv)}` on {time.strftime('%Y-%m-%d')}: {args.trials} passkey trials per length, greedy, "
+             f"`kv_read_ratio` {args.ratio:g}; decode = {args.decode} tokens (ignore_eos) after the cached prompt, median "
+             f"over trials, {args.threads} threads, every server idle while another runs. Columns per device tier: the "
+             "fraction of one sequence's KV the device tier holds (the rest in the host tier). Sequences with host-tier "
+             "blocks decode SparQ densely (docs/tiered_kv.md); HiP and SWA read host rows through the hot row cache "
+             "and fall back to dense for a layer step whose rows it cannot hold.",
+             "", head, rule]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    lines += [""] + [f"- {n}" for n in notes]
     out.write_text("\n".join(lines) + "\n")
     print(out.read_text())
 

@@ -102,9 +102,13 @@ int32_t step_write_blocks(const SchedulerConfig& c, int32_t block_size) {
 BlockAllocator make_allocator(Backend& backend, const SchedulerConfig& config) {
   const int64_t asked = config.host_kv_bytes / static_cast<int64_t>(backend.block_bytes());
   const int32_t bs = backend.kv_layout().block_size;
-  const int32_t host = asked > 0 ? backend.reserve_host_tier(static_cast<int32_t>(std::min<int64_t>(asked, INT32_MAX / 2)),
-                                                             step_write_blocks(config, bs))
-                                 : 0;
+  // The blocks to keep: one step's writes, and one sequence's sliding window (what its
+  // sliding-window layers read every step, Gemma 3's 512 positions) so those layers stage nothing.
+  int32_t window = 0;
+  for (const LayerConfig& l : backend.model().config().layers) window = std::max(window, l.sliding ? l.window : 0);
+  const int32_t keep = step_write_blocks(config, bs) + (window + bs - 1) / bs;
+  const int32_t host =
+      asked > 0 ? backend.reserve_host_tier(static_cast<int32_t>(std::min<int64_t>(asked, INT32_MAX / 2)), keep) : 0;
   return BlockAllocator(backend.kv_blocks(), backend.kv_layout().block_size, host);
 }
 }  // namespace
@@ -225,14 +229,15 @@ void Scheduler::copy_block(int32_t src, int32_t dst) {
 }
 
 int32_t Scheduler::next_device_victim(const std::vector<char>& written) {
-  const int32_t n = allocator_.device_blocks();
-  for (int32_t i = 0; i < n; ++i) {
-    const int32_t slot = clock_hand_;
-    clock_hand_ = (clock_hand_ + 1) % n;
+  // The device block written longest ago that this step does not write: a sequence's blocks are
+  // written in position order, so its oldest positions leave first and its recent ones — what a
+  // sliding window and HiP's local window read every step — stay.
+  int32_t best = -1;
+  for (int32_t slot = 0; slot < allocator_.device_blocks(); ++slot) {
     const int32_t b = allocator_.block_at_device_slot(slot);
-    if (b >= 0 && !written[b]) return b;
+    if (b >= 0 && !written[b] && (best < 0 || written_step_[b] < written_step_[best])) best = b;
   }
-  return -1;
+  return best;
 }
 
 void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of) {
@@ -244,6 +249,8 @@ void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& pla
   };
   std::vector<Write> writes;
   written_.assign(allocator_.num_blocks(), 0);
+  written_step_.resize(allocator_.num_blocks(), 0);
+  ++steps_;
   for (size_t i = 0; i < planned.size(); ++i) {
     const Sequence& s = *planned[i];
     // A step that opens a block also reads the block before it (the running V sum carries over).
@@ -251,6 +258,7 @@ void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& pla
     for (int32_t b = first; b <= (s.n_computed + chunk_of[i] - 1) / bs; ++b) {
       writes.push_back({s.blocks[b], b * bs < s.n_computed});
       written_[s.blocks[b]] = 1;
+      written_step_[s.blocks[b]] = steps_;
     }
   }
   for (const Write& w : writes) {

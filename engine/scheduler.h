@@ -7,9 +7,9 @@
 //   3. admits waiting sequences in (priority, arrival) order while the step has token and
 //      sequence budget and their whole prompt fits in free + evictable blocks, reusing the
 //      longest cached prefix;
-//   4. moves the blocks the step writes into the device tier (trading slots with blocks it does
-//      not write, clock order) and runs one forward pass over decode tokens (one each) and prefill chunks, samples,
-//      detokenizes, checks stops and streams events. Prefill chunks share what the decode tokens
+//   4. moves the blocks the step writes into the device tier (trading slots with the blocks
+//      written longest ago) and runs one forward pass over decode tokens (one each) and prefill
+//      chunks, samples, detokenizes, checks stops and streams events. Prefill chunks share what the decode tokens
 //      leave of max_batched_tokens by water-filling (each gets min(what it wants, an equal share
 //      of the rest)), so a short prompt is not queued behind a long one's whole prefill.
 // Steps 1-3 plan, 4 runs and then updates. Error boundary: an exception while planning or
@@ -64,8 +64,8 @@ class Scheduler {
   int32_t available_blocks() const;          // free + evictable
   void preempt(Sequence& victim);             // by recompute
   void copy_block(int32_t src, int32_t dst);  // whole block, whichever tiers the two are in
-  // Host tier: the blocks `plan` writes move into device slots (demoting blocks it does not
-  // write) and the plan's block tables become physical ones (physical_).
+  // Host tier: the blocks `plan` writes move into device slots (demoting the blocks written
+  // longest ago that it does not write) and the plan's block tables become physical ones.
   void make_resident(BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of);
   int32_t next_device_victim(const std::vector<char>& written);
   Sequence* pick_victim(const Sequence* except);
@@ -95,7 +95,8 @@ class Scheduler {
   PrefixIndex prefix_;
   std::vector<std::vector<int32_t>> physical_;  // this step's physical block tables, by plan index
   std::vector<char> written_;                    // per block id: written by this step
-  int32_t clock_hand_ = 0;                       // next device slot to consider for demotion
+  std::vector<int64_t> written_step_;            // per block id: the last step that wrote it (demotion order)
+  int64_t steps_ = 0;
   std::vector<std::unique_ptr<RequestState>> requests_;
   std::mt19937_64 seed_rng_{0x5eed};
   std::vector<float> logits_;

@@ -206,8 +206,12 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
     sparse::attend(pool, kern, kv, args.scale, tasks);
   } else {  // a tiered cache: one query head at a time, its positions made readable first, so the
             // row cache needs room for one head's selection, not for the union of a group's
+    // Heads in forward order on even positions, backward on odd ones: with the mask cached across
+    // steps the heads' row sets repeat, and a cycle longer than an LRU cache misses on every row;
+    // alternating turns it into a stack (the last head's rows are the next step's first).
     const int32_t chunk = sparse::attend_chunk(pool, tasks);  // the all-heads call's: same fold order
-    for (int32_t h = 0; h < H; ++h) {
+    for (int32_t i = 0; i < H; ++i) {
+      const int32_t h = args.pos % 2 == 0 ? i : H - 1 - i;
       sparse::prefetch_rows(kv, h / G, pos[h], /*need_v=*/true);
       sparse::attend(pool, kern, kv, args.scale, {tasks[h]}, chunk);
     }
