@@ -77,6 +77,8 @@ def main():
     ap.add_argument("--ratio", type=float, default=0.125)
     ap.add_argument("--device-fractions", default="0.125,0.25")
     ap.add_argument("--decode", type=int, default=64)
+    ap.add_argument("--hot-rows-percent", type=int, default=100,
+                    help="the tiered servers' split of their device tier (100: all it can spare to hot rows)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--binary", default="build/fathom")
     ap.add_argument("--out", default=str(REPO / "bench/results/tiered_kv.md"))
@@ -99,7 +101,8 @@ def main():
         for f in fractions:
             servers[f"tiered {f:g}"] = ServerProcess(
                 REPO / args.binary, REPO / gguf, startup_timeout=600,
-                extra_args=common + ["--kv-cache-mib", max(1, int(seq_mib * f)), "--host-kv-mib", int(seq_mib * 1.5) + 64])
+                extra_args=common + ["--kv-cache-mib", max(1, int(seq_mib * f)), "--host-kv-mib", int(seq_mib * 1.5) + 64,
+                                     "--hot-rows-percent", args.hot_rows_percent])
         for srv in servers.values():
             srv.start()
         try:
@@ -154,7 +157,8 @@ def main():
              f"`{' '.join(sys.argv)}` on {time.strftime('%Y-%m-%d')}: {args.trials} passkey trials per length, greedy, "
              f"`kv_read_ratio` {args.ratio:g}; decode = {args.decode} tokens (ignore_eos) after the cached prompt, median "
              f"over trials, {args.threads} threads, every server idle while another runs. Columns per device tier: the "
-             "fraction of one sequence's KV the device tier holds (the rest in the host tier). Sequences with host-tier "
+             "fraction of one sequence's KV the device tier holds (the rest in the host tier), "
+             f"`--hot-rows-percent {args.hot_rows_percent}`. Sequences with host-tier "
              "blocks decode SparQ densely (docs/tiered_kv.md); HiP and SWA read host rows through the hot row cache "
              "and fall back to dense for a layer step whose rows it cannot hold.",
              "", head, rule]

@@ -18,6 +18,8 @@ class RowPrefetcher {
   // planes, of every such position in a host block. Rows made readable by earlier calls may be
   // evicted. Throws when the cache cannot hold them all at once.
   virtual void prefetch(int32_t g, const int32_t* pos, int32_t n, bool need_v) = 0;
+  // The most rows of one kv head a prefetch() can hold at once.
+  virtual int32_t capacity() const = 0;
 };
 
 struct PagedKvView {

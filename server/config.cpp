@@ -189,6 +189,7 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     else if (!dtype.empty()) kv->fail("dtype", "must be \"f16\", \"f32\" or \"int8\", got \"" + dtype + "\"");
     kv->read("transposed_k", c.model_options.kv_transposed_k);
     kv->read_int("block_size", c.model_options.block_size, 1, 1024);
+    kv->read_int("hot_rows_percent", c.model_options.hot_rows_percent, 0, 100);
     kv->finish();
   }
   if (auto a = top.object("attention")) {

@@ -24,8 +24,8 @@ void usage() {
       "  logits   --model PATH (--prompt TEXT | --prompt-ids 1,2,3) --out FILE   (f32 logits of every position)\n"
       "  chat     --model PATH [--max-tokens N] [--temperature T]                 (interactive)\n"
       "  serve    [--config FILE] [--model PATH] [--host H] [--port P] [--grpc-port P] [--threads N]\n"
-      "           [--api-key K]... [--api-key-file F] [--kv-cache-mib N] [--host-kv-mib N] [--max-num-seqs N]\n"
-      "           [--max-batched-tokens N] [--log-level L]          (OpenAI HTTP + gRPC; configs/README.md)\n",
+      "           [--api-key K]... [--api-key-file F] [--kv-cache-mib N] [--host-kv-mib N] [--hot-rows-percent N]\n"
+      "           [--max-num-seqs N] [--max-batched-tokens N] [--log-level L]   (OpenAI HTTP + gRPC; configs/README.md)\n",
       stderr);
 }
 

@@ -19,6 +19,8 @@ ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& de
   const int64_t mib = args.get_int("kv-cache-mib", 0);
   if (mib < 0) throw Error("--kv-cache-mib must not be negative");
   if (mib > 0) o.kv_cache_bytes = mib << 20;
+  o.hot_rows_percent = static_cast<int32_t>(args.get_int("hot-rows-percent", o.hot_rows_percent));
+  if (o.hot_rows_percent < 0 || o.hot_rows_percent > 100) throw Error("--hot-rows-percent must be between 0 and 100");
   if (auto v = args.get("chat-template")) o.chat_template = *v;
   if (args.flag("no-transposed-k")) o.kv_transposed_k = false;
   if (args.flag("no-pack-weights")) o.pack_weights = false;

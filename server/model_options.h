@@ -13,7 +13,8 @@ namespace fathom {
 // --chat-template F --backend cpu|cuda, and the decode attention policy: --attention dense|sparq|hip|swa --kv-read-ratio X
 inline const std::set<std::string> kModelOptionNames = {"model",        "threads",       "kv-dtype",  "precision",
                                                         "block-size",   "kv-cache-mib",  "chat-template",
-                                                        "attention",    "kv-read-ratio", "backend"};
+                                                        "attention",    "kv-read-ratio", "backend",
+                                                        "hot-rows-percent"};
 inline const std::set<std::string> kModelFlagNames = {"no-transposed-k", "no-pack-weights"};
 
 ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& defaults = {});

@@ -128,17 +128,26 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
       std::vector<std::pair<int32_t, int32_t>> items;
       for (int32_t h : live) items_of(h, items);
       score_items(items);
-    } else {  // a tiered cache: one head at a time, its centre-block keys made readable first
+    } else {  // a tiered cache: a head's items in batches whose centre-block keys the cache holds
+      const int32_t budget = std::max(1, kv.prefetcher->capacity() / (kHalvesPerItem * bs)) * kHalvesPerItem * bs;
       for (int32_t h : live) {
+        std::vector<std::pair<int32_t, int32_t>> all, batch;
+        items_of(h, all);
         std::vector<int32_t> keys;
-        for (const Chunk& c : halves[h]) {
-          const int32_t t0 = p.sink + (c.lo + c.hi - 1) / 2 * bs;
-          for (int32_t t = t0; t < std::min(end, t0 + bs); ++t) keys.push_back(t);
+        for (size_t k = 0; k < all.size(); ++k) {
+          const int32_t i1 = std::min<int32_t>(static_cast<int32_t>(halves[h].size()), all[k].second + kHalvesPerItem);
+          for (int32_t i = all[k].second; i < i1; ++i) {
+            const int32_t t0 = p.sink + (halves[h][i].lo + halves[h][i].hi - 1) / 2 * bs;
+            for (int32_t t = t0; t < std::min(end, t0 + bs); ++t) keys.push_back(t);
+          }
+          batch.push_back(all[k]);
+          if (k + 1 == all.size() || static_cast<int32_t>(keys.size()) + kHalvesPerItem * bs > budget) {
+            sparse::prefetch_rows(kv, h / G, keys, /*need_v=*/false);
+            score_items(batch);
+            keys.clear();
+            batch.clear();
+          }
         }
-        sparse::prefetch_rows(kv, h / G, keys, /*need_v=*/false);
-        std::vector<std::pair<int32_t, int32_t>> items;
-        items_of(h, items);
-        score_items(items);
       }
     }
     // Bytes: distinct K rows per kv head this iteration (a centre block's rows are its own; the

@@ -61,14 +61,14 @@ def test_repeated_long_prompt_hits_prefix_cache_and_starts_sooner(fathom_bin, sm
 def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_texts(fathom_bin, smollm2_path):
     # 8 distinct prompts of ~50 tokens, each sent 4 times at once: 32 concurrent requests that grow
     # by 64 tokens each (from 3 to 7 blocks of 16), 4 running at a time. The device tier holds 28
-    # blocks (16 MiB of f16 KV), 12 of them for blocks (one step's writes) and the rest hot rows;
-    # the host tier 3 (2 MiB): running sequences outgrow the device tier and keep running from
-    # both tiers; when both are full, preemption recomputes.
+    # blocks (16 MiB of f16 KV), 24 of them for blocks and 4 for hot rows; the host tier 1 (1 MiB):
+    # running sequences outgrow the device tier and keep running from both tiers; when both are
+    # full, preemption recomputes.
     prompts = [f"Chapter {i}. " + PARAGRAPH + f"In chapter {i} the keeper" for i in range(8)]
     extra = {"fathom": {"ignore_eos": True}}
     with ServerProcess(fathom_bin, smollm2_path) as roomy:
         alone = [complete(roomy, p, 64, **extra) for p in prompts]
-    args = ["--kv-cache-mib", "16", "--host-kv-mib", "2", "--no-prefix-caching", "--max-num-seqs", "4",
+    args = ["--kv-cache-mib", "16", "--host-kv-mib", "1", "--no-prefix-caching", "--max-num-seqs", "4",
             "--max-batched-tokens", "64"]
     with ServerProcess(fathom_bin, smollm2_path, extra_args=args) as tight:
         with cf.ThreadPoolExecutor(32) as pool:
@@ -83,7 +83,7 @@ def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_tex
 
 
 def test_a_prompt_larger_than_the_device_tier_runs_from_both_tiers(fathom_bin, smollm2_path):
-    # ~2,400 tokens of prompt: 150 blocks; the device tier 28 (16 MiB, 14 of them for blocks).
+    # ~2,400 tokens of prompt: 150 blocks; the device tier 28 (16 MiB, 25 of them for blocks).
     # Four such requests at once over a 256 MiB host tier: none is preempted, every text equals
     # the all-resident server's.
     prompts = [f"Report {i}. " + PARAGRAPH * 60 + f"The summary of report {i}:" for i in range(4)]

@@ -30,10 +30,11 @@ struct Loaded {
   const Model& operator*() const { return *model; }
 };
 
-Loaded load(int64_t kv_bytes = 0) {
+Loaded load(int64_t kv_bytes = 0, int32_t hot_rows_percent = 25) {
   ModelOptions o;
   o.threads = 2;
   o.kv_cache_bytes = kv_bytes;
+  o.hot_rows_percent = hot_rows_percent;
   o.block_size = 16;
   Loaded l{Model::load(kModel), nullptr};
   l.backend = make_backend(*l.model, o);
@@ -166,17 +167,17 @@ TEST(Engine, TieredKvAndRecomputeKeepOutputs) {
     Engine engine(*model, *model.backend, SchedulerConfig{}, metrics);
     for (const auto& p : prompts) alone.push_back(collect(*engine.submit(greedy(*model, p, 40))).tokens.at(0));
   }
-  // 6 sequences of ~56 tokens need ~24 blocks, 4 running at once ~16; the device tier gets 16, a
-  // quarter of them for the hot row cache.
+  // 6 sequences of ~56 tokens need ~24 blocks, 4 running at once ~16; the device tier gets 12,
+  // one of them for the hot row cache.
   const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
   for (const int64_t host_blocks : {20, 2}) {  // both tiers hold them all; they do not (recompute)
-    auto model = load(block_bytes * 16);
-    ASSERT_EQ(model.backend->kv_blocks(), 16);
+    auto model = load(block_bytes * 12);
+    ASSERT_EQ(model.backend->kv_blocks(), 12);
     MetricsRegistry metrics;
     SchedulerConfig cfg;
     cfg.host_kv_bytes = block_bytes * host_blocks;
     cfg.prefix_caching = false;
-    cfg.max_batched_tokens = 32;  // a step writes at most 2 + 2·4 blocks: within the 12 device blocks
+    cfg.max_batched_tokens = 32;  // a step writes at most 2 + 2·4 blocks: within the 11 device blocks
     cfg.max_num_seqs = 4;
     Engine engine(*model, *model.backend, cfg, metrics);
     std::vector<std::shared_ptr<RequestHandle>> handles;
@@ -205,9 +206,9 @@ std::string long_prompt() {
 }
 
 std::map<int32_t, std::vector<int32_t>> run_tiered(Request r, int32_t device_blocks, int32_t host_blocks,
-                                                   MetricsRegistry& metrics) {
+                                                   MetricsRegistry& metrics, int32_t hot_rows_percent = 25) {
   const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
-  auto model = load(block_bytes * device_blocks);
+  auto model = load(block_bytes * device_blocks, hot_rows_percent);
   SchedulerConfig cfg;
   cfg.host_kv_bytes = block_bytes * host_blocks;
   cfg.max_batched_tokens = 256;
@@ -249,7 +250,7 @@ TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
     r.attention.kv_read_ratio = 0.125;
     MetricsRegistry m_resident, m_tiered;
     const auto resident = run_tiered(r, 0, 0, m_resident);
-    const auto tiered = run_tiered(r, 96, 200, m_tiered);  // 64 of the 96 blocks hold hot rows: 1,024 a head
+    const auto tiered = run_tiered(r, 96, 200, m_tiered, 100);  // 64 of the 96 blocks hold hot rows: 1,024 a head
     const std::string policy = policy_name(kind);
     if (kind == PolicyKind::kHip) {
       EXPECT_EQ(tiered.at(0), resident.at(0)) << policy;

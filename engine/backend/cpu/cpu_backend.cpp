@@ -75,9 +75,11 @@ int32_t CpuBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_blocks
   FATHOM_CHECK(!host_kv_ && plan_ == nullptr, "the host tier is reserved once, before the first forward");
   if (blocks <= 0) return 0;
   const int32_t bs = kv_layout().block_size, budget = kv_blocks();
-  // Blocks beyond one step's writes only save dense attention some staging copies; rows in the
-  // hot cache let sparse decode run from the device (HotRowsFull falls back to dense).
-  const int32_t hot = std::max(budget / 4, budget - keep_device_blocks);
+  // Beyond what the page table must keep, the budget is split between blocks (dense attention
+  // reads them in place instead of staging) and hot rows (sparse decode reads host rows from the
+  // device; HotRowsFull falls back to dense) by options_.hot_rows_percent.
+  const int64_t spare = std::max(budget - keep_device_blocks, budget / 4);
+  const int32_t hot = static_cast<int32_t>(std::max<int64_t>(1, spare * options_.hot_rows_percent / 100));
   if (hot < 1 || budget - hot < 3)
     throw Error("the device KV tier holds " + std::to_string(budget) +
                 " blocks: a host tier needs at least 4 (raise kv_cache.device_mib)");

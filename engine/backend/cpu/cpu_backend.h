@@ -29,8 +29,8 @@ class CpuBackend final : public Backend {
   size_t block_bytes() const override { return kv_->layout().block_bytes(); }
   // The host tier: `blocks` blocks in their own arena. The device storage gets, beyond the
   // budget, the staging slots dense attention copies host blocks into (two key chunks' worth),
-  // and gives the hot row cache (sparse decode over host rows) what the page table does not need
-  // of its budget, at least a quarter.
+  // and gives the hot row cache (sparse decode over host rows) hot_rows_percent of what the page
+  // table does not need of its budget.
   int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks) override;
 
   // Direct access for tests and bench/ tools (the engine goes through Backend only).

@@ -31,11 +31,11 @@ class HotRows final : public RowPrefetcher {
     table_ = table;
   }
   void prefetch(int32_t g, const int32_t* pos, int32_t n, bool need_v) override;
+  int32_t capacity() const override { return capacity_; }
   const int32_t* map(int32_t layer) const { return map_[layer].data(); }
   // Host slot `h` got other bytes (a block moved in or out): its cached rows are stale.
   void invalidate_host_slot(int32_t h);
 
-  int32_t rows_per_head() const { return capacity_; }
   // Rows found (hits) and copied in (misses), and bytes copied, since the last call.
   struct Counts {
     int64_t hits = 0, misses = 0, bytes = 0;

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Many long requests at once over a device tier smaller than their KV (docs/tiered_kv.md).
+
+--requests distinct prompts of about --tokens tokens each are sent at once, greedy, --max-tokens
+each, to a server whose device tier holds everything and to one whose device tier holds
+--device-fraction of their total KV (the rest in a host tier). Every request must complete with the
+same text on both; the wall time, preemptions and bytes moved between tiers are reported.
+
+    .venv/bin/python bench/tiered_many.py --requests 16 --tokens 4096
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import re
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+from server_fixture import ServerProcess  # noqa: E402
+
+MODELS = {"smollm2": "models/smollm2-135m-instruct-q4_1.gguf", "gemma3": "models/gemma-3-270m-q4_k_m.gguf"}
+WORDS = ("lighthouse keeper harbour storm ledger lantern granite tide beacon rope gull chart compass "
+         "winter signal reef island ferry cargo anchor").split()
+
+
+def post(base, path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=3600) as r:
+        return json.loads(r.read())
+
+
+def metric(base, name, labels=""):
+    text = urllib.request.urlopen(base + "/metrics", timeout=60).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + labels + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def prompt(i, tokens, base):
+    """A distinct text of about `tokens` tokens: numbered sentences over a word list."""
+    sentences = [f"Entry {i}.{k}: the {WORDS[(i + k) % len(WORDS)]} and the {WORDS[(3 * i + 7 * k) % len(WORDS)]} "
+                 f"were logged at hour {(i * 31 + k) % 24}." for k in range(tokens // 14 + 1)]
+    text = " ".join(sentences)
+    while post(base, "/tokenize", {"prompt": text})["count"] > tokens:
+        sentences = sentences[:-8]
+        text = " ".join(sentences)
+    return text + f"\nSummary of log {i}:"
+
+
+def run(server, prompts, max_tokens):
+    t0 = time.monotonic()
+    with cf.ThreadPoolExecutor(len(prompts)) as pool:
+        texts = list(pool.map(lambda p: post(server.base_url, "/v1/completions",
+                                             {"prompt": p, "max_tokens": max_tokens, "temperature": 0})
+                              ["choices"][0]["text"], prompts))
+    return texts, time.monotonic() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--tokens", type=int, default=4096)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--device-fraction", type=float, default=0.25)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--binary", default="build/fathom")
+    ap.add_argument("--out", default=str(REPO / "bench/results/tiered_many.md"))
+    args = ap.parse_args()
+    gguf = REPO / MODELS[args.model]
+    with ServerProcess(REPO / args.binary, gguf, extra_args=["--threads", 1, "--kv-cache-mib", 64]) as probe:
+        blocks = int(re.search(r"kv cache: (\d+) device blocks", probe.stderr).group(1))
+        block_mib = 64 / blocks
+        prompts = [prompt(i, args.tokens, probe.base_url) for i in range(args.requests)]
+    total_mib = args.requests * (args.tokens + args.max_tokens) / 16 * block_mib
+    device_mib = max(1, int(total_mib * args.device_fraction))
+    common = ["--threads", args.threads, "--max-num-seqs", args.requests, "--no-prefix-caching"]
+    results = {}
+    for name, extra in (("resident", ["--kv-cache-mib", int(total_mib * 1.2) + 16]),
+                        ("tiered", ["--kv-cache-mib", device_mib, "--host-kv-mib", int(total_mib * 1.2) + 16])):
+        with ServerProcess(REPO / args.binary, gguf, extra_args=common + extra, startup_timeout=600) as srv:
+            texts, seconds = run(srv, prompts, args.max_tokens)
+            results[name] = {
+                "texts": texts, "seconds": seconds,
+                "log": re.search(r"kv cache: .*", srv.stderr).group(0),
+                "limits": (re.search(r"steps limited to .*", srv.stderr) or [None])[0],
+                "recomputes": metric(srv.base_url, "fathom_preemptions_total", '{mode="recompute"}'),
+                "moved_in": metric(srv.base_url, "fathom_swap_bytes_total", '{direction="in"}'),
+                "moved_out": metric(srv.base_url, "fathom_swap_bytes_total", '{direction="out"}'),
+                "demoted": metric(srv.base_url, "fathom_kv_blocks_demoted_total"),
+            }
+            print(name, {k: v for k, v in results[name].items() if k != "texts"}, flush=True)
+    same = sum(a == b for a, b in zip(results["resident"]["texts"], results["tiered"]["texts"]))
+    lines = [f"# {args.requests} concurrent {args.tokens}-token requests over a device tier of "
+             f"{args.device_fraction:g} of their KV ({args.model})", "",
+             f"`{' '.join(sys.argv)}` on {time.strftime('%Y-%m-%d')}, {args.threads} threads: {args.requests} distinct "
+             f"prompts of ≤ {args.tokens} tokens sent at once, greedy, {args.max_tokens} tokens each, prefix cache off. "
+             f"Their KV: {total_mib:.0f} MiB; the tiered server's device tier {device_mib} MiB.", "",
+             "| server | KV tiers | all complete | texts equal to resident | wall time | recompute preemptions | "
+             "host→device | device→host | blocks demoted |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['log'].removeprefix('kv cache: ')} | {len(r['texts'])}/{args.requests} | "
+                     f"{same if name == 'tiered' else args.requests}/{args.requests} | {r['seconds']:.1f} s | "
+                     f"{r['recomputes']:.0f} | {r['moved_in'] / 2**30:.2f} GiB | {r['moved_out'] / 2**30:.2f} GiB | "
+                     f"{r['demoted']:.0f} |")
+    if results["tiered"]["limits"]:
+        lines += ["", f"The tiered server logged: \"{results['tiered']['limits']}\"."]
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
