@@ -70,6 +70,11 @@ ATTENTION_RESULTS = [
     "- [results/backend_refactor_ab.md](results/backend_refactor_ab.md): alternating A/B of the build before and after "
     "the one-forward / pluggable-backends change (decode at depth 0/1k/4k, prefill 1k/4k, n = 16 samples) "
     "(`bench/ab_compare.py --a OLD_BUILD --b build`).",
+    "- [results/tiered_kv.md](results/tiered_kv.md): decode per policy over a device tier of 1/8 and 1/4 of a 16k "
+    "sequence's KV vs all-resident, replies compared (`bench/tiered_kv.py`); "
+    "[results/tiered_many.md](results/tiered_many.md): 16 concurrent 4k-token requests over a device tier of 1/4 of "
+    "their KV (`bench/tiered_many.py`); [results/tiered_kv_h100.md](results/tiered_kv_h100.md): Llama-3-8B at 128k on "
+    "one H100 with the tiers, on paper.",
     "",
 ]
 

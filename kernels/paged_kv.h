@@ -15,8 +15,8 @@ class RowPrefetcher {
   virtual ~RowPrefetcher() = default;
   // Makes positions pos[0..n) of kv head g readable (K, and V when need_v): afterwards
   // host_rows[(host slot · block_size + offset) · n_kv_heads + g] is the row index, in the view's
-  // planes, of every such position in a host block. Rows made readable by earlier calls may be
-  // evicted. Throws when the cache cannot hold them all at once.
+  // planes, of every such position in a host block. Rows of kv head g made readable by earlier
+  // calls may be evicted; other kv heads' rows stay. Throws when the cache cannot hold them all.
   virtual void prefetch(int32_t g, const int32_t* pos, int32_t n, bool need_v) = 0;
   // The most rows of one kv head a prefetch() can hold at once.
   virtual int32_t capacity() const = 0;

@@ -412,6 +412,88 @@ TEST(SparseCpu, LoosestSettingsEqualDense) {
 
 // kth_largest_key is the k-th entry of the keys sorted descending, for every k, at every SIMD level:
 // keys at the ends of the range (0, UINT32_MAX), many duplicates, lengths off the vector width.
+// A tiered cache's view as the kernels see it (docs/tiered_kv.md): every block "in the host tier"
+// (negative table entries), rows readable only through host_rows after a prefetch. This one maps
+// each prefetched row back to its own place in the fixture's planes, holds at most `cap` rows per
+// call, and fails the test when asked for more or when a row is read without a prefetch (its map
+// entry stays -1: the read would leave the planes).
+struct MirrorPrefetcher final : RowPrefetcher {
+  MirrorPrefetcher(const testing::PagedKvFixture& f, int32_t cap) : cap_(cap), f_(f) {
+    for (int32_t b : f.table) host_table.push_back(-b - 1);
+    map.assign(static_cast<size_t>(f.k.size()) / kv_dtype_bytes(f.dtype) / f.d * f.n_kv_heads, -1);
+  }
+  void prefetch(int32_t g, const int32_t* pos, int32_t n, bool) override {
+    ++calls;
+    if (n > cap_) ADD_FAILURE() << "prefetch of " << n << " rows, capacity " << cap_;
+    for (size_t k = g; k < map.size(); k += f_.n_kv_heads) map[k] = -1;  // head g's earlier rows: gone (worst case)
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t b = -host_table[pos[i] / f_.block_size] - 1, off = pos[i] % f_.block_size;
+      map[(static_cast<size_t>(b) * f_.block_size + off) * f_.n_kv_heads + g] = (b * f_.n_kv_heads + g) * f_.block_size + off;
+    }
+  }
+  int32_t capacity() const override { return cap_; }
+  PagedKvView view() {
+    PagedKvView kv = f_.view(false, false);
+    kv.block_table = host_table.data();
+    kv.host_rows = map.data();
+    kv.prefetcher = this;
+    return kv;
+  }
+  std::vector<int32_t> host_table, map;
+  int64_t calls = 0;
+
+ private:
+  int32_t cap_;
+  const testing::PagedKvFixture& f_;
+};
+
+// HiP over a tiered view: the same mask and bitwise the same output as over the resident view,
+// with the estimation's keys fetched in batches of at most 600 rows (its first iteration
+// touches 2 · mask_k = 1,024 keys per head).
+TEST(SparseCpu, HipOverHostRowsMatchesResident) {
+  std::mt19937 rng(99);
+  ThreadPool pool(2);
+  const int32_t d = 64, G = 3, S = 6000, H = G * kKvHeads;
+  const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, KvDtype::kF16, S, 2, rng);
+  const std::vector<float> q = random_q(H * d, rng);
+  const ref::HipParams p{512, 2, 16, 64};
+  std::vector<float> out_resident, out_tiered;
+  const DecodeArgs a = decode_args(q, out_resident, H, d, S);
+  DecodeArgs at = decode_args(q, out_tiered, H, d, S);
+  ref::HipMask mask_resident, mask_tiered;
+  cpu::hip_estimate_mask(pool, f.view(false, false), a, p, &mask_resident, nullptr);
+  cpu::hip_sparse_decode(pool, f.view(false, false), a, p, mask_resident, nullptr);
+  MirrorPrefetcher fetch(f, 600);
+  const PagedKvView tiered = fetch.view();
+  cpu::hip_estimate_mask(pool, tiered, at, p, &mask_tiered, nullptr);
+  cpu::hip_sparse_decode(pool, tiered, at, p, mask_tiered, nullptr);
+  EXPECT_EQ(mask_tiered.block_starts, mask_resident.block_starts);
+  EXPECT_EQ(out_tiered, out_resident);
+  EXPECT_GT(fetch.calls, H);  // batches in the estimation, one call per head for the attention
+}
+
+// SWA's seed step keeps every position: over a tiered view whose cache holds 700 rows it attends
+// in batches merged by their log-sum-exp; output and weights match the one-pass result.
+TEST(SparseCpu, SwaOverHostRowsInBatchesMatchesOnePass) {
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  const int32_t d = 64, G = 3, S = 2001, H = G * kKvHeads;
+  const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, KvDtype::kF16, S, 2, rng);
+  const std::vector<float> q = random_q(H * d, rng);
+  const std::vector<float> mass(S, 0.0f);
+  for (float ratio : {1.0f, 0.5f}) {
+    std::vector<float> out_one, out_batched, w_one(S, 0.0f), w_batched(S, 0.0f);
+    const DecodeArgs a = decode_args(q, out_one, H, d, S);
+    const DecodeArgs ab = decode_args(q, out_batched, H, d, S);
+    cpu::swa_decode(pool, f.view(false, false), a, ref::SwaParams{ratio}, mass.data(), w_one.data());
+    MirrorPrefetcher fetch(f, 700);
+    cpu::swa_decode(pool, fetch.view(), ab, ref::SwaParams{ratio}, mass.data(), w_batched.data());
+    EXPECT_GE(fetch.calls, 2 * kKvHeads) << "ratio " << ratio;
+    for (size_t i = 0; i < out_one.size(); ++i) ASSERT_NEAR(out_batched[i], out_one[i], 1e-5f) << "ratio " << ratio;
+    for (int32_t t = 0; t < S; ++t) ASSERT_NEAR(w_batched[t], w_one[t], 1e-6f) << "ratio " << ratio << " t " << t;
+  }
+}
+
 TEST(SparseCpu, KthLargestKeyMatchesSort) {
   std::mt19937 rng(11);
   for_each_simd_level([&] {

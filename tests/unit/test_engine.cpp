@@ -240,8 +240,8 @@ TEST(Engine, LongPromptFromTheHostTierMatchesResident) {
 
 // HiP and SWA gather host-tier rows through the hot row cache. HiP reads the same rows in the same
 // order as when resident, so its tokens equal the all-resident run's. SWA's first decode step
-// attends every position (it seeds the attention mass): more rows than the cache holds, so that
-// one step decodes densely over both tiers in every layer, without seeding the mass.
+// attends every position (it seeds the attention mass), more rows than the cache holds: it runs in
+// batches merged by their log-sum-exp (the same attention, not the same rounding), never densely.
 TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
   auto model = load();
   for (PolicyKind kind : {PolicyKind::kHip, PolicyKind::kSwa}) {
@@ -259,9 +259,14 @@ TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
     const double hits = m_tiered.counter("fathom_kv_hot_rows_total", "", {{"policy", policy}, {"result", "hit"}}).value();
     const double misses = m_tiered.counter("fathom_kv_hot_rows_total", "", {{"policy", policy}, {"result", "miss"}}).value();
     EXPECT_GT(misses, 0) << policy;
-    EXPECT_GT(hits, misses) << policy << ": rows are reused across steps";
+    EXPECT_GT(hits, 0) << policy;
+    if (kind == PolicyKind::kHip) {  // the mask is cached for 8 steps: its rows are reused
+      EXPECT_GT(hits, misses) << policy;
+    } else if (tiered.at(0) != resident.at(0)) {
+      std::printf("swa over the host tier differs from resident (batched seed step rounding)\n");
+    }
     const double fallbacks = m_tiered.counter("fathom_kv_hot_row_fallbacks_total", "").value();
-    EXPECT_EQ(fallbacks, kind == PolicyKind::kSwa ? model->config().n_layers : 0) << policy;
+    EXPECT_EQ(fallbacks, 0) << policy;
     std::printf("%s over the host tier: %.0f hot-row hits, %.0f misses\n", policy.c_str(), hits, misses);
   }
 }

@@ -43,6 +43,45 @@ TEST(BlockAllocator, SharedBlockIsFreedByTheLastRelease) {
   EXPECT_THROW(pool.release(b), std::logic_error);
 }
 
+TEST(BlockAllocator, PlacesBlocksInTheDeviceTierFirstThenTheHostTier) {
+  BlockAllocator pool(3, 4, 2);
+  ASSERT_EQ(pool.num_blocks(), 5);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(pool.allocate());
+  EXPECT_EQ(pool.allocate(), -1);
+  std::set<int32_t> device_slots, host_slots;
+  for (int i = 0; i < 5; ++i) {
+    const KvTier t = pool.tier(ids[i]);
+    EXPECT_EQ(t, i < 3 ? KvTier::kDevice : KvTier::kHost) << i;
+    EXPECT_TRUE((t == KvTier::kDevice ? device_slots : host_slots).insert(pool.slot(ids[i])).second);
+    EXPECT_EQ(pool.physical(ids[i]), t == KvTier::kDevice ? pool.slot(ids[i]) : -pool.slot(ids[i]) - 1);
+  }
+  EXPECT_EQ(pool.used_slots(KvTier::kDevice), 3);
+  EXPECT_EQ(pool.used_slots(KvTier::kHost), 2);
+  // A device and a host block trade slots; the ids stay.
+  const int32_t d = ids[0], h = ids[3], d_slot = pool.slot(d), h_slot = pool.slot(h);
+  pool.exchange(d, h);
+  EXPECT_EQ(pool.tier(d), KvTier::kHost);
+  EXPECT_EQ(pool.slot(d), h_slot);
+  EXPECT_EQ(pool.tier(h), KvTier::kDevice);
+  EXPECT_EQ(pool.slot(h), d_slot);
+  EXPECT_EQ(pool.block_at_device_slot(d_slot), h);
+  // Releasing a device block frees its slot: a host block can move in.
+  EXPECT_FALSE(pool.move_to_device(d));
+  pool.release(ids[1]);
+  EXPECT_EQ(pool.free_slots(KvTier::kDevice), 1);
+  EXPECT_EQ(pool.block_at_device_slot(d_slot), h);
+  EXPECT_TRUE(pool.move_to_device(d));
+  EXPECT_EQ(pool.tier(d), KvTier::kDevice);
+  EXPECT_EQ(pool.free_slots(KvTier::kHost), 1);
+  EXPECT_TRUE(pool.move_to_host(d));
+  EXPECT_EQ(pool.free_slots(KvTier::kDevice), 1);
+  for (int32_t b : {ids[0], ids[2], ids[3], ids[4]}) pool.release(b);
+  EXPECT_EQ(pool.free_blocks(), 5);
+  EXPECT_EQ(pool.free_slots(KvTier::kDevice), 3);
+  EXPECT_EQ(pool.free_slots(KvTier::kHost), 2);
+}
+
 TEST(CpuKvStorage, TilesOfDifferentBlocksLayersAndHeadsDoNotOverlap) {
   const KvLayout layout = small_layout(KvDtype::kF32);
   CpuKvStorage pool(layout, 3);
