@@ -262,18 +262,18 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
       hot_rows_->bind(layer, view.block_table);
       view.host_rows = hot_rows_->map(layer);
       view.prefetcher = hot_rows_.get();
+      auto count = [&] {
+        const HotRows::Counts c = hot_rows_->take_counts();
+        hot_counts_.hits[k] += c.hits;
+        hot_counts_.misses[k] += c.misses;
+        tier_bytes_.host_to_device += c.bytes;
+      };
       try {
         const int64_t bytes = cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
-        const HotRows::Counts c = hot_rows_->take_counts();
-        hot_counts_.hits[k] += c.hits;
-        hot_counts_.misses[k] += c.misses;
-        tier_bytes_.host_to_device += c.bytes;
+        count();
         return bytes;
-      } catch (const HotRowsFull&) {  // e.g. SWA's first step, which attends every position
-        const HotRows::Counts c = hot_rows_->take_counts();
-        hot_counts_.hits[k] += c.hits;
-        hot_counts_.misses[k] += c.misses;
-        tier_bytes_.host_to_device += c.bytes;
+      } catch (const HotRowsFull&) {  // one HiP head's selection is more than the cache holds
+        count();
         ++hot_counts_.fallbacks[k];
       }
     }
