@@ -29,6 +29,7 @@
 #include "server/auth.h"
 #include "server/request_rules.h"
 #include "server/config.h"
+#include "server/schema_rules.h"
 
 namespace fathom {
 namespace {
@@ -157,6 +158,7 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
         break;
       case pb::OutputConstraint::kJsonSchema:
         if (c.json_schema().empty()) invalid("constraint.json_schema is empty");
+        check_schema_keywords(c.json_schema(), "constraint.json_schema");
         r.constraint = {OutputConstraint::Kind::kJsonSchema, c.json_schema(), c.strict()};
         break;
       case pb::OutputConstraint::kGrammar:

@@ -8,6 +8,7 @@
 #include "server/attention_options.h"
 #include "server/config.h"
 #include "server/request_rules.h"
+#include "server/schema_rules.h"
 
 namespace fathom {
 
@@ -266,6 +267,7 @@ void parse_response_format(const json& body, OutputConstraint& constraint) {
   const json* schema = field(*spec, "schema");
   if (!schema || !(schema->is_object() || schema->is_boolean()))
     bad_type("response_format.json_schema.schema", "a JSON Schema object");
+  check_schema_keywords(*schema, "response_format.json_schema.schema");
   constraint.kind = OutputConstraint::Kind::kJsonSchema;
   constraint.text = schema->dump();
   constraint.strict = get_bool(*spec, "strict").value_or(false);

@@ -1,6 +1,7 @@
 #include "server/tools.h"
 
 #include "server/openai_request.h"
+#include "server/schema_rules.h"
 
 namespace fathom {
 namespace {
@@ -70,6 +71,11 @@ ToolPlan parse_tools(const json& body) {
   } else {
     bad("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
   }
+  // Named and required calls are constrained by the parameters' schemas: each must be one the
+  // constraint can enforce (auto only shows them to the model).
+  for (size_t i = 0; i < plan.tools.size(); ++i)
+    if (plan.mode == ToolPlan::Mode::kRequired || plan.tools[i].name == plan.named)
+      check_schema_keywords(plan.tools[i].parameters, "tools[" + std::to_string(i) + "].function.parameters");
   return plan;
 }
 

@@ -139,6 +139,11 @@ def test_constraints_as_over_http(stub, pb):
     with pytest.raises(grpc.RpcError) as err:
         generate(stub, pb, text="x", max_tokens=4, constraint=pb.msg.OutputConstraint(json_schema='{"type": "nope"}'))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    for bad in ('{"type": "array", "uniqueItems": true}', "not json", "[" * 200 + "]" * 200):
+        with pytest.raises(grpc.RpcError) as err:
+            generate(stub, pb, text="x", max_tokens=4, constraint=pb.msg.OutputConstraint(json_schema=bad))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "constraint.json_schema" in err.value.details()
 
 
 def test_default_max_tokens_is_the_http_default(stub, pb):

@@ -90,3 +90,31 @@ def test_a_bad_schema_is_a_400(oa):
     with pytest.raises(openai.BadRequestError) as e:
         ask(oa, {"type": "xml"}, 0)
     assert e.value.body["param"] == "response_format"
+
+
+@pytest.mark.parametrize("schema, keyword, where", [
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems", "/uniqueItems"),
+    ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, "not", "/properties/a/not"),
+    ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}, "if", "/if"),
+    ({"anyOf": [{"type": "object", "dependentRequired": {"a": ["b"]}}]}, "dependentRequired", "/anyOf/0/dependentRequired"),
+    ({"type": "number", "multipleOf": 0.5}, "multipleOf", "/multipleOf"),
+    ({"type": "string", "pattern": "^a+$", "maxLength": 4}, "maxLength", "the schema's root"),
+])
+def test_a_keyword_the_constraint_cannot_enforce_is_a_400_naming_it(oa, schema, keyword, where):
+    """xgrammar only warns about these and drops them; the output would not be guaranteed to
+    validate, so fathom refuses the schema and says which keyword, where."""
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(oa, {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}, 0)
+    assert e.value.body["param"] == "response_format.json_schema.schema"
+    assert keyword in e.value.body["message"] and where in e.value.body["message"], e.value.body["message"]
+
+
+def test_annotations_and_enforced_keywords_are_accepted(oa):
+    schema = {"title": "T", "description": "d", "$comment": "c", "type": "object",
+              "properties": {"n": {"type": "integer", "multipleOf": 3, "minimum": 0, "maximum": 30,
+                                   "default": 3, "examples": [3]}},
+              "required": ["n"], "additionalProperties": False}
+    r = ask(oa, {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}, 1, max_tokens=24)
+    value = json.loads(r.choices[0].message.content)
+    jsonschema.validate(value, schema)
+    assert value["n"] % 3 == 0

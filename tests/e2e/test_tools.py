@@ -119,3 +119,14 @@ def test_a_streamed_tool_request_is_cancelled_when_its_client_leaves(server):
     while running() > 0 and time.monotonic() < end:
         time.sleep(0.05)
     assert running() == 0, "the held stream kept generating after its client left"
+
+
+def test_a_constrained_tool_schema_with_an_unenforceable_keyword_is_a_400(oa):
+    bad = [{"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}]
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model=MODEL, messages=ASK, tools=bad, tool_choice="required", max_tokens=8)
+    assert e.value.body["param"] == "tools[0].function.parameters"
+    assert "uniqueItems" in e.value.body["message"]
+    # With tool_choice auto the schema is only shown to the model: accepted.
+    oa.chat.completions.create(model=MODEL, messages=ASK, tools=bad, max_tokens=4)
