@@ -45,8 +45,29 @@ json chat_messages(const json& body) {
     const json& item = (*input)[i];
     const std::string param = "input[" + std::to_string(i) + "]";
     if (!item.is_object()) bad(param, "'" + param + "' must be a message object");
-    if (item.contains("type") && item["type"] != "message")
-      bad(param + ".type", "only message items are supported (no function_call or reasoning items)");
+    const std::string type = item.contains("type") && item["type"].is_string() ? item["type"].get<std::string>() : "message";
+    auto text_field = [&](const char* key) {
+      if (!item.contains(key) || !item[key].is_string()) bad(param + "." + key, "'" + param + "." + key + "' must be a string");
+      return item[key].get<std::string>();
+    };
+    if (type == "function_call") {  // an earlier call of ours: chat's assistant tool_calls
+      json call = {{"id", text_field("call_id")}, {"type", "function"},
+                   {"function", {{"name", text_field("name")}, {"arguments", text_field("arguments")}}}};
+      if (!messages.empty() && messages.back()["role"] == "assistant" && messages.back().contains("tool_calls"))
+        messages.back()["tool_calls"].push_back(std::move(call));  // consecutive calls: one turn
+      else
+        messages.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({std::move(call)})}});
+      continue;
+    }
+    if (type == "function_call_output") {  // its result: chat's tool message
+      const json& out = item.contains("output") ? item["output"] : json();
+      messages.push_back({{"role", "tool"},
+                          {"tool_call_id", text_field("call_id")},
+                          {"content", out.is_string() ? out.get<std::string>() : item_text(out, param + ".output")}});
+      continue;
+    }
+    if (type != "message")
+      bad(param + ".type", "input items are message, function_call or function_call_output (no reasoning items)");
     if (!item.contains("role") || !item["role"].is_string()) bad(param + ".role", "'" + param + ".role' is required");
     if (!item.contains("content")) bad(param + ".content", "'" + param + ".content' is required");
     messages.push_back({{"role", item["role"]}, {"content", item_text(item["content"], param + ".content")}});
@@ -83,13 +104,63 @@ json envelope(const ApiRequest& req, const ResponseMeta& meta, const char* statu
           {"store", false},
           {"temperature", p.value("temperature", json(1.0))},
           {"text", {{"format", p.value("format", json{{"type", "text"}})}}},
-          {"tool_choice", "auto"},
-          {"tools", json::array()},
+          {"tool_choice", p.value("tool_choice", json("auto"))},
+          {"tools", p.value("tools", json::array())},
           {"top_p", p.value("top_p", json(1.0))},
           {"truncation", "disabled"},
           {"usage", usage},
           {"user", p.value("user", json())},
           {"metadata", p.value("metadata", json::object())}};
+}
+
+// Responses' function tools ({"type": "function", "name", "description", "parameters", "strict"})
+// and tool_choice ({"type": "function", "name"}) in chat's shape (the function's fields one level
+// down), `parallel_tool_calls` passed through.
+void chat_tools(const json& body, json& chat) {
+  if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
+    if (!t->is_array()) bad("tools", "'tools' must be an array of function tools");
+    json tools = json::array();
+    for (size_t i = 0; i < t->size(); ++i) {
+      const json& tool = (*t)[i];
+      const std::string param = "tools[" + std::to_string(i) + "]";
+      if (!tool.is_object() || tool.value("type", "") != "function")
+        bad(param + ".type", "only function tools are supported ({\"type\": \"function\", \"name\", \"parameters\"})");
+      json function = json::object();
+      for (const char* key : {"name", "description", "parameters", "strict"})
+        if (tool.contains(key)) function[key] = tool[key];
+      tools.push_back({{"type", "function"}, {"function", std::move(function)}});
+    }
+    chat["tools"] = std::move(tools);
+  }
+  if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null()) {
+    if (c->is_object() && c->value("type", "") == "function" && c->contains("name"))
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*c)["name"]}}}};
+    else
+      chat["tool_choice"] = *c;
+  }
+  if (auto p = body.find("parallel_tool_calls"); p != body.end()) chat["parallel_tool_calls"] = *p;
+}
+
+// A tool call as a Responses output item.
+json function_call_item(const ToolCall& call, const char* status) {
+  return {{"type", "function_call"},
+          {"id", "fc_" + call.id.substr(call.id.find('_') + 1)},
+          {"call_id", call.id},
+          {"name", call.name},
+          {"arguments", call.arguments},
+          {"status", status}};
+}
+
+// The output items of a finished answer: its message (unless tools took all of the text) and its
+// tool calls.
+json output_items(const ApiRequest& req, const ResponseMeta& meta, const std::string& text, const char* status) {
+  json items = json::array();
+  std::string content = text;
+  std::vector<ToolCall> calls;
+  if (req.tools.offered()) calls = extract_tool_calls(req.tools, text, content, tool_call_id(meta, 0));
+  if (calls.empty() || !content.empty()) items.push_back(output_message(message_id(meta), content, status));
+  for (const ToolCall& call : calls) items.push_back(function_call_item(call, "completed"));
+  return items;
 }
 
 json responses_usage(const RequestUsage& u) {
@@ -109,9 +180,8 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
   for (const char* unsupported : {"reasoning", "background", "prompt", "include"})
     if (auto it = body.find(unsupported); it != body.end() && !it->is_null() && !(it->is_array() && it->empty()))
       bad(unsupported, std::string("'") + unsupported + "' is not supported");
-  if (auto t = body.find("tools"); t != body.end() && !t->is_null() && !(t->is_array() && t->empty()))
-    bad("tools", "tools are not supported yet");
   json chat = {{"messages", chat_messages(body)}};
+  chat_tools(body, chat);
   // text.format {"type": "json_schema", "name", "schema", "strict"} is chat's response_format
   // with the schema's fields one level up.
   if (auto t = body.find("text"); t != body.end() && !t->is_null()) {
@@ -138,7 +208,8 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
     bad("metadata", "'metadata' must be an object of strings");
   ApiRequest out = parse_chat_request(chat, model, config);
   out.responses = json::object();
-  for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p", "metadata", "user"})
+  for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p", "metadata", "user", "tools",
+                          "tool_choice"})
     if (auto it = body.find(key); it != body.end() && !it->is_null()) out.responses[key] = *it;
   if (auto t = body.find("text"); t != body.end() && t->is_object() && t->contains("format"))
     out.responses["format"] = (*t)["format"];
@@ -148,9 +219,8 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
 json response_object(const ApiRequest& req, const ResponseMeta& meta, const std::string& text, FinishReason finish,
                      const RequestUsage& usage) {
   const bool cut = finish == FinishReason::kLength;
-  json r = envelope(req, meta, cut ? "incomplete" : "completed",
-                    json::array({output_message(message_id(meta), text, cut ? "incomplete" : "completed")}),
-                    responses_usage(usage));
+  const char* status = cut ? "incomplete" : "completed";
+  json r = envelope(req, meta, status, output_items(req, meta, text, status), responses_usage(usage));
   if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   return r;
 }
@@ -164,6 +234,9 @@ std::vector<std::string> ResponsesStream::begin() {
   const std::string item = message_id(meta_);
   const json part = {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}};
   json in_progress = envelope(req_, meta_, "in_progress", json::array(), nullptr);
+  if (req_.tools.offered())  // the items are known when the text has ended (it may be tool calls)
+    return {frame({{"type", "response.created"}, {"response", in_progress}}),
+            frame({{"type", "response.in_progress"}, {"response", in_progress}})};
   json added = output_message(item, "", "in_progress");
   added["content"] = json::array();
   return {frame({{"type", "response.created"}, {"response", in_progress}}),
@@ -179,6 +252,7 @@ std::vector<std::string> ResponsesStream::begin() {
 std::vector<std::string> ResponsesStream::delta(const std::string& text) {
   if (text.empty()) return {};
   text_ += text;
+  if (req_.tools.offered()) return {};  // held: see begin()
   return {frame({{"type", "response.output_text.delta"},
                  {"item_id", message_id(meta_)},
                  {"output_index", 0},
@@ -197,6 +271,7 @@ std::vector<std::string> ResponsesStream::end(FinishReason finish, const Request
   const json part = {{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}};
   const json final_response = response_object(req_, meta_, text_, finish, usage);
   const bool cut = finish == FinishReason::kLength;
+  if (req_.tools.offered()) return held_items(final_response);
   return {frame({{"type", "response.output_text.done"},
                  {"item_id", item},
                  {"output_index", 0},
@@ -212,6 +287,48 @@ std::vector<std::string> ResponsesStream::end(FinishReason finish, const Request
                  {"output_index", 0},
                  {"item", output_message(item, text_, cut ? "incomplete" : "completed")}}),
           frame({{"type", cut ? "response.incomplete" : "response.completed"}, {"response", final_response}})};
+}
+
+std::vector<std::string> ResponsesStream::held_items(const json& final_response) {
+  // Each output item whole: a message as added, its part, one text delta and the done events; a
+  // function call as added (no arguments yet), one arguments delta, and the done events.
+  std::vector<std::string> out;
+  const json& items = final_response["output"];
+  for (size_t i = 0; i < items.size(); ++i) {
+    const json& item = items[i];
+    const std::string id = item["id"].get<std::string>();
+    json added = item;
+    added["status"] = "in_progress";
+    if (item["type"] == "message") {
+      const json& part = item["content"][0];
+      const std::string text = part["text"].get<std::string>();
+      added["content"] = json::array();
+      json empty_part = part;
+      empty_part["text"] = "";
+      out.push_back(frame({{"type", "response.output_item.added"}, {"output_index", i}, {"item", added}}));
+      out.push_back(frame({{"type", "response.content_part.added"}, {"item_id", id}, {"output_index", i},
+                           {"content_index", 0}, {"part", empty_part}}));
+      if (!text.empty())
+        out.push_back(frame({{"type", "response.output_text.delta"}, {"item_id", id}, {"output_index", i},
+                             {"content_index", 0}, {"delta", text}, {"logprobs", json::array()}}));
+      out.push_back(frame({{"type", "response.output_text.done"}, {"item_id", id}, {"output_index", i},
+                           {"content_index", 0}, {"text", text}, {"logprobs", json::array()}}));
+      out.push_back(frame({{"type", "response.content_part.done"}, {"item_id", id}, {"output_index", i},
+                           {"content_index", 0}, {"part", part}}));
+    } else {
+      const std::string arguments = item["arguments"].get<std::string>();
+      added["arguments"] = "";
+      out.push_back(frame({{"type", "response.output_item.added"}, {"output_index", i}, {"item", added}}));
+      out.push_back(frame({{"type", "response.function_call_arguments.delta"}, {"item_id", id}, {"output_index", i},
+                           {"delta", arguments}}));
+      out.push_back(frame({{"type", "response.function_call_arguments.done"}, {"item_id", id}, {"output_index", i},
+                           {"name", item["name"]}, {"arguments", arguments}}));
+    }
+    out.push_back(frame({{"type", "response.output_item.done"}, {"output_index", i}, {"item", item}}));
+  }
+  const bool cut = final_response["status"] == "incomplete";
+  out.push_back(frame({{"type", cut ? "response.incomplete" : "response.completed"}, {"response", final_response}}));
+  return out;
 }
 
 }  // namespace fathom

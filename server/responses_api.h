@@ -1,15 +1,19 @@
 #pragma once
 // OpenAI's Responses API (POST /v1/responses), stateless (store is always false):
-// `input` (a string, or message items with input_text / output_text parts), `instructions`,
-// `max_output_tokens`, `temperature`, `top_p`, `stream`, `metadata`, `user`, `text.format`
-// {"type": "text"}. The request becomes a chat request (one choice) and runs through the same
-// rules; the result is a `response` object, or when streaming the documented event sequence:
+// `input` (a string, or message items with input_text / output_text parts, and function_call /
+// function_call_output items for a tool round trip), `instructions`, `max_output_tokens`,
+// `temperature`, `top_p`, `stream`, `metadata`, `user`, `text.format`, function `tools` and
+// `tool_choice` (server/tools.h; calls come back as function_call output items). The request
+// becomes a chat request (one choice) and runs through the same rules; the result is a
+// `response` object, or when streaming the documented event sequence:
 // response.created, response.in_progress, response.output_item.added,
 // response.content_part.added, response.output_text.delta..., response.output_text.done,
 // response.content_part.done, response.output_item.done, response.completed (or
 // response.incomplete when max_output_tokens cut it, response.failed on an engine error).
-// Rejected with a 400 naming the field: previous_response_id / conversation (no stored state),
-// tools, structured text.format, reasoning, background.
+// With tools offered the text is held to the end (it may be calls) and every output item is sent
+// whole then (function calls as output_item.added, function_call_arguments.delta / .done,
+// output_item.done). Rejected with a 400 naming the field: previous_response_id / conversation
+// (no stored state), tools other than functions, reasoning, background.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,6 +46,8 @@ class ResponsesStream {
 
  private:
   std::string frame(nlohmann::json event);  // "event: <type>\ndata: <json>\n\n"
+  // With tools offered the text is held to the end (it may be calls): every item's events then.
+  std::vector<std::string> held_items(const nlohmann::json& final_response);
   const ApiRequest& req_;
   const ResponseMeta& meta_;
   std::string text_;

@@ -1,6 +1,11 @@
 """POST /v1/responses through the official openai client: plain and streamed (the documented
 event sequence ending in response.completed), the same text as the equivalent chat request,
-max_output_tokens -> incomplete, and clear 400s for what a stateless server cannot do."""
+max_output_tokens -> incomplete, function tools (calls as function_call items whose arguments
+validate, streamed, and a round trip with function_call_output), and clear 400s for what a
+stateless server cannot do."""
+import json
+
+import jsonschema
 import openai
 import pytest
 
@@ -55,10 +60,59 @@ def test_streamed_events_follow_the_documented_sequence(oa):
 
 @pytest.mark.parametrize("extra,param", [
     ({"previous_response_id": "resp_123"}, "previous_response_id"),
-    ({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]}, "tools"),
+    ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
 ])
 def test_what_a_stateless_text_server_refuses(oa, extra, param):
     with pytest.raises(openai.BadRequestError) as e:
         oa.responses.create(model=MODEL, input="hi", max_output_tokens=4, **extra)
     assert e.value.body["param"] == param
+
+
+WEATHER = {"type": "object",
+           "properties": {"city": {"type": "string", "maxLength": 24},
+                          "unit": {"enum": ["celsius", "fahrenheit"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER,
+          "strict": True},
+         {"type": "function", "name": "get_time", "description": "Time in a timezone",
+          "parameters": {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 24}},
+                         "required": ["tz"], "additionalProperties": False}}]
+
+
+def test_function_tools_give_function_call_items_that_validate(oa):
+    for seed in range(3):
+        r = oa.responses.create(model=MODEL, input="What is the weather in Paris?", tools=TOOLS, temperature=1.0,
+                                tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=64)
+        calls = [item for item in r.output if item.type == "function_call"]
+        assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].call_id.startswith("call_")
+        jsonschema.validate(json.loads(calls[0].arguments), WEATHER)
+    assert [t.name for t in r.tools] == ["get_weather", "get_time"]
+
+
+def test_streamed_function_call_equals_whole(oa):
+    kwargs = dict(model=MODEL, input="What is the weather in Paris?", tools=TOOLS, tool_choice="required",
+                  temperature=0, max_output_tokens=64)
+    whole = oa.responses.create(**kwargs)
+    events = list(oa.responses.create(stream=True, **kwargs))
+    types = [e.type for e in events]
+    assert types[:2] == ["response.created", "response.in_progress"] and types[-1] == "response.completed"
+    assert "response.function_call_arguments.delta" in types
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1
+    call = next(i for i in whole.output if i.type == "function_call")
+    assert done[0].arguments == call.arguments
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].response.output[-1].arguments == call.arguments
+
+
+def test_function_call_round_trip(oa):
+    first = oa.responses.create(model=MODEL, input="What is the weather in Paris?", tools=TOOLS, temperature=0,
+                                tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=64)
+    call = next(i for i in first.output if i.type == "function_call")
+    items = [{"role": "user", "content": "What is the weather in Paris?"},
+             {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+             {"type": "function_call_output", "call_id": call.call_id, "output": json.dumps({"temperature": 21})}]
+    second = oa.responses.create(model=MODEL, input=items, tools=TOOLS, tool_choice="none", temperature=0,
+                                 max_output_tokens=24)
+    assert second.output_text and all(i.type == "message" for i in second.output)
