@@ -140,13 +140,14 @@ json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::v
   for (size_t i = 0; i < choices.size(); ++i) {
     json message = {{"role", "assistant"}, {"content", choices[i].text}};
     json finish = finish_json(choices[i].finish);
-    if (req.tools.offered() && choices[i].finish == FinishReason::kStop) {
+    // A named call is the whole text, even when the length limit cut it (as streamed).
+    if (req.tools.offered() && (choices[i].finish == FinishReason::kStop || req.tools.mode == ToolPlan::Mode::kNamed)) {
       std::string content;
       const std::vector<ToolCall> calls = extract_tool_calls(req.tools, choices[i].text, content, tool_call_id(meta, i));
       if (!calls.empty()) {
         message["content"] = content.empty() ? json(nullptr) : json(content);
         message["tool_calls"] = tool_calls_json(calls, false);
-        finish = "tool_calls";
+        if (choices[i].finish == FinishReason::kStop) finish = "tool_calls";
       }
     }
     list.push_back({{"index", i},
@@ -184,24 +185,17 @@ json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, const StreamE
   return out;
 }
 
-std::vector<json> buffered_chat_chunks(const ApiRequest& req, const ResponseMeta& meta, int32_t choice,
-                                       const std::string& text, FinishReason finish) {
-  json delta = {{"role", "assistant"}, {"content", text}};
-  json reason = finish_json(finish);
-  if (finish == FinishReason::kStop) {
-    std::string content;
-    const std::vector<ToolCall> calls = extract_tool_calls(req.tools, text, content, tool_call_id(meta, static_cast<size_t>(choice)));
-    if (!calls.empty()) {
-      delta = {{"role", "assistant"}, {"content", content.empty() ? json(nullptr) : json(content)},
-               {"tool_calls", tool_calls_json(calls, true)}};
-      reason = "tool_calls";
-    }
+json chat_delta_chunk(const ApiRequest& req, const ResponseMeta& meta, int32_t choice, json delta, bool first,
+                      const json& finish_reason) {
+  if (first) {
+    delta["role"] = "assistant";
+    if (!delta.contains("content")) delta["content"] = nullptr;
   }
-  json first = envelope(req, meta, true), last = envelope(req, meta, true);
-  first["choices"] = json::array({{{"index", choice}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
-  last["choices"] = json::array({{{"index", choice}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}});
-  if (req.include_usage) first["usage"] = last["usage"] = nullptr;
-  return {first, last};
+  json out = envelope(req, meta, true);
+  out["choices"] = json::array(
+      {{{"index", choice}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
+  if (req.include_usage) out["usage"] = nullptr;
+  return out;
 }
 
 json usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const RequestUsage& usage) {

@@ -59,10 +59,10 @@ nlohmann::json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, con
 // The final usage chunk of stream_options.include_usage: empty choices plus usage.
 nlohmann::json usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const RequestUsage& usage);
 
-// A chat choice with tools offered, streamed once it has finished: its text is parsed for tool
-// calls first (a delta with tool_calls, finish_reason "tool_calls"), or sent as content.
-std::vector<nlohmann::json> buffered_chat_chunks(const ApiRequest& req, const ResponseMeta& meta, int32_t choice,
-                                                 const std::string& text, FinishReason finish);
+// One chunk of a streamed chat choice carrying `delta` (the first also the assistant role) and
+// `finish_reason` (null until the choice's last chunk): what server/tool_stream.h's deltas go in.
+nlohmann::json chat_delta_chunk(const ApiRequest& req, const ResponseMeta& meta, int32_t choice, nlohmann::json delta,
+                                bool first, const nlohmann::json& finish_reason);
 
 // The id prefix of choice `choice`'s tool calls ("call_<response id>_<choice>_", + the call's index).
 std::string tool_call_id(const ResponseMeta& meta, size_t choice);

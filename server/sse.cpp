@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "engine/model/tokenizer.h"
 #include "server/responses_api.h"
+#include "server/tool_stream.h"
 
 namespace fathom {
 
@@ -180,7 +181,9 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
                         const std::function<bool()>& client_alive) {
   std::vector<bool> first(static_cast<size_t>(req_.choices()), true);
   std::vector<Utf8Offset> text_offset(static_cast<size_t>(req_.choices()));
-  std::vector<std::string> held(static_cast<size_t>(req_.choices()));  // chat with tools: text until the end
+  std::vector<ToolCallStream> tool_streams;  // chat with tools: per choice
+  if (req_.tools.offered() && req_.responses.is_null())
+    for (int32_t c = 0; c < req_.choices(); ++c) tool_streams.emplace_back(req_.tools, tool_call_id(meta_, c));
   // /v1/responses frames its own event sequence (one choice); the other APIs send chunks.
   std::optional<ResponsesStream> responses;
   if (!req_.responses.is_null()) responses.emplace(req_, meta_);
@@ -219,12 +222,22 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
       if (!write(sse_frame(error_body(500, "generation failed: " + event.error, "", "engine_error")))) return gone();
       continue;
     }
-    if (req_.tools.offered()) {  // held until the choice ends: its text may be tool calls
-      held[c] += event.text;
-      if (event.finish == FinishReason::kNone) continue;
-      for (const nlohmann::json& chunk : buffered_chat_chunks(req_, meta_, event.choice, held[c], event.finish))
-        if (!write(sse_frame(chunk))) return gone();
-      last_write = std::chrono::steady_clock::now();
+    if (!tool_streams.empty()) {  // text as it comes unless it may be a tool call (server/tool_stream.h)
+      std::vector<nlohmann::json> deltas = tool_streams[c].push(event.text);
+      nlohmann::json reason;
+      if (event.finish != FinishReason::kNone) {
+        std::vector<nlohmann::json> tail = tool_streams[c].finish(event.finish, reason);
+        deltas.insert(deltas.end(), tail.begin(), tail.end());
+        deltas.push_back(nlohmann::json::object());  // the finish_reason rides on an empty delta
+      }
+      for (size_t i = 0; i < deltas.size(); ++i) {
+        const bool last = event.finish != FinishReason::kNone && i + 1 == deltas.size();
+        if (!write(sse_frame(chat_delta_chunk(req_, meta_, event.choice, std::move(deltas[i]), first[c],
+                                              last ? reason : nlohmann::json()))))
+          return gone();
+        first[c] = false;
+        last_write = std::chrono::steady_clock::now();
+      }
       continue;
     }
     const bool has_logprobs = req_.logprobs && !event.logprobs.empty();

@@ -8,7 +8,7 @@
 // </tool_call>, results as <tool_response>). A named or required tool_choice constrains the output
 // token by token (engine/constraint): named = the function's parameters schema, so the text *is*
 // the arguments; required = one of {"name": const, "arguments": schema}. With auto the model
-// may answer in text or in <tool_call> blocks, which are parsed out.
+// may answer in text or in <tool_call> blocks, which are parsed out. Streaming: server/tool_stream.h.
 #include <string>
 #include <vector>
 

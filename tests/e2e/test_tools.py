@@ -130,3 +130,33 @@ def test_a_constrained_tool_schema_with_an_unenforceable_keyword_is_a_400(oa):
     assert "uniqueItems" in e.value.body["message"]
     # With tool_choice auto the schema is only shown to the model: accepted.
     oa.chat.completions.create(model=MODEL, messages=ASK, tools=bad, max_tokens=4)
+
+
+def stream_chunks(oa, **kw):
+    return [ch for chunk in oa.chat.completions.create(stream=True, **kw) for ch in chunk.choices]
+
+
+def test_a_named_call_streams_its_arguments_as_they_are_generated(oa):
+    kw = dict(model=MODEL, messages=ASK, tools=TOOLS, temperature=0, max_tokens=64,
+              tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    pieces = [tc for ch in stream_chunks(oa, **kw) for tc in ch.delta.tool_calls or []]
+    assert len(pieces) > 3, "the arguments arrived in one piece"
+    assert pieces[0].id.startswith("call_") and pieces[0].function.name == "get_weather"
+    assert all(p.id is None and p.function.name is None for p in pieces[1:])
+    whole = oa.chat.completions.create(**kw).choices[0].message.tool_calls[0]
+    assert "".join(p.function.arguments for p in pieces) == whole.function.arguments
+
+
+def test_auto_streams_plain_content_as_it_is_generated(oa):
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Write two sentences about the sea."}],
+              tools=TOOLS, temperature=0, max_tokens=40)
+    whole = oa.chat.completions.create(**kw).choices[0]
+    chunks = stream_chunks(oa, **kw)
+    if whole.message.tool_calls:  # the model chose a call: streamed = whole
+        calls = [tc for ch in chunks for tc in ch.delta.tool_calls or []]
+        assert [c.function.arguments for c in calls] == [c.function.arguments for c in whole.message.tool_calls]
+        return
+    content = [ch.delta.content for ch in chunks if ch.delta.content]
+    assert len(content) > 3, "the text was held to the end"
+    assert "".join(content) == whole.message.content
+    assert chunks[-1].finish_reason == whole.finish_reason

@@ -1,0 +1,82 @@
+#include "server/tool_stream.h"
+
+#include <algorithm>
+
+#include "server/openai_response.h"
+
+namespace fathom {
+namespace {
+
+using json = nlohmann::json;
+constexpr std::string_view kOpen = "<tool_call>";
+
+json content_delta(const std::string& text) { return {{"content", text}}; }
+
+// The length of the longest suffix of `s` that is a proper prefix of "<tool_call>".
+size_t open_prefix_tail(const std::string& s) {
+  for (size_t n = std::min(s.size(), kOpen.size() - 1); n > 0; --n)
+    if (s.compare(s.size() - n, n, kOpen.substr(0, n)) == 0) return n;
+  return 0;
+}
+
+}  // namespace
+
+std::vector<json> ToolCallStream::push(const std::string& text) {
+  if (text.empty()) return {};
+  if (plan_.mode == ToolPlan::Mode::kNamed) {
+    json call = {{"index", 0}, {"function", {{"arguments", text}}}};
+    if (!header_sent_) {
+      call["id"] = id_prefix_ + "0";
+      call["type"] = "function";
+      call["function"]["name"] = plan_.named;
+      header_sent_ = true;
+    }
+    return {{{"tool_calls", json::array({std::move(call)})}}};
+  }
+  if (plan_.mode != ToolPlan::Mode::kAuto || !held_.empty()) {
+    held_ += text;
+    return {};
+  }
+  pending_ += text;
+  if (const size_t open = pending_.find(kOpen); open != std::string::npos) {
+    held_ = pending_.substr(open);
+    const std::string before = pending_.substr(0, open);
+    pending_.clear();
+    if (before.empty()) return {};
+    return {content_delta(before)};
+  }
+  const size_t keep = open_prefix_tail(pending_);
+  if (keep == pending_.size()) return {};
+  std::string out = pending_.substr(0, pending_.size() - keep);
+  pending_.erase(0, pending_.size() - keep);
+  return {content_delta(out)};
+}
+
+std::vector<json> ToolCallStream::finish(FinishReason finish, json& reason) {
+  reason = finish == FinishReason::kNone ? json(nullptr) : json(api_finish_reason(finish));
+  std::vector<json> out;
+  if (plan_.mode == ToolPlan::Mode::kNamed) {
+    if (!header_sent_)  // no text at all: the call still exists, with empty arguments
+      out.push_back({{"tool_calls", json::array({{{"index", 0}, {"id", id_prefix_ + "0"}, {"type", "function"},
+                                                   {"function", {{"name", plan_.named}, {"arguments", ""}}}}})}});
+    if (finish == FinishReason::kStop) reason = "tool_calls";
+    return out;
+  }
+  if (!pending_.empty()) out.push_back(content_delta(pending_));
+  pending_.clear();
+  if (held_.empty()) return out;
+  std::string content;
+  const std::vector<ToolCall> calls =
+      finish == FinishReason::kStop ? extract_tool_calls(plan_, held_, content, id_prefix_) : std::vector<ToolCall>{};
+  if (calls.empty()) {
+    out.push_back(content_delta(held_));
+  } else {
+    if (!content.empty()) out.push_back(content_delta(content));
+    out.push_back({{"tool_calls", tool_calls_json(calls, true)}});
+    reason = "tool_calls";
+  }
+  held_.clear();
+  return out;
+}
+
+}  // namespace fathom
