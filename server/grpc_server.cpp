@@ -30,6 +30,8 @@
 #include "server/request_rules.h"
 #include "server/config.h"
 #include "server/schema_rules.h"
+#include "server/openai_request.h"
+#include "server/tools.h"
 
 namespace fathom {
 namespace {
@@ -110,7 +112,44 @@ SamplingParams to_sampling(const pb::SamplingParameters& s, int32_t vocab) {
   return p;
 }
 
-Request to_engine_request(const pb::GenerateRequest& in, const Model& model, const ServerConfig& config) {
+// Chat input and tools in the HTTP API's JSON shape, so that the same code (server/tools.h, the
+// chat template) reads both protocols.
+nlohmann::json chat_body(const pb::GenerateRequest& in) {
+  using nlohmann::json;
+  json messages = json::array();
+  for (const pb::ChatMessage& m : in.chat().messages()) {
+    json msg = {{"role", m.role()}, {"content", m.content()}};
+    if (m.tool_calls_size() > 0) {
+      json calls = json::array();
+      for (const pb::ToolCall& c : m.tool_calls())
+        calls.push_back({{"id", c.id()}, {"type", "function"}, {"function", {{"name", c.name()}, {"arguments", c.arguments()}}}});
+      msg["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id().empty()) msg["tool_call_id"] = m.tool_call_id();
+    messages.push_back(std::move(msg));
+  }
+  json body = {{"messages", std::move(messages)}};
+  if (in.tools_size() > 0) {
+    json tools = json::array();
+    for (int i = 0; i < in.tools_size(); ++i) {
+      const pb::FunctionTool& t = in.tools(i);
+      json function = {{"name", t.name()}, {"description", t.description()}, {"strict", t.strict()}};
+      if (!t.parameters().empty()) {
+        check_schema_keywords(t.parameters(), "tools[" + std::to_string(i) + "].parameters");  // also: JSON, depth
+        function["parameters"] = json::parse(t.parameters());
+      }
+      tools.push_back({{"type", "function"}, {"function", std::move(function)}});
+    }
+    body["tools"] = std::move(tools);
+  }
+  const std::string& choice = in.tool_choice();
+  if (choice == "none" || choice == "auto" || choice == "required") body["tool_choice"] = choice;
+  else if (!choice.empty()) body["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice}}}};
+  return body;
+}
+
+Request to_engine_request(const pb::GenerateRequest& in, const Model& model, const ServerConfig& config,
+                          ToolPlan& tools) {
   check_served_model(in.model(), config, "model");
   Request r;
   r.attention = config.attention;
@@ -138,9 +177,20 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
         r.prompt.push_back(id);
       }
       break;
+    case pb::GenerateRequest::kChat:
+      try {
+        const nlohmann::json body = chat_body(in);
+        tools = parse_tools(body);
+        r.prompt = encode_chat_body(body, model, tools);
+      } catch (const ApiError& e) {  // the HTTP API's 400s: INVALID_ARGUMENT naming the field
+        invalid(e.param.empty() ? std::string(e.what()) : e.param + ": " + e.what());
+      }
+      break;
     case pb::GenerateRequest::INPUT_NOT_SET:
       break;
   }
+  if ((in.tools_size() > 0 || !in.tool_choice().empty()) && in.input_case() != pb::GenerateRequest::kChat)
+    invalid("tools and tool_choice need chat input");
   if (r.prompt.empty()) invalid("the prompt is empty: set text or token_ids");
 
   check_prompt_fits(r.prompt.size(), model, "text");
@@ -169,6 +219,10 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
         break;
     }
   }
+  if (const OutputConstraint c = tool_constraint(tools); c.kind != OutputConstraint::Kind::kNone) {
+    if (r.constraint.kind != OutputConstraint::Kind::kNone) invalid("a named or required tool_choice takes no constraint");
+    r.constraint = c;
+  }
   r.sampling = to_sampling(in.sampling(), vocab);
   return r;
 }
@@ -188,6 +242,27 @@ void fill_event(const StreamEvent& ev, pb::GenerateResponse& out) {
     }
   }
   if (ev.finish != FinishReason::kNone) out.set_finish_reason(finish_reason_name(ev.finish));
+}
+
+// With tools offered: the choice's text so far; at its end, the calls in it (as the HTTP API
+// parses them, ids "call_<request id>_<choice>_<i>"), finish_reason "tool_calls" when it stopped.
+void add_tool_calls(const ToolPlan& tools, const StreamEvent& ev, std::vector<std::string>& texts,
+                    const std::string& request_id, pb::GenerateResponse& out) {
+  if (static_cast<size_t>(ev.choice) >= texts.size()) texts.resize(static_cast<size_t>(ev.choice) + 1);
+  std::string& text = texts[static_cast<size_t>(ev.choice)];
+  text += ev.text;
+  if (ev.finish == FinishReason::kNone || ev.finish == FinishReason::kError) return;
+  if (ev.finish != FinishReason::kStop && tools.mode != ToolPlan::Mode::kNamed) return;
+  std::string content;
+  const std::vector<ToolCall> calls =
+      extract_tool_calls(tools, text, content, "call_" + request_id + "_" + std::to_string(ev.choice) + "_");
+  for (const ToolCall& c : calls) {
+    pb::ToolCall* t = out.add_tool_calls();
+    t->set_id(c.id);
+    t->set_name(c.name);
+    t->set_arguments(c.arguments);
+  }
+  if (!calls.empty() && ev.finish == FinishReason::kStop) out.set_finish_reason("tool_calls");
 }
 
 void fill_usage(const RequestUsage& u, pb::GenerateResponse& out) {
@@ -217,11 +292,13 @@ class FathomService final : public pb::Fathom::Service {
                         grpc::ServerWriter<pb::GenerateResponse>* writer) override {
     if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
     std::shared_ptr<RequestHandle> handle;
+    ToolPlan tools;
+    std::vector<std::string> texts;  // per choice, when tools are offered: parsed at its end
     int32_t n = 1;
     RequestUsage counted;  // what this call saw, for the log line when the engine's usage is not final
     const Clock::time_point start = Clock::now();
     try {
-      Request request = to_engine_request(*in, engine_.model(), config_);
+      Request request = to_engine_request(*in, engine_.model(), config_, tools);
       n = request.n;
       counted.prompt_tokens = static_cast<int32_t>(request.prompt.size());
       handle = engine_.submit(std::move(request));
@@ -253,6 +330,7 @@ class FathomService final : public pb::Fathom::Service {
         ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       pb::GenerateResponse out;
       fill_event(ev, out);
+      if (tools.offered()) add_tool_calls(tools, ev, texts, handle->id(), out);
       if (ev.finish != FinishReason::kNone) {
         finish = finish_reason_name(ev.finish);
         --unfinished;

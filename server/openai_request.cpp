@@ -384,6 +384,10 @@ ApiRequest parse_completion_request(const json& body, const Model& model, const 
   return out;
 }
 
+std::vector<int32_t> encode_chat_body(const json& body, const Model& model, const ToolPlan& tools) {
+  return chat_prompt(body, model, tools);
+}
+
 ApiRequest parse_chat_request(const json& body, const Model& model, const ServerConfig& config) {
   ApiRequest out;
   out.kind = ApiKind::kChat;

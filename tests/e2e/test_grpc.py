@@ -363,3 +363,50 @@ def test_api_keys_hold_for_grpc_too(fathom_bin, smollm2_path, pb):
         assert health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status == \
             health_pb2.HealthCheckResponse.SERVING
         ch.close()
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}}, "required": ["city"],
+           "additionalProperties": False}
+
+
+def test_chat_input_with_a_named_tool_gives_a_call_that_validates(stub, pb):
+    """Chat messages and function tools, as /v1/chat/completions: the call arrives parsed on the
+    choice's last message; a round trip with the call and its result continues the chat."""
+    import jsonschema
+    ask = pb.msg.ChatMessage(role="user", content="What is the weather in Paris?")
+    tool = pb.msg.FunctionTool(name="get_weather", description="Weather in a city", parameters=json.dumps(WEATHER),
+                               strict=True)
+    for seed in range(3):
+        messages = generate(stub, pb, chat=pb.msg.ChatMessages(messages=[ask]), tools=[tool],
+                            tool_choice="get_weather", max_tokens=48, sampling={"temperature": 1.0, "seed": seed})
+        last = messages[-1]
+        assert last.finish_reason == "tool_calls" and len(last.tool_calls) == 1
+        call = last.tool_calls[0]
+        assert call.name == "get_weather" and call.id.startswith("call_")
+        jsonschema.validate(json.loads(call.arguments), WEATHER)
+        assert text_of(messages) == call.arguments  # the raw text streamed is the arguments
+    follow = [ask, pb.msg.ChatMessage(role="assistant", tool_calls=[call]),
+              pb.msg.ChatMessage(role="tool", tool_call_id=call.id, content=json.dumps({"temperature": 21}))]
+    messages = generate(stub, pb, chat=pb.msg.ChatMessages(messages=follow), tools=[tool], tool_choice="none",
+                        max_tokens=16, sampling={"temperature": 0})
+    assert text_of(messages) and not messages[-1].tool_calls
+
+
+@pytest.mark.parametrize("fields", [
+    {"text": "hi", "tool_choice": "auto"},
+    {"tool_choice": "nope"},
+    {"tools": [{"name": "bad name"}]},
+    {"tools": [{"name": "f", "parameters": '{"type": "array", "uniqueItems": true}'}], "tool_choice": "required"},
+    {"chat": [], "text": None},
+])
+def test_bad_tool_fields_are_invalid_argument(stub, pb, fields):
+    fields = dict(fields)
+    if "tools" in fields:
+        fields["tools"] = [pb.msg.FunctionTool(**t) for t in fields["tools"]]
+    if "text" not in fields:
+        fields["chat"] = pb.msg.ChatMessages(messages=[pb.msg.ChatMessage(role="user", content="hi")])
+    elif fields["text"] is None:
+        fields = {"chat": pb.msg.ChatMessages(messages=[])}
+    with pytest.raises(grpc.RpcError) as err:
+        generate(stub, pb, max_tokens=4, **fields)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
