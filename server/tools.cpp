@@ -57,6 +57,10 @@ ToolPlan parse_tools(const json& body) {
     plan.tools.push_back(std::move(spec));
   }
   plan.mode = ToolPlan::Mode::kAuto;
+  if (auto p = body.find("parallel_tool_calls"); p != body.end() && !p->is_null()) {
+    if (!p->is_boolean()) bad("parallel_tool_calls", "'parallel_tool_calls' must be true or false");
+    plan.parallel = p->get<bool>();
+  }
   auto c = body.find("tool_choice");
   if (c == body.end() || c->is_null() || *c == "auto") return plan;
   if (*c == "none") plan.mode = ToolPlan::Mode::kNone;
@@ -138,7 +142,9 @@ OutputConstraint tool_constraint(const ToolPlan& plan) {
                      {"properties", {{"name", {{"const", t.name}}}, {"arguments", t.parameters}}},
                      {"required", {"name", "arguments"}},
                      {"additionalProperties", false}});
-    c = {OutputConstraint::Kind::kJsonSchema, json{{"anyOf", any}}.dump(), false};
+    const json one = {{"anyOf", any}};
+    c = {OutputConstraint::Kind::kJsonSchema,
+         (plan.parallel ? json{{"type", "array"}, {"items", one}, {"minItems", 1}} : one).dump(), false};
   }
   return c;
 }
@@ -164,8 +170,13 @@ std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string
         j.contains("arguments") && j["arguments"].is_object())
       calls.push_back({id(), j["name"].get<std::string>(), j["arguments"].dump()});
   };
-  if (plan.mode == ToolPlan::Mode::kRequired) {
-    from_json(text);
+  if (plan.mode == ToolPlan::Mode::kRequired) {  // one call, or an array of them (parallel)
+    const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_array()) {
+      for (const json& one : j) from_json(one.dump());
+    } else {
+      from_json(text);
+    }
     if (!calls.empty()) content.clear();
     return calls;
   }

@@ -7,7 +7,8 @@
 // ChatML models are trained on: <tools> signatures, calls as <tool_call>{"name", "arguments"}
 // </tool_call>, results as <tool_response>). A named or required tool_choice constrains the output
 // token by token (engine/constraint): named = the function's parameters schema, so the text *is*
-// the arguments; required = one of {"name": const, "arguments": schema}. With auto the model
+// the arguments; required = one of {"name": const, "arguments": schema}, or with
+// parallel_tool_calls true a non-empty array of them. With auto the model
 // may answer in text or in <tool_call> blocks, which are parsed out. Streaming: server/tool_stream.h.
 #include <string>
 #include <vector>
@@ -30,6 +31,10 @@ struct ToolPlan {
   Mode mode = Mode::kNone;
   std::vector<ToolSpec> tools;
   std::string named;  // kNamed: the function to call
+  // parallel_tool_calls: true lets kRequired make several calls (a JSON array of them). Unlike
+  // OpenAI's default it is off unless asked for: a small model, once allowed an array, rarely
+  // closes it and runs into max_tokens.
+  bool parallel = false;
   bool offered() const { return mode != Mode::kNone && !tools.empty(); }
 };
 

@@ -160,3 +160,25 @@ def test_auto_streams_plain_content_as_it_is_generated(oa):
     assert len(content) > 3, "the text was held to the end"
     assert "".join(content) == whole.message.content
     assert chunks[-1].finish_reason == whole.finish_reason
+
+
+def test_required_with_parallel_tool_calls_makes_one_or_more_valid_calls(oa):
+    counts = set()
+    for seed in range(4):
+        c = oa.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required",
+                                       parallel_tool_calls=True, temperature=1.0, seed=seed, max_tokens=128).choices[0]
+        if c.finish_reason == "length":
+            continue
+        assert c.finish_reason == "tool_calls" and c.message.tool_calls
+        assert len({call.id for call in c.message.tool_calls}) == len(c.message.tool_calls)
+        for call in c.message.tool_calls:
+            check_call(call)
+        counts.add(len(c.message.tool_calls))
+    assert counts, "every sample hit the length limit"
+    one = oa.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required",
+                                     temperature=1.0, seed=0, max_tokens=96).choices[0]  # default: one call
+    assert one.finish_reason == "tool_calls" and len(one.message.tool_calls) == 1
+    check_call(one.message.tool_calls[0])
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, parallel_tool_calls="yes", max_tokens=4)
+    assert e.value.body["param"] == "parallel_tool_calls"
