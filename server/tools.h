@@ -32,8 +32,8 @@ struct ToolPlan {
   std::vector<ToolSpec> tools;
   std::string named;  // kNamed: the function to call
   // parallel_tool_calls: true lets kRequired make several calls (a JSON array of them). Unlike
-  // OpenAI's default it is off unless asked for: a small model, once allowed an array, rarely
-  // closes it and runs into max_tokens.
+  // OpenAI's default it is off unless asked for: SmolLM2, allowed an array, kept adding calls
+  // until max_tokens.
   bool parallel = false;
   bool offered() const { return mode != Mode::kNone && !tools.empty(); }
 };
