@@ -109,7 +109,7 @@ BlockAllocator make_allocator(Backend& backend, const SchedulerConfig& config) {
   const int32_t keep = step_write_blocks(config, bs) + (window + bs - 1) / bs;
   const int32_t host =
       asked > 0 ? backend.reserve_host_tier(static_cast<int32_t>(std::min<int64_t>(asked, INT32_MAX / 2)), keep) : 0;
-  return BlockAllocator(backend.kv_blocks(), backend.kv_layout().block_size, host);
+  return BlockAllocator(backend.kv_blocks(), bs, host);
 }
 }  // namespace
 
@@ -223,19 +223,14 @@ void Scheduler::preempt(Sequence& seq) {
   metrics_->preempt_recompute.inc();
 }
 
-void Scheduler::copy_block(int32_t src, int32_t dst) {
-  if (allocator_.host_blocks() == 0) return backend_.copy_block(src, dst);
-  backend_.copy_slot(allocator_.tier(src), allocator_.slot(src), allocator_.tier(dst), allocator_.slot(dst));
-}
-
-int32_t Scheduler::next_device_victim(const std::vector<char>& written) {
+int32_t Scheduler::next_device_victim() {
   // The device block written longest ago that this step does not write: a sequence's blocks are
   // written in position order, so its oldest positions leave first and its recent ones — what a
   // sliding window and HiP's local window read every step — stay.
   int32_t best = -1;
   for (int32_t slot = 0; slot < allocator_.device_blocks(); ++slot) {
     const int32_t b = allocator_.block_at_device_slot(slot);
-    if (b >= 0 && !written[b] && (best < 0 || written_step_[b] < written_step_[best])) best = b;
+    if (b >= 0 && written_step_[b] != steps_ && (best < 0 || written_step_[b] < written_step_[best])) best = b;
   }
   return best;
 }
@@ -248,7 +243,6 @@ void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& pla
     bool holds_data;  // some position before the step's first is already in it
   };
   std::vector<Write> writes;
-  written_.assign(allocator_.num_blocks(), 0);
   written_step_.resize(allocator_.num_blocks(), 0);
   ++steps_;
   for (size_t i = 0; i < planned.size(); ++i) {
@@ -257,7 +251,6 @@ void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& pla
     const int32_t first = s.n_computed % bs == 0 && s.n_computed > 0 ? s.n_computed / bs - 1 : s.n_computed / bs;
     for (int32_t b = first; b <= (s.n_computed + chunk_of[i] - 1) / bs; ++b) {
       writes.push_back({s.blocks[b], b * bs < s.n_computed});
-      written_[s.blocks[b]] = 1;
       written_step_[s.blocks[b]] = steps_;
     }
   }
@@ -275,7 +268,7 @@ void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& pla
       }
       continue;
     }
-    const int32_t victim = next_device_victim(written_);
+    const int32_t victim = next_device_victim();
     FATHOM_CHECK(victim >= 0, "a step writes more blocks than the device tier holds");
     if (w.holds_data)
       backend_.exchange_slots(allocator_.slot(victim), host_slot);
@@ -540,7 +533,8 @@ void Scheduler::fork_choices(RequestState& r, const float* logits) {
     child->last_hash = parent.last_hash;
     if (parent.n_computed % bs != 0) {
       if (allocate_block(*child)) {
-        copy_block(parent.blocks[full], child->blocks.back());
+        const int32_t src = parent.blocks[full], dst = child->blocks.back();
+        backend_.copy_slot(allocator_.tier(src), allocator_.slot(src), allocator_.tier(dst), allocator_.slot(dst));
       } else {  // no room to copy: this choice recomputes its prompt later (prefix cache helps)
         release_blocks(*child);
         child->n_computed = 0;

@@ -63,11 +63,11 @@ class Scheduler {
   bool ensure_room(Sequence& seq, int32_t tokens);
   int32_t available_blocks() const;          // free + evictable
   void preempt(Sequence& victim);             // by recompute
-  void copy_block(int32_t src, int32_t dst);  // whole block, whichever tiers the two are in
   // Host tier: the blocks `plan` writes move into device slots (demoting the blocks written
   // longest ago that it does not write) and the plan's block tables become physical ones.
   void make_resident(BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of);
-  int32_t next_device_victim(const std::vector<char>& written);
+  // The device block written longest ago that this step does not write, or -1.
+  int32_t next_device_victim();
   Sequence* pick_victim(const Sequence* except);
   void admit(Sequence& seq);                 // prefix lookup, blocks for the whole prompt
   void release_blocks(Sequence& seq);
@@ -94,9 +94,8 @@ class Scheduler {
   std::unique_ptr<Metrics> metrics_;
   PrefixIndex prefix_;
   std::vector<std::vector<int32_t>> physical_;  // this step's physical block tables, by plan index
-  std::vector<char> written_;                    // per block id: written by this step
-  std::vector<int64_t> written_step_;            // per block id: the last step that wrote it (demotion order)
-  int64_t steps_ = 0;
+  std::vector<int64_t> written_step_;            // per block id: the last step that wrote it (steps_: this one)
+  int64_t steps_ = 0;                            // steps that went through make_resident
   std::vector<std::unique_ptr<RequestState>> requests_;
   std::mt19937_64 seed_rng_{0x5eed};
   std::vector<float> logits_;

@@ -244,18 +244,18 @@ void fill_event(const StreamEvent& ev, pb::GenerateResponse& out) {
   if (ev.finish != FinishReason::kNone) out.set_finish_reason(finish_reason_name(ev.finish));
 }
 
-// With tools offered: the choice's text so far; at its end, the calls in it (as the HTTP API
-// parses them, ids "call_<request id>_<choice>_<i>"), finish_reason "tool_calls" when it stopped.
+// With tools offered: the choice's text so far; at its end, the calls in it (answer_tool_calls, as
+// the HTTP API reports them; ids "call_<request id>_<choice>_<i>"), finish_reason "tool_calls" when
+// it stopped.
 void add_tool_calls(const ToolPlan& tools, const StreamEvent& ev, std::vector<std::string>& texts,
                     const std::string& request_id, pb::GenerateResponse& out) {
   if (static_cast<size_t>(ev.choice) >= texts.size()) texts.resize(static_cast<size_t>(ev.choice) + 1);
   std::string& text = texts[static_cast<size_t>(ev.choice)];
   text += ev.text;
   if (ev.finish == FinishReason::kNone || ev.finish == FinishReason::kError) return;
-  if (ev.finish != FinishReason::kStop && tools.mode != ToolPlan::Mode::kNamed) return;
   std::string content;
   const std::vector<ToolCall> calls =
-      extract_tool_calls(tools, text, content, "call_" + request_id + "_" + std::to_string(ev.choice) + "_");
+      answer_tool_calls(tools, text, ev.finish, content, "call_" + request_id + "_" + std::to_string(ev.choice) + "_");
   for (const ToolCall& c : calls) {
     pb::ToolCall* t = out.add_tool_calls();
     t->set_id(c.id);

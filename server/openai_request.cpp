@@ -7,6 +7,7 @@
 #include "engine/model.h"
 #include "server/attention_options.h"
 #include "server/config.h"
+#include "server/json_depth.h"
 #include "server/request_rules.h"
 #include "server/schema_rules.h"
 
@@ -334,21 +335,8 @@ json parse_json_body(const std::string& body) {
     throw ApiError(400, "the request body contains a NUL byte (not valid JSON)", "", "invalid_json");
   // nlohmann's parser is iterative, but a million nested brackets still cost memory and
   // time for nothing: no valid request nests deeper than a handful of levels.
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) throw ApiError(400, "request body nests deeper than 64 levels", "", "invalid_json");
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  if (json_nesting_depth(body, kMaxJsonDepth) > kMaxJsonDepth)
+    throw ApiError(400, "request body nests deeper than 64 levels", "", "invalid_json");
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");

@@ -140,15 +140,13 @@ json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::v
   for (size_t i = 0; i < choices.size(); ++i) {
     json message = {{"role", "assistant"}, {"content", choices[i].text}};
     json finish = finish_json(choices[i].finish);
-    // A named call is the whole text, even when the length limit cut it (as streamed).
-    if (req.tools.offered() && (choices[i].finish == FinishReason::kStop || req.tools.mode == ToolPlan::Mode::kNamed)) {
-      std::string content;
-      const std::vector<ToolCall> calls = extract_tool_calls(req.tools, choices[i].text, content, tool_call_id(meta, i));
-      if (!calls.empty()) {
-        message["content"] = content.empty() ? json(nullptr) : json(content);
-        message["tool_calls"] = tool_calls_json(calls, false);
-        if (choices[i].finish == FinishReason::kStop) finish = "tool_calls";
-      }
+    std::string content;
+    const std::vector<ToolCall> calls =
+        answer_tool_calls(req.tools, choices[i].text, choices[i].finish, content, tool_call_id(meta, i));
+    if (!calls.empty()) {
+      message["content"] = content.empty() ? json(nullptr) : json(content);
+      message["tool_calls"] = tool_calls_json(calls, false);
+      if (choices[i].finish == FinishReason::kStop) finish = "tool_calls";
     }
     list.push_back({{"index", i},
                     {"message", std::move(message)},

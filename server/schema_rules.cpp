@@ -1,9 +1,9 @@
 #include "server/schema_rules.h"
 
-#include <algorithm>
 #include <set>
 #include <string_view>
 
+#include "server/json_depth.h"
 #include "server/request_rules.h"
 
 namespace fathom {
@@ -71,21 +71,9 @@ void check(const json& s, const std::string& field, const std::string& path, int
 void check_schema_keywords(const json& schema, const std::string& field) { check(schema, field, "", 0); }
 
 void check_schema_keywords(const std::string& schema_text, const std::string& field) {
-  // nlohmann's parser recurses per nesting level: bound the depth before parsing hostile text.
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : schema_text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '{' || c == '[') deepest = std::max(deepest, ++depth);
-    else if (c == '}' || c == ']') --depth;
-  }
-  if (deepest > 2 * kMaxDepth + 2) refuse(field, "", "the schema is nested more than 64 levels deep");
+  // Bound the depth before parsing hostile text (a schema level is about two JSON levels).
+  if (json_nesting_depth(schema_text, 2 * kMaxDepth + 2) > 2 * kMaxDepth + 2)
+    refuse(field, "", "the schema is nested more than 64 levels deep");
   const json schema = json::parse(schema_text, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) throw RuleError(RuleError::Kind::kInvalid, field, field + " is not valid JSON");
   check_schema_keywords(schema, field);

@@ -66,8 +66,7 @@ std::vector<json> ToolCallStream::finish(FinishReason finish, json& reason) {
   pending_.clear();
   if (held_.empty()) return out;
   std::string content;
-  const std::vector<ToolCall> calls =
-      finish == FinishReason::kStop ? extract_tool_calls(plan_, held_, content, id_prefix_) : std::vector<ToolCall>{};
+  const std::vector<ToolCall> calls = answer_tool_calls(plan_, held_, finish, content, id_prefix_);
   if (calls.empty()) {
     out.push_back(content_delta(held_));
   } else {

@@ -199,6 +199,13 @@ std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string
   return calls;
 }
 
+std::vector<ToolCall> answer_tool_calls(const ToolPlan& plan, const std::string& text, FinishReason finish,
+                                        std::string& content, const std::string& id_prefix) {
+  content = text;
+  if (!plan.offered() || (finish != FinishReason::kStop && plan.mode != ToolPlan::Mode::kNamed)) return {};
+  return extract_tool_calls(plan, text, content, id_prefix);
+}
+
 json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
   json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {

@@ -56,6 +56,11 @@ OutputConstraint tool_constraint(const ToolPlan& plan);
 // The calls in a finished answer; `content` gets the text outside them. Empty when none.
 std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string& text, std::string& content,
                                          const std::string& id_prefix);
+// The calls of a finished answer, as every API reports them: parsed when it stopped, and always
+// for a named call (its text is the call, even when the length limit cut it); none otherwise
+// (`content` then gets the whole text).
+std::vector<ToolCall> answer_tool_calls(const ToolPlan& plan, const std::string& text, FinishReason finish,
+                                        std::string& content, const std::string& id_prefix);
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
 
 }  // namespace fathom

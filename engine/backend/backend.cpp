@@ -48,7 +48,8 @@ int32_t Backend::reserve_host_tier(int32_t, int32_t) { return 0; }
 
 void Backend::copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) {
   failpoints::hit("kv_copy");
-  copy_slot_impl(from, from_slot, to, to_slot);
+  if (from == KvTier::kDevice && to == KvTier::kDevice) copy_block_impl(from_slot, to_slot);  // every backend has it
+  else copy_slot_impl(from, from_slot, to, to_slot);
   const auto bytes = static_cast<int64_t>(block_bytes());
   if (from == KvTier::kHost && to == KvTier::kDevice) tier_bytes_.host_to_device += bytes;
   if (from == KvTier::kDevice && to == KvTier::kHost) tier_bytes_.device_to_host += bytes;

@@ -74,6 +74,7 @@ class Backend : protected ForwardOps {
   // writes); a backend may turn the rest of its budget into device-side caches of the host tier.
   virtual int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks);
   // Whole-block copies between tiers and slots (every layer and plane); failpoint "kv_copy".
+  // Device to device is copy_block's copy, so it serves backends without a host tier too.
   void copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot);
   // Device slot `device_slot` and host slot `host_slot` trade their bytes.
   void exchange_slots(int32_t device_slot, int32_t host_slot);
@@ -101,7 +102,8 @@ class Backend : protected ForwardOps {
   virtual void copy_block_impl(int32_t src, int32_t dst) = 0;
   virtual void read_block_impl(int32_t block, std::byte* dst) = 0;
   virtual void write_block_impl(int32_t block, const std::byte* src) = 0;
-  // Only backends whose reserve_host_tier() returns > 0 get these calls.
+  // Only backends whose reserve_host_tier() returns > 0 get these calls (copy_slot_impl: with a
+  // host tier at one end at least).
   virtual void copy_slot_impl(KvTier, int32_t, KvTier, int32_t) { FATHOM_CHECK(false, "no host tier"); }
   virtual void exchange_slots_impl(int32_t, int32_t) { FATHOM_CHECK(false, "no host tier"); }
   TierBytes tier_bytes_{};  // backends add attention's staging here

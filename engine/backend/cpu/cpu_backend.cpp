@@ -80,7 +80,7 @@ int32_t CpuBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_blocks
   // device; HotRowsFull falls back to dense) by options_.hot_rows_percent.
   const int64_t spare = std::max(budget - keep_device_blocks, budget / 4);
   const int32_t hot = static_cast<int32_t>(std::max<int64_t>(1, spare * options_.hot_rows_percent / 100));
-  if (hot < 1 || budget - hot < 3)
+  if (budget - hot < 3)
     throw Error("the device KV tier holds " + std::to_string(budget) +
                 " blocks: a host tier needs at least 4 (raise kv_cache.device_mib)");
   staging_slots_ = 2 * cpu::key_chunk_positions(bs) / bs;
@@ -98,10 +98,10 @@ void CpuBackend::copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int32
 }
 
 void CpuBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
-  std::vector<std::byte> held(block_bytes());
-  kv_->read_block(device_slot, held.data());
+  exchange_buffer_.resize(block_bytes());  // kept: a demotion runs on most steps under pressure
+  kv_->read_block(device_slot, exchange_buffer_.data());
   host_kv_->copy_block_to(host_slot, *kv_, device_slot);
-  host_kv_->write_block(host_slot, held.data());
+  host_kv_->write_block(host_slot, exchange_buffer_.data());
   hot_rows_->invalidate_host_slot(host_slot);
 }
 

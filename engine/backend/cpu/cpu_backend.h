@@ -83,6 +83,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<CpuKvStorage> host_kv_;  // host tier (null: none)
   std::unique_ptr<HotRows> hot_rows_;      // with a host tier
   int32_t staging_slots_ = 0;              // device slots [kv_blocks(), + staging_slots_)
+  std::vector<std::byte> exchange_buffer_;  // one block's bytes in flight during exchange_slots
   AttentionObserver observer_;
 
   // The current pass: T tokens, plan.seqs[i] owns rows [first_[i], first_[i] + n).

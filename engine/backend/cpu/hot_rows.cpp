@@ -18,7 +18,6 @@ HotRows::HotRows(CpuKvStorage& device, const CpuKvStorage& host, int32_t first_s
   const size_t keys = static_cast<size_t>(host.num_blocks()) * block_size_ * n_heads_;
   map_.assign(layers, std::vector<int32_t>(keys, -1));
   have_.assign(layers, std::vector<uint8_t>(keys, 0));
-  local_.assign(layers, std::vector<int32_t>(keys, -1));
   pools_.resize(static_cast<size_t>(layers) * n_heads_);
   for (Pool& p : pools_) {
     p.owner.assign(capacity_, -1);
@@ -29,6 +28,10 @@ HotRows::HotRows(CpuKvStorage& device, const CpuKvStorage& host, int32_t first_s
 
 int64_t HotRows::device_row(int32_t g, int32_t r) const {
   return (static_cast<int64_t>(first_slot_ + r / block_size_) * n_heads_ + g) * block_size_ + r % block_size_;
+}
+
+int32_t HotRows::pool_row(int64_t row) const {
+  return static_cast<int32_t>((row / block_size_ / n_heads_ - first_slot_) * block_size_ + row % block_size_);
 }
 
 int32_t HotRows::victim(Pool& pool) {
@@ -52,23 +55,20 @@ void HotRows::prefetch(int32_t g, const int32_t* pos, int32_t n, bool need_v) {
   Pool& pool = pools_[static_cast<size_t>(layer_) * n_heads_ + g];
   std::vector<int32_t>& map = map_[layer_];
   std::vector<uint8_t>& have = have_[layer_];
-  std::vector<int32_t>& local = local_[layer_];
   for (int32_t i = 0; i < n; ++i) {
     const int32_t entry = table_[pos[i] / block_size_];
     if (entry >= 0) continue;  // device-resident: read in place
     const int32_t host_block = -entry - 1, offset = pos[i] % block_size_;
     const int64_t key = (static_cast<int64_t>(host_block) * block_size_ + offset) * n_heads_ + g;
     const uint8_t want = need_v ? 3 : 1;
-    int32_t r = local[key];
+    int32_t r = map[key] >= 0 ? pool_row(map[key]) : -1;
     if (r < 0) {
       r = victim(pool);
       if (pool.owner[r] >= 0) {  // evict
         map[pool.owner[r]] = -1;
         have[pool.owner[r]] = 0;
-        local[pool.owner[r]] = -1;
       }
       pool.owner[r] = key;
-      local[key] = r;
       map[key] = static_cast<int32_t>(device_row(g, r));
     }
     const uint8_t missing = want & ~have[key];
@@ -90,10 +90,8 @@ void HotRows::invalidate_host_slot(int32_t h) {
     for (int32_t offset = 0; offset < block_size_; ++offset)
       for (int32_t g = 0; g < n_heads_; ++g) {
         const int64_t key = (static_cast<int64_t>(h) * block_size_ + offset) * n_heads_ + g;
-        const int32_t r = local_[layer][key];
-        if (r < 0) continue;
-        pools_[layer * n_heads_ + g].owner[r] = -1;
-        local_[layer][key] = -1;
+        if (map_[layer][key] < 0) continue;
+        pools_[layer * n_heads_ + g].owner[pool_row(map_[layer][key])] = -1;
         map_[layer][key] = -1;
         have_[layer][key] = 0;
       }

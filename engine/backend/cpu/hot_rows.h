@@ -54,6 +54,7 @@ class HotRows final : public RowPrefetcher {
     int32_t hand = 0;
   };
   int64_t device_row(int32_t g, int32_t r) const;  // pool row r of kv head g -> row index in the planes
+  int32_t pool_row(int64_t row) const;             // its inverse: a row index in the planes -> pool row
   int32_t victim(Pool& pool);
 
   CpuKvStorage& device_;
@@ -61,7 +62,6 @@ class HotRows final : public RowPrefetcher {
   int32_t first_slot_, capacity_, n_heads_, block_size_;
   std::vector<std::vector<int32_t>> map_;    // [layer][(host slot · bs + offset) · n_kv_heads + g] -> row or -1
   std::vector<std::vector<uint8_t>> have_;   // same index: bit 0 K copied, bit 1 V copied
-  std::vector<std::vector<int32_t>> local_;  // same index: the pool row
   std::vector<Pool> pools_;                  // [layer · n_kv_heads + g]
   int32_t layer_ = 0;
   const int32_t* table_ = nullptr;
