@@ -4,9 +4,11 @@
 Starts `fathom serve` (SmolLM2, 2 threads) and alternates, --rounds times, two requests of
 n = 16 choices × 64 tokens from the same short prompt with ignore_eos:
   free         no constraint;
-  constrained  a JSON Schema constraint that cannot complete within 64 tokens
-               ({"text": a string of minLength 400}), so all 16 sequences run every step and
-               each step computes 16 masks over the whole vocabulary.
+  record       an extraction-style JSON Schema: an object of 40 required string fields, which
+               cannot complete within 64 tokens, so all 16 sequences are constrained every step;
+  long string  {"text": a string of minLength 400}: the costly case for xgrammar, whose bounded
+               repetition makes each accepted token cost ~4x more than in a plain string.
+Every constrained step computes 16 masks over the whole vocabulary.
 Reports milliseconds per step (wall time ÷ 64 steps, the longest choice; prefill of the short
 prompt included in both) for each, and the overhead. Writes bench/results/structured_overhead.md.
 
@@ -24,15 +26,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from server_fixture import ServerProcess  # noqa: E402
 
-# A string of at least 400 characters cannot end within 64 tokens: every choice runs 64 steps.
-SCHEMA = {"type": "object", "properties": {"text": {"type": "string", "minLength": 400}}, "required": ["text"]}
+# Neither schema can be completed within 64 tokens: every choice runs 64 steps.
+SCHEMAS = {
+    "record": {"type": "object", "properties": {f"field_{i}": {"type": "string"} for i in range(40)},
+               "required": [f"field_{i}" for i in range(40)]},
+    "long string": {"type": "object", "properties": {"text": {"type": "string", "minLength": 400}},
+                    "required": ["text"]},
+}
 
 
-def run(base, constrained):
+def run(base, schema):
     body = {"messages": [{"role": "user", "content": "Write a long story."}], "n": 16, "max_tokens": 64,
             "temperature": 1.0, "seed": 7, "ignore_eos": True}
-    if constrained:
-        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
     t0 = time.perf_counter()
     r = requests.post(f"{base}/v1/chat/completions", json=body, timeout=600)
     elapsed = time.perf_counter() - t0
@@ -49,33 +56,40 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--build", default="build")
     args = ap.parse_args()
-    free, constrained, tokens = [], [], []
+    kinds = {"free": None, **SCHEMAS}
+    ms = {k: [] for k in kinds}
+    tokens = []
     with ServerProcess(ROOT / args.build / "fathom", extra_args=["--threads", "2", "--grpc-port", "0"]) as server:
-        run(server.base_url, False)
-        run(server.base_url, True)  # compiles the schema once (cached afterwards)
+        for schema in kinds.values():
+            run(server.base_url, schema)  # warm-up; compiles each schema once (cached afterwards)
         for _ in range(args.rounds):
-            ms, n = run(server.base_url, False)
-            free.append(ms)
-            ms, n = run(server.base_url, True)
-            constrained.append(ms)
-            tokens.append(n)
-    f, c = statistics.median(free), statistics.median(constrained)
+            for kind, schema in kinds.items():  # alternating, so drift hits every kind alike
+                m, n = run(server.base_url, schema)
+                ms[kind].append(m)
+                if schema is not None:
+                    tokens.append(n)
+    free = statistics.median(ms["free"])
+    rows = [f"| {k} | {statistics.median(v):.1f} | {100 * (statistics.median(v) - free) / free:+.1f}% | "
+            f"{', '.join(f'{x:.1f}' for x in v)} |" for k, v in ms.items()]
     text = "\n".join([
         "# Grammar-constrained decoding overhead at batch 16",
         "",
         f"`bench/structured_overhead.py --rounds {args.rounds}` ({time.strftime('%Y-%m-%d')}; SmolLM2 135M, 2 threads, "
-        "n = 16 choices × 64 tokens, ignore_eos, alternating free / constrained; the constraint is a JSON Schema "
-        "that cannot complete within 64 tokens, so all 16 sequences compute a full-vocabulary mask every step; "
+        "n = 16 choices × 64 tokens, ignore_eos, alternating free / record / long string; neither schema can "
+        "complete within 64 tokens, so all 16 sequences compute a full-vocabulary mask every step; "
         f"constrained runs produced {min(tokens)}–{max(tokens)} tokens).",
         "",
-        "| | ms per decode step (median) | runs |",
-        "|---|---|---|",
-        f"| free | {f:.1f} | {', '.join(f'{x:.1f}' for x in free)} |",
-        f"| constrained | {c:.1f} | {', '.join(f'{x:.1f}' for x in constrained)} |",
+        "| | ms per decode step (median) | vs free | runs |",
+        "|---|---|---|---|",
+        *rows,
         "",
-        f"Overhead: **{100 * (c - f) / f:+.1f}%** per step (target < 5%). The masks are computed on a second "
-        "thread while the forward pass runs (engine/scheduler.cpp) and applied to the logits after it; on this "
-        "2-core machine the forward already uses both cores, so the overlap competes with it.",
+        "Target: < 5% per step. On the CPU backend the masks are computed right before they are applied, "
+        "after the forward pass (engine/scheduler.cpp): the forward keeps both cores busy, and computing them "
+        "on a second thread during it measured +6.4% for the record schema (2026-11-26, 5 rounds) against "
+        "+1.7% inline; a device backend overlaps them with its forward. Timers around each part "
+        "(2026-11-26): masks 0.06–0.13 ms for all 16 sequences, applying a mask 7 µs, accepting a token "
+        "9 µs in a plain string vs 40 µs inside the minLength-400 string (xgrammar's bounded repetition): "
+        "the long-string case's cost is that accept, on the critical path.",
         "",
     ])
     (ROOT / "bench" / "results" / "structured_overhead.md").write_text(text)

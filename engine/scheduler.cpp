@@ -330,13 +330,16 @@ void Scheduler::step() {
     return;
   }
   // Output constraints' masks for the positions about to be sampled depend only on the tokens
-  // accepted so far: compute them on another thread while the forward pass runs. A failure
-  // here leaves a mask unprepared; update_step computes it again inside the request's guard.
+  // accepted so far: compute them on another thread while the forward pass runs — when the
+  // forward leaves the host idle (a device backend). The CPU backend's forward keeps every core
+  // busy, so there a mask is computed where it is applied (a second thread measured +6% per step
+  // at batch 16, bench/results/structured_overhead.md). A failure here leaves a mask
+  // unprepared; update_step computes it again inside the request's guard.
   std::vector<ConstraintMatcher*> to_mask;
   for (size_t i = 0; i < planned.size(); ++i)
     if (planned[i]->matcher && plan.seqs[i].logits == LogitsWanted::kLast) to_mask.push_back(planned[i]->matcher.get());
   std::future<void> masks;
-  if (!to_mask.empty())
+  if (!to_mask.empty() && !backend_.forward_occupies_host())
     masks = std::async(std::launch::async, [&to_mask, vocab = model_.vocab()] {
       for (ConstraintMatcher* m : to_mask) {
         try {
@@ -477,26 +480,59 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
 
 void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>& planned,
                             const std::vector<int32_t>& chunk_of) {
-  // Advance, cache full blocks, sample where logits came back.
   const int32_t vocab = model_.vocab();
-  int64_t row = 0;
+  std::vector<int64_t> rows(planned.size(), -1);  // each sequence's logits row, -1: none this step
+  for (size_t i = 0, row = 0; i < planned.size(); ++i)
+    if (plan.seqs[i].logits == LogitsWanted::kLast) rows[i] = static_cast<int64_t>(row++);
+  auto forks_now = [](const Sequence& s) {  // its first sample also samples the other choices
+    const RequestState& r = *s.request;
+    return s.choice == 0 && !r.forked && r.request.n > 1 && s.generated() == 0;
+  };
+  // 1. Draw each sequence's next token in parallel (its own sampler, matcher and logits row):
+  // mask the tokens its output constraint cannot take, sample, advance the constraint. Sampling
+  // a 49k-entry row costs ~40 µs, the constraint's accept 10-40 µs: at batch 16 a serial loop
+  // is ~1 ms of every step. Errors are kept for step 2, which fails their request.
+  struct Draw {
+    bool drawn = false;
+    SampledToken token;
+    std::optional<bool> constraint_done;
+    std::string error;
+  };
+  std::vector<Draw> draws(planned.size());
+  backend_.host_parallel_for(static_cast<int64_t>(planned.size()), [&](int64_t i) {
+    Sequence& s = *planned[i];
+    if (rows[i] < 0 || s.state == SeqState::kFinished || forks_now(s)) return;
+    Draw& d = draws[i];
+    try {
+      float* logits = logits_.data() + rows[i] * vocab;
+      if (s.matcher) s.matcher->mask_logits(logits, vocab);
+      const std::vector<int32_t>& prompt = s.request->request.prompt;
+      const std::vector<int32_t> generated(s.tokens.begin() + static_cast<std::ptrdiff_t>(prompt.size()), s.tokens.end());
+      d.token = s.sampler->sample(logits, vocab, prompt, generated);
+      if (s.matcher) d.constraint_done = s.matcher->accept(d.token.id) && s.matcher->complete();
+      d.drawn = true;
+    } catch (const std::exception& e) {
+      d.error = e.what();
+    }
+  });
+  // 2. In plan order: advance, cache full blocks, hand each drawn token to its sequence.
   for (size_t i = 0; i < planned.size(); ++i) {
     Sequence& s = *planned[i];
-    const int64_t my_row = plan.seqs[i].logits == LogitsWanted::kLast ? row++ : -1;
     RequestState& r = *s.request;
     if (s.state == SeqState::kFinished) continue;  // its request failed earlier in this update
-    float* logits = logits_.data() + std::max<int64_t>(my_row, 0) * vocab;
     guarded(r, [&] {
       s.n_computed += chunk_of[i];
       register_full_blocks(s);
-      if (my_row < 0) return;
-      // Tokens the output constraint cannot take next are masked before anything samples (a
-      // fork's choices start from the same state, so they share the masked row).
+      if (rows[i] < 0) return;
+      const Draw& d = draws[i];
+      if (!d.error.empty()) throw Error(d.error);
+      if (d.drawn) return accept_token(s, d.token, d.constraint_done);
+      // The first sample of n > 1 choices: they fork from the masked row (a fork's choices
+      // start from the same constraint state).
+      float* logits = logits_.data() + rows[i] * vocab;
       if (s.matcher) s.matcher->mask_logits(logits, vocab);
-      if (s.choice == 0 && !r.forked && r.request.n > 1 && s.generated() == 0) fork_choices(r, logits);
-      const std::vector<int32_t> generated(s.tokens.begin() + static_cast<std::ptrdiff_t>(r.request.prompt.size()),
-                                           s.tokens.end());
-      accept_token(s, s.sampler->sample(logits, vocab, r.request.prompt, generated));
+      fork_choices(r, logits);
+      accept_token(s, s.sampler->sample(logits, vocab, r.request.prompt, {}));
     });
   }
 }
@@ -550,7 +586,7 @@ void Scheduler::fork_choices(RequestState& r, const float* logits) {
   }
 }
 
-void Scheduler::accept_token(Sequence& seq, const SampledToken& tok) {
+void Scheduler::accept_token(Sequence& seq, const SampledToken& tok, std::optional<bool> constraint_done) {
   RequestState& r = *seq.request;
   const auto now = Clock::now();
   if (!r.first_token_seen) {
@@ -565,8 +601,8 @@ void Scheduler::accept_token(Sequence& seq, const SampledToken& tok) {
   const StopConditions& stop = r.request.stop;
   // A constrained output that its grammar has completed ends here, ignore_eos or not (the mask
   // allowed only a stop token).
-  const bool constraint_done = seq.matcher && seq.matcher->accept(tok.id) && seq.matcher->complete();
-  const bool stop_token = constraint_done || (!stop.ignore_eos && model_.tokenizer().is_end_of_generation(tok.id)) ||
+  if (!constraint_done) constraint_done = seq.matcher && seq.matcher->accept(tok.id) && seq.matcher->complete();
+  const bool stop_token = *constraint_done || (!stop.ignore_eos && model_.tokenizer().is_end_of_generation(tok.id)) ||
                           std::find(stop.token_ids.begin(), stop.token_ids.end(), tok.id) != stop.token_ids.end();
   if (stop_token) {
     finish(seq, FinishReason::kStop, seq.text->finish());  // held-back text was not a stop string

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,7 +74,9 @@ class Scheduler {
   void release_blocks(Sequence& seq);
   void register_full_blocks(Sequence& seq);
   void fork_choices(RequestState& r, const float* logits);
-  void accept_token(Sequence& seq, const SampledToken& tok);
+  // `constraint_done`: the output constraint's verdict when the caller already advanced it past
+  // `tok` (update_step does, in parallel); computed here otherwise.
+  void accept_token(Sequence& seq, const SampledToken& tok, std::optional<bool> constraint_done = std::nullopt);
   // Ends a choice: releases its blocks and sends its last event (`tail`: text still to emit).
   void finish(Sequence& seq, FinishReason reason, std::string tail = {}, const std::string& error = {});
   // Ends every unfinished choice of `r` with FinishReason::kError and `message`.

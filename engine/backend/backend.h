@@ -85,6 +85,16 @@ class Backend : protected ForwardOps {
   HotRowCounts take_hot_row_counts();
 
   // ---- The forward pass ----
+  // True when forward() keeps the host's cores busy (the CPU backend's thread pool): host-side
+  // work overlapped with it (constraint masks) would only compete for the same cores. A device
+  // backend leaves the host idle while its kernels run, so that work overlaps for free.
+  virtual bool forward_occupies_host() const { return false; }
+  // Runs fn(i) for every i in [0, n) on the host, in parallel where the backend has host
+  // threads to lend between forwards (the CPU backend's pool); serially otherwise. Each i's work
+  // must touch only its own state. Used for per-sequence sampling after a step.
+  virtual void host_parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
   // Runs the plan (run_forward over this backend's ops): appends every step's K/V at its
   // positions, attends, and writes plan.logits_rows() rows of vocab floats to `logits` (host
   // memory). Throws fathom::Error (or std::logic_error for a broken invariant) on failure; the
