@@ -94,6 +94,8 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
                 std::to_string(prompt) + " prompt tokens and asks for " + std::to_string(request.max_tokens) +
                 " more");
   if (request.n < 1 || request.n > 128) throw Error("n must be between 1 and 128");
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > 20)
+    throw Error("prompt_logprobs must be in [0, 20] (or -1 for off), got " + std::to_string(request.prompt_logprobs));
   request.attention.validate();
   backend_.check_policy(request.attention);
   validate(request.sampling, model_.vocab());

@@ -36,6 +36,10 @@ struct Request {
   StopConditions stop;
   AttentionPolicy attention;     // decode attention policy (prefill is dense)
   OutputConstraint constraint;   // none by default
+  // Scores of the prompt's own tokens (the completions API's `echo` with `logprobs`): -1 off,
+  // else each prompt token's logprob and this many top alternatives. Such a request's prompt is
+  // prefilled in full (no prefix cache), keeping every position's logits.
+  int32_t prompt_logprobs = -1;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -47,6 +51,9 @@ struct StreamEvent {
   std::vector<int32_t> token_ids;      // tokens accepted this step (usually one)
   std::string text;                    // text that became final this step (stop strings held back)
   std::vector<SampledToken> logprobs;  // per token id, when sampling.logprobs >= 0
+  // On a choice's first event when Request::prompt_logprobs >= 0: one entry per prompt token;
+  // the first has no logprob (NaN, no alternatives): nothing precedes it.
+  std::vector<SampledToken> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;  // set on the choice's last event
   std::string error;                   // for kError
 };

@@ -240,6 +240,35 @@ void apply_penalties_and_bias(float* logits, int32_t vocab, const SamplingParams
   apply_penalties_impl(logits, vocab, params, prompt, generated, counts);
 }
 
+SampledToken score_token(const float* logits, int32_t vocab, int32_t id, int32_t top_n, std::vector<float>& scratch) {
+  // log_softmax of the raw logits, as vLLM reports by default: what the model believed,
+  // independent of a request's penalties and temperature.
+  // Max-subtracted float exps (each ≤ 1, relative error ~1e-7) summed in double.
+  FATHOM_CHECK(id >= 0 && id < vocab && top_n >= 0);
+  SampledToken out;
+  out.id = id;
+  scratch.assign(logits, logits + vocab);
+  for (float& v : scratch) v = sanitize(v);
+  const float max_raw = max_value(scratch.data(), vocab);
+  const double log_z = max_raw + std::log(cpu::sum_exp(scratch.data(), vocab, max_raw));
+  out.logprob = static_cast<float>(scratch[id] - log_z);
+
+  // Best n by raw logit, lowest id first on ties (ids are visited in increasing order and
+  // an equal value never displaces or jumps ahead of an earlier one).
+  const size_t n = static_cast<size_t>(top_n);
+  auto& top = out.top;
+  top.reserve(n + 1);
+  for (int32_t i = 0; i < vocab && n > 0; ++i) {
+    const float v = scratch[i];
+    if (top.size() == n && !(v > top.back().second)) continue;
+    auto pos = std::find_if(top.begin(), top.end(), [&](const auto& e) { return e.second < v; });
+    top.insert(pos, {i, v});
+    if (top.size() > n) top.pop_back();
+  }
+  for (auto& e : top) e.second = static_cast<float>(e.second - log_z);
+  return out;
+}
+
 Sampler::Sampler(const SamplingParams& params, uint64_t fallback_seed)
     : params_(params), rng_(params.seed.value_or(fallback_seed)) {}
 
@@ -259,28 +288,8 @@ SampledToken Sampler::sample(const float* logits, int32_t vocab, const std::vect
                : sample_filtered(x, vocab, p, key_scratch_, rng_);
 
   if (p.logprobs >= 0) {
-    // log_softmax of the raw logits, as vLLM reports by default: what the model believed,
-    // independent of this request's penalties and temperature.
-    // Max-subtracted float exps (each ≤ 1, relative error ~1e-7) summed in double.
-    scratch_.assign(logits, logits + vocab);
-    for (float& v : scratch_) v = sanitize(v);
-    const float max_raw = max_value(scratch_.data(), vocab);
-    const double log_z = max_raw + std::log(cpu::sum_exp(scratch_.data(), vocab, max_raw));
-    out.logprob = static_cast<float>(scratch_[out.id] - log_z);
-
-    // Best n by raw logit, lowest id first on ties (ids are visited in increasing order and
-    // an equal value never displaces or jumps ahead of an earlier one).
-    const size_t n = static_cast<size_t>(p.logprobs);
-    auto& top = out.top;
-    top.reserve(n + 1);
-    for (int32_t i = 0; i < vocab && n > 0; ++i) {
-      const float v = scratch_[i];
-      if (top.size() == n && !(v > top.back().second)) continue;
-      auto pos = std::find_if(top.begin(), top.end(), [&](const auto& e) { return e.second < v; });
-      top.insert(pos, {i, v});
-      if (top.size() > n) top.pop_back();
-    }
-    for (auto& e : top) e.second = static_cast<float>(e.second - log_z);
+    const int32_t id = out.id;
+    out = score_token(logits, vocab, id, p.logprobs, scratch_);
   }
   return out;
 }

@@ -40,6 +40,10 @@ void apply_penalties_and_bias(float* logits, int32_t vocab, const SamplingParams
                               const std::vector<int32_t>& prompt,
                               const std::vector<int32_t>& generated);
 
+// Token `id`'s log-softmax under the raw `logits` [vocab] (no penalties, no temperature) and
+// the best `top_n` alternatives, best first. `scratch`: a reusable [vocab] buffer.
+SampledToken score_token(const float* logits, int32_t vocab, int32_t id, int32_t top_n, std::vector<float>& scratch);
+
 class Sampler {
  public:
   // `fallback_seed` is used when params.seed is unset.

@@ -1,5 +1,6 @@
 #include "engine/scheduler.h"
 
+#include <limits>
 #include <algorithm>
 #include <future>
 #include <numeric>
@@ -156,6 +157,8 @@ void Scheduler::add(std::unique_ptr<RequestState> r) {
   seq->sampler = std::make_unique<Sampler>(p, seed_rng_());
   seq->text = std::make_unique<TextStream>(model_.tokenizer(), r->request.stop.strings);
   if (r->constraint) seq->matcher = std::make_unique<ConstraintMatcher>(r->constraint);
+  if (r->request.prompt_logprobs >= 0)  // the first prompt token has nothing before it to score it
+    r->prompt_logprobs.push_back(SampledToken{r->request.prompt[0], std::numeric_limits<float>::quiet_NaN(), {}});
   r->unfinished = r->request.n;
   r->usage.prompt_tokens = static_cast<int32_t>(r->request.prompt.size());
   r->seqs.push_back(std::move(seq));
@@ -291,7 +294,8 @@ void Scheduler::admit(Sequence& seq) {
   const int32_t bs = allocator_.block_size();
   const int32_t n_tokens = static_cast<int32_t>(seq.tokens.size());
   // At least one token is always computed: its logits give the next token.
-  if (config_.prefix_caching) {
+  // A prompt being scored needs every position's logits: it is computed in full.
+  if (config_.prefix_caching && !r.wants_prompt_logprobs()) {
     seq.blocks = prefix_.match(seq.tokens, (n_tokens - 1) / bs);
     metrics_->prefix_queries.inc(n_tokens);
     metrics_->prefix_hits.inc(static_cast<double>(seq.blocks.size()) * bs);
@@ -419,10 +423,21 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
 
   // 3. The step: decode tokens first, then prefill chunks, then admissions.
   int32_t budget = config_.max_batched_tokens;
+  // Rows of every-position logits (prompts being scored) this step may return: a bounded
+  // buffer (64 MiB of floats), so such a prompt may prefill in smaller chunks.
+  int64_t scored_rows_left = std::max<int64_t>(1, (int64_t{16} << 20) / model_.vocab());
   auto add_to_plan = [&](Sequence* s, int32_t chunk) {
+    // Positions before the prompt's last one predict prompt tokens: score them.
+    const bool scores = s->request->wants_prompt_logprobs() &&
+                        s->n_computed + 1 < static_cast<int32_t>(s->request->request.prompt.size());
+    if (scores) {
+      chunk = static_cast<int32_t>(std::min<int64_t>(chunk, scored_rows_left));
+      if (chunk <= 0) return;
+      scored_rows_left -= chunk;
+    }
     const bool last = s->n_computed + chunk == static_cast<int32_t>(s->tokens.size());
     plan.seqs.push_back(SeqStep{std::span<const int32_t>(s->tokens).subspan(s->n_computed, chunk), s->n_computed,
-                                &s->blocks, last ? LogitsWanted::kLast : LogitsWanted::kNone});
+                                &s->blocks, scores ? LogitsWanted::kAll : last ? LogitsWanted::kLast : LogitsWanted::kNone});
     // A generated token's step decodes through the request's policy; prompt tokens prefill densely.
     if (chunk == 1 && s->n_computed >= static_cast<int32_t>(s->request->request.prompt.size())) {
       plan.seqs.back().policy = &s->request->request.attention;
@@ -481,9 +496,19 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
 void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>& planned,
                             const std::vector<int32_t>& chunk_of) {
   const int32_t vocab = model_.vocab();
-  std::vector<int64_t> rows(planned.size(), -1);  // each sequence's logits row, -1: none this step
-  for (size_t i = 0, row = 0; i < planned.size(); ++i)
-    if (plan.seqs[i].logits == LogitsWanted::kLast) rows[i] = static_cast<int64_t>(row++);
+  std::vector<int64_t> rows(planned.size(), -1);  // the row each sequence samples from, -1: none
+  int64_t row = 0;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const SeqStep& step = plan.seqs[i];
+    if (step.logits == LogitsWanted::kAll) {
+      score_prompt(*planned[i], step.pos0, row, static_cast<int64_t>(step.tokens.size()));
+      row += static_cast<int64_t>(step.tokens.size());
+      if (step.pos0 + static_cast<int64_t>(step.tokens.size()) == static_cast<int64_t>(planned[i]->tokens.size()))
+        rows[i] = row - 1;  // the prompt's last position: its row also gives the first token
+    } else if (step.logits == LogitsWanted::kLast) {
+      rows[i] = row++;
+    }
+  }
   auto forks_now = [](const Sequence& s) {  // its first sample also samples the other choices
     const RequestState& r = *s.request;
     return s.choice == 0 && !r.forked && r.request.n > 1 && s.generated() == 0;
@@ -535,6 +560,33 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
       accept_token(s, s.sampler->sample(logits, vocab, r.request.prompt, {}));
     });
   }
+}
+
+void Scheduler::score_prompt(Sequence& seq, int64_t pos0, int64_t first_row, int64_t rows) {
+  // Row j holds the logits at position pos0 + j, which predict prompt token pos0 + j + 1.
+  RequestState& r = *seq.request;
+  const std::vector<int32_t>& prompt = r.request.prompt;
+  const int64_t begin = std::max<int64_t>(pos0, static_cast<int64_t>(r.prompt_logprobs.size()) - 1);  // not twice
+  const int64_t end = std::min<int64_t>(pos0 + rows, static_cast<int64_t>(prompt.size()) - 1);
+  if (begin >= end || begin != static_cast<int64_t>(r.prompt_logprobs.size()) - 1) return;
+  const int32_t vocab = model_.vocab();
+  std::vector<SampledToken> scored(static_cast<size_t>(end - begin));
+  guarded(r, [&] {
+    backend_.host_parallel_for(end - begin, [&](int64_t k) {
+      thread_local std::vector<float> scratch;
+      const int64_t p = begin + k;
+      scored[k] = score_token(logits_.data() + (first_row + p - pos0) * vocab, vocab, prompt[p + 1],
+                              r.request.prompt_logprobs, scratch);
+    });
+    r.prompt_logprobs.insert(r.prompt_logprobs.end(), scored.begin(), scored.end());
+  });
+}
+
+void Scheduler::attach_prompt_logprobs(Sequence& seq, StreamEvent& ev) {
+  const RequestState& r = *seq.request;
+  if (r.request.prompt_logprobs < 0 || seq.prompt_logprobs_sent || r.wants_prompt_logprobs()) return;
+  ev.prompt_logprobs = r.prompt_logprobs;
+  seq.prompt_logprobs_sent = true;
 }
 
 void Scheduler::remove_finished() {
@@ -617,6 +669,7 @@ void Scheduler::accept_token(Sequence& seq, const SampledToken& tok, std::option
   TextStream::Piece piece = seq.text->push(tok.id);
   ev.text = std::move(piece.text);
   if (r.request.sampling.logprobs >= 0) ev.logprobs.push_back(tok);
+  attach_prompt_logprobs(seq, ev);
   if (piece.stopped) {
     ev.finish = FinishReason::kStop;
   } else if (seq.generated() >= r.request.max_tokens ||
@@ -645,6 +698,7 @@ void Scheduler::finish(Sequence& seq, FinishReason reason, std::string tail, con
   events[0].text = std::move(tail);
   events[0].finish = reason;
   events[0].error = error;
+  attach_prompt_logprobs(seq, events[0]);
   --r.unfinished;
   if (!r.forked && seq.choice == 0) {
     // n > 1 and the request ended before its first sample: the other choices never started.

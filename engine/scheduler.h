@@ -74,6 +74,11 @@ class Scheduler {
   void release_blocks(Sequence& seq);
   void register_full_blocks(Sequence& seq);
   void fork_choices(RequestState& r, const float* logits);
+  // A step returned every-position logits for `rows` positions from pos0 (logits_ rows
+  // first_row...): appends the prompt tokens they score to the request's prompt logprobs.
+  void score_prompt(Sequence& seq, int64_t pos0, int64_t first_row, int64_t rows);
+  // The first event of a choice carries the request's prompt logprobs once they are complete.
+  void attach_prompt_logprobs(Sequence& seq, StreamEvent& ev);
   // `constraint_done`: the output constraint's verdict when the caller already advanced it past
   // `tok` (update_step does, in parallel); computed here otherwise.
   void accept_token(Sequence& seq, const SampledToken& tok, std::optional<bool> constraint_done = std::nullopt);

@@ -37,6 +37,7 @@ struct Sequence {
   std::unique_ptr<ConstraintMatcher> matcher;  // set when the request carries an output constraint
   SeqPolicyState policy_state;  // the decode attention policy's state (HiP mask, SWA mass)
   Clock::time_point last_token_time;
+  bool prompt_logprobs_sent = false;  // its first event carried the request's prompt logprobs
 
   int32_t generated() const;
   int32_t pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
@@ -55,6 +56,12 @@ struct RequestState {
   RequestUsage usage;
   std::shared_ptr<const CompiledConstraint> constraint;  // compiled Request::constraint, or null
   std::vector<std::unique_ptr<Sequence>> seqs;
+  // Request::prompt_logprobs >= 0: the prompt tokens scored so far (entry 0 has no logprob);
+  // complete when it has prompt.size() entries.
+  std::vector<SampledToken> prompt_logprobs;
+  bool wants_prompt_logprobs() const {
+    return request.prompt_logprobs >= 0 && prompt_logprobs.size() < request.prompt.size();
+  }
 };
 
 inline int32_t Sequence::generated() const {

@@ -362,9 +362,9 @@ ApiRequest parse_completion_request(const json& body, const Model& model, const 
     out.top_logprobs = static_cast<int32_t>(*v);
   }
   if (get_bool(body, "echo").value_or(false)) {
-    // Echoed prompt tokens would need their own logprobs (a prefill that keeps every position's
-    // logits), which the engine does not return yet: refuse rather than answer half.
-    if (out.logprobs) bad("echo", "'echo' together with 'logprobs' (prompt logprobs) is not supported");
+    // With logprobs, the echoed prompt tokens are scored too (the engine keeps every prompt
+    // position's logits; evaluation harnesses score continuations this way).
+    if (out.logprobs) out.engine.prompt_logprobs = out.top_logprobs;
     out.echo = std::move(texts);
   }
   parse_common(body, model, config, out);

@@ -1,5 +1,6 @@
 #include "server/openai_response.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "base/utf8.h"
@@ -42,12 +43,23 @@ std::string token_name(const std::string& bytes) {
 // Completions shape: parallel arrays over the tokens, top alternatives as {name: logprob} (two
 // alternatives with the same name — possible only in odd vocabularies — are told apart by
 // "token_id:N", never merged). text_offset counts characters, as OpenAI's does.
-json completion_logprobs(const std::vector<SampledToken>& tokens, Utf8Offset& text_offset, const Tokenizer& tok) {
+// `prompt`: echoed prompt tokens scored before `tokens` (a prompt's first token has no logprob:
+// NaN, written as null with null alternatives, as OpenAI does).
+json completion_logprobs(const std::vector<SampledToken>& prompt, const std::vector<SampledToken>& tokens,
+                         Utf8Offset& text_offset, const Tokenizer& tok) {
   json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
-  for (const SampledToken& t : tokens) {
+  for (size_t i = 0; i < prompt.size() + tokens.size(); ++i) {
+    const SampledToken& t = i < prompt.size() ? prompt[i] : tokens[i - prompt.size()];
     const std::string bytes = tok.token_bytes(t.id);
     out["tokens"].push_back(token_name(bytes));
+    if (std::isnan(t.logprob)) {
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+      out["text_offset"].push_back(text_offset.chars());
+      text_offset.feed(bytes);
+      continue;
+    }
     out["token_logprobs"].push_back(t.logprob);
     json top = json::object();
     for (const auto& [id, lp] : t.top) {
@@ -125,7 +137,8 @@ json completion_response(const ApiRequest& req, const ResponseMeta& meta, const 
     Utf8Offset offset;
     list.push_back({{"index", i},
                     {"text", choices[i].text},
-                    {"logprobs", req.logprobs ? completion_logprobs(choices[i].logprobs, offset, tokenizer) : json(nullptr)},
+                    {"logprobs", req.logprobs ? completion_logprobs(choices[i].prompt_logprobs, choices[i].logprobs, offset, tokenizer)
+                                              : json(nullptr)},
                     {"finish_reason", finish_json(choices[i].finish)}});
   }
   out["choices"] = std::move(list);
@@ -174,8 +187,10 @@ json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, const StreamE
     choice["logprobs"] = req.logprobs && !event.logprobs.empty() ? chat_logprobs(event.logprobs, tokenizer) : json(nullptr);
   } else {
     choice["text"] = event.text;
-    choice["logprobs"] = req.logprobs && !event.logprobs.empty() ? completion_logprobs(event.logprobs, text_offset, tokenizer)
-                                                                 : json(nullptr);
+    const bool any = !event.logprobs.empty() || !event.prompt_logprobs.empty();
+    choice["logprobs"] = req.logprobs && any
+                             ? completion_logprobs(event.prompt_logprobs, event.logprobs, text_offset, tokenizer)
+                             : json(nullptr);
   }
   choice["finish_reason"] = finish_json(event.finish);
   out["choices"] = json::array({std::move(choice)});

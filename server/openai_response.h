@@ -21,6 +21,7 @@ struct ChoiceOutput {
   std::string text;
   std::vector<int32_t> token_ids;
   std::vector<SampledToken> logprobs;
+  std::vector<SampledToken> prompt_logprobs;  // echo with logprobs: the prompt's tokens, first
   FinishReason finish = FinishReason::kNone;
   std::string error;
 };

@@ -152,12 +152,13 @@ json function_call_item(const ToolCall& call, const char* status) {
 }
 
 // The output items of a finished answer: its message (unless tools took all of the text) and its
-// tool calls.
-json output_items(const ApiRequest& req, const ResponseMeta& meta, const std::string& text, const char* status) {
+// tool calls — by the rule chat and gRPC use (answer_tool_calls: calls only from an answer that
+// ended, or from a named call), so a reply cut at max_output_tokens is never half a call.
+json output_items(const ApiRequest& req, const ResponseMeta& meta, const std::string& text, FinishReason finish,
+                  const char* status) {
   json items = json::array();
-  std::string content = text;
-  std::vector<ToolCall> calls;
-  if (req.tools.offered()) calls = extract_tool_calls(req.tools, text, content, tool_call_id(meta, 0));
+  std::string content;
+  const std::vector<ToolCall> calls = answer_tool_calls(req.tools, text, finish, content, tool_call_id(meta, 0));
   if (calls.empty() || !content.empty()) items.push_back(output_message(message_id(meta), content, status));
   for (const ToolCall& call : calls) items.push_back(function_call_item(call, "completed"));
   return items;
@@ -220,7 +221,7 @@ json response_object(const ApiRequest& req, const ResponseMeta& meta, const std:
                      const RequestUsage& usage) {
   const bool cut = finish == FinishReason::kLength;
   const char* status = cut ? "incomplete" : "completed";
-  json r = envelope(req, meta, status, output_items(req, meta, text, status), responses_usage(usage));
+  json r = envelope(req, meta, status, output_items(req, meta, text, finish, status), responses_usage(usage));
   if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   return r;
 }

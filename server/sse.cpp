@@ -158,6 +158,7 @@ std::optional<nlohmann::json> Generation::collect(const std::function<bool()>& c
     c.text += event.text;
     c.token_ids.insert(c.token_ids.end(), event.token_ids.begin(), event.token_ids.end());
     c.logprobs.insert(c.logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+    if (!event.prompt_logprobs.empty()) c.prompt_logprobs = std::move(event.prompt_logprobs);
     if (event.finish != FinishReason::kNone) c.finish = event.finish;
     if (event.finish == FinishReason::kError) c.error = event.error;
   }
@@ -240,7 +241,7 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
       }
       continue;
     }
-    const bool has_logprobs = req_.logprobs && !event.logprobs.empty();
+    const bool has_logprobs = req_.logprobs && (!event.logprobs.empty() || !event.prompt_logprobs.empty());
     // Nothing to say yet (a stop string may be forming): wait for the next event.
     if (event.text.empty() && event.finish == FinishReason::kNone && !has_logprobs && !first[c]) continue;
     if (first[c] && !req_.echo.empty()) event.text = req_.echo[c / static_cast<size_t>(req_.engine.n)] + event.text;
