@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/attention/decode_attention.h"
 #include "engine/attention/policy.h"
 #include "engine/backend/cpu/cpu_backend.h"
@@ -56,6 +58,12 @@ using namespace fathom;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kRatios[] = {0.5, 0.25, 0.125};
+// Explicit policy parameters from the command line (--hip-refresh, --hip-mask-k, --sparq-r, ...),
+// on top of what each ratio derives: for trying a change before making it the server's rule.
+AttentionPolicy g_base;
+// --swa-prompt-seed W: SWA's history starts with the prompt's last W positions (run one per step,
+// attending densely and accumulating their weights), as the engine seeds it.
+int32_t g_swa_prompt_seed = 0;
 constexpr int kNumRatios = 3;
 enum Pol { kSparq, kSparqNr, kHip, kSwa, kSwaDm, kNumPols };
 const char* kPolNames[kNumPols] = {"sparq", "sparq-nr", "hip", "swa", "swa-dm"};
@@ -71,7 +79,24 @@ std::vector<std::string> split(const std::string& s) {
 struct Acc {
   double corr = 0, err = 0, mass = 0, kfrac = 0;
   int64_t n = 0;
-  void add(const Acc& o) { corr += o.corr, err += o.err, mass += o.mass, kfrac += o.kfrac, n += o.n; }
+  // Needle mode: over retrieval heads (dense mass on the needle span >= kRetrievalMass), the share
+  // of that mass the policy's selection covers; heads covering less than half of it.
+  double needle_kept = 0;
+  int64_t needle_heads = 0, needle_misses = 0;
+  void add(const Acc& o) {
+    corr += o.corr, err += o.err, mass += o.mass, kfrac += o.kfrac, n += o.n;
+    needle_kept += o.needle_kept, needle_heads += o.needle_heads, needle_misses += o.needle_misses;
+  }
+};
+
+// A query head "retrieves" the needle on a step when dense attention puts at least this much of
+// its weight on the needle's tokens.
+constexpr double kRetrievalMass = 0.1;
+
+// Token positions [begin, end) of the needle (the pass key's digits and the sentence between
+// their two occurrences); empty outside needle mode.
+struct NeedleSpan {
+  int32_t begin = 0, end = 0;
 };
 
 // Per (layer, policy, ratio).
@@ -144,7 +169,7 @@ Dense dense_reference(const PagedKvView& kv, const DecodeArgs& a) {
 
 // Scores one head: `sel` sorted ascending positions the policy attends.
 void score_head(const std::vector<double>& p, const std::vector<int32_t>& sel, const float* out, const float* ref,
-                int32_t d, std::vector<int32_t>& scratch, Acc& acc) {
+                int32_t d, std::vector<int32_t>& scratch, Acc& acc, NeedleSpan needle = {}) {
   const int32_t S = static_cast<int32_t>(p.size());
   const int32_t k = static_cast<int32_t>(sel.size());
   double corr = 1.0;
@@ -171,6 +196,17 @@ void score_head(const std::vector<double>& p, const std::vector<int32_t>& sel, c
   acc.mass += mass;
   acc.kfrac += static_cast<double>(k) / S;
   acc.n += 1;
+  if (needle.end > needle.begin && needle.end <= S) {
+    double total = 0, kept = 0;
+    for (int32_t t = needle.begin; t < needle.end; ++t) total += p[t];
+    if (total >= kRetrievalMass) {
+      for (int32_t t : sel)
+        if (t >= needle.begin && t < needle.end) kept += p[t];
+      acc.needle_kept += kept / total;
+      acc.needle_heads += 1;
+      acc.needle_misses += kept < 0.5 * total;
+    }
+  }
 }
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, int32_t n_heads, int32_t d) {
@@ -233,7 +269,7 @@ std::string read_text(const std::vector<std::string>& files) {
 }
 
 RunResult run_one(const Model& model, CpuBackend& backend, const std::string& name, const std::vector<int32_t>& all_tokens, int32_t S,
-                  int32_t n_decode, int32_t n_measure) {
+                  int32_t n_decode, int32_t n_measure, NeedleSpan needle = {}) {
   const auto t_start = Clock::now();
   const ModelConfig& c = model.config();
   RunResult res;
@@ -247,14 +283,15 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
   // sims[layer][ratio]
   std::vector<std::vector<SimState>> sims(c.n_layers, std::vector<SimState>(kNumRatios));
   int32_t step = -1;  // decode step index; −1 during prefill
+  bool seeding = false;  // a prompt position run alone to seed SWA's history (--swa-prompt-seed)
   const int32_t first_measured = n_decode - n_measure;
   std::vector<int32_t> scratch;
   std::vector<float> out(static_cast<size_t>(c.n_heads) * d), out_cpu(out.size());
   ThreadPool pool(1);
 
   backend.set_attention_observer([&](int32_t layer, bool sliding, const PagedKvView& kv, const DecodeArgs& q) {
-    if (step < 0 || sliding) return;
-    const bool measure = step >= first_measured;
+    if (sliding || (step < 0 && !seeding)) return;
+    const bool measure = !seeding && step >= first_measured;
     const int32_t pos = q.pos, S_cur = pos + 1;
     const int32_t G = q.n_heads / kv.n_kv_heads;
     DecodeArgs a = q;
@@ -262,7 +299,7 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
     const Dense dense = dense_reference(kv, q);
     LayerStats& ls = res.by_layer[layer];
     for (int ri = 0; ri < kNumRatios; ++ri) {
-      AttentionPolicy p;
+      AttentionPolicy p = g_base;
       p.kv_read_ratio = kRatios[ri];
       SimState& st = sims[layer][ri];
       // SWA (engine rule): dense seed on the first decode step, then its own weights.
@@ -270,7 +307,7 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
         std::vector<float>& mass = which == 0 ? st.swa_mass : st.swadm_mass;
         p.kind = PolicyKind::kSwa;
         ref::SwaParams sp = resolve_swa(p);
-        const bool seeded = !mass.empty();
+        const bool seeded = !mass.empty() && !seeding;
         if (!seeded) sp.ratio = 1.0f;
         mass.resize(S_cur, 0.0f);
         const ref::SwaStats ss = ref::swa_attention(kv, a, sp, mass.data());
@@ -284,7 +321,7 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
           Acc& acc = ls.acc[which == 0 ? kSwa : kSwaDm][ri];
           for (int32_t h = 0; h < q.n_heads; ++h)
             score_head(dense.p[h], ss.kept, &out[static_cast<size_t>(h) * d], &dense.out[static_cast<size_t>(h) * d], d,
-                       scratch, acc);
+                       scratch, acc, needle);
         }
         if (which == 0) {
           swa_update(dense, ss.kept, ss.k_local, mass);
@@ -313,7 +350,7 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
           res.cpu_vs_ref[kHip] = std::max(res.cpu_vs_ref[kHip], max_rel_diff(out_cpu, out, q.n_heads, d));
           for (int32_t h = 0; h < q.n_heads; ++h)
             score_head(dense.p[h], hip_selection(st.hip_mask, st.hip_params, h, pos), &out[static_cast<size_t>(h) * d],
-                       &dense.out[static_cast<size_t>(h) * d], d, scratch, ls.acc[kHip][ri]);
+                       &dense.out[static_cast<size_t>(h) * d], d, scratch, ls.acc[kHip][ri], needle);
         }
       }
       // SparQ: stateless; with the server's default (reallocation on) and with it off.
@@ -326,7 +363,7 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
           const ref::SparqStats ss = ref::sparq_attention(kv, a, sp, nullptr);
           for (int32_t h = 0; h < q.n_heads; ++h)
             score_head(dense.p[h], ss.selected[h / G], &out[static_cast<size_t>(h) * d],
-                       &dense.out[static_cast<size_t>(h) * d], d, scratch, ls.acc[pol][ri]);
+                       &dense.out[static_cast<size_t>(h) * d], d, scratch, ls.acc[pol][ri], needle);
           DecodeArgs ac = a;
           ac.out = out_cpu.data();
           cpu::sparq_decode(pool, kv, ac, sp);
@@ -345,11 +382,28 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
   std::vector<int32_t> tokens = prompt;
   std::vector<float> logits;
   std::vector<int32_t> generated;
+  // With --swa-prompt-seed W: prefill up to S − W, then the prompt's last W positions one by one,
+  // each seeding SWA's history (as the engine's scheduler runs them); the last one is step −1.
+  int32_t done = 0;
+  if (g_swa_prompt_seed > 0 && S > g_swa_prompt_seed) {
+    const int32_t head = S - g_swa_prompt_seed;
+    for (int32_t at = 0; at < S - 1;) {
+      const int32_t n = at == 0 ? head : 1;
+      seeding = at > 0;
+      BatchPlan plan;
+      plan.seqs.push_back(SeqStep{std::span<const int32_t>(tokens.data() + at, n), at, &blocks.blocks(),
+                                  LogitsWanted::kLast});
+      backend.forward(plan, logits);
+      at += n;
+    }
+    done = S - 1;
+  }
   for (step = -1; step < n_decode; ++step) {
+    seeding = step < 0 && done > 0;
     const auto t0 = Clock::now();
     BatchPlan plan;
-    const int32_t first = step < 0 ? 0 : static_cast<int32_t>(tokens.size()) - 1;
-    const std::span<const int32_t> toks(tokens.data() + first, step < 0 ? tokens.size() : 1);
+    const int32_t first = step < 0 ? done : static_cast<int32_t>(tokens.size()) - 1;
+    const std::span<const int32_t> toks(tokens.data() + first, step < 0 ? tokens.size() - done : 1);
     plan.seqs.push_back(SeqStep{toks, first, &blocks.blocks(), LogitsWanted::kLast});
     backend.forward(plan, logits);
     const float* row = logits.data();
@@ -425,6 +479,115 @@ std::string report(const RunResult& r, int32_t n_decode, int32_t n_measure) {
   return o.str();
 }
 
+// Needle mode: how much of the needle's attention each policy keeps where the model retrieves it.
+std::string report_needle(const RunResult& r, const std::string& key, NeedleSpan needle) {
+  std::ostringstream o;
+  o << "### " << r.model << ", S = " << r.S << ", key " << key << " at tokens " << needle.begin << "–" << needle.end
+    << " (depth " << fmt("%.2f", static_cast<double>(needle.begin) / r.S) << ")\n\n";
+  std::string cont = r.continuation;
+  std::replace(cont.begin(), cont.end(), '\n', ' ');
+  std::replace(cont.begin(), cont.end(), '|', '/');
+  o << "Dense greedy reply: `" << cont << "`\n\n";
+  o << "| policy | ratio | needle mass kept | retrieval heads < 50% kept | retrieval head-steps | dense mass kept | "
+       "top-k corr | rel. err |\n|---|---|---|---|---|---|---|---|\n";
+  for (int pi = 0; pi < kNumPols; ++pi)
+    for (int ri = 0; ri < kNumRatios; ++ri) {
+      Acc sum;
+      for (const auto& [l, ls] : r.by_layer)
+        if (ls.active[pi]) sum.add(ls.acc[pi][ri]);
+      if (sum.n == 0) continue;
+      o << "| " << kPolNames[pi] << " | 1/" << static_cast<int>(std::lround(1 / kRatios[ri])) << " | "
+        << (sum.needle_heads ? fmt("%.3f", sum.needle_kept / sum.needle_heads) : "–") << " | "
+        << sum.needle_misses << " | " << sum.needle_heads << " | " << fmt("%.3f", sum.mass / sum.n) << " | "
+        << fmt("%.3f", sum.corr / sum.n) << " | " << fmt("%.4f", sum.err / sum.n) << " |\n";
+    }
+  o << "\nPer layer at 1/8: retrieval head-steps, then needle mass kept per policy († = dense for that policy):\n\n"
+       "| layer | retrieval head-steps |";
+  for (int pi = 0; pi < kNumPols; ++pi) o << " " << kPolNames[pi] << " |";
+  o << "\n|---|---|";
+  for (int pi = 0; pi < kNumPols; ++pi) o << "---|";
+  o << "\n";
+  const int ri = kNumRatios - 1;
+  for (const auto& [l, ls] : r.by_layer) {
+    if (ls.acc[kSparq][ri].needle_heads == 0) continue;
+    o << "| " << l << " | " << ls.acc[kSparq][ri].needle_heads << " |";
+    for (int pi = 0; pi < kNumPols; ++pi) {
+      const Acc& a = ls.acc[pi][ri];
+      o << " " << (a.needle_heads ? fmt("%.2f", a.needle_kept / a.needle_heads) : "–") << (ls.active[pi] ? "" : "†")
+        << " |";
+    }
+    o << "\n";
+  }
+  o << "\n";
+  return o.str();
+}
+
+// The needle's token span: from the first occurrence of `key` in the decoded prompt to the end of
+// its last (the needle sentence names the key twice).
+NeedleSpan find_needle(const Tokenizer& tok, const std::vector<int32_t>& ids, const std::string& key) {
+  std::string text;
+  std::vector<size_t> start(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    start[i] = text.size();
+    text += tok.token_bytes(ids[i]);
+  }
+  const size_t a = text.find(key), b = text.rfind(key);
+  if (a == std::string::npos) return {};
+  const size_t e = b + key.size();
+  NeedleSpan n;
+  n.begin = static_cast<int32_t>(std::upper_bound(start.begin(), start.end(), a) - start.begin()) - 1;
+  n.end = static_cast<int32_t>(std::lower_bound(start.begin(), start.end(), e) - start.begin());
+  return n;
+}
+
+int run_needles(const std::string& path, const std::string& out_path, int threads, int32_t n_decode) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", path.c_str());
+    return 1;
+  }
+  std::ostringstream md;
+  md << "# Why sparse decode misses the pass key\n\n"
+     << "Generated by `bench_attention_quality --needles` (bench/bench_attention_quality.cpp) from passkey prompts "
+        "written by `bench/passkey_diagnose.py`. Each prompt is prefilled, then " << n_decode
+     << " tokens are decoded greedily with dense attention; on every decode step the real query and f16 K/V of "
+        "every global layer go through each policy's scalar reference at the server's settings for the ratio.\n\n"
+     << "- A **retrieval head-step** is a (step, layer, query head) whose dense attention puts ≥ "
+     << kRetrievalMass << " of its weight on the needle (the pass key sentence).\n"
+     << "- **needle mass kept**: over those, the share of the needle's dense weight on keys the policy attends "
+        "(1 = it reads every needle token the head wants); `< 50% kept`: how many of them keep less than half.\n"
+     << "- Columns as in attention_quality.md otherwise; layers the server runs densely for a policy are left out "
+        "of its summary (they keep everything).\n\n";
+  std::map<std::string, std::pair<std::unique_ptr<Model>, std::unique_ptr<CpuBackend>>> loaded;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::string model_path = j.at("model"), key = j.at("key"), name = j.at("name");
+    const std::vector<int32_t> ids = j.at("ids").get<std::vector<int32_t>>();
+    auto& slot = loaded[model_path];
+    if (!slot.first) {
+      ModelOptions opts;
+      opts.threads = threads;
+      slot.first = Model::load(model_path);
+      slot.second = std::make_unique<CpuBackend>(*slot.first, opts);
+    }
+    const NeedleSpan needle = find_needle(slot.first->tokenizer(), ids, key);
+    if (needle.end <= needle.begin) {
+      std::fprintf(stderr, "%s: key %s not found in the prompt\n", name.c_str(), key.c_str());
+      return 1;
+    }
+    const RunResult r = run_one(*slot.first, *slot.second, name, ids, static_cast<int32_t>(ids.size()), n_decode,
+                                n_decode, needle);
+    const std::string part = report_needle(r, key, needle);
+    std::fputs(part.c_str(), stdout);
+    std::fflush(stdout);
+    md << part;
+    std::ofstream(out_path) << md.str();  // a valid partial report after every prompt
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -434,6 +597,7 @@ int main(int argc, char** argv) {
       "/usr/share/common-licenses/GPL-3,/usr/share/common-licenses/Apache-2.0,/usr/share/common-licenses/MPL-2.0,"
       "/usr/share/common-licenses/LGPL-2.1,/usr/share/common-licenses/GPL-2,/usr/share/common-licenses/GFDL-1.3";
   std::string out_path = "bench/results/attention_quality.md";
+  std::string needles;  // JSON lines {"name", "model", "ids", "key"}: needle mode
   int threads = 2, n_decode = 24, n_measure = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -453,12 +617,21 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--text") text_files = next();
     else if (a == "--out") out_path = next();
+    else if (a == "--needles") needles = next();
+    else if (a == "--swa-prompt-seed") g_swa_prompt_seed = std::atoi(next().c_str());
+    else if (a == "--hip-refresh") g_base.hip_refresh = std::atoi(next().c_str());
+    else if (a == "--hip-mask-k") g_base.hip_mask_k = std::atoi(next().c_str());
+    else if (a == "--hip-sink") g_base.hip_sink = std::atoi(next().c_str());
+    else if (a == "--hip-window") g_base.hip_window = std::atoi(next().c_str());
+    else if (a == "--sparq-r") g_base.sparq_r = std::atoi(next().c_str());
+    else if (a == "--sparq-k") g_base.sparq_k = std::atoi(next().c_str());
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
     }
   }
   n_measure = std::clamp(n_measure, 1, n_decode);
+  if (!needles.empty()) return run_needles(needles, out_path, threads, n_decode);
   const std::string text = read_text(split(text_files));
   const auto t0 = Clock::now();
 

@@ -229,7 +229,7 @@ def main():
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--ratio", type=float, default=0.125)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--binary", default="build-qual/fathom")
+    ap.add_argument("--binary", default="build/fathom")
     ap.add_argument("--raw", default="/tmp/passkey_raw.jsonl",
                     help="JSON-lines results; several comma-separated files are merged, new results go to the first")
     ap.add_argument("--out", default=str(REPO / "bench/results/passkey.md"))
