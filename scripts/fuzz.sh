@@ -30,7 +30,7 @@ model_sources=("${gguf_sources[@]}" engine/model.cpp engine/model/model_config.c
   engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
   engine/model/chat_template.cpp kernels/ref/dequant.cpp)
 request_sources=("${model_sources[@]}" server/openai_request.cpp server/prompt_input.cpp
-  server/attention_options.cpp server/request_rules.cpp server/schema_rules.cpp server/tools.cpp server/cli_args.cpp engine/attention/policy.cpp kernels/ref/sparq.cpp kernels/ref/attention_state.cpp)
+  server/attention_options.cpp server/request_rules.cpp server/schema_rules.cpp server/tools.cpp server/responses_api.cpp server/openai_response.cpp server/cli_args.cpp engine/attention/policy.cpp kernels/ref/sparq.cpp kernels/ref/attention_state.cpp)
 
 sources_of() {
   case "$1" in

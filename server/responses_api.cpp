@@ -1,5 +1,6 @@
 #include "server/responses_api.h"
 
+#include "server/json_fields.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 
@@ -18,7 +19,7 @@ std::string item_text(const json& content, const std::string& param) {
   if (!content.is_array()) bad(param, "'" + param + "' must be a string or an array of text parts");
   std::string text;
   for (const json& part : content) {
-    const std::string type = part.is_object() ? part.value("type", "") : "";
+    const std::string type = string_field_or(part, "type");
     if ((type != "input_text" && type != "output_text" && type != "text") || !part.contains("text") ||
         !part["text"].is_string())
       bad(param, "'" + param + "': only input_text / output_text parts are supported");
@@ -123,7 +124,7 @@ void chat_tools(const json& body, json& chat) {
     for (size_t i = 0; i < t->size(); ++i) {
       const json& tool = (*t)[i];
       const std::string param = "tools[" + std::to_string(i) + "]";
-      if (!tool.is_object() || tool.value("type", "") != "function")
+      if (!tool.is_object() || string_field_or(tool, "type") != "function")
         bad(param + ".type", "only function tools are supported ({\"type\": \"function\", \"name\", \"parameters\"})");
       json function = json::object();
       for (const char* key : {"name", "description", "parameters", "strict"})
@@ -189,7 +190,8 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
     if (!t->is_object()) bad("text", "'text' must be an object");
     if (auto f = t->find("format"); f != t->end() && !f->is_null()) {
       if (!f->is_object()) bad("text.format", "'text.format' must be an object");
-      const std::string type = f->value("type", std::string("text"));
+      if (f->contains("type") && !(*f)["type"].is_string()) bad("text.format.type", "'text.format.type' must be a string");
+      const std::string type = string_field_or(*f, "type", "text");
       if (type == "json_schema") {
         json spec = json::object();
         for (const char* key : {"name", "schema", "strict"})

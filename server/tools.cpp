@@ -1,6 +1,7 @@
 #include "server/tools.h"
 
 #include "server/openai_request.h"
+#include "server/json_fields.h"
 #include "server/schema_rules.h"
 
 namespace fathom {
@@ -37,12 +38,12 @@ ToolPlan parse_tools(const json& body) {
   for (size_t i = 0; i < t->size(); ++i) {
     const json& tool = (*t)[i];
     const std::string param = "tools[" + std::to_string(i) + "]";
-    if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+    if (!tool.is_object() || string_field_or(tool, "type") != "function" || !tool.contains("function") ||
         !tool["function"].is_object())
       bad(param, "'" + param + "' must be {\"type\": \"function\", \"function\": {...}}");
     const json& f = tool["function"];
     ToolSpec spec;
-    spec.name = f.value("name", "");
+    spec.name = string_field_or(f, "name");
     if (!valid_name(spec.name)) bad(param + ".function.name", "a function name is 1-64 of [A-Za-z0-9_-]");
     for (const ToolSpec& other : plan.tools)
       if (other.name == spec.name) bad(param + ".function.name", "duplicate function name '" + spec.name + "'");
@@ -53,7 +54,10 @@ ToolPlan parse_tools(const json& body) {
     spec.parameters = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"]
                                                                              : json{{"type", "object"}, {"properties", json::object()}};
     if (!spec.parameters.is_object()) bad(param + ".function.parameters", "must be a JSON Schema object");
-    spec.strict = f.value("strict", false);
+    if (f.contains("strict") && !f["strict"].is_null()) {
+      if (!f["strict"].is_boolean()) bad(param + ".function.strict", "must be true or false");
+      spec.strict = f["strict"].get<bool>();
+    }
     plan.tools.push_back(std::move(spec));
   }
   plan.mode = ToolPlan::Mode::kAuto;
@@ -65,8 +69,8 @@ ToolPlan parse_tools(const json& body) {
   if (c == body.end() || c->is_null() || *c == "auto") return plan;
   if (*c == "none") plan.mode = ToolPlan::Mode::kNone;
   else if (*c == "required") plan.mode = ToolPlan::Mode::kRequired;
-  else if (c->is_object() && c->value("type", "") == "function" && c->contains("function") &&
-           (*c)["function"].is_object() && (*c)["function"].contains("name")) {
+  else if (c->is_object() && string_field_or(*c, "type") == "function" && c->contains("function") &&
+           (*c)["function"].is_object() && (*c)["function"].contains("name") && (*c)["function"]["name"].is_string()) {
     plan.named = (*c)["function"]["name"].get<std::string>();
     bool known = false;
     for (const ToolSpec& s : plan.tools) known = known || s.name == plan.named;

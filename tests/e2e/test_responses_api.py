@@ -62,6 +62,8 @@ def test_streamed_events_follow_the_documented_sequence(oa):
     ({"previous_response_id": "resp_123"}, "previous_response_id"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
+    ({"text": {"format": {"type": 3}}}, "text.format.type"),  # wrong JSON types are 400s, not 500s
+    ({"tools": [{"type": ["function"]}]}, "tools[0].type"),
 ])
 def test_what_a_stateless_text_server_refuses(oa, extra, param):
     with pytest.raises(openai.BadRequestError) as e:

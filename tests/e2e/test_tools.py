@@ -86,6 +86,11 @@ def test_tool_round_trip(oa):
     ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+    # Fields of the wrong JSON type (fuzz_request found the first escaping as a type_error):
+    ({"tools": [{"type": {"name": "w"}}], "tool_choice": {"type": "function", "function": {"name": "w"}}}, "tools[0]"),
+    ({"tools": [{"type": "function", "function": {"name": 7}}]}, "tools[0].function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "w", "strict": "yes"}}]}, "tools[0].function.strict"),
+    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": ["x"]}}}, "tool_choice"),
 ])
 def test_bad_tool_fields_are_400s(oa, extra, param):
     with pytest.raises(openai.BadRequestError) as e:

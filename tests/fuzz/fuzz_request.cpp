@@ -1,7 +1,8 @@
 // libFuzzer target: an HTTP request body as a client sends it -> the validated engine request.
 // Bytes: [route selector][body...]. The body goes through exactly what the HTTP routes run:
 // parse_json_body, check_model_name, then one of parse_completion_request /
-// parse_chat_request / parse_tokenize_request / parse_detokenize_request over the real SmolLM2
+// parse_chat_request / parse_tokenize_request / parse_detokenize_request /
+// parse_responses_request over the real SmolLM2
 // model (tokenizer + chat template), and for chat, encoding the rendered prompt. Every input must
 // end in a value or an ApiError / fathom::Error (a 4xx); any other exception (the server would
 // answer 500), crash, leak or undefined behaviour is a finding.
@@ -15,6 +16,7 @@
 #include "engine/model.h"
 #include "server/config.h"
 #include "server/openai_request.h"
+#include "server/responses_api.h"
 
 namespace {
 
@@ -34,7 +36,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const unsigned route = data[0] % 4;
+  const unsigned route = data[0] % 5;
   const std::string body(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
     const nlohmann::json json = fathom::parse_json_body(body);
@@ -43,6 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0: (void)fathom::parse_completion_request(json, *g_model, g_config); break;
       case 1: (void)fathom::parse_chat_request(json, *g_model, g_config); break;
       case 2: (void)fathom::parse_tokenize_request(json, *g_model); break;
+      case 4: (void)fathom::parse_responses_request(json, *g_model, g_config); break;
       default: (void)g_model->tokenizer().decode(fathom::parse_detokenize_request(json, *g_model)); break;
     }
   } catch (const fathom::ApiError& e) {

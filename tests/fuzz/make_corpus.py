@@ -4,7 +4,7 @@
   the same bytes relabelled v2), covering every metadata value type, nested arrays, a
   non-default alignment and tensors of several ggml types; models contribute their first 64 KiB.
 - seeds-fuzz_request/: one byte choosing the route (0 completions, 1 chat, 2 tokenize,
-  3 detokenize) + a request body as OpenAI clients send it.
+  3 detokenize, 4 responses) + a request body as OpenAI clients send it.
 - seeds-fuzz_chat/: messages separated by 0x1e, each a role byte + content.
 
 usage: make_corpus.py FUZZ_DIR [MODEL.gguf ...]
@@ -93,6 +93,13 @@ REQUESTS = [
          "tool_choice": "required"}),
     (1, {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "w"}}],
          "tool_choice": {"type": "function", "function": {"name": "w"}}}),
+    (1, {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": {"name": "w"}}],
+         "tool_choice": {"type": "function", "function": {"name": "w"}}}),  # a wrong-type field (a finding)
+    (4, {"input": "Hi", "instructions": "Be brief.", "max_output_tokens": 8, "text": {"format": {"type": "json_object"}}}),
+    (4, {"input": [{"role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
+                   {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+                   {"type": "function_call_output", "call_id": "c1", "output": "21"}],
+         "tools": [{"type": "function", "name": "w", "parameters": {"type": "object"}}], "tool_choice": "auto"}),
     (2, {"prompt": "Hello world", "add_special": True}),
     (2, {"messages": [{"role": "user", "content": "Hi"}]}),
     (3, {"tokens": [1, 2, 3, 49151]}),
