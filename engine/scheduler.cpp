@@ -1,8 +1,8 @@
 #include "engine/scheduler.h"
 
-#include <limits>
 #include <algorithm>
 #include <future>
+#include <limits>
 #include <numeric>
 
 #include "base/error.h"
@@ -566,9 +566,9 @@ void Scheduler::score_prompt(Sequence& seq, int64_t pos0, int64_t first_row, int
   // Row j holds the logits at position pos0 + j, which predict prompt token pos0 + j + 1.
   RequestState& r = *seq.request;
   const std::vector<int32_t>& prompt = r.request.prompt;
-  const int64_t begin = std::max<int64_t>(pos0, static_cast<int64_t>(r.prompt_logprobs.size()) - 1);  // not twice
+  const int64_t begin = static_cast<int64_t>(r.prompt_logprobs.size()) - 1;  // the next position to score
   const int64_t end = std::min<int64_t>(pos0 + rows, static_cast<int64_t>(prompt.size()) - 1);
-  if (begin >= end || begin != static_cast<int64_t>(r.prompt_logprobs.size()) - 1) return;
+  if (begin < pos0 || begin >= end) return;  // not in these rows (or scored already)
   const int32_t vocab = model_.vocab();
   std::vector<SampledToken> scored(static_cast<size_t>(end - begin));
   guarded(r, [&] {

@@ -46,7 +46,7 @@ json chat_messages(const json& body) {
     const json& item = (*input)[i];
     const std::string param = "input[" + std::to_string(i) + "]";
     if (!item.is_object()) bad(param, "'" + param + "' must be a message object");
-    const std::string type = item.contains("type") && item["type"].is_string() ? item["type"].get<std::string>() : "message";
+    const std::string type = string_field_or(item, "type", "message");
     auto text_field = [&](const char* key) {
       if (!item.contains(key) || !item[key].is_string()) bad(param + "." + key, "'" + param + "." + key + "' must be a string");
       return item[key].get<std::string>();
@@ -134,7 +134,7 @@ void chat_tools(const json& body, json& chat) {
     chat["tools"] = std::move(tools);
   }
   if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null()) {
-    if (c->is_object() && c->value("type", "") == "function" && c->contains("name"))
+    if (string_field_or(*c, "type") == "function" && c->contains("name"))
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*c)["name"]}}}};
     else
       chat["tool_choice"] = *c;

@@ -91,7 +91,8 @@ class Backend : protected ForwardOps {
   virtual bool forward_occupies_host() const { return false; }
   // Runs fn(i) for every i in [0, n) on the host, in parallel where the backend has host
   // threads to lend between forwards (the CPU backend's pool); serially otherwise. Each i's work
-  // must touch only its own state. Used for per-sequence sampling after a step.
+  // must touch only its own state. An exception from fn reaches the caller (the first one; the
+  // other indices still run). Used for per-sequence sampling after a step.
   virtual void host_parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
     for (int64_t i = 0; i < n; ++i) fn(i);
   }

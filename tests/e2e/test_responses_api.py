@@ -64,6 +64,7 @@ def test_streamed_events_follow_the_documented_sequence(oa):
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
     ({"text": {"format": {"type": 3}}}, "text.format.type"),  # wrong JSON types are 400s, not 500s
     ({"tools": [{"type": ["function"]}]}, "tools[0].type"),
+    ({"tool_choice": {"type": 5, "name": "w"}}, "tool_choice"),
 ])
 def test_what_a_stateless_text_server_refuses(oa, extra, param):
     with pytest.raises(openai.BadRequestError) as e:

@@ -288,5 +288,22 @@ TEST(Engine, RejectsInvalidRequests) {
   EXPECT_THROW(engine.submit(policy), Error);
 }
 
+TEST(Engine, HostParallelForRunsEveryIndexAndRethrowsOnTheCaller) {
+  // The CPU backend lends its pool's threads (sampling, prompt scoring): every index runs once,
+  // and an exception thrown on a worker reaches the caller instead of ending the process.
+  auto model = load();
+  std::vector<int> ran(64, 0);
+  model.backend->host_parallel_for(64, [&](int64_t i) { ++ran[static_cast<size_t>(i)]; });
+  EXPECT_EQ(std::count(ran.begin(), ran.end(), 1), 64);
+  std::fill(ran.begin(), ran.end(), 0);
+  EXPECT_THROW(model.backend->host_parallel_for(64,
+                                                [&](int64_t i) {
+                                                  ++ran[static_cast<size_t>(i)];
+                                                  if (i % 7 == 3) throw Error("index " + std::to_string(i));
+                                                }),
+               Error);
+  EXPECT_EQ(std::count(ran.begin(), ran.end(), 1), 64);  // the other indices still ran
+}
+
 }  // namespace
 }  // namespace fathom

@@ -1,6 +1,8 @@
 #include "engine/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <exception>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -119,6 +121,24 @@ const std::vector<float>& CpuBackend::vector(int32_t layer, LayerVector v) const
 
 const WeightMatrix& CpuBackend::matrix(int32_t layer, LayerMatrix m) const {
   return layer_matrix(weights_.layers[layer], m);
+}
+
+void CpuBackend::host_parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+  // The pool's workers must not throw (an exception leaving a worker thread ends the process):
+  // keep the first and rethrow it here, on the caller's thread.
+  std::exception_ptr first;
+  std::mutex mutex;
+  threads_->parallel_for(n, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      try {
+        fn(i);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mutex);
+        if (!first) first = std::current_exception();
+      }
+    }
+  });
+  if (first) std::rethrow_exception(first);
 }
 
 void CpuBackend::begin_pass(const BatchPlan& plan) {

@@ -27,11 +27,7 @@ class CpuBackend final : public Backend {
   bool implements(PolicyKind kind) const override;
   bool implements_groups() const override { return true; }
   bool forward_occupies_host() const override { return true; }
-  void host_parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override {
-    threads_->parallel_for(n, [&](int64_t begin, int64_t end, int) {
-      for (int64_t i = begin; i < end; ++i) fn(i);
-    });
-  }
+  void host_parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override;
   size_t block_bytes() const override { return kv_->layout().block_bytes(); }
   // The host tier: `blocks` blocks in their own arena. The device storage gets, beyond the
   // budget, the staging slots dense attention copies host blocks into (two key chunks' worth),
