@@ -64,21 +64,6 @@ AttentionPolicy g_base;
 // --swa-prompt-seed W: SWA's history starts with the prompt's last W positions (run one per step,
 // attending densely and accumulating their weights), as the engine seeds it.
 int32_t g_swa_prompt_seed = 0;
-// --swa-pool K: SWA picks its heavy hitters by the mass max-pooled over K neighbouring positions
-// (SnapKV's pooling, which keeps a multi-token span together); its history stays unpooled.
-int32_t g_swa_pool = 0;
-
-std::vector<float> max_pooled(const std::vector<float>& mass, int32_t k) {
-  if (k <= 1) return mass;
-  const int32_t n = static_cast<int32_t>(mass.size()), r = k / 2;
-  std::vector<float> out(n);
-  for (int32_t t = 0; t < n; ++t) {
-    float m = mass[t];
-    for (int32_t u = std::max(0, t - r); u <= std::min(n - 1, t + r); ++u) m = std::max(m, mass[u]);
-    out[t] = m;
-  }
-  return out;
-}
 constexpr int kNumRatios = 3;
 enum Pol { kSparq, kSparqNr, kHip, kSwa, kSwaDm, kNumPols };
 const char* kPolNames[kNumPols] = {"sparq", "sparq-nr", "hip", "swa", "swa-dm"};
@@ -325,12 +310,14 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
         const bool seeded = !mass.empty() && !seeding;
         if (!seeded) sp.ratio = 1.0f;
         mass.resize(S_cur, 0.0f);
-        const std::vector<float> pooled = seeded ? max_pooled(mass, g_swa_pool) : mass;
-        const ref::SwaStats ss = ref::swa_attention(kv, a, sp, pooled.data());
+        LayerPolicyState pooling;  // the engine's selection mass (swa_pool from --swa-pool)
+        pooling.swa_mass = mass;
+        const float* selection = seeded ? swa_selection_mass(p, pooling) : mass.data();
+        const ref::SwaStats ss = ref::swa_attention(kv, a, sp, selection);
         if (measure && seeded && which == 0) {
           DecodeArgs ac = a;
           ac.out = out_cpu.data();
-          cpu::swa_decode(pool, kv, ac, sp, pooled.data(), nullptr);
+          cpu::swa_decode(pool, kv, ac, sp, selection, nullptr);
           res.cpu_vs_ref[kSwa] = std::max(res.cpu_vs_ref[kSwa], max_rel_diff(out_cpu, out, q.n_heads, d));
         }
         if (measure && seeded) {
@@ -634,7 +621,7 @@ int main(int argc, char** argv) {
     else if (a == "--text") text_files = next();
     else if (a == "--out") out_path = next();
     else if (a == "--needles") needles = next();
-    else if (a == "--swa-pool") g_swa_pool = std::atoi(next().c_str());
+    else if (a == "--swa-pool") g_base.swa_pool = std::atoi(next().c_str());
     else if (a == "--swa-prompt-seed") g_swa_prompt_seed = std::atoi(next().c_str());
     else if (a == "--hip-refresh") g_base.hip_refresh = std::atoi(next().c_str());
     else if (a == "--hip-mask-k") g_base.hip_mask_k = std::atoi(next().c_str());

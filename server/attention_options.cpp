@@ -77,7 +77,8 @@ bool apply_attention_option(const std::string& name_key, const std::string& key,
   } else if (key == "swa") {
     members(value, key, fail, [&](const std::string& k, const json& v, const std::string& param) {
       if (k == "ratio") p.swa_ratio = ratio(v, param, fail);
-      else fail_and_throw(fail, param, "unknown swa option (ratio)");
+      else if (k == "pool") p.swa_pool = integer(v, param, 1, fail);
+      else fail_and_throw(fail, param, "unknown swa option (ratio, pool)");
     });
   } else {
     return false;

@@ -20,6 +20,41 @@ ref::SwaParams swa_step_params(const AttentionPolicy& p, LayerPolicyState& st, i
   return params;
 }
 
+namespace {
+
+// dst[t] = max(src[max(0, t − r) .. min(n − 1, t + r)]) in O(n) for any r (van Herk / Gil-Werman):
+// with blocks of w = 2r + 1, `ahead[i]` is the max from i's block start to i and `behind[i]` the max
+// from i to its block end; a full window [t − r, t + r] spans at most two blocks (exactly one when
+// it is one block), so its max is max(behind[t − r], ahead[t + r]). The r clipped windows at each
+// end are taken directly.
+void max_pool(const float* src, int32_t n, int32_t r, float* dst) {
+  const int32_t w = 2 * r + 1;
+  std::vector<float> ahead(src, src + n), behind(src, src + n);
+  for (int32_t i = 1; i < n; ++i)
+    if (i % w != 0) ahead[i] = std::max(ahead[i], ahead[i - 1]);
+  for (int32_t i = n - 2; i >= 0; --i)
+    if ((i + 1) % w != 0) behind[i] = std::max(behind[i], behind[i + 1]);
+  for (int32_t t = 0; t < n; ++t) {
+    if (t >= r && t + r < n) {
+      dst[t] = std::max(behind[t - r], ahead[t + r]);
+    } else {
+      const int32_t hi = std::min(n - 1, t + r);
+      dst[t] = src[hi];
+      for (int32_t u = std::max(0, t - r); u < hi; ++u) dst[t] = std::max(dst[t], src[u]);
+    }
+  }
+}
+
+}  // namespace
+
+const float* swa_selection_mass(const AttentionPolicy& p, LayerPolicyState& st) {
+  if (p.swa_pool <= 1) return st.swa_mass.data();
+  const int32_t n = static_cast<int32_t>(st.swa_mass.size());
+  st.swa_pooled.resize(n);
+  max_pool(st.swa_mass.data(), n, p.swa_pool / 2, st.swa_pooled.data());
+  return st.swa_pooled.data();
+}
+
 void swa_fold_mass(LayerPolicyState& st, const float* weights, int32_t k_local) {
   const float keep = 1.0f - 1.0f / static_cast<float>(std::max(1, k_local));
   for (size_t t = 0; t < st.swa_mass.size(); ++t) st.swa_mass[t] = st.swa_mass[t] * keep + weights[t];

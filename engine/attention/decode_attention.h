@@ -15,7 +15,8 @@ struct LayerPolicyState {
   ref::HipMask hip_mask;
   ref::HipParams hip_params;    // the parameters the cached mask was estimated with
   int32_t hip_age = -1;         // decode steps since the mask was estimated; −1: none yet
-  std::vector<float> swa_mass;  // [positions] decayed attention weight summed over heads
+  std::vector<float> swa_mass;    // [positions] decayed attention weight summed over heads
+  std::vector<float> swa_pooled;  // [positions] scratch: swa_mass max-pooled (swa_selection_mass)
 };
 
 // Per sequence, one entry per layer. Reset when the sequence is recomputed; copied on fork.
@@ -36,6 +37,10 @@ bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d);
 // SWA's parameters for a step at S keys: the request's caching ratio, or 1 (dense) on the first
 // step, which has no mass yet and seeds it. Sizes state.swa_mass to S (new positions at 0).
 ref::SwaParams swa_step_params(const AttentionPolicy& p, LayerPolicyState& state, int32_t S);
+// The mass SWA selects its heavy hitters by at this step: state.swa_mass max-pooled over
+// p.swa_pool positions centred on each (window clipped at the ends), or swa_mass itself for
+// pool 1. Points into state; valid until the state's next SWA call.
+const float* swa_selection_mass(const AttentionPolicy& p, LayerPolicyState& state);
 // ALISA keeps the tokens with the largest attention mass "summed over the last k steps"; an
 // exponential decay with horizon k = k_local stands in for the exact sliding sum (which would
 // need k past weight vectors): mass = mass·(1 − 1/k_local) + weights, weights: [S] this step's

@@ -38,6 +38,7 @@ void AttentionPolicy::validate() const {
   if (hip_refresh < 1) throw Error("hip refresh must be >= 1");
   if (hip_dense_layers < 0) throw Error("hip dense_layers must be >= 0");
   if (swa_ratio != -1 && !(swa_ratio > 0.0 && swa_ratio <= 1.0)) throw Error("swa ratio must be in (0, 1]");
+  if (swa_pool < 1 || swa_pool % 2 == 0) throw Error("swa pool must be a positive odd integer");
 }
 
 ref::SparqParams resolve_sparq(const AttentionPolicy& p, int32_t S, int32_t d) {

@@ -30,8 +30,12 @@ struct AttentionPolicy {
   // the first `hip_dense_layers` layers stay dense (the paper's default 3).
   int32_t hip_mask_k = -1, hip_sink = -1, hip_window = -1;
   int32_t hip_block_size_k = 2, hip_refresh = 8, hip_dense_layers = 3;
-  // SWA (ALISA) caching ratio (−1: the ratio itself).
+  // SWA (ALISA) caching ratio (−1: the ratio itself). Its heavy hitters are chosen by the mass
+  // max-pooled over `swa_pool` neighbouring positions (SnapKV's pooling, kernel 7: a multi-token
+  // span such as a number is kept whole, and filler tokens next to nothing heavy are not; 1: the
+  // raw mass, as the paper). Measured in bench/results/sparse_quality_findings.md.
   double swa_ratio = -1;
+  int32_t swa_pool = 7;
 
   std::string name() const { return policy_name(kind); }
   // Throws fathom::Error for a parameter out of range (the message names it).

@@ -83,15 +83,15 @@ def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_tex
 
 
 def test_a_prompt_larger_than_the_device_tier_runs_from_both_tiers(fathom_bin, smollm2_path):
-    # ~2,400 tokens of prompt: 150 blocks; the device tier 28 (16 MiB, 25 of them for blocks).
-    # Four such requests at once over a 256 MiB host tier: none is preempted, every text equals
+    # ~1,600 tokens of prompt: 100 blocks; the device tier 28 (16 MiB, 25 of them for blocks).
+    # Three such requests at once over a 256 MiB host tier: none is preempted, every text equals
     # the all-resident server's.
-    prompts = [f"Report {i}. " + PARAGRAPH * 60 + f"The summary of report {i}:" for i in range(4)]
+    prompts = [f"Report {i}. " + PARAGRAPH * 40 + f"The summary of report {i}:" for i in range(3)]
     with ServerProcess(fathom_bin, smollm2_path) as roomy:
         alone = [complete(roomy, p, 16) for p in prompts]
     args = ["--kv-cache-mib", "16", "--host-kv-mib", "256", "--max-num-seqs", "4", "--max-batched-tokens", "96"]
     with ServerProcess(fathom_bin, smollm2_path, extra_args=args) as tiered:
-        with cf.ThreadPoolExecutor(4) as pool:
+        with cf.ThreadPoolExecutor(3) as pool:
             texts = list(pool.map(lambda p: complete(tiered, p, 16), prompts))
         assert metric(tiered, "fathom_preemptions_total", {"mode": "recompute"}) == 0
         assert metric(tiered, "fathom_kv_blocks_demoted_total") > 0

@@ -5,7 +5,7 @@
 // One batched run per model: the prompt (~400 tokens, long enough that SparQ and HiP at
 // kv_read_ratio 1/8 select a part of the keys) is prefilled once on the CPU and its blocks are
 // copied into the CUDA backend's storage (the two backends' block images are the same bytes), so
-// both decode from the same cache. Then 5 sequences decode 32 steps in one plan per step on each
+// both decode from the same cache. Then 5 sequences decode kSteps (16) steps in one plan per step on each
 // backend: dense, sparq, hip, swa, and a second dense one; sequence i starts from the i-th best
 // first token, so all diverge. All 5 share the prompt's full blocks; each has its own copy of the
 // partial last block (copy-on-write, as a fork). On the CUDA side the 2 dense sequences form a
@@ -37,7 +37,7 @@ namespace fathom {
 namespace {
 
 constexpr int kSeqs = 5;
-constexpr int kSteps = 32;
+constexpr int kSteps = 16;  // two HiP refreshes (R = 8); each step costs ~2 s under the emulator
 
 std::vector<int32_t> ranked(const float* row, int32_t n, int32_t top) {
   std::vector<int32_t> ids(n);

@@ -28,7 +28,7 @@ int64_t swa_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args
   const int32_t S = args.pos + 1;
   const ref::SwaParams params = swa_step_params(p, st, S);
   std::vector<float> weights(S, 0.0f);
-  const cpu::SwaResult r = cpu::swa_decode(pool, kv, args, params, st.swa_mass.data(), weights.data());
+  const cpu::SwaResult r = cpu::swa_decode(pool, kv, args, params, swa_selection_mass(p, st), weights.data());
   swa_fold_mass(st, weights.data(), r.k_local);
   return r.kv_bytes;
 }

@@ -98,7 +98,7 @@ inline int64_t swa_step(const PagedKvView& kv, const DecodeArgs& args, const Att
                         PolicyScratch& s, cudaStream_t stream) {
   const int32_t S = args.pos + 1;
   const ref::SwaParams params = swa_step_params(p, st, S);
-  const ref::SwaStats sel = ref::swa_select(S, params.ratio, st.swa_mass.data());
+  const ref::SwaStats sel = ref::swa_select(S, params.ratio, swa_selection_mass(p, st));
   const int32_t n = static_cast<int32_t>(sel.kept.size());
   s.swa_kept.upload(sel.kept);
   s.swa_weights.reserve(static_cast<size_t>(n));
