@@ -23,6 +23,9 @@
 //                [--bandwidth-json FILE] [--json OUT] [--kv-dtype f16] [--precision q8|f32] [--no-pack]
 //                [--chunk 512] [--block-size 16] [--warmup-tokens 2] [--text FILE] [--share-prefill-from D]
 //                [--attention dense,sparq,hip,swa] [--kv-read-ratio 0.125] [--hip-refresh R]
+//                [--min-keys N|measured]
+// --min-keys: sparse steps shorter than N keys run densely; default "measured", the engine's
+// measured break-even (engine/backend/cpu/break_even.h); 0 times the sparse kernels at every depth.
 // --attention: decode policies timed one after the other from the same prefilled cache; KV bytes
 // per token are what the kernels report reading (fathom_kv_read_bytes_total's source).
 // --share-prefill-from D: for depths >= D, prefill once on the largest thread count and copy its
@@ -93,6 +96,7 @@ struct Args {
   std::vector<std::string> attention = {"dense"};  // decode policies, each timed from the same prefill
   double kv_read_ratio = 0.125;
   int hip_refresh = 0;  // 0: the policy's default
+  int min_keys = AttentionPolicy::kMeasuredBreakEven;  // --min-keys N|measured: as the server's default
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* flag, int64_t lo, int64_t hi) {
@@ -148,6 +152,9 @@ Args parse_args(int argc, char** argv) {
       a.kv_read_ratio = std::strtod(value().c_str(), nullptr);
     } else if (k == "--hip-refresh") {
       a.hip_refresh = std::atoi(value().c_str());
+    } else if (k == "--min-keys") {
+      const std::string v = value();
+      a.min_keys = v == "measured" ? AttentionPolicy::kMeasuredBreakEven : std::atoi(v.c_str());
     }
     else if (k == "--kv-dtype") a.kv_dtype = parse_kv_dtype(value());
     else if (k == "--no-pack") a.pack = false;
@@ -395,6 +402,7 @@ int run(const Args& a) {
       policy.kind = parse_policy_name(a.attention[pi]);
       policy.kv_read_ratio = policy.kind == PolicyKind::kDense ? 1.0 : a.kv_read_ratio;
       if (a.hip_refresh > 0) policy.hip_refresh = a.hip_refresh;
+      policy.min_keys = a.min_keys;
       if (pi == 0) saved[r].save(m, *tables[r], depth);
       else saved[r].restore(m, *tables[r], depth);
       const Decode d = decode(m, *tables[r], depth, first[r], a, policy);

@@ -8,6 +8,11 @@
 namespace fathom {
 namespace {
 
+// Steps shorter than this run `p` densely (AttentionPolicy::min_keys).
+int32_t min_sparse_keys(ForwardOps& ops, const AttentionPolicy& p) {
+  return p.min_keys == AttentionPolicy::kMeasuredBreakEven ? ops.sparse_break_even(p) : p.min_keys;
+}
+
 // Attention of every sequence of the plan on layer `il` (queries in kQ, keys already appended):
 // bifurcated groups first (global layers only: a sliding window cuts the shared prefix
 // differently per member), then each remaining sequence through its policy or densely.
@@ -25,7 +30,8 @@ void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const 
     if (grouped[si] || s.tokens.empty()) continue;
     const int32_t seq = static_cast<int32_t>(si);
     const bool decode = s.tokens.size() == 1 && s.policy != nullptr;
-    if (decode && layer_uses_policy(*s.policy, il, lc.sliding) && !selects_every_key(*s.policy, s.pos0 + 1, c.head_dim)) {
+    if (decode && layer_uses_policy(*s.policy, il, lc.sliding) && !selects_every_key(*s.policy, s.pos0 + 1, c.head_dim) &&
+        s.pos0 + 1 >= min_sparse_keys(ops, *s.policy)) {
       kv_read[static_cast<int>(s.policy->kind)] += ops.attend_sparse(il, seq, *s.policy, s.policy_state->layers[il]);
       continue;
     }

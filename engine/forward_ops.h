@@ -101,6 +101,9 @@ class ForwardOps {
   // The one decode query of plan.seqs[seq] through a sparse policy the backend implements
   // (Backend::implements); returns the KV bytes it read.
   virtual int64_t attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) = 0;
+  // The number of keys from which `policy` decodes a layer faster than dense here (the value of
+  // AttentionPolicy::kMeasuredBreakEven); 0 where the backend does not measure it.
+  virtual int32_t sparse_break_even(const AttentionPolicy& /*policy*/) { return 0; }
   // Bifurcated attention of a group's one-token steps (engine/batch_plan.h AttentionGroup): each
   // shared segment read once for all members; returns the KV bytes read.
   virtual int64_t attend_group(int32_t layer, const AttentionGroup& group) = 0;

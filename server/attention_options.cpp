@@ -38,7 +38,7 @@ void members(const json& v, const std::string& param, const AttentionOptionFail&
 }  // namespace
 
 std::string attention_option_keys(const std::string& name_key) {
-  return name_key + ", kv_read_ratio, sparq, hip, swa";
+  return name_key + ", kv_read_ratio, min_keys, sparq, hip, swa";
 }
 
 bool apply_attention_option(const std::string& name_key, const std::string& key, const json& value,
@@ -50,6 +50,10 @@ bool apply_attention_option(const std::string& name_key, const std::string& key,
     } catch (const Error& e) {
       fail_and_throw(fail, key, e.what());
     }
+  } else if (key == "min_keys") {
+    if (value.is_string() && value.get<std::string>() == "measured") p.min_keys = AttentionPolicy::kMeasuredBreakEven;
+    else if (value.is_number_integer()) p.min_keys = integer(value, key, 0, fail);
+    else fail_and_throw(fail, key, "must be an integer >= 0 or \"measured\"");
   } else if (key == "kv_read_ratio") {
     p.kv_read_ratio = ratio(value, key, fail);
   } else if (key == "sparq") {

@@ -39,6 +39,7 @@ void AttentionPolicy::validate() const {
   if (hip_dense_layers < 0) throw Error("hip dense_layers must be >= 0");
   if (swa_ratio != -1 && !(swa_ratio > 0.0 && swa_ratio <= 1.0)) throw Error("swa ratio must be in (0, 1]");
   if (swa_pool < 1 || swa_pool % 2 == 0) throw Error("swa pool must be a positive odd integer");
+  if (min_keys < kMeasuredBreakEven) throw Error("min_keys must be >= 0 or \"measured\"");
 }
 
 ref::SparqParams resolve_sparq(const AttentionPolicy& p, int32_t S, int32_t d) {
@@ -72,6 +73,15 @@ ref::SwaParams resolve_swa(const AttentionPolicy& p) {
   ref::SwaParams s;
   s.ratio = static_cast<float>(p.swa_ratio > 0 ? p.swa_ratio : p.kv_read_ratio);
   return s;
+}
+
+AttentionPolicy break_even_probe(const AttentionPolicy& p) {
+  const double ratio = p.kind == PolicyKind::kSwa && p.swa_ratio > 0 ? p.swa_ratio : p.kv_read_ratio;
+  AttentionPolicy probe;
+  probe.kind = p.kind;
+  probe.kv_read_ratio = 1.0 / 64;
+  while (probe.kv_read_ratio < ratio && probe.kv_read_ratio < 1.0) probe.kv_read_ratio *= 2;
+  return probe;
 }
 
 }  // namespace fathom

@@ -36,6 +36,11 @@ struct AttentionPolicy {
   // raw mass, as the paper). Measured in bench/results/sparse_quality_findings.md.
   double swa_ratio = -1;
   int32_t swa_pool = 7;
+  // Steps with fewer keys than this run densely (a sparse step does more work per key read, so
+  // at short contexts it is slower than dense). kMeasuredBreakEven: the backend's measured
+  // break-even for this policy (engine/backend/cpu/break_even.h); 0: sparse at every length.
+  static constexpr int32_t kMeasuredBreakEven = -1;
+  int32_t min_keys = kMeasuredBreakEven;
 
   std::string name() const { return policy_name(kind); }
   // Throws fathom::Error for a parameter out of range (the message names it).
@@ -49,5 +54,11 @@ ref::SparqParams resolve_sparq(const AttentionPolicy& p, int32_t S, int32_t d);
 // covers everything (dense).
 ref::HipParams resolve_hip(const AttentionPolicy& p, int32_t S);
 ref::SwaParams resolve_swa(const AttentionPolicy& p);
+
+// The policy a backend measures the break-even of on behalf of `p`: the same kind at the
+// effective ratio rounded up to a power of two (1/2, 1/4, ... 1/64; a larger ratio reads more,
+// so its break-even is the conservative one), every other parameter derived. A bounded set:
+// clients cannot make the backend measure without end.
+AttentionPolicy break_even_probe(const AttentionPolicy& p);
 
 }  // namespace fathom

@@ -62,13 +62,41 @@ def test_sparse_policy_reads_less(server, policy):
     complete(server, LONG_PROMPT, 12, {"attention": "dense", "ignore_eos": True})
     dense = kv_read(server, "dense") - dense_before
     before = kv_read(server, policy)
-    text = complete(server, LONG_PROMPT, 12,
-                    {"attention": policy, "kv_read_ratio": 0.125, "ignore_eos": True})["choices"][0]["text"]
+    # min_keys 0: sparse at this length (~600 keys) even where the measured break-even says dense.
+    text = complete(server, LONG_PROMPT, 12, {"attention": policy, "kv_read_ratio": 0.125, "min_keys": 0,
+                                              "ignore_eos": True})["choices"][0]["text"]
     sparse = kv_read(server, policy) - before
     assert text.strip()
     # 1/8 of the keys on the sparse layers; HiP keeps 3 of 30 layers dense and SWA attends densely
     # on its first step to seed its attention mass, so allow up to 1/2.
     assert 0 < sparse < 0.5 * dense, (sparse, dense)
+
+
+@pytest.mark.parametrize("policy", SPARSE)
+def test_steps_below_min_keys_are_dense(server, policy):
+    # Every decode step of a ~600-token prompt is below min_keys 100000: the dense kernel runs, so
+    # the text is dense's and the policy is charged dense's bytes.
+    dense_before = kv_read(server, "dense")
+    want = complete(server, LONG_PROMPT, 12, {"attention": "dense", "ignore_eos": True})["choices"][0]["text"]
+    dense = kv_read(server, "dense") - dense_before
+    before = kv_read(server, policy)
+    got = complete(server, LONG_PROMPT, 12, {"attention": policy, "min_keys": 100000,
+                                             "ignore_eos": True})["choices"][0]["text"]
+    assert got == want
+    assert kv_read(server, policy) - before == dense
+
+
+@pytest.mark.parametrize("value", [-1, "auto", 1.5, None, [3]])
+def test_bad_min_keys_is_400(server, value):
+    r = requests.post(f"{server.base_url}/v1/completions", timeout=60,
+                      json={"prompt": "hi", "max_tokens": 2, "fathom": {"attention": "swa", "min_keys": value}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].endswith("min_keys")
+
+
+def test_measured_min_keys_is_accepted(server):
+    out = complete(server, LONG_PROMPT, 4, {"attention": "sparq", "min_keys": "measured"})
+    assert out["choices"][0]["text"] is not None
 
 
 def test_explicit_parameters_are_accepted(server):

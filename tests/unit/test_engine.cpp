@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <span>
@@ -13,6 +14,7 @@
 
 #include "base/error.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/break_even.h"
 #include "engine/engine.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
@@ -248,6 +250,7 @@ TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
     Request r = greedy(*model, long_prompt(), 24);
     r.attention.kind = kind;
     r.attention.kv_read_ratio = 0.125;
+    r.attention.min_keys = 0;  // sparse at this length even where dense would be faster
     MetricsRegistry m_resident, m_tiered;
     const auto resident = run_tiered(r, 0, 0, m_resident);
     const auto tiered = run_tiered(r, 96, 200, m_tiered, 100);  // 64 of the 96 blocks hold hot rows: 1,024 a head
@@ -268,6 +271,66 @@ TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
     const double fallbacks = m_tiered.counter("fathom_kv_hot_row_fallbacks_total", "").value();
     EXPECT_EQ(fallbacks, 0) << policy;
     std::printf("%s over the host tier: %.0f hot-row hits, %.0f misses\n", policy.c_str(), hits, misses);
+  }
+}
+
+// A decode step shorter than the policy's min_keys runs the dense kernel: the same logits as
+// dense, bitwise, and dense's bytes; at min_keys 0 the same step is sparse (fewer bytes).
+TEST(Engine, ASparseStepBelowItsMinKeysIsDense) {
+  auto l = load();
+  const std::vector<int32_t> prompt = l->tokenizer().encode(long_prompt());
+  const int32_t P = static_cast<int32_t>(prompt.size());
+  BlockAllocator allocator(l.backend->kv_blocks(), l.backend->kv_layout().block_size);
+  BlockTable table(allocator);
+  ASSERT_TRUE(table.reserve(P + 1));
+  std::vector<float> logits;
+  BatchPlan prefill;
+  prefill.seqs.push_back(SeqStep{prompt, 0, &table.blocks(), LogitsWanted::kLast});
+  l.backend->forward(prefill, logits);
+  const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  auto decode = [&](const AttentionPolicy& p, std::vector<float>& out) {
+    SeqPolicyState state;
+    BatchPlan plan;
+    plan.seqs.push_back(SeqStep{std::span<const int32_t>(&next, 1), P, &table.blocks(), LogitsWanted::kLast, &p, &state});
+    l.backend->take_kv_read_bytes();
+    l.backend->forward(plan, out);
+    return l.backend->take_kv_read_bytes()[static_cast<int>(p.kind)];
+  };
+  AttentionPolicy dense, below, sparse;
+  below.kind = sparse.kind = PolicyKind::kSparq;
+  below.min_keys = P + 2;
+  sparse.min_keys = 0;
+  std::vector<float> dense_logits, below_logits, sparse_logits;
+  const int64_t dense_bytes = decode(dense, dense_logits);
+  EXPECT_EQ(decode(below, below_logits), dense_bytes);
+  EXPECT_EQ(below_logits, dense_logits);
+  EXPECT_LT(decode(sparse, sparse_logits), dense_bytes / 2);
+  EXPECT_NE(sparse_logits, dense_logits);
+}
+
+// The measured break-even is the shortest measured length from which the policy's own timings
+// are faster than dense at every longer one.
+TEST(Engine, MeasuredBreakEvenFollowsItsTimings) {
+  auto l = load();
+  const ModelConfig& c = l->config();
+  ThreadPool pool(2);
+  for (PolicyKind kind : {PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa}) {
+    AttentionPolicy p;
+    p.kind = kind;
+    const BreakEven be = measure_break_even(pool, l.backend->kv_layout(), c.n_heads, c.attn_scale, p);
+    ASSERT_EQ(be.times.size(), 8u);
+    bool slower_seen = false;
+    for (size_t i = be.times.size(); i-- > 0;) {
+      const BreakEvenTimes& t = be.times[i];
+      EXPECT_GT(t.dense_us, 0) << t.keys;
+      EXPECT_GT(t.sparse_us, 0) << t.keys;
+      if (t.keys >= be.min_keys) {
+        EXPECT_LT(t.sparse_us, t.dense_us) << policy_name(kind) << " at " << t.keys;
+      }
+      slower_seen |= t.sparse_us >= t.dense_us;
+      if (t.keys < be.min_keys && !slower_seen) ADD_FAILURE() << policy_name(kind) << ": break-even too late at " << t.keys;
+    }
+    std::printf("%s: break-even %d keys\n", policy_name(kind), be.min_keys);
   }
 }
 

@@ -272,6 +272,17 @@ int64_t CpuBackend::attend_dense_decode(int32_t layer, int32_t seq) {
   return dense_kv_bytes(kv_layout(), plan_->seqs[seq].pos0 + 1);
 }
 
+int32_t CpuBackend::sparse_break_even(const AttentionPolicy& policy) {
+  const AttentionPolicy probe = break_even_probe(policy);
+  const std::pair<int, double> key{static_cast<int>(probe.kind), probe.kv_read_ratio};
+  auto it = break_even_.find(key);
+  if (it == break_even_.end()) {
+    const ModelConfig& c = model_.config();
+    it = break_even_.emplace(key, measure_break_even(*threads_, kv_layout(), c.n_heads, c.attn_scale, probe)).first;
+  }
+  return it->second.min_keys;
+}
+
 int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
   if (reads_host(seq, 0)) {
     const int k = static_cast<int>(policy.kind);

@@ -1,0 +1,87 @@
+#include "engine/backend/cpu/break_even.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "engine/attention/decode_attention.h"
+#include "engine/backend/cpu/cpu_policies.h"
+#include "engine/backend/cpu/kv_storage.h"
+#include "kernels/cpu/attention.h"
+
+namespace fathom {
+namespace {
+
+constexpr int32_t kLengths[] = {256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
+constexpr int kRounds = 3;
+
+// Best of kRounds rounds of `steps` calls of `step`, in µs per call.
+template <typename Step>
+double best_us(int steps, Step step) {
+  double best = 1e30;
+  for (int r = 0; r < kRounds; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, us / steps);
+  }
+  return best;
+}
+
+// Uniform in [-1, 1): the values only have to be finite and varied (timings do not depend on them
+// beyond SparQ's and HiP's selections, which any spread of scores exercises).
+struct Lcg {
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  float next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
+  }
+};
+
+}  // namespace
+
+BreakEven measure_break_even(ThreadPool& pool, const KvLayout& model_layout, int32_t n_heads, float scale,
+                             const AttentionPolicy& p) {
+  KvLayout layout = model_layout;
+  layout.n_layers = 1;
+  const int32_t max_keys = kLengths[std::size(kLengths) - 1], bs = layout.block_size, d = layout.head_dim;
+  const int32_t blocks = (max_keys + bs - 1) / bs;
+  CpuKvStorage kv(layout, blocks);
+  std::vector<int32_t> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  Lcg rng;
+  const size_t row = static_cast<size_t>(layout.n_kv_heads) * d;
+  std::vector<float> k(row), v(row), q(static_cast<size_t>(n_heads) * d), out(q.size());
+  for (float& x : q) x = rng.next();
+  int32_t appended = 0;
+
+  BreakEven be;
+  const int steps = std::max(8, p.kind == PolicyKind::kHip ? p.hip_refresh : 1);
+  for (int32_t keys : kLengths) {
+    for (; appended < keys; ++appended) {
+      for (size_t i = 0; i < row; ++i) k[i] = rng.next(), v[i] = rng.next();
+      kv.append(0, table.data(), appended, k.data(), v.data());
+    }
+    const PagedKvView view = kv.view(0, table.data());
+    BreakEvenTimes t{keys, 0, 0};
+    const AttentionArgs dense{q.data(), out.data(), 1, n_heads, keys - 1, 0, scale};
+    t.dense_us = best_us(steps, [&] { cpu::paged_attention(pool, view, dense); });
+    if (selects_every_key(p, keys, d)) {
+      t.sparse_us = t.dense_us;  // the engine runs such a step densely anyway
+    } else {
+      const DecodeArgs sparse{q.data(), out.data(), n_heads, keys - 1, scale};
+      LayerPolicyState state;
+      for (int i = 0; i < steps; ++i) cpu_sparse_decode(pool, view, sparse, p, state);  // HiP's mask, SWA's mass
+      t.sparse_us = best_us(steps, [&] { cpu_sparse_decode(pool, view, sparse, p, state); });
+    }
+    be.times.push_back(t);
+  }
+  // The shortest length from which every measured length is faster sparse.
+  for (size_t i = be.times.size(); i-- > 0;) {
+    if (be.times[i].sparse_us >= be.times[i].dense_us) break;
+    be.min_keys = be.times[i].keys;
+  }
+  return be;
+}
+
+}  // namespace fathom
