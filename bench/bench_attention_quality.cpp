@@ -306,7 +306,7 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
       for (int which = 0; which < 2; ++which) {
         std::vector<float>& mass = which == 0 ? st.swa_mass : st.swadm_mass;
         p.kind = PolicyKind::kSwa;
-        ref::SwaParams sp = resolve_swa(p);
+        ref::SwaParams sp = resolve_swa(p, S_cur);
         const bool seeded = !mass.empty() && !seeding;
         if (!seeded) sp.ratio = 1.0f;
         mass.resize(S_cur, 0.0f);

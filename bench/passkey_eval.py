@@ -39,7 +39,7 @@ MODELS = {
     "smollm2": ("models/smollm2-135m-instruct-q4_1.gguf", "chat", [1024, 2048, 4096, 8192]),
     "gemma3": ("models/gemma-3-270m-q4_k_m.gguf", "completion", [1024, 2048, 4096, 8192, 16384, 32768]),
 }
-POLICIES = ["dense", "sparq", "hip", "swa"]
+POLICIES = ["dense", "sparq", "hip", "swa", "auto"]
 INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
          "I will quiz you about the important information there.\n\n")
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -85,9 +85,9 @@ def make_prompt(base, fmt, length, rng, per_rep_cache):
         n -= max(1, int((tokens - target) / per_rep))
 
 
-def ask(base, fmt, text, policy, ratio):
-    body = {"max_tokens": MAX_TOKENS, "temperature": 0,
-            "fathom": {"attention": policy} | ({} if policy == "dense" else {"kv_read_ratio": ratio})}
+def ask(base, fmt, text, policy, ratio, min_keys):
+    sparse = {} if policy == "dense" else {"kv_read_ratio": ratio} | ({} if min_keys is None else {"min_keys": min_keys})
+    body = {"max_tokens": MAX_TOKENS, "temperature": 0, "fathom": {"attention": policy} | sparse}
     if fmt == "chat":
         body["messages"] = [{"role": "user", "content": text}]
         r = post(base, "/v1/chat/completions", body)
@@ -131,11 +131,11 @@ def render(recs, out, args, status):
              "repeated filler (\"The grass is green. The sky is blue. ...\"), then a question; correct when the first "
              "5-digit number of the greedy reply (temperature 0, up to "
              f"{MAX_TOKENS} tokens) is the key. Sparse policies at kv_read_ratio {args.ratio}; one `fathom serve` "
-             f"per model ({args.threads} thread(s), default f16 KV), the four policies sent back to back per prompt "
+             f"per model ({args.threads} thread(s), default f16 KV), the policies sent back to back per prompt "
              "so the prefix cache prefills it once. Seeds: Python `random.Random(f\"{model}-{format}-{length}-{trial}\")` "
              "picks key and depth. Cells: correct/trials.", "",
-             "| model | prompt | length | prompt tokens | dense | sparq | hip | swa | cached (sparse) | time | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| model | prompt | length | prompt tokens | " + " | ".join(POLICIES) + " | cached (sparse) | time | note |",
+             "|---|---|---|---|" + "---|" * len(POLICIES) + "---|---|---|"]
     keys = sorted(set(cells) | set(meta), key=lambda k: (k[0], k[1], k[2]))
     for k in keys:
         c, m = cells[k], meta[k]
@@ -145,8 +145,8 @@ def render(recs, out, args, status):
         tok = f"{sum(m['tokens']) / len(m['tokens']):.0f}" if m["tokens"] else "–"
         cached = f"{100 * sum(m['cached']) / len(m['cached']):.0f}%" if m["cached"] else "–"
         note = m["skipped"] or ""
-        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {tok} | {cell('dense')} | {cell('sparq')} | {cell('hip')} | "
-                     f"{cell('swa')} | {cached} | {m['seconds'] / 60:.1f} min | {note} |")
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {tok} | " + " | ".join(cell(p) for p in POLICIES) +
+                     f" | {cached} | {m['seconds'] / 60:.1f} min | {note} |")
     lines += ["", "`cached (sparse)`: mean share of the prompt the sparse requests found in the prefix cache. "
               "`time`: wall time of that cell's requests (prefill dominates; the machine is shared)."]
     if getattr(args, "notes", "") and Path(args.notes).exists():
@@ -190,7 +190,7 @@ def run_model(name, args, raw_path, recs):
                         text, pkey, depth, ntok = make_prompt(base, fmt, length, rng, per_rep)
                         for policy in policies:
                             t0 = time.monotonic()
-                            reply, ptoks, cached = ask(base, fmt, text, policy, args.ratio)
+                            reply, ptoks, cached = ask(base, fmt, text, policy, args.ratio, args.min_keys)
                             m = re.search(r"\d{5}", reply)
                             rec = {"model": name, "format": fmt, "length": length, "trial": trial, "policy": policy,
                                    "key": pkey, "depth": round(depth, 4), "prompt_tokens": ptoks,
@@ -228,6 +228,9 @@ def main():
     ap.add_argument("--no-skip", action="store_true", help="run longer lengths even after dense failed")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--ratio", type=float, default=0.125)
+    ap.add_argument("--min-keys", type=int, default=None,
+                    help="sparse requests' min_keys (default: the server's measured break-even, as served; "
+                         "0: the sparse kernel at every length)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--binary", default="build/fathom")
     ap.add_argument("--raw", default="/tmp/passkey_raw.jsonl",

@@ -15,36 +15,48 @@ int32_t min_sparse_keys(ForwardOps& ops, const AttentionPolicy& p) {
 
 // Attention of every sequence of the plan on layer `il` (queries in kQ, keys already appended):
 // bifurcated groups first (global layers only: a sliding window cuts the shared prefix
-// differently per member), then each remaining sequence through its policy or densely.
+// differently per member), then each remaining sequence through its policy (auto resolved) or
+// densely. Bytes are charged to the requested policy; steps to (requested, kernel that ran).
 void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan, int32_t il,
-               KvReadBytes& kv_read) {
+               KvReadBytes& kv_read, AttentionSteps& steps) {
   const LayerConfig& lc = c.layers[il];
+  constexpr int kDense = static_cast<int>(PolicyKind::kDense);
   std::vector<char> grouped(plan.seqs.size(), 0);
   if (!lc.sliding)
     for (const AttentionGroup& g : plan.groups) {
-      kv_read[static_cast<int>(PolicyKind::kDense)] += ops.attend_group(il, g);
-      for (int32_t m : g.members) grouped[m] = 1;
+      kv_read[kDense] += ops.attend_group(il, g);
+      for (int32_t m : g.members) {
+        grouped[m] = 1;
+        const SeqStep& s = plan.seqs[m];
+        if (s.policy != nullptr) ++steps[static_cast<int>(s.policy->kind)][kDense];
+      }
     }
   for (size_t si = 0; si < plan.seqs.size(); ++si) {
     const SeqStep& s = plan.seqs[si];
     if (grouped[si] || s.tokens.empty()) continue;
     const int32_t seq = static_cast<int32_t>(si);
     const bool decode = s.tokens.size() == 1 && s.policy != nullptr;
-    if (decode && layer_uses_policy(*s.policy, il, lc.sliding) && !selects_every_key(*s.policy, s.pos0 + 1, c.head_dim) &&
-        s.pos0 + 1 >= min_sparse_keys(ops, *s.policy)) {
-      kv_read[static_cast<int>(s.policy->kind)] += ops.attend_sparse(il, seq, *s.policy, s.policy_state->layers[il]);
+    if (decode) {
+      const int requested = static_cast<int>(s.policy->kind);
+      const AttentionPolicy p = resolve_auto(*s.policy);
+      if (layer_uses_policy(p, il, lc.sliding) && !selects_every_key(p, s.pos0 + 1, c.head_dim) &&
+          s.pos0 + 1 >= min_sparse_keys(ops, p)) {
+        kv_read[requested] += ops.attend_sparse(il, seq, p, s.policy_state->layers[il]);
+        ++steps[requested][static_cast<int>(p.kind)];
+        continue;
+      }
+      ops.attend_dense(il, seq, lc.window);
+      const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
+      kv_read[requested] += dense_kv_bytes(kv, keys);
+      ++steps[requested][kDense];
       continue;
     }
     ops.attend_dense(il, seq, lc.window);
-    if (decode) {
-      const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
-      kv_read[static_cast<int>(s.policy->kind)] += dense_kv_bytes(kv, keys);
-    }
   }
 }
 
 void attention_block(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan, int64_t T,
-                     int32_t il, KvReadBytes& kv_read) {
+                     int32_t il, KvReadBytes& kv_read, AttentionSteps& steps) {
   ops.rms_norm(Act::kX, Act::kXn, il, LayerVector::kAttnNorm, T, c.dim);
   const MatmulOut qkv[] = {{LayerMatrix::kWq, Act::kQ}, {LayerMatrix::kWk, Act::kK}, {LayerMatrix::kWv, Act::kV}};
   ops.matmul(il, qkv, Act::kXn);
@@ -57,7 +69,7 @@ void attention_block(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, 
   }
   ops.rope(il);
   ops.append_kv(il);
-  attention(c, kv, ops, plan, il, kv_read);
+  attention(c, kv, ops, plan, il, kv_read, steps);
   const MatmulOut out[] = {{LayerMatrix::kWo, Act::kProj}};
   ops.matmul(il, out, Act::kAttn);
   if (c.post_norms) ops.rms_norm(Act::kProj, Act::kProj, il, LayerVector::kPostAttnNorm, T, c.dim);
@@ -78,7 +90,7 @@ void mlp_block(const ModelConfig& c, ForwardOps& ops, int64_t T, int32_t il) {
 }  // namespace
 
 void run_forward(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan,
-                 std::vector<float>& logits, KvReadBytes& kv_read) {
+                 std::vector<float>& logits, KvReadBytes& kv_read, AttentionSteps& steps) {
   failpoints::hit("forward");
   int64_t T = 0;
   for (const SeqStep& s : plan.seqs) {
@@ -95,7 +107,7 @@ void run_forward(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, cons
 
   ops.begin_pass(plan);
   for (int32_t il = 0; il < c.n_layers; ++il) {
-    attention_block(c, kv, ops, plan, T, il, kv_read);
+    attention_block(c, kv, ops, plan, T, il, kv_read, steps);
     mlp_block(c, ops, T, il);
   }
   // Only the rows whose logits are wanted go through the final norm and the output projection.

@@ -17,12 +17,15 @@ namespace fathom {
 
 // KV bytes read by decode attention, per policy of the reading request (indexed by PolicyKind).
 using KvReadBytes = std::array<int64_t, kPolicyKinds>;
+// Decode layer steps by the policy of the request and the kernel that ran ([requested][ran]; ran is
+// dense or a sparse kind): what `auto` chose, and how often a policy fell back to dense.
+using AttentionSteps = std::array<std::array<int64_t, kPolicyKinds>, kPolicyKinds>;
 
 // Runs `plan` through `ops` and writes plan.logits_rows() rows of vocab floats to `logits`.
-// Adds the KV bytes each one-token step's attention read to kv_read (prefill is not counted;
-// bifurcated groups count as dense). Sizes every step's policy_state to the layer count.
-// Failpoint "forward" (one hit per pass).
+// Adds the KV bytes each one-token step's attention read to kv_read and its layer steps to
+// `steps` (prefill is not counted; bifurcated groups count as dense). Sizes every step's
+// policy_state to the layer count. Failpoint "forward" (one hit per pass).
 void run_forward(const ModelConfig& config, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan,
-                 std::vector<float>& logits, KvReadBytes& kv_read);
+                 std::vector<float>& logits, KvReadBytes& kv_read, AttentionSteps& steps);
 
 }  // namespace fathom

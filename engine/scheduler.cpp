@@ -78,6 +78,14 @@ struct Scheduler::Metrics {
                             {{"policy", policy_name(k)}});
   }
 
+  // Decode layer steps by the request's policy and the kernel that ran (dense: below the policy's
+  // break-even, a dense leading or sliding layer, or a bifurcated group; else the sparse kind auto chose).
+  Counter& attention_steps(PolicyKind requested, PolicyKind ran) {
+    return registry.counter("fathom_attention_layer_steps_total",
+                            "Decode attention layer steps, by the request's policy and the kernel that ran",
+                            {{"policy", policy_name(requested)}, {"kernel", policy_name(ran)}});
+  }
+
   Counter& finished(FinishReason reason) {
     return registry.counter("fathom_request_finished_total", "Requests finished, by finish reason",
                             {{"reason", finish_reason_name(reason)}});
@@ -394,6 +402,12 @@ void Scheduler::step() {
   const KvReadBytes kv_read = backend_.take_kv_read_bytes();
   for (int k = 0; k < kPolicyKinds; ++k)
     if (kv_read[k] > 0) metrics_->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));
+  const AttentionSteps steps = backend_.take_attention_steps();
+  for (int k = 0; k < kPolicyKinds; ++k)
+    for (int ran = 0; ran < kPolicyKinds; ++ran)
+      if (steps[k][ran] > 0)
+        metrics_->attention_steps(static_cast<PolicyKind>(k), static_cast<PolicyKind>(ran))
+            .inc(static_cast<double>(steps[k][ran]));
   update_step(plan, planned, chunk_of);
   remove_finished();
   update_gauges();

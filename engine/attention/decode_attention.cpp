@@ -14,7 +14,7 @@ int64_t dense_kv_bytes(const KvLayout& kv, int64_t keys) {
 }
 
 ref::SwaParams swa_step_params(const AttentionPolicy& p, LayerPolicyState& st, int32_t S) {
-  ref::SwaParams params = resolve_swa(p);
+  ref::SwaParams params = resolve_swa(p, S);
   if (st.swa_mass.empty()) params.ratio = 1.0f;
   st.swa_mass.resize(S, 0.0f);
   return params;
@@ -67,7 +67,8 @@ bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d) {
       const ref::HipParams h = resolve_hip(p, S);
       return h.mask_k >= S - h.sink - h.window;
     }
-    case PolicyKind::kSwa: return resolve_swa(p).ratio >= 1.0f;
+    case PolicyKind::kSwa: return resolve_swa(p, S).ratio >= 1.0f;
+    case PolicyKind::kAuto: return selects_every_key(resolve_auto(p), S, d);
     case PolicyKind::kDense: return true;
   }
   return true;

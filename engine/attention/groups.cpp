@@ -43,8 +43,10 @@ std::vector<AttentionGroup> find_attention_groups(const BatchPlan& plan, int32_t
   std::map<int32_t, std::vector<int32_t>> by_first;
   for (int32_t i = 0; i < static_cast<int32_t>(plan.seqs.size()); ++i) {
     const SeqStep& s = plan.seqs[i];
-    const bool dense = s.policy == nullptr || s.policy->kind == PolicyKind::kDense;
-    if (s.tokens.size() == 1 && dense && s.pos0 >= block_size) by_first[(*s.blocks)[0]].push_back(i);
+    // auto joins groups too: a group's output is exactly dense's and each of its n samples reads
+    // 1/n of the shared prompt (SWA's 1/8 is fewer bytes only while n < 8).
+    const bool groupable = s.policy == nullptr || s.policy->kind == PolicyKind::kDense || s.policy->kind == PolicyKind::kAuto;
+    if (s.tokens.size() == 1 && groupable && s.pos0 >= block_size) by_first[(*s.blocks)[0]].push_back(i);
   }
   const Finder f{plan, block_size, rule};
   std::vector<AttentionGroup> groups;

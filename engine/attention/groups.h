@@ -1,5 +1,5 @@
 #pragma once
-// Finds the attention groups of a batch (engine/batch_plan.h): one-token dense decode steps
+// Finds the attention groups of a batch (engine/batch_plan.h): one-token dense (or auto) decode steps
 // that share leading physical KV blocks, nested by how far they share.
 #include <cstdint>
 #include <vector>

@@ -13,6 +13,7 @@ const char* policy_name(PolicyKind k) {
     case PolicyKind::kSparq: return "sparq";
     case PolicyKind::kHip: return "hip";
     case PolicyKind::kSwa: return "swa";
+    case PolicyKind::kAuto: return "auto";
   }
   return "?";
 }
@@ -20,7 +21,7 @@ const char* policy_name(PolicyKind k) {
 PolicyKind parse_policy_name(const std::string& name) {
   for (int i = 0; i < kPolicyKinds; ++i)
     if (name == policy_name(static_cast<PolicyKind>(i))) return static_cast<PolicyKind>(i);
-  throw Error("unknown attention policy '" + name + "' (available: dense, sparq, hip, swa)");
+  throw Error("unknown attention policy '" + name + "' (available: dense, sparq, hip, swa, auto)");
 }
 
 void AttentionPolicy::validate() const {
@@ -69,10 +70,22 @@ ref::HipParams resolve_hip(const AttentionPolicy& p, int32_t S) {
   return h;
 }
 
-ref::SwaParams resolve_swa(const AttentionPolicy& p) {
+ref::SwaParams resolve_swa(const AttentionPolicy& p, int32_t S) {
   ref::SwaParams s;
-  s.ratio = static_cast<float>(p.swa_ratio > 0 ? p.swa_ratio : p.kv_read_ratio);
+  if (p.swa_ratio > 0) {
+    s.ratio = static_cast<float>(p.swa_ratio);
+  } else {
+    const double floor = std::min(1.0, static_cast<double>(kSwaMinKept) / std::max(S, 1));
+    s.ratio = static_cast<float>(std::max(p.kv_read_ratio, floor));
+  }
   return s;
+}
+
+AttentionPolicy resolve_auto(const AttentionPolicy& p) {
+  if (p.kind != PolicyKind::kAuto) return p;
+  AttentionPolicy chosen = p;
+  chosen.kind = PolicyKind::kSwa;
+  return chosen;
 }
 
 AttentionPolicy break_even_probe(const AttentionPolicy& p) {

@@ -15,9 +15,10 @@
 
 namespace fathom {
 
-enum class PolicyKind { kDense, kSparq, kHip, kSwa };
-inline constexpr int kPolicyKinds = 4;
-const char* policy_name(PolicyKind k);                 // "dense", "sparq", "hip", "swa"
+// kAuto is not a kernel: each step it resolves to one (resolve_auto).
+enum class PolicyKind { kDense, kSparq, kHip, kSwa, kAuto };
+inline constexpr int kPolicyKinds = 5;
+const char* policy_name(PolicyKind k);                 // "dense", "sparq", "hip", "swa", "auto"
 PolicyKind parse_policy_name(const std::string& name);  // throws fathom::Error naming the choices
 
 struct AttentionPolicy {
@@ -53,7 +54,19 @@ ref::SparqParams resolve_sparq(const AttentionPolicy& p, int32_t S, int32_t d);
 // and mask_k = the rest (a multiple of block_size_k, at least one block); with B ≥ S the mask
 // covers everything (dense).
 ref::HipParams resolve_hip(const AttentionPolicy& p, int32_t S);
-ref::SwaParams resolve_swa(const AttentionPolicy& p);
+// SWA at S keys: the caching ratio swa_ratio as given, else kv_read_ratio but keeping at least
+// kSwaMinKept keys (1 at S <= kSwaMinKept: dense). Below that the local half of the kept set is
+// too short to hold the question and a needle's digits at once (SmolLM2 at 1k keys, 1/8: 16/20
+// pass keys against 20/20 at 1/4; bench/results/sparse_quality_findings.md), and the bytes saved
+// are a few KiB per layer anyway.
+inline constexpr int32_t kSwaMinKept = 256;
+ref::SwaParams resolve_swa(const AttentionPolicy& p, int32_t S);
+
+// What `auto` runs: SWA with p's ratio and SWA parameters, dense below SWA's measured break-even
+// (or p.min_keys). SWA is the policy that kept dense's passkey answers on both default models
+// at 1/8 and is also the fastest at every length measured (bench/results/sparse_quality_findings.md,
+// bench/results/break_even.md); the rule lives here so that a better-measured choice changes one place.
+AttentionPolicy resolve_auto(const AttentionPolicy& p);
 
 // The policy a backend measures the break-even of on behalf of `p`: the same kind at the
 // effective ratio rounded up to a power of two (1/2, 1/4, ... 1/64; a larger ratio reads more,

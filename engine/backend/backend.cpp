@@ -17,11 +17,12 @@ Backend::Backend(const Model& model, const KvLayout& layout, int32_t num_blocks)
 
 Backend::~Backend() = default;
 
-void Backend::check_policy(const AttentionPolicy& policy) const {
+void Backend::check_policy(const AttentionPolicy& requested) const {
+  const AttentionPolicy policy = resolve_auto(requested);
   if (implements(policy.kind)) return;
   std::string available;
   for (int k = 0; k < kPolicyKinds; ++k)
-    if (implements(static_cast<PolicyKind>(k))) {
+    if (implements(resolve_auto(AttentionPolicy{static_cast<PolicyKind>(k)}).kind)) {
       if (!available.empty()) available += ", ";
       available += policy_name(static_cast<PolicyKind>(k));
     }
@@ -76,7 +77,13 @@ HotRowCounts Backend::take_hot_row_counts() {
 }
 
 void Backend::forward(const BatchPlan& plan, std::vector<float>& logits) {
-  run_forward(model_.config(), kv_layout_, *this, plan, logits, kv_read_);
+  run_forward(model_.config(), kv_layout_, *this, plan, logits, kv_read_, attention_steps_);
+}
+
+AttentionSteps Backend::take_attention_steps() {
+  const AttentionSteps out = attention_steps_;
+  attention_steps_ = {};
+  return out;
 }
 
 KvReadBytes Backend::take_kv_read_bytes() {

@@ -104,6 +104,8 @@ class Backend : protected ForwardOps {
   // KV bytes read by decode attention since the last call, per policy of the reading request
   // (indexed by PolicyKind), then reset.
   KvReadBytes take_kv_read_bytes();
+  // Decode layer steps since the last call by requested policy and kernel that ran, then reset.
+  AttentionSteps take_attention_steps();
 
   const Model& model() const { return model_; }
 
@@ -132,6 +134,7 @@ class Backend : protected ForwardOps {
   KvLayout kv_layout_;
   int32_t kv_blocks_;
   KvReadBytes kv_read_{};
+  AttentionSteps attention_steps_{};
 };
 
 // Blocks a KV budget holds: `bytes` (0: room for the model's whole context plus 64 blocks) over

@@ -94,6 +94,26 @@ def test_bad_min_keys_is_400(server, value):
     assert r.json()["error"]["param"].endswith("min_keys")
 
 
+def layer_steps(server, policy):
+    text = requests.get(f"{server.base_url}/metrics", timeout=30).text
+    prefix, suffix = 'fathom_attention_layer_steps_total{kernel="', f'",policy="{policy}"}}'
+    return {line[len(prefix):line.index(suffix)]: float(line.split()[-1])
+            for line in text.splitlines() if line.startswith(prefix) and suffix in line}
+
+
+def test_auto_counts_what_it_chose(server):
+    before = layer_steps(server, "auto")
+    out = complete(server, LONG_PROMPT, 8, {"attention": "auto", "ignore_eos": True})
+    after = layer_steps(server, "auto")
+    chose = {k: after[k] - before.get(k, 0) for k in after}
+    # Every decode layer step ran either SWA (above its measured break-even) or dense.
+    assert set(k for k, v in chose.items() if v > 0) <= {"swa", "dense"}, chose
+    assert sum(chose.values()) == LAYERS * (out["usage"]["completion_tokens"] - 1)
+    forced = complete(server, LONG_PROMPT, 8, {"attention": "auto", "min_keys": 0, "ignore_eos": True})
+    assert forced["choices"][0]["text"] == complete(
+        server, LONG_PROMPT, 8, {"attention": "swa", "min_keys": 0, "ignore_eos": True})["choices"][0]["text"]
+
+
 def test_measured_min_keys_is_accepted(server):
     out = complete(server, LONG_PROMPT, 4, {"attention": "sparq", "min_keys": "measured"})
     assert out["choices"][0]["text"] is not None

@@ -15,7 +15,7 @@ struct Plan {
   std::vector<std::vector<int32_t>> tables;
   std::vector<int32_t> token{1};
   BatchPlan plan;
-  AttentionPolicy sparq{PolicyKind::kSparq};
+  AttentionPolicy sparq{PolicyKind::kSparq}, automatic{PolicyKind::kAuto};
   // One decode step per table at position `pos` (its block is the last table entry).
   void add(std::vector<int32_t> table, int32_t pos) { tables.push_back(std::move(table)), positions.push_back(pos); }
   std::vector<int32_t> positions;
@@ -95,6 +95,16 @@ TEST(AttentionGroups, RuleAndPoliciesExcludeSequences) {
   const auto groups = find_attention_groups(plan, kBs, GroupRule{2, 8});
   ASSERT_EQ(groups.size(), 1u);
   EXPECT_EQ(groups[0].members, (std::vector<int32_t>{1, 2}));
+}
+
+TEST(AttentionGroups, AutoStepsAreGrouped) {
+  Plan p;
+  for (int i = 0; i < 3; ++i) p.add({7, 8, 9, 20 + i}, 13);
+  BatchPlan& plan = p.build();
+  for (SeqStep& s : plan.seqs) s.policy = &p.automatic;
+  const auto groups = find_attention_groups(plan, kBs, GroupRule{2, 8});
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].members, (std::vector<int32_t>{0, 1, 2}));
 }
 
 }  // namespace

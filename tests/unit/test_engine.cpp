@@ -275,8 +275,9 @@ TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
 }
 
 // A decode step shorter than the policy's min_keys runs the dense kernel: the same logits as
-// dense, bitwise, and dense's bytes; at min_keys 0 the same step is sparse (fewer bytes).
-TEST(Engine, ASparseStepBelowItsMinKeysIsDense) {
+// dense, bitwise, and dense's bytes; at min_keys 0 the same step is sparse (fewer bytes). auto
+// is SWA or dense by the same rule.
+TEST(Engine, ASparseStepBelowItsMinKeysIsDenseAndAutoChoosesByIt) {
   auto l = load();
   const std::vector<int32_t> prompt = l->tokenizer().encode(long_prompt());
   const int32_t P = static_cast<int32_t>(prompt.size());
@@ -306,6 +307,28 @@ TEST(Engine, ASparseStepBelowItsMinKeysIsDense) {
   EXPECT_EQ(below_logits, dense_logits);
   EXPECT_LT(decode(sparse, sparse_logits), dense_bytes / 2);
   EXPECT_NE(sparse_logits, dense_logits);
+  l.backend->take_attention_steps();
+
+  // auto is SWA above its break-even and dense below, charged to "auto", its choice counted.
+  AttentionPolicy swa, auto_above, auto_below;
+  swa.kind = PolicyKind::kSwa;
+  auto_above.kind = auto_below.kind = PolicyKind::kAuto;
+  swa.min_keys = auto_above.min_keys = 0;
+  auto_below.min_keys = P + 2;
+  std::vector<float> swa_logits, above_logits, auto_dense_logits;
+  const int64_t swa_bytes = decode(swa, swa_logits);
+  l.backend->take_attention_steps();
+  EXPECT_EQ(decode(auto_above, above_logits), swa_bytes);
+  EXPECT_EQ(above_logits, swa_logits);
+  const int32_t layers = l->config().n_layers;
+  constexpr int kAuto = static_cast<int>(PolicyKind::kAuto), kSwa = static_cast<int>(PolicyKind::kSwa);
+  AttentionSteps steps = l.backend->take_attention_steps();
+  EXPECT_EQ(steps[kAuto][kSwa], layers);
+  EXPECT_EQ(decode(auto_below, auto_dense_logits), dense_bytes);
+  EXPECT_EQ(auto_dense_logits, dense_logits);
+  steps = l.backend->take_attention_steps();
+  EXPECT_EQ(steps[kAuto][static_cast<int>(PolicyKind::kDense)], layers);
+  EXPECT_EQ(steps[kAuto][kSwa], 0);
 }
 
 // The measured break-even is the shortest measured length from which the policy's own timings

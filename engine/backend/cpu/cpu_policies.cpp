@@ -41,6 +41,7 @@ bool cpu_implements(PolicyKind kind) {
     case PolicyKind::kSparq:
     case PolicyKind::kHip:
     case PolicyKind::kSwa: return true;
+    case PolicyKind::kAuto: return false;  // resolved before it reaches a backend
   }
   return false;
 }
@@ -51,9 +52,10 @@ int64_t cpu_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeA
     case PolicyKind::kSparq: return cpu::sparq_decode(pool, kv, args, resolve_sparq(p, args.pos + 1, kv.head_dim)).kv_bytes;
     case PolicyKind::kHip: return hip_step(pool, kv, args, p, state);
     case PolicyKind::kSwa: return swa_step(pool, kv, args, p, state);
-    case PolicyKind::kDense: break;
+    case PolicyKind::kDense:
+    case PolicyKind::kAuto: break;
   }
-  FATHOM_CHECK(false, "dense is not a sparse policy");
+  FATHOM_CHECK(false, "dense and auto are not sparse kernels");
   return 0;
 }
 

@@ -73,7 +73,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override { cuda::gemm_destroy(gemm_); }
 
   std::string name() const override { return "cuda"; }
-  bool implements(PolicyKind) const override { return true; }  // dense, sparq, hip, swa
+  bool implements(PolicyKind kind) const override { return kind != PolicyKind::kAuto; }  // auto: resolved before
   bool implements_groups() const override { return true; }
   size_t block_bytes() const override { return kv_layout().block_bytes(); }
 
@@ -368,9 +368,10 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
     case PolicyKind::kSparq: return sparq_step(view, decode_args(seq), policy, scratch_, stream_);
     case PolicyKind::kHip: return hip_step(view, decode_args(seq), policy, state, scratch_, stream_);
     case PolicyKind::kSwa: return swa_step(view, decode_args(seq), policy, state, scratch_, stream_);
-    case PolicyKind::kDense: break;
+    case PolicyKind::kDense:
+    case PolicyKind::kAuto: break;
   }
-  FATHOM_CHECK(false, "dense is not a sparse policy");
+  FATHOM_CHECK(false, "dense and auto are not sparse kernels");
   return 0;
 }
 
