@@ -16,6 +16,7 @@
 // GEMM inputs to f16, so logits differ by NMSE ~1e-6 (test_cuda_forward) — far below the margins
 // of greedy picks on these prompts, checked by printing each step's smallest top-2 margin.
 #include "tests/kernel/cuda_backend_sources.h"
+#include "tests/kernel/shared_prefill.h"
 
 #include <gtest/gtest.h>
 
@@ -75,17 +76,8 @@ void compare_policies(const std::string& file, int steps) {
   const int32_t P = static_cast<int32_t>(prompt.size()), full = P / bs;
 
   // Prefill on the CPU; the prompt's blocks are then copied into the CUDA storage.
-  std::vector<int32_t> prompt_table;
-  for (int32_t b = 0; b <= full; ++b) prompt_table.push_back(blocks.allocate());
-  BatchPlan prefill;
-  prefill.seqs.push_back(SeqStep{prompt, 0, &prompt_table, LogitsWanted::kLast});
   std::vector<float> logits;
-  cpu.forward(prefill, logits);
-  std::vector<std::byte> image(cpu.block_bytes());
-  for (int32_t b : prompt_table) {
-    cpu.read_block(b, image.data());
-    cuda->write_block(b, image.data());
-  }
+  const std::vector<int32_t> prompt_table = testing::prefill_and_copy(cpu, *cuda, blocks, prompt, logits);
   const std::vector<int32_t> first = ranked(logits.data(), vocab, kSeqs);
 
   // Sequences: the full prompt blocks shared, the partial one copied, room for `steps` more.
