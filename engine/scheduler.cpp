@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <future>
 #include <limits>
 #include <numeric>
@@ -402,6 +403,7 @@ void Scheduler::step() {
   const KvReadBytes kv_read = backend_.take_kv_read_bytes();
   for (int k = 0; k < kPolicyKinds; ++k)
     if (kv_read[k] > 0) metrics_->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));
+  export_break_evens();
   const AttentionSteps steps = backend_.take_attention_steps();
   for (int k = 0; k < kPolicyKinds; ++k)
     for (int ran = 0; ran < kPolicyKinds; ++ran)
@@ -774,6 +776,22 @@ int32_t Scheduler::running_requests() const {
 }
 
 int32_t Scheduler::waiting_requests() const { return static_cast<int32_t>(requests_.size()) - running_requests(); }
+
+void Scheduler::export_break_evens() {
+  const std::vector<MeasuredBreakEven> measured = backend_.measured_break_evens();
+  if (measured.size() == break_evens_exported_) return;  // measured once each, on first use
+  break_evens_exported_ = measured.size();
+  for (const MeasuredBreakEven& m : measured) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%g", m.ratio);
+    metrics_->registry
+        .gauge("fathom_attention_break_even_keys",
+               "Decode length (keys) from which a sparse policy is measured faster than dense; shorter steps run "
+               "densely (+Inf: never faster)",
+               {{"policy", policy_name(m.kind)}, {"kv_read_ratio", ratio}})
+        .set(m.min_keys == INT32_MAX ? std::numeric_limits<double>::infinity() : m.min_keys);
+  }
+}
 
 void Scheduler::update_gauges() {
   const BlockAllocator& pool = allocator_;

@@ -94,12 +94,15 @@ class Scheduler {
   void remove_finished();
   void reap_cancelled();
   void update_gauges();
+  // fathom_attention_break_even_keys for every break-even the backend has measured.
+  void export_break_evens();
 
   const Model& model_;
   Backend& backend_;
   SchedulerConfig config_;
   BlockAllocator allocator_;
   std::unique_ptr<Metrics> metrics_;
+  size_t break_evens_exported_ = 0;
   PrefixIndex prefix_;
   std::vector<std::vector<int32_t>> physical_;  // this step's physical block tables, by plan index
   std::vector<int64_t> written_step_;            // per block id: the last step that wrote it (steps_: this one)

@@ -38,6 +38,14 @@ struct HotRowCounts {
   std::array<int64_t, kPolicyKinds> hits{}, misses{}, fallbacks{};
 };
 
+// A sparse policy's measured break-even (ForwardOps::sparse_break_even): decode steps with fewer
+// keys run densely; INT32_MAX when the policy was not faster than dense at any measured length.
+struct MeasuredBreakEven {
+  PolicyKind kind;
+  double ratio;  // the probe's kv_read_ratio (a power of two)
+  int32_t min_keys;
+};
+
 class Backend : protected ForwardOps {
  public:
   ~Backend() override;
@@ -106,6 +114,8 @@ class Backend : protected ForwardOps {
   KvReadBytes take_kv_read_bytes();
   // Decode layer steps since the last call by requested policy and kernel that ran, then reset.
   AttentionSteps take_attention_steps();
+  // The break-evens measured so far (none on a backend that does not measure), for /metrics.
+  virtual std::vector<MeasuredBreakEven> measured_break_evens() const { return {}; }
 
   const Model& model() const { return model_; }
 

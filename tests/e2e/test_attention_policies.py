@@ -109,6 +109,12 @@ def test_auto_counts_what_it_chose(server):
     # Every decode layer step ran either SWA (above its measured break-even) or dense.
     assert set(k for k, v in chose.items() if v > 0) <= {"swa", "dense"}, chose
     assert sum(chose.values()) == LAYERS * (out["usage"]["completion_tokens"] - 1)
+    # auto resolves to SWA, whose break-even was measured on this first use and is exported.
+    break_even = metric(server, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.125", "policy": "swa"})
+    assert break_even == float("inf") or break_even in [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+    # Below the break-even every step is dense; above it, SWA.
+    want = "dense" if break_even > out["usage"]["prompt_tokens"] + 8 else "swa"
+    assert chose.get(want, 0) == sum(chose.values()), (chose, break_even)
     forced = complete(server, LONG_PROMPT, 8, {"attention": "auto", "min_keys": 0, "ignore_eos": True})
     assert forced["choices"][0]["text"] == complete(
         server, LONG_PROMPT, 8, {"attention": "swa", "min_keys": 0, "ignore_eos": True})["choices"][0]["text"]

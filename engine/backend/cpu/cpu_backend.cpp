@@ -283,6 +283,12 @@ int32_t CpuBackend::sparse_break_even(const AttentionPolicy& policy) {
   return it->second.min_keys;
 }
 
+std::vector<MeasuredBreakEven> CpuBackend::measured_break_evens() const {
+  std::vector<MeasuredBreakEven> out;
+  for (const auto& [key, be] : break_even_) out.push_back({static_cast<PolicyKind>(key.first), key.second, be.min_keys});
+  return out;
+}
+
 int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
   if (reads_host(seq, 0)) {
     const int k = static_cast<int>(policy.kind);

@@ -37,6 +37,8 @@ class CpuBackend final : public Backend {
   // table does not need of its budget.
   int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks) override;
 
+  std::vector<MeasuredBreakEven> measured_break_evens() const override;
+
   // Direct access for tests and bench/ tools (the engine goes through Backend only).
   CpuKvStorage& kv_storage() { return *kv_; }
   ThreadPool& threads() { return *threads_; }
