@@ -85,8 +85,9 @@ def make_prompt(base, fmt, length, rng, per_rep_cache):
         n -= max(1, int((tokens - target) / per_rep))
 
 
-def ask(base, fmt, text, policy, ratio, min_keys):
-    sparse = {} if policy == "dense" else {"kv_read_ratio": ratio} | ({} if min_keys is None else {"min_keys": min_keys})
+def ask(base, fmt, text, policy, ratio, min_keys, extra):
+    sparse = {} if policy == "dense" else ({"kv_read_ratio": ratio} | ({} if min_keys is None else {"min_keys": min_keys})
+                                           | json.loads(extra))
     body = {"max_tokens": MAX_TOKENS, "temperature": 0, "fathom": {"attention": policy} | sparse}
     if fmt == "chat":
         body["messages"] = [{"role": "user", "content": text}]
@@ -190,7 +191,7 @@ def run_model(name, args, raw_path, recs):
                         text, pkey, depth, ntok = make_prompt(base, fmt, length, rng, per_rep)
                         for policy in policies:
                             t0 = time.monotonic()
-                            reply, ptoks, cached = ask(base, fmt, text, policy, args.ratio, args.min_keys)
+                            reply, ptoks, cached = ask(base, fmt, text, policy, args.ratio, args.min_keys, args.fathom)
                             m = re.search(r"\d{5}", reply)
                             rec = {"model": name, "format": fmt, "length": length, "trial": trial, "policy": policy,
                                    "key": pkey, "depth": round(depth, 4), "prompt_tokens": ptoks,
@@ -231,6 +232,7 @@ def main():
     ap.add_argument("--min-keys", type=int, default=None,
                     help="sparse requests' min_keys (default: the server's measured break-even, as served; "
                          "0: the sparse kernel at every length)")
+    ap.add_argument("--fathom", default="{}", help='more "fathom" options for sparse requests, e.g. \'{"hip": {"refresh": 2}}\'')
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--binary", default="build/fathom")
     ap.add_argument("--raw", default="/tmp/passkey_raw.jsonl",
