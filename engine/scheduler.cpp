@@ -149,6 +149,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
     metrics_->hot_rows(k, "hit");
     metrics_->hot_rows(k, "miss");
   }
+  export_break_evens();  // those measured at start-up (Backend::prepare_break_even)
   update_gauges();
 }
 

@@ -188,6 +188,9 @@ int run_serve(int argc, char** argv) {
   std::unique_ptr<Model> model = Model::load(config.model, config.model_options.chat_template);
   std::unique_ptr<Backend> backend = make_backend(*model, config.model_options);
   backend->check_policy(config.attention);  // the default policy must run on this backend
+  if (const int32_t keys = backend->prepare_break_even(config.attention); keys >= 0)
+    spdlog::info("attention: {} decodes sparse from {} keys (measured break-even; shorter steps run densely)",
+                 config.attention.name(), keys == INT32_MAX ? std::string("no length") : std::to_string(keys));
   spdlog::info("loaded {} ({}, {} layers, context {}, {} chat template) on the {} backend in {:.2f} s", config.model_name,
                model->config().arch_name, model->config().n_layers, model->config().context_length,
                [&]() -> std::string {

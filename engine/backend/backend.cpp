@@ -80,6 +80,12 @@ void Backend::forward(const BatchPlan& plan, std::vector<float>& logits) {
   run_forward(model_.config(), kv_layout_, *this, plan, logits, kv_read_, attention_steps_);
 }
 
+int32_t Backend::prepare_break_even(const AttentionPolicy& requested) {
+  const AttentionPolicy p = resolve_auto(requested);
+  if (p.kind == PolicyKind::kDense || p.min_keys != AttentionPolicy::kMeasuredBreakEven) return -1;
+  return sparse_break_even(p);
+}
+
 AttentionSteps Backend::take_attention_steps() {
   const AttentionSteps out = attention_steps_;
   attention_steps_ = {};

@@ -114,6 +114,10 @@ class Backend : protected ForwardOps {
   KvReadBytes take_kv_read_bytes();
   // Decode layer steps since the last call by requested policy and kernel that ran, then reset.
   AttentionSteps take_attention_steps();
+  // Measures now what `policy` (auto resolved) would measure on its first sparse step: the keys
+  // it runs densely below (0 where the backend does not measure). -1 for dense or an explicit
+  // min_keys. The server calls it at start-up for its default policy, so no request waits for it.
+  int32_t prepare_break_even(const AttentionPolicy& policy);
   // The break-evens measured so far (none on a backend that does not measure), for /metrics.
   virtual std::vector<MeasuredBreakEven> measured_break_evens() const { return {}; }
 

@@ -120,6 +120,16 @@ def test_auto_counts_what_it_chose(server):
         server, LONG_PROMPT, 8, {"attention": "swa", "min_keys": 0, "ignore_eos": True})["choices"][0]["text"]
 
 
+def test_the_default_policy_is_measured_at_start_up(fathom_bin, smollm2_path):
+    # A server whose default is auto measures SWA's break-even before serving: it is on /metrics
+    # before any request, and no request's first step pays for the measurement.
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--attention", "auto"]) as s:
+        break_even = metric(s, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.125", "policy": "swa"})
+        assert break_even == float("inf") or 256 <= break_even <= 32768
+        assert "auto decodes sparse from" in s.stderr, s.stderr
+    assert s.returncode == 0, s.stderr
+
+
 def test_measured_min_keys_is_accepted(server):
     out = complete(server, LONG_PROMPT, 4, {"attention": "sparq", "min_keys": "measured"})
     assert out["choices"][0]["text"] is not None
