@@ -144,7 +144,10 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
   }
   for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
     metrics_->finished(r);  // export every reason from the start, at 0
-  for (int k = 0; k < kPolicyKinds; ++k) metrics_->kv_read(static_cast<PolicyKind>(k));
+  for (int k = 0; k < kPolicyKinds; ++k) {
+    metrics_->kv_read(static_cast<PolicyKind>(k));
+    metrics_->attention_steps(static_cast<PolicyKind>(k), PolicyKind::kDense);  // the family, at 0
+  }
   for (PolicyKind k : {PolicyKind::kHip, PolicyKind::kSwa}) {
     metrics_->hot_rows(k, "hit");
     metrics_->hot_rows(k, "miss");
