@@ -782,10 +782,9 @@ int32_t Scheduler::running_requests() const {
 int32_t Scheduler::waiting_requests() const { return static_cast<int32_t>(requests_.size()) - running_requests(); }
 
 void Scheduler::export_break_evens() {
-  const std::vector<MeasuredBreakEven> measured = backend_.measured_break_evens();
-  if (measured.size() == break_evens_exported_) return;  // measured once each, on first use
-  break_evens_exported_ = measured.size();
-  for (const MeasuredBreakEven& m : measured) {
+  const std::vector<MeasuredBreakEven>& measured = backend_.measured_break_evens();
+  for (; break_evens_exported_ < measured.size(); ++break_evens_exported_) {  // measured once each, on first use
+    const MeasuredBreakEven& m = measured[break_evens_exported_];
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%g", m.ratio);
     metrics_->registry

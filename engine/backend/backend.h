@@ -118,8 +118,9 @@ class Backend : protected ForwardOps {
   // it runs densely below (0 where the backend does not measure). -1 for dense or an explicit
   // min_keys. The server calls it at start-up for its default policy, so no request waits for it.
   int32_t prepare_break_even(const AttentionPolicy& policy);
-  // The break-evens measured so far (none on a backend that does not measure), for /metrics.
-  virtual std::vector<MeasuredBreakEven> measured_break_evens() const { return {}; }
+  // The break-evens measured so far, in the order measured (none on a backend that does not
+  // measure), for /metrics: a caller that saw n of them need only look at those past n.
+  const std::vector<MeasuredBreakEven>& measured_break_evens() const { return break_evens_; }
 
   const Model& model() const { return model_; }
 
@@ -135,6 +136,8 @@ class Backend : protected ForwardOps {
   virtual void exchange_slots_impl(int32_t, int32_t) { FATHOM_CHECK(false, "no host tier"); }
   TierBytes tier_bytes_{};  // backends add attention's staging here
   HotRowCounts hot_counts_{};
+  // Appended by a backend that measures (its sparse_break_even), one per probe.
+  std::vector<MeasuredBreakEven> break_evens_;
   // A backend that carves its own device areas (a row cache) out of the budget shrinks the
   // blocks it offers the page table; only inside reserve_host_tier().
   void set_kv_blocks(int32_t blocks) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "engine/backend/cpu/break_even.h"
 #include "engine/backend/cpu/cpu_policies.h"
 #include "engine/backend/cpu/staged_chunks.h"
 #include "engine/model.h"
@@ -274,19 +275,12 @@ int64_t CpuBackend::attend_dense_decode(int32_t layer, int32_t seq) {
 
 int32_t CpuBackend::sparse_break_even(const AttentionPolicy& policy) {
   const AttentionPolicy probe = break_even_probe(policy);
-  const std::pair<int, double> key{static_cast<int>(probe.kind), probe.kv_read_ratio};
-  auto it = break_even_.find(key);
-  if (it == break_even_.end()) {
-    const ModelConfig& c = model_.config();
-    it = break_even_.emplace(key, measure_break_even(*threads_, kv_layout(), c.n_heads, c.attn_scale, probe)).first;
-  }
-  return it->second.min_keys;
-}
-
-std::vector<MeasuredBreakEven> CpuBackend::measured_break_evens() const {
-  std::vector<MeasuredBreakEven> out;
-  for (const auto& [key, be] : break_even_) out.push_back({static_cast<PolicyKind>(key.first), key.second, be.min_keys});
-  return out;
+  for (const MeasuredBreakEven& m : break_evens_)  // a few entries: kinds × power-of-two ratios
+    if (m.kind == probe.kind && m.ratio == probe.kv_read_ratio) return m.min_keys;
+  const ModelConfig& c = model_.config();
+  const BreakEven be = measure_break_even(*threads_, kv_layout(), c.n_heads, c.attn_scale, probe);
+  break_evens_.push_back({probe.kind, probe.kv_read_ratio, be.min_keys});
+  return be.min_keys;
 }
 
 int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {

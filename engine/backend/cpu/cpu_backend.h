@@ -5,12 +5,10 @@
 // bifurcated groups.
 #include <array>
 #include <functional>
-#include <map>
 #include <memory>
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/backend/cpu/break_even.h"
 #include "engine/backend/cpu/hot_rows.h"
 #include "engine/backend/cpu/kv_storage.h"
 #include "engine/model/weights.h"
@@ -36,8 +34,6 @@ class CpuBackend final : public Backend {
   // and gives the hot row cache (sparse decode over host rows) hot_rows_percent of what the page
   // table does not need of its budget.
   int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks) override;
-
-  std::vector<MeasuredBreakEven> measured_break_evens() const override;
 
   // Direct access for tests and bench/ tools (the engine goes through Backend only).
   CpuKvStorage& kv_storage() { return *kv_; }
@@ -65,7 +61,8 @@ class CpuBackend final : public Backend {
   void attend_dense(int32_t layer, int32_t seq, int32_t window) override;
   int64_t attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) override;
   int64_t attend_group(int32_t layer, const AttentionGroup& group) override;
-  // Measured once per break_even_probe(policy) (engine/backend/cpu/break_even.h), on first use.
+  // Measured once per break_even_probe(policy) (engine/backend/cpu/break_even.h), on first use,
+  // and kept in break_evens_.
   int32_t sparse_break_even(const AttentionPolicy& policy) override;
   void glu(Activation act) override;
   void add(Act x, Act y) override;
@@ -93,7 +90,6 @@ class CpuBackend final : public Backend {
   int32_t staging_slots_ = 0;              // device slots [kv_blocks(), + staging_slots_)
   std::vector<std::byte> exchange_buffer_;  // one block's bytes in flight during exchange_slots
   AttentionObserver observer_;
-  std::map<std::pair<int, double>, BreakEven> break_even_;  // by (policy kind, probe ratio)
 
   // The current pass: T tokens, plan.seqs[i] owns rows [first_[i], first_[i] + n).
   const BatchPlan* plan_ = nullptr;
