@@ -76,7 +76,13 @@ bool apply_attention_option(const std::string& name_key, const std::string& key,
       else if (k == "window") p.hip_window = integer(v, param, 0, fail);
       else if (k == "refresh") p.hip_refresh = integer(v, param, 1, fail);
       else if (k == "dense_layers") p.hip_dense_layers = integer(v, param, 0, fail);
-      else fail_and_throw(fail, param, "unknown hip option (mask_k, block_size_k, sink, window, refresh, dense_layers)");
+      else if (k == "per_kv_head") {
+        if (!v.is_boolean()) fail_and_throw(fail, param, "must be true or false");
+        p.hip_per_kv_head = v.get<bool>();
+      } else {
+        fail_and_throw(fail, param,
+                       "unknown hip option (mask_k, block_size_k, sink, window, refresh, dense_layers, per_kv_head)");
+      }
     });
   } else if (key == "swa") {
     members(value, key, fail, [&](const std::string& k, const json& v, const std::string& param) {

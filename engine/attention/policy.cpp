@@ -56,6 +56,7 @@ ref::SparqParams resolve_sparq(const AttentionPolicy& p, int32_t S, int32_t d) {
 ref::HipParams resolve_hip(const AttentionPolicy& p, int32_t S) {
   ref::HipParams h;
   h.block_size_k = p.hip_block_size_k;
+  h.per_kv_head = p.hip_per_kv_head;
   const int64_t budget = static_cast<int64_t>(std::ceil(p.kv_read_ratio * S));
   h.sink = p.hip_sink >= 0 ? p.hip_sink : static_cast<int32_t>(std::min<int64_t>(16, budget / 16));
   h.window = p.hip_window >= 0 ? p.hip_window : static_cast<int32_t>(std::min<int64_t>(256, budget / 4));

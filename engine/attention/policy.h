@@ -31,6 +31,8 @@ struct AttentionPolicy {
   // the first `hip_dense_layers` layers stay dense (the paper's default 3).
   int32_t hip_mask_k = -1, hip_sink = -1, hip_window = -1;
   int32_t hip_block_size_k = 2, hip_refresh = 8, hip_dense_layers = 3;
+  // One mask per kv head (ref::HipParams::per_kv_head) instead of per query head.
+  bool hip_per_kv_head = false;
   // SWA (ALISA) caching ratio (−1: the ratio itself). Its heavy hitters are chosen by the mass
   // max-pooled over `swa_pool` neighbouring positions (SnapKV's pooling, kernel 7: a multi-token
   // span such as a number is kept whole, and filler tokens next to nothing heavy are not; 1: the

@@ -1,7 +1,8 @@
 // HiP decode attention on the CPU (ALGORITHMS.md; spec: kernels/ref/hip.cpp).
-// Mask estimation runs the halving iterations in lock step for all heads: each iteration scores
-// every live (head, half) over the pool, then each head keeps its best halves. The attention is
-// one sparse::attend task per query head over its merged intervals (sinks, blocks, window).
+// Mask estimation runs the halving iterations in lock step for all masks (one per query head, or
+// per kv head): each iteration scores every live (mask, half) over the pool, then each mask keeps
+// its best halves. The attention is one sparse::attend task per mask over its merged intervals
+// (sinks, blocks, window).
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -56,59 +57,65 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
   mask->dense = false;
   const int32_t n_blocks = (t_mid + bs - 1) / bs, n_keep = p.mask_k / bs, end = p.sink + t_mid;
   const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(kv.dtype, d));
+  // A unit is one mask: a query head (R = 1 query row), or with per_kv_head a kv head (R = G rows,
+  // the unit's score the max over them). Unit u reads kv head u / (units per kv head) and query
+  // rows [u·R, (u + 1)·R).
+  const int32_t R = p.per_kv_head ? G : 1, U = H / R;
   std::vector<float> q_sum(H);
   sparse::row_sums(args.q, H, d, q_sum.data());
 
-  std::vector<std::vector<Chunk>> chunks(H), halves(H);
-  std::vector<std::vector<float>> score(H);
+  std::vector<std::vector<Chunk>> chunks(U), halves(U);
+  std::vector<std::vector<float>> score(U);
   std::vector<char> seen(bytes != nullptr ? n_blocks : 0, 0);  // centre blocks counted this iteration
-  for (int32_t h = 0; h < H; ++h)
+  for (int32_t u = 0; u < U; ++u)
     for (int32_t i = 0; i < n_keep; ++i)
-      chunks[h].push_back({static_cast<int32_t>(static_cast<int64_t>(i) * n_blocks / n_keep),
+      chunks[u].push_back({static_cast<int32_t>(static_cast<int64_t>(i) * n_blocks / n_keep),
                            static_cast<int32_t>(static_cast<int64_t>(i + 1) * n_blocks / n_keep)});
+  auto kv_head = [&](int32_t u) { return u * R / G; };
   constexpr int32_t kHalvesPerItem = 64;
   for (;;) {
-    // Halve every chunk of the heads that still have one spanning > 1 block (heads stop on their own).
+    // Halve every chunk of the units that still have one spanning > 1 block (units stop on their own).
     std::vector<int32_t> live;
-    for (int32_t h = 0; h < H; ++h) {
+    for (int32_t u = 0; u < U; ++u) {
       bool split = false;
-      for (const Chunk& c : chunks[h]) split |= c.hi - c.lo > 1;
-      halves[h].clear();
+      for (const Chunk& c : chunks[u]) split |= c.hi - c.lo > 1;
+      halves[u].clear();
       if (!split) continue;
-      live.push_back(h);
-      for (const Chunk& c : chunks[h]) {
+      live.push_back(u);
+      for (const Chunk& c : chunks[u]) {
         const int32_t mid = c.lo + (c.hi - c.lo) / 2;
-        if (mid > c.lo) halves[h].push_back({c.lo, mid});
-        halves[h].push_back({mid, c.hi});
+        if (mid > c.lo) halves[u].push_back({c.lo, mid});
+        halves[u].push_back({mid, c.hi});
       }
-      score[h].resize(halves[h].size());
+      score[u].resize(halves[u].size());
     }
     if (live.empty()) break;
-    // Score each half by its centre block: max over its keys of q·k.
+    // Score each half by its centre block: max over its keys (and the unit's query rows) of q·k.
     // The centre blocks' keys of an item's halves go through key_logits in batches of up to
     // kBatch keys, so that its prefetching runs ahead across halves (one call per half of
     // block_size_k = 2 keys left every miss to the out-of-order window: 16k, d 64 refresh ~5x
     // its random-line bound).
-    auto score_items = [&](const std::vector<std::pair<int32_t, int32_t>>& items) {  // (head, first half)
+    auto score_items = [&](const std::vector<std::pair<int32_t, int32_t>>& items) {  // (unit, first half)
       pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t e, int) {
         constexpr int32_t kBatch = 256;
         int32_t pos[kBatch], half[kBatch];
         int64_t rows[kBatch];
-        float logit[kBatch];
+        std::vector<float> logit(static_cast<size_t>(R) * kBatch);  // [R][kBatch]
         for (int64_t w = begin; w < e; ++w) {
-          const int32_t h = items[w].first, g = h / G;
-          std::vector<float>& sc = score[h];
+          const int32_t u = items[w].first, g = kv_head(u);
+          std::vector<float>& sc = score[u];
           int32_t n = 0;
           auto flush = [&] {
             sparse::row_offsets(kv, g, pos, n, rows);
-            kern.key_logits(kv, args.q + static_cast<int64_t>(h) * d, &q_sum[h], 1, rows, n, 1.0f, logit, n,
-                            /*v_next=*/false);
-            for (int32_t x = 0; x < n; ++x) sc[half[x]] = std::max(sc[half[x]], logit[x]);
+            kern.key_logits(kv, args.q + static_cast<int64_t>(u) * R * d, &q_sum[u * R], R, rows, n, 1.0f, logit.data(),
+                            kBatch, /*v_next=*/false);
+            for (int32_t r = 0; r < R; ++r)
+              for (int32_t x = 0; x < n; ++x) sc[half[x]] = std::max(sc[half[x]], logit[r * kBatch + x]);
             n = 0;
           };
-          const int32_t i1 = std::min<int32_t>(static_cast<int32_t>(halves[h].size()), items[w].second + kHalvesPerItem);
+          const int32_t i1 = std::min<int32_t>(static_cast<int32_t>(halves[u].size()), items[w].second + kHalvesPerItem);
           for (int32_t i = items[w].second; i < i1; ++i) {
-            const int32_t rep = (halves[h][i].lo + halves[h][i].hi - 1) / 2;
+            const int32_t rep = (halves[u][i].lo + halves[u][i].hi - 1) / 2;
             const int32_t t0 = p.sink + rep * bs, t1 = std::min(end, t0 + bs);
             sc[i] = -INFINITY;
             for (int32_t t = t0; t < t1; ++t) {
@@ -121,28 +128,28 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
         }
       });
     };
-    auto items_of = [&](int32_t h, std::vector<std::pair<int32_t, int32_t>>& items) {
-      for (int32_t i = 0; i < static_cast<int32_t>(halves[h].size()); i += kHalvesPerItem) items.push_back({h, i});
+    auto items_of = [&](int32_t u, std::vector<std::pair<int32_t, int32_t>>& items) {
+      for (int32_t i = 0; i < static_cast<int32_t>(halves[u].size()); i += kHalvesPerItem) items.push_back({u, i});
     };
     if (kv.prefetcher == nullptr) {
       std::vector<std::pair<int32_t, int32_t>> items;
-      for (int32_t h : live) items_of(h, items);
+      for (int32_t u : live) items_of(u, items);
       score_items(items);
-    } else {  // a tiered cache: a head's items in batches whose centre-block keys the cache holds
+    } else {  // a tiered cache: a unit's items in batches whose centre-block keys the cache holds
       const int32_t budget = std::max(1, kv.prefetcher->capacity() / (kHalvesPerItem * bs)) * kHalvesPerItem * bs;
-      for (int32_t h : live) {
+      for (int32_t u : live) {
         std::vector<std::pair<int32_t, int32_t>> all, batch;
-        items_of(h, all);
+        items_of(u, all);
         std::vector<int32_t> keys;
         for (size_t k = 0; k < all.size(); ++k) {
-          const int32_t i1 = std::min<int32_t>(static_cast<int32_t>(halves[h].size()), all[k].second + kHalvesPerItem);
+          const int32_t i1 = std::min<int32_t>(static_cast<int32_t>(halves[u].size()), all[k].second + kHalvesPerItem);
           for (int32_t i = all[k].second; i < i1; ++i) {
-            const int32_t t0 = p.sink + (halves[h][i].lo + halves[h][i].hi - 1) / 2 * bs;
+            const int32_t t0 = p.sink + (halves[u][i].lo + halves[u][i].hi - 1) / 2 * bs;
             for (int32_t t = t0; t < std::min(end, t0 + bs); ++t) keys.push_back(t);
           }
           batch.push_back(all[k]);
           if (k + 1 == all.size() || static_cast<int32_t>(keys.size()) + kHalvesPerItem * bs > budget) {
-            sparse::prefetch_rows(kv, h / G, keys, /*need_v=*/false);
+            sparse::prefetch_rows(kv, kv_head(u), keys, /*need_v=*/false);
             score_items(batch);
             keys.clear();
             batch.clear();
@@ -151,35 +158,36 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
       }
     }
     // Bytes: distinct K rows per kv head this iteration (a centre block's rows are its own; the
-    // G heads of a kv head may pick the same block: counted once, through `seen`).
+    // units of a kv head may pick the same block: counted once, through `seen`).
     if (bytes != nullptr) {
+      const int32_t per_g = U / kv.n_kv_heads;
       for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
-        for (int32_t h = g * G; h < (g + 1) * G; ++h)
-          for (const Chunk& c : halves[h]) {
+        for (int32_t u = g * per_g; u < (g + 1) * per_g; ++u)
+          for (const Chunk& c : halves[u]) {
             const int32_t rep = (c.lo + c.hi - 1) / 2, t0 = p.sink + rep * bs;
             if (seen[rep]) continue;
             seen[rep] = 1;
             bytes->k_bytes += static_cast<int64_t>(std::min(end, t0 + bs) - t0) * row_bytes;
           }
-        for (int32_t h = g * G; h < (g + 1) * G; ++h)
-          for (const Chunk& c : halves[h]) seen[(c.lo + c.hi - 1) / 2] = 0;
+        for (int32_t u = g * per_g; u < (g + 1) * per_g; ++u)
+          for (const Chunk& c : halves[u]) seen[(c.lo + c.hi - 1) / 2] = 0;
       }
     }
-    // Keep the best n_keep halves per head (ties: lower block), in block order.
+    // Keep the best n_keep halves per unit (ties: lower block), in block order.
     pool.parallel_for(static_cast<int64_t>(live.size()), [&](int64_t begin, int64_t e, int) {
       std::vector<int32_t> best;
       for (int64_t x = begin; x < e; ++x) {
-        const int32_t h = live[x];
-        const int32_t n = static_cast<int32_t>(score[h].size()), keep = std::min(n_keep, n);
+        const int32_t u = live[x];
+        const int32_t n = static_cast<int32_t>(score[u].size()), keep = std::min(n_keep, n);
         best.resize(keep);
-        sparse::top_k(score[h].data(), n, keep, best.data());  // indices ascending: block order
-        chunks[h].clear();
-        for (int32_t i : best) chunks[h].push_back(halves[h][i]);
+        sparse::top_k(score[u].data(), n, keep, best.data());  // indices ascending: block order
+        chunks[u].clear();
+        for (int32_t i : best) chunks[u].push_back(halves[u][i]);
       }
     });
   }
   for (int32_t h = 0; h < H; ++h)
-    for (const Chunk& c : chunks[h]) mask->block_starts[h].push_back(p.sink + c.lo * bs);
+    for (const Chunk& c : chunks[h / R]) mask->block_starts[h].push_back(p.sink + c.lo * bs);
 }
 
 void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::HipParams& p,
@@ -188,49 +196,54 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
   const int32_t d = kv.head_dim, G = args.n_heads / kv.n_kv_heads, S = args.pos + 1, H = args.n_heads;
   const int32_t win_lo = std::max(0, args.pos - p.window), sink_hi = std::min(p.sink, S);
   const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(kv.dtype, d));
-  std::vector<std::vector<Interval>> iv(H);
-  std::vector<std::vector<int32_t>> pos(H);
-  std::vector<sparse::AttendTask> tasks(H);
-  for (int32_t h = 0; h < H; ++h) {
+  // One task per mask: a query head, or with per_kv_head a kv head's G query rows at once (each
+  // selected row read once for the group).
+  const int32_t R = p.per_kv_head ? G : 1, U = H / R;
+  std::vector<std::vector<Interval>> iv(U);
+  std::vector<std::vector<int32_t>> pos(U);
+  std::vector<sparse::AttendTask> tasks(U);
+  for (int32_t u = 0; u < U; ++u) {
+    const std::vector<int32_t>& starts = mask.block_starts[u * R];
     if (mask.dense) {
-      iv[h] = {{0, S}};
+      iv[u] = {{0, S}};
     } else {
-      iv[h].reserve(mask.block_starts[h].size() + 2);
-      iv[h].push_back({0, sink_hi});
-      for (int32_t b : mask.block_starts[h]) iv[h].push_back({std::min(b, S), std::min(b + p.block_size_k, S)});
-      iv[h].push_back({win_lo, S});
+      iv[u].reserve(starts.size() + 2);
+      iv[u].push_back({0, sink_hi});
+      for (int32_t b : starts) iv[u].push_back({std::min(b, S), std::min(b + p.block_size_k, S)});
+      iv[u].push_back({win_lo, S});
     }
-    pos[h].reserve(static_cast<size_t>(merge_intervals(iv[h])));
-    for (const Interval& x : iv[h])
-      for (int32_t t = x.lo; t < x.hi; ++t) pos[h].push_back(t);
-    sparse::AttendTask& t = tasks[h];
-    t.g = h / G;
-    t.R = 1;
-    t.q = args.q + static_cast<int64_t>(h) * d;
-    t.out = args.out + static_cast<int64_t>(h) * d;
-    t.pos = pos[h].data();
-    t.n = static_cast<int32_t>(pos[h].size());
+    pos[u].reserve(static_cast<size_t>(merge_intervals(iv[u])));
+    for (const Interval& x : iv[u])
+      for (int32_t t = x.lo; t < x.hi; ++t) pos[u].push_back(t);
+    sparse::AttendTask& t = tasks[u];
+    t.g = u * R / G;
+    t.R = R;
+    t.q = args.q + static_cast<int64_t>(u) * R * d;
+    t.out = args.out + static_cast<int64_t>(u) * R * d;
+    t.pos = pos[u].data();
+    t.n = static_cast<int32_t>(pos[u].size());
   }
   if (kv.prefetcher == nullptr) {
     sparse::attend(pool, kern, kv, args.scale, tasks);
-  } else {  // a tiered cache: one query head at a time, its positions made readable first, so the
-            // row cache needs room for one head's selection, not for the union of a group's
-    // Heads in forward order on even positions, backward on odd ones: with the mask cached across
-    // steps the heads' row sets repeat, and a cycle longer than an LRU cache misses on every row;
-    // alternating turns it into a stack (the last head's rows are the next step's first).
-    const int32_t chunk = sparse::attend_chunk(pool, tasks);  // the all-heads call's: same fold order
-    for (int32_t i = 0; i < H; ++i) {
-      const int32_t h = args.pos % 2 == 0 ? i : H - 1 - i;
-      sparse::prefetch_rows(kv, h / G, pos[h], /*need_v=*/true);
-      sparse::attend(pool, kern, kv, args.scale, {tasks[h]}, chunk);
+  } else {  // a tiered cache: one task at a time, its positions made readable first, so the
+            // row cache needs room for one mask's selection, not for the union of a group's
+    // Tasks in forward order on even positions, backward on odd ones: with the mask cached across
+    // steps the tasks' row sets repeat, and a cycle longer than an LRU cache misses on every row;
+    // alternating turns it into a stack (the last task's rows are the next step's first).
+    const int32_t chunk = sparse::attend_chunk(pool, tasks);  // the all-tasks call's: same fold order
+    for (int32_t i = 0; i < U; ++i) {
+      const int32_t u = args.pos % 2 == 0 ? i : U - 1 - i;
+      sparse::prefetch_rows(kv, tasks[u].g, pos[u], /*need_v=*/true);
+      sparse::attend(pool, kern, kv, args.scale, {tasks[u]}, chunk);
     }
   }
   if (bytes != nullptr) {
+    const int32_t per_g = U / kv.n_kv_heads;
     for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
-      std::vector<Interval> all, merged;  // the G heads' sorted lists merged in order (no sort)
-      for (int32_t h = g * G; h < (g + 1) * G; ++h) {
+      std::vector<Interval> all, merged;  // the kv head's units' sorted lists merged in order (no sort)
+      for (int32_t u = g * per_g; u < (g + 1) * per_g; ++u) {
         merged.clear();
-        std::merge(all.begin(), all.end(), iv[h].begin(), iv[h].end(), std::back_inserter(merged), by_lo);
+        std::merge(all.begin(), all.end(), iv[u].begin(), iv[u].end(), std::back_inserter(merged), by_lo);
         all.swap(merged);
       }
       const int64_t rows = merge_intervals(all);

@@ -13,29 +13,25 @@ struct MaskParams {
   const float* q;          // [n_heads][head_dim]
   int32_t* block_starts;   // [n_heads][n_keep]
   int32_t n_heads, group, n_keep, n_blocks, sink, end, block_size_k;
+  int32_t rows_per_mask;   // query rows scored together: 1 (a mask per head) or group (per kv head)
 };
 
-// grid (n_heads), kThreads.
+// grid (n_heads / rows_per_mask), kThreads.
 template <typename T, int kDpl>
 __global__ void __launch_bounds__(kThreads) hip_mask_kernel(MaskParams p) {
   __shared__ int lo_s[kHipMaxKeep], hi_s[kHipMaxKeep];           // chunks, key blocks [lo, hi)
   __shared__ int half_lo[2 * kHipMaxKeep], half_hi[2 * kHipMaxKeep];
   __shared__ float score_s[2 * kHipMaxKeep];
   __shared__ int scratch[40];
+  __shared__ float q_s[kHipMaxMaskDims];  // the mask's query rows [rows_per_mask][head_dim]
   __shared__ int flag_s, n_halves_s;
-  const int h = static_cast<int>(blockIdx.x), g = h / p.group;
+  const int unit = static_cast<int>(blockIdx.x), R = p.rows_per_mask, d = p.kv.head_dim;
+  const int h0 = unit * R, g = h0 / p.group;  // first query head of the mask, its kv head
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int n = p.n_keep, bs = p.block_size_k;
-  float q[kDpl];
-  const float* qrow = p.q + static_cast<int64_t>(h) * p.kv.head_dim;
-FATHOM_UNROLL
-  for (int j = 0; j < kDpl; ++j) {
-    const int c = lane + 32 * j;
-    q[j] = 0.0f;
-    if (c < p.kv.head_dim) {
-      q[j] = qrow[c];
-      if (warp == 0) count_other(sizeof(float));  // every warp loads q; counted once per block
-    }
+  for (int i = tid; i < R * d; i += kThreads) {
+    q_s[i] = p.q[static_cast<int64_t>(h0) * d + i];
+    count_other(sizeof(float));
   }
   for (int i = tid; i < n; i += kThreads) {
     lo_s[i] = static_cast<int>(static_cast<int64_t>(i) * p.n_blocks / n);
@@ -86,10 +82,15 @@ FATHOM_UNROLL
       for (int t = p.sink + rep * bs; t < t_end; ++t) {
         float kx[kDpl];
         load_row<T, kDpl>(p.kv, p.kv.k, p.kv.k_rows, kv_row(p.kv, p.kv.block_table, t, g, lane), lane, kx);
-        float dot = 0.0f;
+        for (int r = 0; r < R; ++r) {  // the max over the mask's query rows
+          float dot = 0.0f;
 FATHOM_UNROLL
-        for (int j = 0; j < kDpl; ++j) dot += q[j] * kx[j];
-        best = fmaxf(best, warp_sum(dot));
+          for (int j = 0; j < kDpl; ++j) {
+            const int c = lane + 32 * j;
+            if (c < d) dot += q_s[r * d + c] * kx[j];
+          }
+          best = fmaxf(best, warp_sum(dot));
+        }
       }
       if (lane == 0) score_s[i] = best;
     }
@@ -121,8 +122,8 @@ FATHOM_UNROLL
     }
     __syncthreads();
   }
-  for (int i = tid; i < n; i += kThreads) {
-    p.block_starts[static_cast<int64_t>(h) * n + i] = p.sink + lo_s[i] * bs;
+  for (int i = tid; i < R * n; i += kThreads) {  // the same list for each of the mask's heads
+    p.block_starts[static_cast<int64_t>(h0) * n + i] = p.sink + lo_s[i % n] * bs;
     count_write(sizeof(int32_t));
   }
 }
@@ -148,7 +149,7 @@ struct HipPositions {
 
 template <typename T>
 cudaError_t launch_mask(const MaskParams& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.n_heads));
+  const dim3 grid(static_cast<unsigned>(p.n_heads / p.rows_per_mask));
   switch (dims_per_lane(p.kv.head_dim)) {
     case 1: FATHOM_LAUNCH((hip_mask_kernel<T, 1>), grid, dim3(kThreads), 0, stream, p); break;
     case 2: FATHOM_LAUNCH((hip_mask_kernel<T, 2>), grid, dim3(kThreads), 0, stream, p); break;
@@ -186,7 +187,8 @@ AttnBytes hip_estimate_mask_bytes_bound(const PagedKvView& kv, const DecodeArgs&
                                         const HipMaskInfo& info) {
   AttnBytes b;
   if (info.dense) return b;
-  const int64_t keys = static_cast<int64_t>(args.n_heads) * info.max_iterations * 2 * info.n_keep * c.block_size_k;
+  const int64_t masks = c.per_kv_head ? kv.n_kv_heads : args.n_heads;
+  const int64_t keys = masks * info.max_iterations * 2 * info.n_keep * c.block_size_k;
   b.kv_read = keys * static_cast<int64_t>(kv_row_bytes(kv.dtype, kv.head_dim));
   b.other_read = keys * 4 + static_cast<int64_t>(args.n_heads) * kv.head_dim * 4;
   b.written = static_cast<int64_t>(args.n_heads) * info.n_keep * 4;
@@ -199,6 +201,7 @@ cudaError_t hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, con
   if (info.dense || args.n_heads == 0) return cudaSuccess;
   if (kv.head_dim <= 0 || kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || args.n_heads % kv.n_kv_heads != 0 ||
       info.n_keep <= 0 || info.n_keep > kHipMaxKeep || block_starts == nullptr || info.pos != args.pos ||
+      (c.per_kv_head ? args.n_heads / kv.n_kv_heads : 1) * kv.head_dim > kHipMaxMaskDims ||
       (kv.dtype == KvDtype::kI8 && kv.k_rows == nullptr)) {
     return cudaErrorInvalidValue;
   }
@@ -213,6 +216,7 @@ cudaError_t hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, con
   p.sink = c.sink;
   p.end = args.pos - c.window;  // sink + T′
   p.block_size_k = c.block_size_k;
+  p.rows_per_mask = c.per_kv_head ? p.group : 1;
   switch (kv.dtype) {
     case KvDtype::kF32: return hip_detail::launch_mask<float>(p, stream);
     case KvDtype::kF16: return hip_detail::launch_mask<__half>(p, stream);

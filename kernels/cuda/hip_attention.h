@@ -17,6 +17,7 @@ struct HipConfig {
   int32_t block_size_k = 2;  // key block, in tokens
   int32_t sink = 16;         // always attend [0, sink)
   int32_t window = 256;      // always attend [pos − window, pos]
+  bool per_kv_head = false;  // one mask per kv head, scored by the max over its G query heads
 };
 
 // What the host knows about a mask estimated at `pos` (the selected blocks live on the device).
@@ -30,13 +31,17 @@ struct HipMaskInfo {
 
 // Largest n_keep the estimation kernel holds in shared memory.
 constexpr int32_t kHipMaxKeep = 1024;
+// Largest rows_per_mask · head_dim it holds (per_kv_head: G · d, e.g. 8 × 256 or 16 × 128).
+constexpr int32_t kHipMaxMaskDims = 2048;
 
 HipMaskInfo plan_hip_mask(const PagedKvView& kv, const DecodeArgs& args, const HipConfig& config);
 
-// grid (n_heads), 128 threads per head: chunks in shared memory; each iteration halves every chunk
-// longer than one block, scores each half by its centre block (max over its keys of q·k, one warp
-// per half), keeps the best n_keep halves (block-wide ranking) in index order.
-// block_starts: device [n_heads][n_keep], the first token of each selected block, ascending.
+// grid (masks: n_heads, or n_kv_heads with per_kv_head), 128 threads per mask: chunks in shared
+// memory; each iteration halves every chunk longer than one block, scores each half by its centre
+// block (max over its keys and the mask's query rows of q·k, one warp per half), keeps the best
+// n_keep halves (block-wide ranking) in index order.
+// block_starts: device [n_heads][n_keep], the first token of each selected block, ascending
+// (per_kv_head: equal lists for the heads of a group).
 // Nothing is launched for a dense mask.
 cudaError_t hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, const HipConfig& config,
                               const HipMaskInfo& info, int32_t* block_starts, cudaStream_t stream);

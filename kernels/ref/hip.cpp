@@ -32,22 +32,24 @@ HipMask hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, const H
   const int32_t n_blocks = (t_mid + bs - 1) / bs, n_keep = p.mask_k / bs;
   const int32_t end = p.sink + t_mid;  // middle region [sink, end)
   std::vector<float> krow(d);
+  // A unit is one mask: a query head, or with per_kv_head the group's G query heads.
+  const int32_t units = p.per_kv_head ? 1 : group, rows_per_unit = p.per_kv_head ? group : 1;
   for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
-    std::vector<std::vector<Chunk>> chunks(group);
-    for (int32_t j = 0; j < group; ++j)
+    std::vector<std::vector<Chunk>> chunks(units);
+    for (int32_t j = 0; j < units; ++j)
       for (int32_t i = 0; i < n_keep; ++i)
         chunks[j].push_back({static_cast<int32_t>(static_cast<int64_t>(i) * n_blocks / n_keep),
                              static_cast<int32_t>(static_cast<int64_t>(i + 1) * n_blocks / n_keep)});
     for (;;) {
-      // Heads keep different halves (of unequal size), so each stops on its own.
-      std::vector<char> split(group, 0);
-      for (int32_t j = 0; j < group; ++j)
+      // Units keep different halves (of unequal size), so each stops on its own.
+      std::vector<char> split(units, 0);
+      for (int32_t j = 0; j < units; ++j)
         for (const Chunk& c : chunks[j]) split[j] |= c.hi - c.lo > 1;
       if (std::count(split.begin(), split.end(), 1) == 0) break;
       std::vector<char> touched(end, 0);  // K rows read by this iteration, for the group
-      for (int32_t j = 0; j < group; ++j) {
+      for (int32_t j = 0; j < units; ++j) {
         if (!split[j]) continue;
-        const float* q = args.q + static_cast<int64_t>(g * group + j) * d;
+        const float* q = args.q + static_cast<int64_t>(g * group + j * rows_per_unit) * d;  // [rows_per_unit][d]
         std::vector<Chunk> halves;
         for (const Chunk& c : chunks[j]) {
           const int32_t mid = c.lo + (c.hi - c.lo) / 2;
@@ -61,9 +63,11 @@ HipMask hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, const H
           for (int32_t t = p.sink + rep * bs; t < std::min(end, p.sink + (rep + 1) * bs); ++t) {
             load_kv_row(kv, kv.k, t, g, krow.data());
             touched[t] = 1;
-            double dot = 0;
-            for (int32_t c = 0; c < d; ++c) dot += static_cast<double>(q[c]) * krow[c];
-            best = std::max(best, dot);
+            for (int32_t r = 0; r < rows_per_unit; ++r) {
+              double dot = 0;
+              for (int32_t c = 0; c < d; ++c) dot += static_cast<double>(q[r * d + c]) * krow[c];
+              best = std::max(best, dot);
+            }
           }
           score[h] = best;
         }
@@ -81,7 +85,7 @@ HipMask hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, const H
       if (bytes != nullptr) bytes->k_bytes += count_rows(touched) * d * elem;
     }
     for (int32_t j = 0; j < group; ++j)
-      for (const Chunk& c : chunks[j]) mask.block_starts[g * group + j].push_back(p.sink + c.lo * bs);
+      for (const Chunk& c : chunks[p.per_kv_head ? 0 : j]) mask.block_starts[g * group + j].push_back(p.sink + c.lo * bs);
   }
   return mask;
 }

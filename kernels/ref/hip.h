@@ -15,6 +15,12 @@ struct HipParams {
   int32_t block_size_k = 2;   // key block, in tokens
   int32_t sink = 16;          // always attend [0, sink)
   int32_t window = 256;       // always attend [pos − window, pos]
+  // One mask per kv head instead of per query head: each half is scored by the max over the
+  // group's G query heads (and the centre block's keys), i.e. the group is HiP's query block, as
+  // SparQ's group shares its selection. G× fewer estimation reads, and the G heads attend the same
+  // rows (a kv head's working set is one selection, not up to G). The mask's per-head lists are
+  // then equal within a group.
+  bool per_kv_head = false;
 };
 
 struct HipMask {
@@ -30,7 +36,8 @@ struct HipBytes {
   int64_t total() const { return k_bytes + v_bytes; }
 };
 
-// Mask estimation at args.pos for every query head, with T′ = pos − window − sink:
+// Mask estimation at args.pos for every query head (per_kv_head: every kv head, its list copied to
+// each of its query heads), with T′ = pos − window − sink:
 //   T′ ≤ mask_k: dense. Otherwise the key blocks of [sink, sink + T′) (the last may be partial)
 //   are split into n = mask_k / block_size_k equal chunks; while a chunk spans > 1 block, every
 //   chunk is halved and each half is scored by its centre block (max over its keys of q·k);

@@ -144,6 +144,29 @@ def test_explicit_parameters_are_accepted(server):
     assert out["choices"][0]["text"] is not None
 
 
+def test_hip_mask_per_kv_head_reads_less_than_per_query_head(server):
+    # SmolLM2's 3 query heads per kv head: one shared mask estimates with a third of the key reads
+    # and attends one selection per kv head instead of the union of three.
+    def hip_bytes(per_kv_head):
+        before = kv_read(server, "hip")
+        text = complete(server, LONG_PROMPT, 12, {"attention": "hip", "min_keys": 0, "ignore_eos": True,
+                                                  "hip": {"per_kv_head": per_kv_head, "mask_k": 64}})
+        assert text["choices"][0]["text"].strip()
+        return kv_read(server, "hip") - before
+
+    per_head, per_kv_head = hip_bytes(False), hip_bytes(True)
+    assert 0 < per_kv_head < per_head, (per_kv_head, per_head)
+
+
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_bad_hip_per_kv_head_is_400(server, value):
+    r = requests.post(f"{server.base_url}/v1/completions", timeout=60,
+                      json={"prompt": "hi", "max_tokens": 2,
+                            "fathom": {"attention": "hip", "hip": {"per_kv_head": value}}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].endswith("per_kv_head")
+
+
 @pytest.fixture(scope="module")
 def int8_server(fathom_bin, smollm2_path):
     with ServerProcess(fathom_bin, smollm2_path, extra_args=["--kv-dtype", "int8"]) as s:

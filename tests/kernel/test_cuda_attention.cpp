@@ -302,6 +302,7 @@ TEST(CudaAttention, SparqMatchesRef) {
 
 struct HipCase {
   int32_t head_dim, group, seq_len, mask_k, block_size_k, sink, window, reuse_steps;
+  bool per_kv_head = false;
 };
 
 void run_hip_case(const HipCase& c, KvDtype dtype, std::mt19937& rng) {
@@ -311,8 +312,8 @@ void run_hip_case(const HipCase& c, KvDtype dtype, std::mt19937& rng) {
   const std::vector<float> q_est = random_q(static_cast<size_t>(n_heads) * d, rng);
   const std::vector<float> q = random_q(static_cast<size_t>(n_heads) * d, rng);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const ref::HipParams rp{c.mask_k, c.block_size_k, c.sink, c.window};
-  const cuda::HipConfig hc{c.mask_k, c.block_size_k, c.sink, c.window};
+  const ref::HipParams rp{c.mask_k, c.block_size_k, c.sink, c.window, c.per_kv_head};
+  const cuda::HipConfig hc{c.mask_k, c.block_size_k, c.sink, c.window, c.per_kv_head};
   DecodeArgs est_args{q_est.data(), nullptr, n_heads, est_pos, scale};
   const ref::HipMask ref_mask = ref::hip_estimate_mask(f.view(), est_args, rp, nullptr);
 
@@ -339,6 +340,9 @@ void run_hip_case(const HipCase& c, KvDtype dtype, std::mt19937& rng) {
     for (int32_t h = 0; h < n_heads; ++h) {
       own.block_starts[h].assign(host_starts.begin() + h * info.n_keep, host_starts.begin() + (h + 1) * info.n_keep);
       EXPECT_TRUE(std::is_sorted(own.block_starts[h].begin(), own.block_starts[h].end()));
+      if (c.per_kv_head && h % c.group != 0) {
+        EXPECT_EQ(own.block_starts[h], own.block_starts[h - h % c.group]);
+      }
       same += overlap(own.block_starts[h], ref_mask.block_starts[h]);
       total += info.n_keep;
     }
@@ -363,9 +367,9 @@ void run_hip_case(const HipCase& c, KvDtype dtype, std::mt19937& rng) {
   EXPECT_GE(got_bytes.other_read, formula.other_read - slack * 4);
   EXPECT_EQ(got_bytes.written, formula.written);
   const double err = max_abs_diff(dout.download(), want);
-  std::printf("hip %s d=%d group=%d pos=%d (mask at %d) mask_k=%d bs=%d dense=%d iters<=%d: mask overlap %zu/%zu, "
+  std::printf("hip%s %s d=%d group=%d pos=%d (mask at %d) mask_k=%d bs=%d dense=%d iters<=%d: mask overlap %zu/%zu, "
               "|err| %.3g, est bytes %lld <= %lld\n",
-              kv_dtype_name(dtype), d, c.group, pos, est_pos, c.mask_k, c.block_size_k, info.dense,
+              c.per_kv_head ? " per kv head" : "", kv_dtype_name(dtype), d, c.group, pos, est_pos, c.mask_k, c.block_size_k, info.dense,
               info.max_iterations, same, total, err, static_cast<long long>(est_got.total()),
               static_cast<long long>(est_bound.total()));
   EXPECT_LE(err, 1e-5) << kv_dtype_name(dtype) << " d=" << d << " group=" << c.group;
@@ -379,6 +383,9 @@ TEST(CudaAttention, HipMatchesRef) {
       // Sparse: odd lengths (a partial last key block), several halvings, mask reuse, groups.
       {64, 8, 101, 16, 2, 4, 8, 0},   {128, 4, 300, 32, 2, 16, 32, 3}, {256, 1, 257, 24, 4, 4, 16, 0},
       {128, 3, 513, 64, 2, 16, 64, 7}, {256, 4, 400, 48, 3, 5, 20, 2},
+      // One mask per kv head (the group's max): G = 1 equals per head; G up to 2048 / d rows.
+      {64, 8, 101, 16, 2, 4, 8, 0, true}, {128, 3, 513, 64, 2, 16, 64, 7, true}, {256, 8, 400, 48, 3, 5, 20, 2, true},
+      {64, 1, 300, 32, 2, 16, 32, 3, true},
   };
   for (KvDtype dtype : kDtypes)
     for (const HipCase& c : cases) run_hip_case(c, dtype, rng);

@@ -261,7 +261,8 @@ TEST(SparseCpu, SparqMatchesReference) {
 
 // HiP sizes scaled to the test lengths: set A is dense up to S = 45 and halves ~6 times at 2001;
 // set B makes S = 16 and 33 sparse too.
-const ref::HipParams kHipSets[] = {{32, 2, 4, 8}, {8, 2, 2, 4}};
+// Set C is A with one mask per kv head.
+const ref::HipParams kHipSets[] = {{32, 2, 4, 8}, {8, 2, 2, 4}, {32, 2, 4, 8, true}};
 
 TEST(SparseCpu, HipMatchesReference) {
   Worst worst;
@@ -295,6 +296,9 @@ TEST(SparseCpu, HipMatchesReference) {
           std::set_intersection(bc.begin(), bc.end(), br.begin(), br.end(), std::back_inserter(common));
           EXPECT_GE(static_cast<double>(common.size()), 0.95 * br.size());
           same &= bc == br;
+          if (p.per_kv_head && h % G != 0) {
+            EXPECT_EQ(bc, mask_cpu.block_starts[h - h % G]);
+          }
         }
         masks_differing += !same;
         if (same) {
@@ -449,14 +453,15 @@ struct MirrorPrefetcher final : RowPrefetcher {
 
 // HiP over a tiered view: the same mask and bitwise the same output as over the resident view,
 // with the estimation's keys fetched in batches of at most 600 rows (its first iteration
-// touches 2 · mask_k = 1,024 keys per head).
+// touches 2 · mask_k = 1,024 keys per mask), with a mask per query head and per kv head.
 TEST(SparseCpu, HipOverHostRowsMatchesResident) {
   std::mt19937 rng(99);
   ThreadPool pool(2);
   const int32_t d = 64, G = 3, S = 6000, H = G * kKvHeads;
   const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, KvDtype::kF16, S, 2, rng);
   const std::vector<float> q = random_q(H * d, rng);
-  const ref::HipParams p{512, 2, 16, 64};
+  for (bool per_kv_head : {false, true}) {
+  const ref::HipParams p{512, 2, 16, 64, per_kv_head};
   std::vector<float> out_resident, out_tiered;
   const DecodeArgs a = decode_args(q, out_resident, H, d, S);
   DecodeArgs at = decode_args(q, out_tiered, H, d, S);
@@ -469,7 +474,8 @@ TEST(SparseCpu, HipOverHostRowsMatchesResident) {
   cpu::hip_sparse_decode(pool, tiered, at, p, mask_tiered, nullptr);
   EXPECT_EQ(mask_tiered.block_starts, mask_resident.block_starts);
   EXPECT_EQ(out_tiered, out_resident);
-  EXPECT_GT(fetch.calls, H);  // batches in the estimation, one call per head for the attention
+  EXPECT_GT(fetch.calls, per_kv_head ? kKvHeads : H);  // batches in the estimation, one call per mask for the attention
+  }
 }
 
 // SWA's seed step keeps every position: over a tiered view whose cache holds 700 rows it attends

@@ -369,17 +369,20 @@ TEST(SparseReference, SparqSelectsDominantKeys) {
 // HiP's sparse path (S ≈ 2000 with the reference defaults mask_k 512, block 2, sink 16, window
 // 256): a planted region of 64 tokens whose keys align with the group's query (logit ≈ 16) must
 // be in every head's mask; each head keeps exactly mask_k / block_size_k distinct blocks inside
-// the middle region; V bytes for G = 1 are exactly (mask_k + sink + window + 1)·d per kv head;
+// the middle region; V bytes for G = 1 (or one mask per kv head) are exactly
+// (mask_k + sink + window + 1)·d per kv head;
 // the output stays near dense; a mask estimated 7 steps earlier is reused with the window
 // following the current position.
 TEST(SparseReference, HipSparsePathSelectsPlantedBlocks) {
   std::mt19937 rng(5);
   Worst fresh{"hip sparse, planted region (bound 1e-3)"}, reused{"hip sparse, mask reused 7 steps (bound 1e-3)"};
-  const ref::HipParams hp;  // defaults
   const int32_t s = 2000, pos_est = s - 8, plant_lo = 600, plant_hi = 664;
+  for (bool per_kv_head : {false, true})
   for (int32_t d : kDims)
     for (int32_t g : kGroups)
       for (KvDtype dt : kDtypes) {
+        ref::HipParams hp;  // defaults
+        hp.per_kv_head = per_kv_head;
         const int32_t n_heads = g * kKvHeads;
         const int64_t elem = kv_dtype_bytes(dt);
         Pool p = make_pool(d, dt, s / kBlock + 3, s, rng);
@@ -415,7 +418,7 @@ TEST(SparseReference, HipSparsePathSelectsPlantedBlocks) {
         EXPECT_GT(k_est, 0);
         ref::hip_sparse_attention(p.view(), decode(q, out, n_heads, pos_est, d), hp, mask, &bytes);
         const int64_t v_rows = bytes.v_bytes / (d * elem * kKvHeads);
-        if (g == 1) {  // t_mid is even: every selected block is full
+        if (g == 1 || per_kv_head) {  // t_mid is even: every selected block is full; one selection per kv head
           EXPECT_EQ(v_rows, hp.mask_k + hp.sink + hp.window + 1);
         }
         EXPECT_GE(v_rows, hp.mask_k + hp.sink + hp.window + 1);

@@ -50,7 +50,7 @@ inline int64_t sparq_step(const PagedKvView& kv, const DecodeArgs& args, const A
 }
 
 inline cuda::HipConfig hip_config(const ref::HipParams& h) {
-  return cuda::HipConfig{h.mask_k, h.block_size_k, h.sink, h.window};
+  return cuda::HipConfig{h.mask_k, h.block_size_k, h.sink, h.window, h.per_kv_head};
 }
 
 inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,
