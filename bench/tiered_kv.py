@@ -36,9 +36,17 @@ def device_blocks(server):
     return int(m.group(1))
 
 
-def decode_rate(server, fmt, text, policy, ratio, tokens):
-    body = {"max_tokens": tokens, "temperature": 0, "ignore_eos": True,
-            "fathom": {"attention": policy} | ({} if policy == "dense" else {"kv_read_ratio": ratio})}
+def sparse_options(policy, args):
+    """The "fathom" options of a sparse request besides its policy (passkey_eval.ask's)."""
+    if policy == "dense":
+        return {}
+    return {"kv_read_ratio": args.ratio} | ({} if args.min_keys is None else {"min_keys": args.min_keys}) \
+        | json.loads(args.fathom)
+
+
+def decode_rate(server, fmt, text, policy, args):
+    body = {"max_tokens": args.decode, "temperature": 0, "ignore_eos": True,
+            "fathom": {"attention": policy} | sparse_options(policy, args)}
     if fmt == "chat":
         body["messages"] = [{"role": "user", "content": text}]
         post(server.base_url, "/v1/chat/completions", body)
@@ -79,6 +87,8 @@ def main():
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--hot-rows-percent", type=int, default=100,
                     help="the tiered servers' split of their device tier (100: all it can spare to hot rows)")
+    ap.add_argument("--min-keys", type=int, default=None, help="min_keys of sparse requests (default: measured)")
+    ap.add_argument("--fathom", default="{}", help='more "fathom" options for sparse requests, e.g. \'{"hip": {"refresh": 2}}\'')
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--binary", default="build/fathom")
     ap.add_argument("--out", default=str(REPO / "bench/results/tiered_kv.md"))
@@ -116,12 +126,12 @@ def main():
                 for policy in policies:
                     replies = {}
                     for name, srv in servers.items():
-                        replies[name] = ask(srv.base_url, fmt, text, policy, args.ratio)[0]
+                        replies[name] = ask(srv.base_url, fmt, text, policy, args.ratio, args.min_keys, args.fathom)[0]
                         m = re.search(r"\d{5}", replies[name])
                         correct[(policy, name)] += bool(m and int(m.group()) == key)
                         same[(policy, name)] += replies[name] == replies["resident"]
                     for name, srv in servers.items():
-                        rates[(policy, name)].append(decode_rate(srv, fmt, text, policy, args.ratio, args.decode))
+                        rates[(policy, name)].append(decode_rate(srv, fmt, text, policy, args))
                     print(f"  trial {trial} {policy}: " + "; ".join(
                         f"{n}: {replies[n]!r} {rates[(policy, n)][-1]:.1f} tok/s" for n in servers), flush=True)
             for name, srv in servers.items():
@@ -155,7 +165,8 @@ def main():
     lines = [f"# Tiered KV cache vs all-resident ({args.model})",
              "",
              f"`{' '.join(sys.argv)}` on {time.strftime('%Y-%m-%d')}: {args.trials} passkey trials per length, greedy, "
-             f"`kv_read_ratio` {args.ratio:g}; decode = {args.decode} tokens (ignore_eos) after the cached prompt, median "
+             f"`kv_read_ratio` {args.ratio:g}, sparse options {args.fathom}, min_keys "
+             f"{'measured' if args.min_keys is None else args.min_keys}; decode = {args.decode} tokens (ignore_eos) after the cached prompt, median "
              f"over trials, {args.threads} threads, every server idle while another runs. Columns per device tier: the "
              "fraction of one sequence's KV the device tier holds (the rest in the host tier), "
              f"`--hot-rows-percent {args.hot_rows_percent}`. Sequences with host-tier "

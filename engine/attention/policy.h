@@ -28,11 +28,15 @@ struct AttentionPolicy {
   int32_t sparq_r = -1, sparq_k = -1, sparq_l = -1;
   bool sparq_reallocation = true;
   // HiP (−1: derived from the ratio at S). The mask is re-estimated every `hip_refresh` steps;
-  // the first `hip_dense_layers` layers stay dense (the paper's default 3).
+  // the first `hip_dense_layers` layers stay dense (the paper's default 3). One mask per kv head
+  // (ref::HipParams::per_kv_head) and a refresh every 4 steps instead of the paper's per query
+  // head and 8: per kv head estimates G× fewer keys, which pays for refreshing twice as often, and
+  // the mask 8 steps old is what lost the pass keys (SmolLM2 at 1k-4k, 1/8: 4-12 of 20 at R = 8,
+  // 15-18 of 20 at R = 4 per kv head; 2.7× faster steps at 8k than per head at R = 8;
+  // bench/results/sparse_quality_findings.md, "Third step").
   int32_t hip_mask_k = -1, hip_sink = -1, hip_window = -1;
-  int32_t hip_block_size_k = 2, hip_refresh = 8, hip_dense_layers = 3;
-  // One mask per kv head (ref::HipParams::per_kv_head) instead of per query head.
-  bool hip_per_kv_head = false;
+  int32_t hip_block_size_k = 2, hip_refresh = 4, hip_dense_layers = 3;
+  bool hip_per_kv_head = true;
   // SWA (ALISA) caching ratio (−1: the ratio itself). Its heavy hitters are chosen by the mass
   // max-pooled over `swa_pool` neighbouring positions (SnapKV's pooling, kernel 7: a multi-token
   // span such as a number is kept whole, and filler tokens next to nothing heavy are not; 1: the

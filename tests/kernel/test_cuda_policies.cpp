@@ -38,7 +38,7 @@ namespace fathom {
 namespace {
 
 constexpr int kSeqs = 5;
-constexpr int kSteps = 16;  // two HiP refreshes (R = 8); each step costs ~2 s under the emulator
+constexpr int kSteps = 16;  // four HiP refreshes (R = 4); each step costs ~2 s under the emulator
 
 std::vector<int32_t> ranked(const float* row, int32_t n, int32_t top) {
   std::vector<int32_t> ids(n);
