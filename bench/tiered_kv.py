@@ -169,9 +169,9 @@ def main():
              f"{'measured' if args.min_keys is None else args.min_keys}; decode = {args.decode} tokens (ignore_eos) after the cached prompt, median "
              f"over trials, {args.threads} threads, every server idle while another runs. Columns per device tier: the "
              "fraction of one sequence's KV the device tier holds (the rest in the host tier), "
-             f"`--hot-rows-percent {args.hot_rows_percent}`. Sequences with host-tier "
-             "blocks decode SparQ densely (docs/tiered_kv.md); HiP and SWA read host rows through the hot row cache "
-             "and fall back to dense for a layer step whose rows it cannot hold.",
+             f"`--hot-rows-percent {args.hot_rows_percent}`. HiP, SWA and SparQ read host rows through the hot "
+             "row cache (SparQ's step 1 reads r dimension rows of each host block's transposed K from the host "
+             "tier) and fall back to dense for a layer step whose rows it cannot hold (docs/tiered_kv.md).",
              "", head, rule]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     lines += [""] + [f"- {n}" for n in notes]

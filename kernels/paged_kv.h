@@ -20,6 +20,13 @@ class RowPrefetcher {
   virtual void prefetch(int32_t g, const int32_t* pos, int32_t n, bool need_v) = 0;
   // The most rows of one kv head a prefetch() can hold at once.
   virtual int32_t capacity() const = 0;
+  // SparQ's step 1 over a host-tier block: writes the dimension rows dims[0..r) of kv head g's
+  // transposed-K tile in host slot `slot` to dst ([r][block_size], the view's dtype), read from
+  // the host tier directly (on a GPU: mapped pinned memory, as HiP's offloading reads a miss)
+  // instead of through the row cache — r/d of the tile, once per step. Thread-safe; returns bytes.
+  virtual size_t read_kt_rows(int32_t slot, int32_t g, const int32_t* dims, int32_t r, void* dst) const = 0;
+  // Counts bytes that read_kt_rows calls moved (host → device).
+  virtual void count_read(int64_t bytes) = 0;
 };
 
 struct PagedKvView {

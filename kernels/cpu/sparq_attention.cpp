@@ -3,8 +3,10 @@
 // per-item softmax statistics in one pass; steps 3–4 per kv head, run by the thread that finishes
 // the head's last item; step 5 through sparse::attend over (kv head, key chunk) items.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
 
 #include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/sparse_common.h"
@@ -56,6 +58,66 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   static thread_local std::vector<float> approx_buf, summed_buf;
   std::vector<float>& approx = approx_buf;
   std::vector<float>& summed = summed_buf;
+
+  // A tiered view (docs/tiered_kv.md): step 2 reads the r selected dimension rows of each host-tier
+  // block's transposed-K tile from the host tier into host_kt ([n_kv][n_host][r][bs], the view's
+  // dtype), then scores them through a view whose table maps those blocks to host_kt's tiles (head
+  // dim r, identity dims: the same elements in the same order, so the same scores as resident);
+  // step 5 gathers its top-k rows through the row cache.
+  const bool tiered = kv.prefetcher != nullptr;
+  const size_t kt_tile_bytes = static_cast<size_t>(r) * bs * kv_dtype_bytes(kv.dtype);
+  std::vector<int32_t> host_index, identity;  // logical block -> its tile in host_kt or -1 (device)
+  std::vector<uint8_t> host_kt;
+  int32_t n_host = 0;
+  if (tiered) {
+    if (kv.k_t == nullptr || kv.dtype == KvDtype::kI8 || compute_vbar)
+      throw std::invalid_argument("sparq over host-tier blocks needs f32/f16 transposed K and running V sums");
+    host_index.assign(n_blocks, -1);
+    std::vector<int32_t> host_slot;
+    for (int32_t b = 0; b < n_blocks; ++b)
+      if (kv.block_table[b] < 0) {
+        host_index[b] = n_host++;
+        host_slot.push_back(-kv.block_table[b] - 1);
+      }
+    identity.resize(r);
+    std::iota(identity.begin(), identity.end(), 0);
+    host_kt.resize(static_cast<size_t>(n_kv) * n_host * kt_tile_bytes);
+    std::atomic<int64_t> moved{0};
+    pool.parallel_for(static_cast<int64_t>(n_kv) * n_host, [&](int64_t begin, int64_t end, int) {
+      int64_t local = 0;
+      for (int64_t w = begin; w < end; ++w) {
+        const int32_t g = static_cast<int32_t>(w / n_host);
+        local += static_cast<int64_t>(kv.prefetcher->read_kt_rows(host_slot[w % n_host], g, &dims[static_cast<size_t>(g) * r],
+                                                                  r, &host_kt[static_cast<size_t>(w) * kt_tile_bytes]));
+      }
+      moved += local;
+    });
+    kv.prefetcher->count_read(moved.load());
+  }
+  // Step-1 scores of kv head g for logical blocks [b0, b1), host-tier blocks from host_kt.
+  auto scores = [&](int32_t g, int32_t b0, int32_t b1) {
+    const int32_t* dims_g = &dims[static_cast<size_t>(g) * r];
+    const float* qr_g = &qr[static_cast<size_t>(g) * G * r];
+    float* ap = &approx[static_cast<size_t>(g) * G * S];
+    float* sum = &summed[static_cast<size_t>(g) * S];
+    if (!tiered) {
+      kern.sparq_scores(kv, g, dims_g, r, qr_g, G, b0, b1, S, ap, S, sum);
+      return;
+    }
+    PagedKvView hv = kv;
+    hv.k_t = &host_kt[static_cast<size_t>(g) * n_host * kt_tile_bytes];
+    hv.block_table = host_index.data();
+    hv.n_kv_heads = 1;
+    hv.head_dim = r;
+    for (int32_t a = b0; a < b1;) {  // runs of device blocks and of host blocks
+      const bool host = host_index[a] >= 0;
+      int32_t z = a + 1;
+      while (z < b1 && (host_index[z] >= 0) == host) ++z;
+      if (host) kern.sparq_scores(hv, 0, identity.data(), r, qr_g, G, a, z, S, ap, S, sum);
+      else kern.sparq_scores(kv, g, dims_g, r, qr_g, G, a, z, S, ap, S, sum);
+      a = z;
+    }
+  };
   approx.resize(static_cast<size_t>(n_kv) * G * S);  // [n_kv][G][S]
   summed.resize(static_cast<size_t>(n_kv) * S);      // [n_kv][S]
   std::vector<float> item_m(static_cast<size_t>(n_items) * G), item_l(item_m.size());
@@ -95,8 +157,7 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
     const int32_t g = static_cast<int32_t>(w / items_per_head), b0 = static_cast<int32_t>(w % items_per_head) * span;
     const int32_t b1 = std::min(n_blocks, b0 + span), t0 = b0 * bs, t1 = std::min(S, b1 * bs), n = t1 - t0;
     float* ap = &approx[static_cast<size_t>(g) * G * S];
-    kern.sparq_scores(kv, g, &dims[static_cast<size_t>(g) * r], r, &qr[static_cast<size_t>(g) * G * r], G, b0, b1, S,
-                      ap, S, &summed[static_cast<size_t>(g) * S]);
+    scores(g, b0, b1);
     for (int32_t j = 0; j < G; ++j)
       item_l[w * G + j] = kern.max_sum_exp(ap + static_cast<size_t>(j) * S + t0, n, &item_m[w * G + j]);
     if (compute_vbar) {
@@ -121,7 +182,15 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
     t.pos = sel[g].data();
     t.n = res.k;
   }
-  sparse::attend(pool, kern, kv, args.scale, tasks);
+  if (!tiered) {
+    sparse::attend(pool, kern, kv, args.scale, tasks);
+  } else {  // one kv head at a time, its rows made readable first; the all-heads call's key chunks
+    const int32_t chunk = sparse::attend_chunk(pool, tasks);
+    for (int32_t g = 0; g < n_kv; ++g) {
+      sparse::prefetch_rows(kv, g, sel[g], /*need_v=*/true);
+      sparse::attend(pool, kern, kv, args.scale, {tasks[g]}, chunk);
+    }
+  }
 
   // Step 6: out = α·y + (1 − α)·v̄.
   const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype));

@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
@@ -436,15 +437,22 @@ struct MirrorPrefetcher final : RowPrefetcher {
     }
   }
   int32_t capacity() const override { return cap_; }
-  PagedKvView view() {
-    PagedKvView kv = f_.view(false, false);
+  size_t read_kt_rows(int32_t slot, int32_t g, const int32_t* dims, int32_t r, void* dst) const override {
+    const size_t row = static_cast<size_t>(f_.block_size) * kv_dtype_bytes(f_.dtype);
+    const uint8_t* tile = f_.k_t.data() + (static_cast<size_t>(slot) * f_.n_kv_heads + g) * f_.d * row;
+    for (int32_t i = 0; i < r; ++i) std::memcpy(static_cast<uint8_t*>(dst) + i * row, tile + dims[i] * row, row);
+    return r * row;
+  }
+  void count_read(int64_t bytes) override { kt_bytes += bytes; }
+  PagedKvView view(bool side_data = false) {
+    PagedKvView kv = f_.view(side_data, side_data);
     kv.block_table = host_table.data();
     kv.host_rows = map.data();
     kv.prefetcher = this;
     return kv;
   }
   std::vector<int32_t> host_table, map;
-  int64_t calls = 0;
+  int64_t calls = 0, kt_bytes = 0;
 
  private:
   int32_t cap_;
@@ -475,6 +483,37 @@ TEST(SparseCpu, HipOverHostRowsMatchesResident) {
   EXPECT_EQ(mask_tiered.block_starts, mask_resident.block_starts);
   EXPECT_EQ(out_tiered, out_resident);
   EXPECT_GT(fetch.calls, per_kv_head ? kKvHeads : H);  // batches in the estimation, one call per mask for the attention
+  }
+}
+
+// SparQ over a tiered view whose blocks are all in the host tier but the last (the one a step
+// writes, which holds the running V sum): step 1 reads the r dimension rows of each host tile,
+// step 5 its top-k rows through a 600-row cache; bitwise the resident output, for f32 and f16.
+TEST(SparseCpu, SparqOverHostRowsMatchesResident) {
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  const int32_t d = 64, G = 3, S = 3001, H = G * kKvHeads;
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
+    const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
+    const std::vector<float> q = random_q(H * d, rng);
+    ref::SparqParams p;
+    p.r = 8;
+    p.k = 400;
+    p.l = 64;
+    std::vector<float> out_resident, out_tiered;
+    const DecodeArgs a = decode_args(q, out_resident, H, d, S);
+    const DecodeArgs at = decode_args(q, out_tiered, H, d, S);
+    cpu::SparqTrace trace_resident, trace_tiered;
+    const cpu::SparqResult resident = cpu::sparq_decode(pool, f.view(), a, p, &trace_resident);
+    MirrorPrefetcher fetch(f, 600);
+    fetch.host_table.back() = f.table.back();  // the last block is device-resident
+    const cpu::SparqResult tiered = cpu::sparq_decode(pool, fetch.view(true), at, p, &trace_tiered);
+    EXPECT_EQ(trace_tiered.selected, trace_resident.selected);
+    EXPECT_EQ(out_tiered, out_resident);
+    EXPECT_EQ(tiered.kv_bytes, resident.kv_bytes);
+    const int64_t host_blocks = static_cast<int64_t>(f.table.size()) - 1;
+    EXPECT_EQ(fetch.kt_bytes, host_blocks * kKvHeads * p.r * kBlock * static_cast<int64_t>(kv_dtype_bytes(dtype)));
+    EXPECT_EQ(fetch.calls, kKvHeads);  // one prefetch of top-k rows per kv head
   }
 }
 

@@ -286,10 +286,15 @@ int32_t CpuBackend::sparse_break_even(const AttentionPolicy& policy) {
 int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
   if (reads_host(seq, 0)) {
     const int k = static_cast<int>(policy.kind);
-    // HiP and SWA gather rows: host-tier ones come through the hot row cache. SparQ's step 1
-    // reads every block's transposed K tile: it decodes densely over both tiers for now.
-    if (policy.kind == PolicyKind::kHip || policy.kind == PolicyKind::kSwa) {
-      PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
+    // HiP and SWA gather rows: host-tier ones come through the hot row cache. SparQ reads the r
+    // selected dimension rows of each host block's transposed-K tile from the host tier, then its
+    // top-k rows through the cache; it needs f32 / f16 K^T tiles and running V sums (INT8 K^T is
+    // scaled by per-row parameters it does not stage), else it decodes densely over both tiers.
+    PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
+    const bool sparq_ok = view.k_t != nullptr && view.dtype != KvDtype::kI8 &&
+                          (view.v_sum != nullptr || !policy.sparq_reallocation);
+    if (policy.kind == PolicyKind::kHip || policy.kind == PolicyKind::kSwa ||
+        (policy.kind == PolicyKind::kSparq && sparq_ok)) {
       hot_rows_->bind(layer, view.block_table);
       view.host_rows = hot_rows_->map(layer);
       view.prefetcher = hot_rows_.get();
@@ -303,7 +308,7 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
         const int64_t bytes = cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
         count();
         return bytes;
-      } catch (const HotRowsFull&) {  // one HiP head's selection is more than the cache holds
+      } catch (const HotRowsFull&) {  // one attention call needs more rows than the cache holds
         count();
         ++hot_counts_.fallbacks[k];
       }

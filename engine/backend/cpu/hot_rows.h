@@ -32,6 +32,10 @@ class HotRows final : public RowPrefetcher {
   }
   void prefetch(int32_t g, const int32_t* pos, int32_t n, bool need_v) override;
   int32_t capacity() const override { return capacity_; }
+  size_t read_kt_rows(int32_t slot, int32_t g, const int32_t* dims, int32_t r, void* dst) const override {
+    return host_.copy_kt_rows(layer_, slot, g, dims, r, dst);
+  }
+  void count_read(int64_t bytes) override { counts_.bytes += bytes; }
   const int32_t* map(int32_t layer) const { return map_[layer].data(); }
   // Host slot `h` got other bytes (a block moved in or out): its cached rows are stale.
   void invalidate_host_slot(int32_t h);

@@ -83,6 +83,20 @@ size_t CpuKvStorage::copy_row_to(int32_t layer, int32_t block, int32_t head, int
   return bytes;
 }
 
+size_t CpuKvStorage::copy_kt_rows(int32_t layer, int32_t block, int32_t head, const int32_t* dims, int32_t r,
+                                  void* dst) const {
+  check_block(block);
+  const KvLayout& L = layout_;
+  FATHOM_CHECK(L.transposed_k && r >= 0 && r <= L.head_dim);
+  const size_t row = static_cast<size_t>(L.block_size) * kv_dtype_bytes(L.dtype);  // one dimension, bs positions
+  const std::byte* tile = at(KvPlane::kKt, layer, block) + static_cast<size_t>(head) * L.head_dim * row;
+  for (int32_t i = 0; i < r; ++i) {
+    FATHOM_CHECK(dims[i] >= 0 && dims[i] < L.head_dim);
+    std::memcpy(static_cast<std::byte*>(dst) + i * row, tile + static_cast<size_t>(dims[i]) * row, row);
+  }
+  return static_cast<size_t>(r) * row;
+}
+
 void* CpuKvStorage::k_tile(int32_t layer, int32_t block, int32_t head) {
   return at(KvPlane::kK, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
 }

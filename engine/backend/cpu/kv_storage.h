@@ -44,6 +44,11 @@ class CpuKvStorage {
   size_t copy_row_to(int32_t layer, int32_t block, int32_t head, int32_t slot, CpuKvStorage& to, int64_t dst_row, bool k,
                      bool v) const;
 
+  // Copies the dimension rows dims[0..r) of the transposed-K tile of (layer, block, head) to dst
+  // ([r][block_size] elements of the layout's dtype): the part of a block SparQ's step 1 reads.
+  // Returns bytes. Needs transposed K.
+  size_t copy_kt_rows(int32_t layer, int32_t block, int32_t head, const int32_t* dims, int32_t r, void* dst) const;
+
   // The view an attention kernel reads for `layer` of the sequence with block table `table`.
   PagedKvView view(int32_t layer, const int32_t* table) const;
 
