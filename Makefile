@@ -5,7 +5,7 @@ PY    := .venv/bin/python
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 FUZZ_SECONDS ?= 10
 
-.PHONY: all setup build test fuzz soak serve chat bench clean
+.PHONY: all setup build test fuzz soak serve chat bench eval clean
 
 all: build
 
@@ -42,6 +42,11 @@ soak: build
 
 bench: build
 	FATHOM_BUILD=$(BUILD) $(PY) bench/run_bench.py
+
+# A bounded long-context evaluation per attention policy (RULER-style tasks through the OpenAI API;
+# ~10 min on 2 cores): bench/results/ruler.md. EVAL_ARGS adds or overrides options.
+eval: build
+	$(PY) bench/ruler_eval.py --models smollm2,gemma3 --lengths 1024,4096 --trials 4 $(EVAL_ARGS)
 
 clean:
 	rm -rf $(BUILD) build-fuzz
