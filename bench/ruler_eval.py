@@ -44,7 +44,7 @@ WORDS = ["apple", "river", "candle", "forest", "mirror", "garden", "violin", "ha
 NIAH_INTRO = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. "
               "I will quiz you about the numbers afterwards.\n")
 VT_INTRO = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
-MAX_TOKENS = {"niah_multikey": 16, "niah_multivalue": 48, "niah_multiquery": 48, "vt": 32}
+MAX_TOKENS = {"niah_multikey": 24, "niah_multivalue": 48, "niah_multiquery": 48, "vt": 32}
 
 
 def needle(key, value):
