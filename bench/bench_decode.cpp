@@ -22,7 +22,7 @@
 //   bench_decode --model PATH [--threads 1,2] [--depths 0,1024,4096] [--decode-tokens 32]
 //                [--bandwidth-json FILE] [--json OUT] [--kv-dtype f16] [--precision q8|f32] [--no-pack]
 //                [--chunk 512] [--block-size 16] [--warmup-tokens 2] [--text FILE] [--share-prefill-from D]
-//                [--attention dense,sparq,hip,swa] [--kv-read-ratio 0.125] [--hip-refresh R] [--hip-per-kv-head]
+//                [--attention dense,sparq,hip,swa] [--kv-read-ratio 0.125] [--hip-refresh R] [--hip-per-kv-head 0|1]
 //                [--min-keys N|measured]
 // --min-keys: sparse steps shorter than N keys run densely; default "measured", the engine's
 // measured break-even (engine/backend/cpu/break_even.h); 0 times the sparse kernels at every depth.
@@ -96,7 +96,7 @@ struct Args {
   std::vector<std::string> attention = {"dense"};  // decode policies, each timed from the same prefill
   double kv_read_ratio = 0.125;
   int hip_refresh = 0;  // 0: the policy's default
-  bool hip_per_kv_head = false;
+  int hip_per_kv_head = -1;  // -1: the policy's default
   int min_keys = AttentionPolicy::kMeasuredBreakEven;  // --min-keys N|measured: as the server's default
 };
 
@@ -152,7 +152,7 @@ Args parse_args(int argc, char** argv) {
     } else if (k == "--kv-read-ratio") {
       a.kv_read_ratio = std::strtod(value().c_str(), nullptr);
     } else if (k == "--hip-per-kv-head") {
-      a.hip_per_kv_head = true;
+      a.hip_per_kv_head = std::atoi(value().c_str()) != 0;
     } else if (k == "--hip-refresh") {
       a.hip_refresh = std::atoi(value().c_str());
     } else if (k == "--min-keys") {
@@ -405,7 +405,7 @@ int run(const Args& a) {
       policy.kind = parse_policy_name(a.attention[pi]);
       policy.kv_read_ratio = policy.kind == PolicyKind::kDense ? 1.0 : a.kv_read_ratio;
       if (a.hip_refresh > 0) policy.hip_refresh = a.hip_refresh;
-      policy.hip_per_kv_head = a.hip_per_kv_head;
+      if (a.hip_per_kv_head >= 0) policy.hip_per_kv_head = a.hip_per_kv_head != 0;
       policy.min_keys = a.min_keys;
       if (pi == 0) saved[r].save(m, *tables[r], depth);
       else saved[r].restore(m, *tables[r], depth);

@@ -96,6 +96,8 @@ def make_prompt(base, task, fmt, length, rng):
     """A prompt of at most length − GEN_MARGIN − max_tokens tokens, its expected strings."""
     needles, question, prefix, expected = make_task(task, rng)
     depths = [rng.random() for _ in needles]
+    if task == "vt":  # a chain is inserted in order: each VAR is assigned before it is copied
+        depths.sort()
     target = length - GEN_MARGIN - MAX_TOKENS[task]
     a = count_tokens(base, build_text(task, 10, needles, depths, question, fmt, prefix), fmt)
     b = count_tokens(base, build_text(task, 110, needles, depths, question, fmt, prefix), fmt)
@@ -106,7 +108,7 @@ def make_prompt(base, task, fmt, length, rng):
         tokens = count_tokens(base, text, fmt)
         if tokens <= target or n == 1:
             return text, expected, tokens
-        n -= max(1, int((tokens - target) / per_rep))
+        n = max(1, n - max(1, int((tokens - target) / per_rep)))
 
 
 def ask(base, fmt, text, task, policy, args):

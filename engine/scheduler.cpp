@@ -785,13 +785,17 @@ void Scheduler::export_break_evens() {
   const std::vector<MeasuredBreakEven>& measured = backend_.measured_break_evens();
   for (; break_evens_exported_ < measured.size(); ++break_evens_exported_) {  // measured once each, on first use
     const MeasuredBreakEven& m = measured[break_evens_exported_];
+    // One series per (policy, ratio): HiP's non-default variants (per query head, a shorter
+    // refresh) are measured and used but not exported, so they cannot overwrite the default's.
+    const AttentionPolicy defaults;
+    if (m.probe.hip_per_kv_head != defaults.hip_per_kv_head || m.probe.hip_refresh != defaults.hip_refresh) continue;
     char ratio[32];
-    std::snprintf(ratio, sizeof ratio, "%g", m.ratio);
+    std::snprintf(ratio, sizeof ratio, "%g", m.probe.kv_read_ratio);
     metrics_->registry
         .gauge("fathom_attention_break_even_keys",
                "Decode length (keys) from which a sparse policy is measured faster than dense; shorter steps run "
                "densely (+Inf: never faster)",
-               {{"policy", policy_name(m.kind)}, {"kv_read_ratio", ratio}})
+               {{"policy", policy_name(m.probe.kind)}, {"kv_read_ratio", ratio}})
         .set(m.min_keys == INT32_MAX ? std::numeric_limits<double>::infinity() : m.min_keys);
   }
 }

@@ -95,7 +95,20 @@ AttentionPolicy break_even_probe(const AttentionPolicy& p) {
   probe.kind = p.kind;
   probe.kv_read_ratio = 1.0 / 64;
   while (probe.kv_read_ratio < ratio && probe.kv_read_ratio < 1.0) probe.kv_read_ratio *= 2;
+  if (p.kind == PolicyKind::kHip) {
+    probe.hip_per_kv_head = p.hip_per_kv_head;
+    // The largest power of two <= refresh, at most the default's: a shorter refresh re-estimates
+    // more often, so its break-even is the conservative one.
+    const int32_t cap = std::min(p.hip_refresh, AttentionPolicy{}.hip_refresh);
+    probe.hip_refresh = 1;
+    while (probe.hip_refresh * 2 <= cap) probe.hip_refresh *= 2;
+  }
   return probe;
+}
+
+bool same_break_even_probe(const AttentionPolicy& a, const AttentionPolicy& b) {
+  return a.kind == b.kind && a.kv_read_ratio == b.kv_read_ratio && a.hip_per_kv_head == b.hip_per_kv_head &&
+         a.hip_refresh == b.hip_refresh;
 }
 
 }  // namespace fathom

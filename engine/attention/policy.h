@@ -32,8 +32,8 @@ struct AttentionPolicy {
   // (ref::HipParams::per_kv_head) and a refresh every 4 steps instead of the paper's per query
   // head and 8: per kv head estimates G× fewer keys, which pays for refreshing twice as often, and
   // the mask 8 steps old is what lost the pass keys (SmolLM2 at 1k-4k, 1/8: 4-12 of 20 at R = 8,
-  // 15-18 of 20 at R = 4 per kv head; 2.7× faster steps at 8k than per head at R = 8;
-  // bench/results/sparse_quality_findings.md, "Third step").
+  // 15-18 of 20 at R = 4 per kv head; one layer at 8k keys 127 µs against 185 µs per head at R = 8
+  // and 166 µs dense; bench/results/sparse_quality_findings.md, "Third step").
   int32_t hip_mask_k = -1, hip_sink = -1, hip_window = -1;
   int32_t hip_block_size_k = 2, hip_refresh = 4, hip_dense_layers = 3;
   bool hip_per_kv_head = true;
@@ -76,8 +76,12 @@ AttentionPolicy resolve_auto(const AttentionPolicy& p);
 
 // The policy a backend measures the break-even of on behalf of `p`: the same kind at the
 // effective ratio rounded up to a power of two (1/2, 1/4, ... 1/64; a larger ratio reads more,
-// so its break-even is the conservative one), every other parameter derived. A bounded set:
-// clients cannot make the backend measure without end.
+// so its break-even is the conservative one); for HiP also its mask scope (per kv head or per
+// query head) and its refresh rounded down to a power of two no larger than the default's (1, 2,
+// 4); every other parameter derived. A bounded set: clients cannot make the backend measure
+// without end.
 AttentionPolicy break_even_probe(const AttentionPolicy& p);
+// Whether two probes (break_even_probe results) are the same measurement.
+bool same_break_even_probe(const AttentionPolicy& a, const AttentionPolicy& b);
 
 }  // namespace fathom

@@ -41,8 +41,7 @@ struct HotRowCounts {
 // A sparse policy's measured break-even (ForwardOps::sparse_break_even): decode steps with fewer
 // keys run densely; INT32_MAX when the policy was not faster than dense at any measured length.
 struct MeasuredBreakEven {
-  PolicyKind kind;
-  double ratio;  // the probe's kv_read_ratio (a power of two)
+  AttentionPolicy probe;  // break_even_probe(request's policy)
   int32_t min_keys;
 };
 

@@ -67,7 +67,8 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   const bool tiered = kv.prefetcher != nullptr;
   const size_t kt_tile_bytes = static_cast<size_t>(r) * bs * kv_dtype_bytes(kv.dtype);
   std::vector<int32_t> host_index, identity;  // logical block -> its tile in host_kt or -1 (device)
-  std::vector<uint8_t> host_kt;
+  static thread_local std::vector<uint8_t> host_kt_buf;  // reused: fresh large buffers page-fault each step
+  std::vector<uint8_t>& host_kt = host_kt_buf;
   int32_t n_host = 0;
   if (tiered) {
     if (kv.k_t == nullptr || kv.dtype == KvDtype::kI8 || compute_vbar)

@@ -1,4 +1,5 @@
-// The backend-independent parts of policy decode: SWA's selection mass (max-pooled ALISA mass).
+// The backend-independent parts of policy decode: SWA's selection mass (max-pooled ALISA mass) and
+// the break-even probes a backend measures on behalf of a policy.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,6 +62,34 @@ TEST(SwaSelectionMass, AHeavyTokenKeepsItsNeighboursSelectable) {
   for (int32_t t = 27; t <= 33; ++t) EXPECT_FLOAT_EQ(m[t], 1.0f) << t;
   EXPECT_FLOAT_EQ(m[26], 0.01f);
   EXPECT_FLOAT_EQ(m[34], 0.01f);
+}
+
+// A request's policy maps to a bounded set of probes: ratios up to powers of two, HiP's refresh down
+// to 1, 2 or 4; HiP's mask scope is its own probe (per query head costs more than per kv head).
+TEST(BreakEvenProbe, BucketsRatiosAndHipVariantsIntoABoundedSet) {
+  AttentionPolicy p;
+  p.kind = PolicyKind::kHip;
+  p.kv_read_ratio = 0.1;
+  AttentionPolicy probe = break_even_probe(p);
+  EXPECT_EQ(probe.kv_read_ratio, 0.125);
+  EXPECT_EQ(probe.hip_refresh, 4);
+  EXPECT_TRUE(probe.hip_per_kv_head);
+  std::vector<AttentionPolicy> seen;
+  for (int32_t refresh = 1; refresh <= 1000; ++refresh)
+    for (bool per_kv_head : {false, true}) {
+      p.hip_refresh = refresh;
+      p.hip_per_kv_head = per_kv_head;
+      probe = break_even_probe(p);
+      EXPECT_LE(probe.hip_refresh, std::max(1, std::min(refresh, AttentionPolicy{}.hip_refresh)));
+      EXPECT_EQ(probe.hip_per_kv_head, per_kv_head);
+      if (std::none_of(seen.begin(), seen.end(), [&](const AttentionPolicy& s) { return same_break_even_probe(s, probe); }))
+        seen.push_back(probe);
+    }
+  EXPECT_EQ(seen.size(), 6u);  // refresh 1, 2, 4 × per query head, per kv head
+  AttentionPolicy sparq;
+  sparq.kind = PolicyKind::kSparq;
+  sparq.hip_refresh = 1;  // not a SparQ parameter: the same probe as the default's
+  EXPECT_TRUE(same_break_even_probe(break_even_probe(sparq), break_even_probe(AttentionPolicy{PolicyKind::kSparq})));
 }
 
 }  // namespace

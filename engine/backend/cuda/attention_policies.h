@@ -58,7 +58,10 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   int64_t bytes = 0;
   const bool refresh = st.hip_age < 0 || st.hip_age + 1 >= p.hip_refresh;
   if (refresh) st.hip_params = resolve_hip(p, args.pos + 1);
-  const cuda::HipConfig cfg = hip_config(st.hip_params);
+  cuda::HipConfig cfg = hip_config(st.hip_params);
+  // The estimation kernel holds a mask's query rows in shared memory: groups wider than that
+  // (G·d > kHipMaxMaskDims) estimate one mask per query head instead.
+  cfg.per_kv_head = cfg.per_kv_head && args.n_heads / kv.n_kv_heads * kv.head_dim <= cuda::kHipMaxMaskDims;
   DecodeArgs at_mask = args;
   at_mask.pos = refresh ? args.pos : st.hip_mask.pos;
   const cuda::HipMaskInfo info = cuda::plan_hip_mask(kv, at_mask, cfg);
