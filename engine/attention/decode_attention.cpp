@@ -29,7 +29,10 @@ namespace {
 // end are taken directly.
 void max_pool(const float* src, int32_t n, int32_t r, float* dst) {
   const int32_t w = 2 * r + 1;
-  std::vector<float> ahead(src, src + n), behind(src, src + n);
+  // Reused per thread: two S-float vectors every layer step were an allocation each (S up to 128k).
+  static thread_local std::vector<float> ahead, behind;
+  ahead.assign(src, src + n);
+  behind.assign(src, src + n);
   for (int32_t i = 1; i < n; ++i)
     if (i % w != 0) ahead[i] = std::max(ahead[i], ahead[i - 1]);
   for (int32_t i = n - 2; i >= 0; --i)
