@@ -85,10 +85,17 @@ def make_prompt(base, fmt, length, rng, per_rep_cache):
         n -= max(1, int((tokens - target) / per_rep))
 
 
+def fathom_options(policy, ratio, min_keys=None, extra="{}"):
+    """The request's "fathom" object: the policy, and for a sparse one its ratio, min_keys (None:
+    the server's measured default) and the extra options (a JSON object)."""
+    if policy == "dense":
+        return {"attention": policy}
+    return {"attention": policy, "kv_read_ratio": ratio} | ({} if min_keys is None else {"min_keys": min_keys}) \
+        | json.loads(extra)
+
+
 def ask(base, fmt, text, policy, ratio, min_keys, extra):
-    sparse = {} if policy == "dense" else ({"kv_read_ratio": ratio} | ({} if min_keys is None else {"min_keys": min_keys})
-                                           | json.loads(extra))
-    body = {"max_tokens": MAX_TOKENS, "temperature": 0, "fathom": {"attention": policy} | sparse}
+    body = {"max_tokens": MAX_TOKENS, "temperature": 0, "fathom": fathom_options(policy, ratio, min_keys, extra)}
     if fmt == "chat":
         body["messages"] = [{"role": "user", "content": text}]
         r = post(base, "/v1/chat/completions", body)

@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from passkey_eval import FILLER, GEN_MARGIN, MODELS, POLICIES, post  # noqa: E402
+from passkey_eval import FILLER, GEN_MARGIN, MODELS, POLICIES, count_tokens, fathom_options, post  # noqa: E402
 from server_fixture import ServerProcess  # noqa: E402
 
 TASKS = ["niah_multikey", "niah_multivalue", "niah_multiquery", "vt"]
@@ -87,11 +87,6 @@ def build_text(task, n_filler, needles, depths, question, fmt, prefix):
     return text if fmt == "chat" else text + prefix
 
 
-def count_tokens(base, text, fmt):
-    body = {"messages": [{"role": "user", "content": text}]} if fmt == "chat" else {"prompt": text}
-    return post(base, "/tokenize", body)["count"]
-
-
 def make_prompt(base, task, fmt, length, rng):
     """A prompt of at most length − GEN_MARGIN − max_tokens tokens, its expected strings."""
     needles, question, prefix, expected = make_task(task, rng)
@@ -112,10 +107,7 @@ def make_prompt(base, task, fmt, length, rng):
 
 
 def ask(base, fmt, text, task, policy, args):
-    options = {"attention": policy}
-    if policy != "dense":
-        options |= {"kv_read_ratio": args.ratio} | ({} if args.min_keys is None else {"min_keys": args.min_keys})
-    body = {"max_tokens": MAX_TOKENS[task], "temperature": 0, "fathom": options}
+    body = {"max_tokens": MAX_TOKENS[task], "temperature": 0, "fathom": fathom_options(policy, args.ratio, args.min_keys)}
     if fmt == "chat":
         body["messages"] = [{"role": "user", "content": text}]
         r = post(base, "/v1/chat/completions", body)

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from passkey_eval import MODELS, ask, make_prompt, post  # noqa: E402
+from passkey_eval import MODELS, ask, fathom_options, make_prompt, post  # noqa: E402
 from server_fixture import ServerProcess  # noqa: E402
 
 LOG_RE = re.compile(r"completion_tokens=(\d+) ttft_ms=([\d.]+) total_ms=([\d.]+)")
@@ -36,17 +36,9 @@ def device_blocks(server):
     return int(m.group(1))
 
 
-def sparse_options(policy, args):
-    """The "fathom" options of a sparse request besides its policy (passkey_eval.ask's)."""
-    if policy == "dense":
-        return {}
-    return {"kv_read_ratio": args.ratio} | ({} if args.min_keys is None else {"min_keys": args.min_keys}) \
-        | json.loads(args.fathom)
-
-
 def decode_rate(server, fmt, text, policy, args):
     body = {"max_tokens": args.decode, "temperature": 0, "ignore_eos": True,
-            "fathom": {"attention": policy} | sparse_options(policy, args)}
+            "fathom": fathom_options(policy, args.ratio, args.min_keys, args.fathom)}
     if fmt == "chat":
         body["messages"] = [{"role": "user", "content": text}]
         post(server.base_url, "/v1/chat/completions", body)

@@ -223,20 +223,11 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
     t.pos = pos[u].data();
     t.n = static_cast<int32_t>(pos[u].size());
   }
-  if (kv.prefetcher == nullptr) {
-    sparse::attend(pool, kern, kv, args.scale, tasks);
-  } else {  // a tiered cache: one task at a time, its positions made readable first, so the
-            // row cache needs room for one mask's selection, not for the union of a group's
-    // Tasks in forward order on even positions, backward on odd ones: with the mask cached across
-    // steps the tasks' row sets repeat, and a cycle longer than an LRU cache misses on every row;
-    // alternating turns it into a stack (the last task's rows are the next step's first).
-    const int32_t chunk = sparse::attend_chunk(pool, tasks);  // the all-tasks call's: same fold order
-    for (int32_t i = 0; i < U; ++i) {
-      const int32_t u = args.pos % 2 == 0 ? i : U - 1 - i;
-      sparse::prefetch_rows(kv, tasks[u].g, pos[u], /*need_v=*/true);
-      sparse::attend(pool, kern, kv, args.scale, {tasks[u]}, chunk);
-    }
-  }
+  // Over a tiered cache the tasks run one at a time, forward on even positions and backward on
+  // odd ones: with the mask cached across steps the tasks' row sets repeat, and a cycle longer
+  // than an LRU cache misses on every row; alternating turns it into a stack (the last task's
+  // rows are the next step's first).
+  sparse::attend_prefetched(pool, kern, kv, args.scale, tasks, /*reverse=*/args.pos % 2 != 0);
   if (bytes != nullptr) {
     const int32_t per_g = U / kv.n_kv_heads;
     for (int32_t g = 0; g < kv.n_kv_heads; ++g) {

@@ -71,7 +71,7 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   std::vector<uint8_t>& host_kt = host_kt_buf;
   int32_t n_host = 0;
   if (tiered) {
-    if (kv.k_t == nullptr || kv.dtype == KvDtype::kI8 || compute_vbar)
+    if (!sparq_reads_host_tier(kv, p.reallocation))
       throw std::invalid_argument("sparq over host-tier blocks needs f32/f16 transposed K and running V sums");
     host_index.assign(n_blocks, -1);
     std::vector<int32_t> host_slot;
@@ -183,15 +183,7 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
     t.pos = sel[g].data();
     t.n = res.k;
   }
-  if (!tiered) {
-    sparse::attend(pool, kern, kv, args.scale, tasks);
-  } else {  // one kv head at a time, its rows made readable first; the all-heads call's key chunks
-    const int32_t chunk = sparse::attend_chunk(pool, tasks);
-    for (int32_t g = 0; g < n_kv; ++g) {
-      sparse::prefetch_rows(kv, g, sel[g], /*need_v=*/true);
-      sparse::attend(pool, kern, kv, args.scale, {tasks[g]}, chunk);
-    }
-  }
+  sparse::attend_prefetched(pool, kern, kv, args.scale, tasks);  // over a tiered cache: kv head by kv head
 
   // Step 6: out = α·y + (1 − α)·v̄.
   const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype));

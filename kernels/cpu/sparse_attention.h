@@ -34,8 +34,16 @@ struct SparqTrace {
 // else computes it from V (reading all of V). Bytes per kv head:
 //   S·(r·elem + p) + 2·|I2|·kv_row_bytes + (v_sum ? 4·d : S·kv_row_bytes if reallocation)
 // with p = sizeof(KvInt8Row) for INT8 (each position's scale and min), else 0.
+// Over a tiered view (kv.prefetcher set) step 1 reads the r selected dimension rows of each
+// host-tier block's transposed-K tile through the prefetcher; that needs what
+// sparq_reads_host_tier checks (else sparq_decode throws std::invalid_argument).
 SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SparqParams& p,
                          SparqTrace* trace = nullptr);
+// f32 / f16 transposed-K tiles (INT8 ones are scaled by per-row parameters the host read does not
+// carry) and running V sums unless reallocation is off.
+inline bool sparq_reads_host_tier(const PagedKvView& kv, bool reallocation) {
+  return kv.k_t != nullptr && kv.dtype != KvDtype::kI8 && (kv.v_sum != nullptr || !reallocation);
+}
 
 // HiP mask estimation (a refresh step) and block-sparse attention with a given (possibly cached)
 // mask, as ref::hip_estimate_mask / ref::hip_sparse_attention. Bytes are added to `bytes`, as the

@@ -60,6 +60,21 @@ int32_t attend_chunk(const ThreadPool& pool, const std::vector<AttendTask>& task
   return chunk;
 }
 
+void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
+                       const std::vector<AttendTask>& tasks, bool reverse) {
+  if (kv.prefetcher == nullptr) {
+    attend(pool, kern, kv, scale, tasks);
+    return;
+  }
+  const int32_t chunk = attend_chunk(pool, tasks);
+  const int32_t n = static_cast<int32_t>(tasks.size());
+  for (int32_t i = 0; i < n; ++i) {
+    const AttendTask& t = tasks[reverse ? n - 1 - i : i];
+    if (t.n > 0) kv.prefetcher->prefetch(t.g, t.pos, t.n, /*need_v=*/true);
+    attend(pool, kern, kv, scale, {t}, chunk);
+  }
+}
+
 void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
             const std::vector<AttendTask>& tasks, int32_t chunk) {
   const int32_t d = kv.head_dim;

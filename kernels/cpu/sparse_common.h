@@ -104,6 +104,12 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
             const std::vector<AttendTask>& tasks, int32_t chunk = 0);
 // The key chunk length attend() picks for `tasks` on `pool`.
 int32_t attend_chunk(const ThreadPool& pool, const std::vector<AttendTask>& tasks);
+// attend() for a view that may be tiered: with a prefetcher, the tasks run one at a time, each
+// one's positions made readable (K and V) just before, so the row cache needs room for one task's
+// rows, not for all of theirs; the key chunks are the all-tasks call's, so the output is bitwise
+// attend()'s. `reverse`: last task first. Without a prefetcher it is attend().
+void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
+                       const std::vector<AttendTask>& tasks, bool reverse = false);
 
 // The k indices of the largest score[0..n) under (score descending, index ascending), in
 // ascending index order, into out[0..k). Exact (sampled threshold, branch-free filter, the k-th

@@ -201,7 +201,7 @@ cudaError_t hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, con
   if (info.dense || args.n_heads == 0) return cudaSuccess;
   if (kv.head_dim <= 0 || kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || args.n_heads % kv.n_kv_heads != 0 ||
       info.n_keep <= 0 || info.n_keep > kHipMaxKeep || block_starts == nullptr || info.pos != args.pos ||
-      (c.per_kv_head ? args.n_heads / kv.n_kv_heads : 1) * kv.head_dim > kHipMaxMaskDims ||
+      (c.per_kv_head && !hip_group_fits_one_mask(args.n_heads / kv.n_kv_heads, kv.head_dim)) ||
       (kv.dtype == KvDtype::kI8 && kv.k_rows == nullptr)) {
     return cudaErrorInvalidValue;
   }

@@ -33,6 +33,8 @@ struct HipMaskInfo {
 constexpr int32_t kHipMaxKeep = 1024;
 // Largest rows_per_mask · head_dim it holds (per_kv_head: G · d, e.g. 8 × 256 or 16 × 128).
 constexpr int32_t kHipMaxMaskDims = 2048;
+// Whether one mask per kv head (its G query rows) fits the estimation kernel.
+constexpr bool hip_group_fits_one_mask(int32_t group, int32_t head_dim) { return group * head_dim <= kHipMaxMaskDims; }
 
 HipMaskInfo plan_hip_mask(const PagedKvView& kv, const DecodeArgs& args, const HipConfig& config);
 

@@ -469,20 +469,20 @@ TEST(SparseCpu, HipOverHostRowsMatchesResident) {
   const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, KvDtype::kF16, S, 2, rng);
   const std::vector<float> q = random_q(H * d, rng);
   for (bool per_kv_head : {false, true}) {
-  const ref::HipParams p{512, 2, 16, 64, per_kv_head};
-  std::vector<float> out_resident, out_tiered;
-  const DecodeArgs a = decode_args(q, out_resident, H, d, S);
-  DecodeArgs at = decode_args(q, out_tiered, H, d, S);
-  ref::HipMask mask_resident, mask_tiered;
-  cpu::hip_estimate_mask(pool, f.view(false, false), a, p, &mask_resident, nullptr);
-  cpu::hip_sparse_decode(pool, f.view(false, false), a, p, mask_resident, nullptr);
-  MirrorPrefetcher fetch(f, 600);
-  const PagedKvView tiered = fetch.view();
-  cpu::hip_estimate_mask(pool, tiered, at, p, &mask_tiered, nullptr);
-  cpu::hip_sparse_decode(pool, tiered, at, p, mask_tiered, nullptr);
-  EXPECT_EQ(mask_tiered.block_starts, mask_resident.block_starts);
-  EXPECT_EQ(out_tiered, out_resident);
-  EXPECT_GT(fetch.calls, per_kv_head ? kKvHeads : H);  // batches in the estimation, one call per mask for the attention
+    const ref::HipParams p{512, 2, 16, 64, per_kv_head};
+    std::vector<float> out_resident, out_tiered;
+    const DecodeArgs a = decode_args(q, out_resident, H, d, S);
+    DecodeArgs at = decode_args(q, out_tiered, H, d, S);
+    ref::HipMask mask_resident, mask_tiered;
+    cpu::hip_estimate_mask(pool, f.view(false, false), a, p, &mask_resident, nullptr);
+    cpu::hip_sparse_decode(pool, f.view(false, false), a, p, mask_resident, nullptr);
+    MirrorPrefetcher fetch(f, 600);
+    const PagedKvView tiered = fetch.view();
+    cpu::hip_estimate_mask(pool, tiered, at, p, &mask_tiered, nullptr);
+    cpu::hip_sparse_decode(pool, tiered, at, p, mask_tiered, nullptr);
+    EXPECT_EQ(mask_tiered.block_starts, mask_resident.block_starts);
+    EXPECT_EQ(out_tiered, out_resident);
+    EXPECT_GT(fetch.calls, per_kv_head ? kKvHeads : H);  // batches in the estimation, one call per mask for the attention
   }
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/huge_buffer.h"
 #include "kernels/cpu/packed_weights.h"
+#include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sparse_attention.h"
 
@@ -288,13 +289,11 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
     const int k = static_cast<int>(policy.kind);
     // HiP and SWA gather rows: host-tier ones come through the hot row cache. SparQ reads the r
     // selected dimension rows of each host block's transposed-K tile from the host tier, then its
-    // top-k rows through the cache; it needs f32 / f16 K^T tiles and running V sums (INT8 K^T is
-    // scaled by per-row parameters it does not stage), else it decodes densely over both tiers.
+    // top-k rows through the cache, where the layout allows (cpu::sparq_reads_host_tier); else it
+    // decodes densely over both tiers.
     PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
-    const bool sparq_ok = view.k_t != nullptr && view.dtype != KvDtype::kI8 &&
-                          (view.v_sum != nullptr || !policy.sparq_reallocation);
     if (policy.kind == PolicyKind::kHip || policy.kind == PolicyKind::kSwa ||
-        (policy.kind == PolicyKind::kSparq && sparq_ok)) {
+        (policy.kind == PolicyKind::kSparq && cpu::sparq_reads_host_tier(view, policy.sparq_reallocation))) {
       hot_rows_->bind(layer, view.block_table);
       view.host_rows = hot_rows_->map(layer);
       view.prefetcher = hot_rows_.get();

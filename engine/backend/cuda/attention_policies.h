@@ -60,8 +60,8 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   if (refresh) st.hip_params = resolve_hip(p, args.pos + 1);
   cuda::HipConfig cfg = hip_config(st.hip_params);
   // The estimation kernel holds a mask's query rows in shared memory: groups wider than that
-  // (G·d > kHipMaxMaskDims) estimate one mask per query head instead.
-  cfg.per_kv_head = cfg.per_kv_head && args.n_heads / kv.n_kv_heads * kv.head_dim <= cuda::kHipMaxMaskDims;
+  // estimate one mask per query head instead.
+  cfg.per_kv_head = cfg.per_kv_head && cuda::hip_group_fits_one_mask(args.n_heads / kv.n_kv_heads, kv.head_dim);
   DecodeArgs at_mask = args;
   at_mask.pos = refresh ? args.pos : st.hip_mask.pos;
   const cuda::HipMaskInfo info = cuda::plan_hip_mask(kv, at_mask, cfg);
