@@ -29,6 +29,16 @@ class RowPrefetcher {
   virtual void count_read(int64_t bytes) = 0;
 };
 
+// One layer's planes in one tier, laid out as PagedKvView's own (device-tier) planes.
+struct KvTierPlanes {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* k_t = nullptr;
+  const KvInt8Row* k_rows = nullptr;
+  const KvInt8Row* v_rows = nullptr;
+  const float* v_sum = nullptr;
+};
+
 struct PagedKvView {
   const void* k = nullptr;  // layer base: [num_blocks][n_kv_heads][block_size][head_dim], `dtype`
   const void* v = nullptr;  // same layout as k
@@ -54,6 +64,12 @@ struct PagedKvView {
   // Tiered caches only (nullptr otherwise): see RowPrefetcher.
   const int32_t* host_rows = nullptr;
   RowPrefetcher* prefetcher = nullptr;
+  // Kernels that read the host tier in place (the CUDA kernels, through mapped pinned memory: the
+  // HiP reference's offloading) read a block table entry e < 0 as slot -(e + 1) of these planes,
+  // and add the bytes they read there to *host_read_bytes (a device counter; null: not counted).
+  // Unset on the CPU backend, whose kernels read host rows through the row cache instead.
+  KvTierPlanes host_tier{};
+  unsigned long long* host_read_bytes = nullptr;
 
   // Element offset of the [block_size][head_dim] tile for logical block `i`, kv head `h`
   // (also the offset of the [head_dim][block_size] tile in k_t).

@@ -90,20 +90,54 @@ __device__ __forceinline__ T load_uniform(const T* p, int lane) {
   return *p;
 }
 
-struct KvDev {
+// The paged KV view as kernel arguments. Two tiers: a block table entry e >= 0 is block e of
+// the device planes (k, v, ...), e < 0 is block -(e + 1) of `host` (mapped pinned memory, read in
+// place over the bus: a backend with a host tier never stages a block for these kernels).
+struct KvPlanesDev {
   const void* k;                // [num_blocks][n_kv_heads][block_size][head_dim]
   const void* v;                // same layout
   const void* k_t;              // [num_blocks][n_kv_heads][head_dim][block_size] or null
   const KvInt8Row* k_rows;      // INT8: [num_blocks][n_kv_heads][block_size]
   const KvInt8Row* v_rows;
   const float* v_sum;           // [num_blocks][n_kv_heads][head_dim] or null
-  const int32_t* block_table;   // logical -> physical block
+};
+
+struct KvDev {
+  const void* k;  // the device tier's planes, as KvPlanesDev
+  const void* v;
+  const void* k_t;
+  const KvInt8Row* k_rows;
+  const KvInt8Row* v_rows;
+  const float* v_sum;
+  const int32_t* block_table;   // logical -> physical block (< 0: the host tier)
   int32_t block_size, n_kv_heads, head_dim;
+  KvPlanesDev host;             // the host tier; null planes without one
+  unsigned long long* host_read;  // bytes read from the host tier are added here (null: not counted)
 };
 
 inline KvDev make_kv_dev(const PagedKvView& kv) {
-  return {kv.k, kv.v, kv.k_t, kv.k_rows, kv.v_rows, kv.v_sum, kv.block_table, kv.block_size, kv.n_kv_heads,
-          kv.head_dim};
+  const KvTierPlanes& h = kv.host_tier;
+  return {kv.k,         kv.v,          kv.k_t,          kv.k_rows,
+          kv.v_rows,    kv.v_sum,      kv.block_table,  kv.block_size,
+          kv.n_kv_heads, kv.head_dim,  {h.k, h.v, h.k_t, h.k_rows, h.v_rows, h.v_sum}, kv.host_read_bytes};
+}
+
+// Bytes of one K or V row (with its INT8 parameters) of element type T.
+template <typename T>
+__device__ __forceinline__ int64_t kv_row_bytes_of(const KvDev& kv) {
+  return static_cast<int64_t>(kv.head_dim) * sizeof(T) + (std::is_same_v<T, uint8_t> ? sizeof(KvInt8Row) : 0);
+}
+
+// Adds a warp's host-tier bytes to the counter: `n` the same on every lane (warp-uniform reads).
+__device__ __forceinline__ void add_host_bytes_uniform(const KvDev& kv, int64_t n, int lane) {
+  if (lane == 0 && n > 0 && kv.host_read != nullptr)
+    atomicAdd(kv.host_read, static_cast<unsigned long long>(n));
+}
+// The same for per-lane counts; every lane of the warp must call it.
+__device__ __forceinline__ void add_host_bytes_lanes(const KvDev& kv, int64_t n, int lane) {
+  unsigned long long total = static_cast<unsigned long long>(n);
+  for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  if (lane == 0 && total > 0 && kv.host_read != nullptr) atomicAdd(kv.host_read, total);
 }
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
@@ -119,11 +153,15 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Row index (into k_rows / v_rows; times head_dim: element offset) of position t, kv head g.
+// Row reference of position t, kv head g: >= 0 a row index of the device tier (into k_rows /
+// v_rows; times head_dim: element offset), < 0 row -(ref + 1) of the host tier.
 __device__ __forceinline__ int64_t kv_row(const KvDev& kv, const int32_t* table, int t, int g, int lane) {
   const int32_t blk = load_uniform(table + t / kv.block_size, lane);
-  return (static_cast<int64_t>(blk) * kv.n_kv_heads + g) * kv.block_size + t % kv.block_size;
+  const int64_t slot = blk >= 0 ? blk : -static_cast<int64_t>(blk) - 1;
+  const int64_t row = (slot * kv.n_kv_heads + g) * kv.block_size + t % kv.block_size;
+  return blk >= 0 ? row : -row - 1;
 }
+__device__ __forceinline__ int64_t row_of_ref(int64_t ref) { return ref >= 0 ? ref : -ref - 1; }
 
 // Row `row` of `base` (K or V) into x[j] = element lane + 32·j (0 past head_dim), as f32.
 template <typename T, int kDpl>
@@ -151,6 +189,19 @@ FATHOM_UNROLL
       x[j] = 0.0f;
     }
   }
+}
+
+// The K (or V) row a kv_row reference names, from its tier (a select of the base pointers, one
+// load path: branching into two inlined loads costs registers the split-K kernel does not have).
+template <typename T, int kDpl>
+__device__ __forceinline__ void load_k(const KvDev& kv, int64_t ref, int lane, float (&x)[kDpl]) {
+  const bool dev = ref >= 0;
+  load_row<T, kDpl>(kv, dev ? kv.k : kv.host.k, dev ? kv.k_rows : kv.host.k_rows, dev ? ref : -ref - 1, lane, x);
+}
+template <typename T, int kDpl>
+__device__ __forceinline__ void load_v(const KvDev& kv, int64_t ref, int lane, float (&x)[kDpl]) {
+  const bool dev = ref >= 0;
+  load_row<T, kDpl>(kv, dev ? kv.v : kv.host.v, dev ? kv.v_rows : kv.host.v_rows, dev ? ref : -ref - 1, lane, x);
 }
 
 // One warp's online softmax over keys for kRows query rows sharing a kv head.
@@ -211,8 +262,10 @@ struct AttendParams {
 // qi) serves query rows h0 .. h0 + kRows − 1 (h0 = g·group + tile·kRows, clipped to the group)
 // over virtual indices [split·keys_per_split, +keys_per_split) of its position source; its warps
 // take every kWarps-th index, reading each K/V row once for all its rows.
+// __launch_bounds__(.., 1): ptxas otherwise caps the INT8 d = 256 variants at 80 registers and
+// spills once a row may come from either tier.
 template <typename T, int kDpl, int kRows, typename Positions>
-__global__ void __launch_bounds__(kThreads) attend_partial_kernel(AttendParams p, Positions positions) {
+__global__ void __launch_bounds__(kThreads, 1) attend_partial_kernel(AttendParams p, Positions positions) {
   __shared__ float q_s[kRows * 32 * kDpl];
   __shared__ float acc_s[kWarps * kRows * 32 * kDpl];
   __shared__ float ml_s[kWarps * kRows * 2];
@@ -239,14 +292,17 @@ __global__ void __launch_bounds__(kThreads) attend_partial_kernel(AttendParams p
   WarpSoftmax<kDpl, kRows> ws;
   ws.init();
   float kx[kDpl], vx[kDpl];
+  int host_rows = 0;  // K/V row pairs this warp read from the host tier (warp-uniform)
   for (int i = begin + warp; i < end; i += kWarps) {
     const int t = positions.at(qi, g, h0, i, lane);
     if (t < 0) continue;  // warp-uniform
-    const int64_t row = kv_row(p.kv, p.kv.block_table, t, g, lane);
-    load_row<T, kDpl>(p.kv, p.kv.k, p.kv.k_rows, row, lane, kx);
-    load_row<T, kDpl>(p.kv, p.kv.v, p.kv.v_rows, row, lane, vx);
+    const int64_t ref = kv_row(p.kv, p.kv.block_table, t, g, lane);
+    load_k<T, kDpl>(p.kv, ref, lane, kx);
+    load_v<T, kDpl>(p.kv, ref, lane, vx);
+    host_rows += ref < 0 ? 1 : 0;
     ws.add(kx, vx, q_s, p.scale, lane);
   }
+  add_host_bytes_uniform(p.kv, 2 * host_rows * kv_row_bytes_of<T>(p.kv), lane);
 FATHOM_UNROLL
   for (int r = 0; r < kRows; ++r) {
 FATHOM_UNROLL
@@ -339,11 +395,17 @@ __global__ void __launch_bounds__(kThreads, 1) merge_kernel(MergeParams p) {
   const float inv_l = 1.0f / l_all;
   float alpha = 1.0f, inv_s = 0.0f;
   int64_t vbar_off = 0;
+  const float* v_sum = p.kv.v_sum;
   if (p.alpha != nullptr) {
     alpha = p.alpha[r];
     const int32_t blk = p.kv.block_table[p.pos / p.kv.block_size];
     if (counter) count_other(sizeof(float) + sizeof(int32_t));
-    vbar_off = (static_cast<int64_t>(blk) * p.kv.n_kv_heads + r / p.group) * d;
+    const int64_t slot = blk >= 0 ? blk : -static_cast<int64_t>(blk) - 1;
+    vbar_off = (slot * p.kv.n_kv_heads + r / p.group) * d;
+    if (blk < 0) {
+      v_sum = p.kv.host.v_sum;
+      if (counter && p.kv.host_read != nullptr) atomicAdd(p.kv.host_read, static_cast<unsigned long long>(d) * 4);
+    }
     inv_s = 1.0f / static_cast<float>(p.pos + 1);
   }
   for (int c = static_cast<int>(threadIdx.x); c < d; c += kThreads) {
@@ -358,7 +420,7 @@ __global__ void __launch_bounds__(kThreads, 1) merge_kernel(MergeParams p) {
     float y = o * inv_l;
     if (p.alpha != nullptr) {
       count_kv(sizeof(float));
-      y = alpha * y + (1.0f - alpha) * (p.kv.v_sum[vbar_off + c] * inv_s);
+      y = alpha * y + (1.0f - alpha) * (v_sum[vbar_off + c] * inv_s);
     }
     p.out[static_cast<int64_t>(r) * d + c] = y;
     count_write(sizeof(float));

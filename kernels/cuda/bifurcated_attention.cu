@@ -66,19 +66,17 @@ FATHOM_UNROLL
 FATHOM_UNROLL
     for (int j = 0; j < kDpl; ++j) acc[r][j] = 0.0f;
   }
-  const T* __restrict__ kb = static_cast<const T*>(p.kv.k);
-  const T* __restrict__ vb = static_cast<const T*>(p.kv.v);
+  int64_t from_host = 0;  // this thread's row lookups in the host tier, bytes of K and V
   for (int t0 = u.key_begin; t0 < u.key_end; t0 += kTile) {
     const int n_keys = min(kTile, u.key_end - t0);
     if (tid < n_keys) {
       const int t = t0 + tid;
-      const int32_t blk = u.table[t / p.kv.block_size];
-      count_other(sizeof(int32_t));
-      const int64_t row = (static_cast<int64_t>(blk) * p.kv.n_kv_heads + u.g) * p.kv.block_size + t % p.kv.block_size;
-      row_s[tid] = row;
+      const int64_t ref = kv_row(p.kv, u.table, t, u.g, 0);
+      row_s[tid] = ref;
+      if (ref < 0) from_host += 2 * kv_row_bytes_of<T>(p.kv);
       if constexpr (std::is_same_v<T, uint8_t>) {
-        kp_s[tid] = p.kv.k_rows[row];
-        vp_s[tid] = p.kv.v_rows[row];
+        kp_s[tid] = (ref >= 0 ? p.kv.k_rows : p.kv.host.k_rows)[row_of_ref(ref)];
+        vp_s[tid] = (ref >= 0 ? p.kv.v_rows : p.kv.host.v_rows)[row_of_ref(ref)];
         count_kv(2 * sizeof(KvInt8Row));
       }
     }
@@ -87,9 +85,9 @@ FATHOM_UNROLL
       const int i = e / kW, c = e % kW;
       float kx = 0.0f, vx = 0.0f;
       if (i < n_keys && c < d) {
-        const int64_t off = row_s[i] * d + c;
-        kx = to_f32(kb[off]);
-        vx = to_f32(vb[off]);
+        const int64_t ref = row_s[i], off = row_of_ref(ref) * d + c;
+        kx = to_f32(static_cast<const T*>(ref >= 0 ? p.kv.k : p.kv.host.k)[off]);
+        vx = to_f32(static_cast<const T*>(ref >= 0 ? p.kv.v : p.kv.host.v)[off]);
         count_kv(2 * sizeof(T));
         if constexpr (std::is_same_v<T, uint8_t>) {
           kx = kp_s[i].scale * kx + kp_s[i].min;
@@ -144,7 +142,7 @@ FATHOM_UNROLL
         count_write(2 * sizeof(float));
       }
     }
-  }
+  }  add_host_bytes_lanes(p.kv, from_host, lane);
 }
 
 template <typename T>

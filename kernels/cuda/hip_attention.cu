@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(kThreads) hip_mask_kernel(MaskParams p) {
     lo_s[i] = static_cast<int>(static_cast<int64_t>(i) * p.n_blocks / n);
     hi_s[i] = static_cast<int>(static_cast<int64_t>(i + 1) * p.n_blocks / n);
   }
+  int64_t from_host = 0;  // this warp's reads of the host tier, bytes (warp-uniform)
   for (;;) {
     if (tid == 0) flag_s = 0;
     __syncthreads();
@@ -81,7 +82,9 @@ __global__ void __launch_bounds__(kThreads) hip_mask_kernel(MaskParams p) {
       float best = -INFINITY;
       for (int t = p.sink + rep * bs; t < t_end; ++t) {
         float kx[kDpl];
-        load_row<T, kDpl>(p.kv, p.kv.k, p.kv.k_rows, kv_row(p.kv, p.kv.block_table, t, g, lane), lane, kx);
+        const int64_t ref = kv_row(p.kv, p.kv.block_table, t, g, lane);
+        load_k<T, kDpl>(p.kv, ref, lane, kx);
+        if (ref < 0) from_host += kv_row_bytes_of<T>(p.kv);
         for (int r = 0; r < R; ++r) {  // the max over the mask's query rows
           float dot = 0.0f;
 FATHOM_UNROLL
@@ -126,6 +129,7 @@ FATHOM_UNROLL
     p.block_starts[static_cast<int64_t>(h0) * n + i] = p.sink + lo_s[i % n] * bs;
     count_write(sizeof(int32_t));
   }
+  add_host_bytes_uniform(p.kv, from_host, lane);
 }
 
 // Virtual indices: [0, sink_hi) sinks, then n_keep·bs block positions, then the window.

@@ -77,16 +77,25 @@ FATHOM_UNROLL
     m[j] = -INFINITY;
     l[j] = 0.0f;
   }
-  const T* __restrict__ kbase = static_cast<const T*>(p.kv.k_t != nullptr ? p.kv.k_t : p.kv.k);
+  // Step 1 reads the transposed K where stored (r rows of each tile), else K's rows; in the tier
+  // the block's table entry names.
+  const bool kt = p.kv.k_t != nullptr;
+  const T* __restrict__ kbase_dev = static_cast<const T*>(kt ? p.kv.k_t : p.kv.k);
+  const T* __restrict__ kbase_host = static_cast<const T*>(kt ? p.kv.host.k_t : p.kv.host.k);
   const int begin = split * p.score_keys_per_split, end = min(S, begin + p.score_keys_per_split);
   const int bs = p.kv.block_size;
+  int64_t from_host = 0;  // this thread's reads of the host tier, bytes
   for (int t = begin + tid; t < end; t += kThreads) {
     const int32_t blk = p.kv.block_table[t / bs];
     count_other(sizeof(int32_t));
-    const int64_t tile = static_cast<int64_t>(blk) * p.kv.n_kv_heads + g, row = tile * bs + t % bs;
+    const bool host = blk < 0;
+    const int64_t slot = host ? -static_cast<int64_t>(blk) - 1 : blk;
+    const int64_t tile = slot * p.kv.n_kv_heads + g, row = tile * bs + t % bs;
+    const T* __restrict__ kbase = host ? kbase_host : kbase_dev;
+    if (host) from_host += static_cast<int64_t>(p.r) * sizeof(T) + (std::is_same_v<T, uint8_t> ? sizeof(KvInt8Row) : 0);
     float scale8 = 1.0f, offset8 = 0.0f;
     if constexpr (std::is_same_v<T, uint8_t>) {
-      const KvInt8Row rp = p.kv.k_rows[row];
+      const KvInt8Row rp = (host ? p.kv.host.k_rows : p.kv.k_rows)[row];
       count_kv(sizeof(KvInt8Row));
       scale8 = rp.scale;
       offset8 = rp.min;
@@ -96,7 +105,7 @@ FATHOM_UNROLL
     for (int j = 0; j < kMaxGroup; ++j) dots[j] = 0.0f;
     for (int i = 0; i < p.r; ++i) {
       const int c = i1_s[i];
-      const int64_t off = p.kv.k_t != nullptr ? (tile * d + c) * bs + t % bs : row * d + c;
+      const int64_t off = kt ? (tile * d + c) * bs + t % bs : row * d + c;
       float x = to_f32(kbase[off]);
       count_kv(sizeof(T));
       if constexpr (std::is_same_v<T, uint8_t>) x = scale8 * x + offset8;
@@ -121,6 +130,7 @@ FATHOM_UNROLL
     fptr(p, p.summed)[static_cast<int64_t>(g) * S + t] = sum;
     count_write(sizeof(float));
   }
+  add_host_bytes_lanes(p.kv, from_host, tid % 32);
   // Per-chunk softmax statistics of ŝ_h (for α's denominator).
 FATHOM_UNROLL
   for (int j = 0; j < kMaxGroup; ++j) {

@@ -60,9 +60,12 @@ __global__ void __launch_bounds__(32) swa_weights_kernel(WeightsParams p) {
   const int i = static_cast<int>(blockIdx.x), lane = static_cast<int>(threadIdx.x);
   const int t = load_uniform(p.kept + i, lane);
   float w = 0.0f;
+  int64_t from_host = 0;  // bytes (warp-uniform)
   for (int g = 0; g < p.kv.n_kv_heads; ++g) {
     float kx[kDpl];
-    load_row<T, kDpl>(p.kv, p.kv.k, p.kv.k_rows, kv_row(p.kv, p.kv.block_table, t, g, lane), lane, kx);
+    const int64_t ref = kv_row(p.kv, p.kv.block_table, t, g, lane);
+    load_k<T, kDpl>(p.kv, ref, lane, kx);
+    if (ref < 0) from_host += kv_row_bytes_of<T>(p.kv);
     for (int j = 0; j < p.group; ++j) {
       const int h = g * p.group + j;
       float dot = 0.0f;
@@ -82,6 +85,7 @@ FATHOM_UNROLL
     count_write(4);
     p.weights[i] = w;
   }
+  add_host_bytes_uniform(p.kv, from_host, lane);
 }
 
 template <typename T>

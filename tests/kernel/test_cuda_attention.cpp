@@ -42,9 +42,7 @@
 #include "kernels/ref/hip.h"
 #include "kernels/ref/swa.h"
 #include "kernels/ref/sparq.h"
-#include "tests/kernel/paged_kv_fixture.h"
-
-#include "tests/kernel/cuda_device_buffer.h"
+#include "tests/kernel/cuda_device_kv.h"
 
 namespace fathom {
 namespace {
@@ -53,29 +51,7 @@ using testing::PagedKvFixture;
 using testing::make_paged_kv;
 
 using testing::DeviceBuffer;
-
-// The fixture's pool on the emulated device.
-struct DeviceKv {
-  DeviceBuffer<uint8_t> k, v, k_t;
-  DeviceBuffer<KvInt8Row> k_rows, v_rows;
-  DeviceBuffer<float> v_sum;
-  DeviceBuffer<int32_t> table;
-  explicit DeviceKv(const PagedKvFixture& f)
-      : k(f.k), v(f.v), k_t(f.k_t), k_rows(f.k_rows), v_rows(f.v_rows), v_sum(f.v_sum), table(f.table) {}
-  PagedKvView view(const PagedKvFixture& f, bool with_k_t = true) const {
-    PagedKvView kv = f.view(with_k_t, true);
-    kv.k = k.ptr;
-    kv.v = v.ptr;
-    kv.k_t = with_k_t ? k_t.ptr : nullptr;
-    kv.v_sum = v_sum.ptr;
-    kv.block_table = table.ptr;
-    if (f.dtype == KvDtype::kI8) {
-      kv.k_rows = k_rows.ptr;
-      kv.v_rows = v_rows.ptr;
-    }
-    return kv;
-  }
-};
+using testing::DeviceKv;
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;
