@@ -142,20 +142,22 @@ template <typename T>
 cudaError_t host_gemm(const T* a, int64_t lda, const T* b, int64_t ldb, float* c, int64_t ldc, int32_t m, int32_t n,
                       int32_t k) {
   if (!valid_shape(lda, ldb, ldc, m, n, k)) return cudaErrorInvalidValue;
-  // Columns of C 8 at a time: B's 8 rows widened once into a [k][8] tile, 8 independent in-order
-  // sums per row of A (vectorisable across the 8, each still summed over k in order).
+  // A widened to f32 once; then columns of C 8 at a time: B's 8 rows widened once into a [k][8]
+  // tile, 8 independent in-order sums per row of A (vectorisable across the 8, each still summed
+  // over k in order).
   constexpr int kCols = 8;
-  thread_local std::vector<float> tile, row;  // reused: fresh pages for every call cost page faults
+  thread_local std::vector<float> tile, a32;  // reused: fresh pages for every call cost page faults
   tile.resize(static_cast<size_t>(k) * kCols);
-  row.resize(static_cast<size_t>(k));
+  a32.resize(static_cast<size_t>(m) * k);
+  for (int32_t i = 0; i < m; ++i)
+    for (int32_t kk = 0; kk < k; ++kk) a32[static_cast<size_t>(i) * k + kk] = to_f32(a[static_cast<int64_t>(i) * lda + kk]);
   for (int32_t j0 = 0; j0 < n; j0 += kCols) {
     const int32_t cols = std::min(kCols, n - j0);
     for (int32_t u = 0; u < kCols; ++u)
       for (int32_t kk = 0; kk < k; ++kk)
         tile[static_cast<size_t>(kk) * kCols + u] = u < cols ? to_f32(b[static_cast<int64_t>(j0 + u) * ldb + kk]) : 0.0f;
     for (int32_t i = 0; i < m; ++i) {
-      const T* ai = a + static_cast<int64_t>(i) * lda;
-      for (int32_t kk = 0; kk < k; ++kk) row[kk] = to_f32(ai[kk]);
+      const float* row = a32.data() + static_cast<size_t>(i) * k;
       float acc[kCols] = {};
       for (int32_t kk = 0; kk < k; ++kk)
         for (int32_t u = 0; u < kCols; ++u) acc[u] += row[kk] * tile[static_cast<size_t>(kk) * kCols + u];

@@ -286,4 +286,46 @@ TEST(CudaEmu, MemoryApi) {
   EXPECT_EQ(cudaFree(dev), cudaSuccess);
 }
 
+// A copy on a non-blocking stream waits in its queue until something synchronises with the
+// stream, as it runs concurrently on a GPU: a kernel on the default stream that does not wait
+// for it reads the old bytes; one that waits (an event) reads the new ones.
+__global__ void read_first(const float* src, float* dst) { *dst = *src; }
+
+TEST(CudaEmu, NonBlockingStreamCopiesRunWhenWaitedFor) {
+  float *pinned = nullptr, *dev = nullptr, *out = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, 4 * sizeof(float), cudaHostAllocMapped), cudaSuccess);
+  void* mapped = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(&mapped, pinned, 0), cudaSuccess);
+  EXPECT_EQ(mapped, pinned);  // the emulated device reads host memory in place
+  ASSERT_EQ(cudaMalloc(&dev, 4 * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&out, sizeof(float)), cudaSuccess);
+  pinned[0] = 1.0f;
+  dev[0] = -1.0f;
+  cudaStream_t copy;
+  cudaEvent_t copied;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(dev, pinned, sizeof(float), cudaMemcpyHostToDevice, copy), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(copied, copy), cudaSuccess);
+  pinned[0] = 2.0f;  // the copy has not run yet: it will see this value
+  FATHOM_LAUNCH(read_first, dim3(1), dim3(1), 0, nullptr, dev, out);
+  float got = 0.0f;
+  cudaMemcpy(&got, out, sizeof(float), cudaMemcpyDeviceToHost);
+  EXPECT_EQ(got, -1.0f) << "a default-stream kernel that did not wait saw the copy";
+  ASSERT_EQ(cudaStreamWaitEvent(nullptr, copied, 0), cudaSuccess);
+  FATHOM_LAUNCH(read_first, dim3(1), dim3(1), 0, nullptr, dev, out);
+  cudaMemcpy(&got, out, sizeof(float), cudaMemcpyDeviceToHost);
+  EXPECT_EQ(got, 2.0f);
+  // Operations after the event stay queued until the stream is synchronised.
+  ASSERT_EQ(cudaMemsetAsync(dev, 0, sizeof(float), copy), cudaSuccess);
+  EXPECT_EQ(dev[0], 2.0f);
+  ASSERT_EQ(cudaStreamSynchronize(copy), cudaSuccess);
+  EXPECT_EQ(dev[0], 0.0f);
+  EXPECT_EQ(cudaEventDestroy(copied), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(copy), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  cudaFree(dev);
+  cudaFree(out);
+}
+
 }  // namespace

@@ -70,7 +70,7 @@ inline KvLayout cuda_layout(const Model& model, const ModelOptions& o) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Model& model, const ModelOptions& options);
-  ~CudaBackend() override { cuda::gemm_destroy(gemm_); }
+  ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
   bool implements(PolicyKind kind) const override { return kind != PolicyKind::kAuto; }  // auto: resolved before
@@ -78,9 +78,21 @@ class CudaBackend final : public Backend {
   size_t block_bytes() const override { return kv_layout().block_bytes(); }
 
  protected:
-  void copy_block_impl(int32_t src, int32_t dst) override { kv_->copy_block(src, dst); }
-  void read_block_impl(int32_t block, std::byte* dst) override { kv_->read_block(block, dst); }
-  void write_block_impl(int32_t block, const std::byte* src) override { kv_->write_block(block, src); }
+  void copy_block_impl(int32_t src, int32_t dst) override {
+    wait_for_moves();
+    kv_->copy_block(src, dst);
+  }
+  void read_block_impl(int32_t block, std::byte* dst) override {
+    wait_for_moves();
+    kv_->read_block(block, dst);
+  }
+  void write_block_impl(int32_t block, const std::byte* src) override {
+    wait_for_moves();
+    kv_->write_block(block, src);
+  }
+  int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks) override;
+  void copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) override;
+  void exchange_slots_impl(int32_t device_slot, int32_t host_slot) override;
 
   void begin_pass(const BatchPlan& plan) override;
   void rms_norm(Act in, Act out, int32_t layer, LayerVector w, int64_t rows, int32_t width) override;
@@ -106,12 +118,31 @@ class CudaBackend final : public Backend {
   const float* vector(int32_t layer, LayerVector v) const;
   const DevMatrix& matrix(int32_t layer, LayerMatrix m) const;
   DecodeArgs decode_args(int32_t seq);
+  // `layer`'s view through a device block table: both tiers, and the host-read counter.
+  PagedKvView view(int32_t layer, const int32_t* device_table) const;
+  // Moves between the tiers run on copy_stream_; work outside that stream that touches KV waits
+  // for them: the host (synchronous copies), or the compute stream (a pass, without blocking).
+  void begin_moves();
+  void wait_for_moves();
+  // After a pass's last op (logits): marks the compute stream's position for later moves and
+  // takes the bytes the pass's kernels read from the host tier.
+  void end_pass();
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
 
   ModelConfig config_;
   int32_t num_blocks_;
   std::unique_ptr<CudaKvStorage> kv_;
+  // The host tier (reserve_host_tier): page-locked host memory the kernels read in place; block
+  // moves between the tiers are async copies on copy_stream_ (non-blocking, so they overlap
+  // whatever the compute stream runs), ordered after compute_done_ and waited for through
+  // moves_done_.
+  std::unique_ptr<CudaKvStorage> host_kv_;
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t moves_done_ = nullptr, compute_done_ = nullptr;
+  bool moves_pending_ = false;
+  DeviceArray<std::byte> exchange_buffer_{Memory::kMappedHost};  // one block image
+  DeviceArray<unsigned long long> host_read_;  // bytes the kernels read from the host tier this pass
   PolicyScratch scratch_;
   cudaStream_t stream_ = nullptr;  // the default stream: the final copy to the host synchronises
   cuda::GemmHandle* gemm_ = nullptr;
@@ -184,6 +215,69 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
   row_ids_.upload(ids);
 }
 
+
+CudaBackend::~CudaBackend() {
+  if (copy_stream_ != nullptr) {
+    cudaStreamSynchronize(copy_stream_);
+    cudaStreamDestroy(copy_stream_);
+    cudaEventDestroy(moves_done_);
+    cudaEventDestroy(compute_done_);
+  }
+  cuda::gemm_destroy(gemm_);
+}
+
+int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t) {
+  FATHOM_CHECK(!host_kv_ && plan_ == nullptr, "the host tier is reserved once, before the first forward");
+  if (blocks <= 0) return 0;
+  // The whole device budget stays blocks: no device row cache yet (docs/tiered_kv.md).
+  host_kv_ = std::make_unique<CudaKvStorage>(kv_layout(), blocks, Memory::kMappedHost);
+  exchange_buffer_.reserve(block_bytes());
+  host_read_.reserve(1);
+  FATHOM_CUDA_BACKEND_OK(cudaMemset(host_read_.get(), 0, sizeof(unsigned long long)));
+  FATHOM_CUDA_BACKEND_OK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  FATHOM_CUDA_BACKEND_OK(cudaEventCreateWithFlags(&moves_done_, cudaEventDisableTiming));
+  FATHOM_CUDA_BACKEND_OK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+  return blocks;
+}
+
+void CudaBackend::begin_moves() {
+  // The copies may read or overwrite device slots the compute stream's queued work uses.
+  if (!moves_pending_) FATHOM_CUDA_BACKEND_OK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+  moves_pending_ = true;
+}
+
+void CudaBackend::wait_for_moves() {
+  if (!moves_pending_) return;
+  FATHOM_CUDA_BACKEND_OK(cudaEventSynchronize(moves_done_));
+  moves_pending_ = false;
+}
+
+void CudaBackend::copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) {
+  begin_moves();
+  CudaKvStorage& src = from == KvTier::kDevice ? *kv_ : *host_kv_;
+  CudaKvStorage& dst = to == KvTier::kDevice ? *kv_ : *host_kv_;
+  src.copy_block_to(from_slot, dst, to_slot, copy_stream_);
+  FATHOM_CUDA_BACKEND_OK(cudaEventRecord(moves_done_, copy_stream_));
+}
+
+void CudaBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
+  begin_moves();
+  // In stream order: the device block out to the buffer, the host block in, the buffer to the
+  // host slot (the next exchange reuses the buffer after this one's last copy read it).
+  kv_->copy_block_out(device_slot, exchange_buffer_.get(), copy_stream_);
+  host_kv_->copy_block_to(host_slot, *kv_, device_slot, copy_stream_);
+  host_kv_->copy_block_in(host_slot, exchange_buffer_.get(), copy_stream_);
+  FATHOM_CUDA_BACKEND_OK(cudaEventRecord(moves_done_, copy_stream_));
+}
+
+PagedKvView CudaBackend::view(int32_t layer, const int32_t* device_table) const {
+  PagedKvView v = kv_->view(layer, device_table);
+  if (host_kv_) {
+    v.host_tier = host_kv_->planes(layer);
+    v.host_read_bytes = host_read_.get();
+  }
+  return v;
+}
 
 const float* CudaBackend::vector(int32_t layer, LayerVector v) const {
   return layer_vector(layers_[layer], v).get();  // null when the model has no such vector
@@ -299,10 +393,23 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
       pos.push_back(s.pos0 + static_cast<int32_t>(i));
     }
     start.push_back(static_cast<int32_t>(ids.size()));
+    const int32_t host_slots = host_kv_ ? host_kv_->num_blocks() : 0;
     for (size_t b = 0; b < s.blocks->size(); ++b) {
-      FATHOM_CHECK((*s.blocks)[b] >= 0 && (*s.blocks)[b] < num_blocks_, "block id out of range");
-      tables[si * stride + b] = (*s.blocks)[b];
+      const int32_t e = (*s.blocks)[b];  // a device slot, or host slot -(e + 1)
+      FATHOM_CHECK(e < num_blocks_ && e >= -host_slots, "block id out of range");
+      tables[si * stride + b] = e;
     }
+    if (!s.tokens.empty()) {  // kv_append writes device slots only (and reads the V sum before them)
+      const int32_t bs = kv_layout().block_size, end = s.pos0 + static_cast<int32_t>(s.tokens.size());
+      for (int32_t b = std::max(0, s.pos0 / bs - (s.pos0 % bs == 0 ? 1 : 0)); b <= (end - 1) / bs; ++b)
+        FATHOM_CHECK(b >= static_cast<int32_t>(s.blocks->size()) || (*s.blocks)[b] >= 0,
+                     "a step writes a block (or reads the V sum of the block before it) outside the device tier");
+    }
+  }
+  // The block moves the scheduler queued before this pass: the compute stream waits for them.
+  if (moves_pending_) {
+    FATHOM_CUDA_BACKEND_OK(cudaStreamWaitEvent(stream_, moves_done_, 0));
+    moves_pending_ = false;
   }
   ids_.upload(ids);
   positions_.upload(pos);
@@ -363,7 +470,7 @@ DecodeArgs CudaBackend::decode_args(int32_t seq) {
 }
 
 int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
-  const PagedKvView view = kv_->view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
+  const PagedKvView view = this->view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
   switch (policy.kind) {
     case PolicyKind::kSparq: return sparq_step(view, decode_args(seq), policy, scratch_, stream_);
     case PolicyKind::kHip: return hip_step(view, decode_args(seq), policy, state, scratch_, stream_);
@@ -377,14 +484,14 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
 
 int64_t CudaBackend::attend_group(int32_t layer, const AttentionGroup& group) {
   const ModelConfig& c = config_;
-  return group_step(kv_->view(layer, nullptr), *plan_, group, tables_.get(), table_stride_, act(Act::kQ),
+  return group_step(view(layer, nullptr), *plan_, group, tables_.get(), table_stride_, act(Act::kQ),
                     act(Act::kAttn), first_, c.n_heads, c.attn_scale, scratch_, stream_);
 }
 
 void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   const ModelConfig& c = config_;
   const SeqStep& s = plan_->seqs[seq];
-  const PagedKvView view = kv_->view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
+  const PagedKvView view = this->view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
   AttentionArgs args;
   args.q = act(Act::kQ) + first_[seq] * c.q_dim();
   args.out = act(Act::kAttn) + first_[seq] * c.q_dim();
@@ -413,7 +520,10 @@ void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out)
   const int64_t n = static_cast<int64_t>(rows.size());
   const int64_t vocab = output_.rows;
   out.resize(static_cast<size_t>(n * vocab));
-  if (n == 0) return;
+  if (n == 0) {
+    end_pass();
+    return;
+  }
   picked_.reserve(static_cast<size_t>(n * c.dim));
   // Runs of consecutive rows move in one copy.
   for (int64_t i = 0; i < n;) {
@@ -427,6 +537,16 @@ void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out)
   logits_.reserve(static_cast<size_t>(n * vocab));
   matmul(output_, picked_.get(), n, logits_.get());
   FATHOM_CUDA_BACKEND_OK(cudaMemcpy(out.data(), logits_.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  end_pass();
+}
+
+void CudaBackend::end_pass() {
+  if (!host_kv_) return;
+  FATHOM_CUDA_BACKEND_OK(cudaEventRecord(compute_done_, stream_));
+  unsigned long long read = 0;
+  FATHOM_CUDA_BACKEND_OK(cudaMemcpy(&read, host_read_.get(), sizeof(read), cudaMemcpyDeviceToHost));
+  FATHOM_CUDA_BACKEND_OK(cudaMemset(host_read_.get(), 0, sizeof(read)));
+  tier_bytes_.host_to_device += static_cast<int64_t>(read);
 }
 
 }  // namespace cuda_backend_detail

@@ -13,7 +13,10 @@
 // key range per query), SparQ, HiP and SWA decode (attention_policies.h), bifurcated groups
 // (bifurcated_attention): every policy the CPU backend has. KV (kv_storage.h): every plane of the KvLayout — K, V, the transposed
 // K when configured, INT8 row parameters, V sums — in device memory; a block's host image is the
-// same bytes as the CPU backend's.
+// same bytes as the CPU backend's. With kv_cache.host_mib, a host tier of the same planes in
+// page-locked host memory mapped into the device's address space: the kernels read host blocks in
+// place (negative block table entries), block moves between the tiers are async copies on a
+// non-blocking copy stream (docs/tiered_kv.md).
 //
 // Built two ways from the same source: with nvcc into the fathom_cuda_backend library (CMake
 // target, compile definition FATHOM_HAS_CUDA_BACKEND=1 on its users), and with the host compiler

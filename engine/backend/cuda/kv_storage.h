@@ -1,8 +1,10 @@
 #pragma once
-// The CUDA backend's KV storage: the KvLayout's planes per layer in device memory (K, V, the
-// transposed K when configured, INT8 row parameters, the running V sums), addressed by the
-// BlockAllocator's block ids. A block's host image (read_block / write_block) lists the planes
-// in KvPlane order per layer, as CpuKvStorage does: the two backends' images are the same bytes.
+// The CUDA backend's KV storage: the KvLayout's planes per layer (K, V, the transposed K when
+// configured, INT8 row parameters, the running V sums), addressed by block ids (device slots), in
+// device memory — or, for the host tier, in page-locked host memory mapped into the device's
+// address space, which the kernels read in place (host slots). A block's host image (read_block /
+// write_block) lists the planes in KvPlane order per layer, as CpuKvStorage does: the two
+// backends' images are the same bytes.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -17,28 +19,45 @@ namespace cuda_backend_detail {
 
 class CudaKvStorage {
  public:
-  CudaKvStorage(const KvLayout& layout, int32_t num_blocks) : layout_(layout), num_blocks_(num_blocks) {
+  CudaKvStorage(const KvLayout& layout, int32_t num_blocks, Memory memory = Memory::kDevice)
+      : layout_(layout), num_blocks_(num_blocks) {
     for (int p = 0; p < kKvPlanes; ++p) {
       const size_t bytes = layout.plane_bytes(static_cast<KvPlane>(p)) * static_cast<size_t>(num_blocks);
-      planes_[p].resize(bytes > 0 ? layout.n_layers : 0);
-      for (DeviceArray<std::byte>& a : planes_[p]) a.reserve(bytes);
+      if (bytes == 0) continue;
+      for (int32_t l = 0; l < layout.n_layers; ++l) {
+        planes_[p].emplace_back(memory);
+        planes_[p].back().reserve(bytes);
+      }
     }
+  }
+
+  int32_t num_blocks() const { return num_blocks_; }
+
+  // `layer`'s planes as the kernels address them (device pointers, mapped ones for the host tier).
+  KvTierPlanes planes(int32_t layer) const {
+    return KvTierPlanes{base(KvPlane::kK, layer),
+                        base(KvPlane::kV, layer),
+                        base(KvPlane::kKt, layer),
+                        reinterpret_cast<const KvInt8Row*>(base(KvPlane::kKRows, layer)),
+                        reinterpret_cast<const KvInt8Row*>(base(KvPlane::kVRows, layer)),
+                        reinterpret_cast<const float*>(base(KvPlane::kVSum, layer))};
   }
 
   // The view a kernel reads for `layer` through `device_table` (device pointers throughout).
   PagedKvView view(int32_t layer, const int32_t* device_table) const {
+    const KvTierPlanes p = planes(layer);
     PagedKvView v;
-    v.k = base(KvPlane::kK, layer);
-    v.v = base(KvPlane::kV, layer);
+    v.k = p.k;
+    v.v = p.v;
     v.dtype = layout_.dtype;
     v.block_table = device_table;
     v.block_size = layout_.block_size;
     v.n_kv_heads = layout_.n_kv_heads;
     v.head_dim = layout_.head_dim;
-    v.k_rows = reinterpret_cast<const KvInt8Row*>(base(KvPlane::kKRows, layer));
-    v.v_rows = reinterpret_cast<const KvInt8Row*>(base(KvPlane::kVRows, layer));
-    v.k_t = base(KvPlane::kKt, layer);
-    v.v_sum = reinterpret_cast<const float*>(base(KvPlane::kVSum, layer));
+    v.k_rows = p.k_rows;
+    v.v_rows = p.v_rows;
+    v.k_t = p.k_t;
+    v.v_sum = p.v_sum;
     return v;
   }
 
@@ -56,6 +75,35 @@ class CudaKvStorage {
     c.n_kv_heads = layout_.n_kv_heads;
     c.head_dim = layout_.head_dim;
     return c;
+  }
+
+  // Block `src` (every layer and plane) into block `dst` of `to` (same layout; either memory),
+  // queued on `stream`. Returns the bytes.
+  size_t copy_block_to(int32_t src, CudaKvStorage& to, int32_t dst, cudaStream_t stream) const {
+    check(src);
+    to.check(dst);
+    size_t bytes = 0;
+    for_each_plane([&](KvPlane p, int32_t l, size_t n) {
+      FATHOM_CUDA_BACKEND_OK(cudaMemcpyAsync(to.at(p, l, dst), at(p, l, src), n, cudaMemcpyDefault, stream));
+      bytes += n;
+    });
+    return bytes;
+  }
+  // Block `block`'s image to / from `buffer` (page-locked host memory, block_bytes), queued on
+  // `stream`: the two halves of an exchange between tiers.
+  void copy_block_out(int32_t block, std::byte* buffer, cudaStream_t stream) const {
+    check(block);
+    for_each_plane([&](KvPlane p, int32_t l, size_t n) {
+      FATHOM_CUDA_BACKEND_OK(cudaMemcpyAsync(buffer, at(p, l, block), n, cudaMemcpyDefault, stream));
+      buffer += n;
+    });
+  }
+  void copy_block_in(int32_t block, const std::byte* buffer, cudaStream_t stream) {
+    check(block);
+    for_each_plane([&](KvPlane p, int32_t l, size_t n) {
+      FATHOM_CUDA_BACKEND_OK(cudaMemcpyAsync(at(p, l, block), buffer, n, cudaMemcpyDefault, stream));
+      buffer += n;
+    });
   }
 
   void copy_block(int32_t src, int32_t dst) {

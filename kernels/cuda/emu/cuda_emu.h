@@ -519,8 +519,57 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4
 };
-struct fathom_emu_stream {};
+// A stream. The default stream and streams from cudaStreamCreate run every operation at once (as
+// if always idle). A stream created with cudaStreamNonBlocking is *deferred*: its copies and
+// memsets wait in a queue until something synchronises with it (cudaStreamSynchronize, an event
+// recorded on it being waited for or synchronised, cudaDeviceSynchronize, a kernel launched on
+// it, its destruction) — as on a GPU, where a copy on a non-blocking stream runs concurrently with
+// the default stream: a reader that does not wait for it sees the old bytes, and the tests see it
+// too. Synchronous cudaMemcpy does not wait for non-blocking streams (as on the device).
+struct fathom_emu_stream {
+  bool deferred = false;
+  std::vector<std::function<void()>> pending;
+  uint64_t done = 0;  // operations run so far (events mark positions in this count)
+  void run_until(uint64_t mark) {
+    size_t i = 0;
+    for (; i < pending.size() && done < mark; ++i, ++done) pending[i]();
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  uint64_t enqueued() const { return done + pending.size(); }
+};
 using cudaStream_t = fathom_emu_stream*;
+struct fathom_emu_event {
+  cudaStream_t stream = nullptr;
+  uint64_t mark = 0;
+};
+using cudaEvent_t = fathom_emu_event*;
+constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
+constexpr unsigned cudaEventDefault = 0, cudaEventDisableTiming = 2;
+constexpr unsigned cudaHostAllocDefault = 0, cudaHostAllocPortable = 1, cudaHostAllocMapped = 2;
+
+namespace fathom_emu {
+inline std::mutex& streams_mutex() {
+  static std::mutex m;
+  return m;
+}
+inline std::vector<cudaStream_t>& deferred_streams() {
+  static std::vector<cudaStream_t> s;
+  return s;
+}
+// Runs `s`'s queued operations (no-op for the default stream and immediate streams).
+inline void flush_stream(cudaStream_t s) {
+  if (s != nullptr) s->run_until(s->enqueued());
+}
+// Runs `op` now, or queues it on a deferred stream.
+inline void on_stream(cudaStream_t s, std::function<void()> op) {
+  if (s != nullptr && s->deferred) {
+    s->pending.push_back(std::move(op));
+  } else {
+    op();
+  }
+}
+}  // namespace fathom_emu
+
 
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
@@ -539,26 +588,84 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemc
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                                   cudaStream_t = nullptr) {
-  return cudaMemcpy(dst, src, bytes, kind);
+                                   cudaStream_t stream = nullptr) {
+  fathom_emu::on_stream(stream, [=] { cudaMemcpy(dst, src, bytes, kind); });
+  return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
-  return cudaMemset(p, value, bytes);
-}
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = new fathom_emu_stream;
+inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream = nullptr) {
+  fathom_emu::on_stream(stream, [=] { cudaMemset(p, value, bytes); });
   return cudaSuccess;
 }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  *s = new fathom_emu_stream;
+  (*s)->deferred = (flags & cudaStreamNonBlocking) != 0;
+  if ((*s)->deferred) {
+    std::lock_guard<std::mutex> lock(fathom_emu::streams_mutex());
+    fathom_emu::deferred_streams().push_back(*s);
+  }
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  fathom_emu::flush_stream(s);
+  {
+    std::lock_guard<std::mutex> lock(fathom_emu::streams_mutex());
+    auto& all = fathom_emu::deferred_streams();
+    all.erase(std::remove(all.begin(), all.end(), s), all.end());
+  }
   delete s;
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  fathom_emu::flush_stream(s);
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() {
+  std::vector<cudaStream_t> all;
+  {
+    std::lock_guard<std::mutex> lock(fathom_emu::streams_mutex());
+    all = fathom_emu::deferred_streams();
+  }
+  for (cudaStream_t s : all) fathom_emu::flush_stream(s);
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  *e = new fathom_emu_event;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+// The event completes when the operations queued on `stream` so far have run.
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr) {
+  e->stream = stream;
+  e->mark = stream != nullptr ? stream->enqueued() : 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e->stream != nullptr) e->stream->run_until(e->mark);
+  return cudaSuccess;
+}
+// Later work on `stream` waits for `e`: the event's operations run now (before anything queued
+// on `stream` afterwards can run).
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned = 0) { return cudaEventSynchronize(e); }
+// Page-locked host memory; the device reads it in place (the emulated device is the host).
+inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
+template <typename T>
+inline cudaError_t cudaHostAlloc(T** p, size_t bytes, unsigned flags) {
+  return cudaHostAlloc(reinterpret_cast<void**>(p), bytes, flags);
+}
+inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+inline cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned) {
+  *device = host;
+  return cudaSuccess;
+}
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
@@ -569,7 +676,8 @@ inline const char* cudaGetErrorString(cudaError_t e) {
   return "unknown error";
 }
 
+// A launch runs at once, after the operations queued on its stream.
 #define FATHOM_LAUNCH(kernel, grid, block, shmem_bytes, stream, ...) \
-  ::fathom_emu::launch((grid), (block), (shmem_bytes), (kernel), __VA_ARGS__)
+  (::fathom_emu::flush_stream(stream), ::fathom_emu::launch((grid), (block), (shmem_bytes), (kernel), __VA_ARGS__))
 
 #endif  // __CUDACC__
