@@ -59,6 +59,22 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   return x;
 }
 
+// One decode query over a random cache: 2 kv heads of `group` query heads, position seq_len - 1.
+struct DecodeCase {
+  PagedKvFixture f;
+  std::vector<float> q;
+  int32_t n_heads, pos;
+  float scale;
+};
+
+DecodeCase decode_case(int32_t d, int32_t group, int32_t seq_len, KvDtype dtype, std::mt19937& rng) {
+  const int32_t n_kv = 2;
+  DecodeCase c{make_paged_kv(d, n_kv, 16, dtype, seq_len, 2, rng), {}, group * n_kv, seq_len - 1,
+               1.0f / std::sqrt(static_cast<float>(d))};
+  c.q = random_vector(static_cast<size_t>(c.n_heads) * d, rng);
+  return c;
+}
+
 // Runs `launch` over one view and returns what it wrote to the output buffer.
 using Launch = std::function<void(const PagedKvView&, float* out)>;
 
@@ -150,14 +166,12 @@ TEST(CudaTieredAttention, SparqOverBothTiersIsBitwiseResident) {
                         {256, 1, 530, 64, 16, 32, true, false}};
   for (KvDtype dtype : kDtypes) {
     for (const Case& c : cases) {
-      const int32_t n_kv = 2, n_heads = c.group * n_kv, pos = c.seq_len - 1;
-      const PagedKvFixture f = make_paged_kv(c.d, n_kv, 16, dtype, c.seq_len, 2, rng);
-      const std::vector<float> q = random_vector(static_cast<size_t>(n_heads) * c.d, rng);
-      DeviceBuffer<float> dq(q);
+      const DecodeCase dc = decode_case(c.d, c.group, c.seq_len, dtype, rng);
+      DeviceBuffer<float> dq(dc.q);
       const Compared r = compare_tiers(
-          f, host_pattern(f.table.size(), c.last_on_host), q.size(),
+          dc.f, host_pattern(dc.f.table.size(), c.last_on_host), dc.q.size(),
           [&](const PagedKvView& kv, float* out) {
-            const DecodeArgs a{dq.ptr, out, n_heads, pos, 1.0f / std::sqrt(static_cast<float>(c.d))};
+            const DecodeArgs a{dq.ptr, out, dc.n_heads, dc.pos, dc.scale};
             const cuda::SparqPlan plan =
                 cuda::plan_sparq_decode_attention(kv, a, cuda::SparqConfig{c.k, c.l, c.r, true}, 96, 24);
             DeviceBuffer<int32_t> ws(plan.workspace_words);
@@ -179,18 +193,16 @@ TEST(CudaTieredAttention, HipOverBothTiersIsBitwiseResident) {
   const Case cases[] = {{64, 3, 300, 32, false}, {128, 4, 513, 64, true}, {256, 2, 400, 48, true}};
   for (KvDtype dtype : kDtypes) {
     for (const Case& c : cases) {
-      const int32_t n_kv = 2, n_heads = c.group * n_kv, pos = c.seq_len - 1;
-      const PagedKvFixture f = make_paged_kv(c.d, n_kv, 16, dtype, c.seq_len, 2, rng);
-      const std::vector<float> q = random_vector(static_cast<size_t>(n_heads) * c.d, rng);
-      DeviceBuffer<float> dq(q);
+      const DecodeCase dc = decode_case(c.d, c.group, c.seq_len, dtype, rng);
+      DeviceBuffer<float> dq(dc.q);
       const cuda::HipConfig hc{c.mask_k, 2, 16, 32, c.per_kv_head};
       std::vector<std::vector<int32_t>> masks;
-      const Compared r = compare_tiers(f, host_pattern(f.table.size(), false), q.size(),
+      const Compared r = compare_tiers(dc.f, host_pattern(dc.f.table.size(), false), dc.q.size(),
                                        [&](const PagedKvView& kv, float* out) {
-        const DecodeArgs a{dq.ptr, out, n_heads, pos, 1.0f / std::sqrt(static_cast<float>(c.d))};
+        const DecodeArgs a{dq.ptr, out, dc.n_heads, dc.pos, dc.scale};
         const cuda::HipMaskInfo info = cuda::plan_hip_mask(kv, a, hc);
         ASSERT_FALSE(info.dense);
-        DeviceBuffer<int32_t> starts(static_cast<size_t>(n_heads) * info.n_keep);
+        DeviceBuffer<int32_t> starts(static_cast<size_t>(dc.n_heads) * info.n_keep);
         ASSERT_EQ(cuda::hip_estimate_mask(kv, a, hc, info, starts.ptr, nullptr), cudaSuccess);
         masks.push_back(starts.download());
         const cuda::HipAttentionPlan plan = cuda::plan_hip_sparse_attention(kv, a, hc, info, 20);
@@ -209,17 +221,15 @@ TEST(CudaTieredAttention, SwaOverBothTiersIsBitwiseResident) {
   std::mt19937 rng(9);
   for (KvDtype dtype : kDtypes) {
     for (const int32_t d : {64, 256}) {
-      const int32_t n_kv = 2, group = 4, n_heads = group * n_kv, S = 300, pos = S - 1;
-      const PagedKvFixture f = make_paged_kv(d, n_kv, 16, dtype, S, 2, rng);
-      const std::vector<float> q = random_vector(static_cast<size_t>(n_heads) * d, rng);
+      const DecodeCase dc = decode_case(d, 4, 300, dtype, rng);
       std::vector<int32_t> kept;
-      for (int32_t t = 0; t < S; t += 3) kept.push_back(t);  // blocks of both tiers
-      DeviceBuffer<float> dq(q);
+      for (int32_t t = 0; t <= dc.pos; t += 3) kept.push_back(t);  // blocks of both tiers
+      DeviceBuffer<float> dq(dc.q);
       DeviceBuffer<int32_t> dkept(kept);
       std::vector<std::vector<float>> weights;
-      const Compared r = compare_tiers(f, host_pattern(f.table.size(), false), q.size(),
+      const Compared r = compare_tiers(dc.f, host_pattern(dc.f.table.size(), false), dc.q.size(),
                                        [&](const PagedKvView& kv, float* out) {
-        const DecodeArgs a{dq.ptr, out, n_heads, pos, 1.0f / std::sqrt(static_cast<float>(d))};
+        const DecodeArgs a{dq.ptr, out, dc.n_heads, dc.pos, dc.scale};
         const cuda::SwaPlan plan = cuda::plan_swa_attention(kv, a, static_cast<int32_t>(kept.size()), 24);
         DeviceBuffer<float> w(kept.size()), ws(plan.workspace_floats);
         ASSERT_EQ(cuda::swa_attention(kv, a, dkept.ptr, plan, w.ptr, ws.ptr, nullptr), cudaSuccess);
