@@ -75,8 +75,9 @@ class Backend : protected ForwardOps {
   // Makes room for `blocks` KV blocks in host memory and returns how many the backend holds
   // there (0: no host tier; every block then stays in device storage). Called once, before the
   // first forward. With a host tier, a plan's block tables are physical (BlockAllocator::
-  // physical): negative entries are host slots, which attention reads through the backend's
-  // bounded staging area; the blocks a step writes are always device slots.
+  // physical): negative entries are host slots, which attention reads as the backend
+  // arranges (the CPU backend through a bounded staging area and a row cache, the CUDA kernels in
+  // place from mapped pinned memory); the blocks a step writes are always device slots.
   // `keep_device_blocks`: the device blocks the page table needs at least (every block one step
   // writes); a backend may turn the rest of its budget into device-side caches of the host tier.
   virtual int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks);

@@ -124,8 +124,7 @@ class CudaBackend final : public Backend {
   // for them: the host (synchronous copies), or the compute stream (a pass, without blocking).
   void begin_moves();
   void wait_for_moves();
-  // After a pass's last op (logits): marks the compute stream's position for later moves and
-  // takes the bytes the pass's kernels read from the host tier.
+  // After a pass's last op (logits): takes the bytes the pass's kernels read from the host tier.
   void end_pass();
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
@@ -135,13 +134,13 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaKvStorage> kv_;
   // The host tier (reserve_host_tier): page-locked host memory the kernels read in place; block
   // moves between the tiers are async copies on copy_stream_ (non-blocking, so they overlap
-  // whatever the compute stream runs), ordered after compute_done_ and waited for through
-  // moves_done_.
+  // whatever the host does meanwhile), ordered after the compute stream's queued work
+  // (compute_done_) and waited for through moves_done_.
   std::unique_ptr<CudaKvStorage> host_kv_;
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t moves_done_ = nullptr, compute_done_ = nullptr;
   bool moves_pending_ = false;
-  DeviceArray<std::byte> exchange_buffer_{Memory::kMappedHost};  // one block image
+  DeviceArray<std::byte> exchange_buffer_;  // one block image in device memory (exchanges)
   DeviceArray<unsigned long long> host_read_;  // bytes the kernels read from the host tier this pass
   PolicyScratch scratch_;
   cudaStream_t stream_ = nullptr;  // the default stream: the final copy to the host synchronises
@@ -229,6 +228,16 @@ CudaBackend::~CudaBackend() {
 int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t) {
   FATHOM_CHECK(!host_kv_ && plan_ == nullptr, "the host tier is reserved once, before the first forward");
   if (blocks <= 0) return 0;
+#ifndef FATHOM_CUDA_EMULATION
+  // The kernels read the host tier through mapped pointers, and moves use cudaMemcpyDefault.
+  int device = 0, can_map = 0, unified = 0;
+  FATHOM_CUDA_BACKEND_OK(cudaGetDevice(&device));
+  FATHOM_CUDA_BACKEND_OK(cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, device));
+  FATHOM_CUDA_BACKEND_OK(cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, device));
+  if (!can_map || !unified)
+    throw Error("--backend cuda: the GPU cannot map host memory with unified addressing: the host KV tier "
+                "(kv_cache.host_mib) needs it; set kv_cache.host_mib to 0");
+#endif
   // The whole device budget stays blocks: no device row cache yet (docs/tiered_kv.md).
   host_kv_ = std::make_unique<CudaKvStorage>(kv_layout(), blocks, Memory::kMappedHost);
   exchange_buffer_.reserve(block_bytes());
@@ -241,8 +250,12 @@ int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t) {
 }
 
 void CudaBackend::begin_moves() {
-  // The copies may read or overwrite device slots the compute stream's queued work uses.
-  if (!moves_pending_) FATHOM_CUDA_BACKEND_OK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+  // The copies may read or overwrite device slots that work queued on the compute stream uses
+  // (a pass, finished or abandoned by an exception): they start after all of it.
+  if (!moves_pending_) {
+    FATHOM_CUDA_BACKEND_OK(cudaEventRecord(compute_done_, stream_));
+    FATHOM_CUDA_BACKEND_OK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
+  }
   moves_pending_ = true;
 }
 
@@ -262,8 +275,9 @@ void CudaBackend::copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int3
 
 void CudaBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
   begin_moves();
-  // In stream order: the device block out to the buffer, the host block in, the buffer to the
-  // host slot (the next exchange reuses the buffer after this one's last copy read it).
+  // In stream order: the device block out to a device buffer, the host block in, the buffer to
+  // the host slot (the next exchange reuses the buffer after this one's last copy read it). The
+  // buffer is device memory: a host-to-host copy would block the host.
   kv_->copy_block_out(device_slot, exchange_buffer_.get(), copy_stream_);
   host_kv_->copy_block_to(host_slot, *kv_, device_slot, copy_stream_);
   host_kv_->copy_block_in(host_slot, exchange_buffer_.get(), copy_stream_);
@@ -406,15 +420,16 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
                      "a step writes a block (or reads the V sum of the block before it) outside the device tier");
     }
   }
-  // The block moves the scheduler queued before this pass: the compute stream waits for them.
-  if (moves_pending_) {
-    FATHOM_CUDA_BACKEND_OK(cudaStreamWaitEvent(stream_, moves_done_, 0));
-    moves_pending_ = false;
-  }
   ids_.upload(ids);
   positions_.upload(pos);
   seq_start_.upload(start);
   tables_.upload(tables);
+  // The block moves the scheduler queued before this pass: the compute stream waits for them
+  // (after the pageable uploads above, which would otherwise block the host until they finish).
+  if (moves_pending_) {
+    FATHOM_CUDA_BACKEND_OK(cudaStreamWaitEvent(stream_, moves_done_, 0));
+    moves_pending_ = false;
+  }
   table_stride_ = static_cast<int32_t>(stride);
   ensure_rope_rows(max_pos + 1);
   for (int a = 0; a < static_cast<int>(acts_.size()); ++a)
@@ -542,7 +557,6 @@ void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out)
 
 void CudaBackend::end_pass() {
   if (!host_kv_) return;
-  FATHOM_CUDA_BACKEND_OK(cudaEventRecord(compute_done_, stream_));
   unsigned long long read = 0;
   FATHOM_CUDA_BACKEND_OK(cudaMemcpy(&read, host_read_.get(), sizeof(read), cudaMemcpyDeviceToHost));
   FATHOM_CUDA_BACKEND_OK(cudaMemset(host_read_.get(), 0, sizeof(read)));

@@ -560,6 +560,14 @@ inline std::vector<cudaStream_t>& deferred_streams() {
 inline void flush_stream(cudaStream_t s) {
   if (s != nullptr) s->run_until(s->enqueued());
 }
+inline void flush_all_streams() {
+  std::vector<cudaStream_t> all;
+  {
+    std::lock_guard<std::mutex> lock(streams_mutex());
+    all = deferred_streams();
+  }
+  for (cudaStream_t s : all) flush_stream(s);
+}
 // Runs `op` now, or queues it on a deferred stream.
 inline void on_stream(cudaStream_t s, std::function<void()> op) {
   if (s != nullptr && s->deferred) {
@@ -579,7 +587,8 @@ template <typename T>
 inline cudaError_t cudaMalloc(T** p, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
-inline cudaError_t cudaFree(void* p) {
+inline cudaError_t cudaFree(void* p) {  // synchronises with the device, as cudaFree does
+  fathom_emu::flush_all_streams();
   std::free(p);
   return cudaSuccess;
 }
@@ -625,12 +634,7 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() {
-  std::vector<cudaStream_t> all;
-  {
-    std::lock_guard<std::mutex> lock(fathom_emu::streams_mutex());
-    all = fathom_emu::deferred_streams();
-  }
-  for (cudaStream_t s : all) fathom_emu::flush_stream(s);
+  fathom_emu::flush_all_streams();
   return cudaSuccess;
 }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
