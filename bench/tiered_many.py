@@ -3,10 +3,11 @@
 
 --requests distinct prompts of about --tokens tokens each are sent at once, greedy, --max-tokens
 each, to a server whose device tier holds everything and to one whose device tier holds
---device-fraction of their total KV (the rest in a host tier). Every request must complete with the
+--device-fraction of their total KV (the rest in a host tier), once per decode policy (--policies;
+sparse ones at --ratio with the server's measured min_keys). Every request must complete with the
 same text on both; the wall time, preemptions and bytes moved between tiers are reported.
 
-    .venv/bin/python bench/tiered_many.py --requests 16 --tokens 4096
+    .venv/bin/python bench/tiered_many.py --requests 16 --tokens 4096 --policies dense,sparq,hip,swa
 """
 import argparse
 import concurrent.futures as cf
@@ -19,6 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "bench"))
+from passkey_eval import fathom_options  # noqa: E402
 from server_fixture import ServerProcess  # noqa: E402
 
 MODELS = {"smollm2": "models/smollm2-135m-instruct-q4_1.gguf", "gemma3": "models/gemma-3-270m-q4_k_m.gguf"}
@@ -52,13 +55,20 @@ def prompt(i, tokens, base):
     return text + f"\nSummary of log {i}:"
 
 
-def run(server, prompts, max_tokens):
+def run(server, prompts, max_tokens, fathom):
     t0 = time.monotonic()
+    body = {"max_tokens": max_tokens, "temperature": 0, "fathom": fathom}
     with cf.ThreadPoolExecutor(len(prompts)) as pool:
-        texts = list(pool.map(lambda p: post(server.base_url, "/v1/completions",
-                                             {"prompt": p, "max_tokens": max_tokens, "temperature": 0})
+        texts = list(pool.map(lambda p: post(server.base_url, "/v1/completions", body | {"prompt": p})
                               ["choices"][0]["text"], prompts))
     return texts, time.monotonic() - t0
+
+
+def counters(base):
+    return {"recomputes": metric(base, "fathom_preemptions_total", '{mode="recompute"}'),
+            "moved_in": metric(base, "fathom_swap_bytes_total", '{direction="in"}'),
+            "moved_out": metric(base, "fathom_swap_bytes_total", '{direction="out"}'),
+            "demoted": metric(base, "fathom_kv_blocks_demoted_total")}
 
 
 def main():
@@ -68,6 +78,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--device-fraction", type=float, default=0.25)
+    ap.add_argument("--policies", default="dense")
+    ap.add_argument("--ratio", type=float, default=0.125)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--binary", default="build/fathom")
     ap.add_argument("--out", default=str(REPO / "bench/results/tiered_many.md"))
@@ -80,36 +92,37 @@ def main():
     total_mib = args.requests * (args.tokens + args.max_tokens) / 16 * block_mib
     device_mib = max(1, int(total_mib * args.device_fraction))
     common = ["--threads", args.threads, "--max-num-seqs", args.requests, "--no-prefix-caching"]
-    results = {}
+    policies = args.policies.split(",")
+    results = {}  # (server, policy) -> run
     for name, extra in (("resident", ["--kv-cache-mib", int(total_mib * 1.2) + 16]),
                         ("tiered", ["--kv-cache-mib", device_mib, "--host-kv-mib", int(total_mib * 1.2) + 16])):
         with ServerProcess(REPO / args.binary, gguf, extra_args=common + extra, startup_timeout=600) as srv:
-            texts, seconds = run(srv, prompts, args.max_tokens)
-            results[name] = {
-                "texts": texts, "seconds": seconds,
-                "log": re.search(r"kv cache: .*", srv.stderr).group(0),
-                "limits": (re.search(r"steps limited to .*", srv.stderr) or [None])[0],
-                "recomputes": metric(srv.base_url, "fathom_preemptions_total", '{mode="recompute"}'),
-                "moved_in": metric(srv.base_url, "fathom_swap_bytes_total", '{direction="in"}'),
-                "moved_out": metric(srv.base_url, "fathom_swap_bytes_total", '{direction="out"}'),
-                "demoted": metric(srv.base_url, "fathom_kv_blocks_demoted_total"),
-            }
-            print(name, {k: v for k, v in results[name].items() if k != "texts"}, flush=True)
-    same = sum(a == b for a, b in zip(results["resident"]["texts"], results["tiered"]["texts"]))
+            for policy in policies:
+                before = counters(srv.base_url)
+                texts, seconds = run(srv, prompts, args.max_tokens, fathom_options(policy, args.ratio))
+                after = counters(srv.base_url)
+                results[name, policy] = {
+                    "texts": texts, "seconds": seconds,
+                    "log": re.search(r"kv cache: .*", srv.stderr).group(0),
+                    "limits": (re.search(r"steps limited to .*", srv.stderr) or [None])[0],
+                } | {k: after[k] - before[k] for k in after}
+                print(name, policy, {k: v for k, v in results[name, policy].items() if k != "texts"}, flush=True)
     lines = [f"# {args.requests} concurrent {args.tokens}-token requests over a device tier of "
              f"{args.device_fraction:g} of their KV ({args.model})", "",
              f"`{' '.join(sys.argv)}` on {time.strftime('%Y-%m-%d')}, {args.threads} threads: {args.requests} distinct "
-             f"prompts of ≤ {args.tokens} tokens sent at once, greedy, {args.max_tokens} tokens each, prefix cache off. "
+             f"prompts of ≤ {args.tokens} tokens sent at once, greedy, {args.max_tokens} tokens each, prefix cache off, "
+             f"sparse policies at kv_read_ratio {args.ratio:g} with the server's measured min_keys. "
              f"Their KV: {total_mib:.0f} MiB; the tiered server's device tier {device_mib} MiB.", "",
-             "| server | KV tiers | all complete | texts equal to resident | wall time | recompute preemptions | "
-             "host→device | device→host | blocks demoted |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, r in results.items():
-        lines.append(f"| {name} | {r['log'].removeprefix('kv cache: ')} | {len(r['texts'])}/{args.requests} | "
-                     f"{same if name == 'tiered' else args.requests}/{args.requests} | {r['seconds']:.1f} s | "
+             "| policy | server | KV tiers | all complete | texts equal to resident | wall time | recompute preemptions | "
+             "host→device | device→host | blocks demoted |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (name, policy), r in results.items():
+        same = sum(a == b for a, b in zip(results["resident", policy]["texts"], r["texts"]))
+        lines.append(f"| {policy} | {name} | {r['log'].removeprefix('kv cache: ')} | {len(r['texts'])}/{args.requests} | "
+                     f"{same}/{args.requests} | {r['seconds']:.1f} s | "
                      f"{r['recomputes']:.0f} | {r['moved_in'] / 2**30:.2f} GiB | {r['moved_out'] / 2**30:.2f} GiB | "
                      f"{r['demoted']:.0f} |")
-    if results["tiered"]["limits"]:
-        lines += ["", f"The tiered server logged: \"{results['tiered']['limits']}\"."]
+    if limits := results["tiered", policies[0]]["limits"]:
+        lines += ["", f"The tiered server logged: \"{limits}\"."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
