@@ -91,36 +91,29 @@ __device__ __forceinline__ T load_uniform(const T* p, int lane) {
 }
 
 // The paged KV view as kernel arguments. Two tiers: a block table entry e >= 0 is block e of
-// the device planes (k, v, ...), e < 0 is block -(e + 1) of `host` (mapped pinned memory, read in
-// place over the bus: a backend with a host tier never stages a block for these kernels).
-struct KvPlanesDev {
+// the device planes (k, v, ...), e < 0 is block -(e + 1) of `host` (KvTierPlanes: mapped pinned
+// memory, read in place over the bus: a backend with a host tier never stages a block for these
+// kernels).
+struct KvDev {
   const void* k;                // [num_blocks][n_kv_heads][block_size][head_dim]
   const void* v;                // same layout
   const void* k_t;              // [num_blocks][n_kv_heads][head_dim][block_size] or null
   const KvInt8Row* k_rows;      // INT8: [num_blocks][n_kv_heads][block_size]
   const KvInt8Row* v_rows;
   const float* v_sum;           // [num_blocks][n_kv_heads][head_dim] or null
-};
-
-struct KvDev {
-  const void* k;  // the device tier's planes, as KvPlanesDev
-  const void* v;
-  const void* k_t;
-  const KvInt8Row* k_rows;
-  const KvInt8Row* v_rows;
-  const float* v_sum;
   const int32_t* block_table;   // logical -> physical block (< 0: the host tier)
   int32_t block_size, n_kv_heads, head_dim;
-  KvPlanesDev host;             // the host tier; null planes without one
+  KvTierPlanes host;            // the host tier, same layout; null planes without one
   unsigned long long* host_read;  // bytes read from the host tier are added here (null: not counted)
 };
 
 inline KvDev make_kv_dev(const PagedKvView& kv) {
-  const KvTierPlanes& h = kv.host_tier;
-  return {kv.k,         kv.v,          kv.k_t,          kv.k_rows,
-          kv.v_rows,    kv.v_sum,      kv.block_table,  kv.block_size,
-          kv.n_kv_heads, kv.head_dim,  {h.k, h.v, h.k_t, h.k_rows, h.v_rows, h.v_sum}, kv.host_read_bytes};
+  return {kv.k,          kv.v,        kv.k_t,         kv.k_rows,           kv.v_rows, kv.v_sum, kv.block_table,
+          kv.block_size, kv.n_kv_heads, kv.head_dim, kv.host_tier,         kv.host_read_bytes};
 }
+
+// The slot a block table entry names in its tier (the entry itself, or -(e + 1) for the host tier).
+__device__ __forceinline__ int64_t slot_of_entry(int32_t e) { return e >= 0 ? e : -static_cast<int64_t>(e) - 1; }
 
 // Bytes of one K or V row (with its INT8 parameters) of element type T.
 template <typename T>
@@ -157,8 +150,7 @@ __device__ __forceinline__ float warp_max(float v) {
 // v_rows; times head_dim: element offset), < 0 row -(ref + 1) of the host tier.
 __device__ __forceinline__ int64_t kv_row(const KvDev& kv, const int32_t* table, int t, int g, int lane) {
   const int32_t blk = load_uniform(table + t / kv.block_size, lane);
-  const int64_t slot = blk >= 0 ? blk : -static_cast<int64_t>(blk) - 1;
-  const int64_t row = (slot * kv.n_kv_heads + g) * kv.block_size + t % kv.block_size;
+  const int64_t row = (slot_of_entry(blk) * kv.n_kv_heads + g) * kv.block_size + t % kv.block_size;
   return blk >= 0 ? row : -row - 1;
 }
 __device__ __forceinline__ int64_t row_of_ref(int64_t ref) { return ref >= 0 ? ref : -ref - 1; }
@@ -196,12 +188,12 @@ FATHOM_UNROLL
 template <typename T, int kDpl>
 __device__ __forceinline__ void load_k(const KvDev& kv, int64_t ref, int lane, float (&x)[kDpl]) {
   const bool dev = ref >= 0;
-  load_row<T, kDpl>(kv, dev ? kv.k : kv.host.k, dev ? kv.k_rows : kv.host.k_rows, dev ? ref : -ref - 1, lane, x);
+  load_row<T, kDpl>(kv, dev ? kv.k : kv.host.k, dev ? kv.k_rows : kv.host.k_rows, row_of_ref(ref), lane, x);
 }
 template <typename T, int kDpl>
 __device__ __forceinline__ void load_v(const KvDev& kv, int64_t ref, int lane, float (&x)[kDpl]) {
   const bool dev = ref >= 0;
-  load_row<T, kDpl>(kv, dev ? kv.v : kv.host.v, dev ? kv.v_rows : kv.host.v_rows, dev ? ref : -ref - 1, lane, x);
+  load_row<T, kDpl>(kv, dev ? kv.v : kv.host.v, dev ? kv.v_rows : kv.host.v_rows, row_of_ref(ref), lane, x);
 }
 
 // One warp's online softmax over keys for kRows query rows sharing a kv head.
@@ -400,8 +392,7 @@ __global__ void __launch_bounds__(kThreads, 1) merge_kernel(MergeParams p) {
     alpha = p.alpha[r];
     const int32_t blk = p.kv.block_table[p.pos / p.kv.block_size];
     if (counter) count_other(sizeof(float) + sizeof(int32_t));
-    const int64_t slot = blk >= 0 ? blk : -static_cast<int64_t>(blk) - 1;
-    vbar_off = (slot * p.kv.n_kv_heads + r / p.group) * d;
+    vbar_off = (slot_of_entry(blk) * p.kv.n_kv_heads + r / p.group) * d;
     if (blk < 0) {
       v_sum = p.kv.host.v_sum;
       if (counter && p.kv.host_read != nullptr) atomicAdd(p.kv.host_read, static_cast<unsigned long long>(d) * 4);

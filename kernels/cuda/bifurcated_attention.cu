@@ -142,7 +142,8 @@ FATHOM_UNROLL
         count_write(2 * sizeof(float));
       }
     }
-  }  add_host_bytes_lanes(p.kv, from_host, lane);
+  }
+  add_host_bytes_lanes(p.kv, from_host, lane);
 }
 
 template <typename T>

@@ -89,8 +89,7 @@ FATHOM_UNROLL
     const int32_t blk = p.kv.block_table[t / bs];
     count_other(sizeof(int32_t));
     const bool host = blk < 0;
-    const int64_t slot = host ? -static_cast<int64_t>(blk) - 1 : blk;
-    const int64_t tile = slot * p.kv.n_kv_heads + g, row = tile * bs + t % bs;
+    const int64_t tile = slot_of_entry(blk) * p.kv.n_kv_heads + g, row = tile * bs + t % bs;
     const T* __restrict__ kbase = host ? kbase_host : kbase_dev;
     if (host) from_host += static_cast<int64_t>(p.r) * sizeof(T) + (std::is_same_v<T, uint8_t> ? sizeof(KvInt8Row) : 0);
     float scale8 = 1.0f, offset8 = 0.0f;

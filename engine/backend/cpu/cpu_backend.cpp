@@ -15,7 +15,6 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/huge_buffer.h"
 #include "kernels/cpu/packed_weights.h"
-#include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sparse_attention.h"
 

@@ -140,7 +140,7 @@ class CudaBackend final : public Backend {
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t moves_done_ = nullptr, compute_done_ = nullptr;
   bool moves_pending_ = false;
-  DeviceArray<std::byte> exchange_buffer_;  // one block image in device memory (exchanges)
+  std::unique_ptr<CudaKvStorage> exchange_;  // one device block: an exchange's third place
   DeviceArray<unsigned long long> host_read_;  // bytes the kernels read from the host tier this pass
   PolicyScratch scratch_;
   cudaStream_t stream_ = nullptr;  // the default stream: the final copy to the host synchronises
@@ -240,7 +240,7 @@ int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t) {
 #endif
   // The whole device budget stays blocks: no device row cache yet (docs/tiered_kv.md).
   host_kv_ = std::make_unique<CudaKvStorage>(kv_layout(), blocks, Memory::kMappedHost);
-  exchange_buffer_.reserve(block_bytes());
+  exchange_ = std::make_unique<CudaKvStorage>(kv_layout(), 1);
   host_read_.reserve(1);
   FATHOM_CUDA_BACKEND_OK(cudaMemset(host_read_.get(), 0, sizeof(unsigned long long)));
   FATHOM_CUDA_BACKEND_OK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
@@ -275,12 +275,12 @@ void CudaBackend::copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int3
 
 void CudaBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
   begin_moves();
-  // In stream order: the device block out to a device buffer, the host block in, the buffer to
-  // the host slot (the next exchange reuses the buffer after this one's last copy read it). The
-  // buffer is device memory: a host-to-host copy would block the host.
-  kv_->copy_block_out(device_slot, exchange_buffer_.get(), copy_stream_);
+  // In stream order: the device block out to the exchange block, the host block in, the exchange
+  // block to the host slot (the next exchange reuses it after this one's last copy read it). The
+  // exchange block is device memory: a host-to-host copy would block the host.
+  kv_->copy_block_to(device_slot, *exchange_, 0, copy_stream_);
   host_kv_->copy_block_to(host_slot, *kv_, device_slot, copy_stream_);
-  host_kv_->copy_block_in(host_slot, exchange_buffer_.get(), copy_stream_);
+  exchange_->copy_block_to(0, *host_kv_, host_slot, copy_stream_);
   FATHOM_CUDA_BACKEND_OK(cudaEventRecord(moves_done_, copy_stream_));
 }
 
@@ -396,6 +396,7 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
 
   // The batch on the device: token ids, absolute positions, token CSR, padded block tables.
   const size_t S = plan.seqs.size();
+  const int32_t host_slots = host_kv_ ? host_kv_->num_blocks() : 0;  // table entries >= -host_slots
   std::vector<int32_t> ids, pos, start{0}, tables(S * stride, 0);
   ids.reserve(T);
   pos.reserve(T);
@@ -407,7 +408,6 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
       pos.push_back(s.pos0 + static_cast<int32_t>(i));
     }
     start.push_back(static_cast<int32_t>(ids.size()));
-    const int32_t host_slots = host_kv_ ? host_kv_->num_blocks() : 0;
     for (size_t b = 0; b < s.blocks->size(); ++b) {
       const int32_t e = (*s.blocks)[b];  // a device slot, or host slot -(e + 1)
       FATHOM_CHECK(e < num_blocks_ && e >= -host_slots, "block id out of range");

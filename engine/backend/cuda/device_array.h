@@ -21,7 +21,7 @@ inline void cuda_ok(cudaError_t e, const char* what) {
 #define FATHOM_CUDA_BACKEND_OK(expr) ::fathom::cuda_backend_detail::cuda_ok((expr), #expr)
 
 // Where a DeviceArray lives: device memory, or page-locked host memory the device reads in place
-// (cudaHostAllocMapped; get() is the device's pointer to it, host() the host's).
+// (cudaHostAllocMapped; get() is the device's pointer to it).
 enum class Memory { kDevice, kMappedHost };
 
 // A device allocation of n elements of T; reserve() grows it (contents not kept).
@@ -67,7 +67,6 @@ class DeviceArray {
   }
   void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
   T* get() const { return p_; }
-  T* host() const { return host_; }  // kMappedHost only
 
  private:
   void release() {

@@ -78,31 +78,12 @@ class CudaKvStorage {
   }
 
   // Block `src` (every layer and plane) into block `dst` of `to` (same layout; either memory),
-  // queued on `stream`. Returns the bytes.
-  size_t copy_block_to(int32_t src, CudaKvStorage& to, int32_t dst, cudaStream_t stream) const {
+  // queued on `stream`.
+  void copy_block_to(int32_t src, CudaKvStorage& to, int32_t dst, cudaStream_t stream) const {
     check(src);
     to.check(dst);
-    size_t bytes = 0;
     for_each_plane([&](KvPlane p, int32_t l, size_t n) {
       FATHOM_CUDA_BACKEND_OK(cudaMemcpyAsync(to.at(p, l, dst), at(p, l, src), n, cudaMemcpyDefault, stream));
-      bytes += n;
-    });
-    return bytes;
-  }
-  // Block `block`'s image to / from `buffer` (page-locked host memory, block_bytes), queued on
-  // `stream`: the two halves of an exchange between tiers.
-  void copy_block_out(int32_t block, std::byte* buffer, cudaStream_t stream) const {
-    check(block);
-    for_each_plane([&](KvPlane p, int32_t l, size_t n) {
-      FATHOM_CUDA_BACKEND_OK(cudaMemcpyAsync(buffer, at(p, l, block), n, cudaMemcpyDefault, stream));
-      buffer += n;
-    });
-  }
-  void copy_block_in(int32_t block, const std::byte* buffer, cudaStream_t stream) {
-    check(block);
-    for_each_plane([&](KvPlane p, int32_t l, size_t n) {
-      FATHOM_CUDA_BACKEND_OK(cudaMemcpyAsync(at(p, l, block), buffer, n, cudaMemcpyDefault, stream));
-      buffer += n;
     });
   }
 
