@@ -68,7 +68,8 @@ def counters(base):
     return {"recomputes": metric(base, "fathom_preemptions_total", '{mode="recompute"}'),
             "moved_in": metric(base, "fathom_swap_bytes_total", '{direction="in"}'),
             "moved_out": metric(base, "fathom_swap_bytes_total", '{direction="out"}'),
-            "demoted": metric(base, "fathom_kv_blocks_demoted_total")}
+            "demoted": metric(base, "fathom_kv_blocks_demoted_total"),
+            "fallbacks": metric(base, "fathom_kv_hot_row_fallbacks_total")}
 
 
 def main():
