@@ -4,8 +4,10 @@
 --requests distinct prompts of about --tokens tokens each are sent at once, greedy, --max-tokens
 each, to a server whose device tier holds everything and to one whose device tier holds
 --device-fraction of their total KV (the rest in a host tier), once per decode policy (--policies;
-sparse ones at --ratio with the server's measured min_keys). Every request must complete with the
-same text on both; the wall time, preemptions and bytes moved between tiers are reported.
+sparse ones at --ratio with the server's measured min_keys, or --min-keys). Every request must
+complete with the same text on both; the wall time, preemptions, bytes moved between tiers and
+each server's measured break-even are reported (a sparse policy runs densely below it, so two
+servers that measure it on either side of the prompts' length do not run the same attention).
 
     .venv/bin/python bench/tiered_many.py --requests 16 --tokens 4096 --policies dense,sparq,hip,swa
 """
@@ -64,6 +66,13 @@ def run(server, prompts, max_tokens, fathom):
     return texts, time.monotonic() - t0
 
 
+def break_even(base, policy, ratio):
+    """The server's measured min_keys for `policy` at `ratio` (None: not measured)."""
+    text = urllib.request.urlopen(base + "/metrics", timeout=60).read().decode()
+    m = re.search(rf'^fathom_attention_break_even_keys{{policy="{policy}",kv_read_ratio="{ratio:g}"}} (\S+)$', text, re.M)
+    return m and m.group(1)
+
+
 def counters(base):
     return {"recomputes": metric(base, "fathom_preemptions_total", '{mode="recompute"}'),
             "moved_in": metric(base, "fathom_swap_bytes_total", '{direction="in"}'),
@@ -81,6 +90,7 @@ def main():
     ap.add_argument("--device-fraction", type=float, default=0.25)
     ap.add_argument("--policies", default="dense")
     ap.add_argument("--ratio", type=float, default=0.125)
+    ap.add_argument("--min-keys", type=int, help="sparse policies' min_keys (default: each server's measured one)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--binary", default="build/fathom")
     ap.add_argument("--out", default=str(REPO / "bench/results/tiered_many.md"))
@@ -100,28 +110,32 @@ def main():
         with ServerProcess(REPO / args.binary, gguf, extra_args=common + extra, startup_timeout=600) as srv:
             for policy in policies:
                 before = counters(srv.base_url)
-                texts, seconds = run(srv, prompts, args.max_tokens, fathom_options(policy, args.ratio))
+                texts, seconds = run(srv, prompts, args.max_tokens, fathom_options(policy, args.ratio, args.min_keys))
                 after = counters(srv.base_url)
                 results[name, policy] = {
                     "texts": texts, "seconds": seconds,
                     "log": re.search(r"kv cache: .*", srv.stderr).group(0),
                     "limits": (re.search(r"steps limited to .*", srv.stderr) or [None])[0],
+                    "min_keys": args.min_keys if args.min_keys is not None else
+                    "–" if policy == "dense" else break_even(srv.base_url, policy, args.ratio),
                 } | {k: after[k] - before[k] for k in after}
                 print(name, policy, {k: v for k, v in results[name, policy].items() if k != "texts"}, flush=True)
     lines = [f"# {args.requests} concurrent {args.tokens}-token requests over a device tier of "
              f"{args.device_fraction:g} of their KV ({args.model})", "",
              f"`{' '.join(sys.argv)}` on {time.strftime('%Y-%m-%d')}, {args.threads} threads: {args.requests} distinct "
              f"prompts of ≤ {args.tokens} tokens sent at once, greedy, {args.max_tokens} tokens each, prefix cache off, "
-             f"sparse policies at kv_read_ratio {args.ratio:g} with the server's measured min_keys. "
+             f"sparse policies at kv_read_ratio {args.ratio:g} with min_keys "
+             f"{args.min_keys if args.min_keys is not None else 'as each server measured it'}. "
              f"Their KV: {total_mib:.0f} MiB; the tiered server's device tier {device_mib} MiB.", "",
              "| policy | server | KV tiers | all complete | texts equal to resident | wall time | recompute preemptions | "
-             "host→device | device→host | blocks demoted |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "host→device | device→host | blocks demoted | hot-row dense fallbacks | min_keys |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (name, policy), r in results.items():
         same = sum(a == b for a, b in zip(results["resident", policy]["texts"], r["texts"]))
         lines.append(f"| {policy} | {name} | {r['log'].removeprefix('kv cache: ')} | {len(r['texts'])}/{args.requests} | "
                      f"{same}/{args.requests} | {r['seconds']:.1f} s | "
                      f"{r['recomputes']:.0f} | {r['moved_in'] / 2**30:.2f} GiB | {r['moved_out'] / 2**30:.2f} GiB | "
-                     f"{r['demoted']:.0f} |")
+                     f"{r['demoted']:.0f} | {r['fallbacks']:.0f} | {r['min_keys']} |")
     if limits := results["tiered", policies[0]]["limits"]:
         lines += ["", f"The tiered server logged: \"{limits}\"."]
     Path(args.out).write_text("\n".join(lines) + "\n")

@@ -68,15 +68,11 @@ void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView&
   }
   const int32_t chunk = attend_chunk(pool, tasks);
   const int32_t n = static_cast<int32_t>(tasks.size());
-  for (int32_t i = 0; i < n; ++i) {
-    const AttendTask& t = tasks[reverse ? n - 1 - i : i];
-    if (t.n > 0) kv.prefetcher->prefetch(t.g, t.pos, t.n, /*need_v=*/true);
-    attend(pool, kern, kv, scale, {t}, chunk);
-  }
+  for (int32_t i = 0; i < n; ++i) attend(pool, kern, kv, scale, {tasks[reverse ? n - 1 - i : i]}, chunk, kv.prefetcher);
 }
 
 void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
-            const std::vector<AttendTask>& tasks, int32_t chunk) {
+            const std::vector<AttendTask>& tasks, int32_t chunk, RowPrefetcher* prefetcher) {
   const int32_t d = kv.head_dim;
   if (chunk <= 0) chunk = attend_chunk(pool, tasks);
 
@@ -128,7 +124,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
       if (t.lse != nullptr) t.lse[r] = rm + std::log(rl);
     }
   };
-  pool.for_each_chunk(static_cast<int64_t>(items.size()), [&](int64_t w, int) {
+  auto run_item = [&](int64_t w) {
     thread_local std::vector<float> s;
     thread_local std::vector<int64_t> rows;
     s.resize(static_cast<size_t>(max_rows) * chunk);
@@ -148,7 +144,29 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     }
     kern.accumulate_v(kv, t.R, s.data(), n, rows.data(), n, &acc[it.slot * d]);
     if (task_done.arrive(static_cast<size_t>(it.task))) merge_task(it.task);
-  });
+  };
+  auto run_items = [&](int32_t first, int32_t last) {
+    pool.for_each_chunk(last - first, [&](int64_t w, int) { run_item(first + w); });
+  };
+  if (prefetcher == nullptr) {
+    run_items(0, static_cast<int32_t>(items.size()));
+    return;
+  }
+  // Each task's items in batches of at most capacity() keys, each batch's positions made readable
+  // just before it runs: the partials and their merge order are those of one pass, so the output
+  // does not depend on the batching. (A batch is at least one item: a cache smaller than one chunk
+  // throws from prefetch.)
+  const int32_t cap = prefetcher->capacity();
+  for (size_t ti = 0; ti < tasks.size(); ++ti) {
+    const AttendTask& t = tasks[ti];
+    for (int32_t a = first_item[ti]; a < first_item[ti + 1];) {
+      int32_t b = a + 1;
+      while (b < first_item[ti + 1] && items[b].end - items[a].begin <= cap) ++b;
+      prefetcher->prefetch(t.g, t.pos + items[a].begin, items[b - 1].end - items[a].begin, /*need_v=*/true);
+      run_items(a, b);
+      a = b;
+    }
+  }
 }
 
 namespace {

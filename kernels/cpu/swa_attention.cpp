@@ -40,43 +40,9 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
       t.lse = &lse[static_cast<size_t>(g) * G];
     }
   }
-  if (kv.prefetcher == nullptr || n_kept <= kv.prefetcher->capacity()) {
-    for (int32_t g = 0; g < n_kv; ++g) sparse::prefetch_rows(kv, g, kept, /*need_v=*/true);  // tiered caches
-    sparse::attend(pool, kern, kv, args.scale, tasks);
-  } else {
-    // A tiered cache that cannot hold the kept set at once (the seed step keeps every position):
-    // the kept positions in batches the row cache holds, each attended with its logits and
-    // log-sum-exp, and the batches merged exactly (o = Σ_b e^(lse_b − lse) o_b).
-    const int32_t H = args.n_heads, cap = kv.prefetcher->capacity();
-    std::vector<float> out_b(static_cast<size_t>(H) * d), lse_b(H), logits_b, lse_run(H, -INFINITY);
-    std::fill(args.out, args.out + static_cast<int64_t>(H) * d, 0.0f);
-    for (int32_t b0 = 0; b0 < n_kept; b0 += cap) {
-      const int32_t nb = std::min(cap, n_kept - b0);
-      const std::vector<int32_t> part(kept.begin() + b0, kept.begin() + b0 + nb);
-      logits_b.resize(static_cast<size_t>(H) * nb);
-      std::vector<sparse::AttendTask> batch = tasks;
-      for (int32_t g = 0; g < n_kv; ++g) {
-        sparse::prefetch_rows(kv, g, part, /*need_v=*/true);
-        batch[g].pos = part.data();
-        batch[g].n = nb;
-        batch[g].out = &out_b[static_cast<size_t>(g) * G * d];
-        batch[g].logits = &logits_b[static_cast<size_t>(g) * G * nb];
-        batch[g].lse = &lse_b[static_cast<size_t>(g) * G];
-      }
-      sparse::attend(pool, kern, kv, args.scale, batch);
-      for (int32_t h = 0; h < H; ++h) {
-        const float m = std::max(lse_run[h], lse_b[h]);
-        const float a = lse_run[h] == -INFINITY ? 0.0f : std::exp(lse_run[h] - m), b = std::exp(lse_b[h] - m);
-        float* o = args.out + static_cast<int64_t>(h) * d;
-        const float* ob = &out_b[static_cast<size_t>(h) * d];
-        for (int32_t c = 0; c < d; ++c) o[c] = (o[c] * a + ob[c] * b) / (a + b);
-        lse_run[h] = m + std::log(a + b);
-        if (weights != nullptr)
-          std::copy_n(&logits_b[static_cast<size_t>(h) * nb], nb, &logits[static_cast<size_t>(h) * n_kept + b0]);
-      }
-    }
-    lse = lse_run;
-  }
+  // Over a tiered cache the kept rows come through the row cache kv head by kv head, in batches
+  // it holds (the seed step keeps every position), bitwise the resident result.
+  sparse::attend_prefetched(pool, kern, kv, args.scale, tasks);
   res.kv_bytes = 2LL * n_kept * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv;
 
   if (weights != nullptr) {
