@@ -69,8 +69,11 @@ def run(server, prompts, max_tokens, fathom):
 def break_even(base, policy, ratio):
     """The server's measured min_keys for `policy` at `ratio` (None: not measured)."""
     text = urllib.request.urlopen(base + "/metrics", timeout=60).read().decode()
-    m = re.search(rf'^fathom_attention_break_even_keys{{policy="{policy}",kv_read_ratio="{ratio:g}"}} (\S+)$', text, re.M)
-    return m and m.group(1)
+    for line in text.splitlines():
+        if (line.startswith("fathom_attention_break_even_keys{") and f'policy="{policy}"' in line
+                and f'kv_read_ratio="{ratio:g}"' in line):
+            return line.split()[-1]
+    return None
 
 
 def counters(base):

@@ -61,7 +61,9 @@ struct PagedKvView {
   // carried from block to block at append time, so blocks shared by a prefix agree). The mean
   // over [0, pos] is v_sum[table[pos / block_size]] / (pos + 1). nullptr: not maintained.
   const float* v_sum = nullptr;
-  // Tiered caches only (nullptr otherwise): see RowPrefetcher.
+  // Tiered caches only (nullptr otherwise): see RowPrefetcher. The CUDA kernels, which have no
+  // prefetcher, read a host position whose entry here is >= 0 from that device row (a row cache
+  // holding its K and V, kept current by the backend), and the others in place from host_tier.
   const int32_t* host_rows = nullptr;
   RowPrefetcher* prefetcher = nullptr;
   // Kernels that read the host tier in place (the CUDA kernels, through mapped pinned memory: the

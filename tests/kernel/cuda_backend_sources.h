@@ -12,6 +12,7 @@
 #include "kernels/cuda/quant_gemv.cu"
 #include "kernels/cuda/rms_norm.cu"
 #include "kernels/cuda/rope.cu"
+#include "kernels/cuda/row_cache.cu"
 #include "kernels/cuda/sparq_attention.cu"
 #include "kernels/cuda/swa_attention.cu"
 #include "engine/backend/cuda/cuda_backend.cu"

@@ -175,13 +175,14 @@ constexpr PolicyKind kPolicies[] = {PolicyKind::kDense, PolicyKind::kSparq, Poli
 
 struct EngineRun {
   std::map<PolicyKind, std::vector<int32_t>> tokens;
-  double moved_in = 0, moved_out = 0, demoted = 0, preempted = 0;
+  double moved_in = 0, moved_out = 0, demoted = 0, preempted = 0, hip_hits = 0, hip_misses = 0;
 };
 
-EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blocks) {
+EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blocks, int32_t hot_rows_percent = 0) {
   ModelOptions o;
   o.threads = 2;
   o.block_size = 16;
+  o.hot_rows_percent = hot_rows_percent;
   const ModelConfig& c = model.config();
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, o.block_size, o.kv_dtype, o.kv_transposed_k};
   o.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * device_blocks;
@@ -220,6 +221,8 @@ EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blo
   out.moved_out = metrics.counter("fathom_swap_bytes_total", "", {{"direction", "out"}}).value();
   out.demoted = metrics.counter("fathom_kv_blocks_demoted_total", "").value();
   out.preempted = metrics.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value();
+  out.hip_hits = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "hip"}, {"result", "hit"}}).value();
+  out.hip_misses = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "hip"}, {"result", "miss"}}).value();
   return out;
 }
 
@@ -227,7 +230,8 @@ TEST(CudaTieredEngine, PoliciesOverTheHostTierMatchResident) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
   const EngineRun resident = run_engine(*model, 200, 0);
-  const EngineRun tiered = run_engine(*model, 6, 120);
+  // 8 device blocks: 6 for the page table, 2 (half of what it does not need) for the row cache.
+  const EngineRun tiered = run_engine(*model, 8, 120, /*hot_rows_percent=*/50);
   for (PolicyKind kind : kPolicies) {
     ASSERT_EQ(resident.tokens.at(kind).size(), 5u) << policy_name(kind);
     EXPECT_EQ(tiered.tokens.at(kind), resident.tokens.at(kind)) << policy_name(kind);
@@ -238,8 +242,12 @@ TEST(CudaTieredEngine, PoliciesOverTheHostTierMatchResident) {
   // Promotions of written blocks, plus every decode step's reads of host blocks in place.
   EXPECT_GT(tiered.moved_in, tiered.moved_out);
   EXPECT_EQ(tiered.preempted, 0);
-  std::printf("tiered: %.0f blocks demoted, %.0f bytes device->host, %.0f bytes host->device (%.1f s)\n",
-              tiered.demoted, tiered.moved_out, tiered.moved_in,
+  // HiP's rows: copied into the row cache when its mask is estimated, hits on the steps that reuse it.
+  EXPECT_GT(tiered.hip_misses, 0);
+  EXPECT_GT(tiered.hip_hits, tiered.hip_misses);
+  std::printf("tiered: %.0f blocks demoted, %.0f bytes device->host, %.0f bytes host->device, HiP rows %.0f hits "
+              "%.0f misses (%.1f s)\n",
+              tiered.demoted, tiered.moved_out, tiered.moved_in, tiered.hip_hits, tiered.hip_misses,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/cuda/bifurcated_attention.cu"
 #include "kernels/cuda/hip_attention.cu"
 #include "kernels/cuda/paged_decode_attention.cu"
+#include "kernels/cuda/row_cache.cu"
 #include "kernels/cuda/sparq_attention.cu"
 #include "kernels/cuda/swa_attention.cu"
 
@@ -135,6 +136,79 @@ TEST(CudaTieredAttention, DenseOverBothTiersIsBitwiseResident) {
       const int64_t want = host_keys * n_kv * plan.head_tiles * 2 * static_cast<int64_t>(kv_row_bytes(dtype, c.d));
       EXPECT_EQ(r.host_bytes, static_cast<unsigned long long>(want)) << kv_dtype_name(dtype) << " d=" << c.d;
     }
+  }
+}
+
+// A device row cache of the host tier (kernels/cuda/row_cache.h, the CUDA backend's HiP rows):
+// copy_kv_rows copies the even rows of every host block into the device tier (the slot's own rows
+// there, which the tiered fixture had poisoned), the host copies of those rows are then poisoned
+// too, and PagedKvView::host_rows maps them. Dense attention (decode, 2 kv heads) reads each cached
+// row from the device — bitwise the resident output — and only the odd host rows in place.
+TEST(CudaTieredAttention, RowCacheServesMappedHostRows) {
+  std::mt19937 rng(8);
+  for (KvDtype dtype : kDtypes) {
+    const int32_t d = 64, n_kv = 2, group = 3, S = 300, bs = 16, n_heads = group * n_kv;
+    const PagedKvFixture f = make_paged_kv(d, n_kv, bs, dtype, S, 3, rng);
+    const std::vector<bool> on_host = host_pattern(f.table.size(), false);
+    TieredDeviceKv tiered(f, on_host);
+    const int32_t slots = static_cast<int32_t>(f.k.size() / (kv_dtype_bytes(dtype) * n_kv * bs * d));
+    std::vector<int32_t> map(static_cast<size_t>(slots) * bs * n_kv, -1);
+    std::vector<cuda::KvRowCopy> copies;
+    for (size_t i = 0; i < f.table.size(); ++i) {
+      if (!on_host[i]) continue;
+      for (int32_t g = 0; g < n_kv; ++g)
+        for (int32_t off = 0; off < bs; off += 2) {
+          const int64_t row = (static_cast<int64_t>(f.table[i]) * n_kv + g) * bs + off;
+          map[(static_cast<size_t>(f.table[i]) * bs + off) * n_kv + g] = static_cast<int32_t>(row);
+          copies.push_back({row, row, 3});
+        }
+    }
+    PagedKvView kv = tiered.view(f);
+    DeviceBuffer<cuda::KvRowCopy> dcopies(copies);
+    cuda::KvCacheLayer to;
+    to.k = const_cast<void*>(kv.k);
+    to.v = const_cast<void*>(kv.v);
+    to.k_rows = const_cast<KvInt8Row*>(kv.k_rows);
+    to.v_rows = const_cast<KvInt8Row*>(kv.v_rows);
+    to.head_dim = d;
+    ASSERT_EQ(cuda::copy_kv_rows(kv.host_tier, to, dtype, dcopies.ptr, static_cast<int32_t>(copies.size()), nullptr),
+              cudaSuccess);
+    const size_t row_bytes = d * kv_dtype_bytes(dtype);
+    for (const cuda::KvRowCopy& c : copies) {  // the cached rows' host copies: NaN from now on
+      for (const void* plane : {kv.host_tier.k, kv.host_tier.v})
+        std::memset(static_cast<uint8_t*>(const_cast<void*>(plane)) + c.src * row_bytes, 0xff, row_bytes);
+      if (dtype == KvDtype::kI8)
+        for (const KvInt8Row* params : {kv.host_tier.k_rows, kv.host_tier.v_rows})
+          const_cast<KvInt8Row*>(params)[c.src] = KvInt8Row{std::nanf(""), std::nanf("")};
+    }
+    DeviceBuffer<int32_t> dmap(map);
+    kv.host_rows = dmap.ptr;
+
+    const std::vector<float> q = random_vector(static_cast<size_t>(n_heads) * d, rng);
+    DeviceBuffer<float> dq(q), out_resident(q.size()), out_cached(q.size());
+    auto run = [&](const PagedKvView& view, float* out) -> int32_t {
+      AttentionArgs a;
+      a.q = dq.ptr;
+      a.out = out;
+      a.n_q = 1;
+      a.n_heads = n_heads;
+      a.pos0 = S - 1;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      const cuda::DecodeAttentionPlan plan = cuda::plan_paged_decode_attention(view, a, 64);
+      DeviceBuffer<float> ws(plan.workspace_floats);
+      EXPECT_EQ(cuda::paged_decode_attention(view, a, plan, plan.workspace_floats ? ws.ptr : nullptr, nullptr),
+                cudaSuccess);
+      return plan.head_tiles;
+    };
+    DeviceKv resident(f);
+    run(resident.view(f), out_resident.ptr);
+    const int32_t head_tiles = run(kv, out_cached.ptr);
+    EXPECT_TRUE(same_bits(out_resident.download(), out_cached.download())) << kv_dtype_name(dtype);
+    int64_t odd_host_keys = 0;
+    for (int32_t t = 0; t < S; ++t) odd_host_keys += on_host[t / bs] && t % 2 == 1 ? 1 : 0;
+    EXPECT_EQ(tiered.host_bytes(), static_cast<unsigned long long>(odd_host_keys * n_kv * head_tiles * 2 *
+                                                                   static_cast<int64_t>(kv_row_bytes(dtype, d))))
+        << kv_dtype_name(dtype);
   }
 }
 

@@ -81,8 +81,7 @@ int32_t CpuBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_blocks
   // Beyond what the page table must keep, the budget is split between blocks (dense attention
   // reads them in place instead of staging) and hot rows (sparse decode reads host rows from the
   // device; HotRowsFull falls back to dense) by options_.hot_rows_percent.
-  const int64_t spare = std::max(budget - keep_device_blocks, budget / 4);
-  const int32_t hot = static_cast<int32_t>(std::max<int64_t>(1, spare * options_.hot_rows_percent / 100));
+  const int32_t hot = std::max(1, row_cache_slots(budget, keep_device_blocks, options_.hot_rows_percent));
   if (budget - hot < 3)
     throw Error("the device KV tier holds " + std::to_string(budget) +
                 " blocks: a host tier needs at least 4 (raise kv_cache.device_mib)");
@@ -297,7 +296,7 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
       view.host_rows = hot_rows_->map(layer);
       view.prefetcher = hot_rows_.get();
       auto count = [&] {
-        const HotRows::Counts c = hot_rows_->take_counts();
+        const RowCache::Counts c = hot_rows_->take_counts();
         hot_counts_.hits[k] += c.hits;
         hot_counts_.misses[k] += c.misses;
         tier_bytes_.host_to_device += c.bytes;

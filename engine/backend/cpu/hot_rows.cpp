@@ -1,7 +1,5 @@
 #include "engine/backend/cpu/hot_rows.h"
 
-#include <string>
-
 #include "base/error.h"
 
 namespace fathom {
@@ -9,92 +7,16 @@ namespace fathom {
 HotRows::HotRows(CpuKvStorage& device, const CpuKvStorage& host, int32_t first_slot, int32_t slots)
     : device_(device),
       host_(host),
-      first_slot_(first_slot),
-      capacity_(slots * device.layout().block_size),
-      n_heads_(device.layout().n_kv_heads),
-      block_size_(device.layout().block_size) {
-  FATHOM_CHECK(slots > 0 && first_slot + slots <= device.num_blocks());
-  const int32_t layers = device.layout().n_layers;
-  const size_t keys = static_cast<size_t>(host.num_blocks()) * block_size_ * n_heads_;
-  map_.assign(layers, std::vector<int32_t>(keys, -1));
-  have_.assign(layers, std::vector<uint8_t>(keys, 0));
-  pools_.resize(static_cast<size_t>(layers) * n_heads_);
-  for (Pool& p : pools_) {
-    p.owner.assign(capacity_, -1);
-    p.stamp.assign(capacity_, 0);
-    p.ref.assign(capacity_, 0);
-  }
-}
-
-int64_t HotRows::device_row(int32_t g, int32_t r) const {
-  return (static_cast<int64_t>(first_slot_ + r / block_size_) * n_heads_ + g) * block_size_ + r % block_size_;
-}
-
-int32_t HotRows::pool_row(int64_t row) const {
-  return static_cast<int32_t>((row / block_size_ / n_heads_ - first_slot_) * block_size_ + row % block_size_);
-}
-
-int32_t HotRows::victim(Pool& pool) {
-  for (int32_t i = 0; i < 2 * capacity_; ++i) {
-    const int32_t r = pool.hand;
-    pool.hand = (pool.hand + 1) % capacity_;
-    if (pool.owner[r] >= 0 && pool.stamp[r] == call_) continue;  // asked for by this call
-    if (pool.owner[r] >= 0 && pool.ref[r]) {
-      pool.ref[r] = 0;  // second chance
-      continue;
-    }
-    return r;
-  }
-  throw HotRowsFull("the hot row cache holds " + std::to_string(capacity_) +
-                           " rows per layer and kv head: too few for one attention call");
+      cache_(device.layout().n_layers, device.layout().n_kv_heads, device.layout().block_size, host.num_blocks(),
+             first_slot, slots) {
+  FATHOM_CHECK(first_slot + slots <= device.num_blocks());
 }
 
 void HotRows::prefetch(int32_t g, const int32_t* pos, int32_t n, bool need_v) {
-  FATHOM_CHECK(table_ != nullptr && g >= 0 && g < n_heads_);
-  ++call_;
-  Pool& pool = pools_[static_cast<size_t>(layer_) * n_heads_ + g];
-  std::vector<int32_t>& map = map_[layer_];
-  std::vector<uint8_t>& have = have_[layer_];
-  for (int32_t i = 0; i < n; ++i) {
-    const int32_t entry = table_[pos[i] / block_size_];
-    if (entry >= 0) continue;  // device-resident: read in place
-    const int32_t host_block = -entry - 1, offset = pos[i] % block_size_;
-    const int64_t key = (static_cast<int64_t>(host_block) * block_size_ + offset) * n_heads_ + g;
-    const uint8_t want = need_v ? 3 : 1;
-    int32_t r = map[key] >= 0 ? pool_row(map[key]) : -1;
-    if (r < 0) {
-      r = victim(pool);
-      if (pool.owner[r] >= 0) {  // evict
-        map[pool.owner[r]] = -1;
-        have[pool.owner[r]] = 0;
-      }
-      pool.owner[r] = key;
-      map[key] = static_cast<int32_t>(device_row(g, r));
-    }
-    const uint8_t missing = want & ~have[key];
-    if (missing != 0) {
-      counts_.bytes += static_cast<int64_t>(
-          host_.copy_row_to(layer_, host_block, g, offset, device_, device_row(g, r), missing & 1, missing & 2));
-      have[key] |= missing;
-      ++counts_.misses;
-    } else {
-      ++counts_.hits;
-    }
-    pool.ref[r] = 1;
-    pool.stamp[r] = call_;
-  }
-}
-
-void HotRows::invalidate_host_slot(int32_t h) {
-  for (size_t layer = 0; layer < map_.size(); ++layer)
-    for (int32_t offset = 0; offset < block_size_; ++offset)
-      for (int32_t g = 0; g < n_heads_; ++g) {
-        const int64_t key = (static_cast<int64_t>(h) * block_size_ + offset) * n_heads_ + g;
-        if (map_[layer][key] < 0) continue;
-        pools_[layer * n_heads_ + g].owner[pool_row(map_[layer][key])] = -1;
-        map_[layer][key] = -1;
-        have_[layer][key] = 0;
-      }
+  cache_.fetch(layer_, table_, g, pos, n, need_v,
+               [&](int32_t host_slot, int32_t head, int32_t offset, int64_t device_row, bool k, bool v) {
+                 return static_cast<int64_t>(host_.copy_row_to(layer_, host_slot, head, offset, device_, device_row, k, v));
+               });
 }
 
 }  // namespace fathom

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "engine/attention/decode_attention.h"
@@ -53,8 +54,11 @@ inline cuda::HipConfig hip_config(const ref::HipParams& h) {
   return cuda::HipConfig{h.mask_k, h.block_size_k, h.sink, h.window, h.per_kv_head};
 }
 
+// `before_attention(per_kv_head)` runs once the step's mask is in `st` (estimated or cached), before
+// the attention is launched: the backend's row cache copies in the rows it selects.
 inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,
-                        PolicyScratch& s, cudaStream_t stream) {
+                        PolicyScratch& s, cudaStream_t stream,
+                        const std::function<void(bool per_kv_head)>& before_attention = {}) {
   int64_t bytes = 0;
   const bool refresh = st.hip_age < 0 || st.hip_age + 1 >= p.hip_refresh;
   if (refresh) st.hip_params = resolve_hip(p, args.pos + 1);
@@ -90,6 +94,7 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
           cudaMemcpy(s.hip_starts.get(), starts.data(), starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     }
   }
+  if (before_attention && !info.dense) before_attention(cfg.per_kv_head);
   const cuda::HipAttentionPlan plan = cuda::plan_hip_sparse_attention(kv, args, cfg, info);
   s.workspace.reserve(std::max<size_t>(plan.workspace_floats, 1) * sizeof(float));
   FATHOM_CUDA_BACKEND_OK(cuda::hip_sparse_attention(kv, args, cfg, info, s.hip_starts.get(), plan,

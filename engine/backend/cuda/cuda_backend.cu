@@ -23,6 +23,7 @@
 #include "engine/backend/cuda/attention_policies.h"
 #include "engine/backend/cuda/device_array.h"
 #include "engine/backend/cuda/kv_storage.h"
+#include "engine/kv/row_cache.h"
 #include "engine/model.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -35,6 +36,7 @@
 #include "kernels/cuda/quant_gemv.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/row_cache.h"
 
 namespace fathom {
 namespace cuda_backend_detail {  // named: the test includes this file with the kernels' .cu files
@@ -126,6 +128,11 @@ class CudaBackend final : public Backend {
   void wait_for_moves();
   // After a pass's last op (logits): takes the bytes the pass's kernels read from the host tier.
   void end_pass();
+  // The row cache (reserve_host_tier, with hot_rows_percent > 0): before a HiP attention reads
+  // the rows its mask selects, copies in those of `layer` in the host tier (one launch), and
+  // brings the device map up to date (also after invalidations, at the start of a pass).
+  void cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicyState& state, bool per_kv_head);
+  void upload_row_map_changes();
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
 
@@ -141,6 +148,15 @@ class CudaBackend final : public Backend {
   cudaEvent_t moves_done_ = nullptr, compute_done_ = nullptr;
   bool moves_pending_ = false;
   std::unique_ptr<CudaKvStorage> exchange_;  // one device block: an exchange's third place
+  // The device row cache of the host tier (HiP's offloading "sparse K/V cache"): pool rows in
+  // device slots [num_blocks_, num_blocks_ + hot slots) of kv_, the bookkeeping on the host
+  // (engine/kv/row_cache.h), its map mirrored in row_map_ ([layer][map_size]) for the kernels.
+  int32_t hot_rows_percent_ = 0;
+  std::unique_ptr<RowCache> row_cache_;
+  DeviceArray<int32_t> row_map_;
+  DeviceArray<cuda::KvRowCopy> row_copies_;
+  DeviceArray<int64_t> map_index_;
+  DeviceArray<int32_t> map_value_;
   DeviceArray<unsigned long long> host_read_;  // bytes the kernels read from the host tier this pass
   PolicyScratch scratch_;
   cudaStream_t stream_ = nullptr;  // the default stream: the final copy to the host synchronises
@@ -176,7 +192,8 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
     : Backend(model, cuda_layout(model, options),
               kv_blocks_for_budget(model, options, cuda_layout(model, options).block_bytes())),
       config_(model.config()),
-      num_blocks_(kv_blocks()) {
+      num_blocks_(kv_blocks()),
+      hot_rows_percent_(options.hot_rows_percent) {
   const ModelConfig& c = config_;
   if (c.head_dim > 256) throw Error("--backend cuda: head_dim " + std::to_string(c.head_dim) + " > 256 is not supported");
   FATHOM_CUDA_BACKEND_OK(cuda::gemm_create(&gemm_));
@@ -225,7 +242,7 @@ CudaBackend::~CudaBackend() {
   cuda::gemm_destroy(gemm_);
 }
 
-int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t) {
+int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_blocks) {
   FATHOM_CHECK(!host_kv_ && plan_ == nullptr, "the host tier is reserved once, before the first forward");
   if (blocks <= 0) return 0;
 #ifndef FATHOM_CUDA_EMULATION
@@ -238,7 +255,24 @@ int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t) {
     throw Error("--backend cuda: the GPU cannot map host memory with unified addressing: the host KV tier "
                 "(kv_cache.host_mib) needs it; set kv_cache.host_mib to 0");
 #endif
-  // The whole device budget stays blocks: no device row cache yet (docs/tiered_kv.md).
+  // Beyond what the page table must keep, hot_rows_percent of the device budget becomes the row
+  // cache (0: none; the kernels then read every host row in place).
+  const int32_t budget = kv_blocks(), hot = row_cache_slots(budget, keep_device_blocks, hot_rows_percent_);
+  if (hot > 0) {
+    if (budget - hot < 3)
+      throw Error("the device KV tier holds " + std::to_string(budget) +
+                  " blocks: a host tier with a row cache needs at least 4 (raise kv_cache.device_mib)");
+    set_kv_blocks(budget - hot);
+    num_blocks_ = kv_blocks();
+    kv_.reset();
+    kv_ = std::make_unique<CudaKvStorage>(kv_layout(), num_blocks_ + hot);
+    const KvLayout& L = kv_layout();
+    row_cache_ = std::make_unique<RowCache>(L.n_layers, L.n_kv_heads, L.block_size, blocks, num_blocks_, hot,
+                                            /*track_changes=*/true);
+    row_map_.reserve(static_cast<size_t>(L.n_layers) * row_cache_->map_size());
+    FATHOM_CUDA_BACKEND_OK(cudaMemset(row_map_.get(), 0xFF, static_cast<size_t>(L.n_layers) *
+                                                                 row_cache_->map_size() * sizeof(int32_t)));  // all -1
+  }
   host_kv_ = std::make_unique<CudaKvStorage>(kv_layout(), blocks, Memory::kMappedHost);
   exchange_ = std::make_unique<CudaKvStorage>(kv_layout(), 1);
   host_read_.reserve(1);
@@ -271,6 +305,7 @@ void CudaBackend::copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int3
   CudaKvStorage& dst = to == KvTier::kDevice ? *kv_ : *host_kv_;
   src.copy_block_to(from_slot, dst, to_slot, copy_stream_);
   FATHOM_CUDA_BACKEND_OK(cudaEventRecord(moves_done_, copy_stream_));
+  if (to == KvTier::kHost && row_cache_) row_cache_->invalidate_host_slot(to_slot);
 }
 
 void CudaBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
@@ -282,6 +317,7 @@ void CudaBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
   host_kv_->copy_block_to(host_slot, *kv_, device_slot, copy_stream_);
   exchange_->copy_block_to(0, *host_kv_, host_slot, copy_stream_);
   FATHOM_CUDA_BACKEND_OK(cudaEventRecord(moves_done_, copy_stream_));
+  if (row_cache_) row_cache_->invalidate_host_slot(host_slot);
 }
 
 PagedKvView CudaBackend::view(int32_t layer, const int32_t* device_table) const {
@@ -290,7 +326,80 @@ PagedKvView CudaBackend::view(int32_t layer, const int32_t* device_table) const 
     v.host_tier = host_kv_->planes(layer);
     v.host_read_bytes = host_read_.get();
   }
+  if (row_cache_) v.host_rows = row_map_.get() + static_cast<size_t>(layer) * row_cache_->map_size();
   return v;
+}
+
+void CudaBackend::upload_row_map_changes() {
+  const std::vector<RowCache::Change> changes = row_cache_->take_changes();
+  if (changes.empty()) return;
+  std::vector<int64_t> index(changes.size());
+  std::vector<int32_t> value(changes.size());
+  for (size_t i = 0; i < changes.size(); ++i) {  // in order: a later write of an index wins
+    index[i] = changes[i].index;
+    value[i] = changes[i].value;
+  }
+  // One write per index (the scatter's writes are unordered): keep the last of each.
+  std::vector<size_t> order(changes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return index[a] < index[b]; });
+  std::vector<int64_t> last_index;
+  std::vector<int32_t> last_value;
+  for (size_t j = 0; j < order.size(); ++j)
+    if (j + 1 == order.size() || index[order[j + 1]] != index[order[j]]) {
+      last_index.push_back(index[order[j]]);
+      last_value.push_back(value[order[j]]);
+    }
+  map_index_.upload(last_index);
+  map_value_.upload(last_value);
+  FATHOM_CUDA_BACKEND_OK(cuda::scatter_int32(row_map_.get(), map_index_.get(), map_value_.get(),
+                                             static_cast<int32_t>(last_index.size()), stream_));
+}
+
+void CudaBackend::cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicyState& st, bool per_kv_head) {
+  const ref::HipMask& mask = st.hip_mask;
+  if (mask.dense || mask.block_starts.empty()) return;  // dense: every row, read in place
+  const SeqStep& s = plan_->seqs[seq];
+  if (std::none_of(s.blocks->begin(), s.blocks->end(), [](int32_t e) { return e < 0; })) return;
+  const ref::HipParams& p = st.hip_params;
+  const int32_t S = s.pos0 + 1, H = config_.n_heads, n_kv = config_.n_kv_heads, G = H / n_kv;
+  const int32_t d = config_.head_dim;
+  const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(kv_layout().dtype, d));
+  std::vector<cuda::KvRowCopy> copies;
+  std::vector<int32_t> pos;
+  for (int32_t g = 0; g < n_kv; ++g) {
+    // The rows HiP's attention reads for kv head g: sinks, the selected blocks of its heads' masks
+    // (one mask for the group per kv head), the window.
+    pos.clear();
+    for (int32_t t = 0; t < std::min(p.sink, S); ++t) pos.push_back(t);
+    for (int32_t h = g * G; h < (per_kv_head ? g * G + 1 : (g + 1) * G); ++h)
+      for (int32_t b : mask.block_starts[h])
+        for (int32_t t = b; t < std::min(b + p.block_size_k, S); ++t) pos.push_back(t);
+    for (int32_t t = std::max(0, s.pos0 - p.window); t < S; ++t) pos.push_back(t);
+    std::sort(pos.begin(), pos.end());
+    pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
+    try {
+      row_cache_->fetch(layer, s.blocks->data(), g, pos.data(), static_cast<int32_t>(pos.size()), /*need_v=*/true,
+                        [&](int32_t host_slot, int32_t head, int32_t offset, int64_t device_row, bool k, bool v) {
+                          const int64_t src = (static_cast<int64_t>(host_slot) * n_kv + head) * kv_layout().block_size + offset;
+                          copies.push_back({src, device_row, (k ? 1 : 0) | (v ? 2 : 0)});
+                          return row_bytes * ((k ? 1 : 0) + (v ? 1 : 0));
+                        });
+    } catch (const HotRowsFull&) {
+      // More rows than the pool holds: those fetched so far are cached, the rest read in place.
+    }
+  }
+  if (!copies.empty()) {
+    row_copies_.upload(copies);
+    FATHOM_CUDA_BACKEND_OK(cuda::copy_kv_rows(host_kv_->planes(layer), kv_->append_target(layer), kv_layout().dtype,
+                                              row_copies_.get(), static_cast<int32_t>(copies.size()), stream_));
+  }
+  upload_row_map_changes();
+  const RowCache::Counts c = row_cache_->take_counts();
+  const int k = static_cast<int>(PolicyKind::kHip);
+  hot_counts_.hits[k] += c.hits;
+  hot_counts_.misses[k] += c.misses;
+  tier_bytes_.host_to_device += c.bytes;
 }
 
 const float* CudaBackend::vector(int32_t layer, LayerVector v) const {
@@ -430,6 +539,7 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
     FATHOM_CUDA_BACKEND_OK(cudaStreamWaitEvent(stream_, moves_done_, 0));
     moves_pending_ = false;
   }
+  if (row_cache_) upload_row_map_changes();  // host slots the moves gave other bytes: their rows are stale
   table_stride_ = static_cast<int32_t>(stride);
   ensure_rope_rows(max_pos + 1);
   for (int a = 0; a < static_cast<int>(acts_.size()); ++a)
@@ -488,7 +598,10 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
   const PagedKvView view = this->view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
   switch (policy.kind) {
     case PolicyKind::kSparq: return sparq_step(view, decode_args(seq), policy, scratch_, stream_);
-    case PolicyKind::kHip: return hip_step(view, decode_args(seq), policy, state, scratch_, stream_);
+    case PolicyKind::kHip:
+      return hip_step(view, decode_args(seq), policy, state, scratch_, stream_, [&](bool per_kv_head) {
+        if (row_cache_) cache_hip_rows(layer, seq, state, per_kv_head);
+      });
     case PolicyKind::kSwa: return swa_step(view, decode_args(seq), policy, state, scratch_, stream_);
     case PolicyKind::kDense:
     case PolicyKind::kAuto: break;
