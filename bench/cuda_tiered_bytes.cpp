@@ -8,6 +8,9 @@
 // Per model: one CPU prefill of a --tokens prompt (f16 KV); its blocks are copied into the CUDA
 // backend, the oldest 7/8 into the host tier; then each policy (kv_read_ratio 1/8, min_keys 0)
 // decodes --steps greedy tokens from the same cache (the written block restored between policies).
+// Then HiP again on a backend whose device tier also holds a row cache (kv_cache.hot_rows_percent)
+// as large as the device's share of blocks: its selected host rows are copied in when the mask is
+// estimated and read from the device until the next estimation.
 //
 //   cuda_tiered_bytes [--models models] [--tokens 2048] [--steps 8] [--device-fraction 0.125] [--out FILE]
 #include <algorithm>
@@ -38,7 +41,7 @@ struct PolicyBytes {
 
 struct ModelRun {
   std::string model;
-  int32_t P = 0, device_blocks = 0, host_blocks = 0;
+  int32_t P = 0, device_blocks = 0, host_blocks = 0, cache_rows = 0;
   double seconds = 0;
   std::vector<PolicyBytes> policies;
 };
@@ -62,8 +65,6 @@ ModelRun run_model(const std::string& dir, const std::string& file, int32_t toke
   const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, bs, o.kv_dtype, o.kv_transposed_k};
   o.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * (blocks_needed + 2);
   CpuBackend cpu(*model, o);
-  std::unique_ptr<Backend> cuda = make_cuda_backend(*model, o);
-  if (cuda->reserve_host_tier(blocks_needed, 0) != blocks_needed) throw Error("no host tier");
 
   // Prefill on the CPU; logical block i goes to host slot i when older than the device share.
   BlockAllocator blocks(cpu.kv_blocks(), bs);
@@ -78,25 +79,38 @@ ModelRun run_model(const std::string& dir, const std::string& file, int32_t toke
   const int32_t device_share = std::max<int32_t>(1, static_cast<int32_t>(std::ceil((full + 1) * device_fraction)));
   const int32_t n_host = full + 1 - device_share;
   std::vector<std::byte> image(cpu.block_bytes()), last_image(cpu.block_bytes());
+  ModelRun run{file, P, device_share, n_host, device_share * bs, 0, {}};
+  // A CUDA backend holding the prefilled cache, with `cache_slots` more device blocks as its row cache.
   std::vector<int32_t> table;  // physical: device slots, host slots -(slot + 1)
-  int32_t next_device = 0;
-  for (int32_t b = 0; b <= full; ++b) {
-    cpu.read_block(cpu_table[b], image.data());
-    if (b < n_host) {
-      cuda->write_block(0, image.data());  // through device slot 0, then moved
-      cuda->copy_slot(KvTier::kDevice, 0, KvTier::kHost, b);
-      table.push_back(-b - 1);
-    } else {
-      cuda->write_block(++next_device, image.data());
-      table.push_back(next_device);
+  auto make = [&](int32_t cache_slots) {
+    ModelOptions oc = o;
+    const int32_t keep = blocks_needed + 2, budget = keep + cache_slots;
+    oc.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * budget;
+    const int32_t spare = std::max(budget - keep, budget / 4);  // row_cache_slots' rule, inverted
+    oc.hot_rows_percent = (cache_slots * 100 + spare - 1) / spare;
+    FATHOM_CHECK(row_cache_slots(budget, keep, oc.hot_rows_percent) == cache_slots);
+    std::unique_ptr<Backend> cuda = make_cuda_backend(*model, oc);
+    if (cuda->reserve_host_tier(blocks_needed, keep) != blocks_needed) throw Error("no host tier");
+    table.clear();
+    int32_t next_device = 0;
+    for (int32_t b = 0; b <= full; ++b) {
+      cpu.read_block(cpu_table[b], image.data());
+      if (b < n_host) {
+        cuda->write_block(0, image.data());  // through device slot 0, then moved
+        cuda->copy_slot(KvTier::kDevice, 0, KvTier::kHost, b);
+        table.push_back(-b - 1);
+      } else {
+        cuda->write_block(++next_device, image.data());
+        table.push_back(next_device);
+      }
     }
-  }
-  while (static_cast<int32_t>(table.size()) * bs < P + steps + 1) table.push_back(++next_device);
-  cpu.read_block(cpu_table[full], last_image.data());
-  cuda->take_tier_bytes();
+    while (static_cast<int32_t>(table.size()) * bs < P + steps + 1) table.push_back(++next_device);
+    cpu.read_block(cpu_table[full], last_image.data());
+    cuda->take_tier_bytes();
+    return cuda;
+  };
 
-  ModelRun run{file, P, device_share, n_host, 0, {}};
-  for (PolicyKind kind : kKinds) {
+  auto measure = [&](Backend* cuda, PolicyKind kind) {
     cuda->write_block(table[full], last_image.data());  // the written block as the prefill left it
     AttentionPolicy policy;
     policy.kind = kind;
@@ -119,7 +133,12 @@ ModelRun run_model(const std::string& dir, const std::string& file, int32_t toke
     }
     std::fprintf(stderr, "%s %s: %.2f MB/step from the host tier\n", file.c_str(), policy_name(kind), pb.host_mean / 1e6);
     run.policies.push_back(pb);
+  };
+  {
+    std::unique_ptr<Backend> cuda = make(0);
+    for (PolicyKind kind : kKinds) measure(cuda.get(), kind);
   }
+  measure(make(device_share).get(), PolicyKind::kHip);
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;
 }
@@ -154,7 +173,10 @@ int main(int argc, char** argv) {
        << "kv_read_ratio 1/8, min_keys 0, decodes " << steps << " greedy tokens from the same cache. *Host bytes*: "
        << "what the kernels' device counter saw read from the host tier (the PCIe traffic on a GPU); *KV bytes*: "
        << "the step's KV reads over both tiers (the launchers' byte models). HiP re-estimates its mask every 4th "
-       << "step (the max column). *PCIe ms* is derived: host bytes at 25 GB/s (PCIe 4.0 x16 in practice).\n\n";
+       << "step (the max column). *PCIe ms* is derived: host bytes at 25 GB/s (PCIe 4.0 x16 in practice). The last "
+       << "row: HiP again with a device row cache as large as the device's share of blocks (rows per layer and kv "
+       << "head): the rows its mask selects are copied in when it is estimated (counted as host bytes) and read "
+       << "from the device until the next estimation.\n\n";
     for (const char* file : {"smollm2-135m-instruct-q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"}) {
       const ModelRun r = run_model(dir, file, tokens, steps, device_fraction);
       md << "## " << r.model << "\n\n" << r.device_blocks << " device blocks, " << r.host_blocks
@@ -162,9 +184,12 @@ int main(int argc, char** argv) {
          << "| policy | host bytes / step (mean) | max | vs dense | KV bytes / step | PCIe ms / step (derived) |\n"
          << "|---|---|---|---|---|---|\n";
       const double dense = r.policies.front().host_mean;
-      for (const PolicyBytes& p : r.policies) {
+      for (size_t i = 0; i < r.policies.size(); ++i) {
+        const PolicyBytes& p = r.policies[i];
+        const std::string name = i < std::size(kKinds) ? policy_name(p.kind)
+                                                       : "hip, row cache of " + std::to_string(r.cache_rows) + " rows";
         char line[256];
-        std::snprintf(line, sizeof(line), "| %s | %.2f MB | %.2f MB | %.3f | %.2f MB | %.3f |\n", policy_name(p.kind),
+        std::snprintf(line, sizeof(line), "| %s | %.2f MB | %.2f MB | %.3f | %.2f MB | %.3f |\n", name.c_str(),
                       p.host_mean / 1e6, p.host_max / 1e6, dense > 0 ? p.host_mean / dense : 0.0, p.kv_mean / 1e6,
                       p.host_mean / 25e9 * 1e3);
         md << line;
