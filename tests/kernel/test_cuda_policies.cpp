@@ -165,7 +165,8 @@ TEST(CudaPolicies, Gemma3GreedyEqualsCpuForEveryPolicyAndGroups) {
 // One request per policy (dense, SparQ, HiP, SWA at kv_read_ratio 1/8, min_keys 0), one after
 // the other in one engine, over prompts that share a ~140-token prefix (the prefix cache's blocks,
 // in either tier, are reused by the later ones) and end in their own ~20 tokens: every request's
-// greedy tokens with 6 device blocks (a prompt needs ~11) equal the all-resident run's. Requests
+// greedy tokens with 6 device blocks for the page table (a prompt needs ~11) and 4 more as a row
+// cache (HiP's and SWA's selected host rows) equal the all-resident run's. Requests
 // run alone, so both runs make the same passes (the CUDA backend's matmul path depends on a pass's
 // rows) and the kernels read the same bytes: bitwise equal logits. The emulated prefill is what
 // costs, then ~0.6 s a decode step. (In this file to share its compilation of the backend: ctest
@@ -175,7 +176,7 @@ constexpr PolicyKind kPolicies[] = {PolicyKind::kDense, PolicyKind::kSparq, Poli
 
 struct EngineRun {
   std::map<PolicyKind, std::vector<int32_t>> tokens;
-  double moved_in = 0, moved_out = 0, demoted = 0, preempted = 0, hip_hits = 0, hip_misses = 0;
+  double moved_in = 0, moved_out = 0, demoted = 0, preempted = 0, hip_hits = 0, hip_misses = 0, swa_hits = 0;
 };
 
 EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blocks, int32_t hot_rows_percent = 0) {
@@ -223,6 +224,7 @@ EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blo
   out.preempted = metrics.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value();
   out.hip_hits = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "hip"}, {"result", "hit"}}).value();
   out.hip_misses = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "hip"}, {"result", "miss"}}).value();
+  out.swa_hits = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "swa"}, {"result", "hit"}}).value();
   return out;
 }
 
@@ -230,8 +232,8 @@ TEST(CudaTieredEngine, PoliciesOverTheHostTierMatchResident) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
   const EngineRun resident = run_engine(*model, 200, 0);
-  // 8 device blocks: 6 for the page table, 2 (half of what it does not need) for the row cache.
-  const EngineRun tiered = run_engine(*model, 8, 120, /*hot_rows_percent=*/50);
+  // 10 device blocks: 6 for the page table, 4 (64 rows per layer and kv head) for the row cache.
+  const EngineRun tiered = run_engine(*model, 10, 120, /*hot_rows_percent=*/67);
   for (PolicyKind kind : kPolicies) {
     ASSERT_EQ(resident.tokens.at(kind).size(), 5u) << policy_name(kind);
     EXPECT_EQ(tiered.tokens.at(kind), resident.tokens.at(kind)) << policy_name(kind);
@@ -245,9 +247,10 @@ TEST(CudaTieredEngine, PoliciesOverTheHostTierMatchResident) {
   // HiP's rows: copied into the row cache when its mask is estimated, hits on the steps that reuse it.
   EXPECT_GT(tiered.hip_misses, 0);
   EXPECT_GT(tiered.hip_hits, tiered.hip_misses);
+  EXPECT_GT(tiered.swa_hits, 0);  // its kept set after the seeding step (which keeps all, read in place)
   std::printf("tiered: %.0f blocks demoted, %.0f bytes device->host, %.0f bytes host->device, HiP rows %.0f hits "
-              "%.0f misses (%.1f s)\n",
-              tiered.demoted, tiered.moved_out, tiered.moved_in, tiered.hip_hits, tiered.hip_misses,
+              "%.0f misses, SWA %.0f hits (%.1f s)\n",
+              tiered.demoted, tiered.moved_out, tiered.moved_in, tiered.hip_hits, tiered.hip_misses, tiered.swa_hits,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 

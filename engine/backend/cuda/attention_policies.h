@@ -102,12 +102,15 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   return bytes + cuda::hip_sparse_attention_bytes(kv, args, cfg, info, plan).kv_read;
 }
 
+// `before_attention(kept)` runs before the attention is launched, with the kept positions (ascending).
 inline int64_t swa_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,
-                        PolicyScratch& s, cudaStream_t stream) {
+                        PolicyScratch& s, cudaStream_t stream,
+                        const std::function<void(const std::vector<int32_t>& kept)>& before_attention = {}) {
   const int32_t S = args.pos + 1;
   const ref::SwaParams params = swa_step_params(p, st, S);
   const ref::SwaStats sel = ref::swa_select(S, params.ratio, swa_selection_mass(p, st));
   const int32_t n = static_cast<int32_t>(sel.kept.size());
+  if (before_attention) before_attention(sel.kept);
   s.swa_kept.upload(sel.kept);
   s.swa_weights.reserve(static_cast<size_t>(n));
   const cuda::SwaPlan plan = cuda::plan_swa_attention(kv, args, n);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -128,9 +129,12 @@ class CudaBackend final : public Backend {
   void wait_for_moves();
   // After a pass's last op (logits): takes the bytes the pass's kernels read from the host tier.
   void end_pass();
-  // The row cache (reserve_host_tier, with hot_rows_percent > 0): before a HiP attention reads
-  // the rows its mask selects, copies in those of `layer` in the host tier (one launch), and
-  // brings the device map up to date (also after invalidations, at the start of a pass).
+  // The row cache (reserve_host_tier, with hot_rows_percent > 0): before a sparse attention reads
+  // the rows it selects — positions_of(g, pos) lists kv head g's, ascending — copies in those of
+  // `layer` in the host tier (one launch), and brings the device map up to date (also after
+  // invalidations, at the start of a pass). For HiP (its mask's rows) and SWA (its kept set).
+  void cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
+                  const std::function<void(int32_t g, std::vector<int32_t>& pos)>& positions_of);
   void cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicyState& state, bool per_kv_head);
   void upload_row_map_changes();
   void ensure_rope_rows(int32_t rows);
@@ -359,34 +363,44 @@ void CudaBackend::upload_row_map_changes() {
 void CudaBackend::cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicyState& st, bool per_kv_head) {
   const ref::HipMask& mask = st.hip_mask;
   if (mask.dense || mask.block_starts.empty()) return;  // dense: every row, read in place
-  const SeqStep& s = plan_->seqs[seq];
-  if (std::none_of(s.blocks->begin(), s.blocks->end(), [](int32_t e) { return e < 0; })) return;
   const ref::HipParams& p = st.hip_params;
-  const int32_t S = s.pos0 + 1, H = config_.n_heads, n_kv = config_.n_kv_heads, G = H / n_kv;
-  const int32_t d = config_.head_dim;
-  const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(kv_layout().dtype, d));
-  std::vector<cuda::KvRowCopy> copies;
-  std::vector<int32_t> pos;
-  for (int32_t g = 0; g < n_kv; ++g) {
-    // The rows HiP's attention reads for kv head g: sinks, the selected blocks of its heads' masks
-    // (one mask for the group per kv head), the window.
-    pos.clear();
+  const int32_t pos0 = plan_->seqs[seq].pos0, S = pos0 + 1, G = config_.n_heads / config_.n_kv_heads;
+  // The rows HiP's attention reads for kv head g: sinks, the selected blocks of its heads' masks
+  // (one mask for the group per kv head), the window.
+  cache_rows(layer, seq, PolicyKind::kHip, [&](int32_t g, std::vector<int32_t>& pos) {
     for (int32_t t = 0; t < std::min(p.sink, S); ++t) pos.push_back(t);
     for (int32_t h = g * G; h < (per_kv_head ? g * G + 1 : (g + 1) * G); ++h)
       for (int32_t b : mask.block_starts[h])
         for (int32_t t = b; t < std::min(b + p.block_size_k, S); ++t) pos.push_back(t);
-    for (int32_t t = std::max(0, s.pos0 - p.window); t < S; ++t) pos.push_back(t);
+    for (int32_t t = std::max(0, pos0 - p.window); t < S; ++t) pos.push_back(t);
     std::sort(pos.begin(), pos.end());
     pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
+  });
+}
+
+void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
+                             const std::function<void(int32_t g, std::vector<int32_t>& pos)>& positions_of) {
+  const SeqStep& s = plan_->seqs[seq];
+  if (std::none_of(s.blocks->begin(), s.blocks->end(), [](int32_t e) { return e < 0; })) return;
+  const int32_t n_kv = config_.n_kv_heads, bs = kv_layout().block_size;
+  const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(kv_layout().dtype, config_.head_dim));
+  std::vector<cuda::KvRowCopy> copies;
+  std::vector<int32_t> pos;
+  for (int32_t g = 0; g < n_kv; ++g) {
+    pos.clear();
+    positions_of(g, pos);
+    // A set larger than the pool (SWA's seeding step keeps every position) would only evict
+    // rows the next steps want: it is read in place.
+    if (static_cast<int32_t>(pos.size()) > row_cache_->capacity()) continue;
     try {
       row_cache_->fetch(layer, s.blocks->data(), g, pos.data(), static_cast<int32_t>(pos.size()), /*need_v=*/true,
                         [&](int32_t host_slot, int32_t head, int32_t offset, int64_t device_row, bool k, bool v) {
-                          const int64_t src = (static_cast<int64_t>(host_slot) * n_kv + head) * kv_layout().block_size + offset;
+                          const int64_t src = (static_cast<int64_t>(host_slot) * n_kv + head) * bs + offset;
                           copies.push_back({src, device_row, (k ? 1 : 0) | (v ? 2 : 0)});
                           return row_bytes * ((k ? 1 : 0) + (v ? 1 : 0));
                         });
     } catch (const HotRowsFull&) {
-      // More rows than the pool holds: those fetched so far are cached, the rest read in place.
+      // Cannot happen below capacity; kept for safety: the rows fetched so far are cached.
     }
   }
   if (!copies.empty()) {
@@ -396,7 +410,7 @@ void CudaBackend::cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicySt
   }
   upload_row_map_changes();
   const RowCache::Counts c = row_cache_->take_counts();
-  const int k = static_cast<int>(PolicyKind::kHip);
+  const int k = static_cast<int>(kind);
   hot_counts_.hits[k] += c.hits;
   hot_counts_.misses[k] += c.misses;
   tier_bytes_.host_to_device += c.bytes;
@@ -602,7 +616,11 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
       return hip_step(view, decode_args(seq), policy, state, scratch_, stream_, [&](bool per_kv_head) {
         if (row_cache_) cache_hip_rows(layer, seq, state, per_kv_head);
       });
-    case PolicyKind::kSwa: return swa_step(view, decode_args(seq), policy, state, scratch_, stream_);
+    case PolicyKind::kSwa:
+      return swa_step(view, decode_args(seq), policy, state, scratch_, stream_, [&](const std::vector<int32_t>& kept) {
+        if (row_cache_)
+          cache_rows(layer, seq, PolicyKind::kSwa, [&](int32_t, std::vector<int32_t>& pos) { pos = kept; });
+      });
     case PolicyKind::kDense:
     case PolicyKind::kAuto: break;
   }
