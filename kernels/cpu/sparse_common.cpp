@@ -68,11 +68,12 @@ void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView&
   }
   const int32_t chunk = attend_chunk(pool, tasks);
   const int32_t n = static_cast<int32_t>(tasks.size());
-  for (int32_t i = 0; i < n; ++i) attend(pool, kern, kv, scale, {tasks[reverse ? n - 1 - i : i]}, chunk, kv.prefetcher);
+  for (int32_t i = 0; i < n; ++i)
+    attend(pool, kern, kv, scale, {tasks[reverse ? n - 1 - i : i]}, chunk, kv.prefetcher, reverse);
 }
 
 void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
-            const std::vector<AttendTask>& tasks, int32_t chunk, RowPrefetcher* prefetcher) {
+            const std::vector<AttendTask>& tasks, int32_t chunk, RowPrefetcher* prefetcher, bool reverse) {
   const int32_t d = kv.head_dim;
   if (chunk <= 0) chunk = attend_chunk(pool, tasks);
 
@@ -154,17 +155,25 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
   }
   // Each task's items in batches of at most capacity() keys, each batch's positions made readable
   // just before it runs: the partials and their merge order are those of one pass, so the output
-  // does not depend on the batching. (A batch is at least one item: a cache smaller than one chunk
-  // throws from prefetch.)
+  // does not depend on the batching or on the order the batches run in. (A batch is at least one
+  // item: a cache smaller than one chunk throws from prefetch.) `reverse` runs them last first: a
+  // caller that alternates it from step to step turns a cyclic set larger than the cache, which
+  // misses on every row under LRU, into a stack whose last batches are the next step's hits.
   const int32_t cap = prefetcher->capacity();
+  std::vector<std::pair<int32_t, int32_t>> batches;
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttendTask& t = tasks[ti];
+    batches.clear();
     for (int32_t a = first_item[ti]; a < first_item[ti + 1];) {
       int32_t b = a + 1;
       while (b < first_item[ti + 1] && items[b].end - items[a].begin <= cap) ++b;
+      batches.emplace_back(a, b);
+      a = b;
+    }
+    if (reverse) std::reverse(batches.begin(), batches.end());
+    for (const auto& [a, b] : batches) {
       prefetcher->prefetch(t.g, t.pos + items[a].begin, items[b - 1].end - items[a].begin, /*need_v=*/true);
       run_items(a, b);
-      a = b;
     }
   }
 }

@@ -100,16 +100,19 @@ struct AttendTask {
 // Splits every task into key chunks, spreads the chunks over the pool, merges per task. The
 // chunk length (0: attend_chunk(pool, tasks)) fixes the fold order: a task run alone with the
 // chunk its whole set would get gives bitwise the same output. With a prefetcher, each task's
-// chunks run in batches of at most prefetcher->capacity() keys, each batch's positions made
-// readable (K and V) just before it: same partials, same merge, the same output.
+// chunks run in batches of at most prefetcher->capacity() keys (last batch first when `reverse`),
+// each batch's positions made readable (K and V) just before it: same partials, same merge, the
+// same output.
 void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
-            const std::vector<AttendTask>& tasks, int32_t chunk = 0, RowPrefetcher* prefetcher = nullptr);
+            const std::vector<AttendTask>& tasks, int32_t chunk = 0, RowPrefetcher* prefetcher = nullptr,
+            bool reverse = false);
 // The key chunk length attend() picks for `tasks` on `pool`.
 int32_t attend_chunk(const ThreadPool& pool, const std::vector<AttendTask>& tasks);
 // attend() for a view that may be tiered: with a prefetcher, the tasks run one at a time, each
 // in batches the row cache holds (one chunk at least), so the cache needs room for one batch's
 // rows, not for a task's or all of theirs; the key chunks are the all-tasks call's, so the output
-// is bitwise attend()'s. `reverse`: last task first. Without a prefetcher it is attend().
+// is bitwise attend()'s. `reverse`: last task first, and each task's batches last first. Without a
+// prefetcher it is attend().
 void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
                        const std::vector<AttendTask>& tasks, bool reverse = false);
 

@@ -41,8 +41,9 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
     }
   }
   // Over a tiered cache the kept rows come through the row cache kv head by kv head, in batches
-  // it holds (the seed step keeps every position), bitwise the resident result.
-  sparse::attend_prefetched(pool, kern, kv, args.scale, tasks);
+  // it holds (the seed step keeps every position), bitwise the resident result; the order
+  // alternates by step so that a kept set larger than the cache still hits (see sparse::attend).
+  sparse::attend_prefetched(pool, kern, kv, args.scale, tasks, /*reverse=*/args.pos % 2 != 0);
   res.kv_bytes = 2LL * n_kept * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv;
 
   if (weights != nullptr) {

@@ -523,7 +523,8 @@ TEST(SparseCpu, SparqOverHostRowsMatchesResident) {
 }
 
 // SWA's seed step keeps every position: over a tiered view whose cache holds 700 rows it attends
-// in batches of key chunks; output and weights are bitwise the one-pass result.
+// in batches of key chunks (last batch first at odd positions); output and weights are bitwise the
+// one-pass result.
 TEST(SparseCpu, SwaOverHostRowsInBatchesMatchesOnePass) {
   std::mt19937 rng(7);
   ThreadPool pool(2);
@@ -531,16 +532,18 @@ TEST(SparseCpu, SwaOverHostRowsInBatchesMatchesOnePass) {
   const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, KvDtype::kF16, S, 2, rng);
   const std::vector<float> q = random_q(H * d, rng);
   const std::vector<float> mass(S, 0.0f);
-  for (float ratio : {1.0f, 0.5f}) {
-    std::vector<float> out_one, out_batched, w_one(S, 0.0f), w_batched(S, 0.0f);
-    const DecodeArgs a = decode_args(q, out_one, H, d, S);
-    const DecodeArgs ab = decode_args(q, out_batched, H, d, S);
-    cpu::swa_decode(pool, f.view(false, false), a, ref::SwaParams{ratio}, mass.data(), w_one.data());
-    MirrorPrefetcher fetch(f, 700);
-    cpu::swa_decode(pool, fetch.view(), ab, ref::SwaParams{ratio}, mass.data(), w_batched.data());
-    EXPECT_GE(fetch.calls, 2 * kKvHeads) << "ratio " << ratio;
-    EXPECT_EQ(out_batched, out_one) << "ratio " << ratio;
-    EXPECT_EQ(w_batched, w_one) << "ratio " << ratio;
+  for (int32_t n : {S, S - 1}) {  // position 2000 (batches in order), 1999 (reversed)
+    for (float ratio : {1.0f, 0.5f}) {
+      std::vector<float> out_one, out_batched, w_one(S, 0.0f), w_batched(S, 0.0f);
+      const DecodeArgs a = decode_args(q, out_one, H, d, n);
+      const DecodeArgs ab = decode_args(q, out_batched, H, d, n);
+      cpu::swa_decode(pool, f.view(false, false), a, ref::SwaParams{ratio}, mass.data(), w_one.data());
+      MirrorPrefetcher fetch(f, 700);
+      cpu::swa_decode(pool, fetch.view(), ab, ref::SwaParams{ratio}, mass.data(), w_batched.data());
+      EXPECT_GE(fetch.calls, 2 * kKvHeads) << "ratio " << ratio;
+      EXPECT_EQ(out_batched, out_one) << "ratio " << ratio << " keys " << n;
+      EXPECT_EQ(w_batched, w_one) << "ratio " << ratio << " keys " << n;
+    }
   }
 }
 
