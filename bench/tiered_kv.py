@@ -163,7 +163,7 @@ def main():
              "fraction of one sequence's KV the device tier holds (the rest in the host tier), "
              f"`--hot-rows-percent {args.hot_rows_percent}`. HiP, SWA and SparQ read host rows through the hot "
              "row cache (SparQ's step 1 reads r dimension rows of each host block's transposed K from the host "
-             "tier) and fall back to dense for a layer step whose rows it cannot hold (docs/tiered_kv.md).",
+             "tier), a selection larger than the cache in batches it holds (docs/tiered_kv.md).",
              "", head, rule]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     lines += [""] + [f"- {n}" for n in notes]
