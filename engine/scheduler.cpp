@@ -61,7 +61,7 @@ struct Scheduler::Metrics {
         swap_in(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "in"}})),
         hot_fallback(r.counter("fathom_kv_hot_row_fallbacks_total",
                                "Sparse decode layer steps over host-tier rows that decoded densely: the hot row cache "
-                               "could not hold one attention call's rows")),
+                               "is smaller than one key chunk")),
         demoted(r.counter("fathom_kv_blocks_demoted_total",
                           "KV blocks moved from the device tier to the host tier to make room for a step's writes")),
         registry(r) {}

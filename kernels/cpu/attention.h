@@ -2,6 +2,8 @@
 // Paged causal attention on the CPU: SIMD (run-time dispatch), multi-threaded over
 // (query block, kv head, key chunk) work items; key chunks of long sequences are merged
 // exactly with their log-sum-exp statistics (split-K, flash-decoding style).
+#include <functional>
+
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/paged_kv.h"
 
@@ -31,5 +33,9 @@ class KeyChunkSource {
 // the shape: heads, head_dim, block size). Bitwise the result paged_attention computes over a
 // view holding every key: same chunks, same fold order.
 void paged_attention_chunked(ThreadPool& pool, const PagedKvView& kv, const AttentionArgs& args, KeyChunkSource& source);
+
+// For kernels that read several sequences' views (bifurcated groups): the source a view's keys
+// are read through, or null when that view holds every key it is asked for (no host blocks).
+using ChunkSourceFor = std::function<KeyChunkSource*(const PagedKvView& view)>;
 
 }  // namespace fathom::cpu

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/paged_kv.h"
 #include "kernels/ref/bifurcated.h"
@@ -105,6 +106,6 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
 constexpr int32_t kManyRows = 8;
 int64_t bifurcated_decode_with(PartialAttentionFn kernel, PartialAttentionFn many_rows, ThreadPool& pool,
                                const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
-                               const DecodeArgs* seq_args, int32_t n_seqs);
+                               const DecodeArgs* seq_args, int32_t n_seqs, const ChunkSourceFor& source_for = {});
 
 }  // namespace fathom::cpu

@@ -8,6 +8,7 @@
 // the segments are listed in either.
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -58,16 +59,16 @@ void many_rows_avx512(const PagedKvView& kv, int32_t head, const PartialRows& ro
 }  // namespace
 
 int64_t bifurcated_decode(ThreadPool& pool, const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
-                          const DecodeArgs* seq_args, int32_t n_seqs) {
+                          const DecodeArgs* seq_args, int32_t n_seqs, const ChunkSourceFor& source_for) {
   static const PartialAttentionFn kernel = best_partial_attention();
   static const PartialAttentionFn many_rows =
       std::string(simd_level()) == "avx512" && partial_attention_rows_avx512() ? &many_rows_avx512 : nullptr;
-  return bifurcated_decode_with(kernel, many_rows, pool, segments, seq_kv, seq_args, n_seqs);
+  return bifurcated_decode_with(kernel, many_rows, pool, segments, seq_kv, seq_args, n_seqs, source_for);
 }
 
 int64_t bifurcated_decode_with(PartialAttentionFn kernel, PartialAttentionFn many_rows, ThreadPool& pool,
                                const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
-                               const DecodeArgs* seq_args, int32_t n_seqs) {
+                               const DecodeArgs* seq_args, int32_t n_seqs, const ChunkSourceFor& source_for) {
   if (n_seqs == 0) return 0;
   const int32_t d = seq_kv[0].head_dim, n_kv = seq_kv[0].n_kv_heads;
   const int32_t group = seq_args[0].n_heads / n_kv;
@@ -117,31 +118,56 @@ int64_t bifurcated_decode_with(PartialAttentionFn kernel, PartialAttentionFn man
         items.push_back({p, h, c, static_cast<int64_t>(ps.rows(group)) * (t1 - t0)});
       }
   }
-  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
-
   std::vector<float> acc(slots * d), m(slots), l(slots);
-  std::atomic<int64_t> next{0};
-  pool.run_on_all([&](int, int) {
-    std::vector<const float*> q;
-    std::vector<int32_t> lo, hi;
-    std::vector<float> scratch;
-    for (int64_t w = next.fetch_add(1); w < static_cast<int64_t>(items.size()); w = next.fetch_add(1)) {
-      const Item& it = items[w];
-      const Pass& ps = passes[it.pass];
-      const int32_t rows = ps.rows(group);
-      q.clear();
-      for (int32_t i : ps.seqs)
-        for (int32_t j = 0; j < group; ++j) q.push_back(seq_args[i].q + static_cast<int64_t>(it.head * group + j) * d);
-      lo.assign(rows, ps.begin);
-      hi.assign(rows, ps.end - 1);
-      scratch.resize(2 * static_cast<size_t>(ps.kv->block_size) * d + ps.kv->block_size);
-      const int32_t t0 = std::max(ps.begin, (ps.chunk0 + it.chunk) * ps.chunk);
-      const int32_t t1 = std::min(ps.end, (ps.chunk0 + it.chunk + 1) * ps.chunk);
-      const int64_t slot = ps.slot0 + (static_cast<int64_t>(it.head) * ps.n_chunks + it.chunk) * rows;
-      const PartialRows pr{rows, q.data(), lo.data(), hi.data()};
-      (rows > kManyRows && many_rows ? many_rows : kernel)(*ps.kv, it.head, pr, t0, t1, scale, &acc[slot * d], &m[slot], &l[slot], scratch.data());
-    }
+  // Runs items [first, last) (heaviest first), pass p's keys read through view_of(p, chunk).
+  auto run_items = [&](std::vector<Item>::iterator first, std::vector<Item>::iterator last,
+                       const std::function<const PagedKvView&(int32_t pass, int32_t chunk)>& view_of) {
+    std::stable_sort(first, last, [](const Item& a, const Item& b) { return a.cost > b.cost; });
+    std::atomic<int64_t> next{0};
+    const int64_t n = last - first;
+    pool.run_on_all([&](int, int) {
+      std::vector<const float*> q;
+      std::vector<int32_t> lo, hi;
+      std::vector<float> scratch;
+      for (int64_t w = next.fetch_add(1); w < n; w = next.fetch_add(1)) {
+        const Item& it = first[w];
+        const Pass& ps = passes[it.pass];
+        const int32_t rows = ps.rows(group);
+        q.clear();
+        for (int32_t i : ps.seqs)
+          for (int32_t j = 0; j < group; ++j) q.push_back(seq_args[i].q + static_cast<int64_t>(it.head * group + j) * d);
+        lo.assign(rows, ps.begin);
+        hi.assign(rows, ps.end - 1);
+        scratch.resize(2 * static_cast<size_t>(ps.kv->block_size) * d + ps.kv->block_size);
+        const int32_t t0 = std::max(ps.begin, (ps.chunk0 + it.chunk) * ps.chunk);
+        const int32_t t1 = std::min(ps.end, (ps.chunk0 + it.chunk + 1) * ps.chunk);
+        const int64_t slot = ps.slot0 + (static_cast<int64_t>(it.head) * ps.n_chunks + it.chunk) * rows;
+        const PartialRows pr{rows, q.data(), lo.data(), hi.data()};
+        (rows > kManyRows && many_rows ? many_rows : kernel)(view_of(it.pass, ps.chunk0 + it.chunk), it.head, pr, t0, t1,
+                                                              scale, &acc[slot * d], &m[slot], &l[slot], scratch.data());
+      }
+    });
+  };
+  // Passes over views a source stages: chunk range by chunk range, as it makes them readable (each
+  // item writes its own slots, so the order changes nothing). The rest in one round.
+  std::vector<KeyChunkSource*> source(passes.size(), nullptr);
+  if (source_for)
+    for (size_t p = 0; p < passes.size(); ++p) source[p] = source_for(*passes[p].kv);
+  const auto staged = std::stable_partition(items.begin(), items.end(), [&](const Item& it) { return source[it.pass] == nullptr; });
+  run_items(items.begin(), staged, [&](int32_t p, int32_t) -> const PagedKvView& { return *passes[p].kv; });
+  std::stable_sort(staged, items.end(), [](const Item& a, const Item& b) {
+    return a.pass != b.pass ? a.pass < b.pass : a.chunk < b.chunk;
   });
+  for (auto it = staged; it != items.end();) {
+    const int32_t p = it->pass;
+    const Pass& ps = passes[p];
+    const int32_t end = source[p]->prepare(ps.chunk0 + it->chunk, ps.chunk0 + ps.n_chunks);
+    if (end <= ps.chunk0 + it->chunk) throw std::logic_error("KeyChunkSource::prepare made no chunk readable");
+    const auto wave_end =
+        std::find_if(it, items.end(), [&](const Item& x) { return x.pass != p || ps.chunk0 + x.chunk >= end; });
+    run_items(it, wave_end, [&](int32_t, int32_t chunk) -> const PagedKvView& { return source[p]->view(chunk); });
+    it = wave_end;
+  }
 
   // Merge: per (sequence, kv head), every row folds its partials in position order.
   pool.parallel_for(static_cast<int64_t>(n_seqs) * n_kv, [&](int64_t begin, int64_t end, int) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/paged_kv.h"
 #include "kernels/ref/bifurcated.h"
@@ -70,8 +71,10 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
 
 // Bifurcated group attention as ref::bifurcated_attention: each shared segment's K/V is read
 // once for all member query rows, every sequence's own suffix separately, merged exactly.
-// Returns the KV bytes read.
+// Returns the KV bytes read. Over a tiered cache, `source_for` gives the KeyChunkSource a
+// segment's or suffix's view is read through (chunk range by chunk range, as the source makes
+// them readable; the same partials and merge, so bitwise the result over resident views).
 int64_t bifurcated_decode(ThreadPool& pool, const std::vector<ref::SharedSegment>& segments, const PagedKvView* seq_kv,
-                          const DecodeArgs* seq_args, int32_t n_seqs);
+                          const DecodeArgs* seq_args, int32_t n_seqs, const ChunkSourceFor& source_for = {});
 
 }  // namespace fathom::cpu

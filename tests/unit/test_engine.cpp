@@ -208,14 +208,15 @@ std::string long_prompt() {
 }
 
 std::map<int32_t, std::vector<int32_t>> run_tiered(Request r, int32_t device_blocks, int32_t host_blocks,
-                                                   MetricsRegistry& metrics, int32_t hot_rows_percent = 25) {
+                                                   MetricsRegistry& metrics, int32_t hot_rows_percent = 25,
+                                                   bool bifurcated = false) {
   const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
   auto model = load(block_bytes * device_blocks, hot_rows_percent);
   SchedulerConfig cfg;
   cfg.host_kv_bytes = block_bytes * host_blocks;
   cfg.max_batched_tokens = 256;
   cfg.max_num_seqs = 8;
-  cfg.bifurcated = false;  // a different kernel (its own rounding); groups with host blocks decode per member
+  cfg.bifurcated = bifurcated;  // a different kernel (its own rounding): both runs of a comparison alike
   Engine engine(*model, *model.backend, cfg, metrics);
   return collect(*engine.submit(r)).tokens;
 }
@@ -238,6 +239,33 @@ TEST(Engine, LongPromptFromTheHostTierMatchesResident) {
   const double block_bytes = static_cast<double>(model.backend->block_bytes());
   EXPECT_GT(moved_in, 24 * 40 * block_bytes) << "decode steps read the prompt through the staging area";
   EXPECT_EQ(m_tiered.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 0);
+}
+
+// n = 4 samples of a long prompt read mostly from the host tier decode as one bifurcated group: the
+// shared prompt is staged once per layer step for the whole group (not once per sample), and the
+// choices equal the resident group's (the same kernel over staged chunks, bitwise).
+TEST(Engine, SampleGroupOverTheHostTierMatchesResident) {
+  auto model = load();
+  Request r = greedy(*model, long_prompt(), 16);
+  r.n = 4;
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 7;
+  MetricsRegistry m_resident, m_tiered;
+  const auto resident = run_tiered(r, 0, 0, m_resident, 25, /*bifurcated=*/true);
+  const auto tiered = run_tiered(r, 40, 200, m_tiered, 25, /*bifurcated=*/true);
+  ASSERT_EQ(resident.size(), 4u);
+  for (int32_t c = 0; c < 4; ++c) EXPECT_EQ(tiered.at(c), resident.at(c)) << "choice " << c;
+  // The same groups ran: the same KV bytes read (a group counts its shared prompt once).
+  auto kv_read = [](MetricsRegistry& m) { return m.counter("fathom_kv_read_bytes_total", "", {{"policy", "dense"}}).value(); };
+  EXPECT_EQ(kv_read(m_tiered), kv_read(m_resident));
+  // Staged once per step: well under what staging the prompt for each of the 4 samples would move.
+  const double moved_in = m_tiered.counter("fathom_swap_bytes_total", "", {{"direction", "in"}}).value();
+  const double block_bytes = static_cast<double>(model.backend->block_bytes());
+  const double prompt_blocks = static_cast<double>(r.prompt.size()) / 16, steps = r.max_tokens - 1;
+  EXPECT_GT(moved_in, 0.5 * steps * prompt_blocks * block_bytes);
+  EXPECT_LT(moved_in, 2.0 * steps * prompt_blocks * block_bytes);
+  std::printf("group over the host tier: %.0f bytes host->device (%.1f prompt stagings a step)\n", moved_in,
+              moved_in / (steps * prompt_blocks * block_bytes));
 }
 
 // HiP, SparQ and SWA gather host-tier rows through the hot row cache (SparQ's step 1 reads the r

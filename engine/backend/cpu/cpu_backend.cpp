@@ -318,11 +318,6 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
 }
 
 int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {
-  if (std::any_of(g.members.begin(), g.members.end(), [&](int32_t m) { return reads_host(m, 0); })) {
-    int64_t bytes = 0;
-    for (int32_t m : g.members) bytes += attend_dense_decode(layer, m);
-    return bytes;
-  }
   const int32_t n = static_cast<int32_t>(g.members.size());
   std::vector<PagedKvView> views(n);
   std::vector<DecodeArgs> args(n);
@@ -338,7 +333,24 @@ int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {
     for (int32_t m : span.members) seg.members.push_back(local[m]);
     segments.push_back(std::move(seg));
   }
-  return cpu::bifurcated_decode(*threads_, segments, views.data(), args.data(), n);
+  // Over a tiered cache: a member's view with host blocks is read through its own staging (a shared
+  // segment through its first member's table, so the group stages the shared blocks once).
+  std::vector<std::unique_ptr<StagedChunks>> staged(n);
+  const int32_t bs = kv_layout().block_size;
+  const cpu::ChunkSourceFor source_for = [&](const PagedKvView& v) -> cpu::KeyChunkSource* {
+    const int32_t j = static_cast<int32_t>(&v - views.data());
+    FATHOM_CHECK(j >= 0 && j < n, "a group pass reads a view outside the group");
+    const SeqStep& s = plan_->seqs[g.members[j]];
+    if (!reads_host(g.members[j], 0)) return nullptr;
+    if (!staged[j])
+      staged[j] = std::make_unique<StagedChunks>(*kv_, *host_kv_, layer, *s.blocks, s.pos0 / bs + 1,
+                                                 cpu::key_chunk_positions(bs) / bs, kv_blocks(), staging_slots_);
+    return staged[j].get();
+  };
+  const int64_t bytes = cpu::bifurcated_decode(*threads_, segments, views.data(), args.data(), n, source_for);
+  for (const auto& st : staged)
+    if (st) tier_bytes_.host_to_device += st->staged_bytes();
+  return bytes;
 }
 
 void CpuBackend::glu(Activation a) {
