@@ -1,5 +1,6 @@
 #include "engine/kv/row_cache.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/error.h"
@@ -87,6 +88,17 @@ void RowCache::fetch(int32_t layer, const int32_t* table, int32_t g, const int32
     pool.ref[r] = 1;
     pool.stamp[r] = call_;
   }
+}
+
+void RowCache::clear() {
+  for (std::vector<int32_t>& m : map_) std::fill(m.begin(), m.end(), -1);
+  for (std::vector<uint8_t>& h : have_) std::fill(h.begin(), h.end(), 0);
+  for (Pool& p : pools_) {
+    std::fill(p.owner.begin(), p.owner.end(), -1);
+    std::fill(p.ref.begin(), p.ref.end(), 0);
+    p.hand = 0;
+  }
+  changes_.clear();
 }
 
 void RowCache::invalidate_host_slot(int32_t h) {

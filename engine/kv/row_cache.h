@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/kv/kv_layout.h"
+
 namespace fathom {
 
 // One fetch needs more host rows of a (layer, kv head) at once than the cache holds.
@@ -27,6 +29,13 @@ struct HotRowsFull : std::runtime_error {
 inline int32_t row_cache_slots(int32_t budget, int32_t keep, int32_t percent) {
   const int64_t spare = budget - keep > budget / 4 ? budget - keep : budget / 4;
   return static_cast<int32_t>(spare * percent / 100);
+}
+
+// Device blocks' worth of memory a device mirror of the map takes (4 bytes per layer, host row and
+// kv head; the CUDA backend pays for it from the device budget).
+inline int32_t row_map_blocks(const KvLayout& layout, int32_t host_blocks) {
+  const int64_t bytes = static_cast<int64_t>(layout.n_layers) * host_blocks * layout.block_size * layout.n_kv_heads * 4;
+  return static_cast<int32_t>((bytes + static_cast<int64_t>(layout.block_bytes()) - 1) / static_cast<int64_t>(layout.block_bytes()));
 }
 
 class RowCache {
@@ -58,6 +67,8 @@ class RowCache {
 
   // Host slot `h` got other bytes (a block moved in or out): its cached rows are stale.
   void invalidate_host_slot(int32_t h);
+  // Forgets every row (and the change log): for a mirror that could not be kept in step.
+  void clear();
 
   // Map writes since the last call (track_changes): layer · map_size() + index, and the value.
   struct Change {

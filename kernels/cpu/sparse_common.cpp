@@ -66,7 +66,10 @@ void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView&
     attend(pool, kern, kv, scale, tasks);
     return;
   }
-  const int32_t chunk = attend_chunk(pool, tasks);
+  int32_t chunk = attend_chunk(pool, tasks);
+  // A row cache smaller than a key chunk: smaller chunks (then the rounding differs from resident).
+  if (kv.prefetcher != nullptr)
+    while (chunk > kv.prefetcher->capacity() && chunk > 1) chunk /= 2;
   const int32_t n = static_cast<int32_t>(tasks.size());
   for (int32_t i = 0; i < n; ++i)
     attend(pool, kern, kv, scale, {tasks[reverse ? n - 1 - i : i]}, chunk, kv.prefetcher, reverse);

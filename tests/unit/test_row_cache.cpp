@@ -125,6 +125,13 @@ TEST(RowCache, InvalidationAndEvictionReachTheChangeLog) {
     return c.index == 1 * cache.map_size() + 5 * kHeads && c.value == -1;
   }));
   EXPECT_EQ(cache.map(1)[5 * kHeads], -1);
+  // clear() forgets every row and the log: the next fetch of a cached row copies it again.
+  cache.take_counts();
+  cache.clear();
+  EXPECT_TRUE(cache.take_changes().empty());
+  EXPECT_EQ(cache.map(1)[(2 * kBs) * kHeads], -1);
+  cache.fetch(1, table.data(), 0, others.data(), 1, true, copy);
+  EXPECT_EQ(cache.take_counts().misses, 1);
 }
 
 // A set larger than the cache, fetched in capacity-sized batches step after step: in the same

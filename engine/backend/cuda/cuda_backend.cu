@@ -137,6 +137,9 @@ class CudaBackend final : public Backend {
                   const std::function<void(int32_t g, std::vector<int32_t>& pos)>& positions_of);
   void cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicyState& state, bool per_kv_head);
   void upload_row_map_changes();
+  // After a failed copy or map upload: the host bookkeeping may name rows the device never got, so
+  // both forget every row (the kernels then read the host tier in place).
+  void reset_row_cache();
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
 
@@ -261,16 +264,20 @@ int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_block
 #endif
   // Beyond what the page table must keep, hot_rows_percent of the device budget becomes the row
   // cache (0: none; the kernels then read every host row in place).
-  const int32_t budget = kv_blocks(), hot = row_cache_slots(budget, keep_device_blocks, hot_rows_percent_);
-  if (hot > 0) {
+  // The device map (4 bytes per layer, host row and kv head) is paid for from the same budget.
+  const KvLayout& L = kv_layout();
+  const int32_t map_blocks = row_map_blocks(L, blocks);
+  const int32_t budget = kv_blocks();
+  const int32_t hot = row_cache_slots(budget, keep_device_blocks, hot_rows_percent_) - map_blocks;
+  const bool words = L.head_dim * kv_dtype_bytes(L.dtype) % 4 == 0;  // copy_kv_rows copies 4-byte words
+  if (hot > 0 && words) {
     if (budget - hot < 3)
       throw Error("the device KV tier holds " + std::to_string(budget) +
                   " blocks: a host tier with a row cache needs at least 4 (raise kv_cache.device_mib)");
-    set_kv_blocks(budget - hot);
+    set_kv_blocks(budget - hot - map_blocks);
     num_blocks_ = kv_blocks();
     kv_.reset();
     kv_ = std::make_unique<CudaKvStorage>(kv_layout(), num_blocks_ + hot);
-    const KvLayout& L = kv_layout();
     row_cache_ = std::make_unique<RowCache>(L.n_layers, L.n_kv_heads, L.block_size, blocks, num_blocks_, hot,
                                             /*track_changes=*/true);
     row_map_.reserve(static_cast<size_t>(L.n_layers) * row_cache_->map_size());
@@ -334,30 +341,35 @@ PagedKvView CudaBackend::view(int32_t layer, const int32_t* device_table) const 
   return v;
 }
 
+void CudaBackend::reset_row_cache() {
+  row_cache_->clear();
+  FATHOM_CUDA_BACKEND_OK(cudaMemset(row_map_.get(), 0xFF,
+                                    static_cast<size_t>(kv_layout().n_layers) * row_cache_->map_size() * sizeof(int32_t)));
+}
+
 void CudaBackend::upload_row_map_changes() {
   const std::vector<RowCache::Change> changes = row_cache_->take_changes();
   if (changes.empty()) return;
-  std::vector<int64_t> index(changes.size());
-  std::vector<int32_t> value(changes.size());
-  for (size_t i = 0; i < changes.size(); ++i) {  // in order: a later write of an index wins
-    index[i] = changes[i].index;
-    value[i] = changes[i].value;
-  }
-  // One write per index (the scatter's writes are unordered): keep the last of each.
+  // One write per index (the scatter's writes are unordered): the last of each, in log order.
   std::vector<size_t> order(changes.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return index[a] < index[b]; });
-  std::vector<int64_t> last_index;
-  std::vector<int32_t> last_value;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return changes[a].index < changes[b].index; });
+  std::vector<int64_t> index;
+  std::vector<int32_t> value;
   for (size_t j = 0; j < order.size(); ++j)
-    if (j + 1 == order.size() || index[order[j + 1]] != index[order[j]]) {
-      last_index.push_back(index[order[j]]);
-      last_value.push_back(value[order[j]]);
+    if (j + 1 == order.size() || changes[order[j + 1]].index != changes[order[j]].index) {
+      index.push_back(changes[order[j]].index);
+      value.push_back(changes[order[j]].value);
     }
-  map_index_.upload(last_index);
-  map_value_.upload(last_value);
-  FATHOM_CUDA_BACKEND_OK(cuda::scatter_int32(row_map_.get(), map_index_.get(), map_value_.get(),
-                                             static_cast<int32_t>(last_index.size()), stream_));
+  try {
+    map_index_.upload(index);
+    map_value_.upload(value);
+    FATHOM_CUDA_BACKEND_OK(cuda::scatter_int32(row_map_.get(), map_index_.get(), map_value_.get(),
+                                               static_cast<int32_t>(index.size()), stream_));
+  } catch (...) {
+    reset_row_cache();  // the log is gone: the device map cannot be brought in step with it
+    throw;
+  }
 }
 
 void CudaBackend::cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicyState& st, bool per_kv_head) {
@@ -389,9 +401,10 @@ void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
   for (int32_t g = 0; g < n_kv; ++g) {
     pos.clear();
     positions_of(g, pos);
-    // A set larger than the pool (SWA's seeding step keeps every position) would only evict
-    // rows the next steps want: it is read in place.
-    if (static_cast<int32_t>(pos.size()) > row_cache_->capacity()) continue;
+    // A set whose host rows outnumber the pool (SWA's seeding step keeps every position) would
+    // only evict rows the next steps want: it is read in place.
+    const auto host_rows = std::count_if(pos.begin(), pos.end(), [&](int32_t t) { return (*s.blocks)[t / bs] < 0; });
+    if (host_rows > row_cache_->capacity()) continue;
     try {
       row_cache_->fetch(layer, s.blocks->data(), g, pos.data(), static_cast<int32_t>(pos.size()), /*need_v=*/true,
                         [&](int32_t host_slot, int32_t head, int32_t offset, int64_t device_row, bool k, bool v) {
@@ -404,9 +417,15 @@ void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
     }
   }
   if (!copies.empty()) {
-    row_copies_.upload(copies);
-    FATHOM_CUDA_BACKEND_OK(cuda::copy_kv_rows(host_kv_->planes(layer), kv_->append_target(layer), kv_layout().dtype,
-                                              row_copies_.get(), static_cast<int32_t>(copies.size()), stream_));
+    try {
+      row_copies_.upload(copies);
+      FATHOM_CUDA_BACKEND_OK(cuda::copy_kv_rows(host_kv_->planes(layer), kv_->append_target(layer),
+                                                kv_layout().dtype, row_copies_.get(),
+                                                static_cast<int32_t>(copies.size()), stream_));
+    } catch (...) {
+      reset_row_cache();  // the map would name rows that were never copied
+      throw;
+    }
   }
   upload_row_map_changes();
   const RowCache::Counts c = row_cache_->take_counts();
@@ -547,13 +566,16 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
   positions_.upload(pos);
   seq_start_.upload(start);
   tables_.upload(tables);
+  // Host slots the queued moves give other bytes: their rows leave the device map (before the
+  // wait below, like the other pageable uploads; the scatter touches the map only, not the KV).
+  if (row_cache_) upload_row_map_changes();
   // The block moves the scheduler queued before this pass: the compute stream waits for them
   // (after the pageable uploads above, which would otherwise block the host until they finish).
   if (moves_pending_) {
     FATHOM_CUDA_BACKEND_OK(cudaStreamWaitEvent(stream_, moves_done_, 0));
     moves_pending_ = false;
   }
-  if (row_cache_) upload_row_map_changes();  // host slots the moves gave other bytes: their rows are stale
+
   table_stride_ = static_cast<int32_t>(stride);
   ensure_rope_rows(max_pos + 1);
   for (int a = 0; a < static_cast<int>(acts_.size()); ++a)
