@@ -221,15 +221,21 @@ std::map<int32_t, std::vector<int32_t>> run_tiered(Request r, int32_t device_blo
   return collect(*engine.submit(r)).tokens;
 }
 
+// Four seeded choices of long_prompt() under temperature sampling (forks share the prompt's blocks).
+Request four_samples(const Model& model, int32_t max_tokens) {
+  Request r = greedy(model, long_prompt(), max_tokens);
+  r.n = 4;
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 7;
+  return r;
+}
+
 // Dense attention reads most of the prompt from the host tier in several staging passes, and
 // every choice (forks share the prompt's blocks) matches the all-resident run token for token,
 // under temperature sampling.
 TEST(Engine, LongPromptFromTheHostTierMatchesResident) {
   auto model = load();
-  Request r = greedy(*model, long_prompt(), 24);
-  r.n = 4;
-  r.sampling.temperature = 0.7f;
-  r.sampling.seed = 7;
+  const Request r = four_samples(*model, 24);
   MetricsRegistry m_resident, m_tiered;
   const auto resident = run_tiered(r, 0, 0, m_resident);
   const auto tiered = run_tiered(r, 40, 200, m_tiered);
@@ -246,10 +252,7 @@ TEST(Engine, LongPromptFromTheHostTierMatchesResident) {
 // choices equal the resident group's (the same kernel over staged chunks, bitwise).
 TEST(Engine, SampleGroupOverTheHostTierMatchesResident) {
   auto model = load();
-  Request r = greedy(*model, long_prompt(), 16);
-  r.n = 4;
-  r.sampling.temperature = 0.7f;
-  r.sampling.seed = 7;
+  const Request r = four_samples(*model, 16);
   MetricsRegistry m_resident, m_tiered;
   const auto resident = run_tiered(r, 0, 0, m_resident, 25, /*bifurcated=*/true);
   const auto tiered = run_tiered(r, 40, 200, m_tiered, 25, /*bifurcated=*/true);
