@@ -15,17 +15,12 @@ namespace {
 constexpr int32_t kLengths[] = {256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
 constexpr int kRounds = 3;
 
-// Best of kRounds rounds of `steps` calls of `step`, in µs per call.
+// µs per call of `steps` calls of `step`.
 template <typename Step>
-double best_us(int steps, Step step) {
-  double best = 1e30;
-  for (int r = 0; r < kRounds; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) step();
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    best = std::min(best, us / steps);
-  }
-  return best;
+double round_us(int steps, Step step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / steps;
 }
 
 // Uniform in [-1, 1): the values only have to be finite and varied (timings do not depend on them
@@ -65,15 +60,20 @@ BreakEven measure_break_even(ThreadPool& pool, const KvLayout& model_layout, int
     const PagedKvView view = kv.view(0, table.data());
     BreakEvenTimes t{keys, 0, 0};
     const AttentionArgs dense{q.data(), out.data(), 1, n_heads, keys - 1, 0, scale};
-    t.dense_us = best_us(steps, [&] { cpu::paged_attention(pool, view, dense); });
-    if (selects_every_key(p, keys, d)) {
-      t.sparse_us = t.dense_us;  // the engine runs such a step densely anyway
-    } else {
-      const DecodeArgs sparse{q.data(), out.data(), n_heads, keys - 1, scale};
-      LayerPolicyState state;
+    const bool every_key = selects_every_key(p, keys, d);  // the engine runs such a step densely anyway
+    const DecodeArgs sparse{q.data(), out.data(), n_heads, keys - 1, scale};
+    LayerPolicyState state;
+    if (!every_key)
       for (int i = 0; i < steps; ++i) cpu_sparse_decode(pool, view, sparse, p, state);  // HiP's mask, SWA's mass
-      t.sparse_us = best_us(steps, [&] { cpu_sparse_decode(pool, view, sparse, p, state); });
+    // Best of kRounds rounds each, dense and sparse alternating, so that a drift of the machine's
+    // speed during the measurement (frequency, a neighbour's load) weighs on both alike.
+    t.dense_us = t.sparse_us = 1e30;
+    for (int r = 0; r < kRounds; ++r) {
+      t.dense_us = std::min(t.dense_us, round_us(steps, [&] { cpu::paged_attention(pool, view, dense); }));
+      if (!every_key)
+        t.sparse_us = std::min(t.sparse_us, round_us(steps, [&] { cpu_sparse_decode(pool, view, sparse, p, state); }));
     }
+    if (every_key) t.sparse_us = t.dense_us;
     be.times.push_back(t);
   }
   // The shortest length from which every measured length is faster sparse.
