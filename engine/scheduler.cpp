@@ -62,6 +62,9 @@ struct Scheduler::Metrics {
         hot_fallback(r.counter("fathom_kv_hot_row_fallbacks_total",
                                "Sparse decode layer steps over host-tier rows that decoded densely: the hot row cache "
                                "is smaller than one key chunk")),
+        recomputed(r.counter("fathom_recomputed_tokens_total",
+                             "Tokens whose K/V were computed again after a recompute preemption dropped them "
+                             "(prefix-cache hits excluded)")),
         demoted(r.counter("fathom_kv_blocks_demoted_total",
                           "KV blocks moved from the device tier to the host tier to make room for a step's writes")),
         registry(r) {}
@@ -96,7 +99,7 @@ struct Scheduler::Metrics {
   Counter &prompt_tokens, &generation_tokens;
   Histogram &ttft, &itl, &e2e, &queue, &prefill_time, &decode_time, &step_tokens, &step_time;
   Gauge &blocks_device, &blocks_host, &usage_device, &usage_host;
-  Counter &prefix_queries, &prefix_hits, &preempt_recompute, &swap_out, &swap_in, &hot_fallback, &demoted;
+  Counter &prefix_queries, &prefix_hits, &preempt_recompute, &swap_out, &swap_in, &hot_fallback, &recomputed, &demoted;
   MetricsRegistry& registry;
 };
 
@@ -231,6 +234,7 @@ void Scheduler::preempt(Sequence& seq) {
   // sequence is queued for prefill again. With a host tier this happens only when both tiers are
   // full; a sequence whose blocks do not fit the device tier keeps running from both tiers.
   release_blocks(seq);
+  seq.dropped = seq.n_computed;
   seq.n_computed = 0;
   seq.n_registered = 0;
   seq.last_hash = 0;
@@ -314,6 +318,8 @@ void Scheduler::admit(Sequence& seq) {
     metrics_->prefix_hits.inc(static_cast<double>(seq.blocks.size()) * bs);
   }
   seq.n_computed = static_cast<int32_t>(seq.blocks.size()) * bs;
+  if (seq.dropped > seq.n_computed) metrics_->recomputed.inc(seq.dropped - seq.n_computed);  // prefix hits excluded
+  seq.dropped = 0;
   if (seq.choice == 0 && !r.first_token_seen) {
     r.usage.cached_prompt_tokens = seq.n_computed;
     r.admitted = Clock::now();

@@ -29,6 +29,7 @@ struct Sequence {
   SeqState state = SeqState::kWaiting;
   std::vector<int32_t> tokens;  // prompt + generated; the last one may not be computed yet
   int32_t n_computed = 0;       // tokens whose K/V are in the cache
+  int32_t dropped = 0;          // tokens whose K/V the last recompute preemption dropped
   std::vector<int32_t> blocks;  // block table (one reference held per entry)
   int32_t n_registered = 0;     // leading full blocks offered to the prefix index
   uint64_t last_hash = 0;       // chain hash of block n_registered - 1

@@ -31,6 +31,7 @@ REQUIRED = {
     "fathom_prefix_cache_queries_total": ("counter", {}),
     "fathom_prefix_cache_hits_total": ("counter", {}),
     "fathom_preemptions_total": ("counter", {"mode": ["recompute"]}),
+    "fathom_recomputed_tokens_total": ("counter", {}),
     "fathom_kv_blocks_demoted_total": ("counter", {}),
     "fathom_kv_hot_rows_total": ("counter", {"policy": ["hip", "swa"], "result": ["hit", "miss"]}),
     "fathom_kv_hot_row_fallbacks_total": ("counter", {}),
