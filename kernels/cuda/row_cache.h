@@ -20,14 +20,14 @@ struct KvRowCopy {
   int32_t parts = 0;
 };
 
-// Copies n rows (copies: device array) of one layer from `from` (the host tier's planes, mapped)
-// into `to` (device planes of the same layout): head_dim elements of `dtype` per K / V row and,
-// for INT8, the row's KvInt8Row. One thread block per row.
+// Copies n rows of one layer from `from` (the host tier's planes, mapped) into `to` (device planes
+// of the same layout): head_dim elements of `dtype` per K / V row and, for INT8, the row's
+// KvInt8Row. One thread block per row. `copies`: device-readable (device or mapped pinned memory).
 cudaError_t copy_kv_rows(const KvTierPlanes& from, const KvCacheLayer& to, KvDtype dtype, const KvRowCopy* copies,
                          int32_t n, cudaStream_t stream);
 
-// map[index[i]] = value[i] for i < n (device arrays; indices distinct or later ones win in no
-// particular order — callers pass each index once).
+// map[index[i]] = value[i] for i < n (index, value: device-readable arrays; indices distinct, or
+// later ones win in no particular order — callers pass each index once).
 cudaError_t scatter_int32(int32_t* map, const int64_t* index, const int32_t* value, int32_t n, cudaStream_t stream);
 
 }  // namespace fathom::cuda

@@ -24,6 +24,7 @@
 #include "engine/backend/cuda/attention_policies.h"
 #include "engine/backend/cuda/device_array.h"
 #include "engine/backend/cuda/kv_storage.h"
+#include "engine/backend/cuda/pass_uploads.h"
 #include "engine/kv/row_cache.h"
 #include "engine/model.h"
 #include "kernels/cpu/matmul.h"
@@ -161,9 +162,8 @@ class CudaBackend final : public Backend {
   int32_t hot_rows_percent_ = 0;
   std::unique_ptr<RowCache> row_cache_;
   DeviceArray<int32_t> row_map_;
-  DeviceArray<cuda::KvRowCopy> row_copies_;
-  DeviceArray<int64_t> map_index_;
-  DeviceArray<int32_t> map_value_;
+  PassUploads uploads_;      // the row cache's copy lists and map changes, read by its kernels in place
+  bool pass_open_ = false;   // a pass began and has not reached its logits (abandoned if still set)
   DeviceArray<unsigned long long> host_read_;  // bytes the kernels read from the host tier this pass
   PolicyScratch scratch_;
   cudaStream_t stream_ = nullptr;  // the default stream: the final copy to the host synchronises
@@ -362,10 +362,10 @@ void CudaBackend::upload_row_map_changes() {
       value.push_back(changes[order[j]].value);
     }
   try {
-    map_index_.upload(index);
-    map_value_.upload(value);
-    FATHOM_CUDA_BACKEND_OK(cuda::scatter_int32(row_map_.get(), map_index_.get(), map_value_.get(),
-                                               static_cast<int32_t>(index.size()), stream_));
+    const int64_t* index_dev = uploads_.put(index);
+    const int32_t* value_dev = uploads_.put(value);
+    FATHOM_CUDA_BACKEND_OK(
+        cuda::scatter_int32(row_map_.get(), index_dev, value_dev, static_cast<int32_t>(index.size()), stream_));
   } catch (...) {
     reset_row_cache();  // the log is gone: the device map cannot be brought in step with it
     throw;
@@ -418,9 +418,8 @@ void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
   }
   if (!copies.empty()) {
     try {
-      row_copies_.upload(copies);
       FATHOM_CUDA_BACKEND_OK(cuda::copy_kv_rows(host_kv_->planes(layer), kv_->append_target(layer),
-                                                kv_layout().dtype, row_copies_.get(),
+                                                kv_layout().dtype, uploads_.put(copies),
                                                 static_cast<int32_t>(copies.size()), stream_));
     } catch (...) {
       reset_row_cache();  // the map would name rows that were never copied
@@ -522,6 +521,10 @@ void CudaBackend::matmul(const DevMatrix& w, const float* x, int64_t m, float* y
 
 void CudaBackend::begin_pass(const BatchPlan& plan) {
   const ModelConfig& c = config_;
+  // The last pass's kernels are done (its logits copy synchronised), unless it was abandoned.
+  if (pass_open_) FATHOM_CUDA_BACKEND_OK(cudaStreamSynchronize(stream_));
+  uploads_.reset();
+  pass_open_ = true;
   plan_ = &plan;
   scratch_.host_plans.clear();  // the previous pass ended with a synchronous copy of its logits
   int64_t T = 0;
@@ -709,6 +712,7 @@ void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out)
 }
 
 void CudaBackend::end_pass() {
+  pass_open_ = false;
   if (!host_kv_) return;
   unsigned long long read = 0;
   FATHOM_CUDA_BACKEND_OK(cudaMemcpy(&read, host_read_.get(), sizeof(read), cudaMemcpyDeviceToHost));

@@ -67,6 +67,7 @@ class DeviceArray {
   }
   void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
   T* get() const { return p_; }
+  T* host() const { return host_; }  // kMappedHost: the host's pointer to the same bytes (else null)
 
  private:
   void release() {
