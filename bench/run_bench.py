@@ -73,8 +73,11 @@ ATTENTION_RESULTS = [
     "- [results/tiered_kv.md](results/tiered_kv.md): decode per policy over a device tier of 1/8 and 1/4 of a 16k "
     "sequence's KV vs all-resident, replies compared (`bench/tiered_kv.py`); "
     "[results/tiered_many.md](results/tiered_many.md): 16 concurrent 4k-token requests over a device tier of 1/4 of "
-    "their KV (`bench/tiered_many.py`); [results/tiered_kv_h100.md](results/tiered_kv_h100.md): Llama-3-8B at 128k on "
-    "one H100 with the tiers, on paper.",
+    "their KV (`bench/tiered_many.py`), [results/tiered_many_sparse.md](results/tiered_many_sparse.md) the same for "
+    "SparQ, HiP and SWA; [results/tiered_kv_32k.md](results/tiered_kv_32k.md): Gemma 3 at 32k over a 1/8 tier; "
+    "[results/cuda_tiered_bytes.md](results/cuda_tiered_bytes.md): host-tier bytes per decode step on the emulated "
+    "CUDA backend per policy, and HiP with its device row cache (`build/cuda_tiered_bytes`); "
+    "[results/tiered_kv_h100.md](results/tiered_kv_h100.md): Llama-3-8B at 128k on one H100 with the tiers, on paper.",
     "",
 ]
 
