@@ -111,8 +111,9 @@ int32_t attend_chunk(const ThreadPool& pool, const std::vector<AttendTask>& task
 // attend() for a view that may be tiered: with a prefetcher, the tasks run one at a time, each
 // in batches the row cache holds (one chunk at least), so the cache needs room for one batch's
 // rows, not for a task's or all of theirs; the key chunks are the all-tasks call's, so the output
-// is bitwise attend()'s (unless the cache is smaller than that chunk: then halved until it fits). `reverse`: last task first, and each task's batches last first. Without a
-// prefetcher it is attend().
+// is bitwise attend()'s (unless the cache is smaller than that chunk: then halved until it fits).
+// `reverse`: last task first, and each task's batches last first. Without a prefetcher it is
+// attend().
 void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
                        const std::vector<AttendTask>& tasks, bool reverse = false);
 

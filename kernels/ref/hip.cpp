@@ -90,28 +90,34 @@ HipMask hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, const H
   return mask;
 }
 
+std::vector<int32_t> hip_attended_positions(const HipMask& mask, const HipParams& p, int32_t pos, int32_t head) {
+  const int32_t S = pos + 1;
+  std::vector<int32_t> out;
+  if (mask.dense) {
+    out.resize(S);
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  for (int32_t t = 0; t < std::min(p.sink, S); ++t) out.push_back(t);
+  for (int32_t b : mask.block_starts[head])
+    for (int32_t t = b; t < std::min(b + p.block_size_k, S); ++t) out.push_back(t);
+  for (int32_t t = std::max(0, pos - p.window); t < S; ++t) out.push_back(t);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 void hip_sparse_attention(const PagedKvView& kv, const DecodeArgs& args, const HipParams& p,
                           const HipMask& mask, HipBytes* bytes) {
   const int32_t d = kv.head_dim, group = args.n_heads / kv.n_kv_heads, S = args.pos + 1;
   const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype));
-  const int32_t win_lo = std::max(0, args.pos - p.window), sink_hi = std::min(p.sink, S);
   AttentionState st;
   for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
     std::vector<char> touched(S, 0);
     for (int32_t j = 0; j < group; ++j) {
       const int32_t h = g * group + j;
-      std::vector<char> in(S, 0);
-      if (mask.dense) {
-        std::fill(in.begin(), in.end(), 1);
-      } else {
-        for (int32_t t = 0; t < sink_hi; ++t) in[t] = 1;
-        for (int32_t t = win_lo; t < S; ++t) in[t] = 1;
-        for (int32_t b : mask.block_starts[h])
-          for (int32_t t = b; t < std::min(b + p.block_size_k, S); ++t) in[t] = 1;
-      }
-      std::vector<int32_t> pos;
-      for (int32_t t = 0; t < S; ++t)
-        if (in[t]) pos.push_back(t), touched[t] = 1;
+      const std::vector<int32_t> pos = hip_attended_positions(mask, p, args.pos, h);
+      for (int32_t t : pos) touched[t] = 1;
       partial_attention(kv, g, args.q + static_cast<int64_t>(h) * d, 1, args.scale, pos.data(),
                         static_cast<int64_t>(pos.size()), &st);
       std::copy(st.o.begin(), st.o.end(), args.out + static_cast<int64_t>(h) * d);

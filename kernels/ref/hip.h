@@ -45,8 +45,12 @@ struct HipBytes {
 // Adds the K rows read by the scoring to `bytes` (distinct per kv head per iteration).
 HipMask hip_estimate_mask(const PagedKvView& kv, const DecodeArgs& args, const HipParams& p, HipBytes* bytes);
 
-// Exact softmax over the union (deduplicated) of the selected blocks, [0, sink) and
-// [pos − window, pos], or over [0, pos] if the mask is dense. Adds K and V rows read to `bytes`.
+// The positions query head `head` attends at `pos`: the union of [0, sink), its mask's blocks
+// (block_size_k keys from each start) and [pos − window, pos], or [0, pos] if the mask is dense;
+// ascending, distinct.
+std::vector<int32_t> hip_attended_positions(const HipMask& mask, const HipParams& p, int32_t pos, int32_t head);
+
+// Exact softmax over hip_attended_positions, per query head. Adds K and V rows read to `bytes`.
 void hip_sparse_attention(const PagedKvView& kv, const DecodeArgs& args, const HipParams& p,
                           const HipMask& mask, HipBytes* bytes);
 

@@ -39,6 +39,7 @@
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/row_cache.h"
+#include "kernels/ref/hip.h"
 
 namespace fathom {
 namespace cuda_backend_detail {  // named: the test includes this file with the kernels' .cu files
@@ -375,18 +376,18 @@ void CudaBackend::upload_row_map_changes() {
 void CudaBackend::cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicyState& st, bool per_kv_head) {
   const ref::HipMask& mask = st.hip_mask;
   if (mask.dense || mask.block_starts.empty()) return;  // dense: every row, read in place
-  const ref::HipParams& p = st.hip_params;
-  const int32_t pos0 = plan_->seqs[seq].pos0, S = pos0 + 1, G = config_.n_heads / config_.n_kv_heads;
-  // The rows HiP's attention reads for kv head g: sinks, the selected blocks of its heads' masks
-  // (one mask for the group per kv head), the window.
+  const int32_t pos0 = plan_->seqs[seq].pos0, G = config_.n_heads / config_.n_kv_heads;
+  // The rows HiP's attention reads for kv head g: the union over its heads' masks (per kv head:
+  // one list, the same for every head of the group).
   cache_rows(layer, seq, PolicyKind::kHip, [&](int32_t g, std::vector<int32_t>& pos) {
-    for (int32_t t = 0; t < std::min(p.sink, S); ++t) pos.push_back(t);
-    for (int32_t h = g * G; h < (per_kv_head ? g * G + 1 : (g + 1) * G); ++h)
-      for (int32_t b : mask.block_starts[h])
-        for (int32_t t = b; t < std::min(b + p.block_size_k, S); ++t) pos.push_back(t);
-    for (int32_t t = std::max(0, pos0 - p.window); t < S; ++t) pos.push_back(t);
-    std::sort(pos.begin(), pos.end());
-    pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
+    for (int32_t h = g * G; h < (per_kv_head ? g * G + 1 : (g + 1) * G); ++h) {
+      const std::vector<int32_t> head = ref::hip_attended_positions(mask, st.hip_params, pos0, h);
+      pos.insert(pos.end(), head.begin(), head.end());
+    }
+    if (!per_kv_head) {
+      std::sort(pos.begin(), pos.end());
+      pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
+    }
   });
 }
 
@@ -403,18 +404,15 @@ void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
     positions_of(g, pos);
     // A set whose host rows outnumber the pool (SWA's seeding step keeps every position) would
     // only evict rows the next steps want: it is read in place.
+    // (Within the pool, fetch cannot run out of rows: the positions are distinct.)
     const auto host_rows = std::count_if(pos.begin(), pos.end(), [&](int32_t t) { return (*s.blocks)[t / bs] < 0; });
     if (host_rows > row_cache_->capacity()) continue;
-    try {
-      row_cache_->fetch(layer, s.blocks->data(), g, pos.data(), static_cast<int32_t>(pos.size()), /*need_v=*/true,
-                        [&](int32_t host_slot, int32_t head, int32_t offset, int64_t device_row, bool k, bool v) {
-                          const int64_t src = (static_cast<int64_t>(host_slot) * n_kv + head) * bs + offset;
-                          copies.push_back({src, device_row, (k ? 1 : 0) | (v ? 2 : 0)});
-                          return row_bytes * ((k ? 1 : 0) + (v ? 1 : 0));
-                        });
-    } catch (const HotRowsFull&) {
-      // Cannot happen below capacity; kept for safety: the rows fetched so far are cached.
-    }
+    row_cache_->fetch(layer, s.blocks->data(), g, pos.data(), static_cast<int32_t>(pos.size()), /*need_v=*/true,
+                      [&](int32_t host_slot, int32_t head, int32_t offset, int64_t device_row, bool k, bool v) {
+                        const int64_t src = (static_cast<int64_t>(host_slot) * n_kv + head) * bs + offset;
+                        copies.push_back({src, device_row, (k ? 1 : 0) | (v ? 2 : 0)});
+                        return row_bytes * ((k ? 1 : 0) + (v ? 1 : 0));
+                      });
   }
   if (!copies.empty()) {
     try {
@@ -578,7 +576,6 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
     FATHOM_CUDA_BACKEND_OK(cudaStreamWaitEvent(stream_, moves_done_, 0));
     moves_pending_ = false;
   }
-
   table_stride_ = static_cast<int32_t>(stride);
   ensure_rope_rows(max_pos + 1);
   for (int a = 0; a < static_cast<int>(acts_.size()); ++a)
