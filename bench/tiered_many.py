@@ -38,12 +38,12 @@ def post(base, path, body):
         return json.loads(r.read())
 
 
-def metric(base, name, labels=""):
+def metric(base, name, labels="", absent=0.0):
     text = urllib.request.urlopen(base + "/metrics", timeout=60).read().decode()
     for line in text.splitlines():
         if line.startswith(name + labels + " "):
             return float(line.split()[-1])
-    return 0.0
+    return absent
 
 
 def prompt(i, tokens, base):
@@ -67,13 +67,10 @@ def run(server, prompts, max_tokens, fathom):
 
 
 def break_even(base, policy, ratio):
-    """The server's measured min_keys for `policy` at `ratio` (None: not measured)."""
-    text = urllib.request.urlopen(base + "/metrics", timeout=60).read().decode()
-    for line in text.splitlines():
-        if (line.startswith("fathom_attention_break_even_keys{") and f'policy="{policy}"' in line
-                and f'kv_read_ratio="{ratio:g}"' in line):
-            return line.split()[-1]
-    return None
+    """The server's measured min_keys for `policy` at `ratio` (None: not measured; labels in the
+    exposition's sorted order)."""
+    keys = metric(base, "fathom_attention_break_even_keys", f'{{kv_read_ratio="{ratio:g}",policy="{policy}"}}', None)
+    return None if keys is None else f"{keys:.0f}" if keys != float("inf") else "+Inf"
 
 
 def counters(base):
