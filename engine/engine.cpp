@@ -105,12 +105,18 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   const int64_t bs = backend_.kv_layout().block_size;
   const int64_t need = (prompt + request.max_tokens + bs - 1) / bs +
                        static_cast<int64_t>(request.n - 1) * ((request.max_tokens + bs - 1) / bs + 1);
+  // Blocks past both tiers can be dropped and recomputed (cache-or-recompute), but the prompt is
+  // admitted whole.
   const int32_t cache_blocks = scheduler_->allocator().num_blocks();  // both tiers; fixed after construction
-  if (need > cache_blocks)
+  const int64_t servable = cache_blocks + scheduler_->recompute_capacity() / bs;
+  if (need > servable || (prompt + bs) / bs > cache_blocks)
     throw Error("this request needs up to " + std::to_string(need) + " KV cache blocks of " + std::to_string(bs) +
                 " tokens (prompt " + std::to_string(prompt) + " + max_tokens " + std::to_string(request.max_tokens) +
                 (request.n > 1 ? ", n " + std::to_string(request.n) : std::string()) + "); the cache holds " +
-                std::to_string(cache_blocks) + ": lower max_tokens" + (request.n > 1 ? " or n" : ""));
+                std::to_string(cache_blocks) +
+                (servable > cache_blocks ? " (and recomputes up to " + std::to_string(servable - cache_blocks) + ")"
+                                         : std::string()) +
+                ": lower max_tokens" + (request.n > 1 ? " or n" : ""));
 
   auto state = std::make_unique<RequestState>();
   if (request.constraint.kind != OutputConstraint::Kind::kNone) state->constraint = constraints().compile(request.constraint);

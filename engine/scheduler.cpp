@@ -11,6 +11,7 @@
 #include "engine/backend/backend.h"
 #include "engine/model.h"
 #include "engine/prefill_budget.h"
+#include "engine/scheduler_metrics.h"
 
 namespace fathom {
 namespace {
@@ -19,89 +20,8 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-bool before(const RequestState& a, const RequestState& b) {
-  if (a.request.priority != b.request.priority) return a.request.priority > b.request.priority;
-  return a.order < b.order;
-}
-
 }  // namespace
 
-// The engine's metric families (names are the contract with the README and dashboards).
-struct Scheduler::Metrics {
-  explicit Metrics(MetricsRegistry& r)
-      : running(r.gauge("fathom_requests_running", "Requests with at least one sequence admitted")),
-        waiting(r.gauge("fathom_requests_waiting", "Requests queued for admission")),
-        prompt_tokens(r.counter("fathom_prompt_tokens_total", "Prompt tokens of admitted requests")),
-        generation_tokens(r.counter("fathom_generation_tokens_total", "Tokens generated")),
-        ttft(r.histogram("fathom_time_to_first_token_seconds", "Time from arrival to the first token",
-                         MetricsRegistry::latency_buckets())),
-        itl(r.histogram("fathom_inter_token_latency_seconds", "Time between consecutive tokens of a sequence",
-                        MetricsRegistry::latency_buckets())),
-        e2e(r.histogram("fathom_e2e_request_latency_seconds", "Time from arrival to the last token",
-                        MetricsRegistry::latency_buckets())),
-        queue(r.histogram("fathom_queue_time_seconds", "Time from arrival to admission",
-                          MetricsRegistry::latency_buckets())),
-        prefill_time(r.histogram("fathom_request_prefill_seconds", "Time from admission to the first token",
-                                 MetricsRegistry::latency_buckets())),
-        decode_time(r.histogram("fathom_request_decode_seconds", "Time from the first token to the last",
-                                MetricsRegistry::latency_buckets())),
-        step_tokens(r.histogram("fathom_step_tokens", "Tokens computed per engine step (prefill chunks + decodes)",
-                                {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192})),
-        step_time(r.histogram("fathom_step_duration_seconds", "Time of one engine step's forward pass",
-                              MetricsRegistry::latency_buckets())),
-        blocks_device(r.gauge("fathom_kv_blocks_used", "KV blocks in use (including cached prefixes)", {{"tier", "device"}})),
-        blocks_host(r.gauge("fathom_kv_blocks_used", "KV blocks in use (including cached prefixes)", {{"tier", "host"}})),
-        usage_device(r.gauge("fathom_kv_usage_ratio", "Fraction of the tier's KV capacity in use", {{"tier", "device"}})),
-        usage_host(r.gauge("fathom_kv_usage_ratio", "Fraction of the tier's KV capacity in use", {{"tier", "host"}})),
-        prefix_queries(r.counter("fathom_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache")),
-        prefix_hits(r.counter("fathom_prefix_cache_hits_total", "Prompt tokens served from the prefix cache")),
-        preempt_recompute(
-            r.counter("fathom_preemptions_total", "Sequences preempted under KV pressure", {{"mode", "recompute"}})),
-        swap_out(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "out"}})),
-        swap_in(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "in"}})),
-        hot_fallback(r.counter("fathom_kv_hot_row_fallbacks_total",
-                               "Sparse decode layer steps over host-tier rows that decoded densely: the hot row cache "
-                               "is smaller than one key chunk")),
-        recomputed(r.counter("fathom_recomputed_tokens_total",
-                             "Tokens whose K/V were computed again after a recompute preemption dropped them "
-                             "(prefix-cache hits excluded)")),
-        demoted(r.counter("fathom_kv_blocks_demoted_total",
-                          "KV blocks moved from the device tier to the host tier to make room for a step's writes")),
-        registry(r) {}
-
-  Counter& hot_rows(PolicyKind k, const char* result) {
-    return registry.counter("fathom_kv_hot_rows_total",
-                            "Host-tier rows sparse decode looked up in the hot row cache, by policy and result "
-                            "(hit, miss: copied in)",
-                            {{"policy", policy_name(k)}, {"result", result}});
-  }
-
-  // Created for every policy up front so the family is present (at 0) before any decode.
-  Counter& kv_read(PolicyKind k) {
-    return registry.counter("fathom_kv_read_bytes_total", "KV cache bytes read by decode attention, by the request's policy",
-                            {{"policy", policy_name(k)}});
-  }
-
-  // Decode layer steps by the request's policy and the kernel that ran (dense: below the policy's
-  // break-even, a dense leading or sliding layer, or a bifurcated group; else the sparse kind auto chose).
-  Counter& attention_steps(PolicyKind requested, PolicyKind ran) {
-    return registry.counter("fathom_attention_layer_steps_total",
-                            "Decode attention layer steps, by the request's policy and the kernel that ran",
-                            {{"policy", policy_name(requested)}, {"kernel", policy_name(ran)}});
-  }
-
-  Counter& finished(FinishReason reason) {
-    return registry.counter("fathom_request_finished_total", "Requests finished, by finish reason",
-                            {{"reason", finish_reason_name(reason)}});
-  }
-
-  Gauge &running, &waiting;
-  Counter &prompt_tokens, &generation_tokens;
-  Histogram &ttft, &itl, &e2e, &queue, &prefill_time, &decode_time, &step_tokens, &step_time;
-  Gauge &blocks_device, &blocks_host, &usage_device, &usage_host;
-  Counter &prefix_queries, &prefix_hits, &preempt_recompute, &swap_out, &swap_in, &hot_fallback, &recomputed, &demoted;
-  MetricsRegistry& registry;
-};
 
 namespace {
 // Blocks one step may write (or read the V sum of): its prefill tokens over whole blocks plus two
@@ -111,8 +31,9 @@ int32_t step_write_blocks(const SchedulerConfig& c, int32_t block_size) {
 }
 
 // The page table over the backend's device blocks and the host tier the config's budget asks for
-// (as many blocks as the backend gives; reserving may shrink the device blocks it offers).
-BlockAllocator make_allocator(Backend& backend, const SchedulerConfig& config) {
+// (as many blocks as the backend gives; reserving may shrink the device blocks it offers). With a
+// host tier, also the recompute scratch: half a step's tokens (`scratch`: the blocks given).
+BlockAllocator make_allocator(Backend& backend, const SchedulerConfig& config, int32_t& scratch) {
   const int64_t asked = config.host_kv_bytes / static_cast<int64_t>(backend.block_bytes());
   const int32_t bs = backend.kv_layout().block_size;
   // The blocks to keep: one step's writes, and one sequence's sliding window (what its
@@ -122,6 +43,9 @@ BlockAllocator make_allocator(Backend& backend, const SchedulerConfig& config) {
   const int32_t keep = step_write_blocks(config, bs) + (window + bs - 1) / bs;
   const int32_t host =
       asked > 0 ? backend.reserve_host_tier(static_cast<int32_t>(std::min<int64_t>(asked, INT32_MAX / 2)), keep) : 0;
+  scratch = host > 0 && config.recompute != SchedulerConfig::Recompute::kOff
+                ? backend.reserve_recompute_scratch(config.max_batched_tokens / 2 / bs)
+                : 0;
   return BlockAllocator(backend.kv_blocks(), bs, host);
 }
 }  // namespace
@@ -130,7 +54,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
     : model_(model),
       backend_(backend),
       config_(config),
-      allocator_(make_allocator(backend, config)),
+      allocator_(make_allocator(backend, config, scratch_blocks_)),
       metrics_(std::make_unique<Metrics>(metrics)),
       prefix_(allocator_),
       step_cost_(attention_equivalent_positions(model.config())) {
@@ -145,6 +69,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
     if (writes() > device) config_.max_num_seqs = std::max(1, std::min(config_.max_num_seqs, device / 6));
     if (writes() > device) config_.max_batched_tokens = (device - 2 * config_.max_num_seqs) * bs;
   }
+  measure_recompute_cost();
   for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
     metrics_->finished(r);  // export every reason from the start, at 0
   for (int k = 0; k < kPolicyKinds; ++k) {
@@ -186,9 +111,13 @@ int32_t Scheduler::available_blocks() const {
   return allocator_.free_blocks() + (config_.prefix_caching ? prefix_.evictable() : 0);
 }
 
+int32_t Scheduler::take_block() {
+  const int32_t b = allocator_.allocate();
+  return b >= 0 || prefix_.evict(1) == 0 ? b : allocator_.allocate();
+}
+
 bool Scheduler::allocate_block(Sequence& seq) {
-  int32_t b = allocator_.allocate();
-  if (b < 0 && prefix_.evict(1) > 0) b = allocator_.allocate();
+  const int32_t b = take_block();
   if (b < 0) return false;
   seq.blocks.push_back(b);
   return true;
@@ -202,8 +131,12 @@ bool Scheduler::ensure_room(Sequence& seq, int32_t tokens) {
 }
 
 void Scheduler::release_blocks(Sequence& seq) {
-  for (int32_t b : seq.blocks) allocator_.release(b);
+  for (int32_t b : seq.blocks)
+    if (b != kDroppedBlock) allocator_.release(b);
   seq.blocks.clear();
+  dropped_tokens_ -= seq.dropped_blocks * allocator_.block_size();
+  seq.dropped_blocks = 0;
+  seq.restoring = false;
 }
 
 void Scheduler::register_full_blocks(Sequence& seq) {
@@ -224,7 +157,7 @@ Sequence* Scheduler::pick_victim(const Sequence* except) {
   if (running.empty()) return nullptr;
   Sequence* last = *std::max_element(running.begin(), running.end(), [](Sequence* a, Sequence* b) {
     if (a->request == b->request) return a->choice < b->choice;
-    return before(*a->request, *b->request);
+    return served_before(*a->request, *b->request);
   });
   return last == except ? nullptr : last;
 }
@@ -273,6 +206,11 @@ void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& pla
       writes.push_back({s.blocks[b], b * bs < s.n_computed});
       written_step_[s.blocks[b]] = steps_;
     }
+    if (s.restoring)  // its recompute writes the new blocks of its dropped prefix
+      for (int32_t b = 0; b < s.dropped_blocks; ++b) {
+        writes.push_back({s.blocks[b], false});
+        written_step_[s.blocks[b]] = steps_;
+      }
   }
   for (const Write& w : writes) {
     if (allocator_.tier(w.block) == KvTier::kDevice) continue;
@@ -297,13 +235,18 @@ void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& pla
     allocator_.exchange(victim, w.block);
     metrics_->demoted.inc();
   }
-  // The kernels read physical slots (negative: host tier, staged by the backend).
+  // The kernels read physical slots (negative: host tier, staged by the backend); a dropped block
+  // is a scratch block, which its sequence's recompute (a plan entry past `planned`) writes.
   physical_.resize(planned.size());
+  int32_t scratch = 0;
   for (size_t i = 0; i < planned.size(); ++i) {
     physical_[i].clear();
-    for (int32_t b : planned[i]->blocks) physical_[i].push_back(allocator_.physical(b));
+    for (int32_t b : planned[i]->blocks)
+      physical_[i].push_back(b == kDroppedBlock ? backend_.recompute_slot(scratch++) : allocator_.physical(b));
     plan.seqs[i].blocks = &physical_[i];
   }
+  FATHOM_CHECK(scratch <= scratch_blocks_, "a step recomputes more blocks than the scratch holds");
+  for (size_t j = 0; j < recompute_owner_.size(); ++j) plan.seqs[planned.size() + j].blocks = &physical_[recompute_owner_[j]];
 }
 
 void Scheduler::admit(Sequence& seq) {
@@ -428,7 +371,7 @@ void Scheduler::step() {
 void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std::vector<int32_t>& chunk_of) {
   std::vector<RequestState*> order;
   for (auto& r : requests_) order.push_back(r.get());
-  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return before(*a, *b); });
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return served_before(*a, *b); });
   std::vector<Sequence*> seqs;
   for (RequestState* r : order)
     for (auto& s : r->seqs)
@@ -439,6 +382,7 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
     if (s->state != SeqState::kRunning) continue;
     guarded(*s->request, [&] {
       while (!ensure_room(*s, static_cast<int32_t>(s->tokens.size()))) {
+        if (drop_oldest_block(false)) continue;  // cache-or-recompute before preemption
         Sequence* victim = pick_victim(s);
         Sequence& v = victim ? *victim : *s;
         guarded(*v.request, [&] { preempt(v); });
@@ -447,7 +391,15 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
     });
   }
 
+  if (drop_before_host_)
+    while (drop_oldest_block(true)) {
+    }
+  else
+    restore_dropped();
+
   // 3. The step: decode tokens first, then prefill chunks, then admissions.
+  const int32_t bs = allocator_.block_size();
+  recompute_owner_.clear();
   int32_t budget = config_.max_batched_tokens;
   // Rows of every-position logits (prompts being scored) this step may return: a bounded
   // buffer (64 MiB of floats), so such a prompt may prefill in smaller chunks.
@@ -474,10 +426,17 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
     budget -= chunk;
   };
   const int32_t max_seqs = config_.max_num_seqs;
+  // A sequence with dropped blocks also computes them again (half a step's budget at most).
+  std::vector<int32_t> recomputes;
   for (Sequence* s : seqs)
     if (s->state == SeqState::kRunning && s->pending() == 1 && static_cast<int32_t>(planned.size()) < max_seqs &&
-        budget > 0)
+        budget > s->dropped_blocks * bs) {
       add_to_plan(s, 1);
+      if (s->dropped_blocks > 0) {
+        budget -= s->dropped_blocks * bs;
+        recomputes.push_back(static_cast<int32_t>(planned.size()) - 1);
+      }
+    }
   // Prefill chunks — running sequences' rest of a prompt, then the waiting ones admitted now, in
   // order, while their whole prompt fits — share what the decode tokens left of the budget by cost
   // and fairly (engine/prefill_budget.h), so a short prompt behind a long one gets its first token
@@ -486,10 +445,10 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
   const size_t slots = static_cast<size_t>(std::max<int64_t>(0, max_seqs - static_cast<int64_t>(planned.size())));
   for (Sequence* s : seqs)
     if (s->state == SeqState::kRunning && s->pending() > 1 && prefill.size() < slots) prefill.push_back(s);
-  const int32_t bs = allocator_.block_size();
   for (Sequence* s : seqs) {
     if (s->state != SeqState::kWaiting) continue;
     if (prefill.size() >= slots || budget <= static_cast<int32_t>(prefill.size())) break;
+    if (dropped_tokens_ > 0) break;  // running sequences recompute: their blocks come back first
     const int32_t need = (static_cast<int32_t>(s->tokens.size()) + bs) / bs;  // whole prompt + next token
     if (need > allocator_.num_blocks()) {  // submit() refuses these; a safety net, never parked
       finish(*s, FinishReason::kError, {}, "the sequence outgrew the whole KV cache");
@@ -517,6 +476,7 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
     if (shares[i] > 0) add_to_plan(prefill[i], static_cast<int32_t>(shares[i]));  // else: a share next step
   if (config_.bifurcated && backend_.implements_groups())
     plan.groups = find_attention_groups(plan, bs, GroupRule{config_.bifurcated_min_seqs, config_.bifurcated_min_prefix});
+  for (int32_t owner : recomputes) plan_recompute(plan, *planned[owner], owner);  // after the groups: they index plan.seqs
 }
 
 void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>& planned,
@@ -573,6 +533,15 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
     if (s.state == SeqState::kFinished) continue;  // its request failed earlier in this update
     guarded(r, [&] {
       s.n_computed += chunk_of[i];
+      if (s.dropped_blocks > 0 && plan.seqs[i].tokens.size() == 1) {  // its recompute ran in this step
+        metrics_->dropped_recomputed.inc(s.dropped_blocks * allocator_.block_size());
+        if (s.restoring) {  // the new blocks hold the prefix again
+          metrics_->restored_blocks.inc(s.dropped_blocks);
+          dropped_tokens_ -= s.dropped_blocks * allocator_.block_size();
+          s.dropped_blocks = 0;
+          s.restoring = false;
+        }
+      }
       register_full_blocks(s);
       if (rows[i] < 0) return;
       const Draw& d = draws[i];
@@ -814,6 +783,7 @@ void Scheduler::update_gauges() {
   metrics_->usage_device.set(static_cast<double>(pool.used_slots(KvTier::kDevice)) / pool.device_blocks());
   metrics_->blocks_host.set(pool.used_slots(KvTier::kHost));
   metrics_->usage_host.set(pool.host_blocks() > 0 ? static_cast<double>(pool.used_slots(KvTier::kHost)) / pool.host_blocks() : 0.0);
+  metrics_->dropped_now.set(dropped_tokens_);
 }
 
 }  // namespace fathom

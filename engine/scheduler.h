@@ -2,8 +2,10 @@
 // Iteration-level continuous batching. Every step():
 //   1. finishes cancelled requests (their blocks are released in this step);
 //   2. gives every running sequence room for its next token — a block in the device tier, else
-//      in the host tier — preempting the lowest-priority, latest-arrived sequences by recompute
-//      (blocks dropped, sequence re-queued for prefill) only when both tiers are full;
+//      in the host tier; when both are full, first by dropping running sequences' oldest blocks
+//      (ALISA's cache-or-recompute: every step computes them again, in a scratch one layer
+//      large), then by preempting the lowest-priority, latest-arrived sequences by recompute
+//      (blocks dropped, sequence re-queued for prefill); dropped blocks come back when room does;
 //   3. admits waiting sequences in (priority, arrival) order while the step has token and
 //      sequence budget and their whole prompt fits in free + evictable blocks, reusing the
 //      longest cached prefix;
@@ -51,6 +53,9 @@ class Scheduler {
   void fail_all(const std::string& message);  // finishes every request with an error
 
   const BlockAllocator& allocator() const { return allocator_; }
+  // Tokens all running sequences may have dropped at once (0: no cache-or-recompute), so a request
+  // up to the tiers plus this many tokens can finish.
+  int32_t recompute_capacity() const { return recompute_cap_; }
   // The limits it runs with: the configured ones, or smaller steps when the device tier could
   // not hold every block a configured step writes.
   const SchedulerConfig& config() const { return config_; }
@@ -60,10 +65,22 @@ class Scheduler {
  private:
   struct Metrics;
 
-  bool allocate_block(Sequence& seq);        // evicts cached prefixes if needed
+  int32_t take_block();                      // a free block, evicting a cached prefix if needed; -1: none
+  bool allocate_block(Sequence& seq);        // appends take_block()
   bool ensure_room(Sequence& seq, int32_t tokens);
   int32_t available_blocks() const;          // free + evictable
   void preempt(Sequence& victim);             // by recompute
+  // ALISA's cache-or-recompute (engine/scheduler_recompute.cpp, docs/tiered_kv.md).
+  // The cost model: recompute and transfer time per token, measured now; sets recompute_cap_.
+  void measure_recompute_cost();
+  // Drops the oldest droppable block of some running sequence (the last in (priority, arrival)
+  // order first); `host_only`: only a block in the host tier. False when none may be dropped.
+  bool drop_oldest_block(bool host_only);
+  // Gives sequences with dropped blocks new blocks when the tiers have room for them and more:
+  // their next step recomputes into those (Sequence::restoring).
+  void restore_dropped();
+  // Adds to the plan the recompute of `s`'s dropped blocks (`s` is at plan index `owner`).
+  void plan_recompute(BatchPlan& plan, const Sequence& s, int32_t owner);
   // Host tier: the blocks `plan` writes move into device slots (demoting the blocks written
   // longest ago that it does not write) and the plan's block tables become physical ones.
   void make_resident(BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of);
@@ -100,6 +117,7 @@ class Scheduler {
   const Model& model_;
   Backend& backend_;
   SchedulerConfig config_;
+  int32_t scratch_blocks_ = 0;  // the backend's recompute scratch (set while allocator_ is made)
   BlockAllocator allocator_;
   std::unique_ptr<Metrics> metrics_;
   size_t break_evens_exported_ = 0;
@@ -111,6 +129,10 @@ class Scheduler {
   std::mt19937_64 seed_rng_{0x5eed};
   std::vector<float> logits_;
   StepCostModel step_cost_;  // what a prefill chunk costs, learned from step times
+  int32_t recompute_cap_ = 0;      // tokens all running sequences may have dropped at once (0: off)
+  int32_t dropped_tokens_ = 0;     // dropped now (restoring ones included)
+  bool drop_before_host_ = false;  // recomputing a token measured cheaper than moving its K/V
+  std::vector<int32_t> recompute_owner_;  // plan.seqs past `planned`: the plan index each recomputes for
 };
 
 }  // namespace fathom

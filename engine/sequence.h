@@ -23,6 +23,10 @@ enum class SeqState {
   kFinished,
 };
 
+// A block table entry whose K/V neither tier holds (ALISA's cache-or-recompute, docs/tiered_kv.md):
+// a sequence's first `dropped_blocks` entries, which every step it runs in computes again.
+inline constexpr int32_t kDroppedBlock = -1;
+
 struct Sequence {
   RequestState* request = nullptr;
   int32_t choice = 0;
@@ -30,7 +34,9 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt + generated; the last one may not be computed yet
   int32_t n_computed = 0;       // tokens whose K/V are in the cache
   int32_t dropped = 0;          // tokens whose K/V the last recompute preemption dropped
-  std::vector<int32_t> blocks;  // block table (one reference held per entry)
+  std::vector<int32_t> blocks;  // block table (one reference held per entry but kDroppedBlock ones)
+  int32_t dropped_blocks = 0;   // leading entries that are kDroppedBlock
+  bool restoring = false;       // this step recomputes the dropped blocks into new ones of its own
   int32_t n_registered = 0;     // leading full blocks offered to the prefix index
   uint64_t last_hash = 0;       // chain hash of block n_registered - 1
   std::unique_ptr<Sampler> sampler;
@@ -64,6 +70,12 @@ struct RequestState {
     return request.prompt_logprobs >= 0 && prompt_logprobs.size() < request.prompt.size();
   }
 };
+
+// Scheduling order: higher priority first, then arrival (FCFS).
+inline bool served_before(const RequestState& a, const RequestState& b) {
+  if (a.request.priority != b.request.priority) return a.request.priority > b.request.priority;
+  return a.order < b.order;
+}
 
 inline int32_t Sequence::generated() const {
   return static_cast<int32_t>(tokens.size()) - static_cast<int32_t>(request->request.prompt.size());

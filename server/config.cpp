@@ -190,6 +190,12 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     kv->read("transposed_k", c.model_options.kv_transposed_k);
     kv->read_int("block_size", c.model_options.block_size, 1, 1024);
     kv->read_int("hot_rows_percent", c.model_options.hot_rows_percent, 0, 100);
+    std::string recompute;
+    kv->read("recompute", recompute);
+    if (recompute == "auto") c.scheduler.recompute = SchedulerConfig::Recompute::kAuto;
+    else if (recompute == "off") c.scheduler.recompute = SchedulerConfig::Recompute::kOff;
+    else if (recompute == "always") c.scheduler.recompute = SchedulerConfig::Recompute::kAlways;
+    else if (!recompute.empty()) kv->fail("recompute", "must be \"auto\", \"off\" or \"always\", got \"" + recompute + "\"");
     kv->finish();
   }
   if (auto a = top.object("attention")) {

@@ -46,7 +46,9 @@ std::vector<AttentionGroup> find_attention_groups(const BatchPlan& plan, int32_t
     // auto joins groups too: a group's output is exactly dense's and each of its n samples reads
     // 1/n of the shared prompt (SWA's 1/8 is fewer bytes only while n < 8).
     const bool groupable = s.policy == nullptr || s.policy->kind == PolicyKind::kDense || s.policy->kind == PolicyKind::kAuto;
-    if (s.tokens.size() == 1 && groupable && s.pos0 >= block_size) by_first[(*s.blocks)[0]].push_back(i);
+    // A negative first entry is a dropped block (recomputed per sequence, never shared).
+    if (s.tokens.size() == 1 && groupable && s.pos0 >= block_size && (*s.blocks)[0] >= 0)
+      by_first[(*s.blocks)[0]].push_back(i);
   }
   const Finder f{plan, block_size, rule};
   std::vector<AttentionGroup> groups;

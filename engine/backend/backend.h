@@ -81,6 +81,19 @@ class Backend : protected ForwardOps {
   // `keep_device_blocks`: the device blocks the page table needs at least (every block one step
   // writes); a backend may turn the rest of its budget into device-side caches of the host tier.
   virtual int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks);
+  // Recompute scratch (ALISA's cache-or-recompute, docs/tiered_kv.md): `blocks` blocks whose
+  // memory is one layer's, shared by all layers. A step that recomputes a sequence's dropped
+  // blocks names them in its block tables: each layer's append writes that layer's K/V there, the
+  // layer's attention reads them, the next layer overwrites them. Called once, after
+  // reserve_host_tier and before the first forward; returns how many the backend gives (0: it
+  // cannot, and the scheduler preempts instead). Their bytes may come out of the device budget
+  // (kv_blocks() may shrink).
+  virtual int32_t reserve_recompute_scratch(int32_t /*blocks*/) { return 0; }
+  // The physical block table entry of scratch block i (i < what reserve_recompute_scratch gave).
+  virtual int32_t recompute_slot(int32_t /*i*/) const {
+    FATHOM_CHECK(false, "no recompute scratch");
+    return -1;
+  }
   // Whole-block copies between tiers and slots (every layer and plane); failpoint "kv_copy".
   // Device to device is copy_block's copy, so it serves backends without a host tier too.
   void copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot);
@@ -139,7 +152,8 @@ class Backend : protected ForwardOps {
   // Appended by a backend that measures (its sparse_break_even), one per probe.
   std::vector<MeasuredBreakEven> break_evens_;
   // A backend that carves its own device areas (a row cache) out of the budget shrinks the
-  // blocks it offers the page table; only inside reserve_host_tier().
+  // blocks it offers the page table; only inside reserve_host_tier() and
+  // reserve_recompute_scratch().
   void set_kv_blocks(int32_t blocks) {
     FATHOM_CHECK(blocks >= 1 && blocks <= kv_blocks_);
     kv_blocks_ = blocks;

@@ -47,6 +47,8 @@ uint64_t PrefixIndex::insert(uint64_t parent, std::span<const int32_t> block_tok
   const uint64_t h = chain_hash(parent, block_tokens);
   if (entries_.count(h)) return h;
   pool_.retain(block);
+  if (held_.size() <= static_cast<size_t>(block)) held_.resize(static_cast<size_t>(pool_.num_blocks()), 0);
+  held_[block] = 1;
   lru_.push_front(Entry{h, parent, block, std::vector<int32_t>(block_tokens.begin(), block_tokens.end())});
   entries_[h] = lru_.begin();
   return h;
@@ -58,6 +60,7 @@ int32_t PrefixIndex::evict(int32_t n) {
     --it;
     if (pool_.ref_count(it->block) != 1) continue;  // still used by a sequence
     pool_.release(it->block);
+    held_[it->block] = 0;
     entries_.erase(it->hash);
     it = lru_.erase(it);
     ++freed;
@@ -73,6 +76,7 @@ int32_t PrefixIndex::evictable() const {
 
 void PrefixIndex::clear() {
   for (const Entry& e : lru_) pool_.release(e.block);
+  held_.assign(held_.size(), 0);
   lru_.clear();
   entries_.clear();
 }

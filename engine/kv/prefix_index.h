@@ -32,6 +32,7 @@ class PrefixIndex {
   // Evicts up to `n` blocks that only the index references, least recently used first.
   int32_t evict(int32_t n);
   int32_t evictable() const;  // blocks evict() could free now
+  bool holds(int32_t block) const { return block < static_cast<int32_t>(held_.size()) && held_[block]; }
   int32_t size() const { return static_cast<int32_t>(entries_.size()); }
   void clear();               // drops every entry (releases the index's references)
 
@@ -46,6 +47,7 @@ class PrefixIndex {
   BlockAllocator& pool_;
   std::list<Entry> lru_;  // front = most recently used
   std::unordered_map<uint64_t, std::list<Entry>::iterator> entries_;
+  std::vector<char> held_;  // per block id: an entry holds it
 };
 
 }  // namespace fathom

@@ -1,6 +1,7 @@
 #include "kernels/cpu/huge_buffer.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <new>
@@ -11,6 +12,27 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kPage = 4096;
 }  // namespace
+
+SharedPages::SharedPages(size_t bytes) : size_((bytes + kPage - 1) / kPage * kPage) {
+  fd_ = memfd_create("fathom-kv-shared", MFD_CLOEXEC);
+  if (fd_ < 0) throw std::bad_alloc();
+  if (ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+    close(fd_);
+    throw std::bad_alloc();
+  }
+}
+
+SharedPages::~SharedPages() {
+  if (fd_ >= 0) close(fd_);
+}
+
+HugePageBuffer::HugePageBuffer(size_t bytes, const SharedPages& tail) : HugePageBuffer(bytes + tail.size()) {
+  if (bytes % kPage != 0) throw std::bad_alloc();  // a caller's bug: the tail must start on a page
+  if (tail.size() == 0) return;
+  // Replace the last tail.size() bytes of the private mapping by the shared pages.
+  void* at = mmap(data_ + bytes, tail.size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, tail.fd(), 0);
+  if (at == MAP_FAILED) throw std::bad_alloc();
+}
 
 HugePageBuffer::HugePageBuffer(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;

@@ -10,10 +10,32 @@
 
 namespace fathom {
 
+// Zeroed pages that several HugePageBuffers map at their ends (a memfd): every buffer built over
+// the same SharedPages reads and writes the same bytes there. The tiered KV cache's recompute
+// scratch is one such region per plane, mapped after every layer's blocks, so a block id in it
+// names the same memory in every layer (docs/tiered_kv.md, "Cache or recompute").
+class SharedPages {
+ public:
+  explicit SharedPages(size_t bytes);  // rounded up to whole 4 KiB pages; throws std::bad_alloc
+  ~SharedPages();
+  SharedPages(const SharedPages&) = delete;
+  SharedPages& operator=(const SharedPages&) = delete;
+  int fd() const { return fd_; }
+  size_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  size_t size_ = 0;
+};
+
 class HugePageBuffer {
  public:
   HugePageBuffer() = default;
   explicit HugePageBuffer(size_t bytes);  // all bytes zero, every page faulted in
+  // `bytes` of its own (a multiple of 4 KiB) followed by `tail`'s pages: size() is
+  // bytes + tail.size(). `tail` must outlive the buffer's mapping only as a file: the mapping
+  // keeps the pages alive.
+  HugePageBuffer(size_t bytes, const SharedPages& tail);
   ~HugePageBuffer();
   HugePageBuffer(HugePageBuffer&& other) noexcept;
   HugePageBuffer& operator=(HugePageBuffer&& other) noexcept;

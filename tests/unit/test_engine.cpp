@@ -205,6 +205,61 @@ TEST(Engine, TieredKvAndRecomputeKeepOutputs) {
   }
 }
 
+// Cache-or-recompute: two greedy requests outgrow both tiers together (~28 blocks for 31). The later
+// one's oldest blocks are dropped instead of preempting anyone, every step recomputes them into
+// the scratch, and when the earlier request finishes they come back (recomputed into new blocks).
+// Both outputs equal the all-resident run's, token for token. With recompute off the same load
+// preempts.
+TEST(Engine, DroppedBlocksAreRecomputedWithTheResidentOutput) {
+  auto model = load();
+  std::string long_text;
+  for (int i = 0; i < 27; ++i) long_text += "Item " + std::to_string(i) + " is a gear. ";
+  std::vector<Request> requests = {greedy(*model, long_text, 120),
+                                   greedy(*model, "Once upon a time there was a little robot who lived in a workshop"
+                                                  " full of clocks, springs and old radios. One day", 240)};
+  for (Request& r : requests) r.stop.ignore_eos = true;
+  ASSERT_GT(requests[0].prompt.size(), 200u);
+  auto run = [&](int32_t device_blocks, int32_t host_blocks, SchedulerConfig::Recompute recompute, MetricsRegistry& m) {
+    const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
+    auto l = load(block_bytes * device_blocks);
+    SchedulerConfig cfg;
+    cfg.host_kv_bytes = block_bytes * host_blocks;
+    cfg.max_batched_tokens = 128;  // a scratch of 64 tokens
+    cfg.max_num_seqs = 2;
+    cfg.recompute = recompute;
+    Engine engine(*l, *l.backend, cfg, m);
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (const Request& r : requests) handles.push_back(engine.submit(r));
+    std::vector<std::vector<int32_t>> out;
+    for (auto& h : handles) out.push_back(collect(*h).tokens.at(0));
+    return out;
+  };
+  MetricsRegistry m_resident, m_dropped, m_off;
+  const auto resident = run(0, 0, SchedulerConfig::Recompute::kAuto, m_resident);
+  const auto dropped = run(24, 8, SchedulerConfig::Recompute::kAuto, m_dropped);
+  ASSERT_EQ(resident.size(), 2u);
+  EXPECT_EQ(resident[0].size(), 120u);
+  EXPECT_EQ(resident[1].size(), 240u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(dropped[i], resident[i]) << "request " << i;
+  auto counter = [](MetricsRegistry& m, const char* name) { return m.counter(name, "").value(); };
+  const double preempted = m_dropped.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value();
+  EXPECT_EQ(preempted, 0);
+  EXPECT_GT(counter(m_dropped, "fathom_kv_blocks_dropped_total"), 0);
+  EXPECT_GT(counter(m_dropped, "fathom_kv_dropped_tokens_recomputed_total"), 0);
+  EXPECT_GT(counter(m_dropped, "fathom_kv_blocks_restored_total"), 0) << "the blocks come back after request 0 ends";
+  EXPECT_EQ(m_dropped.gauge("fathom_kv_dropped_tokens", "").value(), 0);
+  EXPECT_GT(m_dropped.gauge("fathom_kv_recompute_seconds_per_token", "").value(), 0);
+  EXPECT_GT(m_dropped.gauge("fathom_kv_transfer_seconds_per_token", "").value(), 0);
+  std::printf("cache-or-recompute: %.0f blocks dropped, %.0f tokens recomputed, %.0f blocks restored\n",
+              counter(m_dropped, "fathom_kv_blocks_dropped_total"),
+              counter(m_dropped, "fathom_kv_dropped_tokens_recomputed_total"),
+              counter(m_dropped, "fathom_kv_blocks_restored_total"));
+  const auto off = run(24, 8, SchedulerConfig::Recompute::kOff, m_off);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(off[i], resident[i]) << "request " << i;
+  EXPECT_GT(m_off.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 0);
+  EXPECT_EQ(counter(m_off, "fathom_kv_blocks_dropped_total"), 0);
+}
+
 // A prompt ten key chunks long (~2,000 tokens), run with `device_blocks` device blocks (0: all
 // resident) and `host_blocks` in the host tier; returns each choice's tokens.
 std::string long_prompt() {

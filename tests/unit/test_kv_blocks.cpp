@@ -171,6 +171,49 @@ TEST(CpuKvStorage, AppendFillsEveryPlaneAndBlocksMoveWhole) {
   }
 }
 
+// The recompute scratch: shared blocks name one memory for every layer (what layer 0 appends
+// there, layer 1's view reads, every plane), while the layers' own blocks stay apart; the
+// shared ones start after a page-aligned count of own blocks.
+TEST(CpuKvStorage, SharedBlocksAreOneMemoryForEveryLayer) {
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
+    KvLayout layout = small_layout(dtype);  // 2 layers, 3 kv heads, d 8, block 4
+    layout.transposed_k = true;
+    CpuKvStorage pool(layout, 5, 2);
+    ASSERT_GE(pool.first_shared(), 5);
+    EXPECT_EQ(pool.num_blocks(), pool.first_shared() + 2);
+    for (int p = 0; p < kKvPlanes; ++p)
+      EXPECT_EQ(layout.plane_bytes(static_cast<KvPlane>(p)) * pool.first_shared() % 4096, 0u) << p;
+    const int32_t s0 = pool.first_shared();
+    const std::vector<int32_t> shared = {s0 + 1, s0}, own = {3, 0};
+    std::vector<float> k(24), v(24);
+    for (int32_t pos = 0; pos < 6; ++pos) {
+      for (int i = 0; i < 24; ++i) {
+        k[i] = std::sin(0.3f * (pos * 24 + i));
+        v[i] = std::cos(0.7f * (pos * 24 + i));
+      }
+      pool.append(0, shared.data(), pos, k.data(), v.data());  // layer 0 only
+      pool.append(0, own.data(), pos, k.data(), v.data());
+    }
+    const PagedKvView l0 = pool.view(0, shared.data()), l1 = pool.view(1, shared.data());
+    const PagedKvView own1 = pool.view(1, own.data());
+    for (int32_t pos = 0; pos < 6; ++pos)
+      for (int32_t h = 0; h < 3; ++h) {
+        std::vector<float> a(8), b(8), c(8);
+        ref::load_kv_row(l0, l0.k, pos, h, a.data());
+        ref::load_kv_row(l1, l1.k, pos, h, b.data());
+        ref::load_kv_row(own1, own1.k, pos, h, c.data());
+        EXPECT_EQ(a, b) << "layer 1 reads what layer 0 wrote to a shared block";
+        EXPECT_EQ(c, std::vector<float>(8, 0.0f)) << "layer 1's own blocks were not written";
+        ref::load_kv_row(l0, l0.v, pos, h, a.data());
+        ref::load_kv_row(l1, l1.v, pos, h, b.data());
+        EXPECT_EQ(a, b);
+        EXPECT_EQ(std::memcmp(&l0.v_sum[l0.sum_index(pos, h)], &l1.v_sum[l1.sum_index(pos, h)], 8 * sizeof(float)), 0);
+      }
+    EXPECT_EQ(std::memcmp(pool.k_tile(0, s0, 2), pool.k_tile(1, s0, 2), layout.tile_elems() * kv_dtype_bytes(dtype)), 0);
+    EXPECT_NE(pool.k_tile(0, 3, 0), pool.k_tile(1, 3, 0));
+  }
+}
+
 // The KV planes' storage: zeroed, 2 MiB aligned (so transparent huge pages can back it),
 // writable end to end, and moved without copying or double unmapping.
 TEST(HugePageBuffer, IsZeroedAlignedWritableAndMovable) {

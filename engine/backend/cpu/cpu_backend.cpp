@@ -91,6 +91,23 @@ int32_t CpuBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_blocks
   kv_ = std::make_unique<CpuKvStorage>(kv_layout(), kv_blocks() + staging_slots_ + hot);
   host_kv_ = std::make_unique<CpuKvStorage>(kv_layout(), blocks);
   hot_rows_ = std::make_unique<HotRows>(*kv_, *host_kv_, kv_blocks() + staging_slots_, hot);
+  hot_slots_ = hot;
+  return blocks;
+}
+
+int32_t CpuBackend::reserve_recompute_scratch(int32_t blocks) {
+  FATHOM_CHECK(plan_ == nullptr && kv_->shared_blocks() == 0, "the recompute scratch is reserved once, before the first forward");
+  if (blocks <= 0 || !host_kv_) return 0;
+  const int32_t layers = kv_layout().n_layers, charge = (blocks + layers - 1) / layers;
+  if (kv_blocks() - charge < 3) return 0;
+  set_kv_blocks(kv_blocks() - charge);
+  // Slots: blocks, staging, hot rows (which also get the slots that page-align the shared ones),
+  // then the shared scratch. The storage is made again: nothing is in it before the first forward.
+  const int32_t first_hot = kv_blocks() + staging_slots_;
+  hot_rows_.reset();
+  kv_ = std::make_unique<CpuKvStorage>(kv_layout(), first_hot + hot_slots_, blocks);
+  hot_slots_ = kv_->first_shared() - first_hot;
+  hot_rows_ = std::make_unique<HotRows>(*kv_, *host_kv_, first_hot, hot_slots_);
   return blocks;
 }
 

@@ -34,6 +34,10 @@ class CpuBackend final : public Backend {
   // and gives the hot row cache (sparse decode over host rows) hot_rows_percent of what the page
   // table does not need of its budget.
   int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks) override;
+  // With a host tier: the device storage's shared blocks (CpuKvStorage), one layer's bytes of
+  // them taken from the budget in whole blocks.
+  int32_t reserve_recompute_scratch(int32_t blocks) override;
+  int32_t recompute_slot(int32_t i) const override { return kv_->first_shared() + i; }
 
   // Direct access for tests and bench/ tools (the engine goes through Backend only).
   CpuKvStorage& kv_storage() { return *kv_; }
@@ -88,6 +92,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<CpuKvStorage> host_kv_;  // host tier (null: none)
   std::unique_ptr<HotRows> hot_rows_;      // with a host tier
   int32_t staging_slots_ = 0;              // device slots [kv_blocks(), + staging_slots_)
+  int32_t hot_slots_ = 0;                  // then the hot rows' slots
   std::vector<std::byte> exchange_buffer_;  // one block's bytes in flight during exchange_slots
   AttentionObserver observer_;
 

@@ -1,20 +1,46 @@
 #include "engine/backend/cpu/kv_storage.h"
 
 #include <cstring>
+#include <numeric>
 
 #include "base/error.h"
 #include "kernels/cpu/ops.h"
 
 namespace fathom {
 
-CpuKvStorage::CpuKvStorage(const KvLayout& layout, int32_t num_blocks) : layout_(layout), num_blocks_(num_blocks) {
-  FATHOM_CHECK(num_blocks > 0 && layout.block_size > 0);
+namespace {
+constexpr size_t kPage = 4096;
+
+// The least block count n >= blocks with n · plane bytes a whole number of pages for every plane:
+// where the shared blocks may start.
+int32_t page_aligned_blocks(const KvLayout& layout, int32_t blocks) {
+  size_t step = 1;
   for (int p = 0; p < kKvPlanes; ++p) {
-    const size_t bytes = layout.plane_bytes(static_cast<KvPlane>(p)) * static_cast<size_t>(num_blocks);
-    if (bytes > 0)
-      for (int32_t l = 0; l < layout.n_layers; ++l) planes_[p].emplace_back(bytes);
+    const size_t b = layout.plane_bytes(static_cast<KvPlane>(p));
+    if (b > 0) step = std::lcm(step, kPage / std::gcd(b, kPage));
+  }
+  return static_cast<int32_t>((static_cast<size_t>(blocks) + step - 1) / step * step);
+}
+}  // namespace
+
+CpuKvStorage::CpuKvStorage(const KvLayout& layout, int32_t num_blocks, int32_t shared_blocks)
+    : layout_(layout), shared_blocks_(shared_blocks) {
+  FATHOM_CHECK(num_blocks > 0 && shared_blocks >= 0 && layout.block_size > 0);
+  const int32_t own = shared_blocks > 0 ? page_aligned_blocks(layout, num_blocks) : num_blocks;
+  num_blocks_ = own + shared_blocks;
+  for (int p = 0; p < kKvPlanes; ++p) {
+    const size_t plane = layout.plane_bytes(static_cast<KvPlane>(p));
+    if (plane == 0) continue;
+    if (shared_blocks == 0) {
+      for (int32_t l = 0; l < layout.n_layers; ++l) planes_[p].emplace_back(plane * static_cast<size_t>(own));
+      continue;
+    }
+    shared_.push_back(std::make_unique<SharedPages>(plane * static_cast<size_t>(shared_blocks)));
+    for (int32_t l = 0; l < layout.n_layers; ++l) planes_[p].emplace_back(plane * static_cast<size_t>(own), *shared_.back());
   }
 }
+
+CpuKvStorage::~CpuKvStorage() = default;
 
 void CpuKvStorage::check_block(int32_t block) const {
   FATHOM_CHECK(block >= 0 && block < num_blocks_, "block id out of range");

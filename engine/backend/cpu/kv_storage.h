@@ -4,6 +4,7 @@
 // nothing of reference counts: the page table decides which ids are live.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/kv/kv_layout.h"
@@ -14,10 +15,18 @@ namespace fathom {
 
 class CpuKvStorage {
  public:
-  CpuKvStorage(const KvLayout& layout, int32_t num_blocks);
+  // `num_blocks` blocks of every layer, then `shared_blocks` whose memory is one per plane for
+  // all layers (SharedPages): a step that recomputes dropped blocks writes layer l's K/V there,
+  // reads them in layer l's attention, and layer l + 1 overwrites them (docs/tiered_kv.md).
+  // The layer blocks are rounded up so the shared ones start on a page: first_shared() >=
+  // num_blocks; the slots between are ordinary blocks the caller may use.
+  CpuKvStorage(const KvLayout& layout, int32_t num_blocks, int32_t shared_blocks = 0);
+  ~CpuKvStorage();
 
   const KvLayout& layout() const { return layout_; }
-  int32_t num_blocks() const { return num_blocks_; }
+  int32_t num_blocks() const { return num_blocks_; }  // every addressable slot, shared ones included
+  int32_t first_shared() const { return num_blocks_ - shared_blocks_; }
+  int32_t shared_blocks() const { return shared_blocks_; }
 
   // Start of the [block_size][head_dim] tile of (layer, block, kv head).
   void* k_tile(int32_t layer, int32_t block, int32_t head);
@@ -63,6 +72,8 @@ class CpuKvStorage {
 
   KvLayout layout_;
   int32_t num_blocks_;
+  int32_t shared_blocks_;
+  std::vector<std::unique_ptr<SharedPages>> shared_;  // per plane, when shared_blocks_ > 0
   std::vector<HugePageBuffer> planes_[kKvPlanes];  // [plane][layer], empty when absent
 };
 

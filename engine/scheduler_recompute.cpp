@@ -1,0 +1,129 @@
+// ALISA's cache-or-recompute for the Scheduler (docs/tiered_kv.md, "Cache or recompute"): when
+// both KV tiers are full, a running sequence's oldest blocks are dropped instead of preempting a
+// sequence, and every step that runs it computes them again — a prefill of its first positions
+// whose K/V go to the backend's recompute scratch, one layer at a time (each layer's append
+// overwrites the previous layer's), read by the same layer's attention. The output is the one a
+// resident cache gives: the forward is batch invariant, so recomputed K/V are the stored ones.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <span>
+#include <vector>
+
+#include "base/error.h"
+#include "engine/backend/backend.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+#include "engine/scheduler_metrics.h"
+
+namespace fathom {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void Scheduler::measure_recompute_cost() {
+  if (scratch_blocks_ == 0) return;
+  const int32_t bs = allocator_.block_size();
+  // What the scratch and half a step hold: a step's own tokens keep the other half.
+  recompute_cap_ = std::min(scratch_blocks_, config_.max_batched_tokens / 2 / bs) * bs;
+  if (recompute_cap_ == 0) return;
+  // Recompute: a forward of up to 64 positions into the scratch (what a step adds per dropped
+  // token), best of 2. Transfer: host-to-device block copies (what reading a host block costs a
+  // step that stages it), best of 3. Both slots are free before the first request.
+  const int32_t n = std::min(recompute_cap_, 64);
+  std::vector<int32_t> tokens(n), table((n + bs - 1) / bs);
+  for (int32_t i = 0; i < n; ++i) tokens[i] = i % model_.vocab();
+  for (int32_t i = 0; i < static_cast<int32_t>(table.size()); ++i) table[i] = backend_.recompute_slot(i);
+  BatchPlan probe;
+  probe.seqs.push_back(SeqStep{tokens, 0, &table, LogitsWanted::kNone});
+  double recompute = 1e30, transfer = 1e30;
+  for (int rep = 0; rep < 2; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    backend_.forward(probe, logits_);
+    recompute = std::min(recompute, seconds_since(t0) / n);
+  }
+  const int32_t copies = std::min({8, allocator_.host_blocks(), allocator_.device_blocks()});
+  for (int rep = 0; rep < 3 && copies > 0; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int32_t i = 0; i < copies; ++i) backend_.copy_slot(KvTier::kHost, i, KvTier::kDevice, i);
+    transfer = std::min(transfer, seconds_since(t0) / (copies * bs));
+  }
+  backend_.take_tier_bytes();  // the probes are not traffic
+  backend_.take_kv_read_bytes();
+  backend_.take_attention_steps();
+  metrics_->recompute_cost.set(recompute);
+  metrics_->transfer_cost.set(transfer);
+  drop_before_host_ = config_.recompute == SchedulerConfig::Recompute::kAlways ||
+                      (config_.recompute == SchedulerConfig::Recompute::kAuto && recompute < transfer);
+  std::fprintf(stderr,
+               "fathom: cache-or-recompute: up to %d dropped tokens; recompute %.3g s/token, host->device %.3g "
+               "s/token: %s\n",
+               recompute_cap_, recompute, transfer,
+               drop_before_host_ ? "old blocks are dropped before the host tier"
+                                 : "blocks are dropped only when both tiers are full");
+}
+
+bool Scheduler::drop_oldest_block(bool host_only) {
+  if (recompute_cap_ == 0 || dropped_tokens_ + allocator_.block_size() > recompute_cap_) return false;
+  const int32_t bs = allocator_.block_size();
+  Sequence* best = nullptr;
+  for (auto& r : requests_)
+    for (auto& sp : r->seqs) {
+      Sequence& s = *sp;
+      // Decoding, not restoring, not about to fork (its prompt blocks are about to be shared).
+      if (s.state != SeqState::kRunning || s.pending() != 1 || s.restoring) continue;
+      if (r->request.n > 1 && !r->forked) continue;
+      const int32_t d = s.dropped_blocks;
+      // Keep the last two full blocks: a step that opens a block reads the V sum of the one before.
+      if (d + 2 >= s.n_computed / bs) continue;
+      const int32_t b = s.blocks[d];
+      // Only a block no other sequence holds frees memory (the prefix cache's reference is
+      // evictable); one the cache has not taken yet would lose its chain hash.
+      if (allocator_.ref_count(b) != 1 + prefix_.holds(b) || (config_.prefix_caching && d >= s.n_registered)) continue;
+      if (host_only && allocator_.tier(b) != KvTier::kHost) continue;
+      // The last in (priority, arrival) order pays first, as preemption would pick it.
+      if (best == nullptr || served_before(*best->request, *s.request) ||
+          (best->request == s.request && best->choice < s.choice))
+        best = &s;
+    }
+  if (best == nullptr) return false;
+  allocator_.release(best->blocks[best->dropped_blocks]);
+  best->blocks[best->dropped_blocks++] = kDroppedBlock;
+  dropped_tokens_ += bs;
+  metrics_->dropped_blocks.inc();
+  return true;
+}
+
+void Scheduler::restore_dropped() {
+  if (dropped_tokens_ == 0) return;
+  int32_t running = 0;
+  for (auto& r : requests_)
+    for (auto& s : r->seqs) running += s->state == SeqState::kRunning;
+  for (auto& r : requests_)
+    for (auto& sp : r->seqs) {
+      Sequence& s = *sp;
+      if (s.state != SeqState::kRunning || s.dropped_blocks == 0 || s.restoring) continue;
+      // Room for its prefix and one more block per running sequence (the next step's growth), so a
+      // restore is not dropped again at once.
+      if (available_blocks() < s.dropped_blocks + running) return;
+      for (int32_t i = 0; i < s.dropped_blocks; ++i) {
+        s.blocks[i] = take_block();
+        FATHOM_CHECK(s.blocks[i] >= 0);
+      }
+      s.restoring = true;
+    }
+}
+
+void Scheduler::plan_recompute(BatchPlan& plan, const Sequence& s, int32_t owner) {
+  // Positions [0, dropped): no logits, dense prefill attention; make_resident points its table
+  // at the owner's physical one (scratch blocks, or the new blocks of a restore).
+  const int32_t n = s.dropped_blocks * allocator_.block_size();
+  plan.seqs.push_back(SeqStep{std::span<const int32_t>(s.tokens).first(n), 0, &s.blocks, LogitsWanted::kNone});
+  recompute_owner_.push_back(owner);
+}
+
+}  // namespace fathom
