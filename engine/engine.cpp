@@ -108,7 +108,7 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   // Blocks past both tiers can be dropped and recomputed (cache-or-recompute), but the prompt is
   // admitted whole.
   const int32_t cache_blocks = scheduler_->allocator().num_blocks();  // both tiers; fixed after construction
-  const int64_t servable = cache_blocks + scheduler_->recompute_capacity() / bs;
+  const int64_t servable = cache_blocks + scheduler_->recompute_model().capacity_tokens / bs;
   if (need > servable || (prompt + bs) / bs > cache_blocks)
     throw Error("this request needs up to " + std::to_string(need) + " KV cache blocks of " + std::to_string(bs) +
                 " tokens (prompt " + std::to_string(prompt) + " + max_tokens " + std::to_string(request.max_tokens) +
@@ -183,7 +183,8 @@ bool Engine::drain(std::chrono::milliseconds timeout) {
 Engine::KvCapacity Engine::kv_capacity() const {
   const BlockAllocator& a = scheduler_->allocator();
   const SchedulerConfig& c = scheduler_->config();
-  return {a.device_blocks(), a.host_blocks(), a.block_size(), c.max_batched_tokens, c.max_num_seqs};
+  return {a.device_blocks(), a.host_blocks(), a.block_size(), c.max_batched_tokens, c.max_num_seqs,
+          scheduler_->recompute_model()};
 }
 
 int32_t Engine::running() const { return running_count_.load(); }

@@ -45,6 +45,16 @@ struct SchedulerConfig {
   int32_t bifurcated_min_prefix = 256;
 };
 
+// The cache-or-recompute cost model, measured at start-up (docs/tiered_kv.md): how many tokens
+// running sequences may have dropped at once (0: none), one token's recompute and one token's
+// host-to-device move (seconds; 0: not measured), and whether old blocks are dropped before they
+// would go to the host tier.
+struct RecomputeModel {
+  int32_t capacity_tokens = 0;
+  double recompute_s_per_token = 0, transfer_s_per_token = 0;
+  bool before_host = false;
+};
+
 // Shared between the engine thread and one client: a queue of events plus cancellation.
 class RequestHandle {
  public:
@@ -98,6 +108,7 @@ class Engine {
   // What the KV cache holds and the step limits the scheduler runs with (fixed after construction).
   struct KvCapacity {
     int32_t device_blocks, host_blocks, block_size, max_batched_tokens, max_num_seqs;
+    RecomputeModel recompute;
   };
   KvCapacity kv_capacity() const;
   int32_t running() const;  // sequences being processed

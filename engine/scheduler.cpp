@@ -148,6 +148,13 @@ void Scheduler::register_full_blocks(Sequence& seq) {
   seq.n_registered = std::max(seq.n_registered, full);
 }
 
+int32_t Scheduler::running_sequences() const {
+  int32_t n = 0;
+  for (const auto& r : requests_)
+    for (const auto& s : r->seqs) n += s->state == SeqState::kRunning;
+  return n;
+}
+
 Sequence* Scheduler::pick_victim(const Sequence* except) {
   // The last running sequence in (priority, arrival) order; nullptr when that is `except`.
   std::vector<Sequence*> running;
@@ -378,12 +385,19 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
       if (s->state != SeqState::kFinished) seqs.push_back(s.get());
 
   // 1. Room for every running sequence's pending tokens, preempting from the back if short.
+  const int32_t bs = allocator_.block_size();
   for (Sequence* s : seqs) {
     if (s->state != SeqState::kRunning) continue;
     guarded(*s->request, [&] {
       while (!ensure_room(*s, static_cast<int32_t>(s->tokens.size()))) {
-        if (drop_oldest_block(false)) continue;  // cache-or-recompute before preemption
         Sequence* victim = pick_victim(s);
+        // Cache-or-recompute instead, where it recomputes fewer tokens than the preemption would —
+        // or always, when the preempted sequence could not come back (it runs alone, or its tokens
+        // outgrew both tiers: it would fail).
+        const Sequence& loser = victim ? *victim : *s;
+        const bool comes_back = (victim != nullptr || running_sequences() > 1) &&
+                                static_cast<int64_t>(loser.tokens.size()) + bs <= int64_t{allocator_.num_blocks()} * bs;
+        if (drop_oldest_block(false, comes_back ? loser.n_computed : INT64_MAX)) continue;
         Sequence& v = victim ? *victim : *s;
         guarded(*v.request, [&] { preempt(v); });
         if (!victim) break;
@@ -391,14 +405,13 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
     });
   }
 
-  if (drop_before_host_)
-    while (drop_oldest_block(true)) {
+  if (recompute_.before_host)
+    while (drop_oldest_block(true, INT64_MAX)) {
     }
   else
     restore_dropped();
 
   // 3. The step: decode tokens first, then prefill chunks, then admissions.
-  const int32_t bs = allocator_.block_size();
   recompute_owner_.clear();
   int32_t budget = config_.max_batched_tokens;
   // Rows of every-position logits (prompts being scored) this step may return: a bounded

@@ -53,9 +53,9 @@ class Scheduler {
   void fail_all(const std::string& message);  // finishes every request with an error
 
   const BlockAllocator& allocator() const { return allocator_; }
-  // Tokens all running sequences may have dropped at once (0: no cache-or-recompute), so a request
-  // up to the tiers plus this many tokens can finish.
-  int32_t recompute_capacity() const { return recompute_cap_; }
+  // The cache-or-recompute model measured at construction: a request up to both tiers plus its
+  // capacity_tokens can finish.
+  const RecomputeModel& recompute_model() const { return recompute_; }
   // The limits it runs with: the configured ones, or smaller steps when the device tier could
   // not hold every block a configured step writes.
   const SchedulerConfig& config() const { return config_; }
@@ -71,11 +71,13 @@ class Scheduler {
   int32_t available_blocks() const;          // free + evictable
   void preempt(Sequence& victim);             // by recompute
   // ALISA's cache-or-recompute (engine/scheduler_recompute.cpp, docs/tiered_kv.md).
-  // The cost model: recompute and transfer time per token, measured now; sets recompute_cap_.
+  // The cost model: recompute and transfer time per token, measured now (recompute_).
   void measure_recompute_cost();
-  // Drops the oldest droppable block of some running sequence (the last in (priority, arrival)
-  // order first); `host_only`: only a block in the host tier. False when none may be dropped.
-  bool drop_oldest_block(bool host_only);
+  // Drops the oldest droppable block of the running sequence where that costs the fewest
+  // recomputed tokens — the block's tokens every step until the soonest running sequence ends —
+  // if fewer than `preempt_cost` (what the preemption it replaces would recompute);
+  // `host_only`: only a block in the host tier. False when none may be dropped.
+  bool drop_oldest_block(bool host_only, int64_t preempt_cost);
   // Gives sequences with dropped blocks new blocks when the tiers have room for them and more:
   // their next step recomputes into those (Sequence::restoring).
   void restore_dropped();
@@ -87,6 +89,7 @@ class Scheduler {
   // The device block written longest ago that this step does not write, or -1.
   int32_t next_device_victim();
   Sequence* pick_victim(const Sequence* except);
+  int32_t running_sequences() const;
   void admit(Sequence& seq);                 // prefix lookup, blocks for the whole prompt
   void release_blocks(Sequence& seq);
   void register_full_blocks(Sequence& seq);
@@ -129,9 +132,8 @@ class Scheduler {
   std::mt19937_64 seed_rng_{0x5eed};
   std::vector<float> logits_;
   StepCostModel step_cost_;  // what a prefill chunk costs, learned from step times
-  int32_t recompute_cap_ = 0;      // tokens all running sequences may have dropped at once (0: off)
-  int32_t dropped_tokens_ = 0;     // dropped now (restoring ones included)
-  bool drop_before_host_ = false;  // recomputing a token measured cheaper than moving its K/V
+  RecomputeModel recompute_;   // capacity_tokens: what all running sequences may have dropped at once
+  int32_t dropped_tokens_ = 0;  // dropped now (restoring ones included)
   std::vector<int32_t> recompute_owner_;  // plan.seqs past `planned`: the plan index each recomputes for
 };
 

@@ -6,8 +6,9 @@
 // resident cache gives: the forward is batch invariant, so recomputed K/V are the stored ones.
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <span>
+#include <utility>
+#include <cstdint>
 #include <vector>
 
 #include "base/error.h"
@@ -29,48 +30,60 @@ void Scheduler::measure_recompute_cost() {
   if (scratch_blocks_ == 0) return;
   const int32_t bs = allocator_.block_size();
   // What the scratch and half a step hold: a step's own tokens keep the other half.
-  recompute_cap_ = std::min(scratch_blocks_, config_.max_batched_tokens / 2 / bs) * bs;
-  if (recompute_cap_ == 0) return;
+  recompute_.capacity_tokens = std::min(scratch_blocks_, config_.max_batched_tokens / 2 / bs) * bs;
+  if (recompute_.capacity_tokens == 0) return;
   // Recompute: a forward of up to 64 positions into the scratch (what a step adds per dropped
   // token), best of 2. Transfer: host-to-device block copies (what reading a host block costs a
   // step that stages it), best of 3. Both slots are free before the first request.
-  const int32_t n = std::min(recompute_cap_, 64);
+  const int32_t n = std::min(recompute_.capacity_tokens, 64);
   std::vector<int32_t> tokens(n), table((n + bs - 1) / bs);
   for (int32_t i = 0; i < n; ++i) tokens[i] = i % model_.vocab();
   for (int32_t i = 0; i < static_cast<int32_t>(table.size()); ++i) table[i] = backend_.recompute_slot(i);
   BatchPlan probe;
   probe.seqs.push_back(SeqStep{tokens, 0, &table, LogitsWanted::kNone});
   double recompute = 1e30, transfer = 1e30;
-  for (int rep = 0; rep < 2; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    backend_.forward(probe, logits_);
-    recompute = std::min(recompute, seconds_since(t0) / n);
+  try {
+    for (int rep = 0; rep < 2; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      backend_.forward(probe, logits_);
+      recompute = std::min(recompute, seconds_since(t0) / n);
+    }
+    const int32_t copies = std::min({8, allocator_.host_blocks(), allocator_.device_blocks()});
+    for (int rep = 0; rep < 3 && copies > 0; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int32_t i = 0; i < copies; ++i) backend_.copy_slot(KvTier::kHost, i, KvTier::kDevice, i);
+      transfer = std::min(transfer, seconds_since(t0) / (copies * bs));
+    }
+    backend_.take_tier_bytes();  // the probes are not traffic
+    backend_.take_kv_read_bytes();
+    backend_.take_attention_steps();
+  } catch (const std::exception&) {  // a failing probe (a failpoint) leaves the model unmeasured
+    recompute = transfer = 0;
   }
-  const int32_t copies = std::min({8, allocator_.host_blocks(), allocator_.device_blocks()});
-  for (int rep = 0; rep < 3 && copies > 0; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int32_t i = 0; i < copies; ++i) backend_.copy_slot(KvTier::kHost, i, KvTier::kDevice, i);
-    transfer = std::min(transfer, seconds_since(t0) / (copies * bs));
-  }
-  backend_.take_tier_bytes();  // the probes are not traffic
-  backend_.take_kv_read_bytes();
-  backend_.take_attention_steps();
   metrics_->recompute_cost.set(recompute);
   metrics_->transfer_cost.set(transfer);
-  drop_before_host_ = config_.recompute == SchedulerConfig::Recompute::kAlways ||
-                      (config_.recompute == SchedulerConfig::Recompute::kAuto && recompute < transfer);
-  std::fprintf(stderr,
-               "fathom: cache-or-recompute: up to %d dropped tokens; recompute %.3g s/token, host->device %.3g "
-               "s/token: %s\n",
-               recompute_cap_, recompute, transfer,
-               drop_before_host_ ? "old blocks are dropped before the host tier"
-                                 : "blocks are dropped only when both tiers are full");
+  recompute_.recompute_s_per_token = recompute;
+  recompute_.transfer_s_per_token = transfer;
+  recompute_.before_host = config_.recompute == SchedulerConfig::Recompute::kAlways ||
+                           (config_.recompute == SchedulerConfig::Recompute::kAuto && recompute > 0 && recompute < transfer);
 }
 
-bool Scheduler::drop_oldest_block(bool host_only) {
-  if (recompute_cap_ == 0 || dropped_tokens_ + allocator_.block_size() > recompute_cap_) return false;
+bool Scheduler::drop_oldest_block(bool host_only, int64_t preempt_cost) {
+  if (recompute_.capacity_tokens == 0 || dropped_tokens_ + allocator_.block_size() > recompute_.capacity_tokens) return false;
   const int32_t bs = allocator_.block_size();
+  // Steps until room comes back: when the soonest running sequence ends (its max_tokens; a stop
+  // ends it sooner). The two smallest, so each candidate can leave itself out.
+  auto remaining = [](const Sequence& s) { return int64_t{s.request->request.max_tokens} - s.generated(); };
+  int64_t first = INT64_MAX, second = INT64_MAX;
+  for (auto& r : requests_)
+    for (auto& sp : r->seqs)
+      if (sp->state == SeqState::kRunning) {
+        const int64_t left = remaining(*sp);
+        if (left < first) second = std::exchange(first, left);
+        else second = std::min(second, left);
+      }
   Sequence* best = nullptr;
+  int64_t best_cost = 0;
   for (auto& r : requests_)
     for (auto& sp : r->seqs) {
       Sequence& s = *sp;
@@ -85,10 +98,17 @@ bool Scheduler::drop_oldest_block(bool host_only) {
       // evictable); one the cache has not taken yet would lose its chain hash.
       if (allocator_.ref_count(b) != 1 + prefix_.holds(b) || (config_.prefix_caching && d >= s.n_registered)) continue;
       if (host_only && allocator_.tier(b) != KvTier::kHost) continue;
-      // The last in (priority, arrival) order pays first, as preemption would pick it.
-      if (best == nullptr || served_before(*best->request, *s.request) ||
-          (best->request == s.request && best->choice < s.choice))
+      // Its cost in recomputed tokens: the block's tokens every step until room comes back.
+      const int64_t left = remaining(s), others = left == first ? second : first;
+      const int64_t cost = int64_t{bs} * std::min(left, others);
+      if (cost >= preempt_cost) continue;
+      // The cheapest; among equals the last in (priority, arrival) order, as preemption picks.
+      if (best == nullptr || cost < best_cost ||
+          (cost == best_cost && (served_before(*best->request, *s.request) ||
+                                 (best->request == s.request && best->choice < s.choice)))) {
         best = &s;
+        best_cost = cost;
+      }
     }
   if (best == nullptr) return false;
   allocator_.release(best->blocks[best->dropped_blocks]);
@@ -100,9 +120,7 @@ bool Scheduler::drop_oldest_block(bool host_only) {
 
 void Scheduler::restore_dropped() {
   if (dropped_tokens_ == 0) return;
-  int32_t running = 0;
-  for (auto& r : requests_)
-    for (auto& s : r->seqs) running += s->state == SeqState::kRunning;
+  const int32_t running = running_sequences();
   for (auto& r : requests_)
     for (auto& sp : r->seqs) {
       Sequence& s = *sp;

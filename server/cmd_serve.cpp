@@ -219,6 +219,12 @@ int run_serve(int argc, char** argv) {
   const Engine::KvCapacity kv = engine.kv_capacity();
   spdlog::info("kv cache: {} device blocks + {} host blocks of {} tokens ({} tokens in all)", kv.device_blocks,
                kv.host_blocks, kv.block_size, static_cast<int64_t>(kv.device_blocks + kv.host_blocks) * kv.block_size);
+  if (kv.recompute.capacity_tokens > 0)
+    spdlog::info("kv cache-or-recompute: up to {} dropped tokens; recompute {:.3g} s/token, host->device {:.3g} "
+                 "s/token (0: unmeasured): {}",
+                 kv.recompute.capacity_tokens, kv.recompute.recompute_s_per_token, kv.recompute.transfer_s_per_token,
+                 kv.recompute.before_host ? "old blocks are dropped before the host tier"
+                                          : "blocks are dropped only when both tiers are full");
   if (config.scheduler.host_kv_bytes > 0 && kv.host_blocks == 0)
     spdlog::warn("the {} backend has no host KV tier yet: kv_cache.host_mib is not used", backend->name());
   if (kv.max_batched_tokens < config.scheduler.max_batched_tokens || kv.max_num_seqs < config.scheduler.max_num_seqs)

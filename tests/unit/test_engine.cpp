@@ -205,29 +205,43 @@ TEST(Engine, TieredKvAndRecomputeKeepOutputs) {
   }
 }
 
-// Cache-or-recompute: two greedy requests outgrow both tiers together (~28 blocks for 31). The later
-// one's oldest blocks are dropped instead of preempting anyone, every step recomputes them into
-// the scratch, and when the earlier request finishes they come back (recomputed into new blocks).
-// Both outputs equal the all-resident run's, token for token. With recompute off the same load
-// preempts.
+// Cache-or-recompute: two greedy requests outgrow both tiers (47 blocks) together in the last ~30
+// tokens of the first. Dropping the later one's oldest blocks until the first ends recomputes fewer
+// tokens than preempting it (its ~600 computed tokens), so they are dropped, every step
+// recomputes them into the scratch, and when the first request ends they come back (recomputed into
+// new blocks). Both outputs equal the all-resident run's, token for token. With recompute off the
+// same load preempts; with recompute preferred to the host tier, blocks go before the host tier.
 TEST(Engine, DroppedBlocksAreRecomputedWithTheResidentOutput) {
   auto model = load();
   std::string long_text;
-  for (int i = 0; i < 27; ++i) long_text += "Item " + std::to_string(i) + " is a gear. ";
-  std::vector<Request> requests = {greedy(*model, long_text, 120),
-                                   greedy(*model, "Once upon a time there was a little robot who lived in a workshop"
-                                                  " full of clocks, springs and old radios. One day", 240)};
+  for (int i = 0; i < 60; ++i) long_text += "Item " + std::to_string(i) + " is a gear. ";
+  std::vector<Request> requests = {greedy(*model,
+                                          "Once upon a time there was a little robot who lived in a workshop"
+                                          " full of clocks, springs and old radios. One day",
+                                          150),
+                                   greedy(*model, long_text, 150)};
   for (Request& r : requests) r.stop.ignore_eos = true;
-  ASSERT_GT(requests[0].prompt.size(), 200u);
-  auto run = [&](int32_t device_blocks, int32_t host_blocks, SchedulerConfig::Recompute recompute, MetricsRegistry& m) {
+  ASSERT_GT(requests[1].prompt.size(), 380u);
+  // Both tiers together hold `total_blocks` (0: all resident); the device tier's budget is 24.
+  auto run = [&](int32_t total_blocks, SchedulerConfig::Recompute recompute, MetricsRegistry& m) {
     const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
-    auto l = load(block_bytes * device_blocks);
     SchedulerConfig cfg;
-    cfg.host_kv_bytes = block_bytes * host_blocks;
     cfg.max_batched_tokens = 128;  // a scratch of 64 tokens
     cfg.max_num_seqs = 2;
     cfg.recompute = recompute;
+    int32_t device = 0;  // what the page table gets of the budget (the caches take their share)
+    if (total_blocks > 0) {
+      auto probe = load(block_bytes * 24);
+      cfg.host_kv_bytes = block_bytes * 8;
+      MetricsRegistry unused;
+      device = Engine(*probe, *probe.backend, cfg, unused).kv_capacity().device_blocks;
+      cfg.host_kv_bytes = block_bytes * (total_blocks - device);
+    }
+    auto l = load(total_blocks > 0 ? block_bytes * 24 : 0);
     Engine engine(*l, *l.backend, cfg, m);
+    if (total_blocks > 0) {
+      EXPECT_EQ(engine.kv_capacity().device_blocks + engine.kv_capacity().host_blocks, total_blocks);
+    }
     std::vector<std::shared_ptr<RequestHandle>> handles;
     for (const Request& r : requests) handles.push_back(engine.submit(r));
     std::vector<std::vector<int32_t>> out;
@@ -235,11 +249,11 @@ TEST(Engine, DroppedBlocksAreRecomputedWithTheResidentOutput) {
     return out;
   };
   MetricsRegistry m_resident, m_dropped, m_off;
-  const auto resident = run(0, 0, SchedulerConfig::Recompute::kAuto, m_resident);
-  const auto dropped = run(24, 8, SchedulerConfig::Recompute::kAuto, m_dropped);
+  const auto resident = run(0, SchedulerConfig::Recompute::kAuto, m_resident);
+  const auto dropped = run(47, SchedulerConfig::Recompute::kAuto, m_dropped);
   ASSERT_EQ(resident.size(), 2u);
-  EXPECT_EQ(resident[0].size(), 120u);
-  EXPECT_EQ(resident[1].size(), 240u);
+  EXPECT_EQ(resident[0].size(), 150u);
+  EXPECT_EQ(resident[1].size(), 150u);
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(dropped[i], resident[i]) << "request " << i;
   auto counter = [](MetricsRegistry& m, const char* name) { return m.counter(name, "").value(); };
   const double preempted = m_dropped.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value();
@@ -254,10 +268,18 @@ TEST(Engine, DroppedBlocksAreRecomputedWithTheResidentOutput) {
               counter(m_dropped, "fathom_kv_blocks_dropped_total"),
               counter(m_dropped, "fathom_kv_dropped_tokens_recomputed_total"),
               counter(m_dropped, "fathom_kv_blocks_restored_total"));
-  const auto off = run(24, 8, SchedulerConfig::Recompute::kOff, m_off);
+  const auto off = run(47, SchedulerConfig::Recompute::kOff, m_off);
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(off[i], resident[i]) << "request " << i;
   EXPECT_GT(m_off.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 0);
   EXPECT_EQ(counter(m_off, "fathom_kv_blocks_dropped_total"), 0);
+  // Recompute preferred to the host tier (what the cost model picks where recomputing a token is
+  // cheaper than moving it): blocks that went to a roomy host tier are dropped, none preempted.
+  MetricsRegistry m_always;
+  const auto always = run(96, SchedulerConfig::Recompute::kAlways, m_always);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(always[i], resident[i]) << "request " << i;
+  EXPECT_GT(counter(m_always, "fathom_kv_blocks_dropped_total"), 0);
+  EXPECT_EQ(counter(m_always, "fathom_kv_blocks_restored_total"), 0);
+  EXPECT_EQ(m_always.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 0);
 }
 
 // A prompt ten key chunks long (~2,000 tokens), run with `device_blocks` device blocks (0: all
