@@ -282,6 +282,49 @@ TEST(Engine, DroppedBlocksAreRecomputedWithTheResidentOutput) {
   EXPECT_EQ(m_always.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 0);
 }
 
+// Admission counts what cache-or-recompute may drop: a request up to both tiers plus the scratch's
+// tokens (64 here) runs alone to the resident output, dropping its own oldest blocks (preempting
+// itself would only come back to the same wall); one block more is refused at submission, and so
+// is a prompt the tiers cannot hold whole.
+TEST(Engine, ARequestLargerThanBothTiersIsServedByRecompute) {
+  auto model = load();
+  std::string text;
+  for (int i = 0; i < 30; ++i) text += "Item " + std::to_string(i) + " is a gear. ";
+  Request r = greedy(*model, text, 8);
+  r.stop.ignore_eos = true;
+  const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
+  SchedulerConfig cfg;
+  cfg.max_batched_tokens = 128;  // a scratch of 64 tokens
+  cfg.max_num_seqs = 2;
+  cfg.host_kv_bytes = block_bytes * 8;
+  auto l = load(block_bytes * 24);
+  MetricsRegistry m;
+  Engine engine(*l, *l.backend, cfg, m);
+  const Engine::KvCapacity kv = engine.kv_capacity();
+  ASSERT_EQ(kv.recompute.capacity_tokens, 64);
+  const int32_t tiers = (kv.device_blocks + kv.host_blocks) * 16;
+  r.max_tokens = tiers + 64 - static_cast<int32_t>(r.prompt.size());  // exactly what may be served
+  ASSERT_GT(r.max_tokens, 64);
+  Request one_more = r;
+  one_more.max_tokens += 16;
+  try {
+    engine.submit(one_more);
+    ADD_FAILURE() << "a request past both tiers and the scratch was admitted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("recomputes up to 4"), std::string::npos) << e.what();
+  }
+  Request huge_prompt = greedy(*model, text + text + text + text + text + text + text + text, 4);
+  EXPECT_THROW(engine.submit(huge_prompt), Error);
+  const std::vector<int32_t> served = collect(*engine.submit(r)).tokens.at(0);
+  EXPECT_EQ(served.size(), static_cast<size_t>(r.max_tokens));
+  EXPECT_EQ(m.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 0);
+  EXPECT_EQ(m.counter("fathom_kv_blocks_dropped_total", "").value(), 4);
+  MetricsRegistry m_resident;
+  auto big = load();
+  Engine resident(*big, *big.backend, cfg, m_resident);
+  EXPECT_EQ(collect(*resident.submit(r)).tokens.at(0), served);
+}
+
 // A prompt ten key chunks long (~2,000 tokens), run with `device_blocks` device blocks (0: all
 // resident) and `host_blocks` in the host tier; returns each choice's tokens.
 std::string long_prompt() {
