@@ -99,6 +99,9 @@ class Backend : protected ForwardOps {
   void copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot);
   // Device slot `device_slot` and host slot `host_slot` trade their bytes.
   void exchange_slots(int32_t device_slot, int32_t host_slot);
+  // Waits until the moves queued so far are done (a backend whose moves are asynchronous): the
+  // end of a measurement of them.
+  virtual void finish_moves() {}
   // Bytes moved between the tiers since the last call (moves, exchanges and attention's
   // staging of host blocks), then reset.
   TierBytes take_tier_bytes();

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <span>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -177,9 +178,12 @@ constexpr PolicyKind kPolicies[] = {PolicyKind::kDense, PolicyKind::kSparq, Poli
 struct EngineRun {
   std::map<PolicyKind, std::vector<int32_t>> tokens;
   double moved_in = 0, moved_out = 0, demoted = 0, preempted = 0, hip_hits = 0, hip_misses = 0, swa_hits = 0;
+  double dropped = 0, recomputed = 0;
 };
 
-EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blocks, int32_t hot_rows_percent = 0) {
+EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blocks, int32_t hot_rows_percent = 0,
+                     std::span<const PolicyKind> kinds = kPolicies,
+                     SchedulerConfig::Recompute recompute = SchedulerConfig::Recompute::kAuto) {
   ModelOptions o;
   o.threads = 2;
   o.block_size = 16;
@@ -193,6 +197,7 @@ EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blo
   cfg.host_kv_bytes = static_cast<int64_t>(layout.block_bytes()) * host_blocks;
   cfg.max_batched_tokens = 32;  // a step writes at most 2 + 2 blocks
   cfg.max_num_seqs = 1;
+  cfg.recompute = recompute;
   Engine engine(model, *backend, cfg, metrics);
   EXPECT_EQ(engine.kv_capacity().host_blocks, host_blocks);
 
@@ -200,7 +205,7 @@ EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blo
   for (int i = 0; i < 12; ++i) prefix += "Line " + std::to_string(i) + ": the robot counted gears. ";
   EngineRun out;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-  for (PolicyKind kind : kPolicies) {
+  for (PolicyKind kind : kinds) {
     Request r;
     r.prompt = model.tokenizer().encode(prefix + "Question about " + policy_name(kind) +
                                         ": how many gears did the robot count on line seven, and why?");
@@ -225,6 +230,8 @@ EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blo
   out.hip_hits = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "hip"}, {"result", "hit"}}).value();
   out.hip_misses = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "hip"}, {"result", "miss"}}).value();
   out.swa_hits = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "swa"}, {"result", "hit"}}).value();
+  out.dropped = metrics.counter("fathom_kv_blocks_dropped_total", "").value();
+  out.recomputed = metrics.counter("fathom_kv_dropped_tokens_recomputed_total", "").value();
   return out;
 }
 
@@ -253,6 +260,26 @@ TEST(CudaTieredEngine, PoliciesOverTheHostTierMatchResident) {
               "%.0f misses, SWA %.0f hits (%.1f s)\n",
               tiered.demoted, tiered.moved_out, tiered.moved_in, tiered.hip_hits, tiered.hip_misses, tiered.swa_hits,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// Cache-or-recompute on the CUDA backend: blocks in the host tier are dropped (recompute preferred
+// to the host tier, as the cost model picks where recomputing is cheaper) and every step computes
+// them again into the scratch, which each layer's kernels find through their own translation of
+// the block tables. Dense and HiP give the resident run's tokens.
+TEST(CudaTieredEngine, DroppedBlocksRecomputeToTheResidentTokens) {
+  std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
+  constexpr PolicyKind kinds[] = {PolicyKind::kDense, PolicyKind::kHip};
+  const EngineRun resident = run_engine(*model, 200, 0, 0, kinds);
+  const EngineRun dropped = run_engine(*model, 8, 120, 0, kinds, SchedulerConfig::Recompute::kAlways);
+  for (PolicyKind kind : kinds) {
+    ASSERT_EQ(resident.tokens.at(kind).size(), 5u) << policy_name(kind);
+    EXPECT_EQ(dropped.tokens.at(kind), resident.tokens.at(kind)) << policy_name(kind);
+  }
+  EXPECT_GT(dropped.dropped, 0);
+  EXPECT_GT(dropped.recomputed, 0);
+  EXPECT_EQ(dropped.preempted, 0);
+  std::printf("cuda cache-or-recompute: %.0f blocks dropped, %.0f tokens recomputed\n", dropped.dropped,
+              dropped.recomputed);
 }
 
 }  // namespace

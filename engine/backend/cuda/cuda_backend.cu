@@ -96,6 +96,12 @@ class CudaBackend final : public Backend {
     kv_->write_block(block, src);
   }
   int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks) override;
+  // With a host tier: CudaKvStorage's shared blocks (one allocation per plane, every layer's blocks
+  // then the scratch; each layer reads its own translation of the tables), one layer's bytes of
+  // them taken from the budget in whole blocks.
+  int32_t reserve_recompute_scratch(int32_t blocks) override;
+  int32_t recompute_slot(int32_t i) const override { return kv_->num_blocks() + i; }
+  void finish_moves() override { wait_for_moves(); }
   void copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) override;
   void exchange_slots_impl(int32_t device_slot, int32_t host_slot) override;
 
@@ -186,8 +192,13 @@ class CudaBackend final : public Backend {
   std::vector<int64_t> first_;            // plan.seqs[i] owns rows [first_[i], first_[i] + n)
   DeviceArray<int32_t> ids_, positions_;  // (T)
   DeviceArray<int32_t> seq_start_;        // (S + 1) token CSR
-  DeviceArray<int32_t> tables_;           // (S, table_stride_) block tables, padded with 0
+  DeviceArray<int32_t> tables_;           // (S, table_stride_) block tables, padded with 0 ...
   int32_t table_stride_ = 0;
+  bool tables_per_layer_ = false;         // ... (n_layers, S, table_stride_) when they name the scratch
+  // `layer`'s block tables (the recompute scratch's entries translated for it).
+  const int32_t* layer_tables(int32_t layer) const {
+    return tables_.get() + (tables_per_layer_ ? static_cast<size_t>(layer) * plan_->seqs.size() * table_stride_ : 0);
+  }
   std::array<DeviceArray<float>, 9> acts_;  // indexed by Act, (T, act_width(Act))
   DeviceArray<float> attn_workspace_;
   DeviceArray<__half> act16_;        // (T, max in-features): the GEMM's f16 activations
@@ -292,6 +303,24 @@ int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_block
   FATHOM_CUDA_BACKEND_OK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   FATHOM_CUDA_BACKEND_OK(cudaEventCreateWithFlags(&moves_done_, cudaEventDisableTiming));
   FATHOM_CUDA_BACKEND_OK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+  return blocks;
+}
+
+int32_t CudaBackend::reserve_recompute_scratch(int32_t blocks) {
+  FATHOM_CHECK(plan_ == nullptr && kv_->shared_blocks() == 0, "the recompute scratch is reserved once, before the first forward");
+  if (blocks <= 0 || !host_kv_) return 0;
+  const KvLayout& L = kv_layout();
+  const int32_t charge = (blocks + L.n_layers - 1) / L.n_layers, hot = kv_->num_blocks() - num_blocks_;
+  if (kv_blocks() - charge < 3) return 0;
+  // Made again with the scratch (nothing is stored before the first forward); the row cache's
+  // pool follows the page table's blocks, which shrink by the charge.
+  set_kv_blocks(kv_blocks() - charge);
+  num_blocks_ = kv_blocks();
+  kv_.reset();
+  kv_ = std::make_unique<CudaKvStorage>(L, num_blocks_ + hot, Memory::kDevice, blocks);
+  if (row_cache_)
+    row_cache_ = std::make_unique<RowCache>(L.n_layers, L.n_kv_heads, L.block_size, host_kv_->num_blocks(), num_blocks_,
+                                            hot, /*track_changes=*/true);
   return blocks;
 }
 
@@ -540,7 +569,9 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
   // The batch on the device: token ids, absolute positions, token CSR, padded block tables.
   const size_t S = plan.seqs.size();
   const int32_t host_slots = host_kv_ ? host_kv_->num_blocks() : 0;  // table entries >= -host_slots
+  const int32_t scratch_begin = kv_->num_blocks(), scratch_end = scratch_begin + kv_->shared_blocks();
   std::vector<int32_t> ids, pos, start{0}, tables(S * stride, 0);
+  bool names_scratch = false;
   ids.reserve(T);
   pos.reserve(T);
   for (size_t si = 0; si < S; ++si) {
@@ -553,8 +584,10 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
     start.push_back(static_cast<int32_t>(ids.size()));
     for (size_t b = 0; b < s.blocks->size(); ++b) {
       const int32_t e = (*s.blocks)[b];  // a device slot, or host slot -(e + 1)
-      FATHOM_CHECK(e < num_blocks_ && e >= -host_slots, "block id out of range");
+      FATHOM_CHECK((e < num_blocks_ || (e >= scratch_begin && e < scratch_end)) && e >= -host_slots,
+                   "block id out of range");
       tables[si * stride + b] = e;
+      names_scratch |= e >= scratch_begin;
     }
     if (!s.tokens.empty()) {  // kv_append writes device slots only (and reads the V sum before them)
       const int32_t bs = kv_layout().block_size, end = s.pos0 + static_cast<int32_t>(s.tokens.size());
@@ -566,7 +599,15 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
   ids_.upload(ids);
   positions_.upload(pos);
   seq_start_.upload(start);
-  tables_.upload(tables);
+  tables_per_layer_ = names_scratch;
+  if (names_scratch) {  // each layer's copy names the scratch where that layer's view finds it
+    std::vector<int32_t> layered(tables.size() * c.n_layers);
+    for (int32_t l = 0; l < c.n_layers; ++l)
+      for (size_t i = 0; i < tables.size(); ++i) layered[l * tables.size() + i] = kv_->layer_entry(l, tables[i]);
+    tables_.upload(layered);
+  } else {
+    tables_.upload(tables);
+  }
   // Host slots the queued moves give other bytes: their rows leave the device map (before the
   // wait below, like the other pageable uploads; the scatter touches the map only, not the KV).
   if (row_cache_) upload_row_map_changes();
@@ -617,7 +658,7 @@ void CudaBackend::append_kv(int32_t layer) {
   batch.v_token_stride = c.kv_dim();
   batch.positions = positions_.get();
   batch.seq_token_start = seq_start_.get();
-  batch.block_tables = tables_.get();
+  batch.block_tables = layer_tables(layer);
   batch.table_stride = table_stride_;
   batch.n_tokens = static_cast<int32_t>(T_);
   batch.n_seqs = static_cast<int32_t>(plan_->seqs.size());
@@ -631,7 +672,7 @@ DecodeArgs CudaBackend::decode_args(int32_t seq) {
 }
 
 int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
-  const PagedKvView view = this->view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
+  const PagedKvView view = this->view(layer, layer_tables(layer) + static_cast<size_t>(seq) * table_stride_);
   switch (policy.kind) {
     case PolicyKind::kSparq: return sparq_step(view, decode_args(seq), policy, scratch_, stream_);
     case PolicyKind::kHip:
@@ -652,14 +693,14 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
 
 int64_t CudaBackend::attend_group(int32_t layer, const AttentionGroup& group) {
   const ModelConfig& c = config_;
-  return group_step(view(layer, nullptr), *plan_, group, tables_.get(), table_stride_, act(Act::kQ),
+  return group_step(view(layer, nullptr), *plan_, group, layer_tables(layer), table_stride_, act(Act::kQ),
                     act(Act::kAttn), first_, c.n_heads, c.attn_scale, scratch_, stream_);
 }
 
 void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   const ModelConfig& c = config_;
   const SeqStep& s = plan_->seqs[seq];
-  const PagedKvView view = this->view(layer, tables_.get() + static_cast<size_t>(seq) * table_stride_);
+  const PagedKvView view = this->view(layer, layer_tables(layer) + static_cast<size_t>(seq) * table_stride_);
   AttentionArgs args;
   args.q = act(Act::kQ) + first_[seq] * c.q_dim();
   args.out = act(Act::kAttn) + first_[seq] * c.q_dim();

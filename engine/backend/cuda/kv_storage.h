@@ -19,11 +19,20 @@ namespace cuda_backend_detail {
 
 class CudaKvStorage {
  public:
-  CudaKvStorage(const KvLayout& layout, int32_t num_blocks, Memory memory = Memory::kDevice)
-      : layout_(layout), num_blocks_(num_blocks) {
+  // `shared_blocks` > 0: each plane is one allocation, the layers' blocks one after another and
+  // then `shared_blocks` that every layer names by the same entry through its layer_table(): the
+  // recompute scratch, whose memory is one layer's (engine/backend/backend.h).
+  CudaKvStorage(const KvLayout& layout, int32_t num_blocks, Memory memory = Memory::kDevice, int32_t shared_blocks = 0)
+      : layout_(layout), num_blocks_(num_blocks), shared_blocks_(shared_blocks) {
     for (int p = 0; p < kKvPlanes; ++p) {
-      const size_t bytes = layout.plane_bytes(static_cast<KvPlane>(p)) * static_cast<size_t>(num_blocks);
-      if (bytes == 0) continue;
+      const size_t plane = layout.plane_bytes(static_cast<KvPlane>(p));
+      if (plane == 0) continue;
+      const size_t bytes = plane * static_cast<size_t>(num_blocks);
+      if (shared_blocks > 0) {
+        planes_[p].emplace_back(memory);
+        planes_[p].back().reserve(bytes * layout.n_layers + plane * static_cast<size_t>(shared_blocks));
+        continue;
+      }
       for (int32_t l = 0; l < layout.n_layers; ++l) {
         planes_[p].emplace_back(memory);
         planes_[p].back().reserve(bytes);
@@ -31,7 +40,13 @@ class CudaKvStorage {
     }
   }
 
-  int32_t num_blocks() const { return num_blocks_; }
+  int32_t num_blocks() const { return num_blocks_; }  // per layer; the shared ones are entries after them
+  int32_t shared_blocks() const { return shared_blocks_; }
+  // The block table entry `layer`'s kernels read for `entry`: shared block i is named
+  // num_blocks() + i in the plan's tables and lives after every layer's blocks.
+  int32_t layer_entry(int32_t layer, int32_t entry) const {
+    return entry >= num_blocks_ ? entry + (layout_.n_layers - 1 - layer) * num_blocks_ : entry;
+  }
 
   // `layer`'s planes as the kernels address them (device pointers, mapped ones for the host tier).
   KvTierPlanes planes(int32_t layer) const {
@@ -112,7 +127,9 @@ class CudaKvStorage {
  private:
   std::byte* base(KvPlane p, int32_t layer) const {
     const auto& layers = planes_[static_cast<int>(p)];
-    return layers.empty() ? nullptr : layers[layer].get();
+    if (layers.empty()) return nullptr;
+    if (shared_blocks_ > 0) return layers[0].get() + layout_.plane_bytes(p) * static_cast<size_t>(num_blocks_) * layer;
+    return layers[layer].get();
   }
   std::byte* at(KvPlane p, int32_t layer, int32_t block) const {
     return base(p, layer) + layout_.plane_bytes(p) * static_cast<size_t>(block);
@@ -127,7 +144,9 @@ class CudaKvStorage {
 
   KvLayout layout_;
   int32_t num_blocks_;
-  std::vector<DeviceArray<std::byte>> planes_[kKvPlanes];  // [plane][layer], empty when absent
+  int32_t shared_blocks_;
+  // [plane][layer], empty when absent; with shared blocks [plane][0] holds every layer.
+  std::vector<DeviceArray<std::byte>> planes_[kKvPlanes];
 };
 
 }  // namespace cuda_backend_detail
