@@ -51,7 +51,7 @@ std::string table(const std::string& model, const ModelConfig& c, int threads, d
   std::vector<BreakEven> be;
   for (AttentionPolicy& p : policies) {
     p.kv_read_ratio = ratio;
-    be.push_back(measure_break_even(backend.threads(), backend.kv_layout(), c.n_heads, c.attn_scale, p));
+    be.push_back(measure_break_even(backend.threads(), backend.kv_layout(), c.n_heads, c.attn_scale, p, c.context_length));
   }
   md << "| keys | dense µs |";
   for (const std::string& n : names) md << " " << n << " µs |";

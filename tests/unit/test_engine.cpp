@@ -494,8 +494,9 @@ TEST(Engine, MeasuredBreakEvenFollowsItsTimings) {
   for (PolicyKind kind : {PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa}) {
     AttentionPolicy p;
     p.kind = kind;
-    const BreakEven be = measure_break_even(pool, l.backend->kv_layout(), c.n_heads, c.attn_scale, p);
-    ASSERT_EQ(be.times.size(), 8u);
+    const BreakEven be = measure_break_even(pool, l.backend->kv_layout(), c.n_heads, c.attn_scale, p, c.context_length);
+    ASSERT_EQ(be.times.size(), 6u);  // 256 ... 8,192: SmolLM2's context
+    EXPECT_EQ(be.times.back().keys, c.context_length);
     bool slower_seen = false;
     for (size_t i = be.times.size(); i-- > 0;) {
       const BreakEvenTimes& t = be.times[i];

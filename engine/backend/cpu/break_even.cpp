@@ -36,10 +36,16 @@ struct Lcg {
 }  // namespace
 
 BreakEven measure_break_even(ThreadPool& pool, const KvLayout& model_layout, int32_t n_heads, float scale,
-                             const AttentionPolicy& p) {
+                             const AttentionPolicy& p, int32_t context_length) {
   KvLayout layout = model_layout;
   layout.n_layers = 1;
-  const int32_t max_keys = kLengths[std::size(kLengths) - 1], bs = layout.block_size, d = layout.head_dim;
+  // The lengths a decode step of this model can have: past its context no step runs, so a policy
+  // that is slower only there is not held back by it.
+  std::vector<int32_t> lengths;
+  for (int32_t keys : kLengths)
+    if (context_length <= 0 || keys <= context_length) lengths.push_back(keys);
+  if (lengths.empty()) lengths.push_back(kLengths[0]);
+  const int32_t max_keys = lengths.back(), bs = layout.block_size, d = layout.head_dim;
   const int32_t blocks = (max_keys + bs - 1) / bs;
   CpuKvStorage kv(layout, blocks);
   std::vector<int32_t> table(blocks);
@@ -52,7 +58,7 @@ BreakEven measure_break_even(ThreadPool& pool, const KvLayout& model_layout, int
 
   BreakEven be;
   const int steps = std::max(8, p.kind == PolicyKind::kHip ? p.hip_refresh : 1);
-  for (int32_t keys : kLengths) {
+  for (int32_t keys : lengths) {
     for (; appended < keys; ++appended) {
       for (size_t i = 0; i < row; ++i) k[i] = rng.next(), v[i] = rng.next();
       kv.append(0, table.data(), appended, k.data(), v.data());

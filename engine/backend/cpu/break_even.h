@@ -5,7 +5,8 @@
 // engine runs such steps densely (engine/forward.cpp). The break-even is measured, not assumed:
 // one layer of the model's KV shape (heads, head dim, dtype, block size) filled with random rows
 // in a storage of its own, the dense kernel and the policy's kernel timed on the backend's
-// threads at 256, 512, ..., 32,768 keys (best of 3 rounds of max(8, R) steps each).
+// threads at 256, 512, ..., 32,768 keys up to the model's context length (best of 3 rounds of
+// max(8, R) steps each).
 #include <cstdint>
 #include <vector>
 
@@ -29,8 +30,9 @@ struct BreakEven {
 };
 
 // `p` as a request would send it (explicit parameters included); layout: the model's (its
-// n_layers is ignored); n_heads query heads; scale the attention scale.
+// n_layers is ignored); n_heads query heads; scale the attention scale; context_length the
+// model's (lengths past it are not measured; 0: all).
 BreakEven measure_break_even(ThreadPool& pool, const KvLayout& layout, int32_t n_heads, float scale,
-                             const AttentionPolicy& p);
+                             const AttentionPolicy& p, int32_t context_length);
 
 }  // namespace fathom

@@ -294,7 +294,7 @@ int32_t CpuBackend::sparse_break_even(const AttentionPolicy& policy) {
   for (const MeasuredBreakEven& m : break_evens_)  // a few entries: kinds × power-of-two ratios (× HiP variants)
     if (same_break_even_probe(m.probe, probe)) return m.min_keys;
   const ModelConfig& c = model_.config();
-  const BreakEven be = measure_break_even(*threads_, kv_layout(), c.n_heads, c.attn_scale, probe);
+  const BreakEven be = measure_break_even(*threads_, kv_layout(), c.n_heads, c.attn_scale, probe, c.context_length);
   break_evens_.push_back({probe, be.min_keys});
   return be.min_keys;
 }
