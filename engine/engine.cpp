@@ -108,7 +108,8 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   // Blocks past both tiers can be dropped and recomputed (cache-or-recompute), but the prompt is
   // admitted whole.
   const int32_t cache_blocks = scheduler_->allocator().num_blocks();  // both tiers; fixed after construction
-  const int64_t servable = cache_blocks + scheduler_->recompute_model().capacity_tokens / bs;
+  // (Not for n > 1: the choices share the prompt's blocks, which are never dropped.)
+  const int64_t servable = cache_blocks + (request.n == 1 ? scheduler_->recompute_model().capacity_tokens / bs : 0);
   if (need > servable || (prompt + bs) / bs > cache_blocks)
     throw Error("this request needs up to " + std::to_string(need) + " KV cache blocks of " + std::to_string(bs) +
                 " tokens (prompt " + std::to_string(prompt) + " + max_tokens " + std::to_string(request.max_tokens) +

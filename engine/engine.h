@@ -30,10 +30,10 @@ struct SchedulerConfig {
   int32_t max_queue = 256;            // waiting requests before submit() refuses (HTTP 429)
   int64_t host_kv_bytes = 0;          // host tier of the KV cache (docs/tiered_kv.md); 0: none
   // ALISA's cache-or-recompute over the two tiers (docs/tiered_kv.md): kAuto drops a running
-  // sequence's oldest blocks when both tiers are full (each step then computes them again)
-  // before it preempts, and drops them before they would go to the host tier when the start-up
-  // measurement finds recomputing a token cheaper than moving its K/V; kAlways drops before the
-  // host tier unconditionally; kOff only preempts.
+  // sequence's oldest blocks when both tiers are full (each step then computes them again) where
+  // that recomputes fewer tokens than a preemption, and drops old blocks from the host tier when
+  // the start-up measurement finds recomputing a token cheaper than moving its K/V; kAlways drops
+  // them from the host tier unconditionally; kOff only preempts.
   enum class Recompute { kAuto, kOff, kAlways };
   Recompute recompute = Recompute::kAuto;
   bool prefix_caching = true;

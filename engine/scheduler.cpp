@@ -155,12 +155,18 @@ int32_t Scheduler::running_sequences() const {
   return n;
 }
 
-Sequence* Scheduler::pick_victim(const Sequence* except) {
+bool Scheduler::fits_both_tiers(const Sequence& s) const {
+  const int64_t bs = allocator_.block_size();
+  return static_cast<int64_t>(s.tokens.size()) + bs <= int64_t{allocator_.num_blocks()} * bs;
+}
+
+Sequence* Scheduler::pick_victim(const Sequence* except, bool fitting) {
   // The last running sequence in (priority, arrival) order; nullptr when that is `except`.
   std::vector<Sequence*> running;
   for (auto& r : requests_)
     for (auto& s : r->seqs)
-      if (s->state == SeqState::kRunning) running.push_back(s.get());
+      if (s->state == SeqState::kRunning && (!fitting || (s.get() != except && fits_both_tiers(*s))))
+        running.push_back(s.get());
   if (running.empty()) return nullptr;
   Sequence* last = *std::max_element(running.begin(), running.end(), [](Sequence* a, Sequence* b) {
     if (a->request == b->request) return a->choice < b->choice;
@@ -395,9 +401,12 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
         // or always, when the preempted sequence could not come back (it runs alone, or its tokens
         // outgrew both tiers: it would fail).
         const Sequence& loser = victim ? *victim : *s;
-        const bool comes_back = (victim != nullptr || running_sequences() > 1) &&
-                                static_cast<int64_t>(loser.tokens.size()) + bs <= int64_t{allocator_.num_blocks()} * bs;
+        const bool comes_back = (victim != nullptr || running_sequences() > 1) && fits_both_tiers(loser);
         if (drop_oldest_block(false, comes_back ? loser.n_computed : INT64_MAX)) continue;
+        // Nothing may be dropped and the last sequence could not come back: preempt the last one
+        // that can instead (one submit() admitted past both tiers counts on running to its end).
+        if (!comes_back)
+          if (Sequence* other = pick_victim(s, /*fitting=*/true)) victim = other;
         Sequence& v = victim ? *victim : *s;
         guarded(*v.request, [&] { preempt(v); });
         if (!victim) break;
@@ -461,7 +470,9 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
   for (Sequence* s : seqs) {
     if (s->state != SeqState::kWaiting) continue;
     if (prefill.size() >= slots || budget <= static_cast<int32_t>(prefill.size())) break;
-    if (dropped_tokens_ > 0) break;  // running sequences recompute: their blocks come back first
+    // Running sequences recompute under pressure: their blocks come back first. (Blocks dropped
+    // because recompute beats the host tier are the steady state, not pressure.)
+    if (dropped_tokens_ > 0 && !recompute_.before_host) break;
     const int32_t need = (static_cast<int32_t>(s->tokens.size()) + bs) / bs;  // whole prompt + next token
     if (need > allocator_.num_blocks()) {  // submit() refuses these; a safety net, never parked
       finish(*s, FinishReason::kError, {}, "the sequence outgrew the whole KV cache");

@@ -88,7 +88,11 @@ class Scheduler {
   void make_resident(BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of);
   // The device block written longest ago that this step does not write, or -1.
   int32_t next_device_victim();
-  Sequence* pick_victim(const Sequence* except);
+  // The last running sequence in (priority, arrival) order, nullptr when that is `except`; with
+  // `fitting`, the last one other than `except` that fits_both_tiers (nullptr: none).
+  Sequence* pick_victim(const Sequence* except, bool fitting = false);
+  // Its tokens and the next one fit both tiers: preempted, it can be admitted again.
+  bool fits_both_tiers(const Sequence& s) const;
   int32_t running_sequences() const;
   void admit(Sequence& seq);                 // prefix lookup, blocks for the whole prompt
   void release_blocks(Sequence& seq);

@@ -2,8 +2,9 @@
 // both KV tiers are full, a running sequence's oldest blocks are dropped instead of preempting a
 // sequence, and every step that runs it computes them again — a prefill of its first positions
 // whose K/V go to the backend's recompute scratch, one layer at a time (each layer's append
-// overwrites the previous layer's), read by the same layer's attention. The output is the one a
-// resident cache gives: the forward is batch invariant, so recomputed K/V are the stored ones.
+// overwrites the previous layer's), read by the same layer's attention. On the CPU backend the
+// output is the one a resident cache gives: its forward is batch invariant, so recomputed K/V are
+// the stored ones (a GPU's GEMM over another number of rows may round differently).
 #include <algorithm>
 #include <chrono>
 #include <span>
@@ -29,8 +30,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 void Scheduler::measure_recompute_cost() {
   if (scratch_blocks_ == 0) return;
   const int32_t bs = allocator_.block_size();
-  // What the scratch and half a step hold: a step's own tokens keep the other half.
-  recompute_.capacity_tokens = std::min(scratch_blocks_, config_.max_batched_tokens / 2 / bs) * bs;
+  // What the scratch and half a step hold, and no more than leaves every decode token a place in
+  // the step: all running sequences' recomputes and decode tokens fit one step, so none waits.
+  const int32_t room = std::min(config_.max_batched_tokens / 2, config_.max_batched_tokens - config_.max_num_seqs);
+  recompute_.capacity_tokens = std::min(scratch_blocks_, std::max(room, 0) / bs) * bs;
   if (recompute_.capacity_tokens == 0) return;
   // Recompute: a forward of up to 64 positions into the scratch (what a step adds per dropped
   // token), best of 2. Transfer: host-to-device block copies (what reading a host block costs a
@@ -128,7 +131,7 @@ void Scheduler::restore_dropped() {
       if (s.state != SeqState::kRunning || s.dropped_blocks == 0 || s.restoring) continue;
       // Room for its prefix and one more block per running sequence (the next step's growth), so a
       // restore is not dropped again at once.
-      if (available_blocks() < s.dropped_blocks + running) return;
+      if (available_blocks() < s.dropped_blocks + running) continue;
       for (int32_t i = 0; i < s.dropped_blocks; ++i) {
         s.blocks[i] = take_block();
         FATHOM_CHECK(s.blocks[i] >= 0);

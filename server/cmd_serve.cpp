@@ -223,7 +223,7 @@ int run_serve(int argc, char** argv) {
     spdlog::info("kv cache-or-recompute: up to {} dropped tokens; recompute {:.3g} s/token, host->device {:.3g} "
                  "s/token (0: unmeasured): {}",
                  kv.recompute.capacity_tokens, kv.recompute.recompute_s_per_token, kv.recompute.transfer_s_per_token,
-                 kv.recompute.before_host ? "old blocks are dropped before the host tier"
+                 kv.recompute.before_host ? "old blocks are dropped from the host tier"
                                           : "blocks are dropped only when both tiers are full");
   if (config.scheduler.host_kv_bytes > 0 && kv.host_blocks == 0)
     spdlog::warn("the {} backend has no host KV tier yet: kv_cache.host_mib is not used", backend->name());

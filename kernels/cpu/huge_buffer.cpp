@@ -10,10 +10,14 @@
 namespace fathom {
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kPage = 4096;
 }  // namespace
 
-SharedPages::SharedPages(size_t bytes) : size_((bytes + kPage - 1) / kPage * kPage) {
+size_t page_bytes() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+SharedPages::SharedPages(size_t bytes) : size_((bytes + page_bytes() - 1) / page_bytes() * page_bytes()) {
   fd_ = memfd_create("fathom-kv-shared", MFD_CLOEXEC);
   if (fd_ < 0) throw std::bad_alloc();
   if (ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
@@ -26,15 +30,24 @@ SharedPages::~SharedPages() {
   if (fd_ >= 0) close(fd_);
 }
 
-HugePageBuffer::HugePageBuffer(size_t bytes, const SharedPages& tail) : HugePageBuffer(bytes + tail.size()) {
-  if (bytes % kPage != 0) throw std::bad_alloc();  // a caller's bug: the tail must start on a page
+HugePageBuffer::HugePageBuffer(size_t bytes, const SharedPages& tail) {
+  if (bytes % page_bytes() != 0) throw std::bad_alloc();  // a caller's bug: the tail must start on a page
+  map(bytes + tail.size(), bytes);
   if (tail.size() == 0) return;
-  // Replace the last tail.size() bytes of the private mapping by the shared pages.
+  // Replace the last tail.size() bytes of the private mapping by the shared pages, and fault them in.
   void* at = mmap(data_ + bytes, tail.size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, tail.fd(), 0);
-  if (at == MAP_FAILED) throw std::bad_alloc();
+  if (at == MAP_FAILED) {
+    munmap(data_, mapped_);
+    data_ = nullptr;
+    throw std::bad_alloc();
+  }
+  for (size_t off = bytes; off < size_; off += page_bytes()) data_[off] = std::byte{0};
 }
 
-HugePageBuffer::HugePageBuffer(size_t bytes) : size_(bytes) {
+HugePageBuffer::HugePageBuffer(size_t bytes) { map(bytes, bytes); }
+
+void HugePageBuffer::map(size_t bytes, size_t fault_bytes) {
+  size_ = bytes;
   if (bytes == 0) return;
   mapped_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   // Over-map by one huge page and trim, so the region starts on a 2 MiB boundary.
@@ -48,7 +61,7 @@ HugePageBuffer::HugePageBuffer(size_t bytes) : size_(bytes) {
   if (end > used_end) munmap(reinterpret_cast<void*>(used_end), end - used_end);
   data_ = reinterpret_cast<std::byte*>(aligned);
   madvise(data_, mapped_, MADV_HUGEPAGE);  // advisory: failure leaves ordinary pages
-  for (size_t off = 0; off < mapped_; off += kPage) data_[off] = std::byte{0};  // fault in now, not mid-request
+  for (size_t off = 0; off < fault_bytes; off += page_bytes()) data_[off] = std::byte{0};  // now, not mid-request
 }
 
 HugePageBuffer::~HugePageBuffer() {

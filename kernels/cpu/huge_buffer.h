@@ -10,13 +10,16 @@
 
 namespace fathom {
 
+// The kernel's page size (4 KiB on x86-64; 16 or 64 KiB on some arm64 kernels).
+size_t page_bytes();
+
 // Zeroed pages that several HugePageBuffers map at their ends (a memfd): every buffer built over
 // the same SharedPages reads and writes the same bytes there. The tiered KV cache's recompute
 // scratch is one such region per plane, mapped after every layer's blocks, so a block id in it
 // names the same memory in every layer (docs/tiered_kv.md, "Cache or recompute").
 class SharedPages {
  public:
-  explicit SharedPages(size_t bytes);  // rounded up to whole 4 KiB pages; throws std::bad_alloc
+  explicit SharedPages(size_t bytes);  // rounded up to whole pages; throws std::bad_alloc
   ~SharedPages();
   SharedPages(const SharedPages&) = delete;
   SharedPages& operator=(const SharedPages&) = delete;
@@ -32,9 +35,8 @@ class HugePageBuffer {
  public:
   HugePageBuffer() = default;
   explicit HugePageBuffer(size_t bytes);  // all bytes zero, every page faulted in
-  // `bytes` of its own (a multiple of 4 KiB) followed by `tail`'s pages: size() is
-  // bytes + tail.size(). `tail` must outlive the buffer's mapping only as a file: the mapping
-  // keeps the pages alive.
+  // `bytes` of its own (a whole number of pages, page_bytes()) followed by `tail`'s pages: size()
+  // is bytes + tail.size(). `tail` may be destroyed afterwards: the mapping keeps its pages.
   HugePageBuffer(size_t bytes, const SharedPages& tail);
   ~HugePageBuffer();
   HugePageBuffer(HugePageBuffer&& other) noexcept;
@@ -47,6 +49,9 @@ class HugePageBuffer {
   size_t size() const { return size_; }
 
  private:
+  // Maps `bytes` (2 MiB aligned) and faults in the first `fault_bytes`.
+  void map(size_t bytes, size_t fault_bytes);
+
   std::byte* data_ = nullptr;
   size_t size_ = 0;
   size_t mapped_ = 0;  // bytes mapped at data_ (size_ rounded up to whole huge pages)

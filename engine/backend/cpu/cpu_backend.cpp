@@ -98,15 +98,20 @@ int32_t CpuBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_blocks
 int32_t CpuBackend::reserve_recompute_scratch(int32_t blocks) {
   FATHOM_CHECK(plan_ == nullptr && kv_->shared_blocks() == 0, "the recompute scratch is reserved once, before the first forward");
   if (blocks <= 0 || !host_kv_) return 0;
-  const int32_t layers = kv_layout().n_layers, charge = (blocks + layers - 1) / layers;
+  // The scratch's bytes (one layer's of `blocks` blocks) come out of the page table's blocks, and so
+  // do the blocks that round the layers' slots down to where the shared ones may start.
+  const int32_t layers = kv_layout().n_layers, step = CpuKvStorage::shared_alignment(kv_layout());
+  const int32_t before = kv_blocks() + staging_slots_ + hot_slots_;
+  const int32_t slots = (before - (blocks + layers - 1) / layers) / step * step;
+  const int32_t charge = before - slots;
   if (kv_blocks() - charge < 3) return 0;
   set_kv_blocks(kv_blocks() - charge);
-  // Slots: blocks, staging, hot rows (which also get the slots that page-align the shared ones),
-  // then the shared scratch. The storage is made again: nothing is in it before the first forward.
+  // Slots: blocks, staging, hot rows, then the shared scratch. The storage is made again: nothing
+  // is in it before the first forward.
   const int32_t first_hot = kv_blocks() + staging_slots_;
   hot_rows_.reset();
-  kv_ = std::make_unique<CpuKvStorage>(kv_layout(), first_hot + hot_slots_, blocks);
-  hot_slots_ = kv_->first_shared() - first_hot;
+  kv_ = std::make_unique<CpuKvStorage>(kv_layout(), slots, blocks);
+  FATHOM_CHECK(kv_->first_shared() == slots);
   hot_rows_ = std::make_unique<HotRows>(*kv_, *host_kv_, first_hot, hot_slots_);
   return blocks;
 }

@@ -8,25 +8,21 @@
 
 namespace fathom {
 
-namespace {
-constexpr size_t kPage = 4096;
-
-// The least block count n >= blocks with n · plane bytes a whole number of pages for every plane:
-// where the shared blocks may start.
-int32_t page_aligned_blocks(const KvLayout& layout, int32_t blocks) {
+int32_t CpuKvStorage::shared_alignment(const KvLayout& layout) {
+  const size_t page = page_bytes();
   size_t step = 1;
   for (int p = 0; p < kKvPlanes; ++p) {
     const size_t b = layout.plane_bytes(static_cast<KvPlane>(p));
-    if (b > 0) step = std::lcm(step, kPage / std::gcd(b, kPage));
+    if (b > 0) step = std::lcm(step, page / std::gcd(b, page));
   }
-  return static_cast<int32_t>((static_cast<size_t>(blocks) + step - 1) / step * step);
+  return static_cast<int32_t>(step);
 }
-}  // namespace
 
 CpuKvStorage::CpuKvStorage(const KvLayout& layout, int32_t num_blocks, int32_t shared_blocks)
     : layout_(layout), shared_blocks_(shared_blocks) {
   FATHOM_CHECK(num_blocks > 0 && shared_blocks >= 0 && layout.block_size > 0);
-  const int32_t own = shared_blocks > 0 ? page_aligned_blocks(layout, num_blocks) : num_blocks;
+  const int32_t step = shared_blocks > 0 ? shared_alignment(layout) : 1;
+  const int32_t own = (num_blocks + step - 1) / step * step;
   num_blocks_ = own + shared_blocks;
   for (int p = 0; p < kKvPlanes; ++p) {
     const size_t plane = layout.plane_bytes(static_cast<KvPlane>(p));

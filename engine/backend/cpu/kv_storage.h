@@ -23,6 +23,9 @@ class CpuKvStorage {
   CpuKvStorage(const KvLayout& layout, int32_t num_blocks, int32_t shared_blocks = 0);
   ~CpuKvStorage();
 
+  // Shared blocks start at a multiple of this many blocks (where every plane's bytes are whole pages).
+  static int32_t shared_alignment(const KvLayout& layout);
+
   const KvLayout& layout() const { return layout_; }
   int32_t num_blocks() const { return num_blocks_; }  // every addressable slot, shared ones included
   int32_t first_shared() const { return num_blocks_ - shared_blocks_; }
