@@ -25,7 +25,13 @@ class RowPrefetcher {
   // the host tier directly (on a GPU: mapped pinned memory, as HiP's offloading reads a miss)
   // instead of through the row cache — r/d of the tile, once per step. Thread-safe; returns bytes.
   virtual size_t read_kt_rows(int32_t slot, int32_t g, const int32_t* dims, int32_t r, void* dst) const = 0;
-  // Counts bytes that read_kt_rows calls moved (host → device).
+  // HiP's mask estimation: writes the K rows of positions pos[0..n) of kv head g, in either tier, to
+  // dst ([n][head_dim], the view's dtype; for INT8 their parameters to dst_params), reading the
+  // host tier in place — as the HiP reference's estimation reads a miss from mapped host memory —
+  // without inserting anything into the row cache (whose rows stay the attention's). Thread-safe;
+  // returns the bytes read from the host tier.
+  virtual size_t read_k_rows(int32_t g, const int32_t* pos, int32_t n, void* dst, KvInt8Row* dst_params) const = 0;
+  // Counts bytes that read_kt_rows and read_k_rows calls moved (host → device).
   virtual void count_read(int64_t bytes) = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
 
 #include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/sparse_common.h"
@@ -95,19 +96,35 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
     // kBatch keys, so that its prefetching runs ahead across halves (one call per half of
     // block_size_k = 2 keys left every miss to the out-of-order window: 16k, d 64 refresh ~5x
     // its random-line bound).
+    // Over a tiered view the batch's K rows are read into a buffer of the thread's (the host tier
+    // in place: RowPrefetcher::read_k_rows), in the same order, so key_logits does the same
+    // arithmetic as over the resident view and the row cache keeps the attention's rows.
+    std::vector<int64_t> host_bytes(pool.size(), 0);
     auto score_items = [&](const std::vector<std::pair<int32_t, int32_t>>& items) {  // (unit, first half)
-      pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t e, int) {
+      pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t e, int thread) {
         constexpr int32_t kBatch = 256;
         int32_t pos[kBatch], half[kBatch];
         int64_t rows[kBatch];
         std::vector<float> logit(static_cast<size_t>(R) * kBatch);  // [R][kBatch]
+        std::vector<std::byte> buffer(kv.prefetcher != nullptr ? kBatch * static_cast<size_t>(row_bytes) : 0);
+        std::vector<KvInt8Row> params(kv.prefetcher != nullptr && kv.dtype == KvDtype::kI8 ? kBatch : 0);
+        PagedKvView staged = kv;
+        staged.k = buffer.data();
+        staged.k_rows = params.data();
         for (int64_t w = begin; w < e; ++w) {
           const int32_t u = items[w].first, g = kv_head(u);
           std::vector<float>& sc = score[u];
           int32_t n = 0;
           auto flush = [&] {
-            sparse::row_offsets(kv, g, pos, n, rows);
-            kern.key_logits(kv, args.q + static_cast<int64_t>(u) * R * d, &q_sum[u * R], R, rows, n, 1.0f, logit.data(),
+            const PagedKvView* from = &kv;
+            if (kv.prefetcher == nullptr) {
+              sparse::row_offsets(kv, g, pos, n, rows);
+            } else {
+              host_bytes[thread] += static_cast<int64_t>(kv.prefetcher->read_k_rows(g, pos, n, buffer.data(), params.data()));
+              for (int32_t x = 0; x < n; ++x) rows[x] = static_cast<int64_t>(x) * d;
+              from = &staged;
+            }
+            kern.key_logits(*from, args.q + static_cast<int64_t>(u) * R * d, &q_sum[u * R], R, rows, n, 1.0f, logit.data(),
                             kBatch, /*v_next=*/false);
             for (int32_t r = 0; r < R; ++r)
               for (int32_t x = 0; x < n; ++x) sc[half[x]] = std::max(sc[half[x]], logit[r * kBatch + x]);
@@ -131,31 +148,13 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
     auto items_of = [&](int32_t u, std::vector<std::pair<int32_t, int32_t>>& items) {
       for (int32_t i = 0; i < static_cast<int32_t>(halves[u].size()); i += kHalvesPerItem) items.push_back({u, i});
     };
-    if (kv.prefetcher == nullptr) {
-      std::vector<std::pair<int32_t, int32_t>> items;
-      for (int32_t u : live) items_of(u, items);
-      score_items(items);
-    } else {  // a tiered cache: a unit's items in batches whose centre-block keys the cache holds
-      const int32_t budget = std::max(1, kv.prefetcher->capacity() / (kHalvesPerItem * bs)) * kHalvesPerItem * bs;
-      for (int32_t u : live) {
-        std::vector<std::pair<int32_t, int32_t>> all, batch;
-        items_of(u, all);
-        std::vector<int32_t> keys;
-        for (size_t k = 0; k < all.size(); ++k) {
-          const int32_t i1 = std::min<int32_t>(static_cast<int32_t>(halves[u].size()), all[k].second + kHalvesPerItem);
-          for (int32_t i = all[k].second; i < i1; ++i) {
-            const int32_t t0 = p.sink + (halves[u][i].lo + halves[u][i].hi - 1) / 2 * bs;
-            for (int32_t t = t0; t < std::min(end, t0 + bs); ++t) keys.push_back(t);
-          }
-          batch.push_back(all[k]);
-          if (k + 1 == all.size() || static_cast<int32_t>(keys.size()) + kHalvesPerItem * bs > budget) {
-            sparse::prefetch_rows(kv, kv_head(u), keys, /*need_v=*/false);
-            score_items(batch);
-            keys.clear();
-            batch.clear();
-          }
-        }
-      }
+    std::vector<std::pair<int32_t, int32_t>> items;
+    for (int32_t u : live) items_of(u, items);
+    score_items(items);
+    if (kv.prefetcher != nullptr) {
+      int64_t moved = 0;
+      for (int64_t& b : host_bytes) moved += std::exchange(b, 0);
+      kv.prefetcher->count_read(moved);
     }
     // Bytes: distinct K rows per kv head this iteration (a centre block's rows are its own; the
     // units of a kv head may pick the same block: counted once, through `seen`).

@@ -19,4 +19,18 @@ void HotRows::prefetch(int32_t g, const int32_t* pos, int32_t n, bool need_v) {
                });
 }
 
+size_t HotRows::read_k_rows(int32_t g, const int32_t* pos, int32_t n, void* dst, KvInt8Row* dst_params) const {
+  const int32_t bs = device_.layout().block_size;
+  const size_t row = static_cast<size_t>(device_.layout().head_dim) * kv_dtype_bytes(device_.layout().dtype);
+  size_t host_bytes = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t e = table_[pos[i] / bs];
+    const CpuKvStorage& from = e >= 0 ? static_cast<const CpuKvStorage&>(device_) : host_;
+    const size_t bytes = from.read_k_row(layer_, e >= 0 ? e : -e - 1, g, pos[i] % bs, static_cast<std::byte*>(dst) + i * row,
+                                         dst_params != nullptr ? dst_params + i : nullptr);
+    if (e < 0) host_bytes += bytes;
+  }
+  return host_bytes;
+}
+
 }  // namespace fathom

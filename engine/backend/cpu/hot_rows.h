@@ -26,6 +26,7 @@ class HotRows final : public RowPrefetcher {
   size_t read_kt_rows(int32_t slot, int32_t g, const int32_t* dims, int32_t r, void* dst) const override {
     return host_.copy_kt_rows(layer_, slot, g, dims, r, dst);
   }
+  size_t read_k_rows(int32_t g, const int32_t* pos, int32_t n, void* dst, KvInt8Row* dst_params) const override;
   void count_read(int64_t bytes) override { cache_.count_bytes(bytes); }
   const int32_t* map(int32_t layer) const { return cache_.map(layer); }
   void invalidate_host_slot(int32_t h) { cache_.invalidate_host_slot(h); }

@@ -105,6 +105,18 @@ size_t CpuKvStorage::copy_row_to(int32_t layer, int32_t block, int32_t head, int
   return bytes;
 }
 
+size_t CpuKvStorage::read_k_row(int32_t layer, int32_t block, int32_t head, int32_t slot, std::byte* dst,
+                                KvInt8Row* params) const {
+  check_block(block);
+  const KvLayout& L = layout_;
+  const size_t row = static_cast<size_t>(L.head_dim) * kv_dtype_bytes(L.dtype);
+  const int64_t r = (static_cast<int64_t>(block) * L.n_kv_heads + head) * L.block_size + slot;
+  std::memcpy(dst, at(KvPlane::kK, layer, 0) + r * row, row);
+  if (L.dtype != KvDtype::kI8) return row;
+  *params = reinterpret_cast<const KvInt8Row*>(at(KvPlane::kKRows, layer, 0))[r];
+  return row + sizeof(KvInt8Row);
+}
+
 size_t CpuKvStorage::copy_kt_rows(int32_t layer, int32_t block, int32_t head, const int32_t* dims, int32_t r,
                                   void* dst) const {
   check_block(block);

@@ -56,6 +56,10 @@ class CpuKvStorage {
   size_t copy_row_to(int32_t layer, int32_t block, int32_t head, int32_t slot, CpuKvStorage& to, int64_t dst_row, bool k,
                      bool v) const;
 
+  // Copies the K row of (layer, block, head, slot) to dst (head_dim elements of the layout's dtype)
+  // and, for INT8, its parameters to *params. Returns bytes.
+  size_t read_k_row(int32_t layer, int32_t block, int32_t head, int32_t slot, std::byte* dst, KvInt8Row* params) const;
+
   // Copies the dimension rows dims[0..r) of the transposed-K tile of (layer, block, head) to dst
   // ([r][block_size] elements of the layout's dtype): the part of a block SparQ's step 1 reads.
   // Returns bytes. Needs transposed K.
