@@ -77,7 +77,10 @@ ATTENTION_RESULTS = [
     "SparQ, HiP and SWA; [results/tiered_kv_32k.md](results/tiered_kv_32k.md): Gemma 3 at 32k over a 1/8 tier; "
     "[results/cuda_tiered_bytes.md](results/cuda_tiered_bytes.md): host-tier bytes per decode step on the emulated "
     "CUDA backend per policy, and HiP with its device row cache (`build/cuda_tiered_bytes`); "
-    "[results/tiered_kv_h100.md](results/tiered_kv_h100.md): Llama-3-8B at 128k on one H100 with the tiers, on paper.",
+    "[results/tiered_kv_h100.md](results/tiered_kv_h100.md): Llama-3-8B at 128k on one H100 with the tiers, on paper. "
+    "[results/recompute.md](results/recompute.md): cache-or-recompute when both tiers are full — the cost of "
+    "recomputing D dropped tokens every decode step, and recompute vs preemption for two requests "
+    "(`build/bench_recompute`).",
     "",
 ]
 
