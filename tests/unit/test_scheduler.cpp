@@ -28,9 +28,10 @@ const std::string kModel = std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instr
 // (never an end-of-generation token). `fail` decides per forward pass whether it throws.
 class FakeBackend final : public Backend {
  public:
-  FakeBackend(const Model& model, int32_t blocks, int32_t host = 0, int32_t block_size = 16)
+  FakeBackend(const Model& model, int32_t blocks, int32_t host = 0, int32_t block_size = 16, int32_t scratch = 0)
       : Backend(model, KvLayout{model.config().n_layers, 1, 8, block_size, KvDtype::kF32, false}, blocks),
-        host_blocks(host) {}
+        host_blocks(host),
+        scratch_blocks(scratch) {}
   std::string name() const override { return "fake"; }
   bool implements(PolicyKind kind) const override { return kind == PolicyKind::kDense; }
   bool implements_groups() const override { return false; }
@@ -40,6 +41,9 @@ class FakeBackend final : public Backend {
   int passes = 0;
   int32_t host_blocks = 0;  // the host tier this backend offers
   int32_t reserve_host_tier(int32_t blocks, int32_t) override { return std::min(blocks, host_blocks); }
+  int32_t scratch_blocks = 0;  // the recompute scratch it offers: entries kv_blocks() + i
+  int32_t reserve_recompute_scratch(int32_t blocks) override { return std::min(blocks, scratch_blocks); }
+  int32_t recompute_slot(int32_t i) const override { return kv_blocks() + i; }
 
  protected:
   void copy_block_impl(int32_t, int32_t) override {}
@@ -57,7 +61,7 @@ class FakeBackend final : public Backend {
         const int32_t pos = s.pos0 + static_cast<int32_t>(i);
         positions_.push_back(pos);
         // What a real backend relies on: the step writes device slots only (physical >= 0).
-        auto outside = [&](int32_t b) { return (*s.blocks)[b] < 0 || (*s.blocks)[b] >= kv_blocks(); };
+        auto outside = [&](int32_t b) { return (*s.blocks)[b] < 0 || (*s.blocks)[b] >= kv_blocks() + scratch_blocks; };
         if (outside(pos / bs) || (pos % bs == 0 && pos > 0 && outside(pos / bs - 1)))
           throw std::logic_error("a step writes (or reads the V sum of the block before) outside the device tier");
       }
@@ -89,8 +93,8 @@ struct Harness {
   Scheduler scheduler;
   uint64_t order = 0;
 
-  explicit Harness(int32_t blocks = 64, SchedulerConfig config = {}, int32_t host_blocks = 0)
-      : backend(*model, blocks, host_blocks), scheduler(*model, backend, config, metrics) {}
+  explicit Harness(int32_t blocks = 64, SchedulerConfig config = {}, int32_t host_blocks = 0, int32_t scratch = 0)
+      : backend(*model, blocks, host_blocks, 16, scratch), scheduler(*model, backend, config, metrics) {}
 
   std::shared_ptr<RequestHandle> add(int32_t prompt_tokens, int32_t max_tokens, int32_t n = 1) {
     auto r = std::make_unique<RequestState>();
@@ -246,6 +250,53 @@ TEST(Scheduler, SequencesLargerThanTheDeviceTierRunFromBothTiers) {
   EXPECT_GT(h.metrics.counter("fathom_kv_blocks_demoted_total", "").value(), 0);
   EXPECT_GT(h.metrics.counter("fathom_swap_bytes_total", "", {{"direction", "out"}}).value(), 0);
   EXPECT_EQ(h.scheduler.allocator().used_blocks(), 0);
+}
+
+// Cache-or-recompute: a sequence larger than both tiers (22 blocks; 16 + 4 hold 20) runs alone, so it
+// drops its own oldest blocks (preempting itself would not help), and each of its steps carries a
+// recompute of them — positions [0, dropped) whose table names the same scratch entries as its
+// decode step's. A failure in such a step fails that request only and every block comes back;
+// the next request runs.
+TEST(Scheduler, RecomputeStepsCarryTheDroppedPrefixAndAFailureFreesEverything) {
+  SchedulerConfig cfg = small_steps();
+  cfg.max_batched_tokens = 128;  // a scratch of 64 tokens
+  cfg.host_kv_bytes = 64 * 4;
+  Harness h(16, cfg, 4, /*scratch=*/4);
+  ASSERT_EQ(h.scheduler.recompute_model().capacity_tokens, 64);
+  int recompute_steps = 0;
+  int32_t most_dropped = 0;
+  h.backend.fail = [&](const BatchPlan& p) {
+    if (p.seqs.size() != 2 || p.seqs[1].pos0 != 0 || p.seqs[1].logits != LogitsWanted::kNone) return false;
+    const SeqStep &decode = p.seqs[0], &recompute = p.seqs[1];
+    EXPECT_EQ(decode.tokens.size(), 1u);
+    EXPECT_EQ(recompute.tokens.size() % 16, 0u);
+    const int32_t dropped = static_cast<int32_t>(recompute.tokens.size()) / 16;
+    most_dropped = std::max(most_dropped, dropped);
+    for (int32_t b = 0; b < dropped; ++b) {
+      EXPECT_EQ((*decode.blocks)[b], (*recompute.blocks)[b]);
+      EXPECT_GE((*decode.blocks)[b], h.backend.kv_blocks()) << "a scratch entry";
+    }
+    return ++recompute_steps == 20;  // the 20th such step fails
+  };
+  auto a = h.add(200, 150);
+  h.run();
+  const Outcome oa = drain(*a);
+  EXPECT_EQ(oa.finish, FinishReason::kError);
+  EXPECT_NE(oa.error.find("injected device failure"), std::string::npos) << oa.error;
+  EXPECT_EQ(recompute_steps, 20);
+  EXPECT_GE(most_dropped, 1);
+  EXPECT_EQ(h.metrics.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 0);
+  EXPECT_EQ(h.scheduler.allocator().used_blocks(), 0) << "every block came back";
+  EXPECT_EQ(h.metrics.gauge("fathom_kv_dropped_tokens", "").value(), 0);
+  h.backend.fail = nullptr;
+  auto b = h.add(200, 150);
+  h.run();
+  const Outcome ob = drain(*b);
+  ASSERT_EQ(ob.finish, FinishReason::kLength) << ob.error;
+  EXPECT_EQ(ob.tokens.size(), 150u);
+  for (size_t i = 0; i < ob.tokens.size(); ++i) EXPECT_EQ(ob.tokens[i], 100 + static_cast<int32_t>(199 + i) % 50);
+  // 350 tokens need 22 blocks, the tiers hold 20: the second request dropped 2.
+  EXPECT_EQ(h.metrics.counter("fathom_kv_blocks_dropped_total", "").value(), most_dropped + 2);
 }
 
 TEST(Scheduler, ADeviceTierSmallerThanOneStepGetsSmallerSteps) {
