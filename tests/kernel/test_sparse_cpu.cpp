@@ -444,12 +444,13 @@ struct MirrorPrefetcher final : RowPrefetcher {
     for (int32_t i = 0; i < r; ++i) std::memcpy(static_cast<uint8_t*>(dst) + i * row, tile + dims[i] * row, row);
     return r * row;
   }
-  size_t read_k_rows(int32_t g, const int32_t* pos, int32_t n, void* dst, KvInt8Row*) const override {
+  size_t read_k_rows(int32_t g, const int32_t* pos, int32_t n, void* dst, KvInt8Row* params) const override {
     const size_t row = static_cast<size_t>(f_.d) * kv_dtype_bytes(f_.dtype);
     for (int32_t i = 0; i < n; ++i) {
       const int32_t b = -host_table[pos[i] / f_.block_size] - 1, off = pos[i] % f_.block_size;
-      const size_t src = ((static_cast<size_t>(b) * f_.n_kv_heads + g) * f_.block_size + off) * row;
-      std::memcpy(static_cast<uint8_t*>(dst) + i * row, f_.k.data() + src, row);
+      const size_t r = (static_cast<size_t>(b) * f_.n_kv_heads + g) * f_.block_size + off;
+      std::memcpy(static_cast<uint8_t*>(dst) + i * row, f_.k.data() + r * row, row);
+      if (f_.dtype == KvDtype::kI8) params[i] = f_.k_rows[r];
     }
     k_rows_read += n;
     return n * row;
@@ -471,17 +472,23 @@ struct MirrorPrefetcher final : RowPrefetcher {
   const testing::PagedKvFixture& f_;
 };
 
-// HiP over a tiered view: the same mask and bitwise the same output as over the resident view,
-// the estimation's keys read from the host tier in place (no prefetch: its first iteration alone
+// HiP over a tiered view (f16 and INT8): the same mask and bitwise the same output as over the
+// resident view, the estimation's keys read from the host tier in place (no prefetch: its first iteration alone
 // touches 2 · mask_k = 1,024 keys per mask, more than the cache), with a mask per query head and
 // per kv head; with a 200-row cache the attention runs in batches (a selection of ~600 rows per mask).
 TEST(SparseCpu, HipOverHostRowsMatchesResident) {
   std::mt19937 rng(99);
   ThreadPool pool(2);
   const int32_t d = 64, G = 3, S = 6000, H = G * kKvHeads;
-  const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, KvDtype::kF16, S, 2, rng);
-  const std::vector<float> q = random_q(H * d, rng);
-  for (const auto& [per_kv_head, cap] : {std::pair{false, 600}, {true, 600}, {true, 200}}) {
+  struct Case {
+    KvDtype dtype;
+    bool per_kv_head;
+    int32_t cap;
+  };
+  for (const auto& [dtype, per_kv_head, cap] : {Case{KvDtype::kF16, false, 600}, Case{KvDtype::kF16, true, 600},
+                                                Case{KvDtype::kF16, true, 200}, Case{KvDtype::kI8, true, 600}}) {
+    const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
+    const std::vector<float> q = random_q(H * d, rng);
     const ref::HipParams p{512, 2, 16, 64, per_kv_head};
     std::vector<float> out_resident, out_tiered;
     const DecodeArgs a = decode_args(q, out_resident, H, d, S);
@@ -495,10 +502,10 @@ TEST(SparseCpu, HipOverHostRowsMatchesResident) {
     const int64_t estimation_calls = fetch.calls;
     EXPECT_EQ(estimation_calls, 0) << "the estimation goes around the row cache";
     EXPECT_GT(fetch.k_rows_read.load(), 1024 * (per_kv_head ? kKvHeads : H));
-    EXPECT_EQ(fetch.kt_bytes, fetch.k_rows_read.load() * d * 2) << "its bytes are counted";
+    EXPECT_EQ(fetch.kt_bytes, fetch.k_rows_read.load() * d * static_cast<int64_t>(kv_dtype_bytes(dtype))) << "its bytes are counted";
     cpu::hip_sparse_decode(pool, tiered, at, p, mask_tiered, nullptr);
-    EXPECT_EQ(mask_tiered.block_starts, mask_resident.block_starts) << "cap " << cap;
-    EXPECT_EQ(out_tiered, out_resident) << "cap " << cap;
+    EXPECT_EQ(mask_tiered.block_starts, mask_resident.block_starts) << kv_dtype_name(dtype) << " cap " << cap;
+    EXPECT_EQ(out_tiered, out_resident) << kv_dtype_name(dtype) << " cap " << cap;
     const int64_t masks = per_kv_head ? kKvHeads : H;  // the attention: one call per mask, or batches
     if (cap == 600) EXPECT_EQ(fetch.calls - estimation_calls, masks);
     else EXPECT_GE(fetch.calls - estimation_calls, 3 * masks);
