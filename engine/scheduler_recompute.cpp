@@ -7,9 +7,9 @@
 // the stored ones (a GPU's GEMM over another number of rows may round differently).
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <span>
 #include <utility>
-#include <cstdint>
 #include <vector>
 
 #include "base/error.h"
@@ -52,6 +52,7 @@ void Scheduler::measure_recompute_cost() {
       recompute = std::min(recompute, seconds_since(t0) / n);
     }
     const int32_t copies = std::min({8, allocator_.host_blocks(), allocator_.device_blocks()});
+    if (copies == 0) transfer = 0;  // nothing to time: unmeasured, never "recompute is cheaper"
     for (int rep = 0; rep < 3 && copies > 0; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
       for (int32_t i = 0; i < copies; ++i) backend_.copy_slot(KvTier::kHost, i, KvTier::kDevice, i);
