@@ -157,7 +157,7 @@ int32_t Scheduler::running_sequences() const {
 
 bool Scheduler::fits_both_tiers(const Sequence& s) const {
   const int64_t bs = allocator_.block_size();
-  return static_cast<int64_t>(s.tokens.size()) + bs <= int64_t{allocator_.num_blocks()} * bs;
+  return (static_cast<int64_t>(s.tokens.size()) + bs) / bs <= allocator_.num_blocks();  // its tokens + the next
 }
 
 Sequence* Scheduler::pick_victim(const Sequence* except, bool fitting) {
@@ -168,10 +168,8 @@ Sequence* Scheduler::pick_victim(const Sequence* except, bool fitting) {
       if (s->state == SeqState::kRunning && (!fitting || (s.get() != except && fits_both_tiers(*s))))
         running.push_back(s.get());
   if (running.empty()) return nullptr;
-  Sequence* last = *std::max_element(running.begin(), running.end(), [](Sequence* a, Sequence* b) {
-    if (a->request == b->request) return a->choice < b->choice;
-    return served_before(*a->request, *b->request);
-  });
+  Sequence* last = *std::max_element(running.begin(), running.end(),
+                                     [](Sequence* a, Sequence* b) { return served_before(*a, *b); });
   return last == except ? nullptr : last;
 }
 
@@ -473,8 +471,7 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
     // Running sequences recompute under pressure: their blocks come back first. (Blocks dropped
     // because recompute beats the host tier are the steady state, not pressure.)
     if (dropped_tokens_ > 0 && !recompute_.before_host) break;
-    const int32_t need = (static_cast<int32_t>(s->tokens.size()) + bs) / bs;  // whole prompt + next token
-    if (need > allocator_.num_blocks()) {  // submit() refuses these; a safety net, never parked
+    if (!fits_both_tiers(*s)) {  // submit() refuses these; a safety net, never parked
       finish(*s, FinishReason::kError, {}, "the sequence outgrew the whole KV cache");
       continue;
     }

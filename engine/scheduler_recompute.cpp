@@ -108,9 +108,7 @@ bool Scheduler::drop_oldest_block(bool host_only, int64_t preempt_cost) {
       const int64_t cost = int64_t{bs} * std::min(left, others);
       if (cost >= preempt_cost) continue;
       // The cheapest; among equals the last in (priority, arrival) order, as preemption picks.
-      if (best == nullptr || cost < best_cost ||
-          (cost == best_cost && (served_before(*best->request, *s.request) ||
-                                 (best->request == s.request && best->choice < s.choice)))) {
+      if (best == nullptr || cost < best_cost || (cost == best_cost && served_before(*best, s))) {
         best = &s;
         best_cost = cost;
       }

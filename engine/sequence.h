@@ -77,6 +77,11 @@ inline bool served_before(const RequestState& a, const RequestState& b) {
   return a.order < b.order;
 }
 
+// Between sequences: their requests' order, then choice order within a request.
+inline bool served_before(const Sequence& a, const Sequence& b) {
+  return a.request == b.request ? a.choice < b.choice : served_before(*a.request, *b.request);
+}
+
 inline int32_t Sequence::generated() const {
   return static_cast<int32_t>(tokens.size()) - static_cast<int32_t>(request->request.prompt.size());
 }

@@ -199,6 +199,9 @@ class CudaBackend final : public Backend {
   const int32_t* layer_tables(int32_t layer) const {
     return tables_.get() + (tables_per_layer_ ? static_cast<size_t>(layer) * plan_->seqs.size() * table_stride_ : 0);
   }
+  const int32_t* seq_table(int32_t layer, int32_t seq) const {
+    return layer_tables(layer) + static_cast<size_t>(seq) * table_stride_;
+  }
   std::array<DeviceArray<float>, 9> acts_;  // indexed by Act, (T, act_width(Act))
   DeviceArray<float> attn_workspace_;
   DeviceArray<__half> act16_;        // (T, max in-features): the GEMM's f16 activations
@@ -672,7 +675,7 @@ DecodeArgs CudaBackend::decode_args(int32_t seq) {
 }
 
 int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
-  const PagedKvView view = this->view(layer, layer_tables(layer) + static_cast<size_t>(seq) * table_stride_);
+  const PagedKvView view = this->view(layer, seq_table(layer, seq));
   switch (policy.kind) {
     case PolicyKind::kSparq: return sparq_step(view, decode_args(seq), policy, scratch_, stream_);
     case PolicyKind::kHip:
@@ -700,7 +703,7 @@ int64_t CudaBackend::attend_group(int32_t layer, const AttentionGroup& group) {
 void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   const ModelConfig& c = config_;
   const SeqStep& s = plan_->seqs[seq];
-  const PagedKvView view = this->view(layer, layer_tables(layer) + static_cast<size_t>(seq) * table_stride_);
+  const PagedKvView view = this->view(layer, seq_table(layer, seq));
   AttentionArgs args;
   args.q = act(Act::kQ) + first_[seq] * c.q_dim();
   args.out = act(Act::kAttn) + first_[seq] * c.q_dim();

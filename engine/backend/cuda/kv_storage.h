@@ -20,7 +20,7 @@ namespace cuda_backend_detail {
 class CudaKvStorage {
  public:
   // `shared_blocks` > 0: each plane is one allocation, the layers' blocks one after another and
-  // then `shared_blocks` that every layer names by the same entry through its layer_table(): the
+  // then `shared_blocks` that every layer names by the same entry through layer_entry(): the
   // recompute scratch, whose memory is one layer's (engine/backend/backend.h).
   CudaKvStorage(const KvLayout& layout, int32_t num_blocks, Memory memory = Memory::kDevice, int32_t shared_blocks = 0)
       : layout_(layout), num_blocks_(num_blocks), shared_blocks_(shared_blocks) {
