@@ -31,21 +31,27 @@ void max_pool(const float* src, int32_t n, int32_t r, float* dst) {
   const int32_t w = 2 * r + 1;
   // Reused per thread: two S-float vectors every layer step were an allocation each (S up to 128k).
   static thread_local std::vector<float> ahead, behind;
-  ahead.assign(src, src + n);
-  behind.assign(src, src + n);
-  for (int32_t i = 1; i < n; ++i)
-    if (i % w != 0) ahead[i] = std::max(ahead[i], ahead[i - 1]);
-  for (int32_t i = n - 2; i >= 0; --i)
-    if ((i + 1) % w != 0) behind[i] = std::max(behind[i], behind[i + 1]);
-  for (int32_t t = 0; t < n; ++t) {
-    if (t >= r && t + r < n) {
-      dst[t] = std::max(behind[t - r], ahead[t + r]);
-    } else {
-      const int32_t hi = std::min(n - 1, t + r);
-      dst[t] = src[hi];
-      for (int32_t u = std::max(0, t - r); u < hi; ++u) dst[t] = std::max(dst[t], src[u]);
-    }
+  ahead.resize(n);
+  behind.resize(n);
+  // Block by block, without an `i % w` per element: the divisions were ~70% of this function's
+  // time, which runs on the step's critical path (every layer, every sequence, over all S).
+  for (int32_t b = 0; b < n; b += w) {
+    const int32_t e = std::min(n, b + w);
+    float run = src[b];
+    for (int32_t i = b; i < e; ++i) ahead[i] = run = std::max(run, src[i]);
+    run = src[e - 1];
+    for (int32_t i = e - 1; i >= b; --i) behind[i] = run = std::max(run, src[i]);
   }
+  for (int32_t t = r; t + r < n; ++t) dst[t] = std::max(behind[t - r], ahead[t + r]);
+  // The clipped windows at each end, directly.
+  auto clipped = [&](int32_t t) {
+    const int32_t hi = std::min(n - 1, t + r);
+    float m = src[hi];
+    for (int32_t u = std::max(0, t - r); u < hi; ++u) m = std::max(m, src[u]);
+    dst[t] = m;
+  };
+  for (int32_t t = 0; t < std::min(r, n); ++t) clipped(t);
+  for (int32_t t = std::max(r, n - r); t < n; ++t) clipped(t);
 }
 
 }  // namespace
