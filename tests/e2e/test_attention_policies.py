@@ -109,8 +109,9 @@ def test_auto_counts_what_it_chose(server):
     # Every decode layer step ran either SWA (above its measured break-even) or dense.
     assert set(k for k, v in chose.items() if v > 0) <= {"swa", "dense"}, chose
     assert sum(chose.values()) == LAYERS * (out["usage"]["completion_tokens"] - 1)
-    # auto resolves to SWA, whose break-even was measured on this first use and is exported.
-    break_even = metric(server, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.125", "policy": "swa"})
+    # auto resolves to SWA at the server's default ratio (1/4), whose break-even was measured at
+    # start-up (auto is the default policy) and is exported.
+    break_even = metric(server, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "swa"})
     assert break_even == float("inf") or break_even in [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
     # Below the break-even every step is dense; above it, SWA.
     want = "dense" if break_even > out["usage"]["prompt_tokens"] + 8 else "swa"
@@ -121,13 +122,18 @@ def test_auto_counts_what_it_chose(server):
 
 
 def test_the_default_policy_is_measured_at_start_up(fathom_bin, smollm2_path):
-    # A server whose default is auto measures SWA's break-even before serving: it is on /metrics
-    # before any request, and no request's first step pays for the measurement.
-    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--attention", "auto"]) as s:
-        break_even = metric(s, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.125", "policy": "swa"})
+    # The default policy is auto at 1/4: the server measures SWA's break-even before serving, so it
+    # is on /metrics before any request and no request's first step pays for the measurement.
+    with ServerProcess(fathom_bin, smollm2_path) as s:
+        break_even = metric(s, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "swa"})
         assert break_even == float("inf") or 256 <= break_even <= 32768
         assert "auto decodes sparse from" in s.stderr, s.stderr
     assert s.returncode == 0, s.stderr
+    # `--attention dense` restores exact attention: nothing to measure.
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--attention", "dense"]) as s:
+        assert complete(s, "Hello", 2)["usage"]["completion_tokens"] >= 1
+    assert s.returncode == 0, s.stderr
+    assert "loaded" in s.stderr and "decodes sparse from" not in s.stderr, s.stderr
 
 
 def test_measured_min_keys_is_accepted(server):
