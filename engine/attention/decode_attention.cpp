@@ -22,34 +22,38 @@ ref::SwaParams swa_step_params(const AttentionPolicy& p, LayerPolicyState& st, i
 
 namespace {
 
-// dst[t] = max(src[max(0, t − r) .. min(n − 1, t + r)]) in O(n) for any r (van Herk / Gil-Werman):
-// with blocks of w = 2r + 1, `ahead[i]` is the max from i's block start to i and `behind[i]` the max
-// from i to its block end; a full window [t − r, t + r] spans at most two blocks (exactly one when
-// it is one block), so its max is max(behind[t − r], ahead[t + r]). The r clipped windows at each
-// end are taken directly.
-void max_pool(const float* src, int32_t n, int32_t r, float* dst) {
-  const int32_t w = 2 * r + 1;
-  // Reused per thread: two S-float vectors every layer step were an allocation each (S up to 128k).
-  static thread_local std::vector<float> ahead, behind;
-  ahead.resize(n);
-  behind.resize(n);
-  // Block by block, without an `i % w` per element: the divisions were ~70% of this function's
-  // time, which runs on the step's critical path (every layer, every sequence, over all S).
-  for (int32_t b = 0; b < n; b += w) {
-    const int32_t e = std::min(n, b + w);
-    float run = src[b];
-    for (int32_t i = b; i < e; ++i) ahead[i] = run = std::max(run, src[i]);
-    run = src[e - 1];
-    for (int32_t i = e - 1; i >= b; --i) behind[i] = run = std::max(run, src[i]);
-  }
-  for (int32_t t = r; t + r < n; ++t) dst[t] = std::max(behind[t - r], ahead[t + r]);
-  // The clipped windows at each end, directly.
-  auto clipped = [&](int32_t t) {
+// dst[t] = max(src[max(0, t − r) .. min(n − 1, t + r)]), the window clipped to the array.
+// Small r (SWA's default pool 7 is r = 3): r passes of dst[t] = max(dst[t], src[t − k], src[t + k]),
+// each a straight elementwise loop the compiler vectorises (~r·n/8 instructions). Large r: van
+// Herk / Gil-Werman in O(n) whatever r — with blocks of w = 2r + 1, `ahead[i]` is the max from i's
+// block start to i and `behind[i]` from i to its block end, and a full window spans at most two
+// blocks, so its max is max(behind[t − r], ahead[t + r]); its running maxima do not vectorise.
+// This runs every layer step over all S positions on the step's critical path.
+void max_pool(const float* __restrict src, int32_t n, int32_t r, float* __restrict dst) {
+  auto clipped = [&](int32_t t) {  // a window cut by an end of the array, directly
     const int32_t hi = std::min(n - 1, t + r);
     float m = src[hi];
     for (int32_t u = std::max(0, t - r); u < hi; ++u) m = std::max(m, src[u]);
     dst[t] = m;
   };
+  if (r <= 16) {
+    std::copy(src, src + n, dst);
+    for (int32_t k = 1; k <= r; ++k)
+      for (int32_t t = r; t + r < n; ++t) dst[t] = std::max(dst[t], std::max(src[t - k], src[t + k]));
+  } else {
+    // Reused per thread: two S-float vectors every layer step were an allocation each (S up to 128k).
+    static thread_local std::vector<float> ahead, behind;
+    ahead.resize(n);
+    behind.resize(n);
+    for (int32_t b = 0; b < n; b += 2 * r + 1) {
+      const int32_t e = std::min(n, b + 2 * r + 1);
+      float run = src[b];
+      for (int32_t i = b; i < e; ++i) ahead[i] = run = std::max(run, src[i]);
+      run = src[e - 1];
+      for (int32_t i = e - 1; i >= b; --i) behind[i] = run = std::max(run, src[i]);
+    }
+    for (int32_t t = r; t + r < n; ++t) dst[t] = std::max(behind[t - r], ahead[t + r]);
+  }
   for (int32_t t = 0; t < std::min(r, n); ++t) clipped(t);
   for (int32_t t = std::max(r, n - r); t < n; ++t) clipped(t);
 }

@@ -24,8 +24,9 @@ std::vector<float> naive_max_pool(const std::vector<float>& v, int32_t r) {
 TEST(SwaSelectionMass, IsTheMassMaxPooledOverTheWindowAtEveryLengthAndWidth) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  for (int32_t pool : {3, 5, 7, 15}) {
-    for (int32_t n : {1, 2, 3, 6, 7, 8, 14, 15, 16, 100, 1001}) {
+  // Pools up to 33 take the shifted-max passes, larger ones van Herk / Gil-Werman.
+  for (int32_t pool : {3, 5, 7, 15, 33, 35, 41, 99}) {
+    for (int32_t n : {1, 2, 3, 6, 7, 8, 14, 15, 16, 17, 40, 41, 42, 100, 1001}) {
       LayerPolicyState st;
       st.swa_mass.resize(n);
       for (float& m : st.swa_mass) m = u(rng);
