@@ -63,7 +63,11 @@ ATTENTION_RESULTS = [
     "- [results/attention_quality.md](results/attention_quality.md): top-k correspondence and output error of each "
     "policy at KV-read ratios 1/2, 1/4, 1/8 on real q/K/V of both default models (`build/bench_attention_quality`).",
     "- [results/passkey.md](results/passkey.md): passkey retrieval accuracy per policy and length "
-    "(`bench/passkey_eval.py`).",
+    "(`bench/passkey_eval.py`); [results/passkey_ratios.md](results/passkey_ratios.md): the smallest ratio at "
+    "which each policy keeps dense's answers; [results/passkey_auto.md](results/passkey_auto.md): `auto` at 1/4, "
+    "the server default, as served.",
+    "- [results/policy_speed.md](results/policy_speed.md): decode speed of every policy as served against dense, "
+    "share of its bytes bound, and the time above the shortest depth's dense step (`bench/policy_speed.py`).",
     "- [cuda_bytes.md](cuda_bytes.md): bytes per decode step of every CUDA attention kernel and the H100 bandwidth "
     "bound (on paper; no GPU timing) (`build/cuda_bytes`).",
     "- End-to-end decode per policy: `build/bench_decode --attention dense,sparq,hip,swa --depths 4096` (README).",
