@@ -30,12 +30,8 @@ namespace {
 // blocks, so its max is max(behind[t − r], ahead[t + r]); its running maxima do not vectorise.
 // This runs every layer step over all S positions on the step's critical path.
 void max_pool(const float* __restrict src, int32_t n, int32_t r, float* __restrict dst) {
-  auto clipped = [&](int32_t t) {  // a window cut by an end of the array, directly
-    const int32_t hi = std::min(n - 1, t + r);
-    float m = src[hi];
-    for (int32_t u = std::max(0, t - r); u < hi; ++u) m = std::max(m, src[u]);
-    dst[t] = m;
-  };
+  if (n <= 0) return;
+  r = std::min(r, n);  // a window wider than the array is the array (and a client's pool is up to 2^31)
   if (r <= 16) {
     std::copy(src, src + n, dst);
     for (int32_t k = 1; k <= r; ++k)
@@ -54,8 +50,19 @@ void max_pool(const float* __restrict src, int32_t n, int32_t r, float* __restri
     }
     for (int32_t t = r; t + r < n; ++t) dst[t] = std::max(behind[t - r], ahead[t + r]);
   }
-  for (int32_t t = 0; t < std::min(r, n); ++t) clipped(t);
-  for (int32_t t = std::max(r, n - r); t < n; ++t) clipped(t);
+  // The windows cut by an end of the array, in O(n) whatever r: at the left end [0, t + r] grows by
+  // one position per t (a running prefix max); at the right end [t − r, n) shrinks by one (a
+  // running suffix max, filled from the end).
+  float prefix = src[0];
+  for (int32_t t = 0, hi = 0; t < r; ++t) {
+    for (const int32_t want = std::min(n - 1, t + r); hi < want;) prefix = std::max(prefix, src[++hi]);
+    dst[t] = prefix;
+  }
+  float suffix = src[n - 1];
+  for (int32_t t = n - 1, lo = n - 1; t >= std::max(r, n - r); --t) {
+    for (const int32_t want = t - r; lo > want;) suffix = std::max(suffix, src[--lo]);
+    dst[t] = suffix;
+  }
 }
 
 }  // namespace

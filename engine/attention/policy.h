@@ -69,8 +69,9 @@ inline constexpr int32_t kSwaMinKept = 256;
 ref::SwaParams resolve_swa(const AttentionPolicy& p, int32_t S);
 
 // What `auto` runs: SWA with p's ratio and SWA parameters, dense below SWA's measured break-even
-// (or p.min_keys). SWA is the policy that kept dense's passkey answers on both default models
-// at 1/8 and is also the fastest at every length measured (bench/results/sparse_quality_findings.md,
+// (or p.min_keys). SWA is the policy that kept dense's passkey answers best on both default
+// models (at 1/8 everywhere but SmolLM2 8k, at 1/4 everywhere: bench/results/passkey_auto.md)
+// and is also the fastest at every length measured (bench/results/sparse_quality_findings.md,
 // bench/results/break_even.md); the rule lives here so that a better-measured choice changes one place.
 AttentionPolicy resolve_auto(const AttentionPolicy& p);
 
