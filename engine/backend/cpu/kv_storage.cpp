@@ -88,8 +88,8 @@ size_t CpuKvStorage::copy_row_to(int32_t layer, int32_t block, int32_t head, int
                                  int64_t dst_row, bool k, bool v) const {
   check_block(block);
   const KvLayout& L = layout_;
-  const size_t row = static_cast<size_t>(L.head_dim) * kv_dtype_bytes(L.dtype);
-  const int64_t src_row = (static_cast<int64_t>(block) * L.n_kv_heads + head) * L.block_size + slot;
+  const size_t row = row_bytes();
+  const int64_t src_row = row_index(block, head, slot);
   FATHOM_CHECK(dst_row >= 0 && dst_row < static_cast<int64_t>(to.num_blocks_) * L.n_kv_heads * L.block_size);
   size_t bytes = 0;
   for (const KvPlane p : {KvPlane::kK, KvPlane::kV}) {
@@ -108,11 +108,10 @@ size_t CpuKvStorage::copy_row_to(int32_t layer, int32_t block, int32_t head, int
 size_t CpuKvStorage::read_k_row(int32_t layer, int32_t block, int32_t head, int32_t slot, std::byte* dst,
                                 KvInt8Row* params) const {
   check_block(block);
-  const KvLayout& L = layout_;
-  const size_t row = static_cast<size_t>(L.head_dim) * kv_dtype_bytes(L.dtype);
-  const int64_t r = (static_cast<int64_t>(block) * L.n_kv_heads + head) * L.block_size + slot;
+  const size_t row = row_bytes();
+  const int64_t r = row_index(block, head, slot);
   std::memcpy(dst, at(KvPlane::kK, layer, 0) + r * row, row);
-  if (L.dtype != KvDtype::kI8) return row;
+  if (layout_.dtype != KvDtype::kI8) return row;
   *params = reinterpret_cast<const KvInt8Row*>(at(KvPlane::kKRows, layer, 0))[r];
   return row + sizeof(KvInt8Row);
 }

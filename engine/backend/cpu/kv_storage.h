@@ -76,6 +76,12 @@ class CpuKvStorage {
     return planes_[static_cast<int>(p)][layer].data() + layout_.plane_bytes(p) * static_cast<size_t>(block);
   }
   void check_block(int32_t block) const;
+  // Row index of (block, head, slot) in a layer's K / V plane ([blocks][heads][block_size] rows),
+  // and the elements' bytes of one row (INT8's parameters sit in their own planes, same index).
+  int64_t row_index(int32_t block, int32_t head, int32_t slot) const {
+    return (static_cast<int64_t>(block) * layout_.n_kv_heads + head) * layout_.block_size + slot;
+  }
+  size_t row_bytes() const { return static_cast<size_t>(layout_.head_dim) * kv_dtype_bytes(layout_.dtype); }
 
   KvLayout layout_;
   int32_t num_blocks_;
