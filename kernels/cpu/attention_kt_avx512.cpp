@@ -93,9 +93,12 @@ inline void accumulate_v(const SuperTile& sp, int32_t d, int32_t c0, const float
 }
 
 // N rows (r0 .. r0 + N) over one super-tile: logits from Kᵀ, online softmax, V.
+// logits (nullable): row r's logit of key j, for the keys it attends, to logits[r·ld + j − t_base]
+// (a masked store: only live keys are written).
 template <typename T, int N>
 void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const PartialRows& rows, int32_t r0,
-                         const float* q_sum, float scale_factor, float* acc, float* m, float* l) {
+                         const float* q_sum, float scale_factor, float* acc, float* m, float* l, float* logits,
+                         int64_t ld, int32_t t_base) {
   constexpr bool kInt8 = std::is_same_v<T, uint8_t>;
   const T* kt[kSub];
   const T* kn[kSub];
@@ -149,6 +152,8 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
       x = _mm512_mul_ps(x, _mm512_set1_ps(scale_factor));
       s[i][u] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live[u], x);
       mx = _mm512_max_ps(mx, s[i][u]);
+      if (logits != nullptr && live[u] != 0)  // live keys lie in [t_base, …): the masked lanes are never touched
+        _mm512_mask_storeu_ps(logits + r * ld + (sp.st[u].j0 - t_base), live[u], s[i][u]);
     }
     const float m_new = std::max(m[r], hmax(mx));
     if (m_new != m[r]) corr[i] = std::exp(m[r] - m_new);  // m = -inf before any key: 0 (acc, l are 0)
@@ -174,7 +179,7 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
 
 template <typename T>
 void kt_partial(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                float scale_factor, float* acc, float* m, float* l) {
+                float scale_factor, float* acc, float* m, float* l, float* logits = nullptr, int64_t ld = 0) {
   constexpr bool kInt8 = std::is_same_v<T, uint8_t>;
   constexpr int32_t kSuperKeys = kSub * kKeys;
   const int32_t d = kv.head_dim, bs = kv.block_size, R = rows.count;
@@ -238,11 +243,11 @@ void kt_partial(const PagedKvView& kv, int32_t head, const PartialRows& rows, in
       }
     int32_t r0 = 0;
     for (; r0 + kRowGroup <= R; r0 += kRowGroup)
-      rows_over_supertile<T, kRowGroup>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l);
+      rows_over_supertile<T, kRowGroup>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0);
     switch (R - r0) {
-      case 3: rows_over_supertile<T, 3>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l); break;
-      case 2: rows_over_supertile<T, 2>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l); break;
-      case 1: rows_over_supertile<T, 1>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l); break;
+      case 3: rows_over_supertile<T, 3>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0); break;
+      case 2: rows_over_supertile<T, 2>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0); break;
+      case 1: rows_over_supertile<T, 1>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0); break;
       default: break;
     }
   }
@@ -260,6 +265,16 @@ void partial_attention_kt_avx512(const PagedKvView& kv, int32_t head, const Part
     case KvDtype::kF32: kt_partial<float>(kv, head, rows, t0, t1, scale, acc, m, l); break;
     case KvDtype::kF16: kt_partial<uint16_t>(kv, head, rows, t0, t1, scale, acc, m, l); break;
     case KvDtype::kI8: kt_partial<uint8_t>(kv, head, rows, t0, t1, scale, acc, m, l); break;
+  }
+}
+
+void partial_attention_kt_logits_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
+                                        int32_t t1, float scale, float* acc, float* m, float* l, float* logits,
+                                        int64_t ld) {
+  switch (kv.dtype) {
+    case KvDtype::kF32: kt_partial<float>(kv, head, rows, t0, t1, scale, acc, m, l, logits, ld); break;
+    case KvDtype::kF16: kt_partial<uint16_t>(kv, head, rows, t0, t1, scale, acc, m, l, logits, ld); break;
+    case KvDtype::kI8: kt_partial<uint8_t>(kv, head, rows, t0, t1, scale, acc, m, l, logits, ld); break;
   }
 }
 

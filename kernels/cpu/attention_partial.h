@@ -67,6 +67,12 @@ PartialAttentionFn best_partial_attention();
 bool partial_attention_kt_applies(const PagedKvView& kv);
 void partial_attention_kt_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
                                  float scale, float* acc, float* m, float* l, float* scratch);
+// The same, also writing each row's scaled logits of the keys it attends: row r, key j to
+// logits[r·ld + j − t0] (other entries untouched). What a sparse policy that gathers a contiguous
+// run of keys uses to stream it (sparse::AttendTask's run) and still learn its attention weights.
+void partial_attention_kt_logits_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
+                                        int32_t t1, float scale, float* acc, float* m, float* l, float* logits,
+                                        int64_t ld);
 
 // Keys per split-K chunk (rounded up to whole blocks). Chunks start at absolute multiples of it, so
 // where a row's keys are cut never depends on the batch or the thread count.

@@ -53,11 +53,18 @@ int32_t attend_chunk(const ThreadPool& pool, const std::vector<AttendTask>& task
   int32_t chunk = kMaxChunk;
   auto count_items = [&](int32_t c) {
     int64_t n = 0;
-    for (const AttendTask& t : tasks) n += (t.n + c - 1) / c;
+    for (const AttendTask& t : tasks) n += (t.keys() + c - 1) / c;
     return n;
   };
   while (chunk > kMinChunk && count_items(chunk) < 4 * pool.size()) chunk /= 2;
   return chunk;
+}
+
+bool run_streamable(const Kernels& kern, const PagedKvView& kv, int32_t t0, int32_t t1) {
+  if (kern.run_partial == nullptr || !partial_attention_kt_applies(kv)) return false;
+  for (int32_t b = t0 / kv.block_size; b * kv.block_size < t1; ++b)
+    if (kv.block_table[b] < 0) return false;
+  return true;
 }
 
 void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
@@ -80,21 +87,32 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
   const int32_t d = kv.head_dim;
   if (chunk <= 0) chunk = attend_chunk(pool, tasks);
 
+  // A task's gathered items (index ranges of pos[]) come first, then its run's (absolute
+  // positions, cut at multiples of the chunk so the cuts do not depend on where the run starts);
+  // partials merge in that order.
   struct Item {
     int32_t task, begin, end;
     int64_t slot;  // first of its R partial slots
+    bool run;
   };
   std::vector<Item> items;
-  std::vector<int32_t> first_item(tasks.size() + 1);
+  std::vector<int32_t> first_item(tasks.size() + 1), first_run(tasks.size());
   std::vector<float> q_sums(tasks.size() * kMaxRows, 0.0f);
   int64_t slots = 0;
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttendTask& t = tasks[ti];
-    if (t.R > kMaxRows || t.R < 1 || t.n < 1) throw std::invalid_argument("sparse::attend: bad task shape");
+    if (t.R > kMaxRows || t.R < 1 || t.n < 0 || t.run_end < t.run_begin || t.keys() < 1 ||
+        (t.run_end > t.run_begin && (kern.run_partial == nullptr || (t.n > 0 && t.pos[t.n - 1] >= t.run_begin))))
+      throw std::invalid_argument("sparse::attend: bad task shape");
     if (kv.dtype == KvDtype::kI8) row_sums(t.q, t.R, d, &q_sums[ti * kMaxRows]);
     first_item[ti] = static_cast<int32_t>(items.size());
     for (int32_t b = 0; b < t.n; b += chunk) {
-      items.push_back({static_cast<int32_t>(ti), b, std::min(t.n, b + chunk), slots});
+      items.push_back({static_cast<int32_t>(ti), b, std::min(t.n, b + chunk), slots, false});
+      slots += t.R;
+    }
+    first_run[ti] = static_cast<int32_t>(items.size());
+    for (int32_t b = t.run_begin; b < t.run_end; b = (b / chunk + 1) * chunk) {
+      items.push_back({static_cast<int32_t>(ti), b, std::min(t.run_end, (b / chunk + 1) * chunk), slots, true});
       slots += t.R;
     }
   }
@@ -135,13 +153,27 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     rows.resize(chunk);
     const Item& it = items[w];
     const AttendTask& t = tasks[it.task];
+    if (it.run) {
+      const float* q[kMaxRows];
+      int32_t lo[kMaxRows], hi[kMaxRows];
+      for (int32_t r = 0; r < t.R; ++r) {
+        q[r] = t.q + static_cast<int64_t>(r) * d;
+        lo[r] = t.run_begin;
+        hi[r] = t.run_end - 1;
+      }
+      float* logits = t.logits != nullptr ? t.logits + t.n + (it.begin - t.run_begin) : nullptr;
+      kern.run_partial(kv, t.g, PartialRows{t.R, q, lo, hi}, it.begin, it.end, scale, &acc[it.slot * d], &m[it.slot],
+                       &l[it.slot], logits, t.keys());
+      if (task_done.arrive(static_cast<size_t>(it.task))) merge_task(it.task);
+      return;
+    }
     const int32_t n = it.end - it.begin;
     row_offsets(kv, t.g, t.pos + it.begin, n, rows.data());
     kern.key_logits(kv, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, rows.data(), n, scale, s.data(), n,
                     /*v_next=*/true);
     for (int32_t r = 0; r < t.R; ++r) {
       float* sr = &s[static_cast<size_t>(r) * n];
-      if (t.logits != nullptr) std::copy(sr, sr + n, t.logits + static_cast<int64_t>(r) * t.n + it.begin);
+      if (t.logits != nullptr) std::copy(sr, sr + n, t.logits + static_cast<int64_t>(r) * t.keys() + it.begin);
       const float mx = *std::max_element(sr, sr + n);
       m[it.slot + r] = mx;
       l[it.slot + r] = kern.exp_shifted(sr, n, mx);
@@ -156,20 +188,21 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     run_items(0, static_cast<int32_t>(items.size()));
     return;
   }
-  // Each task's items in batches of at most capacity() keys, each batch's positions made readable
-  // just before it runs: the partials and their merge order are those of one pass, so the output
-  // does not depend on the batching or on the order the batches run in. (A batch is at least one
-  // item: a cache smaller than one chunk throws from prefetch.) `reverse` runs them last first: a
-  // caller that alternates it from step to step turns a cyclic set larger than the cache, which
-  // misses on every row under LRU, into a stack whose last batches are the next step's hits.
+  // Each task's gathered items in batches of at most capacity() keys, each batch's positions made
+  // readable just before it runs: the partials and their merge order are those of one pass, so the
+  // output does not depend on the batching or on the order the batches run in. (A batch is at
+  // least one item: a cache smaller than one chunk throws from prefetch.) `reverse` runs them last
+  // first: a caller that alternates it from step to step turns a cyclic set larger than the cache,
+  // which misses on every row under LRU, into a stack whose last batches are the next step's hits.
+  // The run's items read device blocks in place (run_streamable) and go last.
   const int32_t cap = prefetcher->capacity();
   std::vector<std::pair<int32_t, int32_t>> batches;
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttendTask& t = tasks[ti];
     batches.clear();
-    for (int32_t a = first_item[ti]; a < first_item[ti + 1];) {
+    for (int32_t a = first_item[ti]; a < first_run[ti];) {
       int32_t b = a + 1;
-      while (b < first_item[ti + 1] && items[b].end - items[a].begin <= cap) ++b;
+      while (b < first_run[ti] && items[b].end - items[a].begin <= cap) ++b;
       batches.emplace_back(a, b);
       a = b;
     }
@@ -178,6 +211,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
       prefetcher->prefetch(t.g, t.pos + items[a].begin, items[b - 1].end - items[a].begin, /*need_v=*/true);
       run_items(a, b);
     }
+    if (first_run[ti] < first_item[ti + 1]) run_items(first_run[ti], first_item[ti + 1]);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/attention_partial.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/paged_kv.h"
 
@@ -49,6 +50,12 @@ struct Kernels {
   // with at least k keys ≥ t. 32 counting passes, no data-dependent branches (nth_element
   // mispredicts about every other comparison: ~13 ns a key here).
   uint32_t (*kth_largest_key)(const uint32_t* keys, int32_t m, int32_t k);
+  // Online softmax of R rows over the contiguous keys [t0, t1) of kv head `head` (each row's
+  // [lo, hi] spanning them), streamed through the transposed K plane like dense decode: the
+  // partial (acc [R][head_dim] unnormalised, m [R], l [R]) and the scaled logits at
+  // logits[r·ld + t − t0] (nullable). Null for an ISA without it; needs run_streamable(kv, ...).
+  void (*run_partial)(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
+                      float scale, float* acc, float* m, float* l, float* logits, int64_t ld);
 };
 
 // Order-preserving unsigned key of a float, branch-free (x + 0 turns −0 into +0: they compare
@@ -83,9 +90,12 @@ const Kernels& kernels();
 const Kernels* kernels_portable();
 const Kernels* kernels_avx512();  // nullptr when the CPU lacks AVX-512 F/BW/VL
 
-// One gather-attention job: R query rows of kv head g over the positions pos[0..n) (n ≥ 1,
-// distinct; ascending gives sequential reads). Exact softmax (online over chunks, merged with
-// the log-sum-exp rule).
+// One gather-attention job: R query rows of kv head g over the positions pos[0..n) (distinct;
+// ascending gives sequential reads) and the contiguous run [run_begin, run_end) above them (n +
+// run length ≥ 1). Exact softmax (online over chunks, merged with the log-sum-exp rule). The run is
+// streamed through the transposed K plane (Kernels::run_partial): gathered row by row, a run of
+// keys costs about twice as long (bench_sparse_attention, d 64: 2,048 contiguous keys of 3 kv
+// heads in 97 us gathered, 50 us streamed). Callers give a run only where run_streamable().
 struct AttendTask {
   int32_t g = 0;
   int32_t R = 0;                 // ≤ kMaxRows
@@ -93,9 +103,16 @@ struct AttendTask {
   float* out = nullptr;          // [R][head_dim] normalised output
   const int32_t* pos = nullptr;  // [n]
   int32_t n = 0;
-  float* logits = nullptr;       // optional [R][n]: the scaled logits
+  int32_t run_begin = 0, run_end = 0;  // the run's positions (empty: none), all above pos[]
+  float* logits = nullptr;       // optional [R][keys()]: the scaled logits, pos[] then the run
   float* lse = nullptr;          // optional [R]: their log-sum-exp
+  int32_t keys() const { return n + run_end - run_begin; }
 };
+
+// Whether positions [t0, t1) of `kv` can be an AttendTask's run with `kern`: the ISA streams runs,
+// the view has the transposed K plane in the kernel's shape, and every block of the run is in the
+// device tier (a tiered view's host blocks are read only through its row cache).
+bool run_streamable(const Kernels& kern, const PagedKvView& kv, int32_t t0, int32_t t1);
 
 // Splits every task into key chunks, spreads the chunks over the pool, merges per task. The
 // chunk length (0: attend_chunk(pool, tasks)) fixes the fold order: a task run alone with the

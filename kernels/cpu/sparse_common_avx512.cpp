@@ -277,6 +277,8 @@ uint32_t kth_largest_key(const uint32_t* keys, int32_t m, int32_t k) {
   return t;
 }
 
+constexpr decltype(Kernels::run_partial) kRunPartial = &partial_attention_kt_logits_avx512;
+
 #include "kernels/cpu/sparse_common.inc"
 
 }  // namespace

@@ -87,6 +87,8 @@ bool kt_tile16(const T*, const int32_t*, int32_t, const float*, int32_t, float*,
   return false;
 }
 
+constexpr decltype(Kernels::run_partial) kRunPartial = nullptr;  // runs are gathered: no Kᵀ kernel at this level
+
 #include "kernels/cpu/sparse_common.inc"
 
 }  // namespace

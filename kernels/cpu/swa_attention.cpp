@@ -23,6 +23,10 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   sparse::top_k(mass, older, res.k_global, kept.data());  // ascending
   std::iota(kept.begin() + res.k_global, kept.end(), older);
   const int32_t n_kept = static_cast<int32_t>(kept.size());
+  // The local window is one run of positions: streamed through the transposed K plane where the
+  // view allows (half the kept keys at about dense's speed per key), else gathered with the rest.
+  // Either way the logits come back in `kept` order.
+  const bool stream_window = sparse::run_streamable(kern, kv, older, n);
 
   std::vector<float> logits(weights != nullptr ? static_cast<size_t>(args.n_heads) * n_kept : 0);  // [H][n_kept]
   std::vector<float> lse(args.n_heads);
@@ -34,7 +38,11 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
     t.q = args.q + static_cast<int64_t>(g) * G * d;
     t.out = args.out + static_cast<int64_t>(g) * G * d;
     t.pos = kept.data();
-    t.n = n_kept;
+    t.n = stream_window ? res.k_global : n_kept;
+    if (stream_window) {
+      t.run_begin = older;
+      t.run_end = n;
+    }
     if (weights != nullptr) {
       t.logits = &logits[static_cast<size_t>(g) * G * n_kept];
       t.lse = &lse[static_cast<size_t>(g) * G];
@@ -47,14 +55,17 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   res.kv_bytes = 2LL * n_kept * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv;
 
   if (weights != nullptr) {
-    // Softmax weights exp(logit − lse) in place, then summed over heads per kept position.
+    // Softmax weights exp(logit − lse) in place, summed over heads per kept position (head 0 + head
+    // 1 + … in a vector loop, then one scattered add each; the caller's weights are 0 or carry a
+    // sum already).
     pool.parallel_for(args.n_heads, [&](int64_t begin, int64_t end, int) {
       for (int64_t h = begin; h < end; ++h) kern.exp_shifted(&logits[h * n_kept], n_kept, lse[h]);
     });
-    for (int32_t h = 0; h < args.n_heads; ++h) {
+    for (int32_t h = 1; h < args.n_heads; ++h) {
       const float* w = &logits[static_cast<size_t>(h) * n_kept];
-      for (int32_t i = 0; i < n_kept; ++i) weights[kept[i]] += w[i];
+      for (int32_t i = 0; i < n_kept; ++i) logits[i] += w[i];
     }
+    for (int32_t i = 0; i < n_kept; ++i) weights[kept[i]] += logits[i];
   }
   if (kept_out != nullptr) *kept_out = std::move(kept);
   return res;

@@ -18,7 +18,8 @@
 // reference (f16 converted exactly, INT8 as scale·x_q + min but summed as scale·(q·x_q) + min·Σq),
 // so only f32 summation order and the 2-ulp vector exp differ: atol = rtol = 5e-6 (f32, f16),
 // 2e-5 (INT8, the regrouped dequantisation cancels terms of size ~|min·Σq|). α: 1e-5 absolute.
-// Seen (outputs ~N(0,1)): worst 7e-7 for f32 / f16, 2e-6 for INT8.
+// Seen (outputs ~N(0,1)): worst 7e-7 for f32 / f16, 2e-6 for INT8; SWA, whose local window goes
+// through the dense Kᵀ kernel's 64-key online softmax when the view has k_t: 1.3e-6 / 6e-6.
 // Exactness: SparQ with k ≥ S, HiP with mask_k ≥ S (T′ ≤ mask_k) and SWA with ratio 1 equal dense
 // attention (ref::paged_attention; cpu::paged_attention too for f32 / f16).
 // Bytes: the formulas in sparse_attention.h, and equal to the reference's counters for f32 / f16.
@@ -330,7 +331,7 @@ TEST(SparseCpu, SwaMatchesReference) {
     ThreadPool pool(2);
     for_each_case([&](const testing::PagedKvFixture& f, const PagedKvView& kv, const std::vector<float>& q, int32_t G,
                       int32_t S, std::mt19937& rng) {
-      if (kv.k_t != nullptr) return;  // SWA reads no side data
+      // With the transposed K plane (and AVX-512) the local window is streamed through it.
       const int32_t d = f.d, H = G * kKvHeads;
       // Coarse mass: many exact ties, so the tie rule (lower position) is exercised.
       std::uniform_int_distribution<int> coarse(0, 20);
@@ -398,18 +399,18 @@ TEST(SparseCpu, LoosestSettingsEqualDense) {
       cpu::sparq_decode(pool, kv, a, sp, &trace);
       for (float alpha : trace.alpha) EXPECT_EQ(alpha, 1.0f);
       compare(out.data(), dense.data(), static_cast<int64_t>(out.size()), f.dtype, worst);
-      if (kv.k_t != nullptr) return;  // HiP and SWA read no side data
+      std::vector<float> mass(S, 0.0f);
+      std::fill(out.begin(), out.end(), 0.0f);
+      const cpu::SwaResult sw = cpu::swa_decode(pool, kv, a, ref::SwaParams{1.0f}, mass.data(), nullptr);
+      EXPECT_EQ(sw.k_local + sw.k_global, S);
+      compare(out.data(), dense.data(), static_cast<int64_t>(out.size()), f.dtype, worst);
+      if (kv.k_t != nullptr) return;  // HiP reads no side data
       ref::HipParams hp{S + 1, 2, 4, 8};
       ref::HipMask mask;
       cpu::hip_estimate_mask(pool, kv, a, hp, &mask, nullptr);
       EXPECT_TRUE(mask.dense);
       std::fill(out.begin(), out.end(), 0.0f);
       cpu::hip_sparse_decode(pool, kv, a, hp, mask, nullptr);
-      compare(out.data(), dense.data(), static_cast<int64_t>(out.size()), f.dtype, worst);
-      std::vector<float> mass(S, 0.0f);
-      std::fill(out.begin(), out.end(), 0.0f);
-      const cpu::SwaResult sw = cpu::swa_decode(pool, kv, a, ref::SwaParams{1.0f}, mass.data(), nullptr);
-      EXPECT_EQ(sw.k_local + sw.k_global, S);
       compare(out.data(), dense.data(), static_cast<int64_t>(out.size()), f.dtype, worst);
     });
   });
@@ -433,6 +434,7 @@ struct MirrorPrefetcher final : RowPrefetcher {
     if (n > cap_) ADD_FAILURE() << "prefetch of " << n << " rows, capacity " << cap_;
     for (size_t k = g; k < map.size(); k += f_.n_kv_heads) map[k] = -1;  // head g's earlier rows: gone (worst case)
     for (int32_t i = 0; i < n; ++i) {
+      if (host_table[pos[i] / f_.block_size] >= 0) continue;  // a device block (a mixed table): read in place
       const int32_t b = -host_table[pos[i] / f_.block_size] - 1, off = pos[i] % f_.block_size;
       map[(static_cast<size_t>(b) * f_.block_size + off) * f_.n_kv_heads + g] = (b * f_.n_kv_heads + g) * f_.block_size + off;
     }
@@ -564,6 +566,47 @@ TEST(SparseCpu, SwaOverHostRowsInBatchesMatchesOnePass) {
       EXPECT_GE(fetch.calls, 2 * kKvHeads) << "ratio " << ratio;
       EXPECT_EQ(out_batched, out_one) << "ratio " << ratio << " keys " << n;
       EXPECT_EQ(w_batched, w_one) << "ratio " << ratio << " keys " << n;
+    }
+  }
+}
+
+// SWA streams its local window through the transposed K plane when the window's blocks are in the
+// device tier, over a tiered view too: with the older half of the blocks in the host tier the output
+// and weights are bitwise the all-resident ones. With a block of the window in the host tier the
+// window is gathered through the row cache instead: the same attention up to summation order.
+TEST(SparseCpu, SwaWindowOverTieredViewMatchesResident) {
+  if (!cpu::set_simd_level_for_testing("avx512") || std::string(cpu::simd_level()) != "avx512")
+    GTEST_SKIP() << "runs stream only with AVX-512";
+  std::mt19937 rng(9);
+  ThreadPool pool(2);
+  const int32_t d = 64, G = 3, S = 2001, H = G * kKvHeads, n_blocks = (S + kBlock - 1) / kBlock;
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
+    const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
+    const std::vector<float> q = random_q(H * d, rng);
+    std::vector<float> mass(S);
+    std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+    for (float& m : mass) m = uni(rng);
+    const float ratio = 0.25f;  // window [S − 250, S): the last 16 blocks
+    for (int32_t host_blocks : {n_blocks / 2, n_blocks - 2}) {
+      SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + ", " + std::to_string(host_blocks) + " blocks in the host tier");
+      MirrorPrefetcher fetch(f, 700);
+      for (int32_t b = host_blocks; b < n_blocks; ++b) fetch.host_table[b] = f.table[b];
+      std::vector<float> out_res, out_tier, w_res(S, 0.0f), w_tier(S, 0.0f);
+      const DecodeArgs a = decode_args(q, out_res, H, d, S);
+      const DecodeArgs at = decode_args(q, out_tier, H, d, S);
+      std::vector<int32_t> kept_res, kept_tier;
+      cpu::swa_decode(pool, f.view(true, true), a, ref::SwaParams{ratio}, mass.data(), w_res.data(), &kept_res);
+      cpu::swa_decode(pool, fetch.view(true), at, ref::SwaParams{ratio}, mass.data(), w_tier.data(), &kept_tier);
+      EXPECT_EQ(kept_tier, kept_res);
+      EXPECT_GE(fetch.calls, kKvHeads);  // the heavy hitters came through the cache
+      if (host_blocks == n_blocks / 2) {
+        EXPECT_EQ(out_tier, out_res);
+        EXPECT_EQ(w_tier, w_res);
+      } else {
+        Worst worst;
+        compare(out_tier.data(), out_res.data(), static_cast<int64_t>(out_res.size()), dtype, worst);
+        for (int32_t t = 0; t < S; ++t) EXPECT_NEAR(w_tier[t], w_res[t], 1e-6 * H) << "t=" << t;
+      }
     }
   }
 }
