@@ -120,9 +120,37 @@ void prefetch_row_ahead(const T* base, const int64_t* rows, int32_t i, int32_t n
   for (size_t o = 0; o < d * sizeof(T); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
 }
 
-// out[r·ld + i] = scale · q_r · x[row i] for 16 keys at a time: each key's row converted once for all
-// R query rows, the R·16 dot products left as vectors and summed across by sum_lanes16. False when
-// d is not a multiple of 64 (the caller's key-by-key path).
+// The 16-lane partial dot products part[r0 + j][i] = q_{r0+j} · x[row i0 + i] (lanes still to be
+// summed) of RB query rows and m ≤ 16 keys: each key's row converted once per 64 columns for all
+// RB rows (converting it again for every row cost ~3x the conversions: the stores to `part` may
+// alias the row, so the compiler cannot reuse a conversion across rows).
+template <int RB, typename T>
+void partial_dots(const T* base, const int64_t* rows, int32_t i0, int32_t m, int32_t n, const float* q, int32_t r0,
+                  int32_t d, const T* also, bool prefetch, float (*part)[16][16]) {
+  for (int32_t i = 0; i < m; ++i) {
+    if (prefetch) {
+      prefetch_row_ahead(base, rows, i0 + i, n, d);
+      if (also != nullptr) prefetch_row_ahead(also, rows, i0 + i, n, d);
+    }
+    const T* x = base + rows[i0 + i];
+    __m512 s[RB];
+    for (int j = 0; j < RB; ++j) s[j] = _mm512_setzero_ps();
+    for (int32_t c = 0; c < d; c += 64) {
+      const __m512 x0 = load16(x + c), x1 = load16(x + c + 16), x2 = load16(x + c + 32), x3 = load16(x + c + 48);
+      for (int j = 0; j < RB; ++j) {
+        const float* qr = q + static_cast<int64_t>(r0 + j) * d + c;
+        const __m512 a = _mm512_fmadd_ps(_mm512_loadu_ps(qr), x0, _mm512_mul_ps(_mm512_loadu_ps(qr + 16), x1));
+        const __m512 b = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 32), x2, _mm512_mul_ps(_mm512_loadu_ps(qr + 48), x3));
+        s[j] = _mm512_add_ps(s[j], _mm512_add_ps(a, b));
+      }
+    }
+    for (int j = 0; j < RB; ++j) _mm512_store_ps(part[r0 + j][i], s[j]);
+  }
+}
+
+// out[r·ld + i] = scale · q_r · x[row i] for 16 keys at a time: the R·16 dot products left as
+// vectors (partial_dots, up to 4 query rows per pass over the keys) and summed across by
+// sum_lanes16. False when d is not a multiple of 64 (the caller's key-by-key path).
 template <typename T>
 bool dot_rows_any(const T* base, const int64_t* rows, int32_t n, const float* q, int32_t R, int32_t d, float scale,
                   float* out, int64_t ld, const T* also) {
@@ -131,18 +159,13 @@ bool dot_rows_any(const T* base, const int64_t* rows, int32_t n, const float* q,
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int32_t i0 = 0; i0 < n; i0 += 16) {
     const int32_t m = std::min(16, n - i0);
-    for (int32_t i = 0; i < m; ++i) {
-      prefetch_row_ahead(base, rows, i0 + i, n, d);
-      if (also != nullptr) prefetch_row_ahead(also, rows, i0 + i, n, d);
-      const T* x = base + rows[i0 + i];
-      for (int32_t r = 0; r < R; ++r) {
-        const float* qr = q + static_cast<int64_t>(r) * d;
-        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-        for (int32_t c = 0; c < d; c += 32) {
-          s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + c), load16(x + c), s0);
-          s1 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + c + 16), load16(x + c + 16), s1);
-        }
-        _mm512_store_ps(part[r][i], _mm512_add_ps(s0, s1));
+    for (int32_t r0 = 0; r0 < R; r0 += 4) {
+      const bool prefetch = r0 == 0;  // later passes find the rows in L1
+      switch (std::min(4, R - r0)) {
+        case 1: partial_dots<1>(base, rows, i0, m, n, q, r0, d, also, prefetch, part); break;
+        case 2: partial_dots<2>(base, rows, i0, m, n, q, r0, d, also, prefetch, part); break;
+        case 3: partial_dots<3>(base, rows, i0, m, n, q, r0, d, also, prefetch, part); break;
+        default: partial_dots<4>(base, rows, i0, m, n, q, r0, d, also, prefetch, part); break;
       }
     }
     for (int32_t r = 0; r < R; ++r) {
