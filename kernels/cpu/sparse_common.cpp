@@ -174,7 +174,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     for (int32_t r = 0; r < t.R; ++r) {
       float* sr = &s[static_cast<size_t>(r) * n];
       if (t.logits != nullptr) std::copy(sr, sr + n, t.logits + static_cast<int64_t>(r) * t.keys() + it.begin);
-      const float mx = *std::max_element(sr, sr + n);
+      const float mx = kern.max_of(sr, n);
       m[it.slot + r] = mx;
       l[it.slot + r] = kern.exp_shifted(sr, n, mx);
     }

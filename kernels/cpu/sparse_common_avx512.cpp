@@ -251,13 +251,16 @@ float exp_shifted(float* s, int32_t n, float shift) {
   }
   return hsum(sum);
 }
-float max_sum_exp(const float* s, int32_t n, float* mx) {
+float max_of(const float* s, int32_t n) {
   __m512 vm = _mm512_set1_ps(-INFINITY);
   for (int32_t i = 0; i < n; i += 16) {
     const __mmask16 m = lanes16(n - i);
     vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, s + i));
   }
-  const float best = hmax(vm);
+  return hmax(vm);
+}
+float max_sum_exp(const float* s, int32_t n, float* mx) {
+  const float best = max_of(s, n);
   const __m512 vs = _mm512_set1_ps(best);
   __m512 sum = _mm512_setzero_ps();
   for (int32_t i = 0; i < n; i += 16) {

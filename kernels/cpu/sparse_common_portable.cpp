@@ -44,6 +44,11 @@ float exp_shifted(float* s, int32_t n, float shift) {
   for (int32_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - shift));
   return sum;
 }
+float max_of(const float* s, int32_t n) {
+  float m = s[0];
+  for (int32_t i = 1; i < n; ++i) m = std::max(m, s[i]);
+  return m;
+}
 float max_sum_exp(const float* s, int32_t n, float* mx) {
   float m = s[0];
   for (int32_t i = 1; i < n; ++i) m = std::max(m, s[i]);
