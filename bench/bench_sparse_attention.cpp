@@ -8,8 +8,9 @@
 //   SWA:   ratio 1/8, a random mass, weights written back (what the engine needs)
 // f16 KV with the side data, G = 3 query heads per kv head, n_kv_heads kv heads, paged blocks
 // of --block-size (16) tokens in a shuffled block table, in 2 MiB pages as the engine holds them.
-// Between repetitions a 64 MiB buffer is streamed (by all threads) so the KV is
-// read from memory, not from the last-level cache (a decode step's other layers evict it too).
+// Between repetitions a 1 GiB buffer is streamed (by all threads), more than this machine's 480 MiB
+// L3, so the KV is read from memory, not from the last-level cache (a decode step's other layers
+// evict it too; the 64 MiB buffer of earlier runs left it in this L3).
 //
 //   bench_sparse_attention [--threads 2] [--reps 15] [--kv-heads 3] [--block-size 16] [--dims 64,128]
 //                          [--lens 1024,4096,16384,65536] [--bandwidth-gbs X] [--out FILE]
@@ -126,7 +127,7 @@ int main(int argc, char** argv) {
   if (gbs <= 0) gbs = bandwidth_from_json("bench/results/bandwidth.json", threads);
   constexpr int G = 3;
   ThreadPool pool(threads);
-  std::vector<uint64_t> flush(64 << 17);  // 64 MiB
+  std::vector<uint64_t> flush(size_t{1} << 27);  // 1 GiB: one load per 64-byte line below
   for (size_t i = 0; i < flush.size(); ++i) flush[i] = i;
   // Streamed by every thread of the pool, which leaves the workers spinning for the next job as
   // in a decode step (a single-threaded flush of several ms put them to sleep, and every timed
@@ -209,7 +210,7 @@ int main(int argc, char** argv) {
   md << "# Sparse decode attention on the CPU (one decode step, one layer)\n\n"
      << "bench/bench_sparse_attention.cpp: f16 KV with transposed K and running V sums, " << n_kv << " kv heads x G = "
      << G << " query heads, block " << block_size << " (shuffled table), " << threads << " threads, SIMD " << cpu::simd_level()
-     << ". Median of " << reps << " repetitions, a 64 MiB buffer streamed before each (KV read from memory). "
+     << ". Median of " << reps << " repetitions, a 1 GiB buffer streamed before each (KV read from memory, not this machine's 480 MiB L3). "
      << "Bound = KV bytes / " << gbs << " GB/s (bench_bandwidth read bandwidth at " << threads << " threads). "
      << "The machine is shared with other builds: figures are medians, expect noise.\n\n"
      << "Wall: median and best (fastest) repetition. CPU: median process CPU time ÷ threads, what a step "
