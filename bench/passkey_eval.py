@@ -140,8 +140,8 @@ def render(recs, out, args, status):
              "5-digit number of the greedy reply (temperature 0, up to "
              f"{MAX_TOKENS} tokens) is the key. Sparse policies at kv_read_ratio {args.ratio}; one `fathom serve` "
              f"per model ({args.threads} thread(s), default f16 KV), the policies sent back to back per prompt "
-             "so the prefix cache prefills it once. Seeds: Python `random.Random(f\"{model}-{format}-{length}-{trial}\")` "
-             "picks key and depth. Cells: correct/trials.", "",
+             "so the prefix cache prefills it once. Seeds: Python `random.Random(f\"{salt}{model}-{format}-{length}-{trial}\")` "
+             f"picks key and depth (salt: {repr(args.seed + '-') if args.seed else 'none'}). Cells: correct/trials.", "",
              "| model | prompt | length | prompt tokens | " + " | ".join(POLICIES) + " | cached (sparse) | time | note |",
              "|---|---|---|---|" + "---|" * len(POLICIES) + "---|---|---|"]
     keys = sorted(set(cells) | set(meta), key=lambda k: (k[0], k[1], k[2]))
@@ -192,7 +192,8 @@ def run_model(name, args, raw_path, recs):
                     render(recs, Path(args.out), args, "partial, running")
                     continue
                 for trial in range(args.trials):
-                    rng = random.Random(f"{name}-{fmt}-{length}-{trial}")
+                    salt = f"{args.seed}-" if args.seed else ""  # --seed: fresh keys and depths
+                    rng = random.Random(f"{salt}{name}-{fmt}-{length}-{trial}")
                     policies = [p for p in args.policies.split(",") if (name, fmt, length, trial, p) not in done]
                     if policies:
                         text, pkey, depth, ntok = make_prompt(base, fmt, length, rng, per_rep)
@@ -241,6 +242,8 @@ def main():
                          "0: the sparse kernel at every length)")
     ap.add_argument("--fathom", default="{}", help='more "fathom" options for sparse requests, e.g. \'{"hip": {"refresh": 2}}\'')
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", default="", help="a salt for the trials' seeds: fresh keys and depths (default: the "
+                    "unsalted seeds every earlier table used)")
     ap.add_argument("--binary", default="build/fathom")
     ap.add_argument("--raw", default="/tmp/passkey_raw.jsonl",
                     help="JSON-lines results; several comma-separated files are merged, new results go to the first")
