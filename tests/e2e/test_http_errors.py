@@ -222,10 +222,24 @@ def test_queue_full_is_429(small_server):
             s.close()  # the engine notices the departed clients and frees both slots
         assert queued.result(timeout=120).status_code == 200
     assert requests.get(f"{small_server.base_url}/ready", timeout=5).status_code == 200
+    wait_until_idle(small_server)  # the next test needs both slots: the closed streams may still hold one
+
+
+def wait_until_idle(server, timeout=60):
+    """Until no request runs: a closed stream's slot frees when the engine's next write to it fails."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = requests.get(f"{server.base_url}/metrics", timeout=5).text
+        running = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("fathom_requests_running")]
+        if running and running[0] == 0:
+            return
+        assert time.monotonic() < deadline, f"still running after {timeout} s: {running}"
+        time.sleep(0.05)
 
 
 def test_sigterm_drains(small_server):
     # Two streams in flight (both admitted: max_num_seqs = 2), then SIGTERM.
+    wait_until_idle(small_server)
     streams = [completion(small_server, 24, stream=True) for _ in range(2)]
     assert [r.status_code for r in streams] == [200, 200], [r.text[:300] for r in streams if r.status_code != 200]
     iters = [r.iter_lines() for r in streams]
