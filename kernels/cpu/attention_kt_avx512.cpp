@@ -152,8 +152,15 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
       x = _mm512_mul_ps(x, _mm512_set1_ps(scale_factor));
       s[i][u] = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live[u], x);
       mx = _mm512_max_ps(mx, s[i][u]);
-      if (logits != nullptr && live[u] != 0)  // live keys lie in [t_base, …): the masked lanes are never touched
-        _mm512_mask_storeu_ps(logits + r * ld + (sp.st[u].j0 - t_base), live[u], s[i][u]);
+      if (logits != nullptr && live[u] != 0) {  // the live keys: one range of lanes, all at keys ≥ t_base
+        const int64_t at = r * ld + (sp.st[u].j0 - t_base);
+        if (at >= r * ld) {
+          _mm512_mask_storeu_ps(logits + at, live[u], s[i][u]);
+        } else {  // a sub-tile that starts before t_base: pack its live lanes (no pointer before the row)
+          const int first = __builtin_ctz(live[u]);
+          _mm512_mask_compressstoreu_ps(logits + at + first, live[u], s[i][u]);
+        }
+      }
     }
     const float m_new = std::max(m[r], hmax(mx));
     if (m_new != m[r]) corr[i] = std::exp(m[r] - m_new);  // m = -inf before any key: 0 (acc, l are 0)

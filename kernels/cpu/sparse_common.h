@@ -134,7 +134,8 @@ bool run_streamable(const Kernels& kern, const PagedKvView& kv, int32_t t0, int3
 // chunk its whole set would get gives bitwise the same output. With a prefetcher, each task's
 // chunks run in batches of at most prefetcher->capacity() keys (last batch first when `reverse`),
 // each batch's positions made readable (K and V) just before it: same partials, same merge, the
-// same output.
+// same output. A task's run (device blocks only: run_streamable) is not batched: its items run after
+// the task's gathered batches, in position order.
 void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
             const std::vector<AttendTask>& tasks, int32_t chunk = 0, RowPrefetcher* prefetcher = nullptr,
             bool reverse = false);

@@ -26,7 +26,11 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   // The local window is one run of positions: streamed through the transposed K plane where the
   // view allows (half the kept keys at about dense's speed per key), else gathered with the rest.
   // Either way the logits come back in `kept` order.
-  const bool stream_window = sparse::run_streamable(kern, kv, older, n);
+  // Not on the seed step (ratio 1, every key): its window is the newest half of the sequence, which a
+  // small device tier does not hold, and a tiered view gathers what it cannot stream — so the seed
+  // step gathers in every view, and a tiered sequence stays bitwise its resident self unless a later
+  // step's window (n·ratio/2 newest keys) reaches into the host tier.
+  const bool stream_window = p.ratio < 1.0f && sparse::run_streamable(kern, kv, older, n);
 
   std::vector<float> logits(weights != nullptr ? static_cast<size_t>(args.n_heads) * n_kept : 0);  // [H][n_kept]
   std::vector<float> lse(args.n_heads);
@@ -48,7 +52,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
       t.lse = &lse[static_cast<size_t>(g) * G];
     }
   }
-  // Over a tiered cache the kept rows come through the row cache kv head by kv head, in batches
+  // Over a tiered cache the gathered rows come through the row cache kv head by kv head, in batches
   // it holds (the seed step keeps every position), bitwise the resident result; the order
   // alternates by step so that a kept set larger than the cache still hits (see sparse::attend).
   sparse::attend_prefetched(pool, kern, kv, args.scale, tasks, /*reverse=*/args.pos % 2 != 0);
@@ -56,8 +60,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
 
   if (weights != nullptr) {
     // Softmax weights exp(logit − lse) in place, summed over heads per kept position (head 0 + head
-    // 1 + … in a vector loop, then one scattered add each; the caller's weights are 0 or carry a
-    // sum already).
+    // 1 + … in a vector loop), the sum added to weights[t] as one term (the engine passes zeros).
     pool.parallel_for(args.n_heads, [&](int64_t begin, int64_t end, int) {
       for (int64_t h = begin; h < end; ++h) kern.exp_shifted(&logits[h * n_kept], n_kept, lse[h]);
     });

@@ -420,7 +420,9 @@ TEST(SparseCpu, LoosestSettingsEqualDense) {
 // kth_largest_key is the k-th entry of the keys sorted descending, for every k, at every SIMD level:
 // keys at the ends of the range (0, UINT32_MAX), many duplicates, lengths off the vector width.
 // A tiered cache's view as the kernels see it (docs/tiered_kv.md): every block "in the host tier"
-// (negative table entries), rows readable only through host_rows after a prefetch. This one maps
+// (negative table entries), rows readable only through host_rows after a prefetch — or, with
+// host_table entries set back to device blocks, a mixed table (prefetch skips those; read_k_rows
+// and read_kt_rows serve host blocks only). This one maps
 // each prefetched row back to its own place in the fixture's planes, holds at most `cap` rows per
 // call, and fails the test when asked for more or when a row is read without a prefetch (its map
 // entry stays -1: the read would leave the planes).
@@ -586,7 +588,7 @@ TEST(SparseCpu, SwaWindowOverTieredViewMatchesResident) {
     std::vector<float> mass(S);
     std::uniform_real_distribution<float> uni(0.0f, 1.0f);
     for (float& m : mass) m = uni(rng);
-    const float ratio = 0.25f;  // window [S − 250, S): the last 16 blocks
+    const float ratio = 0.25f;  // window [S − 250, S): blocks 109-125
     for (int32_t host_blocks : {n_blocks / 2, n_blocks - 2}) {
       SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + ", " + std::to_string(host_blocks) + " blocks in the host tier");
       MirrorPrefetcher fetch(f, 700);
