@@ -65,7 +65,7 @@ ATTENTION_RESULTS = [
     "- [results/passkey.md](results/passkey.md): passkey retrieval accuracy per policy and length "
     "(`bench/passkey_eval.py`); [results/passkey_ratios.md](results/passkey_ratios.md): the smallest ratio at "
     "which each policy keeps dense's answers; [results/passkey_auto.md](results/passkey_auto.md): `auto` at 1/4, "
-    "the server default, as served.",
+    "the server default, as served, on the standard and on fresh prompts (`--seed`), and at 3/8.",
     "- [results/policy_speed.md](results/policy_speed.md): decode speed of every policy at kv_read_ratio 1/8, with measured break-evens, against dense, "
     "share of its bytes bound, and the time above the shortest depth's dense step (`bench/policy_speed.py`).",
     "- [cuda_bytes.md](cuda_bytes.md): bytes per decode step of every CUDA attention kernel and the H100 bandwidth "
