@@ -191,8 +191,8 @@ def run_model(name, args, raw_path, recs):
                     raw_path.open("a").write(json.dumps(rec) + "\n")
                     render(recs, Path(args.out), args, "partial, running")
                     continue
+                salt = f"{args.seed}-" if args.seed else ""  # --seed: fresh keys and depths
                 for trial in range(args.trials):
-                    salt = f"{args.seed}-" if args.seed else ""  # --seed: fresh keys and depths
                     rng = random.Random(f"{salt}{name}-{fmt}-{length}-{trial}")
                     policies = [p for p in args.policies.split(",") if (name, fmt, length, trial, p) not in done]
                     if policies:

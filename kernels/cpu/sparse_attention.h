@@ -68,7 +68,7 @@ struct SwaResult {
 // Bytes: 2·|kept|·kv_row_bytes per kv head. `kept` (optional): the kept positions, ascending.
 // The heavy hitters are gathered row by row; the local window, where the view has the transposed
 // K plane and the window's blocks are in the device tier, is streamed as dense decode reads keys
-// (sparse::run_streamable): ~1.7x faster a step at 16k, 1/8 (bench_sparse_attention).
+// (sparse::run_streamable; ~1.5x cheaper per key than gathered, see sparse::AttendTask).
 SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
                      const float* mass, float* weights, std::vector<int32_t>* kept = nullptr);
 

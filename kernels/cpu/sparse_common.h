@@ -72,24 +72,13 @@ inline uint32_t order_key(float x) {
 
 // Element offsets of the rows of positions pos[0..n) of kv head g: rows [n]. A position in a
 // host-tier block is read from its cached row (prefetched: see RowPrefetcher).
-// A power-of-two block size (the engine's 16) divides by shifting: an integer division per row
-// was ~5% of a SWA step at 8k (perf: row_offsets inlined into sparse::attend).
 inline void row_offsets(const PagedKvView& kv, int32_t g, const int32_t* pos, int32_t n, int64_t* rows) {
   const int32_t bs = kv.block_size;
-  auto fill = [&](auto block_of, auto slot_of) {
-    for (int32_t i = 0; i < n; ++i) {
-      const int32_t b = block_of(pos[i]), slot = slot_of(pos[i]);
-      const int32_t e = kv.block_table[b];
-      rows[i] = e >= 0 ? kv.tile_offset(b, g) + static_cast<int64_t>(slot) * kv.head_dim
-                       : static_cast<int64_t>(kv.host_rows[(static_cast<int64_t>(-e - 1) * bs + slot) * kv.n_kv_heads + g]) *
-                             kv.head_dim;
-    }
-  };
-  if ((bs & (bs - 1)) == 0) {
-    const int shift = __builtin_ctz(static_cast<unsigned>(bs));
-    fill([shift](int32_t p) { return p >> shift; }, [bs](int32_t p) { return p & (bs - 1); });
-  } else {
-    fill([bs](int32_t p) { return p / bs; }, [bs](int32_t p) { return p % bs; });
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t e = kv.block_table[pos[i] / bs];
+    rows[i] = e >= 0 ? kv.tile_offset(pos[i] / bs, g) + static_cast<int64_t>(pos[i] % bs) * kv.head_dim
+                     : static_cast<int64_t>(kv.host_rows[(static_cast<int64_t>(-e - 1) * bs + pos[i] % bs) * kv.n_kv_heads + g]) *
+                           kv.head_dim;
   }
 }
 

@@ -50,8 +50,7 @@ float max_of(const float* s, int32_t n) {
   return m;
 }
 float max_sum_exp(const float* s, int32_t n, float* mx) {
-  float m = s[0];
-  for (int32_t i = 1; i < n; ++i) m = std::max(m, s[i]);
+  const float m = max_of(s, n);
   float sum = 0;
   for (int32_t i = 0; i < n; ++i) sum += std::exp(s[i] - m);
   *mx = m;

@@ -24,12 +24,11 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   std::iota(kept.begin() + res.k_global, kept.end(), older);
   const int32_t n_kept = static_cast<int32_t>(kept.size());
   // The local window is one run of positions: streamed through the transposed K plane where the
-  // view allows (half the kept keys at about dense's speed per key), else gathered with the rest.
-  // Either way the logits come back in `kept` order.
-  // Not on the seed step (ratio 1, every key): its window is the newest half of the sequence, which a
-  // small device tier does not hold, and a tiered view gathers what it cannot stream — so the seed
-  // step gathers in every view, and a tiered sequence stays bitwise its resident self unless a later
-  // step's window (n·ratio/2 newest keys) reaches into the host tier.
+  // view allows (half the kept keys at about dense's speed per key), else gathered with the rest;
+  // either way the logits come back in `kept` order. Never on the seed step (ratio 1): its window is
+  // the newest half of the sequence, which a small device tier does not hold, and a tiered view
+  // gathers what it cannot stream — gathering it in every view keeps a tiered sequence bitwise its
+  // resident self unless a later step's window (n·ratio/2 newest keys) reaches into the host tier.
   const bool stream_window = p.ratio < 1.0f && sparse::run_streamable(kern, kv, older, n);
 
   std::vector<float> logits(weights != nullptr ? static_cast<size_t>(args.n_heads) * n_kept : 0);  // [H][n_kept]

@@ -417,8 +417,6 @@ TEST(SparseCpu, LoosestSettingsEqualDense) {
   worst.print("dense");
 }
 
-// kth_largest_key is the k-th entry of the keys sorted descending, for every k, at every SIMD level:
-// keys at the ends of the range (0, UINT32_MAX), many duplicates, lengths off the vector width.
 // A tiered cache's view as the kernels see it (docs/tiered_kv.md): every block "in the host tier"
 // (negative table entries), rows readable only through host_rows after a prefetch — or, with
 // host_table entries set back to device blocks, a mixed table (prefetch skips those; read_k_rows
@@ -613,6 +611,8 @@ TEST(SparseCpu, SwaWindowOverTieredViewMatchesResident) {
   }
 }
 
+// kth_largest_key is the k-th entry of the keys sorted descending, for every k, at every SIMD level:
+// keys at the ends of the range (0, UINT32_MAX), many duplicates, lengths off the vector width.
 TEST(SparseCpu, KthLargestKeyMatchesSort) {
   std::mt19937 rng(11);
   for_each_simd_level([&] {
