@@ -119,6 +119,7 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
             const PagedKvView* from = &kv;
             if (kv.prefetcher == nullptr) {
               sparse::row_offsets(kv, g, pos, n, rows);
+              sparse::prefetch_rows_l2(kv, kv.k, rows, n);
             } else {
               host_bytes[thread] += static_cast<int64_t>(kv.prefetcher->read_k_rows(g, pos, n, buffer.data(), params.data()));
               for (int32_t x = 0; x < n; ++x) rows[x] = static_cast<int64_t>(x) * d;

@@ -169,6 +169,8 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     }
     const int32_t n = it.end - it.begin;
     row_offsets(kv, t.g, t.pos + it.begin, n, rows.data());
+    prefetch_rows_l2(kv, kv.k, rows.data(), n);
+    prefetch_rows_l2(kv, kv.v, rows.data(), n);
     kern.key_logits(kv, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, rows.data(), n, scale, s.data(), n,
                     /*v_next=*/true);
     for (int32_t r = 0; r < t.R; ++r) {
