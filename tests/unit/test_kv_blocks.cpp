@@ -2,6 +2,7 @@
 // backend's KV storage (planes, append, whole-block moves).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "engine/backend/cpu/kv_storage.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
+#include "kernels/cpu/cache_evict.h"
 #include "kernels/cpu/huge_buffer.h"
 #include "kernels/ref/attention_state.h"
 
@@ -174,6 +176,31 @@ TEST(CpuKvStorage, AppendFillsEveryPlaneAndBlocksMoveWhole) {
 // The recompute scratch: shared blocks name one memory for every layer (what layer 0 appends
 // there, layer 1's view reads, every plane), while the layers' own blocks stay apart; the
 // shared ones start after a page-aligned count of own blocks.
+// Eviction writes dirty lines back before dropping them: the planes read the same afterwards
+// (the break-even probe evicts a layer between timed steps and reads it again).
+TEST(CpuKvStorage, EvictingALayerFromTheCachesKeepsItsBytes) {
+  KvLayout layout = small_layout(KvDtype::kF16);
+  layout.transposed_k = true;
+  CpuKvStorage pool(layout, 3);
+  const std::vector<int32_t> table = {2, 0, 1};
+  std::vector<float> k(3 * 8), v(3 * 8);
+  for (int32_t pos = 0; pos < 11; ++pos) {
+    for (int i = 0; i < 24; ++i) k[i] = 0.1f * (pos + i), v[i] = -0.2f * (pos - i);
+    for (int32_t layer = 0; layer < 2; ++layer) pool.append(layer, table.data(), pos, k.data(), v.data());
+  }
+  std::vector<std::byte> before(layout.block_bytes() * 3), after(before.size());
+  for (int32_t b = 0; b < 3; ++b) pool.read_block(b, before.data() + b * layout.block_bytes());
+  pool.evict_layer_from_cache(0);
+  pool.evict_layer_from_cache(1);
+  pool.evict_layer_from_cache(7);  // past the layers: nothing
+  for (int32_t b = 0; b < 3; ++b) pool.read_block(b, after.data() + b * layout.block_bytes());
+  EXPECT_EQ(before, after);
+  EXPECT_NE(std::count(before.begin(), before.end(), std::byte{0}), static_cast<std::ptrdiff_t>(before.size()));
+  const char text[] = "an unaligned range";
+  cpu::evict_from_cache(text + 3, sizeof(text) - 3);
+  EXPECT_STREQ(text, "an unaligned range");
+}
+
 TEST(CpuKvStorage, SharedBlocksAreOneMemoryForEveryLayer) {
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
     KvLayout layout = small_layout(dtype);  // 2 layers, 3 kv heads, d 8, block 4

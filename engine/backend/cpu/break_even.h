@@ -6,7 +6,8 @@
 // one layer of the model's KV shape (heads, head dim, dtype, block size) filled with random rows
 // in a storage of its own, the dense kernel and the policy's kernel timed on the backend's
 // threads at 256, 512, ..., 32,768 keys up to the model's context length (best of 3 rounds of
-// max(8, R) steps each).
+// max(8, R) steps each), the layer's KV dropped from the caches before every step (a served step
+// reads it from memory: the rest of the model passes through the caches in between).
 #include <cstdint>
 #include <vector>
 

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "base/error.h"
+#include "kernels/cpu/cache_evict.h"
 #include "kernels/cpu/ops.h"
 
 namespace fathom {
@@ -167,6 +168,11 @@ void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, cons
     else if (pos > 0) prev = reinterpret_cast<const float*>(at(KvPlane::kVSum, layer, table[pos / bs - 1])) + static_cast<size_t>(h) * d;
     for (int32_t c = 0; c < d; ++c) sum[c] = (prev ? prev[c] : 0.0f) + vh[c];
   }
+}
+
+void CpuKvStorage::evict_layer_from_cache(int32_t layer) const {
+  for (const std::vector<HugePageBuffer>& plane : planes_)
+    if (static_cast<size_t>(layer) < plane.size()) cpu::evict_from_cache(plane[layer].data(), plane[layer].size());
 }
 
 PagedKvView CpuKvStorage::view(int32_t layer, const int32_t* table) const {

@@ -65,6 +65,10 @@ class CpuKvStorage {
   // Returns bytes. Needs transposed K.
   size_t copy_kt_rows(int32_t layer, int32_t block, int32_t head, const int32_t* dims, int32_t r, void* dst) const;
 
+  // Drops every plane of `layer` from the CPU caches (cpu::evict_from_cache): a measurement's
+  // next read of it comes from memory, as in a decode step (engine/backend/cpu/break_even.cpp).
+  void evict_layer_from_cache(int32_t layer) const;
+
   // The view an attention kernel reads for `layer` of the sequence with block table `table`.
   PagedKvView view(int32_t layer, const int32_t* table) const;
 
