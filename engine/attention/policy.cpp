@@ -93,8 +93,13 @@ AttentionPolicy break_even_probe(const AttentionPolicy& p) {
   const double ratio = p.kind == PolicyKind::kSwa && p.swa_ratio > 0 ? p.swa_ratio : p.kv_read_ratio;
   AttentionPolicy probe;
   probe.kind = p.kind;
+  // Up to a power of two to 1/8, then to a multiple of 1/8: eleven buckets (1/64 ... 1/8, 1/4,
+  // 3/8, ... 1). With powers of two only, 3/8 was probed at 1/2, where SWA is about dense's speed
+  // (SmolLM2 8k keys: 283 vs 292 us a layer), so a 3/8 request's break-even came out "never" in
+  // some start-ups although 3/8 measures 1.3x dense at 8k (bench_decode).
   probe.kv_read_ratio = 1.0 / 64;
-  while (probe.kv_read_ratio < ratio && probe.kv_read_ratio < 1.0) probe.kv_read_ratio *= 2;
+  while (probe.kv_read_ratio < ratio && probe.kv_read_ratio < 0.125) probe.kv_read_ratio *= 2;
+  if (ratio > 0.125) probe.kv_read_ratio = std::min(1.0, std::ceil(ratio * 8 - 1e-9) / 8);
   if (p.kind == PolicyKind::kHip) {
     probe.hip_per_kv_head = p.hip_per_kv_head;
     // The largest power of two <= refresh, at most the default's: a shorter refresh re-estimates

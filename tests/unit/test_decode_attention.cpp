@@ -66,7 +66,7 @@ TEST(SwaSelectionMass, AHeavyTokenKeepsItsNeighboursSelectable) {
   EXPECT_FLOAT_EQ(m[34], 0.01f);
 }
 
-// A request's policy maps to a bounded set of probes: ratios up to powers of two, HiP's refresh down
+// A request's policy maps to a bounded set of probes: ratios up to powers of two or eighths, HiP's refresh down
 // to 1, 2 or 4; HiP's mask scope is its own probe (per query head costs more than per kv head).
 TEST(BreakEvenProbe, BucketsRatiosAndHipVariantsIntoABoundedSet) {
   AttentionPolicy p;
@@ -88,6 +88,20 @@ TEST(BreakEvenProbe, BucketsRatiosAndHipVariantsIntoABoundedSet) {
         seen.push_back(probe);
     }
   EXPECT_EQ(seen.size(), 6u);  // refresh 1, 2, 4 × per query head, per kv head
+  // Ratios: powers of two up to 1/8, multiples of 1/8 above; never below the ratio asked for.
+  AttentionPolicy swa{PolicyKind::kSwa};
+  std::vector<double> buckets;
+  for (double r = 0.001; r <= 1.0; r += 0.001) {
+    swa.kv_read_ratio = r;
+    const double b = break_even_probe(swa).kv_read_ratio;
+    EXPECT_GE(b, r - 1e-12) << r;
+    if (buckets.empty() || buckets.back() != b) buckets.push_back(b);
+  }
+  EXPECT_EQ(buckets, (std::vector<double>{1.0 / 64, 1.0 / 32, 1.0 / 16, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0}));
+  swa.kv_read_ratio = 0.375;
+  EXPECT_EQ(break_even_probe(swa).kv_read_ratio, 0.375);
+  swa.swa_ratio = 0.2;  // SWA's own ratio, when given, is the one it reads at
+  EXPECT_EQ(break_even_probe(swa).kv_read_ratio, 0.25);
   AttentionPolicy sparq;
   sparq.kind = PolicyKind::kSparq;
   sparq.hip_refresh = 1;  // not a SparQ parameter: the same probe as the default's
