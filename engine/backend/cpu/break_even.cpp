@@ -84,7 +84,8 @@ BreakEven measure_break_even(ThreadPool& pool, const KvLayout& model_layout, int
     // Best of kRounds rounds each, dense and sparse alternating, so that a drift of the machine's
     // speed during the measurement (frequency, a neighbour's load) weighs on both alike.
     t.dense_us = t.sparse_us = 1e30;
-    auto evict = [&] { kv.evict_layer_from_cache(0); };
+    // On the pool's threads, which keeps the workers spinning for the timed call as in a decode step.
+    auto evict = [&] { pool.run_on_all([&](int t, int n) { kv.evict_layer_from_cache(0, t, n); }); };
     for (int r = 0; r < kRounds; ++r) {
       t.dense_us = std::min(t.dense_us, round_us(steps, evict, [&] { cpu::paged_attention(pool, view, dense); }));
       if (!every_key)

@@ -170,9 +170,12 @@ void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, cons
   }
 }
 
-void CpuKvStorage::evict_layer_from_cache(int32_t layer) const {
-  for (const std::vector<HugePageBuffer>& plane : planes_)
-    if (static_cast<size_t>(layer) < plane.size()) cpu::evict_from_cache(plane[layer].data(), plane[layer].size());
+void CpuKvStorage::evict_layer_from_cache(int32_t layer, int part, int parts) const {
+  for (const std::vector<HugePageBuffer>& plane : planes_) {
+    if (static_cast<size_t>(layer) >= plane.size()) continue;
+    const size_t lines = plane[layer].size() / 64, begin = lines * part / parts, end = lines * (part + 1) / parts;
+    cpu::evict_from_cache(plane[layer].data() + begin * 64, (end - begin) * 64);
+  }
 }
 
 PagedKvView CpuKvStorage::view(int32_t layer, const int32_t* table) const {

@@ -67,7 +67,10 @@ class CpuKvStorage {
 
   // Drops every plane of `layer` from the CPU caches (cpu::evict_from_cache): a measurement's
   // next read of it comes from memory, as in a decode step (engine/backend/cpu/break_even.cpp).
-  void evict_layer_from_cache(int32_t layer) const;
+  // Share `part` of `parts` of each plane (whole 64-byte lines), so that a pool's threads can
+  // split it: a flush of several ms on one thread lets the others fall asleep, and the next timed
+  // call would pay their wake-up.
+  void evict_layer_from_cache(int32_t layer, int part = 0, int parts = 1) const;
 
   // The view an attention kernel reads for `layer` of the sequence with block table `table`.
   PagedKvView view(int32_t layer, const int32_t* table) const;
