@@ -66,8 +66,9 @@ TEST(SwaSelectionMass, AHeavyTokenKeepsItsNeighboursSelectable) {
   EXPECT_FLOAT_EQ(m[34], 0.01f);
 }
 
-// A request's policy maps to a bounded set of probes: ratios up to powers of two or eighths, HiP's refresh down
-// to 1, 2 or 4; HiP's mask scope is its own probe (per query head costs more than per kv head).
+// A request's policy maps to a bounded set of probes: ratios up to powers of two or eighths,
+// HiP's refresh down to 1, 2 or 4; HiP's mask scope is its own probe (per query head costs more
+// than per kv head).
 TEST(BreakEvenProbe, BucketsRatiosAndHipVariantsIntoABoundedSet) {
   AttentionPolicy p;
   p.kind = PolicyKind::kHip;

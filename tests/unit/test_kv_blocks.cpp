@@ -173,9 +173,6 @@ TEST(CpuKvStorage, AppendFillsEveryPlaneAndBlocksMoveWhole) {
   }
 }
 
-// The recompute scratch: shared blocks name one memory for every layer (what layer 0 appends
-// there, layer 1's view reads, every plane), while the layers' own blocks stay apart; the
-// shared ones start after a page-aligned count of own blocks.
 // Eviction writes dirty lines back before dropping them: the planes read the same afterwards
 // (the break-even probe evicts a layer between timed steps and reads it again).
 TEST(CpuKvStorage, EvictingALayerFromTheCachesKeepsItsBytes) {
@@ -201,6 +198,9 @@ TEST(CpuKvStorage, EvictingALayerFromTheCachesKeepsItsBytes) {
   EXPECT_STREQ(text, "an unaligned range");
 }
 
+// The recompute scratch: shared blocks name one memory for every layer (what layer 0 appends
+// there, layer 1's view reads, every plane), while the layers' own blocks stay apart; the
+// shared ones start after a page-aligned count of own blocks.
 TEST(CpuKvStorage, SharedBlocksAreOneMemoryForEveryLayer) {
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
     KvLayout layout = small_layout(dtype);  // 2 layers, 3 kv heads, d 8, block 4
