@@ -187,9 +187,9 @@ TEST(CpuKvStorage, EvictingALayerFromTheCachesKeepsItsBytes) {
   }
   std::vector<std::byte> before(layout.block_bytes() * 3), after(before.size());
   for (int32_t b = 0; b < 3; ++b) pool.read_block(b, before.data() + b * layout.block_bytes());
-  pool.evict_layer_from_cache(0);
-  for (int part = 0; part < 3; ++part) pool.evict_layer_from_cache(1, part, 3);  // a pool's threads' shares
-  pool.evict_layer_from_cache(7);  // past the layers: nothing
+  pool.evict_layer_from_cache(0, 3);
+  for (int part = 0; part < 3; ++part) pool.evict_layer_from_cache(1, 2, part, 3);  // a pool's threads' shares
+  pool.evict_layer_from_cache(7, 3);  // past the layers: nothing
   for (int32_t b = 0; b < 3; ++b) pool.read_block(b, after.data() + b * layout.block_bytes());
   EXPECT_EQ(before, after);
   EXPECT_NE(std::count(before.begin(), before.end(), std::byte{0}), static_cast<std::ptrdiff_t>(before.size()));

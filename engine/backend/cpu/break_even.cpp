@@ -20,7 +20,7 @@ constexpr int kRounds = 3;
 // the caches between two reads of one layer's, so each read comes from memory. (Timed in cache,
 // dense read 8k keys at ~2x its speed in a served step while the sparse policies' fixed costs
 // did not change, and the break-evens came out too long and varied per start-up: SWA on SmolLM2
-// at 3/8 from 8,192 keys or never, where bench_decode measures it 1.2x dense at 8k.)
+// at 3/8 from 8,192 keys or never, where bench_decode measures it 1.2-1.3x dense at 8k.)
 template <typename Evict, typename Step>
 double round_us(int steps, Evict evict, Step step) {
   double total = 0;
@@ -84,8 +84,10 @@ BreakEven measure_break_even(ThreadPool& pool, const KvLayout& model_layout, int
     // Best of kRounds rounds each, dense and sparse alternating, so that a drift of the machine's
     // speed during the measurement (frequency, a neighbour's load) weighs on both alike.
     t.dense_us = t.sparse_us = 1e30;
-    // On the pool's threads, which keeps the workers spinning for the timed call as in a decode step.
-    auto evict = [&] { pool.run_on_all([&](int t, int n) { kv.evict_layer_from_cache(0, t, n); }); };
+    // On the pool's threads, which keeps the workers spinning for the timed call as in a decode step;
+    // the blocks this length uses (table order is block order).
+    const int32_t used = (keys + bs - 1) / bs;
+    auto evict = [&] { pool.run_on_all([&](int i, int n) { kv.evict_layer_from_cache(0, used, i, n); }); };
     for (int r = 0; r < kRounds; ++r) {
       t.dense_us = std::min(t.dense_us, round_us(steps, evict, [&] { cpu::paged_attention(pool, view, dense); }));
       if (!every_key)

@@ -296,7 +296,7 @@ int64_t CpuBackend::attend_dense_decode(int32_t layer, int32_t seq) {
 
 int32_t CpuBackend::sparse_break_even(const AttentionPolicy& policy) {
   const AttentionPolicy probe = break_even_probe(policy);
-  for (const MeasuredBreakEven& m : break_evens_)  // a few entries: kinds × power-of-two ratios (× HiP variants)
+  for (const MeasuredBreakEven& m : break_evens_)  // a few entries: kinds × ratio buckets (× HiP variants)
     if (same_break_even_probe(m.probe, probe)) return m.min_keys;
   const ModelConfig& c = model_.config();
   const BreakEven be = measure_break_even(*threads_, kv_layout(), c.n_heads, c.attn_scale, probe, c.context_length);

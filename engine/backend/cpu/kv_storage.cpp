@@ -170,11 +170,14 @@ void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, cons
   }
 }
 
-void CpuKvStorage::evict_layer_from_cache(int32_t layer, int part, int parts) const {
-  for (const std::vector<HugePageBuffer>& plane : planes_) {
+void CpuKvStorage::evict_layer_from_cache(int32_t layer, int32_t blocks, int part, int parts) const {
+  FATHOM_CHECK(layer >= 0 && blocks >= 0 && blocks <= num_blocks_ && parts > 0 && part >= 0 && part < parts);
+  for (int p = 0; p < kKvPlanes; ++p) {
+    const std::vector<HugePageBuffer>& plane = planes_[p];
     if (static_cast<size_t>(layer) >= plane.size()) continue;
-    const size_t lines = plane[layer].size() / 64, begin = lines * part / parts, end = lines * (part + 1) / parts;
-    cpu::evict_from_cache(plane[layer].data() + begin * 64, (end - begin) * 64);
+    const size_t bytes = layout_.plane_bytes(static_cast<KvPlane>(p)) * static_cast<size_t>(blocks);
+    const size_t begin = bytes * part / parts, end = bytes * (part + 1) / parts;
+    cpu::evict_from_cache(plane[layer].data() + begin, end - begin);
   }
 }
 

@@ -65,12 +65,12 @@ class CpuKvStorage {
   // Returns bytes. Needs transposed K.
   size_t copy_kt_rows(int32_t layer, int32_t block, int32_t head, const int32_t* dims, int32_t r, void* dst) const;
 
-  // Drops every plane of `layer` from the CPU caches (cpu::evict_from_cache): a measurement's
-  // next read of it comes from memory, as in a decode step (engine/backend/cpu/break_even.cpp).
-  // Share `part` of `parts` of each plane (whole 64-byte lines), so that a pool's threads can
-  // split it: a flush of several ms on one thread lets the others fall asleep, and the next timed
-  // call would pay their wake-up.
-  void evict_layer_from_cache(int32_t layer, int part = 0, int parts = 1) const;
+  // Drops blocks [0, blocks) of every plane of `layer` from the CPU caches (cpu::evict_from_cache):
+  // a measurement's next read of them comes from memory, as in a decode step
+  // (engine/backend/cpu/break_even.cpp). Share `part` of `parts` of those bytes, so that a pool's
+  // threads can split it: a flush of several ms on one thread lets the others fall asleep, and
+  // the next timed call would pay their wake-up.
+  void evict_layer_from_cache(int32_t layer, int32_t blocks, int part = 0, int parts = 1) const;
 
   // The view an attention kernel reads for `layer` of the sequence with block table `table`.
   PagedKvView view(int32_t layer, const int32_t* table) const;
