@@ -18,8 +18,8 @@ struct ServerConfig {
   ModelOptions model_options;       // threads, kv dtype, block size, kv budget, precision, chat template
   SchedulerConfig scheduler;
   // Default decode attention policy of requests: `auto` at kv_read_ratio 1/4: dense's pass-key
-  // answers on Gemma 3, 95% of them on SmolLM2 at 4k and 93% at 8k (README, "Sparse decode
-  // attention"; at 1/8 it missed 2 of 15 at SmolLM2 8k).
+  // answers on Gemma 3, 95% of them on SmolLM2 at 4k and 8k over three prompt sets (README,
+  // "Sparse decode attention"; at 1/8 it missed 2 of 15 at SmolLM2 8k).
   AttentionPolicy attention{PolicyKind::kAuto, 0.25};
   std::string host = "127.0.0.1";
   int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
