@@ -82,6 +82,15 @@ inline void row_offsets(const PagedKvView& kv, int32_t g, const int32_t* pos, in
   }
 }
 
+// Prefetches the head_dim elements of the row at element offset `row` (as row_offsets gives) of
+// plane `base` (K or V): Locality as __builtin_prefetch's (3: into L1, 2: into L2).
+template <int Locality>
+inline void prefetch_kv_row(const PagedKvView& kv, const void* base, int64_t row) {
+  const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype)), bytes = elem * kv.head_dim;
+  const char* p = static_cast<const char*>(base) + row * elem;
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, /*rw=*/0, Locality);
+}
+
 // Asks for every line of rows[0..n) of `base` (K or V plane) into L2 at once, before a gather
 // reads them. Gathered keys come in short runs at scattered places (SWA's heavy hitters: ~15 keys
 // a run), so each run starts with a full memory latency that the per-row prefetch a few rows
@@ -89,11 +98,7 @@ inline void row_offsets(const PagedKvView& kv, int32_t g, const int32_t* pos, in
 // of f16 K and V at d 64, well inside L2) the misses overlap. Measured (bench_decode, SmolLM2 8k,
 // 1/8, alternating): SWA 5.6 -> 5.0 ms a token, SparQ 8.5 -> 7.4, HiP 7.5 -> 6.4.
 inline void prefetch_rows_l2(const PagedKvView& kv, const void* base, const int64_t* rows, int32_t n) {
-  const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype)), bytes = elem * kv.head_dim;
-  for (int32_t i = 0; i < n; ++i) {
-    const char* p = static_cast<const char*>(base) + rows[i] * elem;
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, /*rw=*/0, /*locality=*/2);
-  }
+  for (int32_t i = 0; i < n; ++i) prefetch_kv_row</*Locality=*/2>(kv, base, rows[i]);
 }
 
 // Before a gather kernel reads positions pos[0..n) of kv head g: a tiered view's prefetcher makes
