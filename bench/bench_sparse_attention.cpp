@@ -194,11 +194,11 @@ int main(int argc, char** argv) {
       });
       rows.push_back({d, S, "HiP cached", cached_us, cached_bytes.total()});
 
-      std::vector<float> mass(S), weights(S);
+      std::vector<float> mass(S), weights;
       std::uniform_real_distribution<float> uni(0.0f, 1.0f);
       for (float& m : mass) m = uni(rng);
       cpu::SwaResult wr;
-      const Timing swa_us = time_us([&] { wr = cpu::swa_decode(pool, kv, args, ref::SwaParams{0.125f}, mass.data(), weights.data()); });
+      const Timing swa_us = time_us([&] { wr = cpu::swa_decode(pool, kv, args, ref::SwaParams{0.125f}, mass.data(), &weights); });
       rows.push_back({d, S, "SWA 1/8", swa_us, wr.kv_bytes});
       for (size_t i = rows.size() - 5; i < rows.size(); ++i)
         std::fprintf(stderr, "d=%d S=%d %-22s median %10.1f us  best %10.1f us  cpu/thread %10.1f us\n", d, S,

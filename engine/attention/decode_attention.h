@@ -4,6 +4,7 @@
 // covers, and the dense byte count. The kernels per policy live in each backend
 // (engine/backend/cpu/cpu_policies.cpp, engine/backend/cuda/).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/attention/policy.h"
@@ -43,9 +44,11 @@ ref::SwaParams swa_step_params(const AttentionPolicy& p, LayerPolicyState& state
 const float* swa_selection_mass(const AttentionPolicy& p, LayerPolicyState& state);
 // ALISA keeps the tokens with the largest attention mass "summed over the last k steps"; an
 // exponential decay with horizon k = k_local stands in for the exact sliding sum (which would
-// need k past weight vectors): mass = mass·(1 − 1/k_local) + weights, weights: [S] this step's
-// softmax weight per position summed over heads (0 where not kept).
-void swa_fold_mass(LayerPolicyState& state, const float* weights, int32_t k_local);
+// need k past weight vectors): mass = mass·(1 − 1/k_local) + weights, where weights is this step's
+// softmax weight per position summed over heads: kept_weights[i] at kept[i], 0 elsewhere (the sum
+// x·keep + 0 is x·keep, so scaling every position and adding at the kept ones is the same
+// arithmetic without an [S] weights array to clear and read).
+void swa_fold_mass(LayerPolicyState& state, std::span<const int32_t> kept, const float* kept_weights, int32_t k_local);
 
 // Bytes dense attention reads for one query attending `keys` keys: S rows of K and V per kv head.
 int64_t dense_kv_bytes(const KvLayout& kv, int64_t keys);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/ops_avx512.h"
 #include "kernels/cpu/matmul.h"
@@ -95,6 +96,51 @@ void add_inplace(float* y, const float* x, int64_t n) {
 
 void scale_inplace(float* y, float alpha, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= alpha;
+}
+
+// Small r (SWA's default pool 7 is r = 3): AVX-512 one pass of 2r + 1 loads per 16 outputs, else
+// r passes of dst[t] = max(dst[t], src[t − k], src[t + k]), each a straight elementwise loop the
+// compiler vectorises. Large r: van Herk / Gil-Werman in O(n) whatever r — with blocks of
+// w = 2r + 1, `ahead[i]` is the max from i's block start to i and `behind[i]` from i to its block
+// end, and a full window spans at most two blocks, so its max is max(behind[t − r], ahead[t + r]).
+// SWA runs this every layer step over all S positions on the step's critical path (~6.5 us for
+// 8k positions the scalar way, ~1 us with AVX-512).
+void max_pool(const float* __restrict src, int32_t n, int32_t r, float* __restrict dst) {
+  if (n <= 0) return;
+  r = std::min(r, n);  // a window wider than the array is the array (and a client's pool is up to 2^31)
+  if (r <= 16 && use_avx512() && n >= 2 * r + 1) {
+    max_pool_interior_avx512(src, n, r, dst);
+  } else if (r <= 16) {
+    std::copy(src, src + n, dst);
+    for (int32_t k = 1; k <= r; ++k)
+      for (int32_t t = r; t + r < n; ++t) dst[t] = std::max(dst[t], std::max(src[t - k], src[t + k]));
+  } else {
+    // Reused per thread: two S-float vectors every layer step were an allocation each (S up to 128k).
+    static thread_local std::vector<float> ahead, behind;
+    ahead.resize(n);
+    behind.resize(n);
+    for (int32_t b = 0; b < n; b += 2 * r + 1) {
+      const int32_t e = std::min(n, b + 2 * r + 1);
+      float run = src[b];
+      for (int32_t i = b; i < e; ++i) ahead[i] = run = std::max(run, src[i]);
+      run = src[e - 1];
+      for (int32_t i = e - 1; i >= b; --i) behind[i] = run = std::max(run, src[i]);
+    }
+    for (int32_t t = r; t + r < n; ++t) dst[t] = std::max(behind[t - r], ahead[t + r]);
+  }
+  // The windows cut by an end of the array, in O(n) whatever r: at the left end [0, t + r] grows by
+  // one position per t (a running prefix max); at the right end [t − r, n) shrinks by one (a
+  // running suffix max, filled from the end).
+  float prefix = src[0];
+  for (int32_t t = 0, hi = 0; t < r; ++t) {
+    for (const int32_t want = std::min(n - 1, t + r); hi < want;) prefix = std::max(prefix, src[++hi]);
+    dst[t] = prefix;
+  }
+  float suffix = src[n - 1];
+  for (int32_t t = n - 1, lo = n - 1; t >= std::max(r, n - r); --t) {
+    for (const int32_t want = t - r; lo > want;) suffix = std::max(suffix, src[--lo]);
+    dst[t] = suffix;
+  }
 }
 
 void kv_store(const float* src, void* dst, KvDtype dtype, int64_t n) {

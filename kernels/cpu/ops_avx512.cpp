@@ -118,6 +118,17 @@ void rms_norm_avx512(const float* x, const float* w, float* y, int64_t rows, int
   }
 }
 
+void max_pool_interior_avx512(const float* src, int32_t n, int32_t r, float* dst) {
+  const int32_t end = n - r;  // outputs [r, end)
+  for (int32_t t = r; t < end; t += 16) {
+    const __mmask16 m = lanes16(end - t);
+    const float* w = src + (t - r);  // window of output t starts here; lane i reads w[i .. i + 2r]
+    __m512 v = _mm512_maskz_loadu_ps(m, w);
+    for (int32_t k = 1; k <= 2 * r; ++k) v = _mm512_max_ps(v, _mm512_maskz_loadu_ps(m, w + k));
+    _mm512_mask_storeu_ps(dst + t, m, v);
+  }
+}
+
 void fp32_to_fp16_avx512(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)

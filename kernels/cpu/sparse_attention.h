@@ -62,15 +62,15 @@ struct SwaResult {
 };
 
 // ALISA sparse window attention as ref::swa_attention (mass: [pos + 1], the caller's accumulated
-// attention weight per position). If `weights` is not null, adds to weights[t] the softmax
-// weight of position t summed over all query heads for every kept t (the caller folds it into
-// its mass for the next steps).
+// attention weight per position). If `kept_weights` is not null, it becomes [|kept|]: the softmax
+// weight of each kept position (in `kept` order) summed over all query heads (the caller folds it
+// into its mass for the next steps).
 // Bytes: 2·|kept|·kv_row_bytes per kv head. `kept` (optional): the kept positions, ascending.
 // The heavy hitters are gathered row by row; the local window, where the view has the transposed
 // K plane and the window's blocks are in the device tier, is streamed as dense decode reads keys
 // (sparse::run_streamable; ~1.5x cheaper per key than gathered, see sparse::AttendTask).
 SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
-                     const float* mass, float* weights, std::vector<int32_t>* kept = nullptr);
+                     const float* mass, std::vector<float>* kept_weights, std::vector<int32_t>* kept = nullptr);
 
 // Bifurcated group attention as ref::bifurcated_attention: each shared segment's K/V is read
 // once for all member query rows, every sequence's own suffix separately, merged exactly.

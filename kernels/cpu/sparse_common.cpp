@@ -143,7 +143,8 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
       }
       float* o = t.out + static_cast<int64_t>(r) * d;
       for (int32_t c = 0; c < d; ++c) o[c] = run[c] / rl;
-      if (t.lse != nullptr) t.lse[r] = rm + std::log(rl);
+      if (t.weights != nullptr)
+        kern.exp_shifted(t.weights + static_cast<int64_t>(r) * t.keys(), t.keys(), rm + std::log(rl));
     }
   };
   auto run_item = [&](int64_t w) {
@@ -161,7 +162,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
         lo[r] = t.run_begin;
         hi[r] = t.run_end - 1;
       }
-      float* logits = t.logits != nullptr ? t.logits + t.n + (it.begin - t.run_begin) : nullptr;
+      float* logits = t.weights != nullptr ? t.weights + t.n + (it.begin - t.run_begin) : nullptr;
       kern.run_partial(kv, t.g, PartialRows{t.R, q, lo, hi}, it.begin, it.end, scale, &acc[it.slot * d], &m[it.slot],
                        &l[it.slot], logits, t.keys());
       if (task_done.arrive(static_cast<size_t>(it.task))) merge_task(it.task);
@@ -175,7 +176,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
                     /*v_next=*/true);
     for (int32_t r = 0; r < t.R; ++r) {
       float* sr = &s[static_cast<size_t>(r) * n];
-      if (t.logits != nullptr) std::copy(sr, sr + n, t.logits + static_cast<int64_t>(r) * t.keys() + it.begin);
+      if (t.weights != nullptr) std::copy(sr, sr + n, t.weights + static_cast<int64_t>(r) * t.keys() + it.begin);
       const float mx = kern.max_of(sr, n);
       m[it.slot + r] = mx;
       l[it.slot + r] = kern.exp_shifted(sr, n, mx);

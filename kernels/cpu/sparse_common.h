@@ -127,8 +127,9 @@ struct AttendTask {
   const int32_t* pos = nullptr;  // [n]
   int32_t n = 0;
   int32_t run_begin = 0, run_end = 0;  // the run's positions (empty: none), all above pos[]
-  float* logits = nullptr;       // optional [R][keys()]: the scaled logits, pos[] then the run
-  float* lse = nullptr;          // optional [R]: their log-sum-exp
+  // Optional [R][keys()]: each row's softmax weights exp(logit − lse) over pos[] then the run (the
+  // thread that merges the task converts its rows' logits once their lse is known).
+  float* weights = nullptr;
   int32_t keys() const { return n + run_end - run_begin; }
 };
 

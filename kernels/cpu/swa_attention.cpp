@@ -11,7 +11,7 @@
 namespace fathom::cpu {
 
 SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
-                     const float* mass, float* weights, std::vector<int32_t>* kept_out) {
+                     const float* mass, std::vector<float>* kept_weights, std::vector<int32_t>* kept_out) {
   const sparse::Kernels& kern = sparse::kernels();
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, G = args.n_heads / n_kv, n = args.pos + 1;
   const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(n) * p.ratio));
@@ -25,14 +25,16 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   const int32_t n_kept = static_cast<int32_t>(kept.size());
   // The local window is one run of positions: streamed through the transposed K plane where the
   // view allows (half the kept keys at about dense's speed per key), else gathered with the rest;
-  // either way the logits come back in `kept` order. Never on the seed step (ratio 1): its window is
+  // either way the weights come back in `kept` order. Never on the seed step (ratio 1): its window is
   // the newest half of the sequence, which a small device tier does not hold, and a tiered view
   // gathers what it cannot stream — gathering it in every view keeps a tiered sequence bitwise its
   // resident self unless a later step's window (n·ratio/2 newest keys) reaches into the host tier.
   const bool stream_window = p.ratio < 1.0f && sparse::run_streamable(kern, kv, older, n);
 
-  std::vector<float> logits(weights != nullptr ? static_cast<size_t>(args.n_heads) * n_kept : 0);  // [H][n_kept]
-  std::vector<float> lse(args.n_heads);
+  // [H][n_kept] softmax weights per head, reused by the calling thread (no clearing: every entry
+  // is written by the attention).
+  thread_local std::vector<float> head_weights;
+  if (kept_weights != nullptr) head_weights.resize(static_cast<size_t>(args.n_heads) * n_kept);
   std::vector<sparse::AttendTask> tasks(n_kv);
   for (int32_t g = 0; g < n_kv; ++g) {
     sparse::AttendTask& t = tasks[g];
@@ -46,10 +48,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
       t.run_begin = older;
       t.run_end = n;
     }
-    if (weights != nullptr) {
-      t.logits = &logits[static_cast<size_t>(g) * G * n_kept];
-      t.lse = &lse[static_cast<size_t>(g) * G];
-    }
+    if (kept_weights != nullptr) t.weights = &head_weights[static_cast<size_t>(g) * G * n_kept];
   }
   // Over a tiered cache the gathered rows come through the row cache kv head by kv head, in batches
   // it holds (the seed step keeps every position), bitwise the resident result; the order
@@ -57,17 +56,14 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   sparse::attend_prefetched(pool, kern, kv, args.scale, tasks, /*reverse=*/args.pos % 2 != 0);
   res.kv_bytes = 2LL * n_kept * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv;
 
-  if (weights != nullptr) {
-    // Softmax weights exp(logit − lse) in place, summed over heads per kept position (head 0 + head
-    // 1 + … in a vector loop), the sum added to weights[t] as one term (the engine passes zeros).
-    pool.parallel_for(args.n_heads, [&](int64_t begin, int64_t end, int) {
-      for (int64_t h = begin; h < end; ++h) kern.exp_shifted(&logits[h * n_kept], n_kept, lse[h]);
-    });
+  if (kept_weights != nullptr) {
+    // Summed over heads per kept position: head 0 + head 1 + … (a vector loop over positions).
+    kept_weights->assign(head_weights.begin(), head_weights.begin() + n_kept);
+    float* sum = kept_weights->data();
     for (int32_t h = 1; h < args.n_heads; ++h) {
-      const float* w = &logits[static_cast<size_t>(h) * n_kept];
-      for (int32_t i = 0; i < n_kept; ++i) logits[i] += w[i];
+      const float* w = &head_weights[static_cast<size_t>(h) * n_kept];
+      for (int32_t i = 0; i < n_kept; ++i) sum[i] += w[i];
     }
-    for (int32_t i = 0; i < n_kept; ++i) weights[kept[i]] += logits[i];
   }
   if (kept_out != nullptr) *kept_out = std::move(kept);
   return res;

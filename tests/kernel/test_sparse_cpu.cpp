@@ -34,6 +34,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <set>
 #include <string>
 #include <vector>
@@ -124,6 +125,19 @@ void for_each_case(Fn fn) {
 DecodeArgs decode_args(const std::vector<float>& q, std::vector<float>& out, int32_t n_heads, int32_t d, int32_t S) {
   out.assign(static_cast<size_t>(n_heads) * d, 0.0f);
   return DecodeArgs{q.data(), out.data(), n_heads, S - 1, 1.0f / std::sqrt(static_cast<float>(d))};
+}
+
+// cpu::swa_decode with its kept positions' weights scattered into weights ([S]; 0 where not kept).
+cpu::SwaResult swa_scattered(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& a, float ratio, const float* mass,
+                             std::vector<float>& weights, std::vector<int32_t>* kept_out = nullptr) {
+  std::vector<float> kept_weights;
+  std::vector<int32_t> kept;
+  const cpu::SwaResult res = cpu::swa_decode(pool, kv, a, ref::SwaParams{ratio}, mass, &kept_weights, &kept);
+  if (kept_weights.size() != kept.size()) throw std::logic_error("swa_decode: one weight per kept position");
+  weights.assign(static_cast<size_t>(a.pos) + 1, 0.0f);
+  for (size_t i = 0; i < kept.size(); ++i) weights[kept[i]] = kept_weights[i];
+  if (kept_out != nullptr) *kept_out = std::move(kept);
+  return res;
 }
 
 // Dense attention of the decode query: ref::paged_attention.
@@ -344,7 +358,7 @@ TEST(SparseCpu, SwaMatchesReference) {
         out_ref.assign(out_cpu.size(), 0.0f);
         ar.out = out_ref.data();
         std::vector<int32_t> kept;
-        const cpu::SwaResult res = cpu::swa_decode(pool, kv, a, ref::SwaParams{ratio}, mass.data(), weights.data(), &kept);
+        const cpu::SwaResult res = swa_scattered(pool, kv, a, ratio, mass.data(), weights, &kept);
         const ref::SwaStats st = ref::swa_attention(kv, ar, ref::SwaParams{ratio}, mass.data());
         EXPECT_EQ(kept, st.kept);
         EXPECT_EQ(res.k_local, st.k_local);
@@ -560,9 +574,9 @@ TEST(SparseCpu, SwaOverHostRowsInBatchesMatchesOnePass) {
       std::vector<float> out_one, out_batched, w_one(S, 0.0f), w_batched(S, 0.0f);
       const DecodeArgs a = decode_args(q, out_one, H, d, n);
       const DecodeArgs ab = decode_args(q, out_batched, H, d, n);
-      cpu::swa_decode(pool, f.view(false, false), a, ref::SwaParams{ratio}, mass.data(), w_one.data());
+      swa_scattered(pool, f.view(false, false), a, ratio, mass.data(), w_one);
       MirrorPrefetcher fetch(f, 700);
-      cpu::swa_decode(pool, fetch.view(), ab, ref::SwaParams{ratio}, mass.data(), w_batched.data());
+      swa_scattered(pool, fetch.view(), ab, ratio, mass.data(), w_batched);
       EXPECT_GE(fetch.calls, 2 * kKvHeads) << "ratio " << ratio;
       EXPECT_EQ(out_batched, out_one) << "ratio " << ratio << " keys " << n;
       EXPECT_EQ(w_batched, w_one) << "ratio " << ratio << " keys " << n;
@@ -595,8 +609,8 @@ TEST(SparseCpu, SwaWindowOverTieredViewMatchesResident) {
       const DecodeArgs a = decode_args(q, out_res, H, d, S);
       const DecodeArgs at = decode_args(q, out_tier, H, d, S);
       std::vector<int32_t> kept_res, kept_tier;
-      cpu::swa_decode(pool, f.view(true, true), a, ref::SwaParams{ratio}, mass.data(), w_res.data(), &kept_res);
-      cpu::swa_decode(pool, fetch.view(true), at, ref::SwaParams{ratio}, mass.data(), w_tier.data(), &kept_tier);
+      swa_scattered(pool, f.view(true, true), a, ratio, mass.data(), w_res, &kept_res);
+      swa_scattered(pool, fetch.view(true), at, ratio, mass.data(), w_tier, &kept_tier);
       EXPECT_EQ(kept_tier, kept_res);
       EXPECT_GE(fetch.calls, kKvHeads);  // the heavy hitters came through the cache
       if (host_blocks == n_blocks / 2) {

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "base/error.h"
 #include "engine/attention/decode_attention.h"
+#include "kernels/cpu/matmul.h"
 
 namespace fathom {
 namespace {
@@ -24,20 +26,51 @@ std::vector<float> naive_max_pool(const std::vector<float>& v, int32_t r) {
 TEST(SwaSelectionMass, IsTheMassMaxPooledOverTheWindowAtEveryLengthAndWidth) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  // Pools up to 33 take the shifted-max passes, larger ones van Herk / Gil-Werman.
-  // The largest pool a request may give: the windows clipped at both ends cost O(S), not O(S · pool).
-  for (int32_t pool : {3, 5, 7, 15, 33, 35, 41, 99, 2147483647}) {
-    for (int32_t n : {1, 2, 3, 6, 7, 8, 14, 15, 16, 17, 40, 41, 42, 100, 1001}) {
-      LayerPolicyState st;
-      st.swa_mass.resize(n);
-      for (float& m : st.swa_mass) m = u(rng);
-      AttentionPolicy p{PolicyKind::kSwa};
-      p.swa_pool = pool;
-      const float* got = swa_selection_mass(p, st);
-      const std::vector<float> want = naive_max_pool(st.swa_mass, pool / 2);
-      ASSERT_EQ(std::vector<float>(got, got + n), want) << "pool " << pool << " n " << n;
+  // Pools up to 33 take the shifted-max passes (one AVX-512 pass of masked loads when the level
+  // has it), larger ones van Herk / Gil-Werman. The largest pool a request may give: the windows
+  // clipped at both ends cost O(S), not O(S · pool).
+  for (const char* level : {"portable", "avx512"}) {
+    if (!cpu::set_simd_level_for_testing(level)) continue;
+    for (int32_t pool : {3, 5, 7, 15, 33, 35, 41, 99, 2147483647}) {
+      for (int32_t n : {1, 2, 3, 6, 7, 8, 14, 15, 16, 17, 22, 23, 24, 40, 41, 42, 100, 1001, 8000}) {
+        LayerPolicyState st;
+        st.swa_mass.resize(n);
+        for (float& m : st.swa_mass) m = u(rng);
+        AttentionPolicy p{PolicyKind::kSwa};
+        p.swa_pool = pool;
+        const float* got = swa_selection_mass(p, st);
+        const std::vector<float> want = naive_max_pool(st.swa_mass, pool / 2);
+        ASSERT_EQ(std::vector<float>(got, got + n), want) << level << " pool " << pool << " n " << n;
+      }
     }
   }
+  if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
+}
+
+// The fold over the kept positions only is the dense definition mass·keep + weights (weights 0
+// where not kept), bit for bit; a kept position outside the mass is an internal error.
+TEST(SwaFoldMass, EqualsTheDenseFoldBitwise) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const int32_t S = 1000;
+  LayerPolicyState st;
+  st.swa_mass.resize(S);
+  for (float& m : st.swa_mass) m = u(rng);
+  std::vector<int32_t> kept;
+  std::vector<float> kept_weights, dense(S, 0.0f);
+  for (int32_t t = 0; t < S; t += 1 + static_cast<int32_t>(rng() % 7)) {
+    kept.push_back(t);
+    kept_weights.push_back(u(rng) * 9.0f);
+    dense[t] = kept_weights.back();
+  }
+  const int32_t k_local = 125;
+  const float keep = 1.0f - 1.0f / static_cast<float>(k_local);
+  std::vector<float> want(S);
+  for (int32_t t = 0; t < S; ++t) want[t] = st.swa_mass[t] * keep + dense[t];
+  swa_fold_mass(st, kept, kept_weights.data(), k_local);
+  EXPECT_EQ(st.swa_mass, want);
+  const std::vector<int32_t> outside = {S};
+  EXPECT_THROW(swa_fold_mass(st, outside, kept_weights.data(), k_local), std::logic_error);
 }
 
 TEST(SwaSelectionMass, PoolOneIsTheRawMassAndEvenPoolsAreRejected) {

@@ -27,9 +27,10 @@ int64_t swa_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args
                  LayerPolicyState& st) {
   const int32_t S = args.pos + 1;
   const ref::SwaParams params = swa_step_params(p, st, S);
-  std::vector<float> weights(S, 0.0f);
-  const cpu::SwaResult r = cpu::swa_decode(pool, kv, args, params, swa_selection_mass(p, st), weights.data());
-  swa_fold_mass(st, weights.data(), r.k_local);
+  std::vector<float> kept_weights;
+  std::vector<int32_t> kept;
+  const cpu::SwaResult r = cpu::swa_decode(pool, kv, args, params, swa_selection_mass(p, st), &kept_weights, &kept);
+  swa_fold_mass(st, kept, kept_weights.data(), r.k_local);
   return r.kv_bytes;
 }
 

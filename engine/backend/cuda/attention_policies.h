@@ -117,11 +117,10 @@ inline int64_t swa_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   s.workspace.reserve(plan.workspace_floats * sizeof(float));
   FATHOM_CUDA_BACKEND_OK(cuda::swa_attention(kv, args, s.swa_kept.get(), plan, s.swa_weights.get(),
                                              reinterpret_cast<float*>(s.workspace.get()), stream));
-  std::vector<float> kept_weights(static_cast<size_t>(n)), weights(static_cast<size_t>(S), 0.0f);
+  std::vector<float> kept_weights(static_cast<size_t>(n));
   FATHOM_CUDA_BACKEND_OK(
       cudaMemcpy(kept_weights.data(), s.swa_weights.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
-  for (int32_t i = 0; i < n; ++i) weights[sel.kept[i]] = kept_weights[i];
-  swa_fold_mass(st, weights.data(), sel.k_local);
+  swa_fold_mass(st, sel.kept, kept_weights.data(), sel.k_local);
   return cuda::swa_attention_bytes(kv, args, plan).kv_read;
 }
 
