@@ -291,14 +291,36 @@ int32_t indices_at_least(const float* s, int32_t n, uint32_t key, int32_t* out) 
 }
 
 uint32_t kth_largest_key(const uint32_t* keys, int32_t m, int32_t k) {
-  uint32_t t = 0;
-  for (int bit = 31; bit >= 0; --bit) {
+  // The k-th largest lies in [min, max], so it shares their common leading bits: the bisection
+  // starts below them (SWA's and SparQ's candidate keys are floats of one sign and a few
+  // exponents, so ~10 of the 32 passes go). The counts stay in vector lanes (a mask-to-register
+  // move and popcount per 16 keys was the loop's bottleneck).
+  __m512i lo = _mm512_set1_epi32(-1), hi = _mm512_setzero_si512();
+  for (int32_t i = 0; i < m; i += 16) {
+    const __mmask16 in = lanes16(m - i);
+    const __m512i x = _mm512_maskz_loadu_epi32(in, keys + i);
+    lo = _mm512_mask_min_epu32(lo, in, lo, x);
+    hi = _mm512_mask_max_epu32(hi, in, hi, x);
+  }
+  const uint32_t kmin = _mm512_reduce_min_epu32(lo), kmax = _mm512_reduce_max_epu32(hi);
+  if (kmin == kmax) return kmin;
+  const int top = 31 - __builtin_clz(kmin ^ kmax);             // highest bit where they differ
+  uint32_t t = kmax & ~static_cast<uint32_t>((2ull << top) - 1);  // their common leading bits
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int bit = top; bit >= 0; --bit) {
     const uint32_t trial = t | (1u << bit);
     const __m512i vt = _mm512_set1_epi32(static_cast<int32_t>(trial));
-    int32_t c = 0;
-    for (int32_t i = 0; i < m; i += 16)
-      c += __builtin_popcount(_mm512_mask_cmpge_epu32_mask(lanes16(m - i), _mm512_maskz_loadu_epi32(lanes16(m - i), keys + i), vt));
-    if (c >= k) t = trial;
+    __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+    int32_t i = 0;
+    for (; i + 32 <= m; i += 32) {
+      c0 = _mm512_mask_add_epi32(c0, _mm512_cmpge_epu32_mask(_mm512_loadu_si512(keys + i), vt), c0, one);
+      c1 = _mm512_mask_add_epi32(c1, _mm512_cmpge_epu32_mask(_mm512_loadu_si512(keys + i + 16), vt), c1, one);
+    }
+    for (; i < m; i += 16) {
+      const __mmask16 in = lanes16(m - i);
+      c0 = _mm512_mask_add_epi32(c0, _mm512_mask_cmpge_epu32_mask(in, _mm512_maskz_loadu_epi32(in, keys + i), vt), c0, one);
+    }
+    if (_mm512_reduce_add_epi32(_mm512_add_epi32(c0, c1)) >= k) t = trial;
   }
   return t;
 }
