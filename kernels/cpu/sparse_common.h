@@ -82,13 +82,19 @@ inline void row_offsets(const PagedKvView& kv, int32_t g, const int32_t* pos, in
   }
 }
 
+// Prefetches every 64-byte line of [p, p + bytes): Locality as __builtin_prefetch's (3: into L1,
+// 2: into L2).
+template <int Locality>
+inline void prefetch_lines(const void* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o, /*rw=*/0, Locality);
+}
+
 // Prefetches the head_dim elements of the row at element offset `row` (as row_offsets gives) of
-// plane `base` (K or V): Locality as __builtin_prefetch's (3: into L1, 2: into L2).
+// plane `base` (K or V).
 template <int Locality>
 inline void prefetch_kv_row(const PagedKvView& kv, const void* base, int64_t row) {
-  const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype)), bytes = elem * kv.head_dim;
-  const char* p = static_cast<const char*>(base) + row * elem;
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, /*rw=*/0, Locality);
+  const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype));
+  prefetch_lines<Locality>(static_cast<const char*>(base) + row * elem, elem * kv.head_dim);
 }
 
 // Asks for every line of rows[0..n) of `base` (K or V plane) into L2 at once, before a gather

@@ -115,9 +115,7 @@ inline __m512 sum_lanes16(const __m512* v) {
 // Prefetches the d elements of row rows[i + kPrefetchAhead] of base, when there is one.
 template <typename T>
 void prefetch_row_ahead(const T* base, const int64_t* rows, int32_t i, int32_t n, int32_t d) {
-  if (i + kPrefetchAhead >= n) return;
-  const char* p = reinterpret_cast<const char*>(base + rows[i + kPrefetchAhead]);
-  for (size_t o = 0; o < d * sizeof(T); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  if (i + kPrefetchAhead < n) prefetch_lines<3>(base + rows[i + kPrefetchAhead], static_cast<int64_t>(d) * sizeof(T));
 }
 
 // The 16-lane partial dot products part[r0 + j][i] = q_{r0+j} · x[row i0 + i] (lanes still to be
