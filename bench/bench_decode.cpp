@@ -303,6 +303,13 @@ struct DecodeSnapshot {
   }
 };
 
+// The q-quantile of v (the element at rank ⌊q·(n − 1)⌋ of the sorted values).
+double quantile(std::vector<double> v, double q) {
+  const size_t k = static_cast<size_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -447,6 +454,8 @@ int run(const Args& a) {
                        {"decode_ms_median", med * 1e3},
                        {"decode_ms_mean", mean * 1e3},
                        {"decode_ms_min", *std::min_element(d.seconds.begin(), d.seconds.end()) * 1e3},
+                       {"decode_ms_max", *std::max_element(d.seconds.begin(), d.seconds.end()) * 1e3},
+                       {"decode_ms_p90", quantile(d.seconds, 0.9) * 1e3},
                        {"decode_tok_s", tok_s},
                        {"decode_tok_s_mean", 1.0 / mean},
                        {"bytes_per_token", bytes},
