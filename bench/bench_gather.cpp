@@ -14,15 +14,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/huge_kv.h"
 #include "kernels/cpu/cache_evict.h"
-#include "kernels/cpu/huge_buffer.h"
 #include "kernels/cpu/sparse_common.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernel/paged_kv_fixture.h"
@@ -71,14 +70,8 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   testing::PagedKvFixture f = testing::make_paged_kv(d, n_kv, bs, KvDtype::kF16, S, 0, rng);
   std::iota(f.table.begin(), f.table.end(), 0);  // a sequence's blocks in allocation order
-  PagedKvView kv = f.view(true, false);
-  HugePageBuffer k(f.k.size()), v(f.v.size()), k_t(f.k_t.size());
-  std::memcpy(k.data(), f.k.data(), f.k.size());
-  std::memcpy(v.data(), f.v.data(), f.v.size());
-  std::memcpy(k_t.data(), f.k_t.data(), f.k_t.size());
-  kv.k = k.data();
-  kv.v = v.data();
-  kv.k_t = k_t.data();
+  const HugeKv huge(f);
+  const PagedKvView& kv = huge.view;
   if (!cpu::sparse::run_streamable(cpu::sparse::kernels(), kv, 0, S)) {
     std::fprintf(stderr, "bench_gather: this CPU's kernels do not stream runs (needs AVX-512)\n");
     return 1;
@@ -102,7 +95,7 @@ int main(int argc, char** argv) {
     for (int it = 0; it < reps; ++it) {
       pool.run_on_all([&](int t, int n) {
         const size_t b0 = plane * t / n, b1 = plane * (t + 1) / n;
-        for (const std::byte* p : {k.data(), k_t.data(), v.data()}) cpu::evict_from_cache(p + b0, b1 - b0);
+        for (const std::byte* p : {huge.k.data(), huge.k_t.data(), huge.v.data()}) cpu::evict_from_cache(p + b0, b1 - b0);
       });
       std::vector<cpu::sparse::AttendTask> tasks(n_kv);
       for (int32_t g = 0; g < n_kv; ++g) {

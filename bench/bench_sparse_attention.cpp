@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <functional>
@@ -35,9 +34,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/huge_buffer.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/sparse_attention.h"
+#include "bench/huge_kv.h"
 #include "tests/kernel/paged_kv_fixture.h"
 
 namespace {
@@ -85,24 +84,6 @@ std::atomic<uint64_t> g_sink{0};  // keeps the flush loads alive
 
 }  // namespace
 
-// The fixture's planes copied into 2 MiB-page buffers, as the CPU backend's KV storage holds them
-// (with the fixture's 4 KiB-page vectors nearly every tile read is a TLB miss the engine does
-// not have; the sparse kernels, which touch many tiles for few bytes each, suffered most).
-struct HugeKv {
-  HugePageBuffer k, v, k_t, v_sum;
-  PagedKvView view;
-  explicit HugeKv(const testing::PagedKvFixture& f)
-      : k(f.k.size()), v(f.v.size()), k_t(f.k_t.size()), v_sum(f.v_sum.size() * sizeof(float)), view(f.view(true, true)) {
-    std::memcpy(k.data(), f.k.data(), f.k.size());
-    std::memcpy(v.data(), f.v.data(), f.v.size());
-    std::memcpy(k_t.data(), f.k_t.data(), f.k_t.size());
-    std::memcpy(v_sum.data(), f.v_sum.data(), f.v_sum.size() * sizeof(float));
-    view.k = k.data();
-    view.v = v.data();
-    view.k_t = k_t.data();
-    view.v_sum = reinterpret_cast<const float*>(v_sum.data());
-  }
-};
 
 int main(int argc, char** argv) {
   int threads = 2, reps = 15, n_kv = 3, block_size = 16;
