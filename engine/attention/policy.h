@@ -79,8 +79,8 @@ AttentionPolicy resolve_auto(const AttentionPolicy& p);
 // effective ratio rounded up to a power of two up to 1/8 (1/64 ... 1/8), above it to a multiple
 // of 1/8 (1/4, 3/8, ... 1; a larger ratio reads more, so its break-even is the conservative
 // one); for HiP also its mask scope (per kv head or per query head) and its refresh rounded down
-// to a power of two no larger than the default's (1, 2, 4); every other parameter derived. A bounded set: clients cannot make the backend measure
-// without end.
+// to a power of two no larger than the default's (1, 2, 4); every other parameter derived. A
+// bounded set: clients cannot make the backend measure without end.
 AttentionPolicy break_even_probe(const AttentionPolicy& p);
 // Whether two probes (break_even_probe results) are the same measurement.
 bool same_break_even_probe(const AttentionPolicy& a, const AttentionPolicy& b);

@@ -30,11 +30,12 @@ double exp_scaled_inplace(float* x, int64_t n, float shift, float scale);
 double sum_exp(const float* x, int64_t n, float shift);
 
 void add_inplace(float* y, const float* x, int64_t n);  // y += x
+void scale_inplace(float* y, float alpha, int64_t n);   // y *= alpha
 
 // dst[t] = max(src[max(0, t − r) .. min(n − 1, t + r)]): a sliding max with the window clipped to
-// the array (SWA's pooled mass, engine/attention). Exact at every level (only comparisons).
+// the array (SWA's pooled mass, engine/attention). Exact at every level for non-NaN input (only
+// comparisons).
 void max_pool(const float* src, int32_t n, int32_t r, float* dst);
-void scale_inplace(float* y, float alpha, int64_t n);   // y *= alpha
 
 // Stores n f32 values into KV storage of type `dtype` (f16: round to nearest even).
 // f32 / f16 only (INT8 needs its row parameters: kv_store_int8_row).

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/sparse_common.h"
 
@@ -59,11 +60,8 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   if (kept_weights != nullptr) {
     // Summed over heads per kept position: head 0 + head 1 + … (a vector loop over positions).
     kept_weights->assign(head_weights.begin(), head_weights.begin() + n_kept);
-    float* sum = kept_weights->data();
-    for (int32_t h = 1; h < args.n_heads; ++h) {
-      const float* w = &head_weights[static_cast<size_t>(h) * n_kept];
-      for (int32_t i = 0; i < n_kept; ++i) sum[i] += w[i];
-    }
+    for (int32_t h = 1; h < args.n_heads; ++h)
+      add_inplace(kept_weights->data(), &head_weights[static_cast<size_t>(h) * n_kept], n_kept);
   }
   if (kept_out != nullptr) *kept_out = std::move(kept);
   return res;
