@@ -6,6 +6,7 @@
 // transposed-K reads of SparQ step 1 as r·S elements per kv head; INT8 row parameters included).
 // Multi-threaded over kv heads and over key ranges of long sequences.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -71,6 +72,12 @@ struct SwaResult {
 // (sparse::run_streamable; ~1.5x cheaper per key than gathered, see sparse::AttendTask).
 SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
                      const float* mass, std::vector<float>* kept_weights, std::vector<int32_t>* kept = nullptr);
+// The same with the mass the heavy hitters are chosen by produced on demand (`selection_mass`,
+// called once, on whichever pool thread selects): where the window is streamed, the caller's
+// mass preparation (e.g. pooling) and the selection run beside the window's reads.
+SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
+                     const std::function<const float*()>& selection_mass, std::vector<float>* kept_weights,
+                     std::vector<int32_t>* kept = nullptr);
 
 // Bifurcated group attention as ref::bifurcated_attention: each shared segment's K/V is read
 // once for all member query rows, every sequence's own suffix separately, merged exactly.

@@ -1,6 +1,7 @@
 #include "kernels/cpu/sparse_common.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -9,6 +10,10 @@
 #include <string>
 
 #include "kernels/cpu/matmul.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace fathom::cpu::sparse {
 
@@ -30,6 +35,12 @@ namespace {
 
 constexpr int32_t kMaxChunk = 256;  // keys per work item (logits scratch: R × chunk floats)
 constexpr int32_t kMinChunk = 32;
+
+inline void spin_pause() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
 
 // Folds a chunk partial (acc unnormalised, max m_c, Σexp l_c) into a running one.
 void fold(float* acc, float& m, float& l, const float* acc_c, float m_c, float l_c, int32_t d) {
@@ -83,9 +94,13 @@ void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView&
 }
 
 void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
-            const std::vector<AttendTask>& tasks, int32_t chunk, RowPrefetcher* prefetcher, bool reverse) {
+            const std::vector<AttendTask>& tasks, int32_t chunk, RowPrefetcher* prefetcher, bool reverse,
+            const std::function<void()>& fill_positions) {
   const int32_t d = kv.head_dim;
   if (chunk <= 0) chunk = attend_chunk(pool, tasks);
+  // Positions filled inside the pool call (see the header), else before anything reads them.
+  const bool deferred = fill_positions && prefetcher == nullptr;
+  if (fill_positions && !deferred) fill_positions();
 
   // A task's gathered items (index ranges of pos[]) come first, then its run's (absolute
   // positions, cut at multiples of the chunk so the cuts do not depend on where the run starts);
@@ -102,7 +117,8 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttendTask& t = tasks[ti];
     if (t.R > kMaxRows || t.R < 1 || t.n < 0 || t.run_end < t.run_begin || t.keys() < 1 ||
-        (t.run_end > t.run_begin && (kern.run_partial == nullptr || (t.n > 0 && t.pos[t.n - 1] >= t.run_begin))))
+        (t.run_end > t.run_begin &&
+         (kern.run_partial == nullptr || (!deferred && t.n > 0 && t.pos[t.n - 1] >= t.run_begin))))
       throw std::invalid_argument("sparse::attend: bad task shape");
     if (kv.dtype == KvDtype::kI8) row_sums(t.q, t.R, d, &q_sums[ti * kMaxRows]);
     first_item[ti] = static_cast<int32_t>(items.size());
@@ -147,6 +163,19 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
         kern.exp_shifted(t.weights + static_cast<int64_t>(r) * t.keys(), t.keys(), rm + std::log(rl));
     }
   };
+  // 0: positions not filled, 1: being filled, 2: filled. A gathered item claims the fill or waits
+  // for it; whoever claims it runs it, so no thread waits on one that never takes it.
+  std::atomic<int> filled{deferred ? 0 : 2};
+  auto ensure_filled = [&] {
+    int state = filled.load(std::memory_order_acquire);
+    if (state == 2) return;
+    if (state == 0 && filled.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
+      fill_positions();
+      filled.store(2, std::memory_order_release);
+      return;
+    }
+    while (filled.load(std::memory_order_acquire) != 2) spin_pause();
+  };
   auto run_item = [&](int64_t w) {
     thread_local std::vector<float> s;
     thread_local std::vector<int64_t> rows;
@@ -168,6 +197,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
       if (task_done.arrive(static_cast<size_t>(it.task))) merge_task(it.task);
       return;
     }
+    ensure_filled();
     const int32_t n = it.end - it.begin;
     row_offsets(kv, t.g, t.pos + it.begin, n, rows.data());
     prefetch_rows_l2(kv, kv.k, rows.data(), n);
@@ -188,7 +218,22 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     pool.for_each_chunk(last - first, [&](int64_t w, int) { run_item(first + w); });
   };
   if (prefetcher == nullptr) {
-    run_items(0, static_cast<int32_t>(items.size()));
+    if (!deferred) {
+      run_items(0, static_cast<int32_t>(items.size()));
+      return;
+    }
+    // Gathered items first, the runs last: the calling thread starts on the first share (the fill,
+    // then gathered items), the others on the later shares (runs, which need no positions).
+    std::vector<int32_t> order;
+    order.reserve(items.size());
+    for (int pass = 0; pass < 2; ++pass)
+      for (int32_t w = 0; w < static_cast<int32_t>(items.size()); ++w)
+        if (items[w].run == (pass == 1)) order.push_back(w);
+    pool.for_each_chunk(static_cast<int64_t>(order.size()), [&](int64_t i, int thread) {
+      if (thread == 0) ensure_filled();
+      run_item(order[i]);
+    });
+    ensure_filled();  // a task set with no gathered item still gets its positions
     return;
   }
   // Each task's gathered items in batches of at most capacity() keys, each batch's positions made

@@ -5,6 +5,7 @@
 // every policy ends with, and an exact top-k.
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "kernels/cpu/attention_partial.h"
@@ -151,9 +152,14 @@ bool run_streamable(const Kernels& kern, const PagedKvView& kv, int32_t t0, int3
 // each batch's positions made readable (K and V) just before it: same partials, same merge, the
 // same output. A task's run (device blocks only: run_streamable) is not batched: its items run after
 // the task's gathered batches, in position order.
+// `fill_positions` (optional): writes every task's pos[0..n) (each below its run), run once before
+// the first gathered item reads them. Without a prefetcher it runs inside the pool call, on the
+// first thread to need it (the calling thread takes it first; the others stream the tasks' runs
+// meanwhile), so a caller's selection overlaps the runs' reads; the output is the same as filling
+// first (the partials and their merge order do not depend on which thread runs what, or when).
 void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float scale,
             const std::vector<AttendTask>& tasks, int32_t chunk = 0, RowPrefetcher* prefetcher = nullptr,
-            bool reverse = false);
+            bool reverse = false, const std::function<void()>& fill_positions = {});
 // The key chunk length attend() picks for `tasks` on `pool`.
 int32_t attend_chunk(const ThreadPool& pool, const std::vector<AttendTask>& tasks);
 // attend() for a view that may be tiered: with a prefetcher, the tasks run one at a time, each

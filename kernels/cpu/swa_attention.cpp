@@ -3,6 +3,7 @@
 // selection equals the reference's), then one sparse::attend task per kv head for its G heads.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "kernels/cpu/ops.h"
@@ -13,6 +14,12 @@ namespace fathom::cpu {
 
 SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
                      const float* mass, std::vector<float>* kept_weights, std::vector<int32_t>* kept_out) {
+  return swa_decode(pool, kv, args, p, [mass] { return mass; }, kept_weights, kept_out);
+}
+
+SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
+                     const std::function<const float*()>& selection_mass, std::vector<float>* kept_weights,
+                     std::vector<int32_t>* kept_out) {
   const sparse::Kernels& kern = sparse::kernels();
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, G = args.n_heads / n_kv, n = args.pos + 1;
   const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(n) * p.ratio));
@@ -21,8 +28,11 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   const int32_t older = n - res.k_local;
   res.k_global = static_cast<int32_t>(std::clamp<int64_t>(budget - res.k_local, 0, older));
   std::vector<int32_t> kept(res.k_global + res.k_local);
-  sparse::top_k(mass, older, res.k_global, kept.data());  // ascending
   std::iota(kept.begin() + res.k_global, kept.end(), older);
+  // The heavy hitters (ascending); with a streamed window, chosen inside the attention's pool call
+  // while the other threads stream the window (at 8k, 1/8 the pooling and top-k are ~6 us a layer
+  // that one thread spent alone; bench in the README).
+  const std::function<void()> select = [&] { sparse::top_k(selection_mass(), older, res.k_global, kept.data()); };
   const int32_t n_kept = static_cast<int32_t>(kept.size());
   // The local window is one run of positions: streamed through the transposed K plane where the
   // view allows (half the kept keys at about dense's speed per key), else gathered with the rest;
@@ -54,7 +64,12 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   // Over a tiered cache the gathered rows come through the row cache kv head by kv head, in batches
   // it holds (the seed step keeps every position), bitwise the resident result; the order
   // alternates by step so that a kept set larger than the cache still hits (see sparse::attend).
-  sparse::attend_prefetched(pool, kern, kv, args.scale, tasks, /*reverse=*/args.pos % 2 != 0);
+  if (stream_window && kv.prefetcher == nullptr) {
+    sparse::attend(pool, kern, kv, args.scale, tasks, /*chunk=*/0, /*prefetcher=*/nullptr, /*reverse=*/false, select);
+  } else {
+    select();
+    sparse::attend_prefetched(pool, kern, kv, args.scale, tasks, /*reverse=*/args.pos % 2 != 0);
+  }
   res.kv_bytes = 2LL * n_kept * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv;
 
   if (kept_weights != nullptr) {

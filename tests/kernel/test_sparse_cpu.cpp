@@ -30,6 +30,7 @@
 #include <cstring>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <numeric>
@@ -620,6 +621,67 @@ TEST(SparseCpu, SwaWindowOverTieredViewMatchesResident) {
         Worst worst;
         compare(out_tier.data(), out_res.data(), static_cast<int64_t>(out_res.size()), dtype, worst);
         for (int32_t t = 0; t < S; ++t) EXPECT_NEAR(w_tier[t], w_res[t], 1e-6 * H) << "t=" << t;
+      }
+    }
+  }
+}
+
+// sparse::attend with the gathered positions filled inside the pool call (`fill_positions`, as
+// swa_decode chooses its heavy hitters while the window streams) equals filling them first, bit
+// for bit, on pools of 1-4 threads (which thread takes the fill varies with timing: repeated).
+TEST(SparseCpu, AttendWithDeferredPositionsEqualsFilledFirst) {
+  if (!cpu::set_simd_level_for_testing("avx512") || std::string(cpu::simd_level()) != "avx512")
+    GTEST_SKIP() << "runs stream only with AVX-512";
+  std::mt19937 rng(17);
+  const int32_t d = 64, G = 3, S = 2001, older = 1500, H = G * kKvHeads;
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
+    const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
+    const PagedKvView kv = f.view(true, true);
+    const std::vector<float> q = random_q(H * d, rng);
+    std::vector<std::vector<int32_t>> chosen(kKvHeads);  // per kv head, ascending, below the run
+    for (auto& c : chosen) {
+      for (int32_t t = 0; t < older; ++t)
+        if (rng() % 3 == 0) c.push_back(t);
+    }
+    auto run = [&](ThreadPool& pool, bool deferred, std::vector<float>& out, std::vector<float>& weights) {
+      std::vector<std::vector<int32_t>> pos(kKvHeads);
+      std::vector<cpu::sparse::AttendTask> tasks(kKvHeads);
+      out.assign(static_cast<size_t>(H) * d, 0.0f);
+      int32_t keys = 0;
+      for (int32_t g = 0; g < kKvHeads; ++g) keys = std::max(keys, static_cast<int32_t>(chosen[g].size()) + S - older);
+      weights.assign(static_cast<size_t>(H) * keys, 0.0f);
+      for (int32_t g = 0; g < kKvHeads; ++g) {
+        pos[g] = deferred ? std::vector<int32_t>(chosen[g].size(), -1) : chosen[g];
+        cpu::sparse::AttendTask& t = tasks[g];
+        t.g = g;
+        t.R = G;
+        t.q = &q[static_cast<size_t>(g) * G * d];
+        t.out = &out[static_cast<size_t>(g) * G * d];
+        t.pos = pos[g].data();
+        t.n = static_cast<int32_t>(pos[g].size());
+        t.run_begin = older;
+        t.run_end = S;
+        t.weights = &weights[static_cast<size_t>(g) * G * keys];
+      }
+      std::atomic<int> fills{0};
+      const std::function<void()> fill = [&] {
+        ++fills;
+        for (int32_t g = 0; g < kKvHeads; ++g) std::copy(chosen[g].begin(), chosen[g].end(), pos[g].begin());
+      };
+      cpu::sparse::attend(pool, cpu::sparse::kernels(), kv, 0.125f, tasks, 0, nullptr, false,
+                          deferred ? fill : std::function<void()>{});
+      EXPECT_EQ(fills.load(), deferred ? 1 : 0);
+    };
+    for (int threads : {1, 2, 3, 4}) {
+      SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + ", " + std::to_string(threads) + " threads");
+      ThreadPool pool(threads);
+      std::vector<float> out_first, w_first;
+      run(pool, false, out_first, w_first);
+      for (int rep = 0; rep < 20; ++rep) {
+        std::vector<float> out, w;
+        run(pool, true, out, w);
+        ASSERT_EQ(out, out_first);
+        ASSERT_EQ(w, w_first);
       }
     }
   }

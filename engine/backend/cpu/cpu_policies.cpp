@@ -29,7 +29,8 @@ int64_t swa_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args
   const ref::SwaParams params = swa_step_params(p, st, S);
   std::vector<float> kept_weights;
   std::vector<int32_t> kept;
-  const cpu::SwaResult r = cpu::swa_decode(pool, kv, args, params, swa_selection_mass(p, st), &kept_weights, &kept);
+  const cpu::SwaResult r = cpu::swa_decode(
+      pool, kv, args, params, [&] { return swa_selection_mass(p, st); }, &kept_weights, &kept);
   swa_fold_mass(st, kept, kept_weights.data(), r.k_local);
   return r.kv_bytes;
 }
