@@ -13,6 +13,7 @@
 //     byte formula with what the grid really touched. Under nvcc the counters compile to nothing.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda/emu/cuda_emu.h"
@@ -510,6 +511,54 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* scratch, int* to
   *total = scratch[n_warps - 1];
   __syncthreads();
   return result;
+}
+
+// Float -> uint32 with the same order (larger float, larger key; -0 below +0).
+__device__ __forceinline__ uint32_t ordered_key(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof(u));
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The k-th largest of the keys key_of(0..n) (1 <= k <= n), by a 4-pass 8-bit radix select from the
+// top bits in one CTA (every thread calls it): returns that key; *ties_taken is how many keys equal
+// to it are among the k largest. hist: shared [256]; prefix_s, need_s: shared scalars.
+template <typename KeyOf>
+__device__ uint32_t block_radix_select(KeyOf key_of, int n, int k, int* hist, uint32_t* prefix_s, int* need_s,
+                                       int* ties_taken) {
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  if (tid == 0) {
+    *prefix_s = 0;
+    *need_s = k;
+  }
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    const uint32_t hi_mask = pass == 0 ? 0u : (0xffffffffu << (shift + 8));
+    for (int i = tid; i < 256; i += threads) hist[i] = 0;
+    __syncthreads();
+    const uint32_t prefix = *prefix_s;
+    for (int t = tid; t < n; t += threads) {
+      const uint32_t key = key_of(t);
+      if ((key & hi_mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int above = 0;
+      for (int digit = 255; digit >= 0; --digit) {
+        if (above + hist[digit] >= *need_s) {
+          *prefix_s |= static_cast<uint32_t>(digit) << shift;
+          *need_s -= above;
+          break;
+        }
+        above += hist[digit];
+      }
+    }
+    __syncthreads();
+  }
+  const uint32_t kth = *prefix_s;
+  *ties_taken = *need_s;
+  __syncthreads();  // the next use of the shared scalars comes after every thread read them
+  return kth;
 }
 
 __device__ __forceinline__ float block_reduce(float v, bool is_max, float* scratch) {

@@ -146,13 +146,6 @@ FATHOM_UNROLL
   }
 }
 
-// Float -> uint32 with the same order (larger float, larger key).
-__device__ __forceinline__ uint32_t ordered_key(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof(u));
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 // grid (n_kv_heads), kThreads.
 __global__ void __launch_bounds__(kThreads) sparq_select_kernel(SparqParams p) {
   __shared__ int hist[256];
@@ -165,40 +158,16 @@ __global__ void __launch_bounds__(kThreads) sparq_select_kernel(SparqParams p) {
   const float* summed = fptr(p, p.summed) + static_cast<int64_t>(g) * S;
   int32_t* sel = p.words + p.i2 + static_cast<size_t>(g) * p.k;
   if (n_rest > 0) {
-    if (tid == 0) {
-      prefix_s = 0;
-      need_s = n_rest;
-      count_s = 0;
-    }
-    // Radix select, 8 bits per pass from the top: after the passes prefix_s is the key of the
-    // n_rest-th largest candidate and need_s the number of its ties to take.
-    for (int pass = 0; pass < 4; ++pass) {
-      const int shift = 24 - 8 * pass;
-      const uint32_t hi_mask = pass == 0 ? 0u : (0xffffffffu << (shift + 8));
-      for (int i = tid; i < 256; i += kThreads) hist[i] = 0;
-      __syncthreads();
-      const uint32_t prefix = prefix_s;
-      for (int t = tid; t < n_cand; t += kThreads) {
-        const uint32_t key = ordered_key(summed[t]);
-        count_other(sizeof(float));
-        if ((key & hi_mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
-      }
-      __syncthreads();
-      if (tid == 0) {
-        int above = 0;
-        for (int digit = 255; digit >= 0; --digit) {
-          if (above + hist[digit] >= need_s) {
-            prefix_s |= static_cast<uint32_t>(digit) << shift;
-            need_s -= above;
-            break;
-          }
-          above += hist[digit];
-        }
-      }
-      __syncthreads();
-    }
-    const uint32_t threshold = prefix_s;
-    const int need = need_s;
+    if (tid == 0) count_s = 0;
+    // After the select, threshold is the key of the n_rest-th largest candidate and need the number
+    // of its ties to take.
+    int need = 0;
+    const uint32_t threshold = block_radix_select(
+        [&](int t) {
+          count_other(sizeof(float));
+          return ordered_key(summed[t]);
+        },
+        n_cand, n_rest, hist, &prefix_s, &need_s, &need);
     int base = 0;  // ties seen in earlier chunks, in position order
     for (int start = 0; start < n_cand; start += kThreads) {
       const int t = start + tid;

@@ -4,6 +4,8 @@
 //   hip_estimate_mask / hip_sparse_attention vs ref::hip_estimate_mask / ref::hip_sparse_attention
 //   bifurcated_attention     vs ref::bifurcated_attention
 //   swa_attention            vs ref::swa_attention (output) and double softmax weights (weights)
+//   swa_select / swa_fold    vs a naive max-pool + ref::swa_select, and the fold's two float ops:
+//                            bit for bit (comparisons, one multiply and one add per position)
 // plus, for every launch, the bytes its launcher reports vs the bytes the emulated grid touched
 // (attention_common.h instruments every global load and store under emulation).
 // The .cu files are included so the host compiler builds exactly the source nvcc builds.
@@ -24,6 +26,7 @@
 #include "kernels/cuda/paged_decode_attention.cu"
 #include "kernels/cuda/sparq_attention.cu"
 #include "kernels/cuda/swa_attention.cu"
+#include "kernels/cuda/swa_mass.cu"
 
 #include <gtest/gtest.h>
 
@@ -35,6 +38,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "kernels/ref/attention.h"
@@ -544,6 +548,51 @@ TEST(CudaAttention, SwaRejectsBadArguments) {
             cudaErrorInvalidValue);
   args.n_heads = 3;  // not a multiple of the kv heads
   EXPECT_EQ(cuda::swa_attention(kv, args, kept.ptr, plan, w.ptr, ws.ptr, nullptr), cudaErrorInvalidValue);
+}
+
+// SWA's device-resident mass: the selection equals ref::swa_select over a naive pooling of the same
+// mass (coarse values: many exact ties, so the lower-position rule is exercised), and the fold
+// equals mass·keep then + weight, bit for bit; at lengths around the CTA's width and radii from 0
+// (no pooling) past the length.
+TEST(CudaAttention, SwaMassSelectAndFoldMatchHost) {
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int> coarse(0, 12);
+  for (int32_t n : {1, 2, 7, 255, 256, 257, 1000, 4099})
+    for (int32_t radius : {0, 1, 3, 16, 600, 1 << 30})
+      for (float ratio : {0.125f, 0.5f, 1.0f}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " radius=" + std::to_string(radius) + " ratio=" + std::to_string(ratio));
+        std::vector<float> mass(n);
+        for (float& m : mass) m = 0.25f * static_cast<float>(coarse(rng));
+        const int32_t r = std::min(radius, n);
+        std::vector<float> pooled(n);
+        for (int32_t t = 0; t < n; ++t) {
+          pooled[t] = mass[std::max(0, t - r)];
+          for (int32_t i = std::max(0, t - r); i <= std::min(n - 1, t + r); ++i) pooled[t] = std::max(pooled[t], mass[i]);
+        }
+        const ref::SwaStats want = ref::swa_select(n, ratio, pooled.data());
+        DeviceBuffer<float> dmass(mass), ws(cuda::swa_select_workspace_floats(n));
+        DeviceBuffer<int32_t> kept(want.kept.size());
+        ASSERT_EQ(cuda::swa_select(dmass.ptr, n, radius, want.k_local, want.k_global, ws.ptr, kept.ptr, nullptr),
+                  cudaSuccess);
+        ASSERT_EQ(kept.download(), want.kept);
+
+        std::vector<float> weights(want.kept.size());
+        for (float& w : weights) w = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+        const float keep = 1.0f - 1.0f / static_cast<float>(want.k_local);
+        std::vector<float> folded = mass;
+        for (float& m : folded) m = m * keep;
+        for (size_t i = 0; i < want.kept.size(); ++i) folded[want.kept[i]] = folded[want.kept[i]] + weights[i];
+        DeviceBuffer<float> dweights(weights);
+        ASSERT_EQ(cuda::swa_fold(dmass.ptr, n, keep, kept.ptr, dweights.ptr, static_cast<int32_t>(weights.size()), nullptr),
+                  cudaSuccess);
+        ASSERT_EQ(dmass.download(), folded);
+      }
+  DeviceBuffer<float> m(4), ws(12);
+  DeviceBuffer<int32_t> k(4);
+  EXPECT_EQ(cuda::swa_select(m.ptr, 4, 1, 0, 2, ws.ptr, k.ptr, nullptr), cudaErrorInvalidValue);  // k_local 0
+  EXPECT_EQ(cuda::swa_select(m.ptr, 4, 1, 2, 3, ws.ptr, k.ptr, nullptr), cudaErrorInvalidValue);  // k_global > older
+  EXPECT_EQ(cuda::swa_select(m.ptr, 4, -1, 2, 1, ws.ptr, k.ptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::swa_fold(m.ptr, 4, 0.5f, nullptr, m.ptr, 2, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace
