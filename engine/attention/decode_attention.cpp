@@ -23,16 +23,21 @@ ref::SwaParams swa_step_params(const AttentionPolicy& p, LayerPolicyState& st, i
   return params;
 }
 
+int32_t swa_pool_radius(const AttentionPolicy& p) { return p.swa_pool <= 1 ? 0 : p.swa_pool / 2; }
+
 const float* swa_selection_mass(const AttentionPolicy& p, LayerPolicyState& st) {
-  if (p.swa_pool <= 1) return st.swa_mass.data();
+  const int32_t radius = swa_pool_radius(p);
+  if (radius == 0) return st.swa_mass.data();
   const int32_t n = static_cast<int32_t>(st.swa_mass.size());
   st.swa_pooled.resize(n);
-  cpu::max_pool(st.swa_mass.data(), n, p.swa_pool / 2, st.swa_pooled.data());
+  cpu::max_pool(st.swa_mass.data(), n, radius, st.swa_pooled.data());
   return st.swa_pooled.data();
 }
 
+float swa_decay(int32_t k_local) { return 1.0f - 1.0f / static_cast<float>(std::max(1, k_local)); }
+
 void swa_fold_mass(LayerPolicyState& st, std::span<const int32_t> kept, const float* kept_weights, int32_t k_local) {
-  const float keep = 1.0f - 1.0f / static_cast<float>(std::max(1, k_local));
+  const float keep = swa_decay(k_local);
   cpu::scale_inplace(st.swa_mass.data(), keep, static_cast<int64_t>(st.swa_mass.size()));
   const int32_t S = static_cast<int32_t>(st.swa_mass.size());
   for (size_t i = 0; i < kept.size(); ++i) {

@@ -4,6 +4,7 @@
 // covers, and the dense byte count. The kernels per policy live in each backend
 // (engine/backend/cpu/cpu_policies.cpp, engine/backend/cuda/).
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -12,12 +13,40 @@
 
 namespace fathom {
 
+// State a backend keeps for one layer of one sequence in its own memory (the CUDA backend: SWA's
+// mass on the device), opaque to the engine.
+class BackendLayerState {
+ public:
+  virtual ~BackendLayerState() = default;
+  virtual std::unique_ptr<BackendLayerState> clone() const = 0;  // a fork's copy
+};
+
+// Owns a BackendLayerState; copying the owner clones it (a fork gets its own copy), destroying it
+// frees it (a finished or recomputed sequence).
+class BackendLayerStatePtr {
+ public:
+  BackendLayerStatePtr() = default;
+  BackendLayerStatePtr(const BackendLayerStatePtr& o) : p_(o.p_ ? o.p_->clone() : nullptr) {}
+  BackendLayerStatePtr& operator=(const BackendLayerStatePtr& o) {
+    if (this != &o) p_ = o.p_ ? o.p_->clone() : nullptr;
+    return *this;
+  }
+  BackendLayerStatePtr(BackendLayerStatePtr&&) noexcept = default;
+  BackendLayerStatePtr& operator=(BackendLayerStatePtr&&) noexcept = default;
+  BackendLayerState* get() const { return p_.get(); }
+  void reset(std::unique_ptr<BackendLayerState> p) { p_ = std::move(p); }
+
+ private:
+  std::unique_ptr<BackendLayerState> p_;
+};
+
 struct LayerPolicyState {
   ref::HipMask hip_mask;
   ref::HipParams hip_params;    // the parameters the cached mask was estimated with
   int32_t hip_age = -1;         // decode steps since the mask was estimated; −1: none yet
   std::vector<float> swa_mass;    // [positions] decayed attention weight summed over heads
   std::vector<float> swa_pooled;  // [positions] scratch: swa_mass max-pooled (swa_selection_mass)
+  BackendLayerStatePtr backend;   // a backend's own per-layer state (unused by the CPU backend)
 };
 
 // Per sequence, one entry per layer. Reset when the sequence is recomputed; copied on fork.
@@ -49,6 +78,10 @@ const float* swa_selection_mass(const AttentionPolicy& p, LayerPolicyState& stat
 // x·keep + 0 is x·keep, so scaling every position and adding at the kept ones is the same
 // arithmetic without an [S] weights array to clear and read).
 void swa_fold_mass(LayerPolicyState& state, std::span<const int32_t> kept, const float* kept_weights, int32_t k_local);
+// The fold's decay 1 − 1/k_local (k_local < 1 taken as 1).
+float swa_decay(int32_t k_local);
+// The radius SWA pools its mass over (swa_selection_mass): p.swa_pool / 2, 0 for no pooling.
+int32_t swa_pool_radius(const AttentionPolicy& p);
 
 // Bytes dense attention reads for one query attending `keys` keys: S rows of K and V per kv head.
 int64_t dense_kv_bytes(const KvLayout& kv, int64_t keys);

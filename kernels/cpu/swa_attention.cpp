@@ -22,11 +22,11 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
                      std::vector<int32_t>* kept_out) {
   const sparse::Kernels& kern = sparse::kernels();
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, G = args.n_heads / n_kv, n = args.pos + 1;
-  const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(n) * p.ratio));
+  const ref::SwaSizes sizes = ref::swa_sizes(n, p.ratio);
   SwaResult res;
-  res.k_local = static_cast<int32_t>(std::clamp<int64_t>(budget / 2, 1, n));
+  res.k_local = sizes.k_local;
+  res.k_global = sizes.k_global;
   const int32_t older = n - res.k_local;
-  res.k_global = static_cast<int32_t>(std::clamp<int64_t>(budget - res.k_local, 0, older));
   std::vector<int32_t> kept(res.k_global + res.k_local);
   std::iota(kept.begin() + res.k_global, kept.end(), older);
   // The heavy hitters (ascending); with a streamed window, chosen inside the attention's pool call

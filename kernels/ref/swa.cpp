@@ -6,12 +6,20 @@
 
 namespace fathom::ref {
 
-SwaStats swa_select(int32_t n, float ratio, const float* mass) {
+SwaSizes swa_sizes(int32_t n, float ratio) {
   const int64_t budget = static_cast<int64_t>(std::floor(static_cast<double>(n) * ratio));
+  SwaSizes z;
+  z.k_local = static_cast<int32_t>(std::clamp<int64_t>(budget / 2, 1, n));
+  z.k_global = static_cast<int32_t>(std::clamp<int64_t>(budget - z.k_local, 0, n - z.k_local));
+  return z;
+}
+
+SwaStats swa_select(int32_t n, float ratio, const float* mass) {
+  const SwaSizes z = swa_sizes(n, ratio);
   SwaStats st;
-  st.k_local = static_cast<int32_t>(std::clamp<int64_t>(budget / 2, 1, n));
+  st.k_local = z.k_local;
+  st.k_global = z.k_global;
   const int32_t older = n - st.k_local;
-  st.k_global = static_cast<int32_t>(std::clamp<int64_t>(budget - st.k_local, 0, older));
   std::vector<int32_t> cand(older);
   std::iota(cand.begin(), cand.end(), 0);
   std::nth_element(cand.begin(), cand.begin() + st.k_global, cand.end(), [&](int32_t x, int32_t y) {

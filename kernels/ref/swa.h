@@ -19,6 +19,13 @@ struct SwaStats {
   int32_t k_local = 0, k_global = 0;
 };
 
+// How many positions a step at n = pos + 1 keys keeps (the rule below): the k_local newest and
+// k_global older ones.
+struct SwaSizes {
+  int32_t k_local = 0, k_global = 0;
+};
+SwaSizes swa_sizes(int32_t n, float ratio);
+
 // The kept positions of a step at n = pos + 1 keys (the selection rule below), ascending.
 SwaStats swa_select(int32_t n, float ratio, const float* mass);
 

@@ -15,4 +15,5 @@
 #include "kernels/cuda/row_cache.cu"
 #include "kernels/cuda/sparq_attention.cu"
 #include "kernels/cuda/swa_attention.cu"
+#include "kernels/cuda/swa_mass.cu"
 #include "engine/backend/cuda/cuda_backend.cu"

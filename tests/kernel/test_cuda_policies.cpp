@@ -155,6 +155,59 @@ TEST(CudaPolicies, Gemma3GreedyEqualsCpuForEveryPolicyAndGroups) {
 }
 
 
+// SWA's steps keep their mass on the device (kernels/cuda/swa_mass.h): a decode step of an SWA
+// sequence makes the host wait for the device exactly as often as a dense one (the logits' copy),
+// not once more per layer for the kept weights. Counted by the emulator (fathom_emu::host_waits)
+// over 3 steps after SWA's seeding step, one sequence at a time, the same prompt.
+TEST(CudaPolicies, SwaStepsWaitOnTheDeviceNoMoreThanDense) {
+  ModelOptions o;
+  o.threads = 2;
+  o.precision = cpu::Precision::kF32;
+  o.kv_dtype = KvDtype::kF16;
+  o.block_size = 16;
+  std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
+  const ModelConfig& c = model->config();
+  const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, o.block_size, o.kv_dtype, o.kv_transposed_k};
+  o.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * 32;
+  CpuBackend cpu(*model, o);
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*model, o);
+  BlockAllocator blocks(cpu.kv_blocks(), o.block_size);
+  std::vector<int32_t> prompt = model->tokenizer().encode(
+      "The lighthouse keeper climbed the narrow stairs every evening and wrote down the weather, the ships "
+      "that passed and the birds that nested on the rocks below. One night the lamp went out.");
+  while (prompt.size() < 300) prompt.insert(prompt.end(), prompt.begin(), prompt.begin() + 20);
+  prompt.resize(300);
+  std::vector<float> logits;
+  const std::vector<int32_t> prompt_table = testing::prefill_and_copy(cpu, *cuda, blocks, prompt, logits);
+  AttentionPolicy dense, swa;
+  swa.kind = PolicyKind::kSwa;
+  swa.min_keys = 0;
+  std::map<std::string, uint64_t> waits;
+  for (const AttentionPolicy* policy : {&dense, &swa}) {
+    std::vector<int32_t> table(prompt_table.begin(), prompt_table.end() - 1);
+    table.push_back(blocks.allocate());
+    cuda->copy_block(prompt_table.back(), table.back());
+    table.push_back(blocks.allocate());
+    SeqPolicyState state;
+    int32_t token = 42;
+    for (int step = 0; step < 4; ++step) {
+      BatchPlan plan;
+      plan.seqs.push_back(SeqStep{std::span<const int32_t>(&token, 1), static_cast<int32_t>(prompt.size()) + step, &table,
+                                  LogitsWanted::kLast, policy, &state});
+      const uint64_t before = fathom_emu::host_waits().load();
+      std::vector<float> out;
+      cuda->forward(plan, out);
+      if (step > 0) waits[policy->name()] += fathom_emu::host_waits().load() - before;  // step 0 seeds SWA's mass
+    }
+    for (size_t b = prompt_table.size() - 1; b < table.size(); ++b) blocks.release(table[b]);
+  }
+  EXPECT_GT(cuda->take_kv_read_bytes()[static_cast<int>(PolicyKind::kSwa)], 0) << "SWA ran its sparse kernels";
+  EXPECT_GT(waits["dense"], 0u) << "a step copies its logits to the host";
+  EXPECT_EQ(waits["swa"], waits["dense"]);
+  std::printf("host waits over 3 decode steps: dense %llu, swa %llu\n", static_cast<unsigned long long>(waits["dense"]),
+              static_cast<unsigned long long>(waits["swa"]));
+}
+
 // ---- The host KV tier end to end ------------------------------------------------------------
 // The CUDA backend's host KV tier, end to end: the engine (scheduler, page table, block moves)
 // over the CUDA backend run on the CPU through kernels/cuda/emu, with a device tier far smaller

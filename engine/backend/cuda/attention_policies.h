@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "engine/attention/decode_attention.h"
@@ -24,6 +25,7 @@
 #include "kernels/cuda/hip_attention.h"
 #include "kernels/cuda/sparq_attention.h"
 #include "kernels/cuda/swa_attention.h"
+#include "kernels/cuda/swa_mass.h"
 #include "kernels/ref/swa.h"
 #include "kernels/paged_kv.h"
 
@@ -38,6 +40,7 @@ struct PolicyScratch {
   DeviceArray<float> q, out;         // a group's query rows gathered, and its outputs
   DeviceArray<int32_t> swa_kept;     // [n_kept] SWA's kept positions
   DeviceArray<float> swa_weights;    // [n_kept] their softmax weights summed over heads
+  DeviceArray<float> swa_select;     // swa_select's workspace
   std::deque<cuda::BifurcatedPlan> host_plans;  // alive until the pass ends (async plan copies read them)
 };
 
@@ -102,25 +105,76 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   return bytes + cuda::hip_sparse_attention_bytes(kv, args, cfg, info, plan).kv_read;
 }
 
-// `before_attention(kept)` runs before the attention is launched, with the kept positions (ascending).
+// SWA's mass for one layer of one sequence, on the device ([n] floats in a buffer of `capacity`):
+// chosen by, attended and folded into on the device (kernels/cuda/swa_mass.h), so an SWA step
+// copies nothing to or from the host and the host never waits for the device inside a step.
+class SwaDeviceMass : public BackendLayerState {
+ public:
+  int32_t n = 0;
+  float* get() const { return mass_.get(); }
+
+  // n = S, new positions at 0, growing the buffer geometrically (contents kept).
+  void grow_to(int32_t S, cudaStream_t stream) {
+    if (S <= n) return;
+    if (static_cast<size_t>(S) > capacity_) {
+      DeviceArray<float> bigger;
+      const size_t capacity = std::max<size_t>({static_cast<size_t>(S), 2 * capacity_, 1024});
+      bigger.reserve(capacity);
+      if (n > 0)
+        FATHOM_CUDA_BACKEND_OK(cudaMemcpyAsync(bigger.get(), mass_.get(), static_cast<size_t>(n) * sizeof(float),
+                                               cudaMemcpyDeviceToDevice, stream));
+      mass_ = std::move(bigger);
+      capacity_ = capacity;
+    }
+    FATHOM_CUDA_BACKEND_OK(cudaMemsetAsync(mass_.get() + n, 0, static_cast<size_t>(S - n) * sizeof(float), stream));
+    n = S;
+  }
+
+  std::unique_ptr<BackendLayerState> clone() const override {
+    auto copy = std::make_unique<SwaDeviceMass>();
+    copy->grow_to(n, nullptr);  // the default stream: after every step already launched on it
+    if (n > 0)
+      FATHOM_CUDA_BACKEND_OK(
+          cudaMemcpy(copy->get(), mass_.get(), static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice));
+    return copy;
+  }
+
+ private:
+  DeviceArray<float> mass_;
+  size_t capacity_ = 0;
+};
+
+// `before_attention(kept)`, if given, runs before the attention is launched with the kept positions
+// (ascending): they are then copied to the host (the row cache of a tiered cache needs them), the
+// one wait on the device an SWA step may have.
 inline int64_t swa_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,
                         PolicyScratch& s, cudaStream_t stream,
                         const std::function<void(const std::vector<int32_t>& kept)>& before_attention = {}) {
   const int32_t S = args.pos + 1;
-  const ref::SwaParams params = swa_step_params(p, st, S);
-  const ref::SwaStats sel = ref::swa_select(S, params.ratio, swa_selection_mass(p, st));
-  const int32_t n = static_cast<int32_t>(sel.kept.size());
-  if (before_attention) before_attention(sel.kept);
-  s.swa_kept.upload(sel.kept);
+  if (st.backend.get() == nullptr) st.backend.reset(std::make_unique<SwaDeviceMass>());
+  auto& mass = static_cast<SwaDeviceMass&>(*st.backend.get());
+  ref::SwaParams params = resolve_swa(p, S);
+  if (mass.n == 0) params.ratio = 1.0f;  // the first step has no mass: it keeps every position and seeds it
+  mass.grow_to(S, stream);
+  const ref::SwaSizes sizes = ref::swa_sizes(S, params.ratio);
+  const int32_t n = sizes.k_local + sizes.k_global;
+  s.swa_kept.reserve(static_cast<size_t>(n));
   s.swa_weights.reserve(static_cast<size_t>(n));
+  s.swa_select.reserve(cuda::swa_select_workspace_floats(S));
   const cuda::SwaPlan plan = cuda::plan_swa_attention(kv, args, n);
   s.workspace.reserve(plan.workspace_floats * sizeof(float));
+  FATHOM_CUDA_BACKEND_OK(cuda::swa_select(mass.get(), S, swa_pool_radius(p), sizes.k_local, sizes.k_global,
+                                          s.swa_select.get(), s.swa_kept.get(), stream));
+  if (before_attention) {
+    std::vector<int32_t> kept(static_cast<size_t>(n));
+    FATHOM_CUDA_BACKEND_OK(cudaStreamSynchronize(stream));
+    FATHOM_CUDA_BACKEND_OK(cudaMemcpy(kept.data(), s.swa_kept.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    before_attention(kept);
+  }
   FATHOM_CUDA_BACKEND_OK(cuda::swa_attention(kv, args, s.swa_kept.get(), plan, s.swa_weights.get(),
                                              reinterpret_cast<float*>(s.workspace.get()), stream));
-  std::vector<float> kept_weights(static_cast<size_t>(n));
-  FATHOM_CUDA_BACKEND_OK(
-      cudaMemcpy(kept_weights.data(), s.swa_weights.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
-  swa_fold_mass(st, sel.kept, kept_weights.data(), sel.k_local);
+  FATHOM_CUDA_BACKEND_OK(cuda::swa_fold(mass.get(), S, swa_decay(sizes.k_local), s.swa_kept.get(), s.swa_weights.get(),
+                                        n, stream));
   return cuda::swa_attention_bytes(kv, args, plan).kv_read;
 }
 

@@ -683,9 +683,9 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
         if (row_cache_) cache_hip_rows(layer, seq, state, per_kv_head);
       });
     case PolicyKind::kSwa:
+      if (!row_cache_) return swa_step(view, decode_args(seq), policy, state, scratch_, stream_);
       return swa_step(view, decode_args(seq), policy, state, scratch_, stream_, [&](const std::vector<int32_t>& kept) {
-        if (row_cache_)
-          cache_rows(layer, seq, PolicyKind::kSwa, [&](int32_t, std::vector<int32_t>& pos) { pos = kept; });
+        cache_rows(layer, seq, PolicyKind::kSwa, [&](int32_t, std::vector<int32_t>& pos) { pos = kept; });
       });
     case PolicyKind::kDense:
     case PolicyKind::kAuto: break;

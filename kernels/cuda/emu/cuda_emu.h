@@ -556,6 +556,13 @@ inline std::vector<cudaStream_t>& deferred_streams() {
   static std::vector<cudaStream_t> s;
   return s;
 }
+// How many times the host has waited for the device: synchronous device-to-host copies and
+// stream, event and device synchronisations (tests count them: while the host waits, it queues
+// nothing, and a GPU drains its queue).
+inline std::atomic<uint64_t>& host_waits() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
 // Runs `s`'s queued operations (no-op for the default stream and immediate streams).
 inline void flush_stream(cudaStream_t s) {
   if (s != nullptr) s->run_until(s->enqueued());
@@ -592,13 +599,16 @@ inline cudaError_t cudaFree(void* p) {  // synchronises with the device, as cuda
   std::free(p);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyDeviceToHost) ++fathom_emu::host_waits();
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
                                    cudaStream_t stream = nullptr) {
-  fathom_emu::on_stream(stream, [=] { cudaMemcpy(dst, src, bytes, kind); });
+  fathom_emu::on_stream(stream, [=] {
+    if (bytes) std::memmove(dst, src, bytes);
+  });
   return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int value, size_t bytes) {
@@ -630,10 +640,12 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  ++fathom_emu::host_waits();
   fathom_emu::flush_stream(s);
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() {
+  ++fathom_emu::host_waits();
   fathom_emu::flush_all_streams();
   return cudaSuccess;
 }
@@ -653,12 +665,16 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr)
   return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  ++fathom_emu::host_waits();
   if (e->stream != nullptr) e->stream->run_until(e->mark);
   return cudaSuccess;
 }
 // Later work on `stream` waits for `e`: the event's operations run now (before anything queued
-// on `stream` afterwards can run).
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned = 0) { return cudaEventSynchronize(e); }
+// on `stream` afterwards can run; not a host wait on a GPU).
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned = 0) {
+  if (e->stream != nullptr) e->stream->run_until(e->mark);
+  return cudaSuccess;
+}
 // Page-locked host memory; the device reads it in place (the emulated device is the host).
 inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
 template <typename T>
