@@ -155,11 +155,13 @@ TEST(CudaPolicies, Gemma3GreedyEqualsCpuForEveryPolicyAndGroups) {
 }
 
 
-// SWA's steps keep their mass on the device (kernels/cuda/swa_mass.h): a decode step of an SWA
-// sequence makes the host wait for the device exactly as often as a dense one (the logits' copy),
-// not once more per layer for the kept weights. Counted by the emulator (fathom_emu::host_waits)
-// over 3 steps after SWA's seeding step, one sequence at a time, the same prompt.
-TEST(CudaPolicies, SwaStepsWaitOnTheDeviceNoMoreThanDense) {
+// SWA keeps its mass and HiP its mask on the device (kernels/cuda/swa_mass.h, HipDeviceMask): a
+// decode step of an SWA or HiP sequence makes the host wait for the device exactly as often as a
+// dense one (the step's uploads and its logits' copy), not once more per layer for SWA's kept
+// weights or HiP's mask. Counted by the emulator (fathom_emu::host_waits) over the 3 steps after
+// the first (SWA's seeding step; HiP estimates at the first and the fourth), one sequence at a
+// time, the same prompt.
+TEST(CudaPolicies, SparseStepsWaitOnTheDeviceNoMoreThanDense) {
   ModelOptions o;
   o.threads = 2;
   o.precision = cpu::Precision::kF32;
@@ -179,11 +181,12 @@ TEST(CudaPolicies, SwaStepsWaitOnTheDeviceNoMoreThanDense) {
   prompt.resize(300);
   std::vector<float> logits;
   const std::vector<int32_t> prompt_table = testing::prefill_and_copy(cpu, *cuda, blocks, prompt, logits);
-  AttentionPolicy dense, swa;
+  AttentionPolicy dense, swa, hip;
   swa.kind = PolicyKind::kSwa;
-  swa.min_keys = 0;
+  hip.kind = PolicyKind::kHip;
+  swa.min_keys = hip.min_keys = 0;
   std::map<std::string, uint64_t> waits;
-  for (const AttentionPolicy* policy : {&dense, &swa}) {
+  for (const AttentionPolicy* policy : {&dense, &swa, &hip}) {
     std::vector<int32_t> table(prompt_table.begin(), prompt_table.end() - 1);
     table.push_back(blocks.allocate());
     cuda->copy_block(prompt_table.back(), table.back());
@@ -201,11 +204,15 @@ TEST(CudaPolicies, SwaStepsWaitOnTheDeviceNoMoreThanDense) {
     }
     for (size_t b = prompt_table.size() - 1; b < table.size(); ++b) blocks.release(table[b]);
   }
-  EXPECT_GT(cuda->take_kv_read_bytes()[static_cast<int>(PolicyKind::kSwa)], 0) << "SWA ran its sparse kernels";
+  const KvReadBytes read = cuda->take_kv_read_bytes();
+  for (PolicyKind k : {PolicyKind::kSwa, PolicyKind::kHip})
+    EXPECT_GT(read[static_cast<int>(k)], 0) << policy_name(k) << " ran its sparse kernels";
   EXPECT_GT(waits["dense"], 0u) << "a step copies its logits to the host";
   EXPECT_EQ(waits["swa"], waits["dense"]);
-  std::printf("host waits over 3 decode steps: dense %llu, swa %llu\n", static_cast<unsigned long long>(waits["dense"]),
-              static_cast<unsigned long long>(waits["swa"]));
+  EXPECT_EQ(waits["hip"], waits["dense"]);
+  std::printf("host waits over 3 decode steps: dense %llu, swa %llu, hip %llu\n",
+              static_cast<unsigned long long>(waits["dense"]), static_cast<unsigned long long>(waits["swa"]),
+              static_cast<unsigned long long>(waits["hip"]));
 }
 
 // ---- The host KV tier end to end ------------------------------------------------------------

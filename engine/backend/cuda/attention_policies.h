@@ -35,7 +35,6 @@ namespace cuda_backend_detail {
 // Device scratch reused by every call of a pass (the stream orders its uses).
 struct PolicyScratch {
   DeviceArray<std::byte> workspace;
-  DeviceArray<int32_t> hip_starts;   // [n_heads][n_keep] selected block starts
   DeviceArray<std::byte> plan;       // a bifurcated plan's device copy
   DeviceArray<float> q, out;         // a group's query rows gathered, and its outputs
   DeviceArray<int32_t> swa_kept;     // [n_kept] SWA's kept positions
@@ -57,12 +56,40 @@ inline cuda::HipConfig hip_config(const ref::HipParams& h) {
   return cuda::HipConfig{h.mask_k, h.block_size_k, h.sink, h.window, h.per_kv_head};
 }
 
-// `before_attention(per_kv_head)` runs once the step's mask is in `st` (estimated or cached), before
-// the attention is launched: the backend's row cache copies in the rows it selects.
+// HiP's mask for one layer of one sequence, on the device ([n_heads][n_keep] block starts): the
+// estimation writes it and the cached steps read it in place, so neither copies it across.
+class HipDeviceMask : public BackendLayerState {
+ public:
+  DeviceArray<int32_t> starts;
+  size_t n = 0;  // entries written by the last estimation
+
+  std::unique_ptr<BackendLayerState> clone() const override {
+    auto copy = std::make_unique<HipDeviceMask>();
+    copy->starts.reserve(n);
+    copy->n = n;
+    if (n > 0)
+      FATHOM_CUDA_BACKEND_OK(cudaMemcpy(copy->starts.get(), starts.get(), n * sizeof(int32_t), cudaMemcpyDeviceToDevice));
+    return copy;
+  }
+};
+
+// The state of type T in st.backend, created there if absent (or if another policy's: a layer's
+// state serves one policy at a time).
+template <typename T>
+T& backend_state(LayerPolicyState& st) {
+  if (dynamic_cast<T*>(st.backend.get()) == nullptr) st.backend.reset(std::make_unique<T>());
+  return static_cast<T&>(*st.backend.get());
+}
+
+// `before_attention(per_kv_head)`, if given, runs once the step's mask is known, before the
+// attention is launched: the backend's row cache copies in the rows it selects, so the mask is
+// then also copied to the host (st.hip_mask.block_starts, once per estimate). Otherwise the mask
+// never leaves the device.
 inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,
                         PolicyScratch& s, cudaStream_t stream,
                         const std::function<void(bool per_kv_head)>& before_attention = {}) {
   int64_t bytes = 0;
+  HipDeviceMask& mask = backend_state<HipDeviceMask>(st);
   const bool refresh = st.hip_age < 0 || st.hip_age + 1 >= p.hip_refresh;
   if (refresh) st.hip_params = resolve_hip(p, args.pos + 1);
   cuda::HipConfig cfg = hip_config(st.hip_params);
@@ -73,34 +100,33 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   at_mask.pos = refresh ? args.pos : st.hip_mask.pos;
   const cuda::HipMaskInfo info = cuda::plan_hip_mask(kv, at_mask, cfg);
   const size_t keep = static_cast<size_t>(std::max(1, info.n_keep)), heads = static_cast<size_t>(args.n_heads);
-  s.hip_starts.reserve(heads * keep);
   if (refresh) {
     st.hip_mask = ref::HipMask{info.dense, info.pos, {}};
+    mask.starts.reserve(heads * keep);
+    mask.n = heads * keep;
     if (!info.dense) {
-      FATHOM_CUDA_BACKEND_OK(cuda::hip_estimate_mask(kv, args, cfg, info, s.hip_starts.get(), stream));
+      FATHOM_CUDA_BACKEND_OK(cuda::hip_estimate_mask(kv, args, cfg, info, mask.starts.get(), stream));
       bytes += cuda::hip_estimate_mask_bytes_bound(kv, args, cfg, info).kv_read;
-      std::vector<int32_t> starts(heads * keep);
-      FATHOM_CUDA_BACKEND_OK(
-          cudaMemcpy(starts.data(), s.hip_starts.get(), starts.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
-      for (size_t h = 0; h < heads; ++h)
-        st.hip_mask.block_starts.emplace_back(starts.begin() + h * keep, starts.begin() + (h + 1) * keep);
     }
     st.hip_age = 0;
   } else {
     ++st.hip_age;
-    if (!info.dense) {
-      std::vector<int32_t> starts;
-      starts.reserve(heads * keep);
-      for (const std::vector<int32_t>& h : st.hip_mask.block_starts) starts.insert(starts.end(), h.begin(), h.end());
-      FATHOM_CHECK(starts.size() == heads * keep, "cached HiP mask has the wrong shape");
-      FATHOM_CUDA_BACKEND_OK(
-          cudaMemcpy(s.hip_starts.get(), starts.data(), starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    }
+    FATHOM_CHECK(info.dense || mask.n == heads * keep, "cached HiP mask has the wrong shape");
   }
-  if (before_attention && !info.dense) before_attention(cfg.per_kv_head);
+  if (before_attention && !info.dense) {
+    if (st.hip_mask.block_starts.empty()) {
+      std::vector<int32_t> starts(heads * keep);
+      FATHOM_CUDA_BACKEND_OK(
+          cudaMemcpy(starts.data(), mask.starts.get(), starts.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+      for (size_t h = 0; h < heads; ++h)
+        st.hip_mask.block_starts.emplace_back(starts.begin() + h * keep, starts.begin() + (h + 1) * keep);
+    }
+    before_attention(cfg.per_kv_head);
+  }
+  if (info.dense) mask.starts.reserve(heads * keep);  // the kernel takes a mask pointer even when it reads none
   const cuda::HipAttentionPlan plan = cuda::plan_hip_sparse_attention(kv, args, cfg, info);
   s.workspace.reserve(std::max<size_t>(plan.workspace_floats, 1) * sizeof(float));
-  FATHOM_CUDA_BACKEND_OK(cuda::hip_sparse_attention(kv, args, cfg, info, s.hip_starts.get(), plan,
+  FATHOM_CUDA_BACKEND_OK(cuda::hip_sparse_attention(kv, args, cfg, info, mask.starts.get(), plan,
                                                     reinterpret_cast<float*>(s.workspace.get()), stream));
   return bytes + cuda::hip_sparse_attention_bytes(kv, args, cfg, info, plan).kv_read;
 }
@@ -151,8 +177,7 @@ inline int64_t swa_step(const PagedKvView& kv, const DecodeArgs& args, const Att
                         PolicyScratch& s, cudaStream_t stream,
                         const std::function<void(const std::vector<int32_t>& kept)>& before_attention = {}) {
   const int32_t S = args.pos + 1;
-  if (st.backend.get() == nullptr) st.backend.reset(std::make_unique<SwaDeviceMass>());
-  auto& mass = static_cast<SwaDeviceMass&>(*st.backend.get());
+  SwaDeviceMass& mass = backend_state<SwaDeviceMass>(st);
   ref::SwaParams params = resolve_swa(p, S);
   if (mass.n == 0) params.ratio = 1.0f;  // the first step has no mass: it keeps every position and seeds it
   mass.grow_to(S, stream);

@@ -556,9 +556,10 @@ inline std::vector<cudaStream_t>& deferred_streams() {
   static std::vector<cudaStream_t> s;
   return s;
 }
-// How many times the host has waited for the device: synchronous device-to-host copies and
-// stream, event and device synchronisations (tests count them: while the host waits, it queues
-// nothing, and a GPU drains its queue).
+// How many times the host has waited for the device: synchronous copies to or from the host
+// (cudaMemcpy runs after all work queued on the default stream; from pageable memory to the device
+// it also waits for that work before staging) and stream, event and device synchronisations. Tests
+// count them: while the host waits it queues nothing, and a GPU drains its queue.
 inline std::atomic<uint64_t>& host_waits() {
   static std::atomic<uint64_t> n{0};
   return n;
@@ -600,7 +601,7 @@ inline cudaError_t cudaFree(void* p) {  // synchronises with the device, as cuda
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  if (kind == cudaMemcpyDeviceToHost) ++fathom_emu::host_waits();
+  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToDevice) ++fathom_emu::host_waits();
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
