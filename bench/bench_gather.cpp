@@ -117,6 +117,26 @@ int main(int argc, char** argv) {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   };
 
+  // One task per kv head: the G query rows over `pos` (kept keys), or over the run of as many keys
+  // from S / 4 when pos is null.
+  auto make_tasks = [&](const std::vector<int32_t>* pos) {
+    std::vector<cpu::sparse::AttendTask> tasks(n_kv);
+    for (int32_t g = 0; g < n_kv; ++g) {
+      cpu::sparse::AttendTask& t = tasks[g];
+      t.g = g;
+      t.R = G;
+      t.q = &q[static_cast<size_t>(g) * G * d];
+      t.out = &out[static_cast<size_t>(g) * G * d];
+      if (pos != nullptr) {
+        t.pos = pos->data();
+        t.n = kept;
+      } else {
+        t.run_begin = S / 4;
+        t.run_end = S / 4 + kept;
+      }
+    }
+    return tasks;
+  };
   struct Case {
     const char* name;
     const std::vector<int32_t>* pos;  // null: streamed run
@@ -125,24 +145,9 @@ int main(int argc, char** argv) {
   std::string table = "| read | median µs | best µs | ns per key and kv head |\n|---|---:|---:|---:|\n";
   for (const Case& c : cases) {
     std::vector<double> us;
-    for (int it = 0; it < reps; ++it) {
-      std::vector<cpu::sparse::AttendTask> tasks(n_kv);
-      for (int32_t g = 0; g < n_kv; ++g) {
-        cpu::sparse::AttendTask& t = tasks[g];
-        t.g = g;
-        t.R = G;
-        t.q = &q[static_cast<size_t>(g) * G * d];
-        t.out = &out[static_cast<size_t>(g) * G * d];
-        if (c.pos != nullptr) {
-          t.pos = c.pos->data();
-          t.n = kept;
-        } else {
-          t.run_begin = S / 4;
-          t.run_end = S / 4 + kept;
-        }
-      }
+    const std::vector<cpu::sparse::AttendTask> tasks = make_tasks(c.pos);
+    for (int it = 0; it < reps; ++it)
       us.push_back(timed_cold([&] { cpu::sparse::attend(pool, cpu::sparse::kernels(), kv, 0.125f, tasks); }));
-    }
     std::sort(us.begin(), us.end());
     const double median = us[us.size() / 2];
     char line[200];
@@ -181,16 +186,7 @@ int main(int argc, char** argv) {
       sums[t] += sum_prefetching(&weights[e0], e1 - e0, mine, per_vector);
     });
   };
-  std::vector<cpu::sparse::AttendTask> run_tasks(n_kv);
-  for (int32_t g = 0; g < n_kv; ++g) {
-    cpu::sparse::AttendTask& t = run_tasks[g];
-    t.g = g;
-    t.R = G;
-    t.q = &q[static_cast<size_t>(g) * G * d];
-    t.out = &out[static_cast<size_t>(g) * G * d];
-    t.pos = runs.data();
-    t.n = kept;
-  }
+  const std::vector<cpu::sparse::AttendTask> run_tasks = make_tasks(&runs);
   auto gather = [&] { cpu::sparse::attend(pool, cpu::sparse::kernels(), kv, 0.125f, run_tasks); };
   struct Overlap {
     const char* name;
