@@ -4,10 +4,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "kernels/cpu/matmul.h"
 
@@ -163,18 +165,31 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
         kern.exp_shifted(t.weights + static_cast<int64_t>(r) * t.keys(), t.keys(), rm + std::log(rl));
     }
   };
-  // 0: positions not filled, 1: being filled, 2: filled. A gathered item claims the fill or waits
-  // for it; whoever claims it runs it, so no thread waits on one that never takes it.
+  // 0: positions not filled, 1: being filled, 2: filled, 3: the fill threw (its exception kept in
+  // fill_error, rethrown by the caller once the pool call is over; gathered items are then skipped).
+  // A gathered item claims the fill or waits for it; whoever claims it runs it, so no thread waits
+  // on one that never takes it. Returns whether the positions are there.
   std::atomic<int> filled{deferred ? 0 : 2};
+  std::exception_ptr fill_error;
   auto ensure_filled = [&] {
     int state = filled.load(std::memory_order_acquire);
-    if (state == 2) return;
     if (state == 0 && filled.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
-      fill_positions();
-      filled.store(2, std::memory_order_release);
-      return;
+      try {
+        fill_positions();
+        state = 2;
+      } catch (...) {
+        fill_error = std::current_exception();
+        state = 3;
+      }
+      filled.store(state, std::memory_order_release);
+      return state == 2;
     }
-    while (filled.load(std::memory_order_acquire) != 2) spin_pause();
+    // Spin, yielding now and then (a descheduled filler must get the CPU back; thread_pool.cpp).
+    for (int spins = 1; (state = filled.load(std::memory_order_acquire)) < 2; ++spins) {
+      spin_pause();
+      if (spins % 64 == 0) std::this_thread::yield();
+    }
+    return state == 2;
   };
   auto run_item = [&](int64_t w) {
     thread_local std::vector<float> s;
@@ -197,7 +212,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
       if (task_done.arrive(static_cast<size_t>(it.task))) merge_task(it.task);
       return;
     }
-    ensure_filled();
+    if (!ensure_filled()) return;  // the fill failed: the caller throws
     const int32_t n = it.end - it.begin;
     row_offsets(kv, t.g, t.pos + it.begin, n, rows.data());
     prefetch_rows_l2(kv, kv.k, rows.data(), n);
@@ -234,6 +249,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
       run_item(order[i]);
     });
     ensure_filled();  // a task set with no gathered item still gets its positions
+    if (fill_error) std::rethrow_exception(fill_error);
     return;
   }
   // Each task's gathered items in batches of at most capacity() keys, each batch's positions made

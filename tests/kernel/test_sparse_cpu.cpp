@@ -687,6 +687,39 @@ TEST(SparseCpu, AttendWithDeferredPositionsEqualsFilledFirst) {
   }
 }
 
+// A fill_positions that throws (e.g. out of memory in the caller's selection) fails the attend call
+// with its exception, on whichever thread it ran, and leaves the pool serving: no thread is left
+// waiting for positions that never come.
+TEST(SparseCpu, AttendRethrowsAFailedFill) {
+  if (!cpu::set_simd_level_for_testing("avx512") || std::string(cpu::simd_level()) != "avx512")
+    GTEST_SKIP() << "runs stream only with AVX-512";
+  std::mt19937 rng(5);
+  const int32_t d = 64, G = 3, S = 1200, older = 900;
+  const testing::PagedKvFixture f = testing::make_paged_kv(d, 1, kBlock, KvDtype::kF16, S, 2, rng);
+  const std::vector<float> q = random_q(G * d, rng);
+  std::vector<float> out(G * d);
+  std::vector<int32_t> pos(300, -1);
+  cpu::sparse::AttendTask t;
+  t.R = G;
+  t.q = q.data();
+  t.out = out.data();
+  t.pos = pos.data();
+  t.n = static_cast<int32_t>(pos.size());
+  t.run_begin = older;
+  t.run_end = S;
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 10; ++rep)
+      EXPECT_THROW(cpu::sparse::attend(pool, cpu::sparse::kernels(), f.view(true, true), 0.125f, {t}, 0, nullptr, false,
+                                       [] { throw std::runtime_error("selection failed"); }),
+                   std::runtime_error);
+    cpu::sparse::attend(pool, cpu::sparse::kernels(), f.view(true, true), 0.125f, {t}, 0, nullptr, false,
+                        [&] { std::iota(pos.begin(), pos.end(), 0); });
+    for (float x : out) EXPECT_TRUE(std::isfinite(x));
+    std::fill(pos.begin(), pos.end(), -1);
+  }
+}
+
 // kth_largest_key is the k-th entry of the keys sorted descending, for every k, at every SIMD level:
 // keys at the ends of the range (0, UINT32_MAX), many duplicates, lengths off the vector width.
 TEST(SparseCpu, KthLargestKeyMatchesSort) {

@@ -47,7 +47,7 @@ inline int64_t sparq_step(const PagedKvView& kv, const DecodeArgs& args, const A
                           cudaStream_t stream) {
   const ref::SparqParams rp = resolve_sparq(p, args.pos + 1, kv.head_dim);
   const cuda::SparqPlan plan = cuda::plan_sparq_decode_attention(kv, args, cuda::SparqConfig{rp.k, rp.l, rp.r, rp.reallocation});
-  s.workspace.reserve(plan.workspace_words * 4);
+  s.workspace.reserve_grow(plan.workspace_words * 4);
   FATHOM_CUDA_BACKEND_OK(cuda::sparq_decode_attention(kv, args, plan, s.workspace.get(), stream));
   return cuda::sparq_decode_attention_bytes(kv, args, plan).kv_read;
 }
@@ -65,7 +65,8 @@ class HipDeviceMask : public BackendLayerState {
 
   std::unique_ptr<BackendLayerState> clone() const override {
     auto copy = std::make_unique<HipDeviceMask>();
-    copy->starts.reserve(n);
+    FATHOM_CUDA_BACKEND_OK(cudaDeviceSynchronize());  // the estimate that wrote it may still be queued
+    copy->starts.reserve_grow(n);
     copy->n = n;
     if (n > 0)
       FATHOM_CUDA_BACKEND_OK(cudaMemcpy(copy->starts.get(), starts.get(), n * sizeof(int32_t), cudaMemcpyDeviceToDevice));
@@ -102,8 +103,8 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   const size_t keep = static_cast<size_t>(std::max(1, info.n_keep)), heads = static_cast<size_t>(args.n_heads);
   if (refresh) {
     st.hip_mask = ref::HipMask{info.dense, info.pos, {}};
-    mask.starts.reserve(heads * keep);
-    mask.n = heads * keep;
+    mask.starts.reserve_grow(heads * keep);
+    mask.n = info.dense ? 0 : heads * keep;  // a dense mask selects nothing: no entries to keep
     if (!info.dense) {
       FATHOM_CUDA_BACKEND_OK(cuda::hip_estimate_mask(kv, args, cfg, info, mask.starts.get(), stream));
       bytes += cuda::hip_estimate_mask_bytes_bound(kv, args, cfg, info).kv_read;
@@ -123,9 +124,9 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
     }
     before_attention(cfg.per_kv_head);
   }
-  if (info.dense) mask.starts.reserve(heads * keep);  // the kernel takes a mask pointer even when it reads none
+  mask.starts.reserve_grow(heads * keep);  // the kernel takes a mask pointer even when it reads none
   const cuda::HipAttentionPlan plan = cuda::plan_hip_sparse_attention(kv, args, cfg, info);
-  s.workspace.reserve(std::max<size_t>(plan.workspace_floats, 1) * sizeof(float));
+  s.workspace.reserve_grow(std::max<size_t>(plan.workspace_floats, 1) * sizeof(float));
   FATHOM_CUDA_BACKEND_OK(cuda::hip_sparse_attention(kv, args, cfg, info, mask.starts.get(), plan,
                                                     reinterpret_cast<float*>(s.workspace.get()), stream));
   return bytes + cuda::hip_sparse_attention_bytes(kv, args, cfg, info, plan).kv_read;
@@ -139,9 +140,13 @@ class SwaDeviceMass : public BackendLayerState {
   int32_t n = 0;
   float* get() const { return mass_.get(); }
 
-  // n = S, new positions at 0, growing the buffer geometrically (contents kept).
+  // n = S: new positions at 0, growing the buffer geometrically (contents kept); a shorter S drops
+  // the tail (zeroed again if it grows back).
   void grow_to(int32_t S, cudaStream_t stream) {
-    if (S <= n) return;
+    if (S <= n) {
+      n = S;
+      return;
+    }
     if (static_cast<size_t>(S) > capacity_) {
       DeviceArray<float> bigger;
       const size_t capacity = std::max<size_t>({static_cast<size_t>(S), 2 * capacity_, 1024});
@@ -158,7 +163,8 @@ class SwaDeviceMass : public BackendLayerState {
 
   std::unique_ptr<BackendLayerState> clone() const override {
     auto copy = std::make_unique<SwaDeviceMass>();
-    copy->grow_to(n, nullptr);  // the default stream: after every step already launched on it
+    FATHOM_CUDA_BACKEND_OK(cudaDeviceSynchronize());  // the folds that wrote it may still be queued
+    copy->grow_to(n, nullptr);
     if (n > 0)
       FATHOM_CUDA_BACKEND_OK(
           cudaMemcpy(copy->get(), mass_.get(), static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice));
@@ -183,11 +189,11 @@ inline int64_t swa_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   mass.grow_to(S, stream);
   const ref::SwaSizes sizes = ref::swa_sizes(S, params.ratio);
   const int32_t n = sizes.k_local + sizes.k_global;
-  s.swa_kept.reserve(static_cast<size_t>(n));
-  s.swa_weights.reserve(static_cast<size_t>(n));
-  s.swa_select.reserve(cuda::swa_select_workspace_floats(S));
+  s.swa_kept.reserve_grow(static_cast<size_t>(n));
+  s.swa_weights.reserve_grow(static_cast<size_t>(n));
+  s.swa_select.reserve_grow(cuda::swa_select_workspace_floats(S));
   const cuda::SwaPlan plan = cuda::plan_swa_attention(kv, args, n);
-  s.workspace.reserve(plan.workspace_floats * sizeof(float));
+  s.workspace.reserve_grow(plan.workspace_floats * sizeof(float));
   FATHOM_CUDA_BACKEND_OK(cuda::swa_select(mass.get(), S, swa_pool_radius(p), sizes.k_local, sizes.k_global,
                                           s.swa_select.get(), s.swa_kept.get(), stream));
   if (before_attention) {
@@ -215,8 +221,8 @@ inline int64_t group_step(const PagedKvView& pool, const BatchPlan& plan, const 
   const size_t row = static_cast<size_t>(n_heads) * pool.head_dim;
   std::vector<int32_t> local(plan.seqs.size(), -1);
   std::vector<cuda::BifSequence> seqs(n);
-  s.q.reserve(row * n);
-  s.out.reserve(row * n);
+  s.q.reserve_grow(row * n);
+  s.out.reserve_grow(row * n);
   for (int32_t j = 0; j < n; ++j) {
     const int32_t m = g.members[j];
     local[m] = j;
@@ -232,8 +238,8 @@ inline int64_t group_step(const PagedKvView& pool, const BatchPlan& plan, const 
   }
   const cuda::BifurcatedPlan& bp =
       s.host_plans.emplace_back(cuda::plan_bifurcated_attention(segments, seqs, n_heads, pool));
-  s.plan.reserve(bp.device_bytes);
-  s.workspace.reserve(std::max<size_t>(bp.workspace_floats, 1) * sizeof(float));
+  s.plan.reserve_grow(bp.device_bytes);
+  s.workspace.reserve_grow(std::max<size_t>(bp.workspace_floats, 1) * sizeof(float));
   FATHOM_CUDA_BACKEND_OK(cuda::bifurcated_attention(bp, pool, s.q.get(), s.out.get(), s.plan.get(),
                                                     reinterpret_cast<float*>(s.workspace.get()), scale, stream));
   for (int32_t j = 0; j < n; ++j)

@@ -713,7 +713,7 @@ void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   args.window = window;
   args.scale = c.attn_scale;
   const cuda::DecodeAttentionPlan ap = cuda::plan_paged_decode_attention(view, args);
-  if (ap.workspace_floats > 0) attn_workspace_.reserve(ap.workspace_floats);
+  if (ap.workspace_floats > 0) attn_workspace_.reserve_grow(ap.workspace_floats);
   FATHOM_CUDA_BACKEND_OK(cuda::paged_decode_attention(view, args, ap, attn_workspace_.get(), stream_));
 }
 

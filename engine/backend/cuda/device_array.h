@@ -47,6 +47,16 @@ class DeviceArray {
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
 
+  // For scratch that grows with a sequence (a step's workspace, its kept positions): n rounded up
+  // to a power of two, at least 1024, so the buffer is reallocated O(log n) times and not at every
+  // step (the cudaFree of the old buffer synchronises the device).
+  void reserve_grow(size_t n) {
+    if (n <= n_ && p_ != nullptr) return;
+    size_t rounded = 1024;
+    while (rounded < n) rounded *= 2;
+    reserve(rounded);
+  }
+
   void reserve(size_t n) {
     if (n <= n_ && p_ != nullptr) return;
     release();

@@ -558,7 +558,8 @@ inline std::vector<cudaStream_t>& deferred_streams() {
 }
 // How many times the host has waited for the device: synchronous copies to or from the host
 // (cudaMemcpy runs after all work queued on the default stream; from pageable memory to the device
-// it also waits for that work before staging) and stream, event and device synchronisations. Tests
+// it also waits for that work before staging), cudaFree (it synchronises the device) and stream,
+// event and device synchronisations. Tests
 // count them: while the host waits it queues nothing, and a GPU drains its queue.
 inline std::atomic<uint64_t>& host_waits() {
   static std::atomic<uint64_t> n{0};
@@ -596,6 +597,7 @@ inline cudaError_t cudaMalloc(T** p, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
 inline cudaError_t cudaFree(void* p) {  // synchronises with the device, as cudaFree does
+  if (p != nullptr) ++fathom_emu::host_waits();
   fathom_emu::flush_all_streams();
   std::free(p);
   return cudaSuccess;
