@@ -561,6 +561,31 @@ __device__ uint32_t block_radix_select(KeyOf key_of, int n, int k, int* hist, ui
   return kth;
 }
 
+// After block_radix_select: writes to out[0..k), ascending, the indices i < n whose key is above
+// kth, then — in index order — the first `ties` of those equal to it. Each thread takes a contiguous
+// range of about n / blockDim indices, counts them, and after two block scans writes its range's
+// picks from its own offset: two reads of each key and a fixed number of barriers whatever n
+// (a scan per blockDim keys would be ~6 barriers each). scratch: shared, >= 33 ints.
+template <typename KeyOf>
+__device__ void block_select_ascending(KeyOf key_of, int n, uint32_t kth, int ties, int32_t* out, int* scratch) {
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int per = (n + threads - 1) / threads, b = min(n, tid * per), e = min(n, b + per);
+  int above = 0, equal = 0;
+  for (int i = b; i < e; ++i) {
+    const uint32_t key = key_of(i);
+    above += key > kth;
+    equal += key == kth;
+  }
+  int total = 0;
+  const int above_before = block_exclusive_scan(above, scratch, &total);
+  int equal_seen = block_exclusive_scan(equal, scratch, &total);
+  int slot = above_before + min(equal_seen, ties);
+  for (int i = b; i < e; ++i) {
+    const uint32_t key = key_of(i);
+    if (key > kth || (key == kth && equal_seen++ < ties)) out[slot++] = i;
+  }
+}
+
 __device__ __forceinline__ float block_reduce(float v, bool is_max, float* scratch) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int n_warps = static_cast<int>(blockDim.x) / 32;

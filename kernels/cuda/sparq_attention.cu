@@ -151,40 +151,22 @@ __global__ void __launch_bounds__(kThreads) sparq_select_kernel(SparqParams p) {
   __shared__ int hist[256];
   __shared__ int scratch[40];
   __shared__ uint32_t prefix_s;
-  __shared__ int need_s, count_s;
+  __shared__ int need_s;
   __shared__ float red_s[32];
   const int g = static_cast<int>(blockIdx.x), tid = static_cast<int>(threadIdx.x);
   const int S = p.S, n_cand = S - p.l, n_rest = p.k - p.l, G = p.group;
   const float* summed = fptr(p, p.summed) + static_cast<int64_t>(g) * S;
   int32_t* sel = p.words + p.i2 + static_cast<size_t>(g) * p.k;
   if (n_rest > 0) {
-    if (tid == 0) count_s = 0;
-    // After the select, threshold is the key of the n_rest-th largest candidate and need the number
-    // of its ties to take.
+    // The n_rest best candidates by Σŝ (ties: the lower position), in ascending order.
+    auto key_of = [&](int t) {
+      count_other(sizeof(float));
+      return ordered_key(summed[t]);
+    };
     int need = 0;
-    const uint32_t threshold = block_radix_select(
-        [&](int t) {
-          count_other(sizeof(float));
-          return ordered_key(summed[t]);
-        },
-        n_cand, n_rest, hist, &prefix_s, &need_s, &need);
-    int base = 0;  // ties seen in earlier chunks, in position order
-    for (int start = 0; start < n_cand; start += kThreads) {
-      const int t = start + tid;
-      uint32_t key = 0;
-      if (t < n_cand) {
-        key = ordered_key(summed[t]);
-        count_other(sizeof(float));
-      }
-      const bool eq = t < n_cand && key == threshold, gt = t < n_cand && key > threshold;
-      int ties = 0;
-      const int rank = block_exclusive_scan(eq ? 1 : 0, scratch, &ties);
-      if (gt || (eq && base + rank < need)) {
-        sel[atomicAdd(&count_s, 1)] = t;
-        count_write(sizeof(int32_t));
-      }
-      base += ties;
-    }
+    const uint32_t threshold = block_radix_select(key_of, n_cand, n_rest, hist, &prefix_s, &need_s, &need);
+    block_select_ascending(key_of, n_cand, threshold, need, sel, scratch);
+    if (tid == 0) count_write(static_cast<int64_t>(n_rest) * sizeof(int32_t));
   }
   for (int i = tid; i < p.l; i += kThreads) {  // the forced window, by flag (never by score)
     sel[n_rest + i] = S - p.l + i;
@@ -265,7 +247,7 @@ AttnBytes sparq_decode_attention_bytes(const PagedKvView& kv, const DecodeArgs& 
   b.written += KV * (p.r * 4 + S * (G + 1) * 4 + G * p.score_splits * 8);
   // 2: select and α.
   const int64_t n_cand = S - p.l;
-  b.other_read += KV * ((p.k > p.l ? 5 * n_cand * 4 : 0) + G * (p.score_splits * 8 + k * 8));
+  b.other_read += KV * ((p.k > p.l ? 6 * n_cand * 4 : 0) + G * (p.score_splits * 8 + k * 8));
   b.written += KV * (k * 4 + G * 4);
   // 3: gather attention (each block re-reads its I2 entries and block-table entries).
   const int64_t ctas_per_key = KV * p.head_tiles;

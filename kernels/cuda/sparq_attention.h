@@ -29,7 +29,7 @@ struct SparqPlan {
   size_t summed = 0;    // f32 [n_kv_heads][S]: Σ_group ŝ
   size_t score_ml = 0;  // f32 [n_heads][score_splits][2]: per-chunk max and Σ e^(ŝ − max)
   size_t i1 = 0;        // i32 [n_kv_heads][r]: I1 (ranked by descending Σ|q|)
-  size_t i2 = 0;        // i32 [n_kv_heads][k]: I2 (unordered: selected, then the forced window)
+  size_t i2 = 0;        // i32 [n_kv_heads][k]: I2 (the selected ascending, then the forced window)
   size_t alpha = 0;     // f32 [n_heads]
   size_t part = 0;      // f32 [n_heads][attend_splits][head_dim], then [n_heads][attend_splits][2]
   size_t workspace_words = 0;
@@ -43,7 +43,8 @@ SparqPlan plan_sparq_decode_attention(const PagedKvView& kv, const DecodeArgs& a
 //      (ties: lower index), then ŝ_h[t] for the block's keys from the r rows of the transposed K
 //      tiles (kv.k_t; without it the r columns of K rows), per-chunk softmax statistics of ŝ_h.
 //   2. grid (n_kv_heads): I2 = the last l positions (forced by flag) ∪ the top k − l of Σŝ over
-//      the rest, by a 4-pass 8-bit radix select on the float keys (ties: lower position);
+//      the rest, by a 4-pass 8-bit radix select on the float keys (ties: lower position), written
+//      in ascending order (a deterministic gather order on a GPU, and the CPU's);
 //      α_h = Σ_{I2} e^(ŝ_h − M) / Σ_all e^(ŝ_h − M).
 //   3. attend_partial_kernel over I2 (GQA rows share each gathered K/V row).
 //   4. merge_kernel with out = α·y + (1 − α)·v̄, v̄ = v_sum[tile of pos] / (pos + 1).

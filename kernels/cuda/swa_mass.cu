@@ -62,23 +62,9 @@ __global__ void __launch_bounds__(kSelectThreads) swa_select_kernel(SelectParams
     for (int t = tid; t < older; t += threads) p.kept[t] = t;
   } else if (p.k_global > 0) {
     int need = 0;
-    const uint32_t kth = block_radix_select([&](int t) { return ordered_key(score[t]); }, older, p.k_global, hist,
-                                            &prefix_s, &need_s, &need);
-    // In position order: a position is kept if above the k-th key, or equal to it and among the
-    // first `need` such; its slot is the number of kept positions before it.
-    int ties_before = 0, kept_before = 0;
-    for (int start = 0; start < older; start += threads) {
-      const int t = start + tid;
-      const uint32_t key = t < older ? ordered_key(score[t]) : 0u;
-      const bool eq = t < older && key == kth, gt = t < older && key > kth;
-      int ties = 0, taken = 0;
-      const int tie_rank = block_exclusive_scan(eq ? 1 : 0, scratch, &ties);
-      const bool take = gt || (eq && ties_before + tie_rank < need);
-      const int slot = block_exclusive_scan(take ? 1 : 0, scratch, &taken);
-      if (take) p.kept[kept_before + slot] = t;
-      ties_before += ties;
-      kept_before += taken;
-    }
+    auto key_of = [&](int t) { return ordered_key(score[t]); };
+    const uint32_t kth = block_radix_select(key_of, older, p.k_global, hist, &prefix_s, &need_s, &need);
+    block_select_ascending(key_of, older, kth, need, p.kept, scratch);
   }
   for (int i = tid; i < p.k_local; i += threads) p.kept[p.k_global + i] = older + i;
 }
