@@ -155,6 +155,32 @@ TEST(CudaPolicies, Gemma3GreedyEqualsCpuForEveryPolicyAndGroups) {
 }
 
 
+// A fork copies a sequence's policy state: the device-resident parts are copied too (their own
+// buffers, the same bytes), and later steps of either sequence leave the other's alone.
+TEST(CudaPolicies, ForkedStateOwnsACopyOfTheDeviceMass) {
+  using cuda_backend_detail::SwaDeviceMass;
+  LayerPolicyState a;
+  SwaDeviceMass& mass = cuda_backend_detail::backend_state<SwaDeviceMass>(a);
+  mass.grow_to(3000, nullptr);  // past the first capacity: a grown buffer
+  std::vector<float> values(3000);
+  std::iota(values.begin(), values.end(), 1.0f);
+  ASSERT_EQ(cudaMemcpy(mass.get(), values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  LayerPolicyState b = a;  // the fork
+  auto* copy = dynamic_cast<SwaDeviceMass*>(b.backend.get());
+  ASSERT_NE(copy, nullptr);
+  ASSERT_NE(copy->get(), mass.get());
+  EXPECT_EQ(copy->n, 3000);
+  ASSERT_EQ(cuda::swa_fold(mass.get(), 3000, 0.5f, nullptr, nullptr, 0, nullptr), cudaSuccess);  // a step of a
+  std::vector<float> got_a(3000), got_b(3000);
+  cudaMemcpy(got_a.data(), mass.get(), got_a.size() * sizeof(float), cudaMemcpyDeviceToHost);
+  cudaMemcpy(got_b.data(), copy->get(), got_b.size() * sizeof(float), cudaMemcpyDeviceToHost);
+  EXPECT_EQ(got_b, values);
+  EXPECT_EQ(got_a[10], values[10] * 0.5f);
+  b.backend = {};  // b finishes: a's mass is still there
+  cudaMemcpy(got_a.data(), mass.get(), sizeof(float), cudaMemcpyDeviceToHost);
+  EXPECT_EQ(got_a[0], 0.5f);
+}
+
 // SWA keeps its mass and HiP its mask on the device (kernels/cuda/swa_mass.h, HipDeviceMask), and
 // SparQ selects there: a decode step of a sparse sequence makes the host wait for the device
 // exactly as often as a dense one (the step's uploads and its logits' copy), not once more per layer for SWA's kept
