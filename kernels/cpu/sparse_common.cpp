@@ -9,13 +9,8 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "kernels/cpu/matmul.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace fathom::cpu::sparse {
 
@@ -37,12 +32,6 @@ namespace {
 
 constexpr int32_t kMaxChunk = 256;  // keys per work item (logits scratch: R × chunk floats)
 constexpr int32_t kMinChunk = 32;
-
-inline void spin_pause() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
 
 // Folds a chunk partial (acc unnormalised, max m_c, Σexp l_c) into a running one.
 void fold(float* acc, float& m, float& l, const float* acc_c, float m_c, float l_c, int32_t d) {
@@ -184,11 +173,8 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
       filled.store(state, std::memory_order_release);
       return state == 2;
     }
-    // Spin, yielding now and then (a descheduled filler must get the CPU back; thread_pool.cpp).
-    for (int spins = 1; (state = filled.load(std::memory_order_acquire)) < 2; ++spins) {
-      spin_pause();
-      if (spins % 64 == 0) std::this_thread::yield();
-    }
+    // Spin, yielding now and then (a descheduled filler must get the CPU back).
+    for (int turn = 1; (state = filled.load(std::memory_order_acquire)) < 2; ++turn) spin_turn(turn);
     return state == 2;
   };
   auto run_item = [&](int64_t w) {

@@ -14,6 +14,11 @@ namespace {
 constexpr int kSpinIterations = 20000;  // ~ a hundred microseconds before sleeping
 }
 
+void spin_turn(int turn) {
+  FATHOM_PAUSE();
+  if (turn % 64 == 0) std::this_thread::yield();
+}
+
 ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)), shares_(new Share[std::max(1, threads)]) {
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -34,10 +39,7 @@ void ThreadPool::worker_loop(int index) {
     int spins = 0;
     // Spin for the next job, yielding now and then: when more threads are runnable than there
     // are cores, a pure spin keeps the caller (which holds the job's first range) off the CPU.
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) {
-      FATHOM_PAUSE();
-      if (++spins % 64 == 0) std::this_thread::yield();
-    }
+    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinIterations) spin_turn(++spins);
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return generation_.load() != seen; });
@@ -65,10 +67,7 @@ void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
   fn(0, threads_);
   // Spin first (the usual case: workers finish within microseconds); yield when the wait is
   // long, e.g. when more threads than cores are runnable and a worker has been descheduled.
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-    FATHOM_PAUSE();
-    if (spins % 64 == 63) std::this_thread::yield();
-  }
+  for (int turn = 1; pending_.load(std::memory_order_acquire) != 0; ++turn) spin_turn(turn);
   job_ = nullptr;
 }
 

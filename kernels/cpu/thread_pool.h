@@ -61,6 +61,11 @@ class ThreadPool {
   std::condition_variable wake_;
 };
 
+// One turn of a spin-wait (`turn` counts from 1): a pause, and every 64th turn a yield — when more
+// threads are runnable than there are cores, a pure spin keeps the thread being waited for off the
+// CPU.
+void spin_turn(int turn);
+
 // Per-group countdowns for "the thread that runs a group's last chunk finishes the group" (inside
 // for_each_chunk): arrive(g) is true for exactly one call per group, the last, and its acq_rel
 // decrement makes the writes of the group's earlier chunks, from any thread, visible to it.
