@@ -45,15 +45,11 @@ __global__ void __launch_bounds__(kSelectThreads) swa_select_kernel(SelectParams
     __syncthreads();
     for (int t = tid; t < older; t += threads) {
       const int lo = max(0, t - r), hi = min(n - 1, t + r), seg_lo = lo / w, seg_hi = hi / w;
-      float m;
-      if (seg_lo != seg_hi) m = fmaxf(p.behind[lo], p.ahead[hi]);
-      else if (lo == seg_lo * w) m = p.ahead[hi];
-      else if (hi == min(n - 1, seg_lo * w + w - 1)) m = p.behind[lo];
-      else {  // not reached: a window inside one segment starts or ends at its edge
-        m = p.mass[lo];
-        for (int i = lo + 1; i <= hi; ++i) m = fmaxf(m, p.mass[i]);
-      }
-      p.pooled[t] = m;
+      // Within one segment a window starts at the segment's start (a full window, or one cut by
+      // position 0) or ends at the segment's end (cut by n − 1, the last segment's end).
+      p.pooled[t] = seg_lo != seg_hi    ? fmaxf(p.behind[lo], p.ahead[hi])
+                    : lo == seg_lo * w ? p.ahead[hi]
+                                       : p.behind[lo];
     }
     __syncthreads();
     score = p.pooled;

@@ -103,7 +103,7 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   const size_t keep = static_cast<size_t>(std::max(1, info.n_keep)), heads = static_cast<size_t>(args.n_heads);
   if (refresh) {
     st.hip_mask = ref::HipMask{info.dense, info.pos, {}};
-    mask.starts.reserve_grow(heads * keep);
+    mask.starts.reserve_grow(heads * keep);  // also when dense: the attention takes a mask pointer
     mask.n = info.dense ? 0 : heads * keep;  // a dense mask selects nothing: no entries to keep
     if (!info.dense) {
       FATHOM_CUDA_BACKEND_OK(cuda::hip_estimate_mask(kv, args, cfg, info, mask.starts.get(), stream));
@@ -117,6 +117,7 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   if (before_attention && !info.dense) {
     if (st.hip_mask.block_starts.empty()) {
       std::vector<int32_t> starts(heads * keep);
+      FATHOM_CUDA_BACKEND_OK(cudaStreamSynchronize(stream));  // the estimate is queued on `stream`
       FATHOM_CUDA_BACKEND_OK(
           cudaMemcpy(starts.data(), mask.starts.get(), starts.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
       for (size_t h = 0; h < heads; ++h)
@@ -124,7 +125,6 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
     }
     before_attention(cfg.per_kv_head);
   }
-  mask.starts.reserve_grow(heads * keep);  // the kernel takes a mask pointer even when it reads none
   const cuda::HipAttentionPlan plan = cuda::plan_hip_sparse_attention(kv, args, cfg, info);
   s.workspace.reserve_grow(std::max<size_t>(plan.workspace_floats, 1) * sizeof(float));
   FATHOM_CUDA_BACKEND_OK(cuda::hip_sparse_attention(kv, args, cfg, info, mask.starts.get(), plan,
