@@ -3,8 +3,8 @@
 // bandwidth bound (bytes ÷ read bandwidth) and the speed-up over dense.
 //   dense: cpu::paged_attention, n_q = 1
 //   SparQ: ref::sparq_params_for_ratio(1/8, S, d), reallocation on, k_t and v_sum present
-//   HiP:   mask_k 512 (other parameters the defaults): a refresh step (estimate + attend) and a
-//          cached step (mask given)
+//   HiP:   as served at 1/8 (resolve_hip: one mask per kv head, mask_k, sink and window from the
+//          ratio): a refresh step (estimate + attend) and a cached step (mask given)
 //   SWA:   ratio 1/8, a random mass, weights written back (what the engine needs)
 // f16 KV with the side data, G = 3 query heads per kv head, n_kv_heads kv heads, paged blocks
 // of --block-size (16) tokens in a shuffled block table, in 2 MiB pages as the engine holds them.
@@ -14,8 +14,10 @@
 //
 //   bench_sparse_attention [--threads 2] [--reps 15] [--kv-heads 3] [--block-size 16] [--dims 64,128]
 //                          [--lens 1024,4096,16384,65536] [--bandwidth-gbs X] [--out FILE]
-// Bandwidth: --bandwidth-gbs, else bench/results/bandwidth.json (bench_bandwidth, best at the
-// thread count), else 0 (no bound column).
+// Replay columns: each step's distinct 64-byte lines loaded with nothing else to do, the least time
+// any kernel reading them takes on this machine (bench/kv_lines.h); SparQ's two phases also apart.
+// Bandwidth: --bandwidth-gbs, else the best of this run's 1 GiB cache flushes (all threads reading):
+// measured beside the steps, as the host's bandwidth drifts from day to day.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,17 +28,19 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "engine/attention/policy.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/sparse_attention.h"
+#include "kernels/cpu/sparse_common.h"
 #include "bench/huge_kv.h"
+#include "bench/kv_lines.h"
 #include "tests/kernel/paged_kv_fixture.h"
 
 namespace {
@@ -50,16 +54,6 @@ std::vector<int> parse_list(const char* s) {
   std::string item;
   while (std::getline(ss, item, ',')) v.push_back(std::atoi(item.c_str()));
   return v;
-}
-
-double bandwidth_from_json(const char* path, int threads) {
-  std::ifstream in(path);
-  if (!in) return 0;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("results")) return 0;
-  for (const auto& r : j["results"])
-    if (r.value("threads", 0) == threads) return r.value("best_gbps", 0.0);
-  return 0;
 }
 
 struct Timing {
@@ -78,6 +72,8 @@ struct Row {
   std::string policy;
   Timing t;
   int64_t bytes;
+  double line_mb = 0, replay_us = 0;  // the step's distinct 64-byte lines and their replay (0: not measured)
+  double replay_share = 0;            // replay ÷ step, medians over the same (interleaved) repetitions
 };
 
 std::atomic<uint64_t> g_sink{0};  // keeps the flush loads alive
@@ -105,7 +101,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (gbs <= 0) gbs = bandwidth_from_json("bench/results/bandwidth.json", threads);
   constexpr int G = 3;
   ThreadPool pool(threads);
   std::vector<uint64_t> flush(size_t{1} << 27);  // 1 GiB: one load per 64-byte line below
@@ -113,12 +108,21 @@ int main(int argc, char** argv) {
   // Streamed by every thread of the pool, which leaves the workers spinning for the next job as
   // in a decode step (a single-threaded flush of several ms put them to sleep, and every timed
   // call paid a futex wake-up).
+  // Each flush reads 1 GiB with every thread: the best of them is this run's read bandwidth.
+  double flush_gbs = 0;
   auto evict = [&] {
+    const auto t0 = Clock::now();
     pool.run_on_all([&](int t, int n) {
       uint64_t s = 0;
       for (size_t i = flush.size() * t / n / 8 * 8; i < flush.size() * (t + 1) / n; i += 8) s += flush[i];
       g_sink.fetch_add(s, std::memory_order_relaxed);
     });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    flush_gbs = std::max(flush_gbs, static_cast<double>(flush.size() * sizeof(uint64_t)) / s / 1e9);
+    // The threads rarely end the stream together, and a worker that finishes ~1 ms early has spun
+    // out and gone to sleep: the next call would pay its futex wake-up (35-65 µs measured here, in
+    // every timed step, which a decode step's back-to-back calls never pay). A no-op call wakes it.
+    pool.run_on_all([](int, int) {});
   };
   // Median of `reps` timed runs (after one warm-up), the cache flushed before each.
   auto time_us = [&](const std::function<void()>& fn) {
@@ -137,7 +141,61 @@ int main(int argc, char** argv) {
     return Timing{t[t.size() / 2], t.front(), c[c.size() / 2]};
   };
 
+  // Replays of line sets interleaved with the step they bound, repetition by repetition (this
+  // shared host's speed drifts between runs, and the same lines replayed minutes apart differed by
+  // 40%): each repetition times the step, then each set at a few prefetch distances (the fastest
+  // counts: the bound is the best this machine does), all from memory. Returns each set's median
+  // replay µs and Σ of those ÷ the step's median over the same repetitions, CPU time per thread.
+  struct Replay {
+    std::vector<double> us;
+    double share = 0;
+  };
+  auto cpu_us_of = [&](const std::function<void()>& fn) {
+    evict();
+    const double c0 = process_cpu_us();
+    fn();
+    return (process_cpu_us() - c0) / threads;
+  };
+  auto replay = [&](std::vector<bench::KvLines*> sets, const std::function<void()>& step) {
+    for (bench::KvLines* set : sets) set->finish();
+    std::vector<std::vector<double>> us(sets.size());
+    std::vector<double> step_us;
+    step();
+    for (int r = 0; r < reps; ++r) {
+      step_us.push_back(cpu_us_of(step));
+      for (size_t i = 0; i < sets.size(); ++i) {
+        double best = 0;
+        for (size_t ahead : {4, 16, 64}) {
+          const double t = cpu_us_of([&] { g_sink.fetch_add(bench::replay_lines(pool, sets[i]->lines(), ahead)); });
+          best = best == 0 ? t : std::min(best, t);
+        }
+        us[i].push_back(best);
+      }
+    }
+    auto median = [](std::vector<double>& v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    Replay out;
+    double sum = 0;
+    for (std::vector<double>& u : us) sum += out.us.emplace_back(median(u));
+    out.share = sum / median(step_us);
+    return out;
+  };
+  auto with_replay = [&](Row row, bench::KvLines& lines, const std::function<void()>& step) {
+    const Replay r = replay({&lines}, step);
+    row.replay_us = r.us[0];
+    row.replay_share = r.share;
+    row.line_mb = lines.megabytes();
+    return row;
+  };
+
   std::vector<Row> rows;
+  struct SparqPhases {
+    int d, S;
+    double step1_mb, step1_us, step5_mb, step5_us, share;
+  };
+  std::vector<SparqPhases> phases;
   std::mt19937 rng(42);
   for (int d : dims) {
     for (int S : lens) {
@@ -150,17 +208,45 @@ int main(int argc, char** argv) {
       for (float& x : q) x = normal(rng);
       const DecodeArgs args{q.data(), out.data(), H, S - 1, 1.0f / std::sqrt(static_cast<float>(d))};
 
-      const Timing dense_t = time_us([&] {
+      const std::function<void()> dense_step = [&] {
         cpu::paged_attention(pool, kv, AttentionArgs{q.data(), out.data(), 1, H, S - 1, 0, args.scale});
-      });
-      rows.push_back({d, S, "dense", dense_t, 2LL * S * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv});
+      };
+      const Timing dense_t = time_us(dense_step);
+      bench::KvLines dense_lines(kv);
+      for (int g = 0; g < n_kv; ++g) dense_lines.add_streamed(g, 0, S);
+      rows.push_back(with_replay({d, S, "dense", dense_t, 2LL * S * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv},
+                                 dense_lines, dense_step));
 
       const ref::SparqParams sp = ref::sparq_params_for_ratio(1.0 / 8, S, d);
       cpu::SparqResult sr;
-      const Timing sparq_us = time_us([&] { sr = cpu::sparq_decode(pool, kv, args, sp); });
-      rows.push_back({d, S, "SparQ r=" + std::to_string(sr.r) + " k=" + std::to_string(sr.k), sparq_us, sr.kv_bytes});
+      const std::function<void()> sparq_step = [&] { sr = cpu::sparq_decode(pool, kv, args, sp); };
+      const Timing sparq_us = time_us(sparq_step);
+      cpu::SparqTrace trace;
+      cpu::sparq_decode(pool, kv, args, sp, &trace);
+      bench::KvLines sparq_lines(kv);  // step 1's dimension rows, the gathered rows, the V sum
+      for (int g = 0; g < n_kv; ++g) {
+        for (int b = 0; b * block_size < S; ++b)
+          sparq_lines.add_kt_rows(g, b, trace.dims[g].data(), sr.r, 0, std::min(block_size, S - b * block_size));
+        for (int32_t t : trace.selected[g]) sparq_lines.add_kv_rows(g, t);
+        sparq_lines.add(kv.v_sum + kv.sum_index(S - 1, g), sizeof(float) * d);
+      }
+      {  // its two phases apart: the gather's rows are known only once step 1's scores are ranked
+        bench::KvLines step1(kv), step5(kv);
+        for (int g = 0; g < n_kv; ++g) {
+          for (int b = 0; b * block_size < S; ++b)
+            step1.add_kt_rows(g, b, trace.dims[g].data(), sr.r, 0, std::min(block_size, S - b * block_size));
+          for (int32_t t : trace.selected[g]) step5.add_kv_rows(g, t);
+        }
+        const Replay r = replay({&step1, &step5}, sparq_step);
+        phases.push_back({d, S, step1.megabytes(), r.us[0], step5.megabytes(), r.us[1], r.share});
+      }
+      rows.push_back(with_replay({d, S, "SparQ r=" + std::to_string(sr.r) + " k=" + std::to_string(sr.k), sparq_us,
+                                  sr.kv_bytes},
+                                 sparq_lines, sparq_step));
 
-      ref::HipParams hp;  // mask_k 512, block_size_k 2, sink 16, window 256
+      AttentionPolicy hip_policy;  // as served at 1/8: one mask per kv head, sink, window and mask_k from the ratio
+      hip_policy.kind = PolicyKind::kHip;
+      const ref::HipParams hp = resolve_hip(hip_policy, S);
       ref::HipMask mask;
       ref::HipBytes refresh_bytes, cached_bytes;
       const Timing refresh_us = time_us([&] {
@@ -169,44 +255,95 @@ int main(int argc, char** argv) {
         cpu::hip_sparse_decode(pool, kv, args, hp, mask, &refresh_bytes);
       });
       rows.push_back({d, S, "HiP refresh", refresh_us, refresh_bytes.total()});
-      const Timing cached_us = time_us([&] {
+      const std::function<void()> hip_cached_step = [&] {
         cached_bytes = {};
         cpu::hip_sparse_decode(pool, kv, args, hp, mask, &cached_bytes);
-      });
-      rows.push_back({d, S, "HiP cached", cached_us, cached_bytes.total()});
+      };
+      const Timing cached_us = time_us(hip_cached_step);
+      bench::KvLines hip_lines(kv);  // the rows of the sink, the mask's blocks and the window
+      for (int h = 0; h < H; h += hp.per_kv_head ? G : 1) {  // one mask per kv head, or per query head
+        const int g = h / G;
+        if (mask.dense) {
+          for (int t = 0; t < S; ++t) hip_lines.add_kv_rows(g, t);
+          continue;
+        }
+        for (int t = 0; t < std::min(hp.sink, S); ++t) hip_lines.add_kv_rows(g, t);
+        for (int32_t b : mask.block_starts[h])
+          for (int t = b; t < std::min(b + hp.block_size_k, S); ++t) hip_lines.add_kv_rows(g, t);
+        for (int t = std::max(0, S - 1 - hp.window); t < S; ++t) hip_lines.add_kv_rows(g, t);
+      }
+      rows.push_back(with_replay({d, S, "HiP cached", cached_us, cached_bytes.total()}, hip_lines, hip_cached_step));
 
       std::vector<float> mass(S), weights;
       std::uniform_real_distribution<float> uni(0.0f, 1.0f);
       for (float& m : mass) m = uni(rng);
       cpu::SwaResult wr;
-      const Timing swa_us = time_us([&] { wr = cpu::swa_decode(pool, kv, args, ref::SwaParams{0.125f}, mass.data(), &weights); });
-      rows.push_back({d, S, "SWA 1/8", swa_us, wr.kv_bytes});
+      const std::function<void()> swa_step = [&] {
+        wr = cpu::swa_decode(pool, kv, args, ref::SwaParams{0.125f}, mass.data(), &weights);
+      };
+      const Timing swa_us = time_us(swa_step);
+      std::vector<int32_t> kept;
+      cpu::swa_decode(pool, kv, args, ref::SwaParams{0.125f}, mass.data(), nullptr, &kept);
+      const int32_t older = S - wr.k_local;
+      const bool streamed = cpu::sparse::run_streamable(cpu::sparse::kernels(), kv, older, S);
+      bench::KvLines swa_lines(kv);  // the heavy hitters' rows and the local window (streamed or gathered)
+      for (int g = 0; g < n_kv; ++g) {
+        for (int32_t t : kept)
+          if (t < older || !streamed) swa_lines.add_kv_rows(g, t);
+        if (streamed) swa_lines.add_streamed(g, older, S);
+      }
+      rows.push_back(with_replay({d, S, "SWA 1/8", swa_us, wr.kv_bytes}, swa_lines, swa_step));
       for (size_t i = rows.size() - 5; i < rows.size(); ++i)
-        std::fprintf(stderr, "d=%d S=%d %-22s median %10.1f us  best %10.1f us  cpu/thread %10.1f us\n", d, S,
-                     rows[i].policy.c_str(), rows[i].t.median_us, rows[i].t.best_us, rows[i].t.cpu_us);
+        std::fprintf(stderr, "d=%d S=%d %-22s median %10.1f us  best %10.1f us  cpu/thread %10.1f us  replay %8.1f us\n",
+                     d, S, rows[i].policy.c_str(), rows[i].t.median_us, rows[i].t.best_us, rows[i].t.cpu_us,
+                     rows[i].replay_us);
     }
   }
 
+  const bool gbs_measured = gbs <= 0;
+  if (gbs_measured) gbs = flush_gbs;
   std::ostringstream md;
   md << "# Sparse decode attention on the CPU (one decode step, one layer)\n\n"
      << "bench/bench_sparse_attention.cpp: f16 KV with transposed K and running V sums, " << n_kv << " kv heads x G = "
      << G << " query heads, block " << block_size << " (shuffled table), " << threads << " threads, SIMD " << cpu::simd_level()
      << ". Median of " << reps << " repetitions, a 1 GiB buffer streamed before each (KV read from memory, not this machine's 480 MiB L3). "
-     << "Bound = KV bytes / " << gbs << " GB/s (bench_bandwidth read bandwidth at " << threads << " threads). "
+     << "Bound = KV bytes / " << std::setprecision(3) << gbs << " GB/s ("
+     << (gbs_measured ? "the best of this run's flushes: 1 GiB read by all " : "--bandwidth-gbs, read bandwidth at ") << threads
+     << " threads). "
      << "The machine is shared with other builds: figures are medians, expect noise.\n\n"
      << "Wall: median and best (fastest) repetition. CPU: median process CPU time ÷ threads, what a step "
      << "costs when the threads are not preempted (includes the workers' spin while they wait); "
      << "% of bound and the CPU speed-up use it.\n\n"
-     << "| d | S | policy | wall median µs | wall best µs | CPU µs | KV MB read | bound µs | % of bound | speed-up (wall median) | speed-up (CPU) |\n"
-     << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+     << "Replay: the step's distinct 64-byte lines (line MB: a half-read line counts whole) loaded by the same "
+     << "threads in address order with software prefetches and no other work, from memory (bench/kv_lines.h): "
+     << "the least time any kernel reading those lines takes here, whatever their pattern (scattered lines "
+     << "come at the scattered-line rate). % of replay = replay µs / the step's CPU µs, both medians over repetitions "
+     << "that time the step and its replay one after the other: how close the kernel comes to what its lines allow. "
+     << "HiP refresh: not modelled.\n\n"
+     << "| d | S | policy | wall median µs | wall best µs | CPU µs | KV MB read | bound µs | % of bound | line MB | replay µs | % of replay | speed-up (wall median) | speed-up (CPU) |\n"
+     << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   Timing dense{};
   for (const Row& r : rows) {
     if (r.policy == "dense") dense = r.t;
     const double bound = gbs > 0 ? static_cast<double>(r.bytes) / (gbs * 1e3) : 0;
-    char line[320];
-    std::snprintf(line, sizeof line, "| %d | %d | %s | %.1f | %.1f | %.1f | %.3f | %.1f | %.0f%% | %.2fx | %.2fx |\n",
+    char replay[96] = "— | — | —";
+    if (r.replay_us > 0)
+      std::snprintf(replay, sizeof replay, "%.3f | %.1f | %.0f%%", r.line_mb, r.replay_us, 100.0 * r.replay_share);
+    char line[400];
+    std::snprintf(line, sizeof line, "| %d | %d | %s | %.1f | %.1f | %.1f | %.3f | %.1f | %.0f%% | %s | %.2fx | %.2fx |\n",
                   r.d, r.S, r.policy.c_str(), r.t.median_us, r.t.best_us, r.t.cpu_us, r.bytes / 1e6, bound,
-                  gbs > 0 ? 100.0 * bound / r.t.cpu_us : 0.0, dense.median_us / r.t.median_us, dense.cpu_us / r.t.cpu_us);
+                  gbs > 0 ? 100.0 * bound / r.t.cpu_us : 0.0, replay, dense.median_us / r.t.median_us,
+                  dense.cpu_us / r.t.cpu_us);
+    md << line;
+  }
+  md << "\nSparQ's lines by phase, each replayed alone (step 5 gathers rows that only step 1's ranked scores name, "
+     << "so a kernel pays the two one after the other; their sum is SparQ's tighter bound):\n\n"
+     << "| d | S | step-1 line MB | replay µs | step-5 line MB | replay µs | sum µs | % of sum |\n"
+     << "|---|---|---:|---:|---:|---:|---:|---:|\n";
+  for (const SparqPhases& p : phases) {
+    char line[200];
+    std::snprintf(line, sizeof line, "| %d | %d | %.3f | %.1f | %.3f | %.1f | %.1f | %.0f%% |\n", p.d, p.S,
+                  p.step1_mb, p.step1_us, p.step5_mb, p.step5_us, p.step1_us + p.step5_us, 100.0 * p.share);
     md << line;
   }
   std::fputs(md.str().c_str(), stdout);

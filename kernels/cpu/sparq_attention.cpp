@@ -212,6 +212,9 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   }
   if (trace != nullptr) {
     trace->selected = std::move(sel);
+    trace->dims.resize(n_kv);
+    for (int32_t g = 0; g < n_kv; ++g)
+      trace->dims[g].assign(dims.begin() + static_cast<ptrdiff_t>(g) * r, dims.begin() + static_cast<ptrdiff_t>(g + 1) * r);
     trace->alpha = std::move(alpha);
   }
   return res;

@@ -28,6 +28,7 @@ struct SparqResult {
 // order, so on near-ties its I2 can differ from the double-precision reference's.
 struct SparqTrace {
   std::vector<std::vector<int32_t>> selected;  // [n_kv_heads] I2, ascending positions
+  std::vector<std::vector<int32_t>> dims;      // [n_kv_heads] I1, the r dimensions step 1 read
   std::vector<float> alpha;                    // [n_heads] α_h (1 exactly when I2 is every position)
 };
 
