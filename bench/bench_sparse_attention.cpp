@@ -16,8 +16,8 @@
 //                          [--lens 1024,4096,16384,65536] [--bandwidth-gbs X] [--out FILE]
 // Replay columns: each step's distinct 64-byte lines loaded with nothing else to do, the least time
 // any kernel reading them takes on this machine (bench/kv_lines.h); SparQ's two phases also apart.
-// Bandwidth: --bandwidth-gbs, else the best of this run's 1 GiB cache flushes (all threads reading):
-// measured beside the steps, as the host's bandwidth drifts from day to day.
+// Bandwidth: --bandwidth-gbs, else the best of 7 streaming reads of 1 GiB (all threads, bench_bandwidth's
+// sum) at the start of the run: measured beside the steps, as the host's bandwidth drifts by the day.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -41,6 +41,7 @@
 #include "kernels/cpu/sparse_common.h"
 #include "bench/huge_kv.h"
 #include "bench/kv_lines.h"
+#include "bench/read_sum.h"
 #include "tests/kernel/paged_kv_fixture.h"
 
 namespace {
@@ -103,22 +104,34 @@ int main(int argc, char** argv) {
   }
   constexpr int G = 3;
   ThreadPool pool(threads);
-  std::vector<uint64_t> flush(size_t{1} << 27);  // 1 GiB: one load per 64-byte line below
-  for (size_t i = 0; i < flush.size(); ++i) flush[i] = i;
-  // Streamed by every thread of the pool, which leaves the workers spinning for the next job as
-  // in a decode step (a single-threaded flush of several ms put them to sleep, and every timed
-  // call paid a futex wake-up).
-  // Each flush reads 1 GiB with every thread: the best of them is this run's read bandwidth.
-  double flush_gbs = 0;
-  auto evict = [&] {
+  // 1 GiB in 2 MiB pages. The read bandwidth of the bound: the best of a few streaming sums over
+  // it (bench_bandwidth's) with every thread.
+  const size_t flush_words = size_t{1} << 27;
+  HugePageBuffer flush_buffer(flush_words * sizeof(uint64_t));
+  uint64_t* flush = reinterpret_cast<uint64_t*>(flush_buffer.data());
+  for (size_t i = 0; i < flush_words; ++i) flush[i] = i;
+  double stream_gbs = 0;
+  for (int rep = 0; rep < 7; ++rep) {
+    const bench::SumFn stream_sum = bench::pick_simd("").fn;
     const auto t0 = Clock::now();
     pool.run_on_all([&](int t, int n) {
-      uint64_t s = 0;
-      for (size_t i = flush.size() * t / n / 8 * 8; i < flush.size() * (t + 1) / n; i += 8) s += flush[i];
-      g_sink.fetch_add(s, std::memory_order_relaxed);
+      const size_t b = flush_words * t / n / 64 * 64, e = flush_words * (t + 1) / n / 64 * 64;
+      g_sink.fetch_add(stream_sum(flush + b, e - b), std::memory_order_relaxed);
     });
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    flush_gbs = std::max(flush_gbs, static_cast<double>(flush.size() * sizeof(uint64_t)) / s / 1e9);
+    stream_gbs = std::max(stream_gbs, static_cast<double>(flush_words * sizeof(uint64_t)) / s / 1e9);
+  }
+  // The flush: one load per line of the 1 GiB by every thread of the pool, which leaves the workers
+  // spinning for the next job as in a decode step (a single-threaded flush of several ms put them
+  // to sleep, and every timed call paid a futex wake-up). Not the fast streaming sum: after a
+  // stream that fast this L3 still held a few MB of the KV (replays of 3 MB ran at 46 GB/s, past
+  // the DRAM's bandwidth), as if its replacement policy protected older lines from a scan.
+  auto evict = [&] {
+    pool.run_on_all([&](int t, int n) {
+      uint64_t s = 0;
+      for (size_t i = flush_words * t / n / 8 * 8; i < flush_words * (t + 1) / n; i += 8) s += flush[i];
+      g_sink.fetch_add(s, std::memory_order_relaxed);
+    });
     // The threads rarely end the stream together, and a worker that finishes ~1 ms early has spun
     // out and gone to sleep: the next call would pay its futex wake-up (35-65 µs measured here, in
     // every timed step, which a decode step's back-to-back calls never pay). A no-op call wakes it.
@@ -142,13 +155,14 @@ int main(int argc, char** argv) {
   };
 
   // Replays of line sets interleaved with the step they bound, repetition by repetition (this
-  // shared host's speed drifts between runs, and the same lines replayed minutes apart differed by
-  // 40%): each repetition times the step, then each set at a few prefetch distances (the fastest
-  // counts: the bound is the best this machine does), all from memory. Returns each set's median
-  // replay µs and Σ of those ÷ the step's median over the same repetitions, CPU time per thread.
+  // host's speed drifts within a run): each repetition times the step, then each set at a few
+  // prefetch distances (the fastest counts: the bound is the best this machine does), all from
+  // memory. Each set's replay and the step: medians over the repetitions (the best repetition
+  // was no steadier: now and then the flush leaves some of the KV in the L3, and the minimum
+  // takes exactly those). CPU time per thread.
   struct Replay {
-    std::vector<double> us;
-    double share = 0;
+    std::vector<double> us;  // per set
+    double step_us = 0;
   };
   auto cpu_us_of = [&](const std::function<void()>& fn) {
     evict();
@@ -177,15 +191,13 @@ int main(int argc, char** argv) {
       return v[v.size() / 2];
     };
     Replay out;
-    double sum = 0;
-    for (std::vector<double>& u : us) sum += out.us.emplace_back(median(u));
-    out.share = sum / median(step_us);
+    for (std::vector<double>& u : us) out.us.push_back(median(u));
+    out.step_us = median(step_us);
     return out;
   };
-  auto with_replay = [&](Row row, bench::KvLines& lines, const std::function<void()>& step) {
-    const Replay r = replay({&lines}, step);
+  auto with_replay = [&](Row row, bench::KvLines& lines, const Replay& r) {
     row.replay_us = r.us[0];
-    row.replay_share = r.share;
+    row.replay_share = r.us[0] / r.step_us;
     row.line_mb = lines.megabytes();
     return row;
   };
@@ -215,7 +227,7 @@ int main(int argc, char** argv) {
       bench::KvLines dense_lines(kv);
       for (int g = 0; g < n_kv; ++g) dense_lines.add_streamed(g, 0, S);
       rows.push_back(with_replay({d, S, "dense", dense_t, 2LL * S * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv},
-                                 dense_lines, dense_step));
+                                 dense_lines, replay({&dense_lines}, dense_step)));
 
       const ref::SparqParams sp = ref::sparq_params_for_ratio(1.0 / 8, S, d);
       cpu::SparqResult sr;
@@ -230,19 +242,19 @@ int main(int argc, char** argv) {
         for (int32_t t : trace.selected[g]) sparq_lines.add_kv_rows(g, t);
         sparq_lines.add(kv.v_sum + kv.sum_index(S - 1, g), sizeof(float) * d);
       }
-      {  // its two phases apart: the gather's rows are known only once step 1's scores are ranked
-        bench::KvLines step1(kv), step5(kv);
-        for (int g = 0; g < n_kv; ++g) {
-          for (int b = 0; b * block_size < S; ++b)
-            step1.add_kt_rows(g, b, trace.dims[g].data(), sr.r, 0, std::min(block_size, S - b * block_size));
-          for (int32_t t : trace.selected[g]) step5.add_kv_rows(g, t);
-        }
-        const Replay r = replay({&step1, &step5}, sparq_step);
-        phases.push_back({d, S, step1.megabytes(), r.us[0], step5.megabytes(), r.us[1], r.share});
+      // Its two phases also apart: the gather's rows are known only once step 1's scores are ranked.
+      bench::KvLines step1(kv), step5(kv);
+      for (int g = 0; g < n_kv; ++g) {
+        for (int b = 0; b * block_size < S; ++b)
+          step1.add_kt_rows(g, b, trace.dims[g].data(), sr.r, 0, std::min(block_size, S - b * block_size));
+        for (int32_t t : trace.selected[g]) step5.add_kv_rows(g, t);
       }
+      const Replay sparq_replay = replay({&sparq_lines, &step1, &step5}, sparq_step);
+      phases.push_back({d, S, step1.megabytes(), sparq_replay.us[1], step5.megabytes(), sparq_replay.us[2],
+                        (sparq_replay.us[1] + sparq_replay.us[2]) / sparq_replay.step_us});
       rows.push_back(with_replay({d, S, "SparQ r=" + std::to_string(sr.r) + " k=" + std::to_string(sr.k), sparq_us,
                                   sr.kv_bytes},
-                                 sparq_lines, sparq_step));
+                                 sparq_lines, sparq_replay));
 
       AttentionPolicy hip_policy;  // as served at 1/8: one mask per kv head, sink, window and mask_k from the ratio
       hip_policy.kind = PolicyKind::kHip;
@@ -272,7 +284,7 @@ int main(int argc, char** argv) {
           for (int t = b; t < std::min(b + hp.block_size_k, S); ++t) hip_lines.add_kv_rows(g, t);
         for (int t = std::max(0, S - 1 - hp.window); t < S; ++t) hip_lines.add_kv_rows(g, t);
       }
-      rows.push_back(with_replay({d, S, "HiP cached", cached_us, cached_bytes.total()}, hip_lines, hip_cached_step));
+      rows.push_back(with_replay({d, S, "HiP cached", cached_us, cached_bytes.total()}, hip_lines, replay({&hip_lines}, hip_cached_step)));
 
       std::vector<float> mass(S), weights;
       std::uniform_real_distribution<float> uni(0.0f, 1.0f);
@@ -292,7 +304,7 @@ int main(int argc, char** argv) {
           if (t < older || !streamed) swa_lines.add_kv_rows(g, t);
         if (streamed) swa_lines.add_streamed(g, older, S);
       }
-      rows.push_back(with_replay({d, S, "SWA 1/8", swa_us, wr.kv_bytes}, swa_lines, swa_step));
+      rows.push_back(with_replay({d, S, "SWA 1/8", swa_us, wr.kv_bytes}, swa_lines, replay({&swa_lines}, swa_step)));
       for (size_t i = rows.size() - 5; i < rows.size(); ++i)
         std::fprintf(stderr, "d=%d S=%d %-22s median %10.1f us  best %10.1f us  cpu/thread %10.1f us  replay %8.1f us\n",
                      d, S, rows[i].policy.c_str(), rows[i].t.median_us, rows[i].t.best_us, rows[i].t.cpu_us,
@@ -301,14 +313,14 @@ int main(int argc, char** argv) {
   }
 
   const bool gbs_measured = gbs <= 0;
-  if (gbs_measured) gbs = flush_gbs;
+  if (gbs_measured) gbs = stream_gbs;
   std::ostringstream md;
   md << "# Sparse decode attention on the CPU (one decode step, one layer)\n\n"
      << "bench/bench_sparse_attention.cpp: f16 KV with transposed K and running V sums, " << n_kv << " kv heads x G = "
      << G << " query heads, block " << block_size << " (shuffled table), " << threads << " threads, SIMD " << cpu::simd_level()
      << ". Median of " << reps << " repetitions, a 1 GiB buffer streamed before each (KV read from memory, not this machine's 480 MiB L3). "
      << "Bound = KV bytes / " << std::setprecision(3) << gbs << " GB/s ("
-     << (gbs_measured ? "the best of this run's flushes: 1 GiB read by all " : "--bandwidth-gbs, read bandwidth at ") << threads
+     << (gbs_measured ? "the best of 7 streaming reads of 1 GiB in this run, by all " : "--bandwidth-gbs, read bandwidth at ") << threads
      << " threads). "
      << "The machine is shared with other builds: figures are medians, expect noise.\n\n"
      << "Wall: median and best (fastest) repetition. CPU: median process CPU time ÷ threads, what a step "
@@ -317,8 +329,9 @@ int main(int argc, char** argv) {
      << "Replay: the step's distinct 64-byte lines (line MB: a half-read line counts whole) loaded by the same "
      << "threads in address order with software prefetches and no other work, from memory (bench/kv_lines.h): "
      << "the least time any kernel reading those lines takes here, whatever their pattern (scattered lines "
-     << "come at the scattered-line rate). % of replay = replay µs / the step's CPU µs, both medians over repetitions "
-     << "that time the step and its replay one after the other: how close the kernel comes to what its lines allow. "
+     << "come at the scattered-line rate). % of replay = replay µs / the step's CPU µs, both medians over the same "
+     << "repetitions, which time the step and its replays one after the other (this host's speed drifts within a "
+     << "run): how close the kernel comes to what its lines allow. "
      << "HiP refresh: not modelled.\n\n"
      << "| d | S | policy | wall median µs | wall best µs | CPU µs | KV MB read | bound µs | % of bound | line MB | replay µs | % of replay | speed-up (wall median) | speed-up (CPU) |\n"
      << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
