@@ -235,20 +235,17 @@ int main(int argc, char** argv) {
       const Timing sparq_us = time_us(sparq_step);
       cpu::SparqTrace trace;
       cpu::sparq_decode(pool, kv, args, sp, &trace);
-      bench::KvLines sparq_lines(kv);  // step 1's dimension rows, the gathered rows, the V sum
-      for (int g = 0; g < n_kv; ++g) {
-        for (int b = 0; b * block_size < S; ++b)
-          sparq_lines.add_kt_rows(g, b, trace.dims[g].data(), sr.r, 0, std::min(block_size, S - b * block_size));
-        for (int32_t t : trace.selected[g]) sparq_lines.add_kv_rows(g, t);
-        sparq_lines.add(kv.v_sum + kv.sum_index(S - 1, g), sizeof(float) * d);
-      }
-      // Its two phases also apart: the gather's rows are known only once step 1's scores are ranked.
-      bench::KvLines step1(kv), step5(kv);
+      // Step 1's dimension rows and step 5's gathered rows apart (the gather's rows are known only
+      // once step 1's scores are ranked), and all of them with the V sum.
+      bench::KvLines step1(kv), step5(kv), sparq_lines(kv);
       for (int g = 0; g < n_kv; ++g) {
         for (int b = 0; b * block_size < S; ++b)
           step1.add_kt_rows(g, b, trace.dims[g].data(), sr.r, 0, std::min(block_size, S - b * block_size));
         for (int32_t t : trace.selected[g]) step5.add_kv_rows(g, t);
+        sparq_lines.add(kv.v_sum + kv.sum_index(S - 1, g), sizeof(float) * d);
       }
+      sparq_lines.add(step1);
+      sparq_lines.add(step5);
       const Replay sparq_replay = replay({&sparq_lines, &step1, &step5}, sparq_step);
       phases.push_back({d, S, step1.megabytes(), sparq_replay.us[1], step5.megabytes(), sparq_replay.us[2],
                         (sparq_replay.us[1] + sparq_replay.us[2]) / sparq_replay.step_us});
@@ -284,7 +281,8 @@ int main(int argc, char** argv) {
           for (int t = b; t < std::min(b + hp.block_size_k, S); ++t) hip_lines.add_kv_rows(g, t);
         for (int t = std::max(0, S - 1 - hp.window); t < S; ++t) hip_lines.add_kv_rows(g, t);
       }
-      rows.push_back(with_replay({d, S, "HiP cached", cached_us, cached_bytes.total()}, hip_lines, replay({&hip_lines}, hip_cached_step)));
+      rows.push_back(
+          with_replay({d, S, "HiP cached", cached_us, cached_bytes.total()}, hip_lines, replay({&hip_lines}, hip_cached_step)));
 
       std::vector<float> mass(S), weights;
       std::uniform_real_distribution<float> uni(0.0f, 1.0f);

@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <vector>
 
-#include "kernels/cuda/bifurcated_attention.cu"
-#include "kernels/cuda/hip_attention.cu"
-#include "kernels/cuda/paged_decode_attention.cu"
-#include "kernels/cuda/sparq_attention.cu"
+#include "kernels/cuda/bifurcated_attention.h"
+#include "kernels/cuda/hip_attention.h"
+#include "kernels/cuda/paged_decode_attention.h"
+#include "kernels/cuda/sparq_attention.h"
 
 namespace {
 

@@ -35,6 +35,8 @@ class KvLines {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p), first = a / 64, last = (a + bytes - 1) / 64;
     for (uintptr_t l = first; l <= last; ++l) lines_.push_back(l * 64);
   }
+  // Every line of another set (of the same view).
+  void add(const KvLines& other) { lines_.insert(lines_.end(), other.lines_.begin(), other.lines_.end()); }
   // K row and V row of position t, kv head g (f32 / f16 planes).
   void add_kv_rows(int32_t g, int32_t t) {
     const size_t row = static_cast<size_t>(kv_.head_dim) * elem_;

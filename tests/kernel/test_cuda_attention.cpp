@@ -21,12 +21,12 @@
 // Selections (SparQ I1/I2, HiP blocks) are computed in float by the kernels and in double by
 // ref, so near-ties may flip: the tests check overlap with ref's selection (stated per test) and
 // the output over the kernel's own selection, recomputed by ref.
-#include "kernels/cuda/bifurcated_attention.cu"
-#include "kernels/cuda/hip_attention.cu"
-#include "kernels/cuda/paged_decode_attention.cu"
-#include "kernels/cuda/sparq_attention.cu"
-#include "kernels/cuda/swa_attention.cu"
-#include "kernels/cuda/swa_mass.cu"
+#include "kernels/cuda/bifurcated_attention.h"
+#include "kernels/cuda/hip_attention.h"
+#include "kernels/cuda/paged_decode_attention.h"
+#include "kernels/cuda/sparq_attention.h"
+#include "kernels/cuda/swa_attention.h"
+#include "kernels/cuda/swa_mass.h"
 
 #include <gtest/gtest.h>
 

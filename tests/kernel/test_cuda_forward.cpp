@@ -18,7 +18,7 @@
 // ~55 M switches (~100 s wall on a loaded 2-core machine). Hence one model, 3 decode steps, and
 // 4 logits rows at most per pass (one quant_gemv launch over the 49152-row output).
 // Elementwise kernels: exact (the same single f32 addition / the same rounding as the host).
-#include "tests/kernel/cuda_backend_sources.h"
+#include "tests/kernel/cuda_backend_headers.h"
 
 #include <gtest/gtest.h>
 

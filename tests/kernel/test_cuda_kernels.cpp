@@ -4,7 +4,7 @@
 // Tolerances (|kernel - ref| <= atol + rtol * |ref|, no pass-rate thresholds):
 //   rms_norm, f32:            atol 1e-6, rtol 2e-6 (f32 sum of squares vs the double spec)
 // The attention kernels are tested in test_cuda_attention.cpp.
-#include "kernels/cuda/rms_norm.cu"
+#include "kernels/cuda/rms_norm.h"
 
 #include <gtest/gtest.h>
 

@@ -14,13 +14,13 @@
 //             same rounded inputs (f32 accumulate, k in order)
 //   sampling: the token equals the reference's exactly (both work in the same 32.32 fixed-point
 //             weights, so there is no rounding to tolerate)
-#include "kernels/cuda/activation.cu"
-#include "kernels/cuda/embedding.cu"
-#include "kernels/cuda/gemm.cu"
-#include "kernels/cuda/kv_append.cu"
-#include "kernels/cuda/quant_gemv.cu"
-#include "kernels/cuda/rope.cu"
-#include "kernels/cuda/sampling.cu"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_append.h"
+#include "kernels/cuda/quant_gemv.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/sampling.h"
 
 #include <gtest/gtest.h>
 

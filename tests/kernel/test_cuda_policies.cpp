@@ -15,7 +15,7 @@
 // Precision: CPU f32 activations (Precision::kF32), f16 KV on both sides; the CUDA backend rounds
 // GEMM inputs to f16, so logits differ by NMSE ~1e-6 (test_cuda_forward) — far below the margins
 // of greedy picks on these prompts, checked by printing each step's smallest top-2 margin.
-#include "tests/kernel/cuda_backend_sources.h"
+#include "tests/kernel/cuda_backend_headers.h"
 #include "tests/kernel/shared_prefill.h"
 
 #include <gtest/gtest.h>

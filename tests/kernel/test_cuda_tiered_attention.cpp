@@ -10,12 +10,12 @@
 // shows. The bytes the kernels count as read from the host tier: exactly the dense formula
 // (host keys · kv heads · head tiles · K and V rows), > 0 for the gathers, 0 with every block on
 // the device.
-#include "kernels/cuda/bifurcated_attention.cu"
-#include "kernels/cuda/hip_attention.cu"
-#include "kernels/cuda/paged_decode_attention.cu"
-#include "kernels/cuda/row_cache.cu"
-#include "kernels/cuda/sparq_attention.cu"
-#include "kernels/cuda/swa_attention.cu"
+#include "kernels/cuda/bifurcated_attention.h"
+#include "kernels/cuda/hip_attention.h"
+#include "kernels/cuda/paged_decode_attention.h"
+#include "kernels/cuda/row_cache.h"
+#include "kernels/cuda/sparq_attention.h"
+#include "kernels/cuda/swa_attention.h"
 
 #include <gtest/gtest.h>
 
