@@ -32,6 +32,7 @@ class KvLines {
 
   // Every line overlapping [p, p + bytes).
   void add(const void* p, size_t bytes) {
+    if (bytes == 0) return;
     const uintptr_t a = reinterpret_cast<uintptr_t>(p), first = a / 64, last = (a + bytes - 1) / 64;
     for (uintptr_t l = first; l <= last; ++l) lines_.push_back(l * 64);
   }

@@ -1,7 +1,7 @@
 #pragma once
 // The streaming read of bench_bandwidth: sums of 64-bit words at the widest SIMD level this CPU
 // has, shared with the benchmarks that measure the read bandwidth beside what they time
-// (bench_sparse_attention's cache flushes).
+// (bench_sparse_attention's in-run bandwidth).
 #include <immintrin.h>
 
 #include <cstddef>

@@ -4,7 +4,7 @@
 #include "kernels/cuda/activation.h"
 
 namespace fathom::cuda {
-namespace activation_detail {  // named: tests include several .cu files in one TU
+namespace activation_detail {  // named: the kernels' names stay unique across the .cu files
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;

@@ -6,7 +6,7 @@
 #include <cstring>
 
 namespace fathom::cuda {
-namespace bifurcated_detail {  // named: tests include several .cu files in one TU
+namespace bifurcated_detail {  // named: the kernels' names stay unique across the .cu files
 
 using namespace attn_common;
 

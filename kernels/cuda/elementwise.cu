@@ -3,7 +3,7 @@
 #include "kernels/cuda/elementwise.h"
 
 namespace fathom::cuda {
-namespace elementwise_detail {  // named: tests include several .cu files in one TU
+namespace elementwise_detail {  // named: the kernels' names stay unique across the .cu files
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;

@@ -7,7 +7,7 @@
 #include "kernels/cuda/quant_device.h"
 
 namespace fathom::cuda {
-namespace embedding_detail {  // named: tests include several .cu files in one TU
+namespace embedding_detail {  // named: the kernels' names stay unique across the .cu files
 
 using namespace quant_device;
 constexpr int kThreads = 256;

@@ -20,7 +20,7 @@
 #endif
 
 namespace fathom::cuda {
-namespace gemm_detail {  // named: tests include several .cu files in one TU
+namespace gemm_detail {  // named: the kernels' names stay unique across the .cu files
 
 constexpr int kTile = 32;
 constexpr int kRowsPerThread = 4;

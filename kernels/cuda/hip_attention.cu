@@ -4,7 +4,7 @@
 #include <algorithm>
 
 namespace fathom::cuda {
-namespace hip_detail {  // named: tests include several .cu files in one TU
+namespace hip_detail {  // named: the kernels' names stay unique across the .cu files
 
 using namespace attn_common;
 

@@ -14,7 +14,7 @@
 #include "kernels/cuda/kv_append.h"
 
 namespace fathom::cuda {
-namespace kv_append_detail {  // named: tests include several .cu files in one TU
+namespace kv_append_detail {  // named: the kernels' names stay unique across the .cu files
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;

@@ -12,7 +12,7 @@
 #include <algorithm>
 
 namespace fathom::cuda {
-namespace decode_attention_detail {  // named: tests include several .cu files in one TU
+namespace decode_attention_detail {  // named: the kernels' names stay unique across the .cu files
 
 using attn_common::kMaxHeadDim;
 

@@ -17,7 +17,7 @@
 #include "kernels/cuda/quant_device.h"
 
 namespace fathom::cuda {
-namespace quant_gemv_detail {  // named: tests include several .cu files in one TU
+namespace quant_gemv_detail {  // named: the kernels' names stay unique across the .cu files
 
 using namespace quant_device;
 constexpr int kWarps = 4;

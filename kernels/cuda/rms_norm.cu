@@ -3,7 +3,7 @@
 #include "kernels/cuda/rms_norm.h"
 
 namespace fathom::cuda {
-namespace rms_norm_detail {  // named, not anonymous: tests include several .cu files in one TU
+namespace rms_norm_detail {  // named, not anonymous: names stay unique across the .cu files
 
 constexpr int kThreads = 256;  // 8 warps; rows are >= 1k wide in every supported model
 constexpr unsigned kFullMask = 0xffffffffu;

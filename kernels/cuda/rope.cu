@@ -8,7 +8,7 @@
 #include "kernels/cuda/rope.h"
 
 namespace fathom::cuda {
-namespace rope_detail {  // named: tests include several .cu files in one TU
+namespace rope_detail {  // named: the kernels' names stay unique across the .cu files
 
 constexpr int kThreads = 128;
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 namespace fathom::cuda {
-namespace row_cache_detail {  // named: tests include several .cu files in one TU
+namespace row_cache_detail {  // named: the kernels' names stay unique across the .cu files
 
 constexpr int kThreads = 64;
 

@@ -19,7 +19,7 @@
 #include "kernels/cuda/sampling.h"
 
 namespace fathom::cuda {
-namespace sampling_detail {  // named: tests include several .cu files in one TU
+namespace sampling_detail {  // named: the kernels' names stay unique across the .cu files
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;

@@ -5,7 +5,7 @@
 #include <cmath>
 
 namespace fathom::cuda {
-namespace swa_detail {  // named: tests include several .cu files in one TU
+namespace swa_detail {  // named: the kernels' names stay unique across the .cu files
 
 using namespace attn_common;
 

@@ -6,7 +6,7 @@
 #include "kernels/cuda/attention_common.h"
 
 namespace fathom::cuda {
-namespace swa_mass_detail {  // named: tests include several .cu files in one TU
+namespace swa_mass_detail {  // named: the kernels' names stay unique across the .cu files
 
 using namespace attn_common;
 

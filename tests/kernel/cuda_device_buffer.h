@@ -1,6 +1,6 @@
 #pragma once
 // Device buffer for the emulated CUDA tests: cudaMalloc'd storage filled from / read back into
-// host vectors. Shared by tests/kernel/test_cuda_*.cpp (include it after the .cu files).
+// host vectors. Shared by tests/kernel/test_cuda_*.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 #pragma once
 // A PagedKvFixture's pool on the emulated device (DeviceKv), and the same pool split over a
 // device tier and a host tier (TieredDeviceKv) the way the CUDA backend's kernels read it: a block
-// table entry e < 0 is slot -(e + 1) of the host tier's planes. Include after the .cu files.
+// table entry e < 0 is slot -(e + 1) of the host tier's planes.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -8,7 +8,7 @@
 //                            bit for bit (comparisons, one multiply and one add per position)
 // plus, for every launch, the bytes its launcher reports vs the bytes the emulated grid touched
 // (attention_common.h instruments every global load and store under emulation).
-// The .cu files are included so the host compiler builds exactly the source nvcc builds.
+// The .cu files are compiled by the host compiler into fathom_cuda_emu: exactly the source nvcc builds.
 //
 // Tolerances, |kernel − ref| <= atol (outputs are convex combinations of |v| ~ 1 rows, so an
 // absolute bound; no pass-rate thresholds). Both sides dequantize the same stored f16 / INT8

@@ -1,6 +1,6 @@
 // CUDA kernels run on the CPU through kernels/cuda/emu and compared with their references:
 //   rms_norm               vs cpu::rms_norm (the formula is the spec; ref == cpu for this op)
-// The .cu files are included here so the host compiler builds exactly the source nvcc builds.
+// The .cu files are compiled by the host compiler into fathom_cuda_emu: exactly the source nvcc builds.
 // Tolerances (|kernel - ref| <= atol + rtol * |ref|, no pass-rate thresholds):
 //   rms_norm, f32:            atol 1e-6, rtol 2e-6 (f32 sum of squares vs the double spec)
 // The attention kernels are tested in test_cuda_attention.cpp.

@@ -1,6 +1,6 @@
 // The CUDA ops of kernels/cuda (all but attention and rms_norm, see test_cuda_kernels.cpp) run on
 // the CPU through kernels/cuda/emu and compared with their references. The .cu files are
-// included so the host compiler builds exactly the source nvcc builds.
+// compiled by the host compiler into fathom_cuda_emu: exactly the source nvcc builds.
 // Tolerances, |kernel - ref| <= atol + rtol·|ref| (no pass-rate thresholds); worst errors printed:
 //   glu, f32 (silu / gelu-tanh):     atol 1e-6, rtol 1e-6 (same f32 formula; expf/tanhf ulps)
 //   rope, f32:                       atol 1e-6, rtol 1e-6 (identical cos/sin; contraction only)

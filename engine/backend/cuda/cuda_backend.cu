@@ -42,7 +42,7 @@
 #include "kernels/ref/hip.h"
 
 namespace fathom {
-namespace cuda_backend_detail {  // named: the test includes this file with the kernels' .cu files
+namespace cuda_backend_detail {  // named: unique across the CUDA sources
 
 // A weight matrix on the device: y = x · Wᵀ maps cols -> rows.
 struct DevMatrix {

@@ -13,7 +13,7 @@
 #include "kernels/cuda/emu/cuda_emu.h"
 
 namespace fathom {
-namespace cuda_backend_detail {  // named: the test includes the backend's sources in one TU
+namespace cuda_backend_detail {  // named: unique across the CUDA sources
 
 inline void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("cuda backend: ") + what + ": " + cudaGetErrorString(e));
