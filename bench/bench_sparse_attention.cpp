@@ -111,8 +111,8 @@ int main(int argc, char** argv) {
   uint64_t* flush = reinterpret_cast<uint64_t*>(flush_buffer.data());
   for (size_t i = 0; i < flush_words; ++i) flush[i] = i;
   double stream_gbs = 0;
+  const bench::SumFn stream_sum = bench::pick_simd("").fn;
   for (int rep = 0; rep < 7; ++rep) {
-    const bench::SumFn stream_sum = bench::pick_simd("").fn;
     const auto t0 = Clock::now();
     pool.run_on_all([&](int t, int n) {
       const size_t b = flush_words * t / n / 64 * 64, e = flush_words * (t + 1) / n / 64 * 64;
@@ -137,21 +137,32 @@ int main(int argc, char** argv) {
     // every timed step, which a decode step's back-to-back calls never pay). A no-op call wakes it.
     pool.run_on_all([](int, int) {});
   };
+  // One call of fn with the cache flushed first: {wall µs, process CPU µs ÷ threads}.
+  struct Call {
+    double wall_us, cpu_us;
+  };
+  auto cold_call = [&](const std::function<void()>& fn) {
+    evict();
+    const double c0 = process_cpu_us();
+    const auto t0 = Clock::now();
+    fn();
+    return Call{std::chrono::duration<double, std::micro>(Clock::now() - t0).count(), (process_cpu_us() - c0) / threads};
+  };
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   // Median of `reps` timed runs (after one warm-up), the cache flushed before each.
   auto time_us = [&](const std::function<void()>& fn) {
     fn();
     std::vector<double> t, c;
     for (int r = 0; r < reps; ++r) {
-      evict();
-      const double c0 = process_cpu_us();
-      const auto t0 = Clock::now();
-      fn();
-      t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      c.push_back((process_cpu_us() - c0) / threads);
+      const Call call = cold_call(fn);
+      t.push_back(call.wall_us);
+      c.push_back(call.cpu_us);
     }
-    std::sort(t.begin(), t.end());
-    std::sort(c.begin(), c.end());
-    return Timing{t[t.size() / 2], t.front(), c[c.size() / 2]};
+    const double wall_median = median(t);
+    return Timing{wall_median, t.front(), median(c)};
   };
 
   // Replays of line sets interleaved with the step they bound, repetition by repetition (this
@@ -164,32 +175,23 @@ int main(int argc, char** argv) {
     std::vector<double> us;  // per set
     double step_us = 0;
   };
-  auto cpu_us_of = [&](const std::function<void()>& fn) {
-    evict();
-    const double c0 = process_cpu_us();
-    fn();
-    return (process_cpu_us() - c0) / threads;
-  };
   auto replay = [&](std::vector<bench::KvLines*> sets, const std::function<void()>& step) {
     for (bench::KvLines* set : sets) set->finish();
     std::vector<std::vector<double>> us(sets.size());
     std::vector<double> step_us;
     step();
     for (int r = 0; r < reps; ++r) {
-      step_us.push_back(cpu_us_of(step));
+      step_us.push_back(cold_call(step).cpu_us);
       for (size_t i = 0; i < sets.size(); ++i) {
         double best = 0;
         for (size_t ahead : {4, 16, 64}) {
-          const double t = cpu_us_of([&] { g_sink.fetch_add(bench::replay_lines(pool, sets[i]->lines(), ahead)); });
+          const double t =
+              cold_call([&] { g_sink.fetch_add(bench::replay_lines(pool, sets[i]->lines(), ahead)); }).cpu_us;
           best = best == 0 ? t : std::min(best, t);
         }
         us[i].push_back(best);
       }
     }
-    auto median = [](std::vector<double>& v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
     Replay out;
     for (std::vector<double>& u : us) out.us.push_back(median(u));
     out.step_us = median(step_us);
