@@ -436,8 +436,9 @@ int run(const Args& a) {
       else if (depth > 0) std::snprintf(pf, sizeof pf, "prefill shared from %d threads", runners[src].threads);
       char bd[96] = "bound -";
       if (bound) std::snprintf(bd, sizeof bd, "bound %6.1f tok/s @ %.1f GB/s = %4.1f%%", *bound, bw->second, 100 * tok_s / *bound);
-      std::printf("%s %s t=%d depth=%-6d %s | %s decode %6.1f tok/s (median %.2f ms, mean %.2f ms) | %.1f MB/token | %s\n",
-                  name.c_str(), prec, t, depth, pf, pname, tok_s, med * 1e3, mean * 1e3, bytes / 1e6, bd);
+      std::printf("%s %s t=%d depth=%-6d %s | %s decode %6.1f tok/s (median %.2f ms, mean %.2f ms, p90 %.2f ms, max %.2f ms) | %.1f MB/token | %s\n",
+                  name.c_str(), prec, t, depth, pf, pname, tok_s, med * 1e3, mean * 1e3, quantile(d.seconds, 0.9) * 1e3,
+                  *std::max_element(d.seconds.begin(), d.seconds.end()) * 1e3, bytes / 1e6, bd);
       if (r == 0 && depth == a.depths.front())
         std::printf("  greedy continuation: %s\n", json(m.model().tokenizer().decode(d.generated)).dump().c_str());
       std::fflush(stdout);

@@ -31,8 +31,8 @@ MODELS = {
 }
 POLICIES = ["dense", "sparq", "hip", "swa", "auto"]
 NOISE_MS = 0.3  # the spread of a mean ms per token between runs of the same kernel on this VM
-LINE = re.compile(r"depth=(\d+).*\|\s*(\w+) decode\s+[\d.]+ tok/s \(median ([\d.]+) ms, mean ([\d.]+) ms\) \| "
-                  r"([\d.]+) MB/token")
+LINE = re.compile(r"depth=(\d+).*\|\s*(\w+) decode\s+[\d.]+ tok/s \(median ([\d.]+) ms, mean ([\d.]+) ms, "
+                  r"p90 ([\d.]+) ms, max ([\d.]+) ms\) \| ([\d.]+) MB/token")
 
 
 def main():
@@ -65,14 +65,15 @@ def main():
     for name in args.models.split(","):
         gguf, depths = MODELS[name]
         depths = args.depths or depths
-        runs = defaultdict(list)  # (depth, policy) -> [(mean ms, MB)]
+        runs = defaultdict(list)  # (depth, policy) -> [(mean ms, MB, p90 ms, max ms)]
         for r in range(args.rounds):
             out = subprocess.run([str(ROOT / args.build / "bench_decode"), "--model", str(gguf), "--threads",
                                   str(args.threads), "--depths", depths, "--decode-tokens", str(args.decode_tokens),
                                   "--attention", ",".join(POLICIES)], cwd=ROOT, capture_output=True, text=True,
                                  check=True).stdout
             for m in LINE.finditer(out):
-                runs[(int(m.group(1)), m.group(2))].append((float(m.group(4)), float(m.group(5))))
+                runs[(int(m.group(1)), m.group(2))].append(
+                    (float(m.group(4)), float(m.group(7)), float(m.group(5)), float(m.group(6))))
             print(f"{name}: round {r + 1} done", flush=True)
         tables.append((name, sorted(map(int, depths.split(","))), runs))
     if not args.bandwidth_json:
@@ -88,14 +89,13 @@ def main():
              "the measured time. This VM's 480 MiB L3 holds a small model's weights, so a step can beat the "
              "DRAM bound (> 100%); the second table per model leaves the weights out.", ""]
     for name, depths, runs in tables:
-        med = {key: (statistics.median(v for v, _ in vals), statistics.median(b for _, b in vals))
-               for key, vals in runs.items()}
+        med = {key: tuple(statistics.median(v[i] for v in vals) for i in range(4)) for key, vals in runs.items()}
         lines += [f"## {name}", "", "| depth | " + " | ".join(POLICIES) + " |", "|---" * (len(POLICIES) + 1) + "|"]
         for depth in depths:
             dense = med[(depth, "dense")][0]
             cells = []
             for p in POLICIES:
-                ms, mb = med[(depth, p)]
+                ms, mb = med[(depth, p)][:2]
                 bound = f", {100 * mb / gbps / ms:.0f}% bound"
                 cells.append(f"{ms:.2f} ms ({mb:.0f} MB{bound})" if p == "dense"
                              else f"{ms:.2f} ms, {dense / ms:.2f}× ({mb:.0f} MB{bound})")
@@ -114,6 +114,12 @@ def main():
                 noisy = min(part, dense) < NOISE_MS
                 cells.append(f"{part:.2f} ms" if p == "dense" or noisy else f"{part:.2f} ms, {dense / part:.2f}×")
             lines.append(f"| {depth} | " + " | ".join(cells) + " |")
+        lines += ["", "The slowest steps: p90 / max ms per token (median over rounds). A policy whose mean beats "
+                  "dense can still have steps slower than dense's (HiP's mask refresh).", "",
+                  "| depth | " + " | ".join(POLICIES) + " |", "|---" * (len(POLICIES) + 1) + "|"]
+        for depth in depths:
+            lines.append(f"| {depth} | " + " | ".join(f"{med[(depth, p)][2]:.2f} / {med[(depth, p)][3]:.2f}"
+                                                      for p in POLICIES) + " |")
         lines.append("")
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

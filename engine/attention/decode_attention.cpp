@@ -46,6 +46,15 @@ void swa_fold_mass(LayerPolicyState& st, std::span<const int32_t> kept, const fl
   }
 }
 
+bool hip_refresh_due(const AttentionPolicy& p, const LayerPolicyState& st) {
+  return st.hip_age < 0 || st.hip_age + 1 >= p.hip_refresh;
+}
+
+void hip_count_step(const AttentionPolicy& p, int32_t layer, bool estimated, LayerPolicyState& st) {
+  if (!estimated) ++st.hip_age;
+  else st.hip_age = st.hip_age < 0 ? layer % std::max(1, p.hip_refresh) : 0;
+}
+
 bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d) {
   switch (p.kind) {
     case PolicyKind::kSparq: return resolve_sparq(p, S, d).k >= S;

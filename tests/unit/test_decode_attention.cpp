@@ -102,6 +102,42 @@ TEST(SwaSelectionMass, AHeavyTokenKeepsItsNeighboursSelectable) {
 // A request's policy maps to a bounded set of probes: ratios up to powers of two or eighths,
 // HiP's refresh down to 1, 2 or 4; HiP's mask scope is its own probe (per query head costs more
 // than per kv head).
+// The HiP refresh schedule over a sequence's steps: every layer estimates at its first step, then
+// every R steps; after the first step the layers take turns, so no step re-estimates more than
+// ⌈L / R⌉ layers (the old rule re-estimated all L every R-th step).
+TEST(HipRefresh, EveryLayerEveryRStepsAndTheLayersTakeTurns) {
+  for (int32_t R : {1, 2, 4, 8}) {
+    for (int32_t L : {1, 3, 18, 30}) {
+      AttentionPolicy p;
+      p.kind = PolicyKind::kHip;
+      p.hip_refresh = R;
+      std::vector<LayerPolicyState> layers(L);
+      std::vector<std::vector<int32_t>> estimated_at(L);
+      const int32_t steps = 5 * R + 3;
+      for (int32_t step = 0; step < steps; ++step) {
+        int32_t estimates = 0;
+        for (int32_t l = 0; l < L; ++l) {
+          const bool due = hip_refresh_due(p, layers[l]);
+          if (due) {
+            estimated_at[l].push_back(step);
+            ++estimates;
+          }
+          hip_count_step(p, l, due, layers[l]);
+        }
+        if (step == 0) EXPECT_EQ(estimates, L) << "R " << R << " L " << L;
+        else EXPECT_LE(estimates, (L + R - 1) / R) << "R " << R << " L " << L << " step " << step;
+      }
+      for (int32_t l = 0; l < L; ++l) {
+        const std::vector<int32_t>& at = estimated_at[l];
+        ASSERT_GE(at.size(), 2u);
+        EXPECT_EQ(at[0], 0);
+        EXPECT_EQ(at[1], R - l % R) << "layer " << l << "'s first turn";
+        for (size_t i = 2; i < at.size(); ++i) EXPECT_EQ(at[i] - at[i - 1], R) << "layer " << l;
+      }
+    }
+  }
+}
+
 TEST(BreakEvenProbe, BucketsRatiosAndHipVariantsIntoABoundedSet) {
   AttentionPolicy p;
   p.kind = PolicyKind::kHip;

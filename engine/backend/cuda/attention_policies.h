@@ -86,12 +86,12 @@ T& backend_state(LayerPolicyState& st) {
 // attention is launched: the backend's row cache copies in the rows it selects, so the mask is
 // then also copied to the host (st.hip_mask.block_starts, once per estimate). Otherwise the mask
 // never leaves the device.
-inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,
-                        PolicyScratch& s, cudaStream_t stream,
+inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, int32_t layer,
+                        LayerPolicyState& st, PolicyScratch& s, cudaStream_t stream,
                         const std::function<void(bool per_kv_head)>& before_attention = {}) {
   int64_t bytes = 0;
   HipDeviceMask& mask = backend_state<HipDeviceMask>(st);
-  const bool refresh = st.hip_age < 0 || st.hip_age + 1 >= p.hip_refresh;
+  const bool refresh = hip_refresh_due(p, st);  // layers take turns (decode_attention.h)
   if (refresh) st.hip_params = resolve_hip(p, args.pos + 1);
   cuda::HipConfig cfg = hip_config(st.hip_params);
   // The estimation kernel holds a mask's query rows in shared memory: groups wider than that
@@ -109,11 +109,10 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
       FATHOM_CUDA_BACKEND_OK(cuda::hip_estimate_mask(kv, args, cfg, info, mask.starts.get(), stream));
       bytes += cuda::hip_estimate_mask_bytes_bound(kv, args, cfg, info).kv_read;
     }
-    st.hip_age = 0;
   } else {
-    ++st.hip_age;
     FATHOM_CHECK(info.dense || mask.n == heads * keep, "cached HiP mask has the wrong shape");
   }
+  hip_count_step(p, layer, refresh, st);
   if (before_attention && !info.dense) {
     if (st.hip_mask.block_starts.empty()) {
       std::vector<int32_t> starts(heads * keep);
