@@ -53,8 +53,8 @@ struct LayerPolicyState {
 // layers take turns: a sequence's first estimate (in every layer at once: there is no mask yet)
 // starts layer l's count at l mod R, so its next estimate comes R − (l mod R) steps later, and from
 // then on each step re-estimates ~1/R of the layers. Refreshing every layer at the same step made
-// that step slower than a dense one (SmolLM2 at 8k, R = 4: 12 ms every 4th token, dense 11, the
-// other three 5.5); each mask still lives R steps.
+// that step slower than a dense one (SmolLM2 at 8k, R = 4: 13-14 ms every 4th token against dense's
+// 12, the other three ~7); each mask still lives R steps.
 bool hip_refresh_due(const AttentionPolicy& p, const LayerPolicyState& state);
 // After a HiP step of `layer`: `estimated` tells whether it estimated the mask.
 void hip_count_step(const AttentionPolicy& p, int32_t layer, bool estimated, LayerPolicyState& state);
