@@ -420,6 +420,7 @@ int run(const Args& a) {
       const char* pname = policy_name(policy.kind);
       const double med = median(d.seconds);
       const double mean = std::accumulate(d.seconds.begin(), d.seconds.end(), 0.0) / d.seconds.size();
+      const double p90 = quantile(d.seconds, 0.9), slowest = *std::max_element(d.seconds.begin(), d.seconds.end());
       const double bytes = static_cast<double>(w.matrix_bytes) + embed_row + d.kv_bytes;
       const auto bw = bandwidth.find(t);
       const std::optional<double> bound =
@@ -437,8 +438,8 @@ int run(const Args& a) {
       char bd[96] = "bound -";
       if (bound) std::snprintf(bd, sizeof bd, "bound %6.1f tok/s @ %.1f GB/s = %4.1f%%", *bound, bw->second, 100 * tok_s / *bound);
       std::printf("%s %s t=%d depth=%-6d %s | %s decode %6.1f tok/s (median %.2f ms, mean %.2f ms, p90 %.2f ms, max %.2f ms) | %.1f MB/token | %s\n",
-                  name.c_str(), prec, t, depth, pf, pname, tok_s, med * 1e3, mean * 1e3, quantile(d.seconds, 0.9) * 1e3,
-                  *std::max_element(d.seconds.begin(), d.seconds.end()) * 1e3, bytes / 1e6, bd);
+                  name.c_str(), prec, t, depth, pf, pname, tok_s, med * 1e3, mean * 1e3, p90 * 1e3, slowest * 1e3,
+                  bytes / 1e6, bd);
       if (r == 0 && depth == a.depths.front())
         std::printf("  greedy continuation: %s\n", json(m.model().tokenizer().decode(d.generated)).dump().c_str());
       std::fflush(stdout);
@@ -455,8 +456,8 @@ int run(const Args& a) {
                        {"decode_ms_median", med * 1e3},
                        {"decode_ms_mean", mean * 1e3},
                        {"decode_ms_min", *std::min_element(d.seconds.begin(), d.seconds.end()) * 1e3},
-                       {"decode_ms_max", *std::max_element(d.seconds.begin(), d.seconds.end()) * 1e3},
-                       {"decode_ms_p90", quantile(d.seconds, 0.9) * 1e3},
+                       {"decode_ms_max", slowest * 1e3},
+                       {"decode_ms_p90", p90 * 1e3},
                        {"decode_tok_s", tok_s},
                        {"decode_tok_s_mean", 1.0 / mean},
                        {"bytes_per_token", bytes},

@@ -115,7 +115,8 @@ def main():
                 cells.append(f"{part:.2f} ms" if p == "dense" or noisy else f"{part:.2f} ms, {dense / part:.2f}×")
             lines.append(f"| {depth} | " + " | ".join(cells) + " |")
         lines += ["", "The slowest steps: p90 / max ms per token (median over rounds). A policy whose mean beats "
-                  "dense can still have steps slower than dense's (HiP's mask refresh).", "",
+                  "dense's can still have slower steps (the first decode step: HiP estimates every layer's "
+                  "mask, SWA seeds its mass densely).", "",
                   "| depth | " + " | ".join(POLICIES) + " |", "|---" * (len(POLICIES) + 1) + "|"]
         for depth in depths:
             lines.append(f"| {depth} | " + " | ".join(f"{med[(depth, p)][2]:.2f} / {med[(depth, p)][3]:.2f}"

@@ -41,7 +41,10 @@ void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const 
       const AttentionPolicy p = resolve_auto(*s.policy);
       if (layer_uses_policy(p, il, lc.sliding) && !selects_every_key(p, s.pos0 + 1, c.head_dim) &&
           s.pos0 + 1 >= min_sparse_keys(ops, p)) {
-        kv_read[requested] += ops.attend_sparse(il, seq, p, s.policy_state->layers[il]);
+        LayerPolicyState& state = s.policy_state->layers[il];
+        if (p.kind == PolicyKind::kHip && state.hip_age < 0)  // before its first estimate
+          state.hip_turn = hip_turn(p, il, [&](int32_t l) { return c.layers[l].sliding; });
+        kv_read[requested] += ops.attend_sparse(il, seq, p, state);
         ++steps[requested][static_cast<int>(p.kind)];
         continue;
       }

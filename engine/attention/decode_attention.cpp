@@ -50,9 +50,9 @@ bool hip_refresh_due(const AttentionPolicy& p, const LayerPolicyState& st) {
   return st.hip_age < 0 || st.hip_age + 1 >= p.hip_refresh;
 }
 
-void hip_count_step(const AttentionPolicy& p, int32_t layer, bool estimated, LayerPolicyState& st) {
+void hip_count_step(const AttentionPolicy& p, bool estimated, LayerPolicyState& st) {
   if (!estimated) ++st.hip_age;
-  else st.hip_age = st.hip_age < 0 ? layer % std::max(1, p.hip_refresh) : 0;
+  else st.hip_age = st.hip_age < 0 ? st.hip_turn % std::max(1, p.hip_refresh) : 0;
 }
 
 bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d) {

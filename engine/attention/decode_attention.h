@@ -43,21 +43,12 @@ class BackendLayerStatePtr {
 struct LayerPolicyState {
   ref::HipMask hip_mask;
   ref::HipParams hip_params;    // the parameters the cached mask was estimated with
-  int32_t hip_age = -1;         // the refresh count (hip_refresh_due); −1: no mask yet
+  int32_t hip_age = -1;         // steps counted toward the next refresh (hip_refresh_due); −1: no mask yet
+  int32_t hip_turn = 0;         // this layer's refresh phase: its rank among the policy's layers (hip_turn)
   std::vector<float> swa_mass;    // [positions] decayed attention weight summed over heads
   std::vector<float> swa_pooled;  // [positions] scratch: swa_mass max-pooled (swa_selection_mass)
   BackendLayerStatePtr backend;   // a backend's own per-layer state (unused by the CPU backend)
 };
-
-// HiP's mask refresh. Each layer re-estimates its mask every p.hip_refresh decode steps, but the
-// layers take turns: a sequence's first estimate (in every layer at once: there is no mask yet)
-// starts layer l's count at l mod R, so its next estimate comes R − (l mod R) steps later, and from
-// then on each step re-estimates ~1/R of the layers. Refreshing every layer at the same step made
-// that step slower than a dense one (SmolLM2 at 8k, R = 4: 13-14 ms every 4th token against dense's
-// 12, the other three ~7); each mask still lives R steps.
-bool hip_refresh_due(const AttentionPolicy& p, const LayerPolicyState& state);
-// After a HiP step of `layer`: `estimated` tells whether it estimated the mask.
-void hip_count_step(const AttentionPolicy& p, int32_t layer, bool estimated, LayerPolicyState& state);
 
 // Per sequence, one entry per layer. Reset when the sequence is recomputed; copied on fork.
 struct SeqPolicyState {
@@ -67,6 +58,26 @@ struct SeqPolicyState {
 // True when `layer` reads the KV cache through the sparse policy (else dense): sliding-window
 // layers already read at most their window and stay dense; HiP keeps its leading layers dense.
 bool layer_uses_policy(const AttentionPolicy& p, int32_t layer, bool sliding);
+
+// HiP's mask refresh. Each layer re-estimates its mask every p.hip_refresh decode steps, but the
+// layers take turns: a sequence's first estimate (in every layer at once: there is no mask yet)
+// starts a layer's count at its hip_turn mod R, so its next estimate comes R − (turn mod R) steps
+// later, and from then on each step re-estimates ~1/R of the layers. Refreshing every layer at the
+// same step made that step slower than a dense one (SmolLM2 at 8k, R = 4: 13-14 ms every 4th token
+// against dense's 12, the other three ~7); each mask still lives R steps.
+bool hip_refresh_due(const AttentionPolicy& p, const LayerPolicyState& state);
+// After a HiP step: `estimated` tells whether it estimated the mask.
+void hip_count_step(const AttentionPolicy& p, bool estimated, LayerPolicyState& state);
+// A layer's turn: how many layers below it read through the policy (layer_uses_policy, with
+// sliding(l) telling whether layer l is a sliding-window one), so that the layers the policy reads
+// take consecutive turns. (The layer index itself would not do: Gemma 3's global layers are 5, 11,
+// 17, ... — all odd, so with R = 2 every one of them would refresh at the same step.)
+template <typename SlidingOf>
+int32_t hip_turn(const AttentionPolicy& p, int32_t layer, SlidingOf&& sliding) {
+  int32_t turn = 0;
+  for (int32_t l = 0; l < layer; ++l) turn += layer_uses_policy(p, l, sliding(l)) ? 1 : 0;
+  return turn;
+}
 
 // True when the policy would select every one of the S keys at head dimension d: the step is
 // dense attention and runs the dense kernel — the output is then exactly dense (one kernel's

@@ -10,11 +10,15 @@
 // first token, so all diverge. All 5 share the prompt's full blocks; each has its own copy of the
 // partial last block (copy-on-write, as a fork). On the CUDA side the 2 dense sequences form a
 // bifurcated group (the shared prompt read once for both); the CPU side runs no groups.
-// Every sequence feeds back its own backend's greedy token; a step passes when both backends
-// pick the same token for every sequence.
+// Every sequence feeds back the CPU's greedy token (so one different pick does not compound); a
+// step passes when both backends pick the same token for every sequence, except HiP after a step
+// whose masks differ by a near-tie (below), where the CUDA pick must be the CPU's second.
 // Precision: CPU f32 activations (Precision::kF32), f16 KV on both sides; the CUDA backend rounds
 // GEMM inputs to f16, so logits differ by NMSE ~1e-6 (test_cuda_forward) — far below the margins
-// of greedy picks on these prompts, checked by printing each step's smallest top-2 margin.
+// of greedy picks on these prompts, checked by printing each step's smallest top-2 margin. The
+// sparse policies' selections can flip where two candidates score within that rounding (SmolLM2
+// here: SparQ up to NMSE 5e-4 at a step, dense-only steps 1.5e-5), so the NMSE is printed, not
+// bounded; the picks are what must agree.
 #include "tests/kernel/cuda_backend_headers.h"
 #include "tests/kernel/shared_prefill.h"
 
@@ -104,7 +108,7 @@ void compare_policies(const std::string& file, int steps) {
   std::vector<std::vector<int32_t>> generated(kSeqs);
   int grouped_steps = 0, hip_tokens_differing = 0;
   size_t hip_blocks = 0, hip_blocks_differing = 0;
-  double worst_nmse = 0, smallest_margin = 1e30;
+  double worst_nmse = 0, worst_hip_nmse = 0, smallest_margin = 1e30;  // HiP after masks differ: apart
   for (int step = 0; step < steps; ++step) {
     BatchPlan plan;
     for (int i = 0; i < kSeqs; ++i)
@@ -122,13 +126,22 @@ void compare_policies(const std::string& file, int steps) {
     // 19th best of 36 halves 8e-5 apart, relative), so a block may differ; that changes the next
     // layers' q, and their masks differ more (up to 36 of 162 blocks in a layer), and a token may
     // differ. Counted over the run, bounded at the end.
+    // The layers take turns to refresh (decode_attention.h): after the first step, which estimates
+    // every HiP layer, no step estimates more than ⌈n / R⌉ of them.
     bool masks_differ = false;
     for (int i = 0; i < kSeqs; ++i) {
       if (policy[i]->kind != PolicyKind::kHip) continue;
+      int32_t hip_layers = 0, estimated_now = 0;
       for (size_t l = 0; l < cpu_state[i].layers.size(); ++l) {
         const ref::HipMask& want = cpu_state[i].layers[l].hip_mask;
-        const auto* got = dynamic_cast<const cuda_backend_detail::HipDeviceMask*>(cuda_state[i].layers[l].backend.get());
-        if (got == nullptr) continue;  // a dense layer
+        using cuda_backend_detail::HipDeviceMask;
+        const auto* got = dynamic_cast<const HipDeviceMask*>(cuda_state[i].layers[l].backend.get());
+        if (got == nullptr) {  // a layer HiP leaves dense, on both backends
+          EXPECT_LT(cpu_state[i].layers[l].hip_age, 0) << "layer " << l;
+          continue;
+        }
+        ++hip_layers;
+        estimated_now += want.pos == P + step;
         ASSERT_EQ(cuda_state[i].layers[l].hip_mask.pos, want.pos) << "layer " << l << " step " << step;
         if (want.dense) continue;
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -139,28 +152,40 @@ void compare_policies(const std::string& file, int steps) {
         ASSERT_EQ(starts.size(), want.block_starts.size() * keep);
         size_t differ = 0;
         for (size_t h = 0; h < want.block_starts.size(); ++h)
-          for (size_t x = 0; x < keep; ++x)
-            differ += !std::binary_search(want.block_starts[h].begin(), want.block_starts[h].end(), starts[h * keep + x]);
+          for (size_t x = 0; x < keep; ++x) {
+            if (x > 0) {
+              EXPECT_LT(starts[h * keep + x - 1], starts[h * keep + x]) << "layer " << l << ": distinct, ascending";
+            }
+            const std::vector<int32_t>& cpu_blocks = want.block_starts[h];
+            differ += !std::binary_search(cpu_blocks.begin(), cpu_blocks.end(), starts[h * keep + x]);
+          }
         masks_differ = masks_differ || differ > 0;
         hip_blocks_differing += differ;
         hip_blocks += starts.size();
       }
+      const int32_t R = policy[i]->hip_refresh;
+      if (step == 0) EXPECT_EQ(estimated_now, hip_layers) << "the first step estimates every HiP layer";
+      else EXPECT_LE(estimated_now, (hip_layers + R - 1) / R) << "step " << step << ": the layers take turns";
     }
     ASSERT_EQ(cpu_logits.size(), cuda_logits.size());
-    double num = 0, den = 0;
-    for (size_t k = 0; k < cpu_logits.size(); ++k) {
-      num += (cpu_logits[k] - cuda_logits[k]) * static_cast<double>(cpu_logits[k] - cuda_logits[k]);
-      den += cpu_logits[k] * static_cast<double>(cpu_logits[k]);
+    for (int i = 0; i < kSeqs; ++i) {
+      const float* a = &cpu_logits[static_cast<size_t>(i) * vocab];
+      const float* b = &cuda_logits[static_cast<size_t>(i) * vocab];
+      double num = 0, den = 0;
+      for (int32_t k = 0; k < vocab; ++k) {
+        num += (a[k] - b[k]) * static_cast<double>(a[k] - b[k]);
+        den += a[k] * static_cast<double>(a[k]);
+      }
+      const bool near_tie = policy[i]->kind == PolicyKind::kHip && masks_differ;
+      (near_tie ? worst_hip_nmse : worst_nmse) = std::max(near_tie ? worst_hip_nmse : worst_nmse, num / den);
     }
-    worst_nmse = std::max(worst_nmse, num / den);
     for (int i = 0; i < kSeqs; ++i) {
       const float* a = &cpu_logits[static_cast<size_t>(i) * vocab];
       const std::vector<int32_t> top = ranked(a, vocab, 2);
       const int32_t mine = ranked(&cuda_logits[static_cast<size_t>(i) * vocab], vocab, 1)[0];
       smallest_margin = std::min<double>(smallest_margin, a[top[0]] - a[top[1]]);
       if (policy[i]->kind == PolicyKind::kHip && masks_differ && mine != top[0]) {  // a near-tie's block, above
-        const std::vector<int32_t> top5 = ranked(a, vocab, 5);
-        EXPECT_NE(std::find(top5.begin(), top5.end(), mine), top5.end()) << "step " << step << ": HiP's token";
+        EXPECT_EQ(mine, top[1]) << "step " << step << ": HiP's token is the CPU's second";
         ++hip_tokens_differing;
         token[i] = top[0];
         generated[i].push_back(top[0]);
@@ -182,9 +207,10 @@ void compare_policies(const std::string& file, int steps) {
                 model->tokenizer().decode(generated[i]).c_str());
   EXPECT_LE(hip_blocks_differing * 16, hip_blocks) << "HiP's masks differ beyond near-ties";
   EXPECT_LE(hip_tokens_differing * 4, steps) << "HiP's tokens differ beyond its masks' near-ties";
-  std::printf("%s: %d steps x %d sequences equal (HiP: %d tokens, %zu of %zu mask blocks differ); worst logits NMSE "
-              "%.2e, smallest CPU top-2 margin %.3f; %.1f s\n",
-              file.c_str(), steps, kSeqs, hip_tokens_differing, hip_blocks_differing, hip_blocks, worst_nmse, smallest_margin,
+  std::printf("%s: %d steps x %d sequences, HiP %d tokens different (%zu of %zu mask blocks); worst logits NMSE "
+              "%.2e (HiP after a near-tie %.2e), smallest CPU top-2 margin %.3f; %.1f s\n",
+              file.c_str(), steps, kSeqs, hip_tokens_differing, hip_blocks_differing, hip_blocks, worst_nmse,
+              worst_hip_nmse, smallest_margin,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -99,45 +100,57 @@ TEST(SwaSelectionMass, AHeavyTokenKeepsItsNeighboursSelectable) {
   EXPECT_FLOAT_EQ(m[34], 0.01f);
 }
 
+// The HiP refresh schedule over a sequence's steps, for the layers the policy reads: SmolLM2's
+// (all but the leading hip_dense_layers) and Gemma 3's (the global layers 5, 11, 17, ...). Every
+// layer estimates at its first step, then every R steps, and the layers take turns: no later step
+// re-estimates more than ⌈n / R⌉ of the n layers (before, all n every R-th step).
+TEST(HipRefresh, EveryLayerEveryRStepsAndTheLayersTakeTurns) {
+  for (const bool gemma : {false, true})
+    for (const int32_t R : {1, 2, 4, 8})
+      for (const int32_t L : {18, 26, 30}) {
+        AttentionPolicy p;
+        p.kind = PolicyKind::kHip;
+        p.hip_refresh = R;
+        auto sliding = [&](int32_t l) { return gemma && l % 6 != 5; };
+        std::vector<int32_t> layers;  // the layers the policy reads
+        for (int32_t l = 0; l < L; ++l)
+          if (layer_uses_policy(p, l, sliding(l))) layers.push_back(l);
+        const int32_t n = static_cast<int32_t>(layers.size());
+        ASSERT_GT(n, 0);
+        std::vector<LayerPolicyState> state(n);
+        for (int32_t i = 0; i < n; ++i) {
+          state[i].hip_turn = hip_turn(p, layers[i], sliding);
+          EXPECT_EQ(state[i].hip_turn, i) << "consecutive turns";
+        }
+        std::vector<std::vector<int32_t>> estimated_at(n);
+        for (int32_t step = 0; step < 5 * R + 3; ++step) {
+          int32_t estimates = 0;
+          for (int32_t i = 0; i < n; ++i) {
+            const bool due = hip_refresh_due(p, state[i]);
+            if (due) {
+              estimated_at[i].push_back(step);
+              ++estimates;
+            }
+            hip_count_step(p, due, state[i]);
+          }
+          const std::string where = (gemma ? "gemma" : "smollm2") + std::string(" R ") + std::to_string(R) + " L " +
+                                    std::to_string(L) + " step " + std::to_string(step);
+          if (step == 0) EXPECT_EQ(estimates, n) << where;
+          else EXPECT_LE(estimates, (n + R - 1) / R) << where;
+        }
+        for (int32_t i = 0; i < n; ++i) {
+          const std::vector<int32_t>& at = estimated_at[i];
+          ASSERT_GE(at.size(), 2u);
+          EXPECT_EQ(at[0], 0);
+          EXPECT_EQ(at[1], R - i % R) << "layer " << layers[i] << "'s first turn";
+          for (size_t k = 2; k < at.size(); ++k) EXPECT_EQ(at[k] - at[k - 1], R) << "layer " << layers[i];
+        }
+      }
+}
+
 // A request's policy maps to a bounded set of probes: ratios up to powers of two or eighths,
 // HiP's refresh down to 1, 2 or 4; HiP's mask scope is its own probe (per query head costs more
 // than per kv head).
-// The HiP refresh schedule over a sequence's steps: every layer estimates at its first step, then
-// every R steps; after the first step the layers take turns, so no step re-estimates more than
-// ⌈L / R⌉ layers (the old rule re-estimated all L every R-th step).
-TEST(HipRefresh, EveryLayerEveryRStepsAndTheLayersTakeTurns) {
-  for (int32_t R : {1, 2, 4, 8}) {
-    for (int32_t L : {1, 3, 18, 30}) {
-      AttentionPolicy p;
-      p.kind = PolicyKind::kHip;
-      p.hip_refresh = R;
-      std::vector<LayerPolicyState> layers(L);
-      std::vector<std::vector<int32_t>> estimated_at(L);
-      const int32_t steps = 5 * R + 3;
-      for (int32_t step = 0; step < steps; ++step) {
-        int32_t estimates = 0;
-        for (int32_t l = 0; l < L; ++l) {
-          const bool due = hip_refresh_due(p, layers[l]);
-          if (due) {
-            estimated_at[l].push_back(step);
-            ++estimates;
-          }
-          hip_count_step(p, l, due, layers[l]);
-        }
-        if (step == 0) EXPECT_EQ(estimates, L) << "R " << R << " L " << L;
-        else EXPECT_LE(estimates, (L + R - 1) / R) << "R " << R << " L " << L << " step " << step;
-      }
-      for (int32_t l = 0; l < L; ++l) {
-        const std::vector<int32_t>& at = estimated_at[l];
-        ASSERT_GE(at.size(), 2u);
-        EXPECT_EQ(at[0], 0);
-        EXPECT_EQ(at[1], R - l % R) << "layer " << l << "'s first turn";
-        for (size_t i = 2; i < at.size(); ++i) EXPECT_EQ(at[i] - at[i - 1], R) << "layer " << l;
-      }
-    }
-  }
-}
-
 TEST(BreakEvenProbe, BucketsRatiosAndHipVariantsIntoABoundedSet) {
   AttentionPolicy p;
   p.kind = PolicyKind::kHip;

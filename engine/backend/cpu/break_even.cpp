@@ -80,7 +80,7 @@ BreakEven measure_break_even(ThreadPool& pool, const KvLayout& model_layout, int
     const DecodeArgs sparse{q.data(), out.data(), n_heads, keys - 1, scale};
     LayerPolicyState state;
     if (!every_key)
-      for (int i = 0; i < steps; ++i) cpu_sparse_decode(pool, view, sparse, p, /*layer=*/0, state);  // HiP's mask, SWA's mass
+      for (int i = 0; i < steps; ++i) cpu_sparse_decode(pool, view, sparse, p, state);  // HiP's mask, SWA's mass
     // Best of kRounds rounds each, dense and sparse alternating, so that a drift of the machine's
     // speed during the measurement (frequency, a neighbour's load) weighs on both alike.
     t.dense_us = t.sparse_us = 1e30;
@@ -92,7 +92,7 @@ BreakEven measure_break_even(ThreadPool& pool, const KvLayout& model_layout, int
       t.dense_us = std::min(t.dense_us, round_us(steps, evict, [&] { cpu::paged_attention(pool, view, dense); }));
       if (!every_key)
         t.sparse_us =
-            std::min(t.sparse_us, round_us(steps, evict, [&] { cpu_sparse_decode(pool, view, sparse, p, /*layer=*/0, state); }));
+            std::min(t.sparse_us, round_us(steps, evict, [&] { cpu_sparse_decode(pool, view, sparse, p, state); }));
     }
     if (every_key) t.sparse_us = t.dense_us;
     be.times.push_back(t);

@@ -324,7 +324,7 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
         tier_bytes_.host_to_device += c.bytes;
       };
       try {
-        const int64_t bytes = cpu_sparse_decode(*threads_, view, decode_args(seq), policy, layer, state);
+        const int64_t bytes = cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
         count();
         return bytes;
       } catch (const HotRowsFull&) {  // one attention call needs more rows than the cache holds
@@ -336,7 +336,7 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
   }
   const PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
   observe(layer, seq, view);
-  return cpu_sparse_decode(*threads_, view, decode_args(seq), policy, layer, state);
+  return cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
 }
 
 int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {

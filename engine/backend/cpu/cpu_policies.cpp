@@ -10,14 +10,14 @@ namespace fathom {
 namespace {
 
 int64_t hip_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
-                 int32_t layer, LayerPolicyState& st) {
+                 LayerPolicyState& st) {
   ref::HipBytes bytes;
   const bool refresh = hip_refresh_due(p, st);
   if (refresh) {  // estimate at this position
     st.hip_params = resolve_hip(p, args.pos + 1);
     cpu::hip_estimate_mask(pool, kv, args, st.hip_params, &st.hip_mask, &bytes);
   }
-  hip_count_step(p, layer, refresh, st);
+  hip_count_step(p, refresh, st);
   cpu::hip_sparse_decode(pool, kv, args, st.hip_params, st.hip_mask, &bytes);
   return bytes.total();
 }
@@ -48,10 +48,10 @@ bool cpu_implements(PolicyKind kind) {
 }
 
 int64_t cpu_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
-                          int32_t layer, LayerPolicyState& state) {
+                          LayerPolicyState& state) {
   switch (p.kind) {
     case PolicyKind::kSparq: return cpu::sparq_decode(pool, kv, args, resolve_sparq(p, args.pos + 1, kv.head_dim)).kv_bytes;
-    case PolicyKind::kHip: return hip_step(pool, kv, args, p, layer, state);
+    case PolicyKind::kHip: return hip_step(pool, kv, args, p, state);
     case PolicyKind::kSwa: return swa_step(pool, kv, args, p, state);
     case PolicyKind::kDense:
     case PolicyKind::kAuto: break;

@@ -12,9 +12,8 @@ namespace fathom {
 // The policies cpu_sparse_decode implements (every PolicyKind but dense, which is not sparse).
 bool cpu_implements(PolicyKind kind);
 
-// args: one query at args.pos over kv; p.kind must be sparse and selects_every_key false. `layer`
-// (the model layer the state belongs to) sets HiP's refresh turn (hip_refresh_due).
+// args: one query at args.pos over kv; p.kind must be sparse and selects_every_key false.
 int64_t cpu_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
-                          int32_t layer, LayerPolicyState& state);
+                          LayerPolicyState& state);
 
 }  // namespace fathom

@@ -86,8 +86,8 @@ T& backend_state(LayerPolicyState& st) {
 // attention is launched: the backend's row cache copies in the rows it selects, so the mask is
 // then also copied to the host (st.hip_mask.block_starts, once per estimate). Otherwise the mask
 // never leaves the device.
-inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, int32_t layer,
-                        LayerPolicyState& st, PolicyScratch& s, cudaStream_t stream,
+inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,
+                        PolicyScratch& s, cudaStream_t stream,
                         const std::function<void(bool per_kv_head)>& before_attention = {}) {
   int64_t bytes = 0;
   HipDeviceMask& mask = backend_state<HipDeviceMask>(st);
@@ -112,7 +112,7 @@ inline int64_t hip_step(const PagedKvView& kv, const DecodeArgs& args, const Att
   } else {
     FATHOM_CHECK(info.dense || mask.n == heads * keep, "cached HiP mask has the wrong shape");
   }
-  hip_count_step(p, layer, refresh, st);
+  hip_count_step(p, refresh, st);
   if (before_attention && !info.dense) {
     if (st.hip_mask.block_starts.empty()) {
       std::vector<int32_t> starts(heads * keep);

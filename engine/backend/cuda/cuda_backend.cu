@@ -679,8 +679,8 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
   switch (policy.kind) {
     case PolicyKind::kSparq: return sparq_step(view, decode_args(seq), policy, scratch_, stream_);
     case PolicyKind::kHip:
-      if (!row_cache_) return hip_step(view, decode_args(seq), policy, layer, state, scratch_, stream_);
-      return hip_step(view, decode_args(seq), policy, layer, state, scratch_, stream_,
+      if (!row_cache_) return hip_step(view, decode_args(seq), policy, state, scratch_, stream_);
+      return hip_step(view, decode_args(seq), policy, state, scratch_, stream_,
                       [&](bool per_kv_head) { cache_hip_rows(layer, seq, state, per_kv_head); });
     case PolicyKind::kSwa:
       if (!row_cache_) return swa_step(view, decode_args(seq), policy, state, scratch_, stream_);
