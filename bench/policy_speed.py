@@ -21,7 +21,7 @@ import json
 import re
 import statistics
 import subprocess
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +31,7 @@ MODELS = {
 }
 POLICIES = ["dense", "sparq", "hip", "swa", "auto"]
 NOISE_MS = 0.3  # the spread of a mean ms per token between runs of the same kernel on this VM
+Cell = namedtuple("Cell", "mean_ms mb p90_ms max_ms")  # one policy at one depth: a round's, or their medians
 LINE = re.compile(r"depth=(\d+).*\|\s*(\w+) decode\s+[\d.]+ tok/s \(median ([\d.]+) ms, mean ([\d.]+) ms, "
                   r"p90 ([\d.]+) ms, max ([\d.]+) ms\) \| ([\d.]+) MB/token")
 
@@ -65,7 +66,7 @@ def main():
     for name in args.models.split(","):
         gguf, depths = MODELS[name]
         depths = args.depths or depths
-        runs = defaultdict(list)  # (depth, policy) -> [(mean ms, MB, p90 ms, max ms)]
+        runs = defaultdict(list)  # (depth, policy) -> [Cell per round]
         for r in range(args.rounds):
             out = subprocess.run([str(ROOT / args.build / "bench_decode"), "--model", str(gguf), "--threads",
                                   str(args.threads), "--depths", depths, "--decode-tokens", str(args.decode_tokens),
@@ -73,7 +74,7 @@ def main():
                                  check=True).stdout
             for m in LINE.finditer(out):
                 runs[(int(m.group(1)), m.group(2))].append(
-                    (float(m.group(4)), float(m.group(7)), float(m.group(5)), float(m.group(6))))
+                    Cell(float(m.group(4)), float(m.group(7)), float(m.group(5)), float(m.group(6))))
             print(f"{name}: round {r + 1} done", flush=True)
         tables.append((name, sorted(map(int, depths.split(","))), runs))
     if not args.bandwidth_json:
@@ -89,28 +90,29 @@ def main():
              "the measured time. This VM's 480 MiB L3 holds a small model's weights, so a step can beat the "
              "DRAM bound (> 100%); the second table per model leaves the weights out.", ""]
     for name, depths, runs in tables:
-        med = {key: tuple(statistics.median(v[i] for v in vals) for i in range(4)) for key, vals in runs.items()}
+        med = {key: Cell(*(statistics.median(v[i] for v in vals) for i in range(len(Cell._fields))))
+               for key, vals in runs.items()}
         lines += [f"## {name}", "", "| depth | " + " | ".join(POLICIES) + " |", "|---" * (len(POLICIES) + 1) + "|"]
         for depth in depths:
-            dense = med[(depth, "dense")][0]
+            dense = med[(depth, "dense")].mean_ms
             cells = []
             for p in POLICIES:
-                ms, mb = med[(depth, p)][:2]
+                ms, mb = med[(depth, p)].mean_ms, med[(depth, p)].mb
                 bound = f", {100 * mb / gbps / ms:.0f}% bound"
                 cells.append(f"{ms:.2f} ms ({mb:.0f} MB{bound})" if p == "dense"
                              else f"{ms:.2f} ms, {dense / ms:.2f}× ({mb:.0f} MB{bound})")
             lines.append(f"| {depth} | " + " | ".join(cells) + " |")
         base_depth = depths[0]
-        base = med[(base_depth, "dense")][0]
+        base = med[(base_depth, "dense")].mean_ms
         lines += ["", f"Above the dense step at depth {base_depth} ({base:.2f} ms): ms per token and dense ÷ policy "
                   "over that part (a difference of two noisy means: no ratio where either part is under "
                   f"{NOISE_MS} ms).", "",
                   "| depth | " + " | ".join(POLICIES) + " |", "|---" * (len(POLICIES) + 1) + "|"]
         for depth in depths[1:]:
-            dense = med[(depth, "dense")][0] - base
+            dense = med[(depth, "dense")].mean_ms - base
             cells = []
             for p in POLICIES:
-                part = med[(depth, p)][0] - base
+                part = med[(depth, p)].mean_ms - base
                 noisy = min(part, dense) < NOISE_MS
                 cells.append(f"{part:.2f} ms" if p == "dense" or noisy else f"{part:.2f} ms, {dense / part:.2f}×")
             lines.append(f"| {depth} | " + " | ".join(cells) + " |")
@@ -119,7 +121,7 @@ def main():
                   "mask, SWA seeds its mass densely).", "",
                   "| depth | " + " | ".join(POLICIES) + " |", "|---" * (len(POLICIES) + 1) + "|"]
         for depth in depths:
-            lines.append(f"| {depth} | " + " | ".join(f"{med[(depth, p)][2]:.2f} / {med[(depth, p)][3]:.2f}"
+            lines.append(f"| {depth} | " + " | ".join(f"{med[(depth, p)].p90_ms:.2f} / {med[(depth, p)].max_ms:.2f}"
                                                       for p in POLICIES) + " |")
         lines.append("")
     Path(args.out).write_text("\n".join(lines) + "\n")
