@@ -5,16 +5,12 @@
 #include <cmath>
 
 #include "kernels/cpu/attention_partial.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace fathom::cpu {
 namespace {
+using namespace simd256;
 
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 float dot(const float* a, const float* b, int32_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int32_t i = 0;
@@ -27,7 +23,7 @@ float dot(const float* a, const float* b, int32_t n) {
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
-__m256 load_h(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+__m256 load_h(const uint16_t* p) { return load8(p); }
 float dot_h(const float* a, const uint16_t* b, int32_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int32_t i = 0;
@@ -58,24 +54,6 @@ void scale(float* y, float alpha, int32_t n) {
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] *= alpha;
 }
-// exp(x) for x <= 0, as in attention_avx512.cpp; 2^n built in the exponent bits (x is clamped
-// so that n >= -126 and the result stays a normal float or underflows through the polynomial).
-__m256 exp_nonpositive(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-}
 float exp_shifted(float* s, int32_t n, float shift) {
   const __m256 vs = _mm256_set1_ps(shift);
   __m256 sum = _mm256_setzero_ps();
@@ -97,9 +75,7 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 }
 
 // INT8 rows: the raw x_q as f32 (exact), same loop structure as dot / axpy.
-__m256 load_u8(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
+__m256 load_u8(const uint8_t* p) { return load8(p); }
 float dot_u8(const float* a, const uint8_t* b, int32_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int32_t i = 0;

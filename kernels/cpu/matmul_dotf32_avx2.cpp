@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace fathom::cpu::detail {
@@ -17,11 +18,7 @@ using namespace fathom::quant;
 
 DequantFn g_dequant[kFmtCount];  // this level's exact dequantizers, set at registration
 
-inline float hsum(__m256 v) {
-  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t2 = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
-}
+using cpu::simd256::hsum;
 
 template <bool kHalf>
 inline __m256 load_w(const uint8_t* row, int64_t k) {

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace fathom::cpu::detail {
@@ -16,11 +17,7 @@ namespace {
 
 using namespace fathom::quant;
 
-inline float hsum(__m256 v) {
-  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t2 = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
-}
+using cpu::simd256::hsum;
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 // Sum of u8 x s8 products, as 8 int32 lanes.
 inline __m256 dot_us8(__m256i w, __m256i x) {

@@ -17,6 +17,7 @@ namespace fathom::cpu::sparse {
 const Kernels& kernels() {
   // Chosen per call (a string compare) so that set_simd_level_for_testing reaches every variant.
   if (std::strcmp(simd_level(), "avx512") == 0 && kernels_avx512() != nullptr) return *kernels_avx512();
+  if (std::strcmp(simd_level(), "portable") != 0 && kernels_avx2() != nullptr) return *kernels_avx2();
   return *kernels_portable();
 }
 

@@ -118,6 +118,7 @@ inline void prefetch_rows(const PagedKvView& kv, int32_t g, const std::vector<in
 const Kernels& kernels();
 const Kernels* kernels_portable();
 const Kernels* kernels_avx512();  // nullptr when the CPU lacks AVX-512 F/BW/VL
+const Kernels* kernels_avx2();    // nullptr when the CPU lacks AVX2 / FMA / F16C
 
 // One gather-attention job: R query rows of kv head g over the positions pos[0..n) (distinct;
 // ascending gives sequential reads) and the contiguous run [run_begin, run_end) above them (n +

@@ -93,7 +93,7 @@ std::vector<float> random_q(int32_t n, std::mt19937& rng) {
 // Runs fn once per SIMD level the CPU supports, then restores the best level.
 template <typename Fn>
 void for_each_simd_level(Fn fn) {
-  for (const char* level : {"portable", "avx512"}) {  // the sparse kernels have no AVX2 variant
+  for (const char* level : {"portable", "avx2", "avx512"}) {
     if (!cpu::set_simd_level_for_testing(level)) continue;
     if (std::string(cpu::simd_level()) != level) continue;
     SCOPED_TRACE(level);
