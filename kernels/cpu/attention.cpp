@@ -46,6 +46,11 @@ void collect_rows(const AttentionArgs& a, int32_t head, int32_t group, int32_t d
 
 }  // namespace
 
+// Here, not in a kernel file: those are compiled for their ISA, and this runs on every CPU.
+bool partial_attention_kt_applies(const PagedKvView& kv) {
+  return kv.k_t != nullptr && kv.head_dim % 16 == 0 && kv.block_size % 16 == 0;
+}
+
 PartialAttentionFn best_partial_attention() {
   const std::string level = simd_level();
   if (level == "avx512" && partial_attention_avx512()) return partial_attention_avx512();

@@ -104,8 +104,19 @@ void u8_to_f32(const uint8_t* src, float* dst, int64_t n) {
 
 }  // namespace
 
+namespace {
+// The Kᵀ kernel where the view has the plane (the engine's decode), else the row kernel.
+void partial_attention_any_layout(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
+                                  float scale, float* acc, float* m, float* l, float* scratch) {
+  if (partial_attention_kt_applies(kv)) partial_attention_kt_avx2(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
+  else partial_attention(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
+}
+}  // namespace
+
 PartialAttentionFn partial_attention_avx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &partial_attention : nullptr;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
+             ? &partial_attention_any_layout
+             : nullptr;
 }
 
 }  // namespace fathom::cpu

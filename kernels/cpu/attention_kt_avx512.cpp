@@ -270,10 +270,6 @@ void kt_partial(const PagedKvView& kv, int32_t head, const PartialRows& rows, in
 
 }  // namespace
 
-bool partial_attention_kt_applies(const PagedKvView& kv) {
-  return kv.k_t != nullptr && kv.head_dim % 16 == 0 && kv.block_size % kKeys == 0;
-}
-
 void partial_attention_kt_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
                                  float scale, float* acc, float* m, float* l, float* /*scratch*/) {
   switch (kv.dtype) {

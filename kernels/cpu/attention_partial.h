@@ -74,6 +74,13 @@ void partial_attention_kt_logits_avx512(const PagedKvView& kv, int32_t head, con
                                         int32_t t1, float scale, float* acc, float* m, float* l, float* logits,
                                         int64_t ld);
 
+// The same two on AVX2 + FMA + F16C (attention_kt_avx2.cpp: 8-key vectors, 32-key super-tiles).
+void partial_attention_kt_avx2(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
+                               float scale, float* acc, float* m, float* l, float* scratch);
+void partial_attention_kt_logits_avx2(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
+                                      int32_t t1, float scale, float* acc, float* m, float* l, float* logits,
+                                      int64_t ld);
+
 // Keys per split-K chunk (rounded up to whole blocks). Chunks start at absolute multiples of it, so
 // where a row's keys are cut never depends on the batch or the thread count.
 constexpr int32_t kKeyChunk = 256;

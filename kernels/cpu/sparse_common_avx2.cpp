@@ -312,7 +312,7 @@ uint32_t kth_largest_key(const uint32_t* keys, int32_t m, int32_t k) {
   return t;
 }
 
-constexpr decltype(Kernels::run_partial) kRunPartial = nullptr;  // no AVX2 Kᵀ kernel: runs are gathered
+constexpr decltype(Kernels::run_partial) kRunPartial = &partial_attention_kt_logits_avx2;
 
 #include "kernels/cpu/sparse_common.inc"
 

@@ -154,31 +154,32 @@ TEST(PagedAttention, MatchesReferenceOnGrid) {
 namespace fathom {
 namespace {
 
-// Blocks of 32 and 64 tokens: the K^T kernel walks several 16-key sub-tiles per block.
+// Blocks of 32 and 64 tokens: the K^T kernels walk several 16-key sub-tiles (8-key vectors) per block.
 TEST(PagedAttention, LargerBlocksMatchReference) {
   std::mt19937 rng(77);
   ThreadPool pool(2);
-  const cpu::PartialAttentionFn kernel = cpu::partial_attention_avx512();
-  if (!kernel) GTEST_SKIP() << "no AVX-512";
-  for (int32_t bs : {32, 64})
-    for (int32_t d : {64, 128})
-      for (int32_t s : {1, 33, 200, 1000})
-        for (int32_t n_q : {1, 5})
-          for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
-            if (n_q > s) continue;
-            const Case c{d, 3, s, n_q, 0, dtype, bs};
-            Fixture f = make(c, rng);
-            const PagedKvView kv = f.view(c, true);
-            const int32_t n_heads = 3 * f.n_kv_heads;
-            std::vector<float> expect(f.q.size()), got(f.q.size(), NAN);
-            AttentionArgs args{f.q.data(), expect.data(), n_q, n_heads, s - n_q, 0, 1.0f / std::sqrt(float(d))};
-            ref::paged_attention(kv, args);
-            args.out = got.data();
-            cpu::paged_attention_with(kernel, pool, kv, args);
-            float err = 0;
-            for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::fabs(got[i] - expect[i]));
-            ASSERT_LE(err, tolerance(dtype)) << "block=" << bs << " d=" << d << " S=" << s << " n_q=" << n_q;
-          }
+  for (const cpu::PartialAttentionFn kernel : {cpu::partial_attention_avx2(), cpu::partial_attention_avx512()}) {
+    if (!kernel) continue;
+    for (int32_t bs : {32, 64})
+      for (int32_t d : {64, 128})
+        for (int32_t s : {1, 33, 200, 1000})
+          for (int32_t n_q : {1, 5})
+            for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
+              if (n_q > s) continue;
+              const Case c{d, 3, s, n_q, 0, dtype, bs};
+              Fixture f = make(c, rng);
+              const PagedKvView kv = f.view(c, true);
+              const int32_t n_heads = 3 * f.n_kv_heads;
+              std::vector<float> expect(f.q.size()), got(f.q.size(), NAN);
+              AttentionArgs args{f.q.data(), expect.data(), n_q, n_heads, s - n_q, 0, 1.0f / std::sqrt(float(d))};
+              ref::paged_attention(kv, args);
+              args.out = got.data();
+              cpu::paged_attention_with(kernel, pool, kv, args);
+              float err = 0;
+              for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::fabs(got[i] - expect[i]));
+              ASSERT_LE(err, tolerance(dtype)) << "block=" << bs << " d=" << d << " S=" << s << " n_q=" << n_q;
+            }
+  }
 }
 
 // A row's output must not depend on how many other query tokens share the call, nor on the

@@ -590,8 +590,7 @@ TEST(SparseCpu, SwaOverHostRowsInBatchesMatchesOnePass) {
 // and weights are bitwise the all-resident ones. With a block of the window in the host tier the
 // window is gathered through the row cache instead: the same attention up to summation order.
 TEST(SparseCpu, SwaWindowOverTieredViewMatchesResident) {
-  if (!cpu::set_simd_level_for_testing("avx512") || std::string(cpu::simd_level()) != "avx512")
-    GTEST_SKIP() << "runs stream only with AVX-512";
+  if (cpu::sparse::kernels().run_partial == nullptr) GTEST_SKIP() << "runs stream only with AVX2 or AVX-512";
   std::mt19937 rng(9);
   ThreadPool pool(2);
   const int32_t d = 64, G = 3, S = 2001, H = G * kKvHeads, n_blocks = (S + kBlock - 1) / kBlock;
@@ -630,8 +629,7 @@ TEST(SparseCpu, SwaWindowOverTieredViewMatchesResident) {
 // swa_decode chooses its heavy hitters while the window streams) equals filling them first, bit
 // for bit, on pools of 1-4 threads (which thread takes the fill varies with timing: repeated).
 TEST(SparseCpu, AttendWithDeferredPositionsEqualsFilledFirst) {
-  if (!cpu::set_simd_level_for_testing("avx512") || std::string(cpu::simd_level()) != "avx512")
-    GTEST_SKIP() << "runs stream only with AVX-512";
+  if (cpu::sparse::kernels().run_partial == nullptr) GTEST_SKIP() << "runs stream only with AVX2 or AVX-512";
   std::mt19937 rng(17);
   const int32_t d = 64, G = 3, S = 2001, older = 1500, H = G * kKvHeads;
   for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
@@ -691,8 +689,7 @@ TEST(SparseCpu, AttendWithDeferredPositionsEqualsFilledFirst) {
 // with its exception, on whichever thread it ran, and leaves the pool serving: no thread is left
 // waiting for positions that never come.
 TEST(SparseCpu, AttendRethrowsAFailedFill) {
-  if (!cpu::set_simd_level_for_testing("avx512") || std::string(cpu::simd_level()) != "avx512")
-    GTEST_SKIP() << "runs stream only with AVX-512";
+  if (cpu::sparse::kernels().run_partial == nullptr) GTEST_SKIP() << "runs stream only with AVX2 or AVX-512";
   std::mt19937 rng(5);
   const int32_t d = 64, G = 3, S = 1200, older = 900;
   const testing::PagedKvFixture f = testing::make_paged_kv(d, 1, kBlock, KvDtype::kF16, S, 2, rng);
