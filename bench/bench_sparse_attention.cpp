@@ -8,12 +8,12 @@
 //   SWA:   ratio 1/8, a random mass, weights written back (what the engine needs)
 // f16 KV with the side data, G = 3 query heads per kv head, n_kv_heads kv heads, paged blocks
 // of --block-size (16) tokens in a shuffled block table, in 2 MiB pages as the engine holds them.
-// Between repetitions a 1 GiB buffer is streamed (by all threads), more than this machine's 480 MiB
+// Between repetitions a 1 GiB buffer is streamed (by all threads), more than the (480 MiB Xeon's)
 // L3, so the KV is read from memory, not from the last-level cache (a decode step's other layers
 // evict it too; the 64 MiB buffer of earlier runs left it in this L3).
 //
 //   bench_sparse_attention [--threads 2] [--reps 15] [--kv-heads 3] [--block-size 16] [--dims 64,128]
-//                          [--lens 1024,4096,16384,65536] [--bandwidth-gbs X] [--out FILE]
+//                          [--lens 1024,4096,16384,65536] [--bandwidth-gbs X] [--out FILE] [--warm 0|1]
 // Replay columns: each step's distinct 64-byte lines loaded with nothing else to do, the least time
 // any kernel reading them takes on this machine (bench/kv_lines.h); SparQ's two phases also apart.
 // Bandwidth: --bandwidth-gbs, else the best of 7 streaming reads of 1 GiB (all threads, bench_bandwidth's
@@ -33,6 +33,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "engine/attention/policy.h"
 #include "kernels/cpu/attention.h"
@@ -78,6 +80,14 @@ struct Row {
 };
 
 std::atomic<uint64_t> g_sink{0};  // keeps the flush loads alive
+
+// /proc/cpuinfo's "model name" (the results differ by machine: say which ran them).
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
 
 }  // namespace
 
@@ -320,7 +330,9 @@ int main(int argc, char** argv) {
   md << "# Sparse decode attention on the CPU (one decode step, one layer)\n\n"
      << "bench/bench_sparse_attention.cpp: f16 KV with transposed K and running V sums, " << n_kv << " kv heads x G = "
      << G << " query heads, block " << block_size << " (shuffled table), " << threads << " threads, SIMD " << cpu::simd_level()
-     << ". Median of " << reps << " repetitions, a 1 GiB buffer streamed before each (KV read from memory, not this machine's 480 MiB L3). "
+     << ", " << cpu_model() << " (L3 " << (sysconf(_SC_LEVEL3_CACHE_SIZE) >> 20) << " MiB)"
+     << ". Median of " << reps << " repetitions, "
+     << (warm ? "no flush (--warm: the KV in cache). " : "a 1 GiB buffer streamed before each (KV read from memory, not the L3). ")
      << "Bound = KV bytes / " << std::setprecision(3) << gbs << " GB/s ("
      << (gbs_measured ? "the best of 7 streaming reads of 1 GiB in this run, by all " : "--bandwidth-gbs, read bandwidth at ") << threads
      << " threads). "
