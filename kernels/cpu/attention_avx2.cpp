@@ -11,61 +11,15 @@ namespace fathom::cpu {
 namespace {
 using namespace simd256;
 
-float dot(const float* a, const float* b, int32_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-  float s = hsum(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-__m256 load_h(const uint16_t* p) { return load8(p); }
-float dot_h(const float* a, const uint16_t* b, int32_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_h(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load_h(b + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_h(b + i), s0);
-  float s = hsum(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) s += a[i] * _cvtsh_ss(b[i]);
-  return s;
-}
-void axpy_h(float alpha, const uint16_t* x, float* y, int32_t n) {
-  const __m256 va = _mm256_set1_ps(alpha);
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_h(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += alpha * _cvtsh_ss(x[i]);
-}
-void axpy(float alpha, const float* x, float* y, int32_t n) {
-  const __m256 va = _mm256_set1_ps(alpha);
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += alpha * x[i];
-}
+float dot(const float* a, const float* b, int32_t n) { return dot8(a, b, n); }
+float dot_h(const float* a, const uint16_t* b, int32_t n) { return dot8(a, b, n); }
+void axpy_h(float alpha, const uint16_t* x, float* y, int32_t n) { axpy8(alpha, x, y, n); }
+void axpy(float alpha, const float* x, float* y, int32_t n) { axpy8(alpha, x, y, n); }
 void scale(float* y, float alpha, int32_t n) {
   const __m256 va = _mm256_set1_ps(alpha);
   int32_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] *= alpha;
-}
-float exp_shifted(float* s, int32_t n, float shift) {
-  const __m256 vs = _mm256_set1_ps(shift);
-  __m256 sum = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + i), vs));
-    _mm256_storeu_ps(s + i, e);
-    sum = _mm256_add_ps(sum, e);
-  }
-  float total = hsum(sum);
-  for (; i < n; ++i) total += (s[i] = std::exp(s[i] - shift));
-  return total;
 }
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
@@ -74,29 +28,12 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
 
-// INT8 rows: the raw x_q as f32 (exact), same loop structure as dot / axpy.
-__m256 load_u8(const uint8_t* p) { return load8(p); }
-float dot_u8(const float* a, const uint8_t* b, int32_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_u8(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load_u8(b + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_u8(b + i), s0);
-  float s = hsum(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) s += a[i] * static_cast<float>(b[i]);
-  return s;
-}
-void axpy_u8(float alpha, const uint8_t* x, float* y, int32_t n) {
-  const __m256 va = _mm256_set1_ps(alpha);
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_u8(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += alpha * static_cast<float>(x[i]);
-}
+// INT8 rows: the raw x_q as f32 (exact), same loops as dot / axpy.
+float dot_u8(const float* a, const uint8_t* b, int32_t n) { return dot8(a, b, n); }
+void axpy_u8(float alpha, const uint8_t* x, float* y, int32_t n) { axpy8(alpha, x, y, n); }
 void u8_to_f32(const uint8_t* src, float* dst, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_u8(src + i));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src + i));
   for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 

@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace fathom::cpu::simd256 {
@@ -64,6 +65,44 @@ inline __m256 exp_nonpositive(__m256 x) {
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+// q · k over n elements of any KV type: two accumulators over 16-element steps, an 8-element
+// step, then a scalar tail added after the horizontal sum.
+template <typename T>
+inline float dot8(const float* q, const T* k, int32_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), s0);
+  float s = hsum(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) s += q[i] * to_f32(k[i]);
+  return s;
+}
+// y += a · x over n elements of any KV type.
+template <typename T>
+inline void axpy8(float a, const T* x, float* y, int32_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * to_f32(x[i]);
+}
+// s[i] = exp(s[i] − shift) for s[i] ≤ shift; returns Σ s[i].
+inline float exp_shifted(float* s, int32_t n, float shift) {
+  const __m256 vs = _mm256_set1_ps(shift);
+  __m256 sum = _mm256_setzero_ps();
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + i), vs));
+    _mm256_storeu_ps(s + i, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float total = hsum(sum);
+  for (; i < n; ++i) total += (s[i] = std::exp(s[i] - shift));
+  return total;
 }
 
 }  // namespace fathom::cpu::simd256

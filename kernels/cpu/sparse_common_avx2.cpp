@@ -16,48 +16,12 @@ using namespace simd256;
 
 float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-// Two accumulators over 16-element steps, then an 8-element step and a scalar tail.
-template <typename T>
-float dot_any(const float* q, const T* k, int32_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), s0);
-  float s = hsum(_mm256_add_ps(s0, s1));
-  for (; i < n; ++i) s += q[i] * to_f32(k[i]);
-  return s;
-}
-float dot_f32(const float* q, const float* k, int32_t n) { return dot_any(q, k, n); }
-float dot_f16(const float* q, const uint16_t* k, int32_t n) { return dot_any(q, k, n); }
-float dot_u8(const float* q, const uint8_t* k, int32_t n) { return dot_any(q, k, n); }
-
-template <typename T>
-void axpy_any(float a, const T* x, float* y, int32_t n) {
-  const __m256 va = _mm256_set1_ps(a);
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load8(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * to_f32(x[i]);
-}
-void axpy_f32(float a, const float* x, float* y, int32_t n) { axpy_any(a, x, y, n); }
-void axpy_f16(float a, const uint16_t* x, float* y, int32_t n) { axpy_any(a, x, y, n); }
-void axpy_u8(float a, const uint8_t* x, float* y, int32_t n) { axpy_any(a, x, y, n); }
-
-float exp_shifted(float* s, int32_t n, float shift) {
-  const __m256 vs = _mm256_set1_ps(shift);
-  __m256 sum = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + i), vs));
-    _mm256_storeu_ps(s + i, e);
-    sum = _mm256_add_ps(sum, e);
-  }
-  float total = hsum(sum);
-  for (; i < n; ++i) total += (s[i] = std::exp(s[i] - shift));
-  return total;
-}
+float dot_f32(const float* q, const float* k, int32_t n) { return dot8(q, k, n); }
+float dot_f16(const float* q, const uint16_t* k, int32_t n) { return dot8(q, k, n); }
+float dot_u8(const float* q, const uint8_t* k, int32_t n) { return dot8(q, k, n); }
+void axpy_f32(float a, const float* x, float* y, int32_t n) { axpy8(a, x, y, n); }
+void axpy_f16(float a, const uint16_t* x, float* y, int32_t n) { axpy8(a, x, y, n); }
+void axpy_u8(float a, const uint8_t* x, float* y, int32_t n) { axpy8(a, x, y, n); }
 float max_of(const float* s, int32_t n) {
   __m256 vm = _mm256_set1_ps(-INFINITY);
   int32_t i = 0;
