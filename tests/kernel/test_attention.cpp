@@ -161,7 +161,7 @@ TEST(PagedAttention, LargerBlocksMatchReference) {
   for (const cpu::PartialAttentionFn kernel : {cpu::partial_attention_avx2(), cpu::partial_attention_avx512()}) {
     if (!kernel) continue;
     for (int32_t bs : {32, 64})
-      for (int32_t d : {64, 128})
+      for (int32_t d : {64, 80, 128})  // 80: the Kᵀ kernels' narrower V tail (not a multiple of 32)
         for (int32_t s : {1, 33, 200, 1000})
           for (int32_t n_q : {1, 5})
             for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
@@ -187,6 +187,8 @@ TEST(PagedAttention, LargerBlocksMatchReference) {
 TEST(PagedAttention, RowResultIsBitwiseIndependentOfBatchAndThreads) {
   std::mt19937 rng(99);
   ThreadPool pool1(1), pool2(2);
+  // The kernel paged_attention uses here, and the AVX2 one (a CPU with AVX-512 uses that one).
+  for (const cpu::PartialAttentionFn kernel : {cpu::best_partial_attention(), cpu::partial_attention_avx2()})
   for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8})
   for (bool transposed_k : {false, true})
   for (int32_t s : {40, 700, 1500}) {
@@ -195,12 +197,13 @@ TEST(PagedAttention, RowResultIsBitwiseIndependentOfBatchAndThreads) {
     const PagedKvView kv = f.view(c, transposed_k);
     const int32_t n_heads = c.group * f.n_kv_heads, row = n_heads * c.head_dim;
     std::vector<float> all(f.q.size());
-    cpu::paged_attention(pool2, kv, AttentionArgs{f.q.data(), all.data(), c.n_q, n_heads, s - c.n_q, 0, 0.125f});
+    if (!kernel) continue;
+    cpu::paged_attention_with(kernel, pool2, kv, AttentionArgs{f.q.data(), all.data(), c.n_q, n_heads, s - c.n_q, 0, 0.125f});
     for (int32_t i : {0, 7, 18}) {
       for (ThreadPool* pool : {&pool1, &pool2}) {
         std::vector<float> one(row);
-        cpu::paged_attention(*pool, kv, AttentionArgs{f.q.data() + static_cast<int64_t>(i) * row, one.data(), 1,
-                                                       n_heads, s - c.n_q + i, 0, 0.125f});
+        cpu::paged_attention_with(kernel, *pool, kv, AttentionArgs{f.q.data() + static_cast<int64_t>(i) * row, one.data(), 1,
+                                                                   n_heads, s - c.n_q + i, 0, 0.125f});
         for (int32_t x = 0; x < row; ++x)
           ASSERT_EQ(one[x], all[static_cast<int64_t>(i) * row + x])
               << kv_dtype_name(dtype) << " k_t=" << transposed_k << " S=" << s << " token " << i << " elem " << x;

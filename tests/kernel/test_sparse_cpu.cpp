@@ -590,131 +590,140 @@ TEST(SparseCpu, SwaOverHostRowsInBatchesMatchesOnePass) {
 // and weights are bitwise the all-resident ones. With a block of the window in the host tier the
 // window is gathered through the row cache instead: the same attention up to summation order.
 TEST(SparseCpu, SwaWindowOverTieredViewMatchesResident) {
-  if (cpu::sparse::kernels().run_partial == nullptr) GTEST_SKIP() << "runs stream only with AVX2 or AVX-512";
-  std::mt19937 rng(9);
-  ThreadPool pool(2);
-  const int32_t d = 64, G = 3, S = 2001, H = G * kKvHeads, n_blocks = (S + kBlock - 1) / kBlock;
-  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
-    const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
-    const std::vector<float> q = random_q(H * d, rng);
-    std::vector<float> mass(S);
-    std::uniform_real_distribution<float> uni(0.0f, 1.0f);
-    for (float& m : mass) m = uni(rng);
-    const float ratio = 0.25f;  // window [S − 250, S): blocks 109-125
-    for (int32_t host_blocks : {n_blocks / 2, n_blocks - 2}) {
-      SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + ", " + std::to_string(host_blocks) + " blocks in the host tier");
-      MirrorPrefetcher fetch(f, 700);
-      for (int32_t b = host_blocks; b < n_blocks; ++b) fetch.host_table[b] = f.table[b];
-      std::vector<float> out_res, out_tier, w_res(S, 0.0f), w_tier(S, 0.0f);
-      const DecodeArgs a = decode_args(q, out_res, H, d, S);
-      const DecodeArgs at = decode_args(q, out_tier, H, d, S);
-      std::vector<int32_t> kept_res, kept_tier;
-      swa_scattered(pool, f.view(true, true), a, ratio, mass.data(), w_res, &kept_res);
-      swa_scattered(pool, fetch.view(true), at, ratio, mass.data(), w_tier, &kept_tier);
-      EXPECT_EQ(kept_tier, kept_res);
-      EXPECT_GE(fetch.calls, kKvHeads);  // the heavy hitters came through the cache
-      if (host_blocks == n_blocks / 2) {
-        EXPECT_EQ(out_tier, out_res);
-        EXPECT_EQ(w_tier, w_res);
-      } else {
-        Worst worst;
-        compare(out_tier.data(), out_res.data(), static_cast<int64_t>(out_res.size()), dtype, worst);
-        for (int32_t t = 0; t < S; ++t) EXPECT_NEAR(w_tier[t], w_res[t], 1e-6 * H) << "t=" << t;
+  // Every SIMD level with streamed runs (AVX2 and AVX-512: each has its own Kᵀ kernel).
+  for_each_simd_level([&] {
+    if (cpu::sparse::kernels().run_partial == nullptr) return;  // portable: runs are gathered
+    std::mt19937 rng(9);
+    ThreadPool pool(2);
+    const int32_t d = 64, G = 3, S = 2001, H = G * kKvHeads, n_blocks = (S + kBlock - 1) / kBlock;
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
+      const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
+      const std::vector<float> q = random_q(H * d, rng);
+      std::vector<float> mass(S);
+      std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+      for (float& m : mass) m = uni(rng);
+      const float ratio = 0.25f;  // window [S − 250, S): blocks 109-125
+      for (int32_t host_blocks : {n_blocks / 2, n_blocks - 2}) {
+        SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + ", " + std::to_string(host_blocks) + " blocks in the host tier");
+        MirrorPrefetcher fetch(f, 700);
+        for (int32_t b = host_blocks; b < n_blocks; ++b) fetch.host_table[b] = f.table[b];
+        std::vector<float> out_res, out_tier, w_res(S, 0.0f), w_tier(S, 0.0f);
+        const DecodeArgs a = decode_args(q, out_res, H, d, S);
+        const DecodeArgs at = decode_args(q, out_tier, H, d, S);
+        std::vector<int32_t> kept_res, kept_tier;
+        swa_scattered(pool, f.view(true, true), a, ratio, mass.data(), w_res, &kept_res);
+        swa_scattered(pool, fetch.view(true), at, ratio, mass.data(), w_tier, &kept_tier);
+        EXPECT_EQ(kept_tier, kept_res);
+        EXPECT_GE(fetch.calls, kKvHeads);  // the heavy hitters came through the cache
+        if (host_blocks == n_blocks / 2) {
+          EXPECT_EQ(out_tier, out_res);
+          EXPECT_EQ(w_tier, w_res);
+        } else {
+          Worst worst;
+          compare(out_tier.data(), out_res.data(), static_cast<int64_t>(out_res.size()), dtype, worst);
+          for (int32_t t = 0; t < S; ++t) EXPECT_NEAR(w_tier[t], w_res[t], 1e-6 * H) << "t=" << t;
+        }
       }
     }
-  }
+  });
 }
 
 // sparse::attend with the gathered positions filled inside the pool call (`fill_positions`, as
 // swa_decode chooses its heavy hitters while the window streams) equals filling them first, bit
 // for bit, on pools of 1-4 threads (which thread takes the fill varies with timing: repeated).
 TEST(SparseCpu, AttendWithDeferredPositionsEqualsFilledFirst) {
-  if (cpu::sparse::kernels().run_partial == nullptr) GTEST_SKIP() << "runs stream only with AVX2 or AVX-512";
-  std::mt19937 rng(17);
-  const int32_t d = 64, G = 3, S = 2001, older = 1500, H = G * kKvHeads;
-  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
-    const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
-    const PagedKvView kv = f.view(true, true);
-    const std::vector<float> q = random_q(H * d, rng);
-    std::vector<std::vector<int32_t>> chosen(kKvHeads);  // per kv head, ascending, below the run
-    for (auto& c : chosen) {
-      for (int32_t t = 0; t < older; ++t)
-        if (rng() % 3 == 0) c.push_back(t);
-    }
-    auto run = [&](ThreadPool& pool, bool deferred, std::vector<float>& out, std::vector<float>& weights) {
-      std::vector<std::vector<int32_t>> pos(kKvHeads);
-      std::vector<cpu::sparse::AttendTask> tasks(kKvHeads);
-      out.assign(static_cast<size_t>(H) * d, 0.0f);
-      int32_t keys = 0;
-      for (int32_t g = 0; g < kKvHeads; ++g) keys = std::max(keys, static_cast<int32_t>(chosen[g].size()) + S - older);
-      weights.assign(static_cast<size_t>(H) * keys, 0.0f);
-      for (int32_t g = 0; g < kKvHeads; ++g) {
-        pos[g] = deferred ? std::vector<int32_t>(chosen[g].size(), -1) : chosen[g];
-        cpu::sparse::AttendTask& t = tasks[g];
-        t.g = g;
-        t.R = G;
-        t.q = &q[static_cast<size_t>(g) * G * d];
-        t.out = &out[static_cast<size_t>(g) * G * d];
-        t.pos = pos[g].data();
-        t.n = static_cast<int32_t>(pos[g].size());
-        t.run_begin = older;
-        t.run_end = S;
-        t.weights = &weights[static_cast<size_t>(g) * G * keys];
+  // Every SIMD level with streamed runs (AVX2 and AVX-512: each has its own Kᵀ kernel).
+  for_each_simd_level([&] {
+    if (cpu::sparse::kernels().run_partial == nullptr) return;  // portable: runs are gathered
+    std::mt19937 rng(17);
+    const int32_t d = 64, G = 3, S = 2001, older = 1500, H = G * kKvHeads;
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
+      const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
+      const PagedKvView kv = f.view(true, true);
+      const std::vector<float> q = random_q(H * d, rng);
+      std::vector<std::vector<int32_t>> chosen(kKvHeads);  // per kv head, ascending, below the run
+      for (auto& c : chosen) {
+        for (int32_t t = 0; t < older; ++t)
+          if (rng() % 3 == 0) c.push_back(t);
       }
-      std::atomic<int> fills{0};
-      const std::function<void()> fill = [&] {
-        ++fills;
-        for (int32_t g = 0; g < kKvHeads; ++g) std::copy(chosen[g].begin(), chosen[g].end(), pos[g].begin());
+      auto run = [&](ThreadPool& pool, bool deferred, std::vector<float>& out, std::vector<float>& weights) {
+        std::vector<std::vector<int32_t>> pos(kKvHeads);
+        std::vector<cpu::sparse::AttendTask> tasks(kKvHeads);
+        out.assign(static_cast<size_t>(H) * d, 0.0f);
+        int32_t keys = 0;
+        for (int32_t g = 0; g < kKvHeads; ++g) keys = std::max(keys, static_cast<int32_t>(chosen[g].size()) + S - older);
+        weights.assign(static_cast<size_t>(H) * keys, 0.0f);
+        for (int32_t g = 0; g < kKvHeads; ++g) {
+          pos[g] = deferred ? std::vector<int32_t>(chosen[g].size(), -1) : chosen[g];
+          cpu::sparse::AttendTask& t = tasks[g];
+          t.g = g;
+          t.R = G;
+          t.q = &q[static_cast<size_t>(g) * G * d];
+          t.out = &out[static_cast<size_t>(g) * G * d];
+          t.pos = pos[g].data();
+          t.n = static_cast<int32_t>(pos[g].size());
+          t.run_begin = older;
+          t.run_end = S;
+          t.weights = &weights[static_cast<size_t>(g) * G * keys];
+        }
+        std::atomic<int> fills{0};
+        const std::function<void()> fill = [&] {
+          ++fills;
+          for (int32_t g = 0; g < kKvHeads; ++g) std::copy(chosen[g].begin(), chosen[g].end(), pos[g].begin());
+        };
+        cpu::sparse::attend(pool, cpu::sparse::kernels(), kv, 0.125f, tasks, 0, nullptr, false,
+                            deferred ? fill : std::function<void()>{});
+        EXPECT_EQ(fills.load(), deferred ? 1 : 0);
       };
-      cpu::sparse::attend(pool, cpu::sparse::kernels(), kv, 0.125f, tasks, 0, nullptr, false,
-                          deferred ? fill : std::function<void()>{});
-      EXPECT_EQ(fills.load(), deferred ? 1 : 0);
-    };
-    for (int threads : {1, 2, 3, 4}) {
-      SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + ", " + std::to_string(threads) + " threads");
-      ThreadPool pool(threads);
-      std::vector<float> out_first, w_first;
-      run(pool, false, out_first, w_first);
-      for (int rep = 0; rep < 20; ++rep) {
-        std::vector<float> out, w;
-        run(pool, true, out, w);
-        ASSERT_EQ(out, out_first);
-        ASSERT_EQ(w, w_first);
+      for (int threads : {1, 2, 3, 4}) {
+        SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + ", " + std::to_string(threads) + " threads");
+        ThreadPool pool(threads);
+        std::vector<float> out_first, w_first;
+        run(pool, false, out_first, w_first);
+        for (int rep = 0; rep < 20; ++rep) {
+          std::vector<float> out, w;
+          run(pool, true, out, w);
+          ASSERT_EQ(out, out_first);
+          ASSERT_EQ(w, w_first);
+        }
       }
     }
-  }
+  });
 }
 
 // A fill_positions that throws (e.g. out of memory in the caller's selection) fails the attend call
 // with its exception, on whichever thread it ran, and leaves the pool serving: no thread is left
 // waiting for positions that never come.
 TEST(SparseCpu, AttendRethrowsAFailedFill) {
-  if (cpu::sparse::kernels().run_partial == nullptr) GTEST_SKIP() << "runs stream only with AVX2 or AVX-512";
-  std::mt19937 rng(5);
-  const int32_t d = 64, G = 3, S = 1200, older = 900;
-  const testing::PagedKvFixture f = testing::make_paged_kv(d, 1, kBlock, KvDtype::kF16, S, 2, rng);
-  const std::vector<float> q = random_q(G * d, rng);
-  std::vector<float> out(G * d);
-  std::vector<int32_t> pos(300, -1);
-  cpu::sparse::AttendTask t;
-  t.R = G;
-  t.q = q.data();
-  t.out = out.data();
-  t.pos = pos.data();
-  t.n = static_cast<int32_t>(pos.size());
-  t.run_begin = older;
-  t.run_end = S;
-  for (int threads : {1, 2, 3}) {
-    ThreadPool pool(threads);
-    for (int rep = 0; rep < 10; ++rep)
-      EXPECT_THROW(cpu::sparse::attend(pool, cpu::sparse::kernels(), f.view(true, true), 0.125f, {t}, 0, nullptr, false,
-                                       [] { throw std::runtime_error("selection failed"); }),
-                   std::runtime_error);
-    cpu::sparse::attend(pool, cpu::sparse::kernels(), f.view(true, true), 0.125f, {t}, 0, nullptr, false,
-                        [&] { std::iota(pos.begin(), pos.end(), 0); });
-    for (float x : out) EXPECT_TRUE(std::isfinite(x));
-    std::fill(pos.begin(), pos.end(), -1);
-  }
+  // Every SIMD level with streamed runs (AVX2 and AVX-512: each has its own Kᵀ kernel).
+  for_each_simd_level([&] {
+    if (cpu::sparse::kernels().run_partial == nullptr) return;  // portable: runs are gathered
+    std::mt19937 rng(5);
+    const int32_t d = 64, G = 3, S = 1200, older = 900;
+    const testing::PagedKvFixture f = testing::make_paged_kv(d, 1, kBlock, KvDtype::kF16, S, 2, rng);
+    const std::vector<float> q = random_q(G * d, rng);
+    std::vector<float> out(G * d);
+    std::vector<int32_t> pos(300, -1);
+    cpu::sparse::AttendTask t;
+    t.R = G;
+    t.q = q.data();
+    t.out = out.data();
+    t.pos = pos.data();
+    t.n = static_cast<int32_t>(pos.size());
+    t.run_begin = older;
+    t.run_end = S;
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (int rep = 0; rep < 10; ++rep)
+        EXPECT_THROW(cpu::sparse::attend(pool, cpu::sparse::kernels(), f.view(true, true), 0.125f, {t}, 0, nullptr, false,
+                                         [] { throw std::runtime_error("selection failed"); }),
+                     std::runtime_error);
+      cpu::sparse::attend(pool, cpu::sparse::kernels(), f.view(true, true), 0.125f, {t}, 0, nullptr, false,
+                          [&] { std::iota(pos.begin(), pos.end(), 0); });
+      for (float x : out) EXPECT_TRUE(std::isfinite(x));
+      std::fill(pos.begin(), pos.end(), -1);
+    }
+  });
 }
 
 // kth_largest_key is the k-th entry of the keys sorted descending, for every k, at every SIMD level:
