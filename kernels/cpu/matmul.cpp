@@ -46,6 +46,7 @@ const KernelTable& avx2_kernels() {
     register_avx2_dot_f32(k);
     register_avx2_dot_q8(k);
     register_avx2_gemm(k);
+    register_avx2_dot_packed(k);
     return k;
   }();
   return t;

@@ -83,6 +83,7 @@ void register_avx2_dequant(KernelTable& t);   // matmul_dequant_avx2.cpp
 void register_avx2_dot_f32(KernelTable& t);   // matmul_dotf32_avx2.cpp
 void register_avx2_dot_q8(KernelTable& t);    // matmul_dotq8_avx2.cpp
 void register_avx2_gemm(KernelTable& t);      // matmul_avx2.cpp (also quantize_q8)
+void register_avx2_dot_packed(KernelTable& t);  // matmul_packed_avx2.cpp
 void register_avx512_dequant(KernelTable& t);
 void register_avx512_dot_f32(KernelTable& t);
 void register_avx512_dot_q8(KernelTable& t);

@@ -1,0 +1,235 @@
+// AVX2 kQ8 kernels over PackedWeights panels (layout: packed_weights.h), for CPUs without
+// AVX-512 VNNI (AMD Zen 2/3, many Intel parts). A 64-byte panel vector is two ymm halves:
+// bytes 0..31 hold rows 0..7 of the panel, bytes 32..63 rows 8..15 (4 quants a lane), so each
+// half is an 8-row panel of its own. Per 32-column block, half and activation row m:
+//   P[r] = Σ_v maddubs(nibble vector v, 4 activation bytes broadcast)   (u8 × s8 → s16 pairs)
+// summed in 16 bits, widened once with madd(·, 1), then
+//   acc[r] += float(P[r] − c·qsum) · d[r]·dx            (Q4_0 c = 8, Q5_0 c = 16)
+//   acc[r] += float(P[r]) · d[r]·dx + m[r] · (dx·qsum)    (Q4_1, Q5_1; K-quants with sc and min)
+// No horizontal sums and no scalar scale work per row: the stored kernels (matmul_dotq8_avx2.cpp)
+// spend ~12 instructions per row and 32 columns, these ~4, so decode reaches the memory bound
+// and prefill does ~2x the work per cycle (bench_matmul, README).
+// 16-bit sums cannot overflow: a maddubs lane is at most 2·q·127 (q ≤ 15, 31, 63 for 4, 5, 6
+// bits), so 8 of them stay below 2^15 at 4 bits, 4 at 5 bits, 2 at 6 bits. Q8_0 is not packed
+// here: its unsigned panel quants (q + 128) would saturate maddubs (2·255·127 > 2^15).
+// Every activation row goes through the same instructions whatever mr is (batch invariance,
+// bitwise decode == prefill), as in the AVX-512 kernels.
+#include <immintrin.h>
+
+#include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/matmul_prefetch.h"
+#include "kernels/cpu/packed_weights.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace fathom::cpu::detail {
+namespace {
+
+using quant::load_u32;
+
+#include "kernels/cpu/matmul_by_mr.inc"  // by_mr, this file's own copy
+
+inline __m256i load32(const uint8_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+// 4 activation bytes x[k..k+3] in every 32-bit lane.
+inline __m256i bcast4(const int8_t* x) { return _mm256_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(x)))); }
+// 8 f16 at p (16 bytes) as f32.
+inline __m256 f16x8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+// 8 bytes at p (unsigned / signed) as f32.
+inline __m256 u8x8(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
+inline __m256 s8x8(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
+inline __m256i widen(__m256i s16) { return _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); }
+
+// The nibble vectors of one half (8 rows) of a 32-column sub-block whose 4 quant vectors start
+// at p: lo[v] = columns 4v..4v+3, hi[v] = columns 16 + 4v..
+inline void load_nibbles(const uint8_t* p, int h, __m256i* lo, __m256i* hi) {
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  for (int v = 0; v < 4; ++v) {
+    const __m256i raw = load32(p + 64 * v + 32 * h);
+    lo[v] = _mm256_and_si256(raw, nib);
+    hi[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nib);
+  }
+}
+
+// One half's maddubs of a sub-block against activation row x (32 bytes): the 8 products of
+// lo[v] with x[4v..] and of hi[v] with x[16 + 4v..], as s16 pair sums.
+struct SubBlockProducts {
+  __m256i lo[4], hi[4];
+  SubBlockProducts(const __m256i* wl, const __m256i* wh, const int8_t* x) {
+    for (int v = 0; v < 4; ++v) {
+      lo[v] = _mm256_maddubs_epi16(wl[v], bcast4(x + 4 * v));
+      hi[v] = _mm256_maddubs_epi16(wh[v], bcast4(x + 16 + 4 * v));
+    }
+  }
+  // All 32 columns (4-bit quants: 8 products fit 16 bits).
+  __m256i sum4bit() const {
+    const __m256i a = _mm256_add_epi16(_mm256_add_epi16(lo[0], lo[1]), _mm256_add_epi16(lo[2], lo[3]));
+    const __m256i b = _mm256_add_epi16(_mm256_add_epi16(hi[0], hi[1]), _mm256_add_epi16(hi[2], hi[3]));
+    return widen(_mm256_add_epi16(a, b));
+  }
+  // All 32 columns (5-bit quants: 4 products a 16-bit sum).
+  __m256i sum5bit() const {
+    const __m256i a = _mm256_add_epi16(_mm256_add_epi16(lo[0], lo[1]), _mm256_add_epi16(lo[2], lo[3]));
+    const __m256i b = _mm256_add_epi16(_mm256_add_epi16(hi[0], hi[1]), _mm256_add_epi16(hi[2], hi[3]));
+    return _mm256_add_epi32(widen(a), widen(b));
+  }
+  // Columns 0..15 and 16..31 apart (6-bit quants: 2 products a 16-bit sum).
+  __m256i lo6bit() const { return _mm256_add_epi32(widen(_mm256_add_epi16(lo[0], lo[1])), widen(_mm256_add_epi16(lo[2], lo[3]))); }
+  __m256i hi6bit() const { return _mm256_add_epi32(widen(_mm256_add_epi16(hi[0], hi[1])), widen(_mm256_add_epi16(hi[2], hi[3]))); }
+};
+
+// y[r0 + r] = v[r] for the panel's rows below rows_total (r0 = 16 p + 8 h).
+inline void store_half(float* y, __m256 v, int64_t p, int h, int64_t rows_total) {
+  const int64_t r0 = p * PackedWeights::kPanelRows + 8 * h;
+  const int64_t n = rows_total - r0;
+  if (n >= 8) {
+    _mm256_storeu_ps(y + r0, v);
+  } else if (n > 0) {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, v);
+    for (int64_t i = 0; i < n; ++i) y[r0 + i] = t[i];
+  }
+}
+
+// Q4_0 / Q4_1 (kQ5 false) and Q5_0 / Q5_1 (kQ5 true): w = d (q - c) or d q + m.
+template <bool kMin, bool kQ5, int MR>
+void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nb = a.K / 32;
+  constexpr int kScale = kMin ? 64 : 32;
+  constexpr int kQuant = kQ5 ? 320 : 256;
+  constexpr int32_t kOffset = kQ5 ? 16 : 8;  // c of Q4_0 / Q5_0
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  // 5th bits: byte j of each lane spread to the lane's 4 bytes (vpshufb works within 128-bit
+  // lanes), then bit t (low nibbles) and bit 4 + t (high nibbles) tested in byte t.
+  const __m256i lo_bits = _mm256_set1_epi32(0x08040201), hi_bits = _mm256_set1_epi32(static_cast<int>(0x80402010u));
+  const __m256i dword_base = _mm256_set_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0, 0x0C0C0C0C, 0x08080808, 0x04040404, 0);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* panel = a.w + p * a.row_bytes;
+    const uint8_t* sp = panel + nb * kQuant;
+    __m256 acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* qp = panel + b * kQuant;
+      prefetch_ahead(qp, kQuant);
+      for (int h = 0; h < 2; ++h) {
+        __m256i lo[4], hi[4];
+        load_nibbles(qp, h, lo, hi);
+        if constexpr (kQ5) {
+          const __m256i bits = load32(qp + 256 + 32 * h);
+          for (int j = 0; j < 4; ++j) {
+            const __m256i hj = _mm256_shuffle_epi8(bits, _mm256_add_epi8(_mm256_set1_epi8(static_cast<char>(j)), dword_base));
+            lo[j] = _mm256_or_si256(lo[j], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hj, lo_bits), lo_bits), sixteen));
+            hi[j] = _mm256_or_si256(hi[j], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hj, hi_bits), hi_bits), sixteen));
+          }
+        }
+        const __m256 d = f16x8(sp + kScale * b + 16 * h);
+        for (int m = 0; m < MR; ++m) {
+          const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 32 * b);
+          __m256i s = kQ5 ? prod.sum5bit() : prod.sum4bit();
+          const float dx = a.qd[m * a.ldqs + b];
+          const int32_t qsum = a.qsum[m * a.ldqs + b];
+          if constexpr (!kMin) s = _mm256_sub_epi32(s, _mm256_set1_epi32(kOffset * qsum));
+          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[m][h]);
+          if constexpr (kMin)
+            acc[m][h] = _mm256_fmadd_ps(f16x8(sp + kScale * b + 32 + 16 * h), _mm256_set1_ps(dx * static_cast<float>(qsum)), acc[m][h]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+  }
+}
+
+// Q4_K super-block panel (packed_weights.cpp): per 32-column sub-block j the Q4_1 nibble
+// vectors, 16 rows' 6-bit scale and min (bytes), and per super-block the rows' d and dmin:
+//   acc[r] += float(P) · (d sc_j)[r] · dx − (dmin m_j)[r] · (dx qsum)
+template <int MR>
+void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    __m256 acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 2368) {
+      for (int j = 0; j < 8; ++j) {
+        prefetch_ahead(u + 256 * j, 256);
+        for (int h = 0; h < 2; ++h) {
+          __m256i lo[4], hi[4];
+          load_nibbles(u + 256 * j, h, lo, hi);
+          const __m256 sc = _mm256_mul_ps(f16x8(u + 2304 + 16 * h), u8x8(u + 2048 + 16 * j + 8 * h));
+          const __m256 mn = _mm256_mul_ps(f16x8(u + 2336 + 16 * h), u8x8(u + 2176 + 16 * j + 8 * h));
+          for (int m = 0; m < MR; ++m) {
+            const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j);
+            const int64_t blk = m * a.ldqs + 8 * i + j;
+            const float dx = a.qd[blk];
+            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.sum4bit()), _mm256_mul_ps(sc, _mm256_set1_ps(dx)), acc[m][h]);
+            acc[m][h] = _mm256_fnmadd_ps(mn, _mm256_set1_ps(dx * static_cast<float>(a.qsum[blk])), acc[m][h]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+  }
+}
+
+// Q6_K super-block panel: per sub-block j the low-nibble vectors, two vectors of 2-bit highs
+// and the rows' int8 scales of its two 16-column groups; per super-block the rows' d.
+// Low nibbles are the sub-block's columns 0..15 (group 2j), high nibbles 16..31 (group 2j + 1):
+//   acc[r] += float(P_lo − 32 qsum16_lo) · d sc_lo · dx + float(P_hi − 32 qsum16_hi) · d sc_hi · dx
+template <int MR>
+void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  const __m256i b01 = _mm256_set1_epi8(0x03), b23 = _mm256_set1_epi8(0x0C);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    __m256 acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 3392) {
+      for (int j = 0; j < 8; ++j) {
+        prefetch_ahead(u + 256 * j, 256);
+        prefetch_ahead(u + 2048 + 128 * j, 128);
+        for (int h = 0; h < 2; ++h) {
+          __m256i lo[4], hi[4];
+          load_nibbles(u + 256 * j, h, lo, hi);
+          for (int v = 0; v < 4; ++v) {  // the 2-bit highs become bits 4-5
+            __m256i g = load32(u + 2048 + 128 * j + 64 * (v / 2) + 32 * h);
+            if (v % 2) g = _mm256_srli_epi16(g, 4);
+            lo[v] = _mm256_or_si256(lo[v], _mm256_slli_epi16(_mm256_and_si256(g, b01), 4));
+            hi[v] = _mm256_or_si256(hi[v], _mm256_slli_epi16(_mm256_and_si256(g, b23), 2));
+          }
+          const __m256 d = f16x8(u + 3328 + 16 * h);
+          const __m256 sc_lo = _mm256_mul_ps(d, s8x8(u + 3072 + 32 * j + 8 * h));
+          const __m256 sc_hi = _mm256_mul_ps(d, s8x8(u + 3072 + 32 * j + 16 + 8 * h));
+          for (int m = 0; m < MR; ++m) {
+            const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j);
+            const int64_t blk = m * a.ldqs + 8 * i + j;
+            const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
+            const __m256 dx = _mm256_set1_ps(a.qd[blk]);
+            const __m256i s0 = _mm256_sub_epi32(prod.lo6bit(), _mm256_set1_epi32(32 * q16[0]));
+            const __m256i s1 = _mm256_sub_epi32(prod.hi6bit(), _mm256_set1_epi32(32 * q16[1]));
+            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc_lo, dx), acc[m][h]);
+            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc_hi, dx), acc[m][h]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+  }
+}
+
+template <int MR> struct PackedQ4K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4_k<MR>(a, b, e); } };
+template <int MR> struct PackedQ6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q6_k<MR>(a, b, e); } };
+template <bool kMin, bool kQ5> struct PackedQ4 { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4<kMin, kQ5, MR>(a, b, e); } }; };
+
+}  // namespace
+
+void register_avx2_dot_packed(KernelTable& t) {
+  t.dot_packed[kQ4_0] = by_mr<PackedQ4<false, false>::K>;
+  t.dot_packed[kQ4_1] = by_mr<PackedQ4<true, false>::K>;
+  t.dot_packed[kQ5_0] = by_mr<PackedQ4<false, true>::K>;
+  t.dot_packed[kQ5_1] = by_mr<PackedQ4<true, true>::K>;
+  t.dot_packed[kQ4_K] = by_mr<PackedQ4K>;
+  t.dot_packed[kQ6_K] = by_mr<PackedQ6K>;
+}
+
+}  // namespace fathom::cpu::detail
