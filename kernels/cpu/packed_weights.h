@@ -6,7 +6,8 @@
 // 16 results leave the kernel as one vector store — no per-row horizontal sums, no per-row
 // scale gathering. The stored kernels (matmul_dotq8_*.cpp) spend about as many instructions per
 // row as the row has bytes; the panel kernels about a third of that, so they keep up with
-// memory at decode.
+// memory at decode. AVX2 reads the same layout as two 8-row halves per 64 bytes, with maddubs
+// instead of dpbusd (matmul_packed_avx2.cpp).
 //
 // Layout: panel p covers rows [16p, 16p + 16) (rows past N are zero), K / 32 blocks of 32
 // columns (K-quants: K / 256 super-blocks); panel_bytes() apart, 64-byte aligned, in 2 MiB pages where the kernel allows
@@ -38,8 +39,8 @@ class PackedWeights {
  public:
   static constexpr int kPanelRows = 16;
 
-  // True when this machine's kernels read `type` packed (AVX-512 VNNI; Q8_0, Q4_0, Q4_1, Q5_0,
-  // Q5_1, Q4_K, Q6_K) at the SIMD level active now.
+  // True when this machine's kernels read `type` packed at the SIMD level active now (AVX-512
+  // VNNI: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K; AVX2: the same but Q8_0).
   static bool supported(GgmlType type);
 
   // W: [N][K] in `type`, GGUF layout (as matmul takes it). Requires supported(type).
