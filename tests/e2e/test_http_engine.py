@@ -59,7 +59,7 @@ def test_repeated_long_prompt_hits_prefix_cache_and_starts_sooner(fathom_bin, sm
 
 
 def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_texts(fathom_bin, smollm2_path):
-    # 8 distinct prompts of ~50 tokens, each sent 4 times at once: 32 concurrent requests that grow
+    # 8 distinct prompts of ~50 tokens, each sent twice at once: 16 concurrent requests that grow
     # by 64 tokens each (from 3 to 7 blocks of 16), 4 running at a time. The device tier holds 28
     # blocks (16 MiB of f16 KV), 24 of them for blocks and 4 for hot rows; the host tier 1 (1 MiB):
     # running sequences outgrow the device tier and keep running from both tiers; when both are
@@ -71,8 +71,8 @@ def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_tex
     args = ["--kv-cache-mib", "16", "--host-kv-mib", "1", "--no-prefix-caching", "--max-num-seqs", "4",
             "--max-batched-tokens", "64"]
     with ServerProcess(fathom_bin, smollm2_path, extra_args=args) as tight:
-        with cf.ThreadPoolExecutor(32) as pool:
-            texts = list(pool.map(lambda i: complete(tight, prompts[i % 8], 64, **extra), range(32)))
+        with cf.ThreadPoolExecutor(16) as pool:
+            texts = list(pool.map(lambda i: complete(tight, prompts[i % 8], 64, **extra), range(16)))
         recomputes = metric(tight, "fathom_preemptions_total", {"mode": "recompute"})
         moved_in = metric(tight, "fathom_swap_bytes_total", {"direction": "in"})
         demoted = metric(tight, "fathom_kv_blocks_demoted_total")
@@ -83,12 +83,12 @@ def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_tex
 
 
 def test_a_prompt_larger_than_the_device_tier_runs_from_both_tiers(fathom_bin, smollm2_path):
-    # ~1,600 tokens of prompt: 100 blocks; the device tier 28 (16 MiB, 25 of them for blocks).
+    # ~1,000 tokens of prompt: ~63 blocks; the device tier 28 (16 MiB, 25 of them for blocks).
     # Three such requests at once over a 256 MiB host tier: none is preempted, every text equals
     # the all-resident server's.
     # Dense attention on both: the default (auto) would run SWA above a break-even each server
     # measures for itself, and this test compares the tiers, not the policies.
-    prompts = [f"Report {i}. " + PARAGRAPH * 40 + f"The summary of report {i}:" for i in range(3)]
+    prompts = [f"Report {i}. " + PARAGRAPH * 24 + f"The summary of report {i}:" for i in range(3)]
     with ServerProcess(fathom_bin, smollm2_path, extra_args=["--attention", "dense"]) as roomy:
         alone = [complete(roomy, p, 16) for p in prompts]
     args = ["--kv-cache-mib", "16", "--host-kv-mib", "256", "--max-num-seqs", "4", "--max-batched-tokens", "96",
