@@ -9,6 +9,10 @@
 #include <cstdint>
 
 namespace fathom::cpu::simd256 {
+// Internal linkage: each ISA file keeps its own copy, so the linker never hands a generic caller
+// (or another ISA's file) the one compiled with this ISA's instructions
+// (scripts/check_isa_isolation.py).
+namespace {
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
@@ -105,4 +109,5 @@ inline float exp_shifted(float* s, int32_t n, float shift) {
   return total;
 }
 
+}  // namespace
 }  // namespace fathom::cpu::simd256

@@ -14,6 +14,10 @@
 #include "base/kv_dtype.h"
 
 namespace fathom::cpu::simd512 {
+// Internal linkage: each ISA file keeps its own copy, so the linker never hands a generic caller
+// (or another ISA's file) the one compiled with this ISA's instructions
+// (scripts/check_isa_isolation.py).
+namespace {
 
 inline __mmask16 tail_mask(int32_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 // The lanes of a 16-element step with `left` elements remaining (all 16 when left >= 16).
@@ -92,4 +96,5 @@ inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+}  // namespace
 }  // namespace fathom::cpu::simd512
