@@ -108,7 +108,7 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
     for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* qp = panel + b * kQuant;
-      prefetch_ahead(qp, kQuant);
+      prefetch_panel_ahead(qp, kQuant);
       for (int h = 0; h < 2; ++h) {
         __m256i lo[4], hi[4];
         load_nibbles(qp, h, lo, hi);
@@ -150,7 +150,7 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
     for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 2368) {
       for (int j = 0; j < 8; ++j) {
-        prefetch_ahead(u + 256 * j, 256);
+        prefetch_panel_ahead(u + 256 * j, 256);
         for (int h = 0; h < 2; ++h) {
           __m256i lo[4], hi[4];
           load_nibbles(u + 256 * j, h, lo, hi);
@@ -185,8 +185,8 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
     for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 3392) {
       for (int j = 0; j < 8; ++j) {
-        prefetch_ahead(u + 256 * j, 256);
-        prefetch_ahead(u + 2048 + 128 * j, 128);
+        prefetch_panel_ahead(u + 256 * j, 256);
+        prefetch_panel_ahead(u + 2048 + 128 * j, 128);
         for (int h = 0; h < 2; ++h) {
           __m256i lo[4], hi[4];
           load_nibbles(u + 256 * j, h, lo, hi);

@@ -18,9 +18,20 @@ namespace {
 // alternating runs; SmolLM2 decode median 6.23 -> 5.92 ms over 10 alternating pairs; Gemma even).
 constexpr int kPrefetchBytes = 8192;
 
-// Prefetches `bytes` bytes (whole lines) starting kPrefetchBytes past p.
+// Prefetches `bytes` bytes (whole lines) starting kPrefetchBytes past p, into L1 (T0): the
+// stored-layout kernels, which read a row or a few rows at a time.
 inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
   for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + off), _MM_HINT_T0);
+}
+
+// The same into L2 (T1): the PackedWeights panel kernels, which consume one dense stream per
+// thread at up to 512 bytes a step. Into L1 they streamed 20-22 GB/s from DRAM on a Zen 4 EPYC
+// (2 threads; packed Q8_0, bench_matmul) against 28-30 into L2, as fast as the stored layout;
+// bench_decode, dense at 1k, alternating: Gemma 3 11.3-12.0 -> 9.4-10.1 ms a token, SmolLM2
+// 4.8-5.4 -> 4.0-4.1 ms (the Q8_0 output heads are the largest matrices). Stored kernels: no
+// difference either way. The Xeon (weights in its L3) was not measured with T1.
+inline void prefetch_panel_ahead(const uint8_t* p, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + off), _MM_HINT_T1);
 }
 
 }  // namespace
