@@ -14,6 +14,8 @@
 // rows, their number or their key ranges (dead keys get probability 0 and add exactly +0), so a
 // decode row gets bitwise the same result as inside a prefill chunk. INT8 as the AVX-512 kernel:
 // logit = scale·(q·x_q) + min·Σq; V as Σ (p·scale)·x_q + Σ p·min.
+// The driver (super-tile walk, fill, first prefetch, row groups) is attention_kt.inc, shared with
+// attention_kt_avx512.cpp; this file gives it the vector types and the per-super-tile arithmetic.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -27,7 +29,7 @@ namespace {
 using namespace simd256;
 
 constexpr int32_t kKeys = 8;      // keys per vector
-constexpr int32_t kVec = 4;       // vectors per super-tile
+constexpr int32_t kSub = 4;       // vectors per super-tile
 constexpr int32_t kRowGroup = 2;  // rows sharing one pass over a super-tile
 
 // Into L2 (T1), as the AVX-512 kernel (the next super-tile would crowd this one out of L1).
@@ -37,7 +39,7 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
   for (int64_t i = 0; i < bytes; i += 64) prefetch_line(c + i);
 }
 
-struct KeyVec {
+struct SubTile {
   int32_t j0;      // absolute position of key 0
   int32_t lo, hi;  // union of the rows' ranges within the vector (absolute, inclusive); lo > hi: empty
   const void* kt;  // Kᵀ[0][j0] of its block; row c at + c·block_size
@@ -47,13 +49,13 @@ struct KeyVec {
 
 struct SuperTile {
   int32_t count;  // real vectors; the rest repeat the last with every key dead
-  KeyVec kv[kVec];
-  const void* next_kt[kVec];  // the next super-tile's (prefetched while this one is computed)
-  const void* next_v[kVec];
+  SubTile st[kSub];
+  const void* next_kt[kSub];  // the next super-tile's (prefetched while this one is computed)
+  const void* next_v[kSub];
 };
 
 // The parameters of 8 consecutive INT8 rows ({scale, min} pairs) → (scales, mins).
-inline void load_params8(const KvInt8Row* p, __m256& scale, __m256& min) {
+inline void load_kt_params(const KvInt8Row* p, __m256& scale, __m256& min) {
   const __m256 lo = _mm256_loadu_ps(reinterpret_cast<const float*>(p));      // s0 m0 s1 m1 | s2 m2 s3 m3
   const __m256 hi = _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8);  // s4 m4 s5 m5 | s6 m6 s7 m7
   const __m256 s = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));       // s0 s1 s4 s5 | s2 s3 s6 s7
@@ -71,16 +73,16 @@ inline __m256 live_lanes(int32_t j0, int32_t lo, int32_t hi) {
 
 // acc[r][c0 .. c0 + 8·NV) = corr_r · acc + Σ_t p_r[t] · V[t][...] (+ p_min_r), N rows.
 template <typename T, int N, int NV>
-inline void accumulate_v(const SuperTile& sp, int32_t d, int32_t c0, const float (*p)[kVec * kKeys],
+inline void accumulate_v(const SuperTile& sp, int32_t d, int32_t c0, const float (*p)[kSub * kKeys],
                          const float* corr, const float* p_min, float* const* out) {
   __m256 a[N][NV];
   for (int i = 0; i < N; ++i)
     for (int v = 0; v < NV; ++v) a[i][v] = _mm256_mul_ps(_mm256_loadu_ps(out[i] + c0 + 8 * v), _mm256_set1_ps(corr[i]));
   for (int32_t u = 0; u < sp.count; ++u) {
-    const KeyVec& kv = sp.kv[u];
-    const T* vt = static_cast<const T*>(kv.v);
+    const SubTile& st = sp.st[u];
+    const T* vt = static_cast<const T*>(st.v);
     const T* vn = static_cast<const T*>(sp.next_v[u]);
-    for (int32_t t = kv.lo - kv.j0; t <= kv.hi - kv.j0; ++t) {
+    for (int32_t t = st.lo - st.j0; t <= st.hi - st.j0; ++t) {
       if (vn) prefetch_bytes(vn + static_cast<int64_t>(t) * d + c0, 8 * NV * static_cast<int64_t>(sizeof(T)));
       __m256 x[NV];
       for (int v = 0; v < NV; ++v) x[v] = load8(vt + static_cast<int64_t>(t) * d + c0 + 8 * v);
@@ -104,16 +106,16 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
                          const float* q_sum, float scale_factor, float* acc, float* m, float* l, float* logits,
                          int64_t ld, int32_t t_base) {
   constexpr bool kInt8 = std::is_same_v<T, uint8_t>;
-  const T* kt[kVec];
-  const T* kn[kVec];
-  for (int u = 0; u < kVec; ++u) {
-    kt[u] = static_cast<const T*>(sp.kv[u].kt);
+  const T* kt[kSub];
+  const T* kn[kSub];
+  for (int u = 0; u < kSub; ++u) {
+    kt[u] = static_cast<const T*>(sp.st[u].kt);
     kn[u] = static_cast<const T*>(sp.next_kt[u]);
   }
-  __m256 s[N][kVec];
+  __m256 s[N][kSub];
   const float* q[N];
   for (int i = 0; i < N; ++i) {
-    for (int u = 0; u < kVec; ++u) s[i][u] = _mm256_setzero_ps();
+    for (int u = 0; u < kSub; ++u) s[i][u] = _mm256_setzero_ps();
     q[i] = rows.q[r0 + i];
   }
   // A Kᵀ row of a tile is bs·sizeof(T) bytes (32 at f16, block 16): the next super-tile's line is
@@ -121,18 +123,18 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
   constexpr int64_t kElem = sizeof(T);
   const int64_t row_bytes = bs * kElem;
   for (int32_t c = 0; c < d; ++c) {
-    __m256 k[kVec];
+    __m256 k[kSub];
     const bool new_line = ((c * row_bytes) & 63) < row_bytes;
-    for (int u = 0; u < kVec; ++u) {
+    for (int u = 0; u < kSub; ++u) {
       k[u] = load8(kt[u] + static_cast<int64_t>(c) * bs);
       if (u % 2 == 0 && new_line && kn[u]) prefetch_line(kn[u] + static_cast<int64_t>(c) * bs);
     }
     for (int i = 0; i < N; ++i) {
       const __m256 qc = _mm256_set1_ps(q[i][c]);
-      for (int u = 0; u < kVec; ++u) s[i][u] = _mm256_fmadd_ps(qc, k[u], s[i][u]);
+      for (int u = 0; u < kSub; ++u) s[i][u] = _mm256_fmadd_ps(qc, k[u], s[i][u]);
     }
   }
-  alignas(32) float p[N][kVec * kKeys];
+  alignas(32) float p[N][kSub * kKeys];
   float corr[N], p_min[N];
   float* out[N];
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
@@ -141,41 +143,41 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
     out[i] = acc + static_cast<int64_t>(r) * d;
     corr[i] = 1.0f;
     p_min[i] = 0.0f;
-    __m256 live[kVec];
+    __m256 live[kSub];
     bool any = false;
-    for (int u = 0; u < kVec; ++u) {
-      const KeyVec& kv = sp.kv[u];
-      const int32_t lo = std::max(kv.lo, rows.lo[r]), hi = std::min(kv.hi, rows.hi[r]);
-      live[u] = u < sp.count && lo <= hi ? live_lanes(kv.j0, lo, hi) : _mm256_setzero_ps();
+    for (int u = 0; u < kSub; ++u) {
+      const SubTile& st = sp.st[u];
+      const int32_t lo = std::max(st.lo, rows.lo[r]), hi = std::min(st.hi, rows.hi[r]);
+      live[u] = u < sp.count && lo <= hi ? live_lanes(st.j0, lo, hi) : _mm256_setzero_ps();
       any = any || (u < sp.count && lo <= hi);
     }
     if (!any) {  // no key of this row here: contributes nothing
-      for (int u = 0; u < kVec; ++u) _mm256_store_ps(p[i] + u * kKeys, _mm256_setzero_ps());
+      for (int u = 0; u < kSub; ++u) _mm256_store_ps(p[i] + u * kKeys, _mm256_setzero_ps());
       continue;
     }
     __m256 mx = neg_inf;
-    for (int u = 0; u < kVec; ++u) {
+    for (int u = 0; u < kSub; ++u) {
       __m256 x = s[i][u];
-      if constexpr (kInt8) x = _mm256_fmadd_ps(sp.kv[u].k_scale, x, _mm256_mul_ps(sp.kv[u].k_min, _mm256_set1_ps(q_sum[r])));
+      if constexpr (kInt8) x = _mm256_fmadd_ps(sp.st[u].k_scale, x, _mm256_mul_ps(sp.st[u].k_min, _mm256_set1_ps(q_sum[r])));
       x = _mm256_mul_ps(x, _mm256_set1_ps(scale_factor));
       s[i][u] = _mm256_blendv_ps(neg_inf, x, live[u]);
       mx = _mm256_max_ps(mx, s[i][u]);
       if (logits != nullptr && _mm256_movemask_ps(live[u]) != 0) {  // the live keys, all at keys ≥ t_base
         alignas(32) float lane[kKeys];
         _mm256_store_ps(lane, s[i][u]);
-        const int32_t j0 = sp.kv[u].j0, lo = std::max(sp.kv[u].lo, rows.lo[r]), hi = std::min(sp.kv[u].hi, rows.hi[r]);
+        const int32_t j0 = sp.st[u].j0, lo = std::max(sp.st[u].lo, rows.lo[r]), hi = std::min(sp.st[u].hi, rows.hi[r]);
         for (int32_t j = lo; j <= hi; ++j) logits[r * ld + (j - t_base)] = lane[j - j0];
       }
     }
     const float m_new = std::max(m[r], hmax(mx));
     if (m_new != m[r]) corr[i] = std::exp(m[r] - m_new);  // m = -inf before any key: 0 (acc, l are 0)
     __m256 e_sum = _mm256_setzero_ps(), pm_sum = _mm256_setzero_ps();
-    for (int u = 0; u < kVec; ++u) {
+    for (int u = 0; u < kSub; ++u) {
       const __m256 e = _mm256_and_ps(live[u], exp_nonpositive(_mm256_sub_ps(s[i][u], _mm256_set1_ps(m_new))));
       e_sum = _mm256_add_ps(e_sum, e);
       if constexpr (kInt8) {
-        pm_sum = _mm256_fmadd_ps(e, sp.kv[u].v_min, pm_sum);
-        _mm256_store_ps(p[i] + u * kKeys, _mm256_mul_ps(e, sp.kv[u].v_scale));
+        pm_sum = _mm256_fmadd_ps(e, sp.st[u].v_min, pm_sum);
+        _mm256_store_ps(p[i] + u * kKeys, _mm256_mul_ps(e, sp.st[u].v_scale));
       } else {
         _mm256_store_ps(p[i] + u * kKeys, e);
       }
@@ -189,79 +191,14 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
   for (; c0 < d; c0 += 8) accumulate_v<T, N, 1>(sp, d, c0, p, corr, p_min, out);
 }
 
-template <typename T>
-void kt_partial(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                float scale_factor, float* acc, float* m, float* l, float* logits = nullptr, int64_t ld = 0) {
-  constexpr bool kInt8 = std::is_same_v<T, uint8_t>;
-  constexpr int32_t kSuperKeys = kVec * kKeys;
-  const int32_t d = kv.head_dim, bs = kv.block_size, R = rows.count;
-  const KeyRange keys = start_partial(rows, t0, t1, d, acc, m, l);
-  const int32_t row_lo = keys.lo, row_hi = keys.hi;
-  if (row_hi < row_lo) return;
-  thread_local std::vector<float> q_sum;  // INT8: Σ q per row
-  if constexpr (kInt8) {
-    q_sum.resize(R);
-    for (int32_t r = 0; r < R; ++r) {
-      float s = 0.0f;
-      for (int32_t c = 0; c < d; ++c) s += rows.q[r][c];
-      q_sum[r] = s;
-    }
-  }
-  const T* k_t = static_cast<const T*>(kv.k_t);
-  const T* v = static_cast<const T*>(kv.v);
-  // Super-tile at s0 (absolute keys [s0, s0 + 32) within [row_lo, row_hi]): its vectors, the INT8
-  // parameters prefetched (the tiles are prefetched by the super-tile before).
-  auto fill = [&](int32_t s0, SuperTile& sp) {
-    sp.count = 0;
-    for (int32_t j0 = std::max(s0, row_lo / kKeys * kKeys); j0 < s0 + kSuperKeys && j0 <= row_hi; j0 += kKeys) {
-      KeyVec& kvec = sp.kv[sp.count++];
-      const int32_t b = j0 / bs;
-      const int64_t off = kv.tile_offset(b, head);
-      kvec.j0 = j0;
-      kvec.lo = std::max(j0, row_lo);
-      kvec.hi = std::min(j0 + kKeys - 1, row_hi);
-      kvec.kt = k_t + off + (j0 - b * bs);
-      kvec.v = v + off + static_cast<int64_t>(j0 - b * bs) * d;
-      if constexpr (kInt8) {
-        const int64_t p0 = kv.row_index(j0, head);
-        prefetch_bytes(kv.k_rows + p0, kKeys * static_cast<int64_t>(sizeof(KvInt8Row)));
-        prefetch_bytes(kv.v_rows + p0, kKeys * static_cast<int64_t>(sizeof(KvInt8Row)));
-      }
-    }
-    for (int32_t u = sp.count; u < kVec; ++u) {  // padding: the last real vector, no live key
-      sp.kv[u] = sp.kv[sp.count - 1];
-      sp.kv[u].lo = sp.kv[u].j0 + 1;
-      sp.kv[u].hi = sp.kv[u].j0;
-    }
-  };
-  const int32_t s_first = row_lo / kSuperKeys * kSuperKeys;
-  SuperTile cur, next;
-  fill(s_first, cur);
-  for (int32_t u = 0; u < cur.count; ++u) {  // the first super-tile: nothing before it to hide this
-    if (u == 0 || cur.kv[u].j0 % bs == 0)   // its tiles (a tile is [d][bs] contiguous)
-      prefetch_bytes(cur.kv[u].kt, static_cast<int64_t>(d) * bs * static_cast<int64_t>(sizeof(T)));
-    prefetch_bytes(cur.kv[u].v, static_cast<int64_t>(kKeys) * d * static_cast<int64_t>(sizeof(T)));
-  }
-  for (int32_t s0 = s_first; s0 <= row_hi; s0 += kSuperKeys, cur = next) {
-    SuperTile& sp = cur;
-    const bool more = s0 + kSuperKeys <= row_hi;
-    if (more) fill(s0 + kSuperKeys, next);
-    for (int32_t u = 0; u < kVec; ++u) {
-      sp.next_kt[u] = more && u < next.count ? next.kv[u].kt : nullptr;
-      sp.next_v[u] = more && u < next.count ? next.kv[u].v : nullptr;
-    }
-    if constexpr (kInt8)
-      for (int32_t u = 0; u < kVec; ++u) {  // padding too: its dead keys still meet v_min (0 · v_min)
-        const int64_t p0 = kv.row_index(sp.kv[u].j0, head);
-        load_params8(kv.k_rows + p0, sp.kv[u].k_scale, sp.kv[u].k_min);
-        load_params8(kv.v_rows + p0, sp.kv[u].v_scale, sp.kv[u].v_min);
-      }
-    int32_t r0 = 0;
-    for (; r0 + kRowGroup <= R; r0 += kRowGroup)
-      rows_over_supertile<T, kRowGroup>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0);
-    if (r0 < R) rows_over_supertile<T, 1>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0);
-  }
+// The driver's ISA hooks (attention_kt.inc). Σ q in scalar order.
+inline float q_row_sum(const float* q, int32_t d) {
+  float s = 0.0f;
+  for (int32_t c = 0; c < d; ++c) s += q[c];
+  return s;
 }
+
+#include "kernels/cpu/attention_kt.inc"
 
 }  // namespace
 

@@ -19,6 +19,8 @@
 // contribute exactly +0 — they lie inside the rows' union, so they hold written, finite data).
 // A decode row therefore gets bitwise the same result as the same row inside a prefill chunk.
 // INT8: logit = scale·(q·x_q) + min·Σq; V as Σ (p·scale)·x_q + Σ p·min, per row of the tile.
+// The driver (super-tile walk, fill, first prefetch, row groups) is attention_kt.inc, shared with
+// attention_kt_avx2.cpp; this file gives it the vector types and the per-super-tile arithmetic.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -192,81 +194,11 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
   for (; c0 < d; c0 += 16) accumulate_v<T, N, 1>(sp, d, c0, p, corr, p_min, out);
 }
 
-template <typename T>
-void kt_partial(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                float scale_factor, float* acc, float* m, float* l, float* logits = nullptr, int64_t ld = 0) {
-  constexpr bool kInt8 = std::is_same_v<T, uint8_t>;
-  constexpr int32_t kSuperKeys = kSub * kKeys;
-  const int32_t d = kv.head_dim, bs = kv.block_size, R = rows.count;
-  const KeyRange keys = start_partial(rows, t0, t1, d, acc, m, l);
-  const int32_t row_lo = keys.lo, row_hi = keys.hi;
-  if (row_hi < row_lo) return;
-  thread_local std::vector<float> q_sum;  // INT8: Σ q per row
-  if constexpr (kInt8) {
-    q_sum.resize(R);
-    for (int32_t r = 0; r < R; ++r) q_sum[r] = sum_of(rows.q[r], d);
-  }
-  const T* k_t = static_cast<const T*>(kv.k_t);
-  const T* v = static_cast<const T*>(kv.v);
-  // Super-tile at s0 (absolute keys [s0, s0 + 64) within [row_lo, row_hi]): its sub-tiles, the
-  // INT8 parameters prefetched (the tiles are prefetched by the super-tile before).
-  auto fill = [&](int32_t s0, SuperTile& sp) {
-    sp.count = 0;
-    for (int32_t j0 = std::max(s0, row_lo / kKeys * kKeys); j0 < s0 + kSuperKeys && j0 <= row_hi; j0 += kKeys) {
-      SubTile& st = sp.st[sp.count++];
-      const int32_t b = j0 / bs;
-      const int64_t off = kv.tile_offset(b, head);
-      st.j0 = j0;
-      st.lo = std::max(j0, row_lo);
-      st.hi = std::min(j0 + kKeys - 1, row_hi);
-      st.kt = k_t + off + (j0 - b * bs);
-      st.v = v + off + static_cast<int64_t>(j0 - b * bs) * d;
-      if constexpr (kInt8) {
-        const int64_t p0 = kv.row_index(j0, head);
-        prefetch_bytes(kv.k_rows + p0, kKeys * static_cast<int64_t>(sizeof(KvInt8Row)));
-        prefetch_bytes(kv.v_rows + p0, kKeys * static_cast<int64_t>(sizeof(KvInt8Row)));
-      }
-    }
-    for (int32_t u = sp.count; u < kSub; ++u) {  // padding: the last real sub-tile, no live key
-      sp.st[u] = sp.st[sp.count - 1];
-      sp.st[u].lo = sp.st[u].j0 + 1;
-      sp.st[u].hi = sp.st[u].j0;
-    }
-  };
-  // Super-tiles sit at absolute multiples of 64 keys (not relative to the rows' range), so a row
-  // sees the same grouping whatever other rows share the call.
-  const int32_t s_first = row_lo / kSuperKeys * kSuperKeys;
-  SuperTile cur, next;
-  fill(s_first, cur);
-  for (int32_t u = 0; u < cur.count; ++u) {  // the first super-tile: nothing before it to hide this
-    prefetch_bytes(cur.st[u].kt, static_cast<int64_t>(d) * bs * static_cast<int64_t>(sizeof(T)));
-    prefetch_bytes(cur.st[u].v, static_cast<int64_t>(kKeys) * d * static_cast<int64_t>(sizeof(T)));
-  }
-  for (int32_t s0 = s_first; s0 <= row_hi; s0 += kSuperKeys, cur = next) {
-    SuperTile& sp = cur;
-    const bool more = s0 + kSuperKeys <= row_hi;
-    if (more) fill(s0 + kSuperKeys, next);
-    for (int32_t u = 0; u < kSub; ++u) {
-      sp.next_kt[u] = more && u < next.count ? next.st[u].kt : nullptr;
-      sp.next_v[u] = more && u < next.count ? next.st[u].v : nullptr;
-    }
-    if constexpr (kInt8)
-      for (int32_t u = 0; u < kSub; ++u) {  // padding too: its dead keys still meet v_min (0 · v_min)
-        const int64_t p0 = kv.row_index(sp.st[u].j0, head);
-        load_params16(kv.k_rows + p0, sp.st[u].k_scale, sp.st[u].k_min);
-        load_params16(kv.v_rows + p0, sp.st[u].v_scale, sp.st[u].v_min);
-      }
-    int32_t r0 = 0;
-    for (; r0 + kRowGroup <= R; r0 += kRowGroup)
-      rows_over_supertile<T, kRowGroup>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0);
-    switch (R - r0) {
-      case 3: rows_over_supertile<T, 3>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0); break;
-      case 2: rows_over_supertile<T, 2>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0); break;
-      case 1: rows_over_supertile<T, 1>(sp, d, bs, rows, r0, q_sum.data(), scale_factor, acc, m, l, logits, ld, t0); break;
-      default: break;
-    }
-  }
-}
+// The driver's ISA hooks (attention_kt.inc).
+inline void load_kt_params(const KvInt8Row* p, __m512& scale, __m512& min) { load_params16(p, scale, min); }
+inline float q_row_sum(const float* q, int32_t d) { return sum_of(q, d); }
+
+#include "kernels/cpu/attention_kt.inc"
 
 }  // namespace
 
