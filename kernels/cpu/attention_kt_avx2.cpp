@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_partial.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/simd_avx2.h"
 
 namespace fathom::cpu {
@@ -33,11 +34,7 @@ constexpr int32_t kSub = 4;       // vectors per super-tile
 constexpr int32_t kRowGroup = 2;  // rows sharing one pass over a super-tile
 
 // Into L2 (T1), as the AVX-512 kernel (the next super-tile would crowd this one out of L1).
-inline void prefetch_line(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
-inline void prefetch_bytes(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t i = 0; i < bytes; i += 64) prefetch_line(c + i);
-}
+constexpr int kTileLocality = kIntoL2;
 
 struct SubTile {
   int32_t j0;      // absolute position of key 0
@@ -83,7 +80,7 @@ inline void accumulate_v(const SuperTile& sp, int32_t d, int32_t c0, const float
     const T* vt = static_cast<const T*>(st.v);
     const T* vn = static_cast<const T*>(sp.next_v[u]);
     for (int32_t t = st.lo - st.j0; t <= st.hi - st.j0; ++t) {
-      if (vn) prefetch_bytes(vn + static_cast<int64_t>(t) * d + c0, 8 * NV * static_cast<int64_t>(sizeof(T)));
+      if (vn) prefetch_lines<kTileLocality>(vn + static_cast<int64_t>(t) * d + c0, 8 * NV * static_cast<int64_t>(sizeof(T)));
       __m256 x[NV];
       for (int v = 0; v < NV; ++v) x[v] = load8(vt + static_cast<int64_t>(t) * d + c0 + 8 * v);
       for (int i = 0; i < N; ++i) {
@@ -127,7 +124,7 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
     const bool new_line = ((c * row_bytes) & 63) < row_bytes;
     for (int u = 0; u < kSub; ++u) {
       k[u] = load8(kt[u] + static_cast<int64_t>(c) * bs);
-      if (u % 2 == 0 && new_line && kn[u]) prefetch_line(kn[u] + static_cast<int64_t>(c) * bs);
+      if (u % 2 == 0 && new_line && kn[u]) prefetch_lines<kTileLocality>(kn[u] + static_cast<int64_t>(c) * bs, 1);
     }
     for (int i = 0; i < N; ++i) {
       const __m256 qc = _mm256_set1_ps(q[i][c]);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_partial.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace fathom::cpu {
@@ -42,12 +43,7 @@ constexpr int32_t kRowGroup = 4;  // rows sharing one pass over a sub-tile
 // 614 / 598 µs with T0, 519 / 501 with T1; bench_decode SmolLM2 dense at 8k, 2 rounds of 2:
 // 11.63-12.03 ms a token with T0, 10.90-11.33 with T1; Gemma 3 at 8k and prefill: no change.
 // (No software prefetch at all: 800 µs.)
-inline void prefetch_line(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
-
-inline void prefetch_bytes(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t i = 0; i < bytes; i += 64) prefetch_line(c + i);
-}
+constexpr int kTileLocality = kIntoL2;
 
 struct SubTile {
   int32_t j0;      // absolute position of key 0
@@ -86,7 +82,7 @@ inline void accumulate_v(const SuperTile& sp, int32_t d, int32_t c0, const float
     const T* vt = static_cast<const T*>(st.v);
     const T* vn = static_cast<const T*>(sp.next_v[u]);
     for (int32_t t = st.lo - st.j0; t <= st.hi - st.j0; ++t) {
-      if (vn) prefetch_bytes(vn + static_cast<int64_t>(t) * d + c0, 16 * NV * static_cast<int64_t>(sizeof(T)));
+      if (vn) prefetch_lines<kTileLocality>(vn + static_cast<int64_t>(t) * d + c0, 16 * NV * static_cast<int64_t>(sizeof(T)));
       __m512 x[NV];
       for (int v = 0; v < NV; ++v) x[v] = load16(vt + static_cast<int64_t>(t) * d + c0 + 16 * v);
       for (int i = 0; i < N; ++i) {
@@ -126,7 +122,7 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
     __m512 k[kSub];
     for (int u = 0; u < kSub; ++u) {
       k[u] = load16(kt[u] + static_cast<int64_t>(c) * bs);
-      if (kn[u]) prefetch_line(kn[u] + static_cast<int64_t>(c) * bs);
+      if (kn[u]) prefetch_lines<kTileLocality>(kn[u] + static_cast<int64_t>(c) * bs, 1);
     }
     for (int i = 0; i < N; ++i) {
       const __m512 qc = _mm512_set1_ps(q[i][c]);

@@ -1,10 +1,11 @@
 #pragma once
-// The software prefetch of the kQ8 dot kernels' weight streams (any x86 level: _mm_prefetch is
-// SSE). Internal linkage, each including file its own copy.
-#include <xmmintrin.h>
+// The software prefetch of the kQ8 dot kernels' weight streams (any x86 level: prefetch is SSE).
+// Internal linkage, each including file its own copy.
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/cpu/prefetch.h"
 
 namespace fathom::cpu::detail {
 namespace {
@@ -21,7 +22,7 @@ constexpr int kPrefetchBytes = 8192;
 // Prefetches `bytes` bytes (whole lines) starting kPrefetchBytes past p, into L1 (T0): the
 // stored-layout kernels, which read a row or a few rows at a time.
 inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + off), _MM_HINT_T0);
+  prefetch_lines<kIntoL1>(p + kPrefetchBytes, static_cast<int64_t>(bytes));
 }
 
 // The same into L2 (T1): the PackedWeights panel kernels, which consume one dense stream per
@@ -31,7 +32,7 @@ inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
 // 4.8-5.4 -> 4.0-4.1 ms (the Q8_0 output heads are the largest matrices). Stored kernels: no
 // difference either way. The Xeon (weights in its L3) was not measured with T1.
 inline void prefetch_panel_ahead(const uint8_t* p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + off), _MM_HINT_T1);
+  prefetch_lines<kIntoL2>(p + kPrefetchBytes, static_cast<int64_t>(bytes));
 }
 
 }  // namespace

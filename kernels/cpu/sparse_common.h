@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_partial.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/paged_kv.h"
 
@@ -81,13 +82,6 @@ inline void row_offsets(const PagedKvView& kv, int32_t g, const int32_t* pos, in
                      : static_cast<int64_t>(kv.host_rows[(static_cast<int64_t>(-e - 1) * bs + pos[i] % bs) * kv.n_kv_heads + g]) *
                            kv.head_dim;
   }
-}
-
-// Prefetches every 64-byte line of [p, p + bytes): Locality as __builtin_prefetch's (3: into L1,
-// 2: into L2).
-template <int Locality>
-inline void prefetch_lines(const void* p, int64_t bytes) {
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o, /*rw=*/0, Locality);
 }
 
 // Prefetches the head_dim elements of the row at element offset `row` (as row_offsets gives) of
