@@ -317,24 +317,7 @@ int main(int argc, char** argv) {
         if (streamed) swa_lines.add_streamed(g, older, S);
       }
       rows.push_back(with_replay({d, S, "SWA 1/8", swa_us, wr.kv_bytes}, swa_lines, replay({&swa_lines}, swa_step)));
-
-      // The same step reading its heavy hitters from their compacted copy (cpu::SwaHotRows) in the
-      // steady state the engine sees (the kept set as the step before: nothing to copy in).
-      if (streamed) {
-        cpu::SwaHotRows hot;
-        const std::function<void()> hot_step = [&] {
-          wr = cpu::swa_decode(pool, kv, args, ref::SwaParams{0.125f}, [&] { return mass.data(); }, &weights, nullptr, &hot);
-        };
-        const Timing hot_us = time_us(hot_step);
-        bench::KvLines hot_lines(hot.view()), window(kv);
-        for (int g = 0; g < n_kv; ++g) {
-          for (int32_t s = 0; s < hot.size(); ++s) hot_lines.add_kv_rows(g, s);
-          window.add_streamed(g, older, S);
-        }
-        hot_lines.add(window);
-        rows.push_back(with_replay({d, S, "SWA 1/8, hot copy", hot_us, wr.kv_bytes}, hot_lines, replay({&hot_lines}, hot_step)));
-      }
-      for (size_t i = rows.size() - (streamed ? 6 : 5); i < rows.size(); ++i)
+      for (size_t i = rows.size() - 5; i < rows.size(); ++i)
         std::fprintf(stderr, "d=%d S=%d %-22s median %10.1f us  best %10.1f us  cpu/thread %10.1f us  replay %8.1f us\n",
                      d, S, rows[i].policy.c_str(), rows[i].t.median_us, rows[i].t.best_us, rows[i].t.cpu_us,
                      rows[i].replay_us);

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/swa_hot_rows.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/paged_kv.h"
 #include "kernels/ref/bifurcated.h"
@@ -62,7 +61,6 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
 struct SwaResult {
   int64_t kv_bytes = 0;
   int32_t k_local = 0, k_global = 0;
-  int32_t hot_rows_copied = -1;  // rows the compacted copy took in this step; −1: no copy used
 };
 
 // ALISA sparse window attention as ref::swa_attention (mass: [pos + 1], the caller's accumulated
@@ -78,13 +76,9 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
 // The same with the mass the heavy hitters are chosen by produced on demand (`selection_mass`,
 // called once, on whichever pool thread selects): where the window is streamed, the caller's
 // mass preparation (e.g. pooling) and the selection run beside the window's reads.
-// `hot` (optional): the layer's compacted copy of its heavy hitters (SwaHotRows), kept current and
-// read instead of the cache's rows where the window is streamed and the view is resident f32/f16;
-// `kept` then lists the heavy hitters in the copy's slot order, not ascending. Same selection, same
-// keys; the softmax sums them in another order (rounding-level differences).
 SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
                      const std::function<const float*()>& selection_mass, std::vector<float>* kept_weights,
-                     std::vector<int32_t>* kept = nullptr, SwaHotRows* hot = nullptr);
+                     std::vector<int32_t>* kept = nullptr);
 
 // Bifurcated group attention as ref::bifurcated_attention: each shared segment's K/V is read
 // once for all member query rows, every sequence's own suffix separately, merged exactly.

@@ -109,10 +109,8 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttendTask& t = tasks[ti];
     if (t.R > kMaxRows || t.R < 1 || t.n < 0 || t.run_end < t.run_begin || t.keys() < 1 ||
-        (t.rows_view != nullptr && prefetcher != nullptr) ||
         (t.run_end > t.run_begin &&
-         (kern.run_partial == nullptr ||
-          (!deferred && t.rows_view == nullptr && t.n > 0 && t.pos[t.n - 1] >= t.run_begin))))
+         (kern.run_partial == nullptr || (!deferred && t.n > 0 && t.pos[t.n - 1] >= t.run_begin))))
       throw std::invalid_argument("sparse::attend: bad task shape");
     if (kv.dtype == KvDtype::kI8) row_sums(t.q, t.R, d, &q_sums[ti * kMaxRows]);
     first_item[ti] = static_cast<int32_t>(items.size());
@@ -203,13 +201,10 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
     }
     if (!ensure_filled()) return;  // the fill failed: the caller throws
     const int32_t n = it.end - it.begin;
-    const PagedKvView& rv = t.rows_view != nullptr ? *t.rows_view : kv;
-    row_offsets(rv, t.g, t.pos + it.begin, n, rows.data());
-    if (t.rows_view == nullptr) {  // a compacted copy is one stream: the hardware prefetcher's
-      prefetch_rows_l2(rv, rv.k, rows.data(), n);
-      prefetch_rows_l2(rv, rv.v, rows.data(), n);
-    }
-    kern.key_logits(rv, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, rows.data(), n, scale, s.data(), n,
+    row_offsets(kv, t.g, t.pos + it.begin, n, rows.data());
+    prefetch_rows_l2(kv, kv.k, rows.data(), n);
+    prefetch_rows_l2(kv, kv.v, rows.data(), n);
+    kern.key_logits(kv, t.q, &q_sums[static_cast<size_t>(it.task) * kMaxRows], t.R, rows.data(), n, scale, s.data(), n,
                     /*v_next=*/true);
     for (int32_t r = 0; r < t.R; ++r) {
       float* sr = &s[static_cast<size_t>(r) * n];
@@ -218,7 +213,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
       m[it.slot + r] = mx;
       l[it.slot + r] = kern.exp_shifted(sr, n, mx);
     }
-    kern.accumulate_v(rv, t.R, s.data(), n, rows.data(), n, &acc[it.slot * d]);
+    kern.accumulate_v(kv, t.R, s.data(), n, rows.data(), n, &acc[it.slot * d]);
     if (task_done.arrive(static_cast<size_t>(it.task))) merge_task(it.task);
   };
   auto run_items = [&](int32_t first, int32_t last) {

@@ -132,10 +132,6 @@ struct AttendTask {
   // Optional [R][keys()]: each row's softmax weights exp(logit − lse) over pos[] then the run (the
   // thread that merges the task converts its rows' logits once their lse is known).
   float* weights = nullptr;
-  // Optional: the view pos[] indexes instead of the call's (a compacted copy of the rows, e.g.
-  // SwaHotRows: pos[] are its slots, in any order relative to the run; same kv head numbering).
-  // Read only after fill_positions ran; not with a prefetcher.
-  const PagedKvView* rows_view = nullptr;
   int32_t keys() const { return n + run_end - run_begin; }
 };
 

@@ -9,7 +9,6 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/sparse_common.h"
-#include "kernels/cpu/swa_hot_rows.h"
 
 namespace fathom::cpu {
 
@@ -20,7 +19,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
 
 SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SwaParams& p,
                      const std::function<const float*()>& selection_mass, std::vector<float>* kept_weights,
-                     std::vector<int32_t>* kept_out, SwaHotRows* hot) {
+                     std::vector<int32_t>* kept_out) {
   const sparse::Kernels& kern = sparse::kernels();
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, G = args.n_heads / n_kv, n = args.pos + 1;
   const ref::SwaSizes sizes = ref::swa_sizes(n, p.ratio);
@@ -33,6 +32,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   // The heavy hitters (ascending); with a streamed window, chosen inside the attention's pool call
   // while the other threads stream the window (at 8k, 1/8 the pooling and top-k are ~6 us a layer
   // that one thread spent alone; bench in the README).
+  const std::function<void()> select = [&] { sparse::top_k(selection_mass(), older, res.k_global, kept.data()); };
   const int32_t n_kept = static_cast<int32_t>(kept.size());
   // The local window is one run of positions: streamed through the transposed K plane where the
   // view allows (half the kept keys at about dense's speed per key), else gathered with the rest;
@@ -41,19 +41,6 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   // gathers what it cannot stream — gathering it in every view keeps a tiered sequence bitwise its
   // resident self unless a later step's window (n·ratio/2 newest keys) reaches into the host tier.
   const bool stream_window = p.ratio < 1.0f && sparse::run_streamable(kern, kv, older, n);
-  // With a compacted copy (`hot`, streamed window only: the seed step keeps every position), the
-  // heavy hitters are read from it as slots 0..k_global − 1, a stream, and `kept` lists them in
-  // slot order; the copy takes in the rows that entered the set as part of the selection.
-  const bool use_hot = hot != nullptr && stream_window && SwaHotRows::supports(kv);
-  std::vector<int32_t> slots(use_hot ? res.k_global : 0);
-  std::iota(slots.begin(), slots.end(), 0);
-  int32_t copied = 0;
-  const std::function<void()> select = [&] {
-    sparse::top_k(selection_mass(), older, res.k_global, kept.data());
-    if (!use_hot) return;
-    copied = hot->update(kv, kept.data(), res.k_global, n);
-    std::copy_n(hot->slot_positions(), res.k_global, kept.begin());
-  };
 
   // [H][n_kept] softmax weights per head, reused by the calling thread (no clearing: every entry
   // is written by the attention).
@@ -66,8 +53,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
     t.R = G;
     t.q = args.q + static_cast<int64_t>(g) * G * d;
     t.out = args.out + static_cast<int64_t>(g) * G * d;
-    t.pos = use_hot ? slots.data() : kept.data();
-    t.rows_view = use_hot ? &hot->view() : nullptr;
+    t.pos = kept.data();
     t.n = stream_window ? res.k_global : n_kept;
     if (stream_window) {
       t.run_begin = older;
@@ -84,9 +70,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
     select();
     sparse::attend_prefetched(pool, kern, kv, args.scale, tasks, /*reverse=*/args.pos % 2 != 0);
   }
-  // The rows read, plus the KV rows the copy took in (read once from the cache, then streamed).
-  res.kv_bytes = 2LL * (n_kept + copied) * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv;
-  res.hot_rows_copied = use_hot ? copied : -1;
+  res.kv_bytes = 2LL * n_kept * static_cast<int64_t>(kv_row_bytes(kv.dtype, d)) * n_kv;
 
   if (kept_weights != nullptr) {
     // Summed over heads per kept position: head 0 + head 1 + … (a vector loop over positions).

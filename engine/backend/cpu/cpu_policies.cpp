@@ -1,7 +1,6 @@
 #include "engine/backend/cpu/cpu_policies.h"
 
 #include <algorithm>
-#include <memory>
 #include <vector>
 
 #include "base/error.h"
@@ -23,26 +22,6 @@ int64_t hip_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args
   return bytes.total();
 }
 
-// The CPU backend's own SWA state for a layer: the compacted copy of its heavy hitters
-// (cpu::SwaHotRows), freed with the sequence's policy state, cloned on fork.
-class CpuSwaHotRows : public BackendLayerState {
- public:
-  cpu::SwaHotRows rows;
-  std::unique_ptr<BackendLayerState> clone() const override { return std::make_unique<CpuSwaHotRows>(*this); }
-};
-
-// The layer's copy, made on first use; null where the view cannot have one (tiered, INT8).
-cpu::SwaHotRows* swa_hot_rows(const PagedKvView& kv, LayerPolicyState& st) {
-  if (!cpu::SwaHotRows::supports(kv)) {
-    st.backend.reset(nullptr);
-    return nullptr;
-  }
-  if (st.backend.get() == nullptr) st.backend.reset(std::make_unique<CpuSwaHotRows>());
-  auto* own = dynamic_cast<CpuSwaHotRows*>(st.backend.get());
-  FATHOM_CHECK(own != nullptr, "another backend's layer state in a CPU step");
-  return &own->rows;
-}
-
 int64_t swa_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
                  LayerPolicyState& st) {
   const int32_t S = args.pos + 1;
@@ -50,7 +29,7 @@ int64_t swa_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args
   std::vector<float> kept_weights;
   std::vector<int32_t> kept;
   const cpu::SwaResult r = cpu::swa_decode(
-      pool, kv, args, params, [&] { return swa_selection_mass(p, st); }, &kept_weights, &kept, swa_hot_rows(kv, st));
+      pool, kv, args, params, [&] { return swa_selection_mass(p, st); }, &kept_weights, &kept);
   swa_fold_mass(st, kept, kept_weights.data(), r.k_local);
   return r.kv_bytes;
 }
