@@ -44,9 +44,10 @@ float max_sum_exp(const float* s, int32_t n, float* mx) {
 
 // SparQ step 1 on 16 positions of a k_t tile (dimension rows `stride` elements apart), G ≤ 4
 // query rows: out[j·ld + s] = Σ_i qr[j·r + i]·tile[dims[i]][s], 2·G accumulators in registers.
+// sum (nullable): sum[s] = (sum[s] when add_to_sum) + out[s] + out[ld + s] + …, in that order.
 template <int G, typename T>
 void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr, float* out, int64_t ld, int32_t n_t,
-                 int32_t stride) {
+                 int32_t stride, float* sum, bool add_to_sum) {
   __m256 lo[G], hi[G];
   for (int j = 0; j < G; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
   for (int32_t i = 0; i < r; ++i) {
@@ -58,10 +59,30 @@ void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr,
       hi[j] = _mm256_fmadd_ps(w, x1, hi[j]);
     }
   }
+  __m256 sum_lo = _mm256_setzero_ps(), sum_hi = sum_lo;
+  if (sum != nullptr) {
+    int j = 0;
+    if (add_to_sum) {
+      sum_lo = n_t == 16 ? _mm256_loadu_ps(sum) : _mm256_maskload_ps(sum, lanes8(n_t));
+      sum_hi = n_t == 16 ? _mm256_loadu_ps(sum + 8) : _mm256_maskload_ps(sum + 8, lanes8(n_t - 8));
+    } else {
+      sum_lo = lo[0];
+      sum_hi = hi[0];
+      j = 1;
+    }
+    for (; j < G; ++j) {
+      sum_lo = _mm256_add_ps(sum_lo, lo[j]);
+      sum_hi = _mm256_add_ps(sum_hi, hi[j]);
+    }
+  }
   if (n_t == 16) {
     for (int j = 0; j < G; ++j) {
       _mm256_storeu_ps(out + j * ld, lo[j]);
       _mm256_storeu_ps(out + j * ld + 8, hi[j]);
+    }
+    if (sum != nullptr) {
+      _mm256_storeu_ps(sum, sum_lo);
+      _mm256_storeu_ps(sum + 8, sum_hi);
     }
     return;
   }
@@ -70,20 +91,25 @@ void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr,
     _mm256_maskstore_ps(out + j * ld, m0, lo[j]);
     _mm256_maskstore_ps(out + j * ld + 8, m1, hi[j]);
   }
+  if (sum != nullptr) {
+    _mm256_maskstore_ps(sum, m0, sum_lo);
+    _mm256_maskstore_ps(sum + 8, m1, sum_hi);
+  }
 }
 // Any G, four query rows at a time (16 registers hold no more than 4 rows' accumulators, the
 // dimension rows and a broadcast); later groups find the tile's rows in L1.
 template <typename T>
 bool kt_tile16(const T* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out, int64_t ld,
-               int32_t n_t, int32_t stride) {
+               int32_t n_t, int32_t stride, float* sum) {
   for (int32_t j0 = 0; j0 < G; j0 += 4) {
     const float* q = qr + static_cast<int64_t>(j0) * r;
     float* o = out + j0 * ld;
+    const bool add = j0 > 0;  // later groups add to the sum the first group stored
     switch (std::min(4, G - j0)) {
-      case 1: kt_tile16_g<1>(tile, dims, r, q, o, ld, n_t, stride); break;
-      case 2: kt_tile16_g<2>(tile, dims, r, q, o, ld, n_t, stride); break;
-      case 3: kt_tile16_g<3>(tile, dims, r, q, o, ld, n_t, stride); break;
-      default: kt_tile16_g<4>(tile, dims, r, q, o, ld, n_t, stride); break;
+      case 1: kt_tile16_g<1>(tile, dims, r, q, o, ld, n_t, stride, sum, add); break;
+      case 2: kt_tile16_g<2>(tile, dims, r, q, o, ld, n_t, stride, sum, add); break;
+      case 3: kt_tile16_g<3>(tile, dims, r, q, o, ld, n_t, stride, sum, add); break;
+      default: kt_tile16_g<4>(tile, dims, r, q, o, ld, n_t, stride, sum, add); break;
     }
   }
   return true;

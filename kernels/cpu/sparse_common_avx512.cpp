@@ -56,7 +56,7 @@ void axpy_u8(float a, const uint8_t* x, float* y, int32_t n) { axpy_any(a, x, y,
 // parameter up to 8).
 template <int G, typename T, typename Load>
 void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr, float* out, int64_t ld, int32_t n_t,
-                 int32_t stride, Load load) {
+                 int32_t stride, float* sum, Load load) {
   __m512 acc[G];
   for (int j = 0; j < G; ++j) acc[j] = _mm512_setzero_ps();
   for (int32_t i = 0; i < r; ++i) {
@@ -65,34 +65,38 @@ void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr,
   }
   const __mmask16 m = lanes16(n_t);
   for (int j = 0; j < G; ++j) _mm512_mask_storeu_ps(out + j * ld, m, acc[j]);
+  if (sum == nullptr) return;
+  __m512 total = acc[0];  // row 0 + row 1 + …, group_sum's order
+  for (int j = 1; j < G; ++j) total = _mm512_add_ps(total, acc[j]);
+  _mm512_mask_storeu_ps(sum, m, total);
 }
 template <typename T, typename Load>
 bool kt_tile16_any(const T* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out, int64_t ld,
-                   int32_t n_t, int32_t stride, Load load) {
+                   int32_t n_t, int32_t stride, float* sum, Load load) {
   switch (G) {
-    case 1: kt_tile16_g<1>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
-    case 2: kt_tile16_g<2>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
-    case 3: kt_tile16_g<3>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
-    case 4: kt_tile16_g<4>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
-    case 5: kt_tile16_g<5>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
-    case 6: kt_tile16_g<6>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
-    case 7: kt_tile16_g<7>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
-    case 8: kt_tile16_g<8>(tile, dims, r, qr, out, ld, n_t, stride, load); return true;
+    case 1: kt_tile16_g<1>(tile, dims, r, qr, out, ld, n_t, stride, sum, load); return true;
+    case 2: kt_tile16_g<2>(tile, dims, r, qr, out, ld, n_t, stride, sum, load); return true;
+    case 3: kt_tile16_g<3>(tile, dims, r, qr, out, ld, n_t, stride, sum, load); return true;
+    case 4: kt_tile16_g<4>(tile, dims, r, qr, out, ld, n_t, stride, sum, load); return true;
+    case 5: kt_tile16_g<5>(tile, dims, r, qr, out, ld, n_t, stride, sum, load); return true;
+    case 6: kt_tile16_g<6>(tile, dims, r, qr, out, ld, n_t, stride, sum, load); return true;
+    case 7: kt_tile16_g<7>(tile, dims, r, qr, out, ld, n_t, stride, sum, load); return true;
+    case 8: kt_tile16_g<8>(tile, dims, r, qr, out, ld, n_t, stride, sum, load); return true;
     default: return false;
   }
 }
 // Returns false when not handled (G > 8): the caller takes the generic path.
 bool kt_tile16(const float* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
-               int64_t ld, int32_t n_t, int32_t stride) {
-  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, kLoad);
+               int64_t ld, int32_t n_t, int32_t stride, float* sum) {
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, sum, kLoad);
 }
 bool kt_tile16(const uint16_t* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
-               int64_t ld, int32_t n_t, int32_t stride) {
-  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, kLoad);
+               int64_t ld, int32_t n_t, int32_t stride, float* sum) {
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, sum, kLoad);
 }
 bool kt_tile16(const uint8_t* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
-               int64_t ld, int32_t n_t, int32_t stride) {
-  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, kLoad);
+               int64_t ld, int32_t n_t, int32_t stride, float* sum) {
+  return kt_tile16_any(tile, dims, r, qr, G, out, ld, n_t, stride, sum, kLoad);
 }
 
 // Lane i of the result = the sum of the 16 lanes of v[i] (a transpose-and-add tree: 45 shuffles and

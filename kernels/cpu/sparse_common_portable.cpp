@@ -87,7 +87,7 @@ bool axpy_rows(const T*, const int64_t*, int32_t, int32_t, const float*, int64_t
 
 // No register-blocked tile kernel here: the generic path of sparq_scores handles every tile.
 template <typename T>
-bool kt_tile16(const T*, const int32_t*, int32_t, const float*, int32_t, float*, int64_t, int32_t, int32_t) {
+bool kt_tile16(const T*, const int32_t*, int32_t, const float*, int32_t, float*, int64_t, int32_t, int32_t, float*) {
   return false;
 }
 
