@@ -13,8 +13,14 @@
 // independent loads at random lines, per thread count (the memory system's parallelism for
 // scattered reads). Best of --reps as above.
 //
+// Last, the stream again but handed out as decode hands out a matmul: the buffer in jobs of a few
+// hundred KiB (a decode step's weight matrices are 0.06-2 MiB), each job split over fathom's
+// ThreadPool (run_on_all: every thread sums its slice, the caller waits for the last), beside the
+// cost of an empty job. What a call of that size can stream, fork and join included.
+//
 //   bench_bandwidth [--threads 1,2] [--size-mib 1024] [--reps 7] [--json FILE]
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstdint>
@@ -34,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/read_sum.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace {
 
@@ -162,6 +169,35 @@ Result measure_random(const uint64_t* buf, size_t words, int threads, int reps, 
       expected);
 }
 
+// The stream in jobs of `job_bytes`, each split over the pool's threads (see the header).
+double pooled_gbps(fathom::ThreadPool& pool, const uint64_t* buf, size_t words, size_t job_bytes, int reps, SumFn fn) {
+  const size_t job_words = job_bytes / sizeof(uint64_t), jobs = words / job_words;
+  std::atomic<uint64_t> total{0};
+  double best = 0;
+  for (int rep = 0; rep <= reps; ++rep) {
+    const auto t0 = Clock::now();
+    for (size_t j = 0; j < jobs; ++j)
+      pool.run_on_all([&](int t, int n) {
+        const size_t b = j * job_words + job_words * t / n / 64 * 64, e = j * job_words + job_words * (t + 1) / n / 64 * 64;
+        total.fetch_add(fn(buf + b, e - b), std::memory_order_relaxed);
+      });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rep > 0) best = std::max(best, static_cast<double>(jobs * job_bytes) / s / 1e9);
+  }
+  return total.load() == 0 ? 0.0 : best;  // (the sums are used: the loads cannot be skipped)
+}
+
+// µs per run_on_all of an empty job (best of reps of 100k calls).
+double empty_job_us(fathom::ThreadPool& pool, int reps) {
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 100000; ++i) pool.run_on_all([](int, int) {});
+    best = std::min(best, std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 1e5);
+  }
+  return best;
+}
+
 void usage() {
   std::fprintf(stderr,
                "usage: bench_bandwidth [--threads 1,2] [--size-mib 1024] [--reps 7] [--simd avx512|avx2|scalar]\n"
@@ -234,6 +270,16 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       random.push_back({{"threads", t}, {"best_gbps", r.best()}, {"median_gbps", r.median()}});
     }
+    const int pool_threads = *std::max_element(threads.begin(), threads.end());
+    fathom::ThreadPool pool(pool_threads);
+    const double empty_us = empty_job_us(pool, reps);
+    std::printf("in pool jobs (%d threads; an empty job %.2f us):", pool_threads, empty_us);
+    nlohmann::json pooled = nlohmann::json::array();
+    for (size_t kib : {128, 256, 512, 1024, 4096}) {
+      const double g = pooled_gbps(pool, buf, words, kib << 10, reps, simd.fn);
+      std::printf("  %zu KiB %.1f GB/s%s", kib, g, kib == 4096 ? "\n" : ",");
+      pooled.push_back({{"job_kib", kib}, {"best_gbps", g}});
+    }
     std::free(buf);
 
     if (!json_path.empty()) {
@@ -246,7 +292,10 @@ int main(int argc, char** argv) {
                           {"hardware_threads", std::thread::hardware_concurrency()},
                           {"results", results},
                           {"random_line_latency_ns", latency},
-                          {"random_lines", random}};
+                          {"random_lines", random},
+                          {"pool_threads", pool_threads},
+                          {"empty_job_us", empty_us},
+                          {"pool_jobs", pooled}};
       std::ofstream out(json_path);
       if (!out) throw std::runtime_error("cannot write " + json_path);
       out << j.dump(2) << "\n";
