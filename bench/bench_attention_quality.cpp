@@ -61,9 +61,6 @@ constexpr double kRatios[] = {0.5, 0.25, 0.125};
 // Explicit policy parameters from the command line (--hip-refresh, --hip-mask-k, --sparq-r, ...),
 // on top of what each ratio derives: for trying a change before making it the server's rule.
 AttentionPolicy g_base;
-// --sparq-pairs: SparQ's step 1 in RoPE rotation pairs (ref::SparqParams::pair_offset): 0 off
-// (default), 1 adjacent pairs, -1 NeoX pairs (offset head_dim / 2).
-int32_t g_sparq_pairs = 0;
 // --swa-prompt-seed W: SWA's history starts with the prompt's last W positions (run one per step,
 // attending densely and accumulating their weights), as the engine seeds it.
 int32_t g_swa_prompt_seed = 0;
@@ -365,8 +362,7 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
       if (measure) {
         for (const Pol pol : {kSparq, kSparqNr}) {
           p.sparq_reallocation = pol == kSparq;
-          ref::SparqParams sp = resolve_sparq(p, S_cur, kv.head_dim);
-          sp.pair_offset = g_sparq_pairs < 0 ? kv.head_dim / 2 : g_sparq_pairs;
+          const ref::SparqParams sp = resolve_sparq(p, S_cur, kv.head_dim);
           const ref::SparqStats ss = ref::sparq_attention(kv, a, sp, nullptr);
           for (int32_t h = 0; h < q.n_heads; ++h)
             score_head(dense.p[h], ss.selected[h / G], &out[static_cast<size_t>(h) * d],
@@ -633,7 +629,6 @@ int main(int argc, char** argv) {
     else if (a == "--hip-window") g_base.hip_window = std::atoi(next().c_str());
     else if (a == "--sparq-r") g_base.sparq_r = std::atoi(next().c_str());
     else if (a == "--sparq-k") g_base.sparq_k = std::atoi(next().c_str());
-    else if (a == "--sparq-pairs") g_sparq_pairs = std::atoi(next().c_str());
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;

@@ -19,7 +19,6 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, G = args.n_heads / n_kv, S = args.pos + 1, bs = kv.block_size;
   SparqResult res;
   res.r = std::clamp(p.r < 0 ? d / 8 : p.r, 1, d);
-  if (p.pair_offset > 0) res.r = std::max(2, res.r / 2 * 2);  // whole pairs (ref::sparq_components)
   res.k = std::clamp(p.k, 1, S);
   res.l = std::clamp(p.l < 0 ? p.k / 4 : p.l, 1, res.k);  // ≥ 1: the current token is always kept
   const int32_t r = res.r;
@@ -32,7 +31,10 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
     std::vector<double> a(d, 0.0);
     for (int32_t j = 0; j < G; ++j)
       for (int32_t c = 0; c < d; ++c) a[c] += std::fabs(qg[j * d + c]);
-    const std::vector<int32_t> order = ref::sparq_components(a, r, p.pair_offset);
+    std::vector<int32_t> order(d);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + r, order.end(),
+                      [&](int32_t x, int32_t y) { return a[x] != a[y] ? a[x] > a[y] : x < y; });
     std::copy_n(order.begin(), r, &dims[static_cast<size_t>(g) * r]);
     for (int32_t j = 0; j < G; ++j) {
       double l1 = 0, l1_r = 0;

@@ -16,31 +16,6 @@ SparqParams sparq_params_for_ratio(double c, int32_t S, int32_t head_dim, bool r
   return p;
 }
 
-std::vector<int32_t> sparq_components(const std::vector<double>& a, int32_t r, int32_t pair_offset) {
-  const int32_t d = static_cast<int32_t>(a.size());
-  std::vector<int32_t> dims;
-  if (pair_offset <= 0) {
-    dims.resize(d);
-    std::iota(dims.begin(), dims.end(), 0);
-    std::partial_sort(dims.begin(), dims.begin() + r, dims.end(),
-                      [&](int32_t x, int32_t y) { return a[x] != a[y] ? a[x] > a[y] : x < y; });
-    dims.resize(r);
-    return dims;
-  }
-  std::vector<int32_t> firsts;  // the lower component of every pair
-  for (int32_t c = 0; c < d; ++c)
-    if ((pair_offset == 1 ? c % 2 == 0 : c % (2 * pair_offset) < pair_offset) && c + pair_offset < d) firsts.push_back(c);
-  const int32_t pairs = std::clamp(r / 2, 1, static_cast<int32_t>(firsts.size()));
-  auto score = [&](int32_t c) { return a[c] + a[c + pair_offset]; };
-  std::partial_sort(firsts.begin(), firsts.begin() + pairs, firsts.end(),
-                    [&](int32_t x, int32_t y) { return score(x) != score(y) ? score(x) > score(y) : x < y; });
-  for (int32_t i = 0; i < pairs; ++i) {
-    dims.push_back(firsts[i]);
-    dims.push_back(firsts[i] + pair_offset);
-  }
-  return dims;
-}
-
 SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const SparqParams& p,
                            const float* v_mean) {
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, group = args.n_heads / n_kv;
@@ -48,7 +23,6 @@ SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const 
   const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype));
   SparqStats st;
   st.r = std::clamp(p.r < 0 ? d / 8 : p.r, 1, d);
-  if (p.pair_offset > 0) st.r = std::max(2, st.r / 2 * 2);  // whole pairs
   st.k = std::clamp(p.k, 1, S);
   st.l = std::clamp(p.l < 0 ? p.k / 4 : p.l, 1, st.k);  // ≥ 1: the current token is always kept
   st.selected.resize(n_kv);
@@ -61,7 +35,11 @@ SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const 
     std::vector<double> a(d, 0.0);
     for (int32_t j = 0; j < group; ++j)
       for (int32_t c = 0; c < d; ++c) a[c] += std::fabs(qg[j * d + c]);
-    const std::vector<int32_t> dims = sparq_components(a, st.r, p.pair_offset);
+    std::vector<int32_t> dims(d);
+    std::iota(dims.begin(), dims.end(), 0);
+    std::partial_sort(dims.begin(), dims.begin() + st.r, dims.end(),
+                      [&](int32_t x, int32_t y) { return a[x] != a[y] ? a[x] > a[y] : x < y; });
+    dims.resize(st.r);
     // Step 2: approximate logits from r components of every key, temperature-corrected.
     std::vector<double> factor(group);
     for (int32_t j = 0; j < group; ++j) {

@@ -13,16 +13,7 @@ struct SparqParams {
   int32_t l = -1;              // forced local window (last l positions); −1: k/4
   int32_t r = -1;              // query components per kv head group (step 1); −1: head_dim/8
   bool reallocation = true;    // step 6: out = α·y + (1−α)·v̄; off: out = y
-  // Step 1 in RoPE's rotation pairs: 0 picks the r components one by one (the paper); o > 0 picks
-  // the r/2 pairs (c, c + o) of largest a[c] + a[c + o] — o = 1: adjacent pairs (2i, 2i + 1), the
-  // GGUF "normal" RoPE; o = d/2: (i, i + d/2), NeoX RoPE — so that each selected key component's
-  // rotation partner is there too (experimental: bench_attention_quality --sparq-pairs).
-  int32_t pair_offset = 0;
 };
-
-// Step 1's components I1 from a = Σ_{h∈group} |q_h| ([head_dim]): the r largest (ties: lower
-// index), or with pair_offset > 0 whole rotation pairs as above (r rounded down to even, ≥ 2).
-std::vector<int32_t> sparq_components(const std::vector<double>& a, int32_t r, int32_t pair_offset);
 
 // The `compression` convenience: (r, k, l) for a target KV-read ratio c ≈ M_sparq / M_dense
 // (transfer model: M_sparq = S·r + 2·k·d + 4·d, M_dense = 2·S·d + 2·d) at S keys, half the budget
