@@ -4,7 +4,8 @@ is 1/4) with min_keys measured (each sparse policy runs densely below its measur
 served) against dense, per depth, over several rounds.
 
 Each round is one `bench_decode` run: per depth it prefills once and times each policy's decode
-from the same cache one after the other (dense first), so the policies alternate within a round;
+from the same cache one after the other (the order rotated by one policy each round), so the
+policies alternate within a round;
 the table gives per policy the median over rounds of the mean ms per token, and dense ÷ policy.
 The read bandwidth of the `% bound` column is measured in the same run unless --bandwidth-json
 names a file: bench_bandwidth before the first round and after every round, and the median of those
