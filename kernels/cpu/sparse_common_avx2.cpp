@@ -115,6 +115,14 @@ bool kt_tile16(const T* tile, const int32_t* dims, int32_t r, const float* qr, i
   return true;
 }
 
+// No pair kernel here: sparq_scores takes the tiles one at a time (kt_tile16 already runs 2·G
+// independent chains, a tile's two 8-lane halves; two tiles' would not fit in 16 registers).
+template <typename T>
+bool kt_tile16x2(const T*, const T*, const int32_t*, int32_t, const float*, int32_t, float*, int64_t, int32_t, int32_t,
+                 float*) {
+  return false;
+}
+
 // Prefetches the d elements of row rows[i + kPrefetchAhead] of base, when there is one.
 template <typename T>
 void prefetch_row_ahead(const T* base, const int64_t* rows, int32_t i, int32_t n, int32_t d) {

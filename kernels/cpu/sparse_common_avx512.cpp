@@ -70,6 +70,51 @@ void kt_tile16_g(const T* tile, const int32_t* dims, int32_t r, const float* qr,
   for (int j = 1; j < G; ++j) total = _mm512_add_ps(total, acc[j]);
   _mm512_mask_storeu_ps(sum, m, total);
 }
+// Two tiles at once, 32 consecutive positions (a's 16, then b's n_b ≤ 16): 2·G independent FMA
+// chains where one tile has G, each tile's arithmetic the same as kt_tile16_g's (same bits).
+template <int G, typename T, typename Load>
+void kt_tile16x2_g(const T* a, const T* b, const int32_t* dims, int32_t r, const float* qr, float* out, int64_t ld,
+                   int32_t n_b, int32_t stride, float* sum, Load load) {
+  __m512 acc_a[G], acc_b[G];
+  for (int j = 0; j < G; ++j) acc_a[j] = acc_b[j] = _mm512_setzero_ps();
+  for (int32_t i = 0; i < r; ++i) {
+    const int64_t off = static_cast<int64_t>(dims[i]) * stride;
+    const __m512 row_a = load(a + off), row_b = load(b + off);
+    for (int j = 0; j < G; ++j) {
+      const __m512 w = _mm512_set1_ps(qr[j * r + i]);
+      acc_a[j] = _mm512_fmadd_ps(w, row_a, acc_a[j]);
+      acc_b[j] = _mm512_fmadd_ps(w, row_b, acc_b[j]);
+    }
+  }
+  const __mmask16 m = lanes16(n_b);
+  for (int j = 0; j < G; ++j) {
+    _mm512_storeu_ps(out + j * ld, acc_a[j]);
+    _mm512_mask_storeu_ps(out + j * ld + 16, m, acc_b[j]);
+  }
+  if (sum == nullptr) return;
+  __m512 total_a = acc_a[0], total_b = acc_b[0];  // row 0 + row 1 + …, group_sum's order
+  for (int j = 1; j < G; ++j) {
+    total_a = _mm512_add_ps(total_a, acc_a[j]);
+    total_b = _mm512_add_ps(total_b, acc_b[j]);
+  }
+  _mm512_storeu_ps(sum, total_a);
+  _mm512_mask_storeu_ps(sum + 16, m, total_b);
+}
+template <typename T>
+bool kt_tile16x2(const T* a, const T* b, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out,
+                 int64_t ld, int32_t n_b, int32_t stride, float* sum) {
+  switch (G) {
+    case 1: kt_tile16x2_g<1>(a, b, dims, r, qr, out, ld, n_b, stride, sum, kLoad); return true;
+    case 2: kt_tile16x2_g<2>(a, b, dims, r, qr, out, ld, n_b, stride, sum, kLoad); return true;
+    case 3: kt_tile16x2_g<3>(a, b, dims, r, qr, out, ld, n_b, stride, sum, kLoad); return true;
+    case 4: kt_tile16x2_g<4>(a, b, dims, r, qr, out, ld, n_b, stride, sum, kLoad); return true;
+    case 5: kt_tile16x2_g<5>(a, b, dims, r, qr, out, ld, n_b, stride, sum, kLoad); return true;
+    case 6: kt_tile16x2_g<6>(a, b, dims, r, qr, out, ld, n_b, stride, sum, kLoad); return true;
+    case 7: kt_tile16x2_g<7>(a, b, dims, r, qr, out, ld, n_b, stride, sum, kLoad); return true;
+    case 8: kt_tile16x2_g<8>(a, b, dims, r, qr, out, ld, n_b, stride, sum, kLoad); return true;
+    default: return false;
+  }
+}
 template <typename T, typename Load>
 bool kt_tile16_any(const T* tile, const int32_t* dims, int32_t r, const float* qr, int32_t G, float* out, int64_t ld,
                    int32_t n_t, int32_t stride, float* sum, Load load) {

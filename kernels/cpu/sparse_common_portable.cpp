@@ -91,6 +91,13 @@ bool kt_tile16(const T*, const int32_t*, int32_t, const float*, int32_t, float*,
   return false;
 }
 
+// No pair kernel here: sparq_scores takes the tiles one at a time.
+template <typename T>
+bool kt_tile16x2(const T*, const T*, const int32_t*, int32_t, const float*, int32_t, float*, int64_t, int32_t, int32_t,
+                 float*) {
+  return false;
+}
+
 constexpr decltype(Kernels::run_partial) kRunPartial = nullptr;  // runs are gathered: no Kᵀ kernel at this level
 
 #include "kernels/cpu/sparse_common.inc"

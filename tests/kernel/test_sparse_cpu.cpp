@@ -752,6 +752,50 @@ TEST(SparseCpu, KthLargestKeyMatchesSort) {
 // picture), spikes of large values, and large values only where the strided sample looks (for
 // n = 16k, 64k: its threshold is too high, fewer than k pass, the radix fallback answers). At
 // every SIMD level.
+// SparQ step 1 over a range of blocks takes its 16-key tiles two at a time where the ISA has a pair
+// kernel, and one at a time over a single 16-key block: the same arithmetic per tile, so scores
+// and group sums must be equal bit for bit either way, for every tile of a shuffled table
+// (a pair's second tile, a short last tile, blocks of 2 and 4 tiles).
+TEST(SparseCpu, SparqScoresOfARangeEqualBlockByBlock) {
+  for_each_simd_level([&] {
+    std::mt19937 rng(11);
+    const cpu::sparse::Kernels& kern = cpu::sparse::kernels();
+    for (int32_t bs : {16, 32, 64})
+      for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16})
+        for (int32_t G : {1, 3, 8})
+          for (int32_t S : {16, 47, 80, 1000}) {
+            SCOPED_TRACE("bs=" + std::to_string(bs) + " " + kv_dtype_name(dtype) + " G=" + std::to_string(G) +
+                         " S=" + std::to_string(S));
+            constexpr int32_t d = 64, r = 8;
+            const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, bs, dtype, S, 0, rng);
+            const PagedKvView kv = f.view(true, true);
+            const std::vector<int32_t> dims = {3, 9, 17, 22, 40, 41, 50, 63};
+            const std::vector<float> qr = random_q(G * r, rng);
+            const int32_t n_blocks = (S + bs - 1) / bs;
+            std::vector<float> whole(static_cast<size_t>(G) * S, NAN), parts(whole.size(), NAN);
+            std::vector<float> whole_sum(S, NAN), parts_sum(S, NAN);
+            kern.sparq_scores(kv, 1, dims.data(), r, qr.data(), G, 0, n_blocks, S, whole.data(), S, whole_sum.data());
+            for (int32_t b = 0; b < n_blocks; ++b)
+              kern.sparq_scores(kv, 1, dims.data(), r, qr.data(), G, b, b + 1, S, parts.data(), S, parts_sum.data());
+            ASSERT_EQ(0, std::memcmp(whole.data(), parts.data(), whole.size() * sizeof(float)));
+            ASSERT_EQ(0, std::memcmp(whole_sum.data(), parts_sum.data(), whole_sum.size() * sizeof(float)));
+            // And both are the scores: Σ_i qr[j][i]·K[t][dims[i]] (f32 sums in any order: 1e-5).
+            std::vector<float> row(d);
+            for (int32_t t = 0; t < S; ++t) {
+              ref::load_kv_row(kv, kv.k, t, 1, row.data());
+              float total = 0;
+              for (int32_t j = 0; j < G; ++j) {
+                double dot = 0;
+                for (int32_t i = 0; i < r; ++i) dot += static_cast<double>(qr[j * r + i]) * row[dims[i]];
+                ASSERT_NEAR(whole[static_cast<size_t>(j) * S + t], dot, 1e-5 * (1 + std::fabs(dot))) << "t=" << t;
+                total += whole[static_cast<size_t>(j) * S + t];
+              }
+              ASSERT_NEAR(whole_sum[t], total, 1e-5 * (1 + std::fabs(total))) << "t=" << t;
+            }
+          }
+  });
+}
+
 TEST(SparseCpu, TopKMatchesSortOrder) {
   std::mt19937 rng(7);
   for_each_simd_level([&] {
