@@ -38,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/cli.h"
 #include "engine/attention/decode_attention.h"
 #include "engine/attention/policy.h"
 #include "engine/backend/cpu/cpu_backend.h"
@@ -68,13 +69,6 @@ constexpr int kNumRatios = 3;
 enum Pol { kSparq, kSparqNr, kHip, kSwa, kSwaDm, kNumPols };
 const char* kPolNames[kNumPols] = {"sparq", "sparq-nr", "hip", "swa", "swa-dm"};
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(item);
-  return v;
-}
 
 struct Acc {
   double corr = 0, err = 0, mass = 0, kfrac = 0;
@@ -636,7 +630,7 @@ int main(int argc, char** argv) {
   }
   n_measure = std::clamp(n_measure, 1, n_decode);
   if (!needles.empty()) return run_needles(needles, out_path, threads, n_decode);
-  const std::string text = read_text(split(text_files));
+  const std::string text = read_text(bench::split_list(text_files));
   const auto t0 = Clock::now();
 
   std::ostringstream md;
@@ -663,8 +657,8 @@ int main(int argc, char** argv) {
     std::string name, path;
     std::vector<std::string> lens;
   };
-  const std::vector<Job> jobs = {{"SmolLM2-135M-Instruct Q4_1", smollm, split(smollm_lens)},
-                                 {"Gemma 3 270M Q4_K_M", gemma, split(gemma_lens)}};
+  const std::vector<Job> jobs = {{"SmolLM2-135M-Instruct Q4_1", smollm, bench::split_list(smollm_lens)},
+                                 {"Gemma 3 270M Q4_K_M", gemma, bench::split_list(gemma_lens)}};
   for (const Job& job : jobs) {
     if (job.path.empty() || job.lens.empty()) continue;
     ModelOptions opts;

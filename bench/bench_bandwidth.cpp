@@ -39,6 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/cli.h"
 #include "bench/read_sum.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -55,22 +56,6 @@ uint64_t expected_sum(uint64_t a, uint64_t b) {
   const uint64_t n = b - a;
   const uint64_t x = a + b - 1;  // sum = n * x / 2; one of n, x is even
   return (n % 2 == 0) ? (n / 2) * x : n * (x / 2);
-}
-
-std::vector<int> parse_int_list(const std::string& s, const char* flag) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > 1024)
-      throw std::runtime_error(std::string(flag) + ": expected a comma-separated list of positive integers, got '" +
-                               s + "'");
-    out.push_back(static_cast<int>(v));
-  }
-  if (out.empty()) throw std::runtime_error(std::string(flag) + " is empty");
-  return out;
 }
 
 struct Result {
@@ -222,7 +207,7 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
         return argv[++i];
       };
-      if (a == "--threads") threads = parse_int_list(value(), "--threads");
+      if (a == "--threads") threads = fathom::bench::parse_int_list<int>(value(), "--threads", 1, 1024);
       else if (a == "--size-mib") size_mib = std::atol(value().c_str());
       else if (a == "--reps") reps = std::atoi(value().c_str());
       else if (a == "--json") json_path = value();

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cli.h"
 #include "engine/backend/cpu/break_even.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model.h"
@@ -91,8 +92,8 @@ int main(int argc, char** argv) {
     else if (a == "--ratio" && i + 1 < argc) ratio = std::atof(argv[++i]);
     else if (a == "--out" && i + 1 < argc) out = argv[++i];
     else if (a == "--hip" && i + 1 < argc) {
-      std::stringstream ss(argv[++i]);
-      for (std::string v; std::getline(ss, v, ',');) hips.push_back({std::max(1, std::atoi(v.c_str())), v.back() == 'k'});
+      for (const std::string& v : bench::split_list(argv[++i]))
+        hips.push_back({std::max(1, std::atoi(v.c_str())), !v.empty() && v.back() == 'k'});
     } else {
       models.push_back(a);
     }

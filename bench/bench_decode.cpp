@@ -48,8 +48,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/batch_plan.h"
 #include "base/error.h"
+#include "bench/cli.h"
+#include "engine/batch_plan.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
@@ -100,24 +101,6 @@ struct Args {
   int min_keys = AttentionPolicy::kMeasuredBreakEven;  // --min-keys N|measured: as the server's default
 };
 
-std::vector<int64_t> parse_list(const std::string& s, const char* flag, int64_t lo, int64_t hi) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < lo || v > hi)
-      throw Error(std::string(flag) + ": expected comma-separated integers in [" + std::to_string(lo) + ", " +
-                  std::to_string(hi) + "], got '" + s + "'");
-    out.push_back(v);
-  }
-  if (out.empty()) throw Error(std::string(flag) + " is empty");
-  return out;
-}
-
-int64_t parse_one(const std::string& s, const char* flag, int64_t lo, int64_t hi) { return parse_list(s, flag, lo, hi).at(0); }
-
 Args parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -128,24 +111,21 @@ Args parse_args(int argc, char** argv) {
     };
     if (k == "--model") a.model = value();
     else if (k == "--threads") {
-      a.threads.clear();
-      for (int64_t v : parse_list(value(), "--threads", 1, 1024)) a.threads.push_back(static_cast<int>(v));
+      a.threads = bench::parse_int_list<int>(value(), "--threads", 1, 1024);
     } else if (k == "--depths") {
-      a.depths.clear();
-      for (int64_t v : parse_list(value(), "--depths", 0, 1 << 24)) a.depths.push_back(static_cast<int32_t>(v));
-    } else if (k == "--decode-tokens") a.decode_tokens = static_cast<int>(parse_one(value(), "--decode-tokens", 1, 100000));
-    else if (k == "--warmup-tokens") a.warmup_tokens = static_cast<int>(parse_one(value(), "--warmup-tokens", 0, 1000));
-    else if (k == "--block-size") a.block_size = static_cast<int32_t>(parse_one(value(), "--block-size", 1, 1024));
-    else if (k == "--chunk") a.chunk = static_cast<int32_t>(parse_one(value(), "--chunk", 1, 1 << 16));
+      a.depths = bench::parse_int_list<int32_t>(value(), "--depths", 0, 1 << 24);
+    } else if (k == "--decode-tokens") a.decode_tokens = bench::parse_int<int>(value(), "--decode-tokens", 1, 100000);
+    else if (k == "--warmup-tokens") a.warmup_tokens = bench::parse_int<int>(value(), "--warmup-tokens", 0, 1000);
+    else if (k == "--block-size") a.block_size = bench::parse_int<int32_t>(value(), "--block-size", 1, 1024);
+    else if (k == "--chunk") a.chunk = bench::parse_int<int32_t>(value(), "--chunk", 1, 1 << 16);
     else if (k == "--share-prefill-from")
-      a.share_prefill_from = static_cast<int32_t>(parse_one(value(), "--share-prefill-from", 0, 1 << 24));
+      a.share_prefill_from = bench::parse_int<int32_t>(value(), "--share-prefill-from", 0, 1 << 24);
     else if (k == "--bandwidth-json") a.bandwidth_json = value();
     else if (k == "--json") a.json_out = value();
     else if (k == "--text") a.text_file = value();
     else if (k == "--attention") {
       a.attention.clear();
-      std::stringstream ss(value());
-      for (std::string item; std::getline(ss, item, ',');) {
+      for (const std::string& item : bench::split_list(value())) {
         parse_policy_name(item);  // throws on an unknown name
         a.attention.push_back(item);
       }

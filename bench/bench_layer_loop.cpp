@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cli.h"
 #include "bench/huge_kv.h"
 #include "engine/attention/policy.h"
 #include "kernels/cpu/attention.h"
@@ -67,8 +68,7 @@ int main(int argc, char** argv) {
   std::printf("bench_layer_loop: %d keys, %d layers, block %d, d %d, %d kv heads x %d, f16, 2 threads, 1/8\n", S, layers,
               block_size, d, n_kv, G);
 
-  std::stringstream list(policies);
-  for (std::string policy; std::getline(list, policy, ',');) {
+  for (const std::string& policy : bench::split_list(policies)) {
     int64_t bytes = 0, step = 0;
     auto layer_step = [&](int32_t l) {
       const PagedKvView& v = kv[l]->view;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "bench/cli.h"
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
 #include "engine/metrics.h"
@@ -41,22 +42,14 @@ struct Args {
   std::vector<int> depths = {1024, 4096}, samples = {1, 4, 16};
 };
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::atoi(item.c_str()));
-  return v;
-}
-
 Args parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--model") a.model = v;
     else if (k == "--threads") a.threads = std::atoi(v.c_str());
-    else if (k == "--depths") a.depths = parse_list(v);
-    else if (k == "--samples") a.samples = parse_list(v);
+    else if (k == "--depths") a.depths = bench::parse_int_list<int>(v, "--depths", 0, 1 << 24);
+    else if (k == "--samples") a.samples = bench::parse_int_list<int>(v, "--samples", 1, 4096);
     else if (k == "--decode-tokens") a.decode_tokens = std::atoi(v.c_str());
     else if (k == "--reps") a.reps = std::atoi(v.c_str());
     else if (k == "--out") a.out = v;

@@ -13,9 +13,11 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench/cli.h"
 #include "bench/huge_kv.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/sparse_common.h"
@@ -27,12 +29,6 @@ constexpr int32_t kHeadDim = 64, kG = 3, kR = 8, kCalls = 20;
 std::atomic<uint64_t> g_sink{0};  // keeps the flush reads
 constexpr size_t kFlushWords = size_t{8} << 20;  // 64 MiB, twice a 32 MiB L3
 
-std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::atoll(item.c_str()));
-  return out;
-}
 
 }  // namespace
 }  // namespace fathom
@@ -44,7 +40,14 @@ int main(int argc, char** argv) {
   std::string out_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--keys") keys = parse_list(argv[i + 1]);
+    if (a == "--keys") {
+      try {
+        keys = bench::parse_int_list(argv[i + 1], "--keys", 16, 1 << 24);
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "bench_sparq_scores: %s\n", e.what());
+        return 2;
+      }
+    }
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--out") out_path = argv[i + 1];
     else {

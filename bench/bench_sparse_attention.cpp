@@ -31,11 +31,13 @@
 #include <iomanip>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
+#include "bench/cli.h"
 #include "engine/attention/policy.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
@@ -50,14 +52,6 @@ namespace {
 
 using namespace fathom;
 using Clock = std::chrono::steady_clock;
-
-std::vector<int> parse_list(const char* s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::atoi(item.c_str()));
-  return v;
-}
 
 struct Timing {
   double median_us, best_us;  // wall time
@@ -104,8 +98,14 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--kv-heads") n_kv = std::atoi(argv[i + 1]);
     else if (a == "--block-size") block_size = std::atoi(argv[i + 1]);
-    else if (a == "--dims") dims = parse_list(argv[i + 1]);
-    else if (a == "--lens") lens = parse_list(argv[i + 1]);
+    else if (a == "--dims" || a == "--lens") {
+      try {
+        (a == "--dims" ? dims : lens) = bench::parse_int_list<int>(argv[i + 1], a.c_str(), 1, a == "--dims" ? 1024 : 1 << 24);
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "bench_sparse_attention: %s\n", e.what());
+        return 2;
+      }
+    }
     else if (a == "--bandwidth-gbs") gbs = std::atof(argv[i + 1]);
     else if (a == "--out") out_path = argv[i + 1];
     else if (a == "--warm") warm = std::atoi(argv[i + 1]) != 0;
