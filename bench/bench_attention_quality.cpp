@@ -66,8 +66,10 @@ AttentionPolicy g_base;
 // attending densely and accumulating their weights), as the engine seeds it.
 int32_t g_swa_prompt_seed = 0;
 constexpr int kNumRatios = 3;
-enum Pol { kSparq, kSparqNr, kHip, kSwa, kSwaDm, kNumPols };
-const char* kPolNames[kNumPols] = {"sparq", "sparq-nr", "hip", "swa", "swa-dm"};
+// sparq-spread: SparQ with step 1 weighted by the keys' spread per component (ref::sparq_key_spread
+// over the positions so far; the reference only, not yet a server policy).
+enum Pol { kSparq, kSparqNr, kHip, kSwa, kSwaDm, kSparqSpread, kNumPols };
+const char* kPolNames[kNumPols] = {"sparq", "sparq-nr", "hip", "swa", "swa-dm", "sparq-spread"};
 
 
 struct Acc {
@@ -366,7 +368,15 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
           cpu::sparq_decode(pool, kv, ac, sp);
           res.cpu_vs_ref[pol] = std::max(res.cpu_vs_ref[pol], max_rel_diff(out_cpu, out, q.n_heads, d));
         }
+        p.sparq_reallocation = true;
+        const std::vector<float> spread = ref::sparq_key_spread(kv, S_cur);
+        const ref::SparqStats ss =
+            ref::sparq_attention(kv, a, resolve_sparq(p, S_cur, kv.head_dim), nullptr, spread.data());
+        for (int32_t h = 0; h < q.n_heads; ++h)
+          score_head(dense.p[h], ss.selected[h / G], &out[static_cast<size_t>(h) * d],
+                     &dense.out[static_cast<size_t>(h) * d], d, scratch, ls.acc[kSparqSpread][ri], needle);
       }
+      ls.active[kSparqSpread] = ls.active[kSparq];
     }
   });
 
@@ -470,7 +480,7 @@ std::string report(const RunResult& r, int32_t n_decode, int32_t n_measure) {
   std::replace(cont.begin(), cont.end(), '|', '/');
   o << "\nCPU kernels vs their references on the same inputs, worst relative output difference over heads:";
   for (int pi = 0; pi < kNumPols; ++pi)
-    if (pi != kSwaDm) o << " " << kPolNames[pi] << " " << fmt("%.1e", r.cpu_vs_ref[pi]) << (pi + 1 < kSwaDm ? "," : ".");
+    if (pi != kSwaDm && pi != kSparqSpread) o << " " << kPolNames[pi] << " " << fmt("%.1e", r.cpu_vs_ref[pi]) << (pi + 1 < kSwaDm ? "," : ".");
   o << "\nPrefill " << fmt("%.1f", r.prefill_seconds) << " s, whole run " << fmt("%.0f", r.seconds)
     << " s. Greedy continuation: `" << cont << "`\n\n";
   return o.str();
@@ -645,7 +655,8 @@ int main(int argc, char** argv) {
         "policy attended, with k = the number of keys that policy attends for that head (column k/S: SparQ |I2| = "
         "max(ratio/2·S, 128), HiP mask + sinks + window ≈ ratio·S, SWA |kept| = ratio·S).\n"
      << "- **rel. err**: ‖out − dense‖ / ‖dense‖ of the head's attention output (SparQ with mean-value reallocation "
-        "on, the server default; `sparq-nr`: reallocation off).\n"
+        "on, the server default; `sparq-nr`: reallocation off; `sparq-spread`: step 1 weighted by the keys' spread "
+        "per component, ref::sparq_key_spread — the reference only, not a server policy yet).\n"
      << "- **dense mass kept**: the dense attention weight on the attended keys.\n"
      << "- HiP state follows the engine: mask re-estimated every 8 decode steps from the first one (the measured "
         "steps are one full refresh cycle, mask ages 0–7); the server keeps HiP's first 3 layers dense, so its summary "

@@ -16,8 +16,25 @@ SparqParams sparq_params_for_ratio(double c, int32_t S, int32_t head_dim, bool r
   return p;
 }
 
+std::vector<float> sparq_key_spread(const PagedKvView& kv, int32_t S) {
+  const int32_t d = kv.head_dim;
+  std::vector<float> spread(static_cast<size_t>(kv.n_kv_heads) * d), row(d);
+  for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
+    std::vector<double> sum(d, 0.0), sq(d, 0.0);
+    for (int32_t t = 0; t < S; ++t) {
+      load_kv_row(kv, kv.k, t, g, row.data());
+      for (int32_t c = 0; c < d; ++c) sum[c] += row[c], sq[c] += static_cast<double>(row[c]) * row[c];
+    }
+    for (int32_t c = 0; c < d; ++c) {
+      const double mean = sum[c] / S;
+      spread[static_cast<size_t>(g) * d + c] = static_cast<float>(std::sqrt(std::max(0.0, sq[c] / S - mean * mean)));
+    }
+  }
+  return spread;
+}
+
 SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const SparqParams& p,
-                           const float* v_mean) {
+                           const float* v_mean, const float* key_spread) {
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, group = args.n_heads / n_kv;
   const int32_t S = args.pos + 1;
   const int64_t elem = static_cast<int64_t>(kv_dtype_bytes(kv.dtype));
@@ -31,10 +48,13 @@ SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const 
   std::vector<double> approx(static_cast<size_t>(group) * S);  // [group][S] ŝ_h
   for (int32_t g = 0; g < n_kv; ++g) {
     const float* qg = args.q + static_cast<int64_t>(g) * group * d;  // [group][d]
-    // Step 1: I1 = top-r of the group's summed |q|.
+    // Step 1: I1 = top-r of the group's summed |q| (weighted by the keys' spread when given).
+    std::vector<double> w(d, 1.0);
+    if (key_spread != nullptr)
+      for (int32_t c = 0; c < d; ++c) w[c] = key_spread[static_cast<int64_t>(g) * d + c];
     std::vector<double> a(d, 0.0);
     for (int32_t j = 0; j < group; ++j)
-      for (int32_t c = 0; c < d; ++c) a[c] += std::fabs(qg[j * d + c]);
+      for (int32_t c = 0; c < d; ++c) a[c] += std::fabs(qg[j * d + c]) * w[c];
     std::vector<int32_t> dims(d);
     std::iota(dims.begin(), dims.end(), 0);
     std::partial_sort(dims.begin(), dims.begin() + st.r, dims.end(),
@@ -44,8 +64,8 @@ SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const 
     std::vector<double> factor(group);
     for (int32_t j = 0; j < group; ++j) {
       double l1 = 0, l1_r = 0;
-      for (int32_t c = 0; c < d; ++c) l1 += std::fabs(qg[j * d + c]);
-      for (int32_t c : dims) l1_r += std::fabs(qg[j * d + c]);
+      for (int32_t c = 0; c < d; ++c) l1 += std::fabs(qg[j * d + c]) * w[c];
+      for (int32_t c : dims) l1_r += std::fabs(qg[j * d + c]) * w[c];
       factor[j] = args.scale * (l1_r > 0 ? std::sqrt(l1 / l1_r) : 1.0);
     }
     for (int32_t t = 0; t < S; ++t) {

@@ -46,7 +46,18 @@ struct SparqStats {
 // v_mean: [n_kv_heads][head_dim] f32 running mean kept by the cache, or nullptr to compute it
 // here from V. Bytes read per kv head, as implemented: S·r (step 2) + 2·|I2|·d (step 5), plus
 // for reallocation d·4 (v_mean given, f32) or S·d (v̄ computed here), each · element size.
+// key_spread (nullable, [n_kv_heads][head_dim], see sparq_key_spread): step 1 weighs each
+// component by the spread of the keys along it, a[c] = Σ_h |q_h[c]|·σ[c], and step 2's correction
+// uses the same weights, √(Σ_c |q_h[c]|·σ[c] / Σ_{c∈I1} |q_h[c]|·σ[c]); the scores themselves are
+// unchanged. This is SparQ on keys scaled to unit spread per component (k[c]/σ[c]) with the query
+// scaled inversely (q[c]·σ[c]), which leaves every q·k as it is: the paper's rule assumes
+// components of similar spread, and a query component along which the keys barely vary moves
+// no key's rank however large it is (bench/results/sparq_key_spread.md).
 SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const SparqParams& params,
-                           const float* v_mean = nullptr);
+                           const float* v_mean = nullptr, const float* key_spread = nullptr);
+
+// σ[g][c]: the standard deviation of component c of kv head g's keys over positions [0, S)
+// (population, about their mean), f64 sums; [n_kv_heads][head_dim].
+std::vector<float> sparq_key_spread(const PagedKvView& kv, int32_t S);
 
 }  // namespace fathom::ref

@@ -10,6 +10,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -364,6 +365,98 @@ TEST(SparseReference, SparqSelectsDominantKeys) {
           EXPECT_EQ(st.kv_bytes, per_head * kKvHeads);
         }
       }
+}
+
+// SparQ with the keys' spread (sparq_key_spread, the key_spread argument): σ is each component's
+// standard deviation over the positions; the run equals SparQ on keys k[c]/σ[c] with the queries
+// q[c]·σ[c] (same I2, α and output up to rounding), and with σ = 1 it is bitwise the paper's rule.
+// Keys here have very different spreads per component, as real keys do.
+TEST(SparseReference, SparqKeySpreadIsSparqOnUnitSpreadKeys) {
+  std::mt19937 rng(9);
+  Worst worst{"sparq key spread vs unit-spread keys (bound 1e-5)"};
+  for (int32_t d : {64, 256})
+    for (int32_t g : {1, 3, 4}) {
+      const int32_t s = 777, pos = s - 1, n_heads = g * kKvHeads;
+      Pool p = make_pool(d, KvDtype::kF32, s / kBlock + 2, s, rng);
+      std::vector<float> spread_of_c(d);
+      for (float& x : spread_of_c) x = std::exp(2.0f * random_q(1, rng)[0]);  // spreads over ~e^±4
+      for (int32_t t = 0; t < s; ++t)
+        for (int32_t kh = 0; kh < kKvHeads; ++kh)
+          for (int32_t c = 0; c < d; ++c) p.kf[p.offset(t, kh) + c] = p.kf[p.offset(t, kh) + c] * spread_of_c[c] + 0.5f;
+      p.store();
+      const std::vector<float> q = random_q(n_heads * d, rng);
+      const std::vector<float> sigma = ref::sparq_key_spread(p.view(), s);
+      // σ against a two-pass mean / variance in double.
+      for (int32_t kh = 0; kh < kKvHeads; ++kh)
+        for (int32_t c = 0; c < d; ++c) {
+          double mean = 0, var = 0;
+          for (int32_t t = 0; t < s; ++t) mean += p.kf[p.offset(t, kh) + c] / double(s);
+          for (int32_t t = 0; t < s; ++t) var += std::pow(p.kf[p.offset(t, kh) + c] - mean, 2) / s;
+          ASSERT_NEAR(sigma[kh * d + c], std::sqrt(var), 1e-5 * std::sqrt(var)) << "c=" << c;
+        }
+      Pool unit = p;  // k[c] / σ[c], the queries q[c]·σ[c]
+      std::vector<float> q_unit = q;
+      for (int32_t t = 0; t < s; ++t)
+        for (int32_t kh = 0; kh < kKvHeads; ++kh)
+          for (int32_t c = 0; c < d; ++c) unit.kf[unit.offset(t, kh) + c] /= sigma[kh * d + c];
+      unit.store();
+      for (int32_t h = 0; h < n_heads; ++h)
+        for (int32_t c = 0; c < d; ++c) q_unit[h * d + c] *= sigma[(h / g) * d + c];
+      const ref::SparqParams params{64, 16, d / 8, true};
+      std::vector<float> out, out_unit, out_plain, out_ones;
+      const ref::SparqStats st = ref::sparq_attention(p.view(), decode(q, out, n_heads, pos, d), params, nullptr, sigma.data());
+      const ref::SparqStats su = ref::sparq_attention(unit.view(), decode(q_unit, out_unit, n_heads, pos, d), params);
+      for (int32_t kh = 0; kh < kKvHeads; ++kh) EXPECT_EQ(st.selected[kh], su.selected[kh]) << "d=" << d << " g=" << g;
+      for (int32_t h = 0; h < n_heads; ++h) EXPECT_NEAR(st.alpha[h], su.alpha[h], 1e-5);
+      worst.add(rel_err(out, out_unit));
+      EXPECT_LE(rel_err(out, out_unit), 1e-5) << "d=" << d << " g=" << g;
+      // σ = 1 everywhere: the paper's rule, bit for bit. And these spreads do change the selection.
+      const std::vector<float> ones(sigma.size(), 1.0f);
+      const ref::SparqStats sp = ref::sparq_attention(p.view(), decode(q, out_plain, n_heads, pos, d), params);
+      const ref::SparqStats so = ref::sparq_attention(p.view(), decode(q, out_ones, n_heads, pos, d), params, nullptr, ones.data());
+      EXPECT_EQ(sp.selected, so.selected);
+      EXPECT_EQ(out_plain, out_ones);
+      EXPECT_NE(sp.selected, st.selected) << "d=" << d << " g=" << g;
+    }
+}
+
+// The case the weighting is for: the query's largest components lie along directions where every
+// key is the same (they add a constant to every logit), and the planted keys differ from the rest
+// only along a component with a small query weight. The paper's rule spends r = 1 on the constant
+// component and ranks at random; weighted by the keys' spread it picks the informative one.
+TEST(SparseReference, SparqKeySpreadFindsKeysAlongALowQueryComponent) {
+  std::mt19937 rng(12);
+  const int32_t d = 64, g = 2, s = 600, pos = s - 1, n_heads = g * kKvHeads, k = 24, l = 4;
+  Pool p = make_pool(d, KvDtype::kF32, s / kBlock + 2, s, rng);
+  std::vector<float> q(n_heads * d, 0.01f);
+  std::vector<std::vector<int32_t>> planted(kKvHeads);
+  for (int32_t kh = 0; kh < kKvHeads; ++kh) {
+    for (int32_t j = 0; j < g; ++j) q[(kh * g + j) * d + 0] = 8.0f, q[(kh * g + j) * d + 1] = 1.0f;
+    for (int32_t t = 0; t < s; ++t) {
+      for (int32_t c = 0; c < d; ++c) p.kf[p.offset(t, kh) + c] = 0.01f * p.kf[p.offset(t, kh) + c];
+      p.kf[p.offset(t, kh) + 0] = 1.0f;  // every key the same along component 0
+    }
+    std::vector<int32_t> cand = ref::position_range(0, s - l);
+    std::shuffle(cand.begin(), cand.end(), rng);
+    planted[kh].assign(cand.begin(), cand.begin() + (k - l));
+    std::sort(planted[kh].begin(), planted[kh].end());
+    for (int32_t t : planted[kh]) p.kf[p.offset(t, kh) + 1] = 40.0f;
+  }
+  p.store();
+  const std::vector<float> sigma = ref::sparq_key_spread(p.view(), s);
+  const ref::SparqParams params{k, l, 1, true};
+  std::vector<float> out;
+  const ref::SparqStats weighted = ref::sparq_attention(p.view(), decode(q, out, n_heads, pos, d), params, nullptr, sigma.data());
+  const ref::SparqStats plain = ref::sparq_attention(p.view(), decode(q, out, n_heads, pos, d), params);
+  for (int32_t kh = 0; kh < kKvHeads; ++kh) {
+    std::vector<int32_t> expect = planted[kh];
+    for (int32_t t = s - l; t < s; ++t) expect.push_back(t);
+    EXPECT_EQ(weighted.selected[kh], expect) << "kv head " << kh;
+    std::vector<int32_t> found;
+    std::set_intersection(plain.selected[kh].begin(), plain.selected[kh].end(), planted[kh].begin(), planted[kh].end(),
+                          std::back_inserter(found));
+    EXPECT_LT(found.size(), planted[kh].size() / 2) << "the paper's rule, r = 1, should not see the planted keys";
+  }
 }
 
 // HiP's sparse path (S ≈ 2000 with the reference defaults mask_k 512, block 2, sink 16, window
