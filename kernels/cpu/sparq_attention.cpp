@@ -14,7 +14,7 @@
 namespace fathom::cpu {
 
 SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SparqParams& p,
-                         SparqTrace* trace) {
+                         SparqTrace* trace, const float* key_spread) {
   const sparse::Kernels& kern = sparse::kernels();
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, G = args.n_heads / n_kv, S = args.pos + 1, bs = kv.block_size;
   SparqResult res;
@@ -23,14 +23,18 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   res.l = std::clamp(p.l < 0 ? p.k / 4 : p.l, 1, res.k);  // ≥ 1: the current token is always kept
   const int32_t r = res.r;
 
-  // Step 1 (tiny, serial): I1 per group and the temperature-corrected query components.
+  // Step 1 (tiny, serial): I1 per group and the temperature-corrected query components, each
+  // component weighted by w[c] (√ of the keys' spread when given, else 1), as the reference.
   std::vector<int32_t> dims(static_cast<size_t>(n_kv) * r);          // [n_kv][r]
   std::vector<float> qr(static_cast<size_t>(n_kv) * G * r);          // [n_kv][G][r]
+  std::vector<double> w(d, 1.0);
   for (int32_t g = 0; g < n_kv; ++g) {
     const float* qg = args.q + static_cast<int64_t>(g) * G * d;
+    if (key_spread != nullptr)
+      for (int32_t c = 0; c < d; ++c) w[c] = std::sqrt(static_cast<double>(key_spread[static_cast<int64_t>(g) * d + c]));
     std::vector<double> a(d, 0.0);
     for (int32_t j = 0; j < G; ++j)
-      for (int32_t c = 0; c < d; ++c) a[c] += std::fabs(qg[j * d + c]);
+      for (int32_t c = 0; c < d; ++c) a[c] += std::fabs(qg[j * d + c]) * w[c];
     std::vector<int32_t> order(d);
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + r, order.end(),
@@ -38,8 +42,8 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
     std::copy_n(order.begin(), r, &dims[static_cast<size_t>(g) * r]);
     for (int32_t j = 0; j < G; ++j) {
       double l1 = 0, l1_r = 0;
-      for (int32_t c = 0; c < d; ++c) l1 += std::fabs(qg[j * d + c]);
-      for (int32_t i = 0; i < r; ++i) l1_r += std::fabs(qg[j * d + order[i]]);
+      for (int32_t c = 0; c < d; ++c) l1 += std::fabs(qg[j * d + c]) * w[c];
+      for (int32_t i = 0; i < r; ++i) l1_r += std::fabs(qg[j * d + order[i]]) * w[order[i]];
       const double factor = args.scale * (l1_r > 0 ? std::sqrt(l1 / l1_r) : 1.0);
       for (int32_t i = 0; i < r; ++i)
         qr[(static_cast<size_t>(g) * G + j) * r + i] = static_cast<float>(qg[j * d + order[i]] * factor);

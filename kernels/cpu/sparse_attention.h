@@ -40,8 +40,10 @@ struct SparqTrace {
 // Over a tiered view (kv.prefetcher set) step 1 reads the r selected dimension rows of each
 // host-tier block's transposed-K tile through the prefetcher; that needs what
 // sparq_reads_host_tier checks (else sparq_decode throws std::invalid_argument).
+// key_spread (nullable, [n_kv_heads][head_dim]): step 1 weighted by √ of the keys' spread per
+// component, as ref::sparq_attention's key_spread.
 SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const ref::SparqParams& p,
-                         SparqTrace* trace = nullptr);
+                         SparqTrace* trace = nullptr, const float* key_spread = nullptr);
 // f32 / f16 transposed-K tiles (INT8 ones are scaled by per-row parameters the host read does not
 // carry) and running V sums unless reallocation is off.
 inline bool sparq_reads_host_tier(const PagedKvView& kv, bool reallocation) {

@@ -48,10 +48,10 @@ SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const 
   std::vector<double> approx(static_cast<size_t>(group) * S);  // [group][S] ŝ_h
   for (int32_t g = 0; g < n_kv; ++g) {
     const float* qg = args.q + static_cast<int64_t>(g) * group * d;  // [group][d]
-    // Step 1: I1 = top-r of the group's summed |q| (weighted by the keys' spread when given).
+    // Step 1: I1 = top-r of the group's summed |q| (weighted by √ of the keys' spread when given).
     std::vector<double> w(d, 1.0);
     if (key_spread != nullptr)
-      for (int32_t c = 0; c < d; ++c) w[c] = key_spread[static_cast<int64_t>(g) * d + c];
+      for (int32_t c = 0; c < d; ++c) w[c] = std::sqrt(static_cast<double>(key_spread[static_cast<int64_t>(g) * d + c]));
     std::vector<double> a(d, 0.0);
     for (int32_t j = 0; j < group; ++j)
       for (int32_t c = 0; c < d; ++c) a[c] += std::fabs(qg[j * d + c]) * w[c];

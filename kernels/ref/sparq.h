@@ -47,12 +47,14 @@ struct SparqStats {
 // here from V. Bytes read per kv head, as implemented: S·r (step 2) + 2·|I2|·d (step 5), plus
 // for reallocation d·4 (v_mean given, f32) or S·d (v̄ computed here), each · element size.
 // key_spread (nullable, [n_kv_heads][head_dim], see sparq_key_spread): step 1 weighs each
-// component by the spread of the keys along it, a[c] = Σ_h |q_h[c]|·σ[c], and step 2's correction
-// uses the same weights, √(Σ_c |q_h[c]|·σ[c] / Σ_{c∈I1} |q_h[c]|·σ[c]); the scores themselves are
-// unchanged. This is SparQ on keys scaled to unit spread per component (k[c]/σ[c]) with the query
-// scaled inversely (q[c]·σ[c]), which leaves every q·k as it is: the paper's rule assumes
-// components of similar spread, and a query component along which the keys barely vary moves
-// no key's rank however large it is (bench/results/sparq_key_spread.md).
+// component by the square root of the keys' spread along it, a[c] = Σ_h |q_h[c]|·√σ[c], and step
+// 2's correction uses the same weights, √(Σ_c |q_h[c]|·√σ[c] / Σ_{c∈I1} |q_h[c]|·√σ[c]); the
+// scores themselves are unchanged. This is SparQ on keys scaled to k[c]/√σ[c] with the query
+// scaled inversely (q[c]·√σ[c]), which leaves every q·k as it is. The paper's rule assumes
+// components of similar spread; a large query component along which the keys barely vary moves
+// no key's rank. Full whitening (weights σ) helped Gemma 3 as much but lost needle mass on
+// SmolLM2, whose rare keys stand out along low-spread components; √σ kept Gemma 3's gain and
+// did not lose on SmolLM2 (bench/results/sparq_key_spread.md).
 SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const SparqParams& params,
                            const float* v_mean = nullptr, const float* key_spread = nullptr);
 

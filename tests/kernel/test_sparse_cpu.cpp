@@ -277,6 +277,68 @@ TEST(SparseCpu, SparqMatchesReference) {
   worst.print("sparq");
 }
 
+// SparQ with step 1 weighted by √ of the keys' spread (ref::sparq_key_spread): the CPU's I1 is the
+// top r of Σ_h |q_h[c]|·√σ[c] computed here in double, and its selection and output follow the
+// reference run with the same σ (≥ 98% of I2 shared; end to end where the selections agree).
+TEST(SparseCpu, SparqWithKeySpreadMatchesReference) {
+  Worst worst;
+  int64_t heads = 0, dims_differ_from_plain = 0;
+  for_each_simd_level([&] {
+    ThreadPool pool(2);
+    for_each_case([&](const testing::PagedKvFixture& f, const PagedKvView& kv, const std::vector<float>& q, int32_t G,
+                      int32_t S, std::mt19937&) {
+      const int32_t d = f.d, H = G * kKvHeads;
+      const std::vector<float> spread = ref::sparq_key_spread(kv, S);
+      std::vector<float> out_cpu, out_ref, out_plain;
+      const DecodeArgs a = decode_args(q, out_cpu, H, d, S);
+      DecodeArgs ar = a, ap = a;
+      out_ref.assign(out_cpu.size(), 0.0f);
+      out_plain.assign(out_cpu.size(), 0.0f);
+      ar.out = out_ref.data();
+      ap.out = out_plain.data();
+      ref::SparqParams p;
+      p.k = std::max(2, S / 3);
+      p.r = d / 8;
+      cpu::SparqTrace trace, plain;
+      cpu::sparq_decode(pool, kv, a, p, &trace, spread.data());
+      cpu::sparq_decode(pool, kv, ap, p, &plain);
+      std::vector<float> v_mean;
+      if (kv.v_sum != nullptr)
+        for (int32_t g = 0; g < kKvHeads; ++g)
+          for (int32_t c = 0; c < d; ++c) v_mean.push_back(kv.v_sum[kv.sum_index(a.pos, g) + c] / S);
+      const ref::SparqStats st = ref::sparq_attention(kv, ar, p, v_mean.empty() ? nullptr : v_mean.data(), spread.data());
+      bool all_same = true;
+      for (int32_t g = 0; g < kKvHeads; ++g) {
+        std::vector<double> w(d, 0.0);
+        for (int32_t j = 0; j < G; ++j)
+          for (int32_t c = 0; c < d; ++c)
+            w[c] += std::fabs(q[static_cast<size_t>(g * G + j) * d + c]) * std::sqrt(double(spread[g * d + c]));
+        std::vector<int32_t> order(d);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return w[x] > w[y]; });
+        order.resize(st.r);
+        EXPECT_EQ(trace.dims[g], order) << "kv head " << g;
+        dims_differ_from_plain += trace.dims[g] != plain.dims[g];
+        ++heads;
+        std::vector<int32_t> common;
+        std::set_intersection(trace.selected[g].begin(), trace.selected[g].end(), st.selected[g].begin(),
+                              st.selected[g].end(), std::back_inserter(common));
+        EXPECT_GE(static_cast<double>(common.size()), 0.98 * st.k);
+        all_same &= trace.selected[g] == st.selected[g];
+      }
+      if (all_same) {
+        compare(out_cpu.data(), out_ref.data(), static_cast<int64_t>(out_cpu.size()), f.dtype, worst);
+        for (int32_t h = 0; h < H; ++h) EXPECT_NEAR(trace.alpha[h], st.alpha[h], 1e-5);
+      }
+    });
+  });
+  // Even the fixture's keys, of similar spread per component, move most heads' I1.
+  EXPECT_GT(dims_differ_from_plain, 0);
+  std::printf("SparQ with key spread: %lld kv heads, %lld with I1 other than the paper's\n", static_cast<long long>(heads),
+              static_cast<long long>(dims_differ_from_plain));
+  worst.print("sparq key spread");
+}
+
 // HiP sizes scaled to the test lengths: set A is dense up to S = 45 and halves ~6 times at 2001;
 // set B makes S = 16 and 33 sparse too.
 // Set C is A with one mask per kv head.

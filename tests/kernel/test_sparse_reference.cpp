@@ -368,12 +368,12 @@ TEST(SparseReference, SparqSelectsDominantKeys) {
 }
 
 // SparQ with the keys' spread (sparq_key_spread, the key_spread argument): σ is each component's
-// standard deviation over the positions; the run equals SparQ on keys k[c]/σ[c] with the queries
-// q[c]·σ[c] (same I2, α and output up to rounding), and with σ = 1 it is bitwise the paper's rule.
+// standard deviation over the positions; the run equals SparQ on keys k[c]/√σ[c] with the queries
+// q[c]·√σ[c] (same I2, α and output up to rounding), and with σ = 1 it is bitwise the paper's rule.
 // Keys here have very different spreads per component, as real keys do.
-TEST(SparseReference, SparqKeySpreadIsSparqOnUnitSpreadKeys) {
+TEST(SparseReference, SparqKeySpreadIsSparqOnRescaledKeys) {
   std::mt19937 rng(9);
-  Worst worst{"sparq key spread vs unit-spread keys (bound 1e-5)"};
+  Worst worst{"sparq key spread vs rescaled keys (bound 1e-5)"};
   for (int32_t d : {64, 256})
     for (int32_t g : {1, 3, 4}) {
       const int32_t s = 777, pos = s - 1, n_heads = g * kKvHeads;
@@ -394,14 +394,14 @@ TEST(SparseReference, SparqKeySpreadIsSparqOnUnitSpreadKeys) {
           for (int32_t t = 0; t < s; ++t) var += std::pow(p.kf[p.offset(t, kh) + c] - mean, 2) / s;
           ASSERT_NEAR(sigma[kh * d + c], std::sqrt(var), 1e-5 * std::sqrt(var)) << "c=" << c;
         }
-      Pool unit = p;  // k[c] / σ[c], the queries q[c]·σ[c]
+      Pool unit = p;  // k[c] / √σ[c], the queries q[c]·√σ[c]
       std::vector<float> q_unit = q;
       for (int32_t t = 0; t < s; ++t)
         for (int32_t kh = 0; kh < kKvHeads; ++kh)
-          for (int32_t c = 0; c < d; ++c) unit.kf[unit.offset(t, kh) + c] /= sigma[kh * d + c];
+          for (int32_t c = 0; c < d; ++c) unit.kf[unit.offset(t, kh) + c] /= std::sqrt(sigma[kh * d + c]);
       unit.store();
       for (int32_t h = 0; h < n_heads; ++h)
-        for (int32_t c = 0; c < d; ++c) q_unit[h * d + c] *= sigma[(h / g) * d + c];
+        for (int32_t c = 0; c < d; ++c) q_unit[h * d + c] *= std::sqrt(sigma[(h / g) * d + c]);
       const ref::SparqParams params{64, 16, d / 8, true};
       std::vector<float> out, out_unit, out_plain, out_ones;
       const ref::SparqStats st = ref::sparq_attention(p.view(), decode(q, out, n_heads, pos, d), params, nullptr, sigma.data());
