@@ -141,6 +141,16 @@ cpu::SwaResult swa_scattered(ThreadPool& pool, const PagedKvView& kv, const Deco
   return res;
 }
 
+// The mean of V over [0, pos] per kv head from the cache's running sums ([kKvHeads][d]), as
+// sparq_decode reads it; empty without them.
+std::vector<float> cache_v_mean(const PagedKvView& kv, int32_t pos) {
+  std::vector<float> v_mean;
+  if (kv.v_sum != nullptr)
+    for (int32_t g = 0; g < kKvHeads; ++g)
+      for (int32_t c = 0; c < kv.head_dim; ++c) v_mean.push_back(kv.v_sum[kv.sum_index(pos, g) + c] / (pos + 1));
+  return v_mean;
+}
+
 // Dense attention of the decode query: ref::paged_attention.
 std::vector<float> dense_ref(const PagedKvView& kv, const DecodeArgs& a) {
   std::vector<float> out(static_cast<size_t>(a.n_heads) * kv.head_dim);
@@ -196,10 +206,7 @@ TEST(SparseCpu, SparqMatchesReference) {
       p.r = d / 8;
       cpu::SparqTrace trace;
       const cpu::SparqResult res = cpu::sparq_decode(pool, kv, a, p, &trace);
-      std::vector<float> v_mean;
-      if (kv.v_sum != nullptr)
-        for (int32_t g = 0; g < kKvHeads; ++g)
-          for (int32_t c = 0; c < d; ++c) v_mean.push_back(kv.v_sum[kv.sum_index(a.pos, g) + c] / S);
+      const std::vector<float> v_mean = cache_v_mean(kv, a.pos);
       const ref::SparqStats st = ref::sparq_attention(kv, ar, p, v_mean.empty() ? nullptr : v_mean.data());
       ASSERT_EQ(res.r, st.r);
       ASSERT_EQ(res.k, st.k);
@@ -302,10 +309,7 @@ TEST(SparseCpu, SparqWithKeySpreadMatchesReference) {
       cpu::SparqTrace trace, plain;
       cpu::sparq_decode(pool, kv, a, p, &trace, spread.data());
       cpu::sparq_decode(pool, kv, ap, p, &plain);
-      std::vector<float> v_mean;
-      if (kv.v_sum != nullptr)
-        for (int32_t g = 0; g < kKvHeads; ++g)
-          for (int32_t c = 0; c < d; ++c) v_mean.push_back(kv.v_sum[kv.sum_index(a.pos, g) + c] / S);
+      const std::vector<float> v_mean = cache_v_mean(kv, a.pos);
       const ref::SparqStats st = ref::sparq_attention(kv, ar, p, v_mean.empty() ? nullptr : v_mean.data(), spread.data());
       bool all_same = true;
       for (int32_t g = 0; g < kKvHeads; ++g) {
