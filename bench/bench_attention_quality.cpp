@@ -293,6 +293,8 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
     DecodeArgs a = q;
     a.out = out.data();  // never write the engine's output buffer
     const Dense dense = dense_reference(kv, q);
+    // sparq-spread's σ over the positions so far: the same for every ratio below.
+    const std::vector<float> spread = measure ? ref::sparq_key_spread(kv, S_cur) : std::vector<float>{};
     LayerStats& ls = res.by_layer[layer];
     for (int ri = 0; ri < kNumRatios; ++ri) {
       AttentionPolicy p = g_base;
@@ -369,7 +371,6 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
           res.cpu_vs_ref[pol] = std::max(res.cpu_vs_ref[pol], max_rel_diff(out_cpu, out, q.n_heads, d));
         }
         p.sparq_reallocation = true;
-        const std::vector<float> spread = ref::sparq_key_spread(kv, S_cur);
         const ref::SparqStats ss =
             ref::sparq_attention(kv, a, resolve_sparq(p, S_cur, kv.head_dim), nullptr, spread.data());
         for (int32_t h = 0; h < q.n_heads; ++h)
