@@ -1,8 +1,16 @@
 #pragma once
 // What an attention kernel needs to read one sequence's K/V for one layer from the paged pool.
+#include <cmath>
 #include <cstdint>
 
 #include "base/kv_dtype.h"
+
+// Small functions shared by host code and CUDA kernels (nvcc needs them marked for both).
+#if defined(__CUDACC__)
+#define FATHOM_HOST_DEVICE __host__ __device__
+#else
+#define FATHOM_HOST_DEVICE
+#endif
 
 namespace fathom {
 
@@ -43,6 +51,7 @@ struct KvTierPlanes {
   const KvInt8Row* k_rows = nullptr;
   const KvInt8Row* v_rows = nullptr;
   const float* v_sum = nullptr;
+  const float* k_moments = nullptr;
 };
 
 struct PagedKvView {
@@ -67,6 +76,11 @@ struct PagedKvView {
   // carried from block to block at append time, so blocks shared by a prefix agree). The mean
   // over [0, pos] is v_sum[table[pos / block_size]] / (pos + 1). nullptr: not maintained.
   const float* v_sum = nullptr;
+  // Optional, for SparQ's key spread: [num_blocks][n_kv_heads][2][head_dim] f32, the running mean
+  // of K and the sum of squared deviations from it (Welford's M2) over the sequence's positions
+  // [0, last row written in that block], carried from block to block at append time as v_sum.
+  // The keys' variance along c over [0, pos] is M2[c] / (pos + 1); see key_moments_index.
+  const float* k_moments = nullptr;
   // Tiered caches only (nullptr otherwise): see RowPrefetcher. The CUDA kernels, which have no
   // prefetcher, read a host position whose entry here is >= 0 from that device row (a row cache
   // holding its K and V, kept current by the backend), and the others in place from host_tier.
@@ -92,7 +106,29 @@ struct PagedKvView {
   int64_t sum_index(int32_t t, int32_t h) const {
     return (static_cast<int64_t>(block_table[t / block_size]) * n_kv_heads + h) * head_dim;
   }
+  // Index into k_moments of the tile holding position t, kv head h: the means, then head_dim M2s.
+  int64_t key_moments_index(int32_t t, int32_t h) const { return 2 * sum_index(t, h); }
 };
+
+// One appended key's Welford update of one component: `mean`, `m2` over positions [0, pos)
+// (anything at pos = 0) become those over [0, pos]. Welford's update: stable in f32, where
+// Σk² − n·mean² would cancel (Gemma 3's keys barely vary along some components). The CPU and CUDA
+// appends both call this, so their moments agree (bitwise under emulation; nvcc may fuse m2's
+// multiply-add on a GPU).
+FATHOM_HOST_DEVICE inline void key_moments_update(float x, int32_t pos, float& mean, float& m2) {
+  if (pos == 0) {
+    mean = x;
+    m2 = 0.0f;
+    return;
+  }
+  const float delta = x - mean;
+  mean += delta / static_cast<float>(pos + 1);
+  m2 += delta * (x - mean);
+}
+// The keys' spread (population standard deviation) along one component over n positions, from M2.
+FATHOM_HOST_DEVICE inline float key_spread_of_m2(float m2, int32_t n) {
+  return sqrtf(fmaxf(m2, 0.0f) / static_cast<float>(n));
+}
 
 // Causal attention for `n_q` consecutive query tokens of one sequence.
 //   q:   [n_q][n_heads][head_dim] f32, query i is at absolute position pos0 + i

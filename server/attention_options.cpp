@@ -64,8 +64,11 @@ bool apply_attention_option(const std::string& name_key, const std::string& key,
       else if (k == "reallocation") {
         if (!v.is_boolean()) fail_and_throw(fail, param, "must be true or false");
         p.sparq_reallocation = v.get<bool>();
+      } else if (k == "key_spread") {
+        if (!v.is_boolean()) fail_and_throw(fail, param, "must be true or false");
+        p.sparq_key_spread = v.get<bool>();
       } else {
-        fail_and_throw(fail, param, "unknown sparq option (r, k, l, reallocation)");
+        fail_and_throw(fail, param, "unknown sparq option (r, k, l, reallocation, key_spread)");
       }
     });
   } else if (key == "hip") {

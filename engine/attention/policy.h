@@ -27,6 +27,10 @@ struct AttentionPolicy {
   // SparQ (−1: derived from the ratio at S, see ref::sparq_params_for_ratio).
   int32_t sparq_r = -1, sparq_k = -1, sparq_l = -1;
   bool sparq_reallocation = true;
+  // Step 1 weighted by √ of the keys' spread per component (ref::sparq_attention's key_spread,
+  // from the cache's running K moments); false: the paper's rule. At 1/8 it found 20/20 pass keys
+  // on Gemma 3 at 4k and 8k where the paper's rule found 4/20 and 5/20 (bench/results/passkey.md).
+  bool sparq_key_spread = true;
   // HiP (−1: derived from the ratio at S). The mask is re-estimated every `hip_refresh` steps;
   // the first `hip_dense_layers` layers stay dense (the paper's default 3). One mask per kv head
   // (ref::HipParams::per_kv_head) and a refresh every 4 steps instead of the paper's per query

@@ -102,6 +102,7 @@ struct KvDev {
   const KvInt8Row* k_rows;      // INT8: [num_blocks][n_kv_heads][block_size]
   const KvInt8Row* v_rows;
   const float* v_sum;           // [num_blocks][n_kv_heads][head_dim] or null
+  const float* k_moments;       // [num_blocks][n_kv_heads][2][head_dim] or null
   const int32_t* block_table;   // logical -> physical block (< 0: the host tier)
   int32_t block_size, n_kv_heads, head_dim;
   KvTierPlanes host;            // the host tier, same layout; null planes without one
@@ -112,8 +113,8 @@ struct KvDev {
 };
 
 inline KvDev make_kv_dev(const PagedKvView& kv) {
-  return {kv.k,          kv.v,        kv.k_t,         kv.k_rows,           kv.v_rows, kv.v_sum, kv.block_table,
-          kv.block_size, kv.n_kv_heads, kv.head_dim, kv.host_tier,         kv.host_read_bytes, kv.host_rows};
+  return {kv.k,          kv.v,        kv.k_t,         kv.k_rows,           kv.v_rows, kv.v_sum, kv.k_moments,
+          kv.block_table, kv.block_size, kv.n_kv_heads, kv.head_dim, kv.host_tier, kv.host_read_bytes, kv.host_rows};
 }
 
 // The slot a block table entry names in its tier (the entry itself, or -(e + 1) for the host tier).

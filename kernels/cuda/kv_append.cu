@@ -5,13 +5,15 @@
 //          the k_t column (stride block_size elements: scattered, but head_dim elements per
 //          token only). INT8: min and max of the row by warp shuffles + shared memory first,
 //          then the same rounding as cpu::kv_store_int8_row (rintf = nearbyint, nearest even).
-//   v_sum: grid (n_seqs, n_kv_heads), block 128; thread c owns dimension c (and c + 128, ...)
-//          and walks its sequence's new tokens in order, reading the previous sum (this block's,
-//          or the previous block's when a token opens a block) and writing the new one. One
-//          thread per dimension makes the sequential dependency free of races and reproduces
-//          the one-by-one additions exactly; the serial walk is T adds per thread, tiny next to
-//          the row writes.
+//   sums:  grid (n_seqs, n_kv_heads), block 128; thread c owns dimension c (and c + 128, ...)
+//          and walks its sequence's new tokens in order, reading the previous V sum and K
+//          moments (this block's, or the previous block's when a token opens a block) and
+//          writing the new ones. One thread per dimension makes the sequential dependency free
+//          of races and reproduces the one-by-one updates exactly; the serial walk is a few
+//          flops per token and thread, small next to the row writes.
 #include "kernels/cuda/kv_append.h"
+
+#include "kernels/paged_kv.h"
 
 namespace fathom::cuda {
 namespace kv_append_detail {  // named: the kernels' names stay unique across the .cu files
@@ -129,8 +131,9 @@ __global__ void __launch_bounds__(kThreads) kv_rows_kernel(KvCacheLayer cache, K
   }
 }
 
-// grid (n_seqs, n_kv_heads), block (kThreads)
-__global__ void __launch_bounds__(kThreads) kv_vsum_kernel(KvCacheLayer cache, KvAppendBatch batch) {
+// grid (n_seqs, n_kv_heads), block (kThreads): the running V sums and K moments, thread c owning
+// dimension c (and c + kThreads, ...) of one sequence's new tokens in position order.
+__global__ void __launch_bounds__(kThreads) kv_sums_kernel(KvCacheLayer cache, KvAppendBatch batch) {
   const int s = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int bs = cache.block_size, d = cache.head_dim;
   const int32_t* table = batch.block_tables + static_cast<int64_t>(s) * batch.table_stride;
@@ -138,11 +141,21 @@ __global__ void __launch_bounds__(kThreads) kv_vsum_kernel(KvCacheLayer cache, K
   for (int c = static_cast<int>(threadIdx.x); c < d; c += kThreads) {
     for (int i = first; i < last; ++i) {
       const int32_t pos = batch.positions[i];
-      float* sum = cache.v_sum + (static_cast<int64_t>(table[pos / bs]) * cache.n_kv_heads + h) * d + c;
-      float prev = 0.0f;
-      if (pos % bs != 0) prev = *sum;
-      else if (pos > 0) prev = cache.v_sum[(static_cast<int64_t>(table[pos / bs - 1]) * cache.n_kv_heads + h) * d + c];
-      *sum = prev + batch.v[static_cast<int64_t>(i) * batch.v_token_stride + static_cast<int64_t>(h) * d + c];
+      // The sums carry over from the previous position: this block's tile, or at a block's first
+      // slot the previous block's.
+      const int64_t tile = static_cast<int64_t>(table[pos / bs]) * cache.n_kv_heads + h;
+      const int64_t prev = pos % bs != 0 ? tile : pos > 0 ? static_cast<int64_t>(table[pos / bs - 1]) * cache.n_kv_heads + h : -1;
+      if (cache.v_sum) {
+        const float before = prev >= 0 ? cache.v_sum[prev * d + c] : 0.0f;
+        cache.v_sum[tile * d + c] = before + batch.v[static_cast<int64_t>(i) * batch.v_token_stride + static_cast<int64_t>(h) * d + c];
+      }
+      if (cache.k_moments) {
+        float mean = prev >= 0 ? cache.k_moments[prev * 2 * d + c] : 0.0f;
+        float m2 = prev >= 0 ? cache.k_moments[prev * 2 * d + d + c] : 0.0f;
+        key_moments_update(batch.k[static_cast<int64_t>(i) * batch.k_token_stride + static_cast<int64_t>(h) * d + c], pos, mean, m2);
+        cache.k_moments[tile * 2 * d + c] = mean;
+        cache.k_moments[tile * 2 * d + d + c] = m2;
+      }
     }
   }
 }
@@ -173,9 +186,9 @@ cudaError_t kv_append(const KvCacheLayer& cache, const KvAppendBatch& batch, cud
       FATHOM_LAUNCH(kv_rows_kernel<KvStoreType::kI8>, rows_grid, dim3(kThreads), 0, stream, cache, batch);
       break;
   }
-  if (cache.v_sum) {
+  if (cache.v_sum || cache.k_moments) {
     const dim3 sum_grid(static_cast<unsigned>(batch.n_seqs), static_cast<unsigned>(cache.n_kv_heads));
-    FATHOM_LAUNCH(kv_vsum_kernel, sum_grid, dim3(kThreads), 0, stream, cache, batch);
+    FATHOM_LAUNCH(kv_sums_kernel, sum_grid, dim3(kThreads), 0, stream, cache, batch);
   }
   return cudaGetLastError();
 }

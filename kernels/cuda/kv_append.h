@@ -2,7 +2,7 @@
 // Appending new tokens' K and V rows to the paged KV cache on the device. Spec: the engine's
 // one-token append (engine/backend/cpu/kv_storage.cpp CpuKvStorage::append) repeated token by token:
 // rows stored as the cache dtype (cpu::kv_store / cpu::kv_store_int8_row), the transposed-K
-// slot, and the running V sum carried from the previous block's sum.
+// slot, and the running V sum and K moments carried from the previous block's.
 #include <cstdint>
 
 #include "kernels/cuda/emu/cuda_emu.h"
@@ -31,6 +31,7 @@ struct KvCacheLayer {
   KvInt8Row* k_rows = nullptr;  // kI8 only: [num_blocks][n_kv_heads][block_size]
   KvInt8Row* v_rows = nullptr;  // kI8 only: same
   float* v_sum = nullptr;      // optional: [num_blocks][n_kv_heads][head_dim] running sums of V
+  float* k_moments = nullptr;  // optional: [num_blocks][n_kv_heads][2][head_dim] running K mean, M2
   KvStoreType dtype = KvStoreType::kF32;
   int32_t block_size = 16, n_kv_heads = 0, head_dim = 0;
 };
@@ -49,8 +50,9 @@ struct KvAppendBatch {
   int32_t n_tokens = 0, n_seqs = 0;
 };
 
-// Writes every token's K/V rows (and INT8 row parameters, transposed K, V sums when present).
-// The V sums equal n_tokens one-by-one appends exactly (same f32 additions, same order).
+// Writes every token's K/V rows (and INT8 row parameters, transposed K, V sums and K moments when
+// present). The V sums and K moments equal n_tokens one-by-one appends exactly (same f32
+// operations, same order: key_moments_update).
 cudaError_t kv_append(const KvCacheLayer& cache, const KvAppendBatch& batch, cudaStream_t stream);
 
 }  // namespace fathom::cuda

@@ -17,6 +17,7 @@ struct SparqParams {
   const float* q;  // [n_heads][head_dim]
   int32_t* words;  // the workspace (SparqPlan offsets)
   int32_t S, r, k, l, group;
+  bool key_spread;
   int32_t score_keys_per_split, score_splits;
   size_t scores, summed, score_ml, i1, i2, alpha;
   float scale;
@@ -30,6 +31,7 @@ __global__ void __launch_bounds__(kThreads) sparq_scores_kernel(SparqParams p) {
   __shared__ float q_s[kMaxGroup][kMaxHeadDim];
   __shared__ float qsel_s[kMaxGroup][kMaxHeadDim];
   __shared__ float a_s[kMaxHeadDim];
+  __shared__ float w_s[kMaxHeadDim];  // step 1's weight per component: √σ[c], or 1
   __shared__ int i1_s[kMaxHeadDim];
   __shared__ float factor_s[kMaxGroup];
   __shared__ float red_s[32];
@@ -39,11 +41,25 @@ __global__ void __launch_bounds__(kThreads) sparq_scores_kernel(SparqParams p) {
     q_s[i / d][i % d] = p.q[static_cast<int64_t>(g) * G * d + i];
     count_other(sizeof(float));
   }
+  // The keys' spread over [0, pos] from the M2 row of the moments at the tile of pos (either tier).
+  const float* m2 = nullptr;
+  if (p.key_spread) {
+    const int32_t blk = p.kv.block_table[(S - 1) / p.kv.block_size];
+    m2 = (blk < 0 ? p.kv.host.k_moments : p.kv.k_moments) + (slot_of_entry(blk) * p.kv.n_kv_heads + g) * 2 * d + d;
+    if (tid == 0) {
+      count_other(sizeof(int32_t));
+      if (blk < 0 && p.kv.host_read != nullptr) atomicAdd(p.kv.host_read, static_cast<unsigned long long>(d) * 4);
+    }
+  }
+  for (int c = tid; c < d; c += kThreads) {
+    w_s[c] = m2 != nullptr ? sqrtf(key_spread_of_m2(m2[c], S)) : 1.0f;
+    if (m2 != nullptr) count_kv(sizeof(float));
+  }
   __syncthreads();
-  // Step 1: a = Σ_group |q|; I1 = top-r by rank (ties: lower index), i1_s in rank order.
+  // Step 1: a = Σ_group |q|·w; I1 = top-r by rank (ties: lower index), i1_s in rank order.
   for (int c = tid; c < d; c += kThreads) {
     float a = 0.0f;
-    for (int j = 0; j < G; ++j) a += fabsf(q_s[j][c]);
+    for (int j = 0; j < G; ++j) a += fabsf(q_s[j][c]) * w_s[c];
     a_s[c] = a;
   }
   __syncthreads();
@@ -57,11 +73,11 @@ __global__ void __launch_bounds__(kThreads) sparq_scores_kernel(SparqParams p) {
     if (rank < p.r) i1_s[rank] = c;
   }
   __syncthreads();
-  // Step 2's temperature: factor_h = scale·√(‖q_h‖₁ / ‖q_h[I1]‖₁).
+  // Step 2's temperature: factor_h = scale·√(‖q_h·w‖₁ / ‖(q_h·w)[I1]‖₁).
   if (tid < G) {
     float l1 = 0.0f, l1_r = 0.0f;
-    for (int c = 0; c < d; ++c) l1 += fabsf(q_s[tid][c]);
-    for (int i = 0; i < p.r; ++i) l1_r += fabsf(q_s[tid][i1_s[i]]);
+    for (int c = 0; c < d; ++c) l1 += fabsf(q_s[tid][c]) * w_s[c];
+    for (int i = 0; i < p.r; ++i) l1_r += fabsf(q_s[tid][i1_s[i]]) * w_s[i1_s[i]];
     factor_s[tid] = p.scale * (l1_r > 0.0f ? sqrtf(l1 / l1_r) : 1.0f);
   }
   for (int i = tid; i < G * p.r; i += kThreads) qsel_s[i / p.r][i % p.r] = q_s[i / p.r][i1_s[i % p.r]];
@@ -217,6 +233,7 @@ SparqPlan plan_sparq_decode_attention(const PagedKvView& kv, const DecodeArgs& a
   p.k = std::clamp(config.k, 1, p.S);
   p.l = std::clamp(config.l < 0 ? config.k / 4 : config.l, 1, p.k);
   p.reallocation = config.reallocation;
+  p.key_spread = config.key_spread;
   p.score_keys_per_split = std::max(1, score_keys_per_split);
   p.score_splits = (p.S + p.score_keys_per_split - 1) / p.score_keys_per_split;
   p.attend_keys_per_split = std::max(1, attend_keys_per_split);
@@ -244,6 +261,10 @@ AttnBytes sparq_decode_attention_bytes(const PagedKvView& kv, const DecodeArgs& 
   // 1: scores.
   b.other_read += KV * (p.score_splits * G * d * 4 + S * 4);
   b.kv_read += KV * S * (p.r * elem + params);
+  if (p.key_spread) {  // each block reads the M2 row of its kv head and its block-table entry
+    b.kv_read += KV * p.score_splits * d * 4;
+    b.other_read += KV * p.score_splits * 4;
+  }
   b.written += KV * (p.r * 4 + S * (G + 1) * 4 + G * p.score_splits * 8);
   // 2: select and α.
   const int64_t n_cand = S - p.l;
@@ -267,7 +288,7 @@ cudaError_t sparq_decode_attention(const PagedKvView& kv, const DecodeArgs& args
   if (kv.head_dim <= 0 || kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || args.n_heads % kv.n_kv_heads != 0 ||
       args.n_heads / kv.n_kv_heads > kMaxGroup || kv.block_size <= 0 || args.pos < 0 || workspace == nullptr ||
       plan.S != args.pos + 1 || plan.group != args.n_heads / kv.n_kv_heads || kv.n_kv_heads > 65535 ||
-      (plan.reallocation && kv.v_sum == nullptr) ||
+      (plan.reallocation && kv.v_sum == nullptr) || (plan.key_spread && kv.k_moments == nullptr) ||
       (kv.dtype == KvDtype::kI8 && (kv.k_rows == nullptr || kv.v_rows == nullptr))) {
     return cudaErrorInvalidValue;
   }
@@ -280,6 +301,7 @@ cudaError_t sparq_decode_attention(const PagedKvView& kv, const DecodeArgs& args
   sp.k = plan.k;
   sp.l = plan.l;
   sp.group = plan.group;
+  sp.key_spread = plan.key_spread;
   sp.score_keys_per_split = plan.score_keys_per_split;
   sp.score_splits = plan.score_splits;
   sp.scores = plan.scores;

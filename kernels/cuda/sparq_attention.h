@@ -16,12 +16,13 @@ struct SparqConfig {
   int32_t l = -1;            // forced local window; −1: k/4
   int32_t r = -1;            // query components per group; −1: head_dim/8
   bool reallocation = true;  // out = α·y + (1 − α)·v̄ (needs kv.v_sum)
+  bool key_spread = false;   // step 1 weighted by √ of the keys' spread (needs kv.k_moments)
 };
 
 // Resolved sizes and the workspace layout (offsets in 4-byte words).
 struct SparqPlan {
   int32_t S = 0, r = 0, k = 0, l = 0, group = 0;
-  bool reallocation = true;
+  bool reallocation = true, key_spread = false;
   int32_t score_keys_per_split = 0, score_splits = 0;    // kernel 1: approximate scores
   int32_t attend_keys_per_split = 0, attend_splits = 0;  // kernel 3: gather attention
   int32_t rows_per_cta = 1, head_tiles = 1;
@@ -39,8 +40,9 @@ SparqPlan plan_sparq_decode_attention(const PagedKvView& kv, const DecodeArgs& a
                                       int32_t score_keys_per_split = 1024, int32_t attend_keys_per_split = 64);
 
 // One decode query (args.q / args.out on the device) over kv (device pointers). Four launches:
-//   1. grid (score_splits, n_kv_heads): I1 = top-r of the group's Σ|q| by block-wide ranking
-//      (ties: lower index), then ŝ_h[t] for the block's keys from the r rows of the transposed K
+//   1. grid (score_splits, n_kv_heads): I1 = top-r of the group's Σ|q| (with key_spread
+//      Σ|q[c]|·√σ[c], σ from the M2 row of kv.k_moments at the tile of pos, read by each block;
+//      the temperature's L1 sums weighted alike) by block-wide ranking (ties: lower index), then ŝ_h[t] for the block's keys from the r rows of the transposed K
 //      tiles (kv.k_t; without it the r columns of K rows), per-chunk softmax statistics of ŝ_h.
 //   2. grid (n_kv_heads): I2 = the last l positions (forced by flag) ∪ the top k − l of Σŝ over
 //      the rest, by a 4-pass 8-bit radix select on the float keys (ties: lower position), written

@@ -33,6 +33,16 @@ std::vector<float> sparq_key_spread(const PagedKvView& kv, int32_t S) {
   return spread;
 }
 
+std::vector<float> sparq_key_spread_of_moments(const PagedKvView& kv, int32_t S) {
+  const int32_t d = kv.head_dim;
+  std::vector<float> spread(static_cast<size_t>(kv.n_kv_heads) * d);
+  for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
+    const float* m2 = kv.k_moments + kv.key_moments_index(S - 1, g) + d;
+    for (int32_t c = 0; c < d; ++c) spread[static_cast<size_t>(g) * d + c] = key_spread_of_m2(m2[c], S);
+  }
+  return spread;
+}
+
 SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const SparqParams& p,
                            const float* v_mean, const float* key_spread) {
   const int32_t d = kv.head_dim, n_kv = kv.n_kv_heads, group = args.n_heads / n_kv;

@@ -61,5 +61,9 @@ SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const 
 // σ[g][c]: the standard deviation of component c of kv head g's keys over positions [0, S)
 // (population, about their mean), f64 sums; [n_kv_heads][head_dim].
 std::vector<float> sparq_key_spread(const PagedKvView& kv, int32_t S);
+// The same from the cache's running moments (kv.k_moments, required) at position S − 1: what the
+// engine serves, f32 Welford sums of the keys as appended (before the cache's rounding to its
+// dtype); equal to sparq_key_spread up to that rounding and f32 summation.
+std::vector<float> sparq_key_spread_of_moments(const PagedKvView& kv, int32_t S);
 
 }  // namespace fathom::ref

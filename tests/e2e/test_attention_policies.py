@@ -164,6 +164,19 @@ def test_hip_mask_per_kv_head_reads_less_than_per_query_head(server):
     assert 0 < per_kv_head < per_head, (per_kv_head, per_head)
 
 
+def test_sparq_key_spread_can_be_turned_off(server):
+    # SparQ weights step 1 by the keys' spread by default; the paper's rule stays one option away.
+    for key_spread in (True, False):
+        out = complete(server, LONG_PROMPT, 4, {"attention": "sparq", "min_keys": 0,
+                                                "sparq": {"key_spread": key_spread}})
+        assert out["choices"][0]["text"] is not None
+    r = requests.post(f"{server.base_url}/v1/completions", timeout=60,
+                      json={"prompt": "hi", "max_tokens": 2,
+                            "fathom": {"attention": "sparq", "sparq": {"key_spread": "no"}}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].endswith("key_spread")
+
+
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_bad_hip_per_kv_head_is_400(server, value):
     r = requests.post(f"{server.base_url}/v1/completions", timeout=60,

@@ -15,16 +15,18 @@ namespace fathom::testing {
 struct DeviceKv {
   DeviceBuffer<uint8_t> k, v, k_t;
   DeviceBuffer<KvInt8Row> k_rows, v_rows;
-  DeviceBuffer<float> v_sum;
+  DeviceBuffer<float> v_sum, k_moments;
   DeviceBuffer<int32_t> table;
   explicit DeviceKv(const PagedKvFixture& f)
-      : k(f.k), v(f.v), k_t(f.k_t), k_rows(f.k_rows), v_rows(f.v_rows), v_sum(f.v_sum), table(f.table) {}
+      : k(f.k), v(f.v), k_t(f.k_t), k_rows(f.k_rows), v_rows(f.v_rows), v_sum(f.v_sum), k_moments(f.k_moments),
+        table(f.table) {}
   PagedKvView view(const PagedKvFixture& f, bool with_k_t = true) const {
     PagedKvView kv = f.view(with_k_t, true);
     kv.k = k.ptr;
     kv.v = v.ptr;
     kv.k_t = with_k_t ? k_t.ptr : nullptr;
     kv.v_sum = v_sum.ptr;
+    kv.k_moments = k_moments.ptr;
     kv.block_table = table.ptr;
     if (f.dtype == KvDtype::kI8) {
       kv.k_rows = k_rows.ptr;
@@ -35,7 +37,7 @@ struct DeviceKv {
 };
 
 // `f` with every physical block whose `keep` entry is false overwritten by 0xff bytes (NaN in
-// f32 / f16 rows, INT8 parameters and V sums): a kernel that reads such a block shows it.
+// f32 / f16 rows, INT8 parameters, V sums and K moments): a kernel that reads such a block shows it.
 inline PagedKvFixture poisoned_except(const PagedKvFixture& f, const std::vector<bool>& keep) {
   PagedKvFixture p = f;
   const size_t elem = kv_dtype_bytes(f.dtype), rows = static_cast<size_t>(f.n_kv_heads) * f.block_size;
@@ -51,6 +53,7 @@ inline PagedKvFixture poisoned_except(const PagedKvFixture& f, const std::vector
       std::fill_n(&p.v_rows[b * rows], rows, nan_row);
     }
     std::memset(&p.v_sum[b * f.n_kv_heads * f.d], 0xff, static_cast<size_t>(f.n_kv_heads) * f.d * sizeof(float));
+    std::memset(&p.k_moments[b * f.n_kv_heads * 2 * f.d], 0xff, static_cast<size_t>(f.n_kv_heads) * 2 * f.d * sizeof(float));
   }
   return p;
 }
@@ -78,7 +81,7 @@ struct TieredDeviceKv {
     PagedKvView kv = device.view(f, with_k_t);
     kv.block_table = dtable.ptr;
     const PagedKvView h = host.view(f, with_k_t);
-    kv.host_tier = KvTierPlanes{h.k, h.v, h.k_t, h.k_rows, h.v_rows, h.v_sum};
+    kv.host_tier = KvTierPlanes{h.k, h.v, h.k_t, h.k_rows, h.v_rows, h.v_sum, h.k_moments};
     kv.host_read_bytes = counter.ptr;
     return kv;
   }

@@ -1,7 +1,8 @@
 #pragma once
 // Test fixture shared by the attention kernel tests: a paged KV pool of random rows with an f32
 // master copy, stored as f32 / f16 / INT8 (per-row scale and min), plus the optional SparQ side
-// data the engine maintains at append time (K transposed per tile, running V sums). One
+// data the engine maintains at append time (K transposed per tile, running V sums and K
+// moments). One
 // sequence's block table is a random permutation, so logical order != physical order.
 #include <algorithm>
 #include <cstdint>
@@ -22,6 +23,7 @@ struct PagedKvFixture {
   std::vector<uint8_t> k, v, k_t;          // stored as `dtype`; k_t: [physical][n_kv_heads][d][block_size]
   std::vector<KvInt8Row> k_rows, v_rows;   // INT8 only: [physical][n_kv_heads][block_size]
   std::vector<float> v_sum;                // [physical][n_kv_heads][d] running sums of the master V
+  std::vector<float> k_moments;            // [physical][n_kv_heads][2][d] running mean and M2 of the master K
   std::vector<int32_t> table;              // the sequence's logical -> physical blocks
   int32_t seq_len = 0;
 
@@ -33,6 +35,7 @@ struct PagedKvFixture {
     }
     if (with_k_t) kv.k_t = k_t.data();
     if (with_v_sum) kv.v_sum = v_sum.data();
+    kv.k_moments = k_moments.data();
     return kv;
   }
 
@@ -60,16 +63,22 @@ struct PagedKvFixture {
         for (int32_t c = 0; c < d; ++c)
           std::copy_n(&k[((tile * block_size + s) * d + c) * elem], elem,
                       &k_t[((tile * d + c) * block_size + s) * elem]);
-    // Running V sums along the sequence, the way the engine appends: a new block starts from the
-    // previous block's sum.
+    // Running V sums and K moments along the sequence, the way the engine appends: a new block
+    // starts from the previous block's.
     v_sum.assign(tiles * d, 0.0f);
+    k_moments.assign(tiles * 2 * d, 0.0f);
     for (int32_t h = 0; h < n_kv_heads; ++h) {
-      std::vector<float> run(d, 0.0f);
+      std::vector<float> run(d, 0.0f), mean(d, 0.0f), m2(d, 0.0f);
       for (int32_t t = 0; t < seq_len; ++t) {
         const size_t tile = static_cast<size_t>(table[t / block_size]) * n_kv_heads + h;
-        const float* row = &vf[(tile * block_size + t % block_size) * d];
-        for (int32_t c = 0; c < d; ++c) run[c] += row[c];
+        const size_t row = (tile * block_size + t % block_size) * d;
+        for (int32_t c = 0; c < d; ++c) {
+          run[c] += vf[row + c];
+          key_moments_update(kf[row + c], t, mean[c], m2[c]);
+        }
         std::copy(run.begin(), run.end(), &v_sum[tile * d]);
+        std::copy(mean.begin(), mean.end(), &k_moments[tile * 2 * d]);
+        std::copy(m2.begin(), m2.end(), &k_moments[tile * 2 * d + d]);
       }
     }
   }

@@ -172,28 +172,38 @@ size_t overlap(std::vector<int32_t> a, std::vector<int32_t> b) {
 
 struct SparqCase {
   int32_t head_dim, group, seq_len, k, l, r;
-  bool reallocation, with_k_t;
+  bool reallocation, with_k_t, key_spread = false;
 };
 
 void run_sparq_case(const SparqCase& c, KvDtype dtype, std::mt19937& rng) {
   const int32_t n_kv = 2, n_heads = c.group * n_kv, d = c.head_dim, S = c.seq_len, pos = S - 1;
-  const PagedKvFixture f = make_paged_kv(d, n_kv, 16, dtype, S, 2, rng);
-  const std::vector<float> q = random_q(static_cast<size_t>(n_heads) * d, rng);
+  PagedKvFixture f = make_paged_kv(d, n_kv, 16, dtype, S, 2, rng);
+  std::vector<float> q = random_q(static_cast<size_t>(n_heads) * d, rng);
+  if (c.key_spread) {  // keys as Gemma 3's: the first half of the components mean 3, spread 0.01
+    for (size_t i = 0; i < f.kf.size(); ++i)
+      if (static_cast<int32_t>(i % d) < d / 2) f.kf[i] = 3.0f + 0.01f * f.kf[i];
+    f.store();
+    for (size_t i = 0; i < q.size(); ++i)  // and the query largest along them: the weights decide
+      if (static_cast<int32_t>(i % d) < d / 2) q[i] *= 3.0f;
+  }
   std::vector<float> want(q.size());
   DecodeArgs args{q.data(), want.data(), n_heads, pos, 1.0f / std::sqrt(static_cast<float>(d))};
   std::vector<float> v_mean(static_cast<size_t>(n_kv) * d);  // what the kernel derives from v_sum
   for (int32_t g = 0; g < n_kv; ++g)
     for (int32_t c2 = 0; c2 < d; ++c2)
       v_mean[g * d + c2] = f.v_sum[(static_cast<size_t>(f.table[pos / 16]) * n_kv + g) * d + c2] / static_cast<float>(S);
+  // With key_spread, the spread the kernel derives from the moments' M2 at pos.
+  const std::vector<float> spread =
+      c.key_spread ? ref::sparq_key_spread_of_moments(f.view(), S) : std::vector<float>(static_cast<size_t>(n_kv) * d, 1.0f);
   const ref::SparqStats st = ref::sparq_attention(f.view(), args, ref::SparqParams{c.k, c.l, c.r, c.reallocation},
-                                                  v_mean.data());
+                                                  v_mean.data(), c.key_spread ? spread.data() : nullptr);
 
   DeviceKv dkv(f);
   DeviceBuffer<float> dq(q), dout(q.size());
   const PagedKvView kv = dkv.view(f, c.with_k_t);
   DecodeArgs dargs{dq.ptr, dout.ptr, n_heads, pos, args.scale};
   const cuda::SparqPlan plan =
-      cuda::plan_sparq_decode_attention(kv, dargs, cuda::SparqConfig{c.k, c.l, c.r, c.reallocation}, 96, 24);
+      cuda::plan_sparq_decode_attention(kv, dargs, cuda::SparqConfig{c.k, c.l, c.r, c.reallocation, c.key_spread}, 96, 24);
   ASSERT_EQ(plan.k, st.k);
   ASSERT_EQ(plan.l, st.l);
   ASSERT_EQ(plan.r, st.r);
@@ -221,13 +231,24 @@ void run_sparq_case(const SparqCase& c, KvDtype dtype, std::mt19937& rng) {
       EXPECT_NE(std::find(i2.begin(), i2.end(), t), i2.end()) << "forced position " << t << " missing";
     EXPECT_EQ(std::set<int32_t>(i2.begin(), i2.end()).size(), static_cast<size_t>(plan.k)) << "duplicates in I2";
     i2_overlap += overlap(i2, st.selected[g]);
+    {  // I1: the top r of Σ_j |q_j[c]|·√σ[c] (σ = 1 without key_spread), in rank order.
+      std::vector<double> a(d, 0.0);
+      for (int32_t j = 0; j < c.group; ++j)
+        for (int32_t c2 = 0; c2 < d; ++c2)
+          a[c2] += std::fabs(q[(static_cast<size_t>(g) * c.group + j) * d + c2]) * std::sqrt(static_cast<double>(spread[g * d + c2]));
+      std::vector<int32_t> order(d);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return a[x] > a[y]; });
+      EXPECT_EQ(i1, std::vector<int32_t>(order.begin(), order.begin() + plan.r)) << "I1 of kv head " << g;
+    }
     i2_total += plan.k;
     for (int32_t j = 0; j < c.group; ++j) {
       const int32_t h = g * c.group + j;
       const float* qh = q.data() + static_cast<size_t>(h) * d;
+      const float* sg = &spread[static_cast<size_t>(g) * d];
       double l1 = 0, l1_r = 0;
-      for (int32_t c2 = 0; c2 < d; ++c2) l1 += std::fabs(qh[c2]);
-      for (int32_t c2 : i1) l1_r += std::fabs(qh[c2]);
+      for (int32_t c2 = 0; c2 < d; ++c2) l1 += std::fabs(qh[c2]) * std::sqrt(static_cast<double>(sg[c2]));
+      for (int32_t c2 : i1) l1_r += std::fabs(qh[c2]) * std::sqrt(static_cast<double>(sg[c2]));
       const double factor = args.scale * (l1_r > 0 ? std::sqrt(l1 / l1_r) : 1.0);
       std::vector<double> s_hat(S);
       for (int32_t t = 0; t < S; ++t) {
@@ -250,10 +271,10 @@ void run_sparq_case(const SparqCase& c, KvDtype dtype, std::mt19937& rng) {
     }
   }
   const double err_own = max_abs_diff(got, own), err_ref = max_abs_diff(got, want);
-  std::printf("sparq %s d=%d group=%d S=%d k=%d l=%d r=%d realloc=%d k_t=%d: I2 overlap %zu/%zu, |err| own %.3g "
-              "ref %.3g, |alpha err| %.3g\n",
-              kv_dtype_name(dtype), d, c.group, S, plan.k, plan.l, plan.r, c.reallocation, c.with_k_t, i2_overlap,
-              i2_total, err_own, err_ref, alpha_err);
+  std::printf("sparq %s d=%d group=%d S=%d k=%d l=%d r=%d realloc=%d k_t=%d spread=%d: I2 overlap %zu/%zu, |err| "
+              "own %.3g ref %.3g, |alpha err| %.3g\n",
+              kv_dtype_name(dtype), d, c.group, S, plan.k, plan.l, plan.r, c.reallocation, c.with_k_t, c.key_spread,
+              i2_overlap, i2_total, err_own, err_ref, alpha_err);
   EXPECT_LE(err_own, 2e-5) << kv_dtype_name(dtype) << " d=" << d << " group=" << c.group << " S=" << S;
   EXPECT_LE(alpha_err, 2e-5);
   // Float vs double selection: at most 1 in 16 positions (and 2 in any case) may differ.
@@ -273,6 +294,9 @@ TEST(CudaAttention, SparqMatchesRef) {
       {128, 8, 83, 32, 8, 16, true, true},     {64, 3, 300, 40, 10, 8, false, true},
       {256, 4, 257, 50, -1, 32, true, false},  {256, 1, 700, 64, 16, -1, true, true},
       {128, 4, 513, 100, 25, 5, true, false},  {64, 8, 129, 17, 1, 1, false, true},
+      // Step 1 weighted by the keys' spread from the moments.
+      {64, 3, 300, 40, 10, 8, true, true, true},  {256, 1, 700, 64, 16, -1, true, false, true},
+      {128, 8, 83, 32, 8, 16, false, true, true},
   };
   for (KvDtype dtype : kDtypes)
     for (const SparqCase& c : cases) run_sparq_case(c, dtype, rng);

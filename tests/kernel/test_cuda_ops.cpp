@@ -35,6 +35,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/ggml_type.h"
+#include "kernels/paged_kv.h"
 #include "kernels/ref/dequant.h"
 
 #include "tests/kernel/cuda_device_buffer.h"
@@ -263,7 +264,7 @@ struct HostCache {
   size_t elem;
   std::vector<uint8_t> k, v, k_t;
   std::vector<KvInt8Row> k_rows, v_rows;
-  std::vector<float> v_sum;
+  std::vector<float> v_sum, k_moments;
 
   HostCache(cuda::KvStoreType t, int32_t nb, int32_t h, int32_t dim, int32_t block_size, std::mt19937& rng)
       : dtype(t), blocks(nb), n_kv_heads(h), d(dim), bs(block_size) {
@@ -279,6 +280,7 @@ struct HostCache {
     k_rows.assign(t == cuda::KvStoreType::kI8 ? rows : 0, KvInt8Row{-7.0f, 3.0f});
     v_rows = k_rows;
     v_sum.assign(static_cast<size_t>(nb) * h * d, 12345.0f);
+    k_moments.assign(static_cast<size_t>(nb) * h * 2 * d, -777.0f);
   }
 
   static uint16_t bf16_rne(float x) {  // independent of the emulator's conversion
@@ -317,6 +319,16 @@ struct HostCache {
       if (slot > 0) prev = sum;
       else if (pos > 0) prev = &v_sum[(static_cast<size_t>(table[pos / bs - 1]) * n_kv_heads + h) * d];
       for (int32_t c = 0; c < d; ++c) sum[c] = (prev ? prev[c] : 0.0f) + vr[h * d + c];
+      // K moments: the previous position's (this tile's or the previous block's), updated.
+      float* moments = &k_moments[tile * 2 * d];
+      const float* before = prev == nullptr ? nullptr : prev == sum ? moments
+                                                        : &k_moments[(static_cast<size_t>(table[pos / bs - 1]) * n_kv_heads + h) * 2 * d];
+      for (int32_t c = 0; c < d; ++c) {
+        float mean = before ? before[c] : 0.0f, m2 = before ? before[d + c] : 0.0f;
+        key_moments_update(kr[h * d + c], pos, mean, m2);
+        moments[c] = mean;
+        moments[d + c] = m2;
+      }
     }
   }
 };
@@ -389,7 +401,7 @@ TEST(CudaOps, KvAppendMatchesOneByOne) {
 
       DeviceBuffer<uint8_t> dk(host.k), dv(host.v), dkt(host.k_t);
       DeviceBuffer<KvInt8Row> dkr(host.k_rows), dvr(host.v_rows);
-      DeviceBuffer<float> dsum(host.v_sum), dkv(kv);
+      DeviceBuffer<float> dsum(host.v_sum), dmoments(host.k_moments), dkv(kv);
       DeviceBuffer<int32_t> dpos(positions), dstart(starts), dtab(tables);
       cuda::KvCacheLayer layer;
       layer.k = dk.ptr;
@@ -398,6 +410,7 @@ TEST(CudaOps, KvAppendMatchesOneByOne) {
       layer.k_rows = t == cuda::KvStoreType::kI8 ? dkr.ptr : nullptr;
       layer.v_rows = t == cuda::KvStoreType::kI8 ? dvr.ptr : nullptr;
       layer.v_sum = dsum.ptr;
+      layer.k_moments = dmoments.ptr;
       layer.dtype = t;
       layer.block_size = c.bs;
       layer.n_kv_heads = c.n_kv_heads;
@@ -425,6 +438,7 @@ TEST(CudaOps, KvAppendMatchesOneByOne) {
       EXPECT_EQ(first_mismatch(dv.download(), host.v), -1) << name << " V, d=" << c.d;
       EXPECT_EQ(first_mismatch(dkt.download(), host.k_t), -1) << name << " K^T, d=" << c.d;
       EXPECT_EQ(first_mismatch(dsum.download(), host.v_sum), -1) << name << " v_sum, d=" << c.d;
+      EXPECT_EQ(first_mismatch(dmoments.download(), host.k_moments), -1) << name << " k_moments, d=" << c.d;
       if (t == cuda::KvStoreType::kI8) {
         EXPECT_EQ(first_mismatch(dkr.download(), host.k_rows), -1) << "k_rows, d=" << c.d;
         EXPECT_EQ(first_mismatch(dvr.download(), host.v_rows), -1) << "v_rows, d=" << c.d;

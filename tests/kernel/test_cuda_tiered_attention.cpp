@@ -234,11 +234,13 @@ TEST(CudaTieredAttention, SparqOverBothTiersIsBitwiseResident) {
     int32_t d, group, seq_len, k, l, r;
     bool with_k_t, last_on_host;
   };
-  // The last block on the host: the reallocation reads its V sum there (the backend keeps a
-  // written block on the device, the kernel must not depend on it).
+  // The last block on the host: the reallocation reads its V sum there, and step 1 with the
+  // keys' spread its K moments (the backend keeps a written block on the device, the kernel must
+  // not depend on it).
   const Case cases[] = {{64, 3, 300, 40, 10, 8, true, true}, {128, 8, 83, 32, 8, 16, false, false},
                         {256, 1, 530, 64, 16, 32, true, false}};
   for (KvDtype dtype : kDtypes) {
+    for (const bool key_spread : {false, true})
     for (const Case& c : cases) {
       const DecodeCase dc = decode_case(c.d, c.group, c.seq_len, dtype, rng);
       DeviceBuffer<float> dq(dc.q);
@@ -247,12 +249,12 @@ TEST(CudaTieredAttention, SparqOverBothTiersIsBitwiseResident) {
           [&](const PagedKvView& kv, float* out) {
             const DecodeArgs a{dq.ptr, out, dc.n_heads, dc.pos, dc.scale};
             const cuda::SparqPlan plan =
-                cuda::plan_sparq_decode_attention(kv, a, cuda::SparqConfig{c.k, c.l, c.r, true}, 96, 24);
+                cuda::plan_sparq_decode_attention(kv, a, cuda::SparqConfig{c.k, c.l, c.r, true, key_spread}, 96, 24);
             DeviceBuffer<int32_t> ws(plan.workspace_words);
             ASSERT_EQ(cuda::sparq_decode_attention(kv, a, plan, ws.ptr, nullptr), cudaSuccess);
           },
           c.with_k_t);
-      EXPECT_TRUE(r.same) << kv_dtype_name(dtype) << " d=" << c.d << " S=" << c.seq_len;
+      EXPECT_TRUE(r.same) << kv_dtype_name(dtype) << " d=" << c.d << " S=" << c.seq_len << " spread " << key_spread;
       EXPECT_GT(r.host_bytes, 0u);
     }
   }

@@ -6,15 +6,19 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <set>
 #include <vector>
 
+#include "engine/backend/cpu/cpu_policies.h"
 #include "engine/backend/cpu/kv_storage.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
 #include "kernels/cpu/cache_evict.h"
 #include "kernels/cpu/huge_buffer.h"
+#include "kernels/cpu/sparse_attention.h"
 #include "kernels/ref/attention_state.h"
+#include "kernels/ref/sparq.h"
 
 namespace fathom {
 namespace {
@@ -98,13 +102,13 @@ TEST(CpuKvStorage, TilesOfDifferentBlocksLayersAndHeadsDoNotOverlap) {
         EXPECT_TRUE(starts.insert(v).second);
         std::fill(k, k + tile_bytes, std::byte{1});  // ASan/valgrind would flag an overrun
       }
-  // K and V, plus one f32 running V sum per kv head, per layer.
-  EXPECT_EQ(layout.block_bytes(), (layout.block_elems() * 4 * 2 + 3 * 8 * 4) * 2);
+  // K and V, plus one f32 running V sum and two K moments per kv head, per layer.
+  EXPECT_EQ(layout.block_bytes(), (layout.block_elems() * 4 * 2 + 3 * 8 * 4 * 3) * 2);
 }
 
 // Appends the rows of one sequence and checks every plane through the view a kernel gets: the
-// stored K/V (f32, f16, INT8 within its step), K^T == K, the running V sums across blocks, and
-// that a swap (read_block / write_block) and a copy-on-write (copy_block) carry every plane.
+// stored K/V (f32, f16, INT8 within its step), K^T == K, the running V sums and K moments
+// (mean, M2) across blocks against double two-pass sums of the appended keys, and that a swap (read_block / write_block) and a copy-on-write (copy_block) carry every plane.
 TEST(CpuKvStorage, AppendFillsEveryPlaneAndBlocksMoveWhole) {
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8}) {
     KvLayout layout = small_layout(dtype);  // 2 layers, 3 kv heads, d 8, block 4
@@ -127,8 +131,10 @@ TEST(CpuKvStorage, AppendFillsEveryPlaneAndBlocksMoveWhole) {
       const PagedKvView view = pool.view(layer, table.data());
       ASSERT_NE(view.k_t, nullptr);
       ASSERT_NE(view.v_sum, nullptr);
+      ASSERT_NE(view.k_moments, nullptr);
       for (int32_t h = 0; h < 3; ++h) {
         std::vector<float> run(8, 0.0f);
+        std::vector<double> k_sum(8, 0.0);
         for (int32_t pos = 0; pos < 10; ++pos) {
           std::vector<float> kr(8), vr(8);
           ref::load_kv_row(view, view.k, pos, h, kr.data());
@@ -141,9 +147,16 @@ TEST(CpuKvStorage, AppendFillsEveryPlaneAndBlocksMoveWhole) {
             EXPECT_NEAR(vr[c], vs[pos][h * 8 + c], 2 * tol) << kv_dtype_name(dtype) << " pos " << pos;
             EXPECT_EQ(std::memcmp(kt + (c * 4 + pos % 4) * elem, kk + ((pos % 4) * 8 + c) * elem, elem), 0);
             run[c] += vs[pos][h * 8 + c];
-            // A block's sum covers the sequence up to the last row written in it.
+            k_sum[c] += ks[pos][h * 8 + c];
+            // A block's sums cover the sequence up to the last row written in it.
             if (pos % 4 == 3 || pos == 9) {
               EXPECT_NEAR(view.v_sum[view.sum_index(pos, h) + c], run[c], 1e-5f) << "running V sum at pos " << pos;
+              const double mean = k_sum[c] / (pos + 1);
+              double m2 = 0;
+              for (int32_t t = 0; t <= pos; ++t) m2 += (ks[t][h * 8 + c] - mean) * (ks[t][h * 8 + c] - mean);
+              const float* moments = view.k_moments + view.key_moments_index(pos, h);
+              EXPECT_NEAR(moments[c], mean, 1e-6) << "running K mean at pos " << pos;
+              EXPECT_NEAR(moments[8 + c], m2, 1e-5 * (1 + m2)) << "running K M2 at pos " << pos;
             }
           }
         }
@@ -168,8 +181,64 @@ TEST(CpuKvStorage, AppendFillsEveryPlaneAndBlocksMoveWhole) {
           ref::load_kv_row(b, b.v, pos, h, rb.data());
           EXPECT_EQ(ra, rb);
           EXPECT_EQ(std::memcmp(&a.v_sum[a.sum_index(pos, h)], &b.v_sum[b.sum_index(pos, h)], 8 * sizeof(float)), 0);
+          EXPECT_EQ(std::memcmp(&a.k_moments[a.key_moments_index(pos, h)], &b.k_moments[b.key_moments_index(pos, h)],
+                                16 * sizeof(float)),
+                    0);
         }
     }
+  }
+}
+
+// SparQ's key spread as served: the running moments give the keys' spread over [0, pos] (against
+// a double two-pass over the stored keys) even along components with a large mean and a tiny
+// spread (Gemma 3's QK-normed keys; Σk² − n·mean² in f32 loses them), and cpu_sparse_decode runs
+// SparQ with that spread when the policy asks for it (the default) and with the paper's rule when
+// it does not — which choose different dimensions here.
+TEST(CpuKvStorage, SparqServesTheKeySpreadOfTheRunningMoments) {
+  const int32_t d = 64, bs = 16, S = 600, blocks = (S + bs - 1) / bs, H = 3;
+  KvLayout layout{1, 1, d, bs, KvDtype::kF32};
+  layout.transposed_k = true;
+  CpuKvStorage pool(layout, blocks + 2);
+  std::vector<int32_t> table(blocks);
+  for (int32_t i = 0; i < blocks; ++i) table[i] = (i * 7) % (blocks + 2);  // scattered, distinct
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<float> k(d), v(d);
+  for (int32_t pos = 0; pos < S; ++pos) {
+    for (int32_t c = 0; c < d; ++c) {
+      // The first half: mean 4, spread 0.005; the second: mean 0, spread 1.
+      k[c] = c < d / 2 ? 4.0f + 0.005f * n01(rng) : n01(rng);
+      v[c] = n01(rng);
+    }
+    pool.append(0, table.data(), pos, k.data(), v.data());
+  }
+  const PagedKvView kv = pool.view(0, table.data());
+  const std::vector<float> served = ref::sparq_key_spread_of_moments(kv, S), exact = ref::sparq_key_spread(kv, S);
+  for (int32_t c = 0; c < d; ++c) EXPECT_NEAR(served[c], exact[c], 1e-3 * exact[c]) << "component " << c;
+
+  // A query largest along the low-spread half: the paper's rule reads those dimensions.
+  std::vector<float> q(static_cast<size_t>(H) * d);
+  for (int32_t i = 0; i < H * d; ++i) q[i] = (i % d < d / 2 ? 3.0f : 1.0f) * n01(rng);
+  ThreadPool threads(2);
+  AttentionPolicy p{PolicyKind::kSparq};
+  const ref::SparqParams params = resolve_sparq(p, S, d);
+  ASSERT_LT(params.k, S);
+  for (bool key_spread : {true, false}) {
+    p.sparq_key_spread = key_spread;
+    std::vector<float> out_served(q.size()), out_kernel(q.size());
+    const DecodeArgs a{q.data(), out_served.data(), H, S - 1, 1.0f / std::sqrt(static_cast<float>(d))};
+    DecodeArgs b = a;
+    b.out = out_kernel.data();
+    LayerPolicyState state;
+    const int64_t bytes = cpu_sparse_decode(threads, kv, a, p, state);
+    cpu::SparqTrace trace;
+    const cpu::SparqResult res = cpu::sparq_decode(threads, kv, b, params, &trace, key_spread ? served.data() : nullptr);
+    EXPECT_EQ(out_served, out_kernel) << "key_spread " << key_spread;
+    EXPECT_EQ(bytes, res.kv_bytes + (key_spread ? 4 * d : 0)) << "the moments' M2 row is counted";
+    const int32_t low_spread_dims = static_cast<int32_t>(
+        std::count_if(trace.dims[0].begin(), trace.dims[0].end(), [&](int32_t c) { return c < d / 2; }));
+    if (key_spread) EXPECT_EQ(low_spread_dims, 0) << "√σ weighting reads the components along which keys differ";
+    else EXPECT_EQ(low_spread_dims, res.r) << "the paper's rule reads the query's largest components";
   }
 }
 
@@ -235,6 +304,9 @@ TEST(CpuKvStorage, SharedBlocksAreOneMemoryForEveryLayer) {
         ref::load_kv_row(l1, l1.v, pos, h, b.data());
         EXPECT_EQ(a, b);
         EXPECT_EQ(std::memcmp(&l0.v_sum[l0.sum_index(pos, h)], &l1.v_sum[l1.sum_index(pos, h)], 8 * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(&l0.k_moments[l0.key_moments_index(pos, h)], &l1.k_moments[l1.key_moments_index(pos, h)],
+                              16 * sizeof(float)),
+                  0);
       }
     EXPECT_EQ(std::memcmp(pool.k_tile(0, s0, 2), pool.k_tile(1, s0, 2), layout.tile_elems() * kv_dtype_bytes(dtype)), 0);
     EXPECT_NE(pool.k_tile(0, 3, 0), pool.k_tile(1, 3, 0));

@@ -9,6 +9,17 @@
 namespace fathom {
 namespace {
 
+int64_t sparq_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p) {
+  const int32_t S = args.pos + 1;
+  std::vector<float> spread;  // [n_kv][d]: the M2 row of the moments plane, 4·d bytes per kv head
+  if (p.sparq_key_spread && kv.k_moments != nullptr) spread = ref::sparq_key_spread_of_moments(kv, S);
+  const int64_t spread_bytes = static_cast<int64_t>(spread.size() * sizeof(float));
+  return cpu::sparq_decode(pool, kv, args, resolve_sparq(p, S, kv.head_dim), nullptr,
+                           spread.empty() ? nullptr : spread.data())
+             .kv_bytes +
+         spread_bytes;
+}
+
 int64_t hip_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
                  LayerPolicyState& st) {
   ref::HipBytes bytes;
@@ -50,7 +61,7 @@ bool cpu_implements(PolicyKind kind) {
 int64_t cpu_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
                           LayerPolicyState& state) {
   switch (p.kind) {
-    case PolicyKind::kSparq: return cpu::sparq_decode(pool, kv, args, resolve_sparq(p, args.pos + 1, kv.head_dim)).kv_bytes;
+    case PolicyKind::kSparq: return sparq_step(pool, kv, args, p);
     case PolicyKind::kHip: return hip_step(pool, kv, args, p, state);
     case PolicyKind::kSwa: return swa_step(pool, kv, args, p, state);
     case PolicyKind::kDense:

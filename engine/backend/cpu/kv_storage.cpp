@@ -162,11 +162,18 @@ void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, cons
       for (int32_t c = 0; c < d; ++c)
         std::memcpy(kt + (static_cast<size_t>(c) * bs + slot) * elem, k_row + static_cast<size_t>(c) * elem, elem);
     }
+    // The running sums carry over from the previous position: this block's tile, or at a block's
+    // first slot the previous block's.
+    const int32_t prev_block = slot > 0 ? block : pos > 0 ? table[pos / bs - 1] : -1;
     float* sum = reinterpret_cast<float*>(at(KvPlane::kVSum, layer, block)) + static_cast<size_t>(h) * d;
-    const float* prev = nullptr;  // running sum before this position
-    if (slot > 0) prev = sum;
-    else if (pos > 0) prev = reinterpret_cast<const float*>(at(KvPlane::kVSum, layer, table[pos / bs - 1])) + static_cast<size_t>(h) * d;
+    const float* prev = prev_block < 0 ? nullptr
+                                       : reinterpret_cast<const float*>(at(KvPlane::kVSum, layer, prev_block)) + static_cast<size_t>(h) * d;
     for (int32_t c = 0; c < d; ++c) sum[c] = (prev ? prev[c] : 0.0f) + vh[c];
+    float* moments = reinterpret_cast<float*>(at(KvPlane::kKMoments, layer, block)) + static_cast<size_t>(h) * 2 * d;
+    if (prev_block >= 0 && prev_block != block)
+      std::memcpy(moments, reinterpret_cast<const float*>(at(KvPlane::kKMoments, layer, prev_block)) + static_cast<size_t>(h) * 2 * d,
+                  2 * d * sizeof(float));
+    for (int32_t c = 0; c < d; ++c) key_moments_update(kh[c], pos, moments[c], moments[d + c]);
   }
 }
 
@@ -190,6 +197,7 @@ PagedKvView CpuKvStorage::view(int32_t layer, const int32_t* table) const {
   }
   if (layout_.transposed_k) kv.k_t = at(KvPlane::kKt, layer, 0);
   kv.v_sum = reinterpret_cast<const float*>(at(KvPlane::kVSum, layer, 0));
+  kv.k_moments = reinterpret_cast<const float*>(at(KvPlane::kKMoments, layer, 0));
   return kv;
 }
 

@@ -46,7 +46,7 @@ struct PolicyScratch {
 inline int64_t sparq_step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, PolicyScratch& s,
                           cudaStream_t stream) {
   const ref::SparqParams rp = resolve_sparq(p, args.pos + 1, kv.head_dim);
-  const cuda::SparqPlan plan = cuda::plan_sparq_decode_attention(kv, args, cuda::SparqConfig{rp.k, rp.l, rp.r, rp.reallocation});
+  const cuda::SparqPlan plan = cuda::plan_sparq_decode_attention(kv, args, cuda::SparqConfig{rp.k, rp.l, rp.r, rp.reallocation, p.sparq_key_spread && kv.k_moments != nullptr});
   s.workspace.reserve_grow(plan.workspace_words * 4);
   FATHOM_CUDA_BACKEND_OK(cuda::sparq_decode_attention(kv, args, plan, s.workspace.get(), stream));
   return cuda::sparq_decode_attention_bytes(kv, args, plan).kv_read;

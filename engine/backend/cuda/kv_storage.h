@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA backend's KV storage: the KvLayout's planes per layer (K, V, the transposed K when
-// configured, INT8 row parameters, the running V sums), addressed by block ids (device slots), in
+// configured, INT8 row parameters, the running V sums and K moments), addressed by block ids (device slots), in
 // device memory — or, for the host tier, in page-locked host memory mapped into the device's
 // address space, which the kernels read in place (host slots). A block's host image (read_block /
 // write_block) lists the planes in KvPlane order per layer, as CpuKvStorage does: the two
@@ -55,7 +55,8 @@ class CudaKvStorage {
                         base(KvPlane::kKt, layer),
                         reinterpret_cast<const KvInt8Row*>(base(KvPlane::kKRows, layer)),
                         reinterpret_cast<const KvInt8Row*>(base(KvPlane::kVRows, layer)),
-                        reinterpret_cast<const float*>(base(KvPlane::kVSum, layer))};
+                        reinterpret_cast<const float*>(base(KvPlane::kVSum, layer)),
+                        reinterpret_cast<const float*>(base(KvPlane::kKMoments, layer))};
   }
 
   // The view a kernel reads for `layer` through `device_table` (device pointers throughout).
@@ -73,6 +74,7 @@ class CudaKvStorage {
     v.v_rows = p.v_rows;
     v.k_t = p.k_t;
     v.v_sum = p.v_sum;
+    v.k_moments = p.k_moments;
     return v;
   }
 
@@ -85,6 +87,7 @@ class CudaKvStorage {
     c.k_rows = reinterpret_cast<KvInt8Row*>(base(KvPlane::kKRows, layer));
     c.v_rows = reinterpret_cast<KvInt8Row*>(base(KvPlane::kVRows, layer));
     c.v_sum = reinterpret_cast<float*>(base(KvPlane::kVSum, layer));
+    c.k_moments = reinterpret_cast<float*>(base(KvPlane::kKMoments, layer));
     c.dtype = cuda::kv_store_type(layout_.dtype);
     c.block_size = layout_.block_size;
     c.n_kv_heads = layout_.n_kv_heads;
