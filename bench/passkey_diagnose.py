@@ -32,6 +32,8 @@ def main():
     ap.add_argument("--models", default="smollm2,gemma3")
     ap.add_argument("--lengths", default="1024,4096")
     ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--only-trials", default="", help="comma-separated trial numbers to keep (default: all)")
+    ap.add_argument("--seed", default="", help="passkey_eval's --seed salt, to diagnose that run's prompts")
     ap.add_argument("--decode", type=int, default=12)
     ap.add_argument("--spec-only", action="store_true",
                     help="write the prompts' spec file (<build>/passkey_diagnose.jsonl) and stop; run "
@@ -46,8 +48,12 @@ def main():
         with ServerProcess(REPO / args.build / "fathom", REPO / gguf, extra_args=["--grpc-port", "0"]) as server:
             cache = {}
             for length in map(int, args.lengths.split(",")):
+                only = {int(t) for t in args.only_trials.split(",") if t}
                 for trial in range(args.trials):
-                    rng = random.Random(f"{name}-{fmt}-{length}-{trial}")  # passkey_eval's seeds
+                    if only and trial not in only:
+                        continue
+                    salt = f"{args.seed}-" if args.seed else ""
+                    rng = random.Random(f"{salt}{name}-{fmt}-{length}-{trial}")  # passkey_eval's seeds
                     text, key, depth, tokens = pk.make_prompt(server.base_url, fmt, length, rng, cache)
                     ids = prompt_ids(server.base_url, fmt, text)
                     lines.append({"name": f"{name} {length} trial {trial}", "model": str(REPO / gguf), "ids": ids,

@@ -85,13 +85,18 @@ def make_prompt(base, fmt, length, rng, per_rep_cache):
         n -= max(1, int((tokens - target) / per_rep))
 
 
+# Named variants of a policy, for side-by-side columns: name -> (policy, its options).
+VARIANTS = {"sparq-paper": ("sparq", {"sparq": {"key_spread": False}})}  # SparQ's step 1 as the paper
+
+
 def fathom_options(policy, ratio, min_keys=None, extra="{}"):
-    """The request's "fathom" object: the policy, and for a sparse one its ratio, min_keys (None:
-    the server's measured default) and the extra options (a JSON object)."""
+    """The request's "fathom" object: the policy (or a VARIANTS name), and for a sparse one its
+    ratio, min_keys (None: the server's measured default) and the extra options (a JSON object)."""
     if policy == "dense":
         return {"attention": policy}
+    policy, variant = VARIANTS.get(policy, (policy, {}))
     return {"attention": policy, "kv_read_ratio": ratio} | ({} if min_keys is None else {"min_keys": min_keys}) \
-        | json.loads(extra)
+        | variant | json.loads(extra)
 
 
 def ask(base, fmt, text, policy, ratio, min_keys, extra):
