@@ -66,8 +66,8 @@ AttentionPolicy g_base;
 // attending densely and accumulating their weights), as the engine seeds it.
 int32_t g_swa_prompt_seed = 0;
 constexpr int kNumRatios = 3;
-// sparq-spread: SparQ with step 1 weighted by √ of the keys' spread per component (ref::sparq_key_spread
-// over the positions so far; the reference only, not yet a server policy).
+// sparq: SparQ with the paper's step 1; sparq-spread: step 1 weighted by √ of the keys' spread per
+// component (ref::sparq_key_spread over the positions so far), what the server runs by default.
 enum Pol { kSparq, kSparqNr, kHip, kSwa, kSwaDm, kSparqSpread, kNumPols };
 const char* kPolNames[kNumPols] = {"sparq", "sparq-nr", "hip", "swa", "swa-dm", "sparq-spread"};
 
@@ -656,8 +656,8 @@ int main(int argc, char** argv) {
         "policy attended, with k = the number of keys that policy attends for that head (column k/S: SparQ |I2| = "
         "max(ratio/2·S, 128), HiP mask + sinks + window ≈ ratio·S, SWA |kept| = ratio·S).\n"
      << "- **rel. err**: ‖out − dense‖ / ‖dense‖ of the head's attention output (SparQ with mean-value reallocation "
-        "on, the server default; `sparq-nr`: reallocation off; `sparq-spread`: step 1 weighted by √ of the keys' spread "
-        "per component, ref::sparq_key_spread — the reference only, not a server policy yet).\n"
+        "on, the server default, and the paper's step 1; `sparq-nr`: reallocation off; `sparq-spread`: step 1 weighted by √ "
+        "of the keys' spread per component, ref::sparq_key_spread — the server's default rule since 579fac5).\n"
      << "- **dense mass kept**: the dense attention weight on the attended keys.\n"
      << "- HiP state follows the engine: mask re-estimated every 8 decode steps from the first one (the measured "
         "steps are one full refresh cycle, mask ages 0–7); the server keeps HiP's first 3 layers dense, so its summary "

@@ -60,7 +60,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
       step_cost_(attention_equivalent_positions(model.config())) {
   // With a host tier every block a step writes must be in the device tier at once: a step's
   // prefill tokens over whole blocks plus two more blocks per sequence in it (a partial first
-  // block, or the block before one the step opens, whose running V sum carries over). A device tier too
+  // block, or the block before one the step opens, whose running V sum and K moments carry over). A device tier too
   // small for the configured step gets smaller steps (the server logs the limits it runs with).
   if (allocator_.host_blocks() > 0) {
     const int32_t bs = allocator_.block_size(), device = allocator_.device_blocks();
@@ -211,7 +211,7 @@ void Scheduler::make_resident(BatchPlan& plan, const std::vector<Sequence*>& pla
   ++steps_;
   for (size_t i = 0; i < planned.size(); ++i) {
     const Sequence& s = *planned[i];
-    // A step that opens a block also reads the block before it (the running V sum carries over).
+    // A step that opens a block also reads the block before it (the running V sum and K moments carry over).
     const int32_t first = s.n_computed % bs == 0 && s.n_computed > 0 ? s.n_computed / bs - 1 : s.n_computed / bs;
     for (int32_t b = first; b <= (s.n_computed + chunk_of[i] - 1) / bs; ++b) {
       writes.push_back({s.blocks[b], b * bs < s.n_computed});

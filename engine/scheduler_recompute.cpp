@@ -96,7 +96,7 @@ bool Scheduler::drop_oldest_block(bool host_only, int64_t preempt_cost) {
       if (s.state != SeqState::kRunning || s.pending() != 1 || s.restoring) continue;
       if (r->request.n > 1 && !r->forked) continue;
       const int32_t d = s.dropped_blocks;
-      // Keep the last two full blocks: a step that opens a block reads the V sum of the one before.
+      // Keep the last two full blocks: a step that opens a block reads the running sums of the one before.
       if (d + 2 >= s.n_computed / bs) continue;
       const int32_t b = s.blocks[d];
       // Only a block no other sequence holds frees memory (the prefix cache's reference is

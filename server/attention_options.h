@@ -4,7 +4,7 @@
 //   "<name key>": "dense" | "sparq" | "hip" | "swa" | "auto"  ("policy" in the config, "attention" in requests)
 //   "kv_read_ratio": (0, 1]                              the knob every sparse policy understands
 //   "min_keys": int >= 0 | "measured"                    shorter decode steps run densely
-//   "sparq": {"r": int, "k": int, "l": int, "reallocation": bool}
+//   "sparq": {"r": int, "k": int, "l": int, "reallocation": bool, "key_spread": bool}
 //   "hip":   {"mask_k": int, "block_size_k": int, "sink": int, "window": int, "refresh": int, "dense_layers": int,
 //             "per_kv_head": bool}
 //   "swa":   {"ratio": (0, 1], "pool": odd int}

@@ -26,7 +26,7 @@
 namespace fathom::cuda {
 
 // Bytes one launch moves to or from global memory, as implemented (every request counted, no
-// cache model): KV data (K, V, k_t, INT8 row parameters, v_sum), other reads (queries, block
+// cache model): KV data (K, V, k_t, INT8 row parameters, v_sum, k_moments), other reads (queries, block
 // tables, workspaces, selections), and writes.
 struct AttnBytes {
   int64_t kv_read = 0, other_read = 0, written = 0;

@@ -6,11 +6,11 @@
 //          token only). INT8: min and max of the row by warp shuffles + shared memory first,
 //          then the same rounding as cpu::kv_store_int8_row (rintf = nearbyint, nearest even).
 //   sums:  grid (n_seqs, n_kv_heads), block 128; thread c owns dimension c (and c + 128, ...)
-//          and walks its sequence's new tokens in order, reading the previous V sum and K
-//          moments (this block's, or the previous block's when a token opens a block) and
-//          writing the new ones. One thread per dimension makes the sequential dependency free
-//          of races and reproduces the one-by-one updates exactly; the serial walk is a few
-//          flops per token and thread, small next to the row writes.
+//          and walks its sequence's new tokens in order with the running V sum and K moments in
+//          registers (read once before the first token: this block's, or the previous block's
+//          when it opens a block; written at each block's last new row). One thread per
+//          dimension makes the sequential dependency free of races and reproduces the one-by-one
+//          updates exactly; the serial walk is a few flops per token and thread.
 #include "kernels/cuda/kv_append.h"
 
 #include "kernels/paged_kv.h"
@@ -132,27 +132,37 @@ __global__ void __launch_bounds__(kThreads) kv_rows_kernel(KvCacheLayer cache, K
 }
 
 // grid (n_seqs, n_kv_heads), block (kThreads): the running V sums and K moments, thread c owning
-// dimension c (and c + kThreads, ...) of one sequence's new tokens in position order.
+// dimension c (and c + kThreads, ...) of one sequence's new tokens in position order. The running
+// values live in registers: read once from the position before the first new token, written
+// where a block's last new row is (what a block's entry holds).
 __global__ void __launch_bounds__(kThreads) kv_sums_kernel(KvCacheLayer cache, KvAppendBatch batch) {
   const int s = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int bs = cache.block_size, d = cache.head_dim;
   const int32_t* table = batch.block_tables + static_cast<int64_t>(s) * batch.table_stride;
   const int first = batch.seq_token_start[s], last = batch.seq_token_start[s + 1];
+  if (first == last) return;
+  const int32_t pos0 = batch.positions[first];
+  // The sums before pos0: its own block's tile, or at a block's first slot the previous block's.
+  const int64_t before = pos0 % bs != 0 ? static_cast<int64_t>(table[pos0 / bs]) * cache.n_kv_heads + h
+                         : pos0 > 0     ? static_cast<int64_t>(table[pos0 / bs - 1]) * cache.n_kv_heads + h
+                                        : -1;
   for (int c = static_cast<int>(threadIdx.x); c < d; c += kThreads) {
+    float v_run = 0.0f, mean = 0.0f, m2 = 0.0f;
+    if (before >= 0) {
+      if (cache.v_sum) v_run = cache.v_sum[before * d + c];
+      if (cache.k_moments) {
+        mean = cache.k_moments[before * 2 * d + c];
+        m2 = cache.k_moments[before * 2 * d + d + c];
+      }
+    }
     for (int i = first; i < last; ++i) {
       const int32_t pos = batch.positions[i];
-      // The sums carry over from the previous position: this block's tile, or at a block's first
-      // slot the previous block's.
+      v_run += batch.v[static_cast<int64_t>(i) * batch.v_token_stride + static_cast<int64_t>(h) * d + c];
+      key_moments_update(batch.k[static_cast<int64_t>(i) * batch.k_token_stride + static_cast<int64_t>(h) * d + c], pos, mean, m2);
+      if (i + 1 < last && (pos + 1) % bs != 0) continue;  // not the block's last new row
       const int64_t tile = static_cast<int64_t>(table[pos / bs]) * cache.n_kv_heads + h;
-      const int64_t prev = pos % bs != 0 ? tile : pos > 0 ? static_cast<int64_t>(table[pos / bs - 1]) * cache.n_kv_heads + h : -1;
-      if (cache.v_sum) {
-        const float before = prev >= 0 ? cache.v_sum[prev * d + c] : 0.0f;
-        cache.v_sum[tile * d + c] = before + batch.v[static_cast<int64_t>(i) * batch.v_token_stride + static_cast<int64_t>(h) * d + c];
-      }
+      if (cache.v_sum) cache.v_sum[tile * d + c] = v_run;
       if (cache.k_moments) {
-        float mean = prev >= 0 ? cache.k_moments[prev * 2 * d + c] : 0.0f;
-        float m2 = prev >= 0 ? cache.k_moments[prev * 2 * d + d + c] : 0.0f;
-        key_moments_update(batch.k[static_cast<int64_t>(i) * batch.k_token_stride + static_cast<int64_t>(h) * d + c], pos, mean, m2);
         cache.k_moments[tile * 2 * d + c] = mean;
         cache.k_moments[tile * 2 * d + d + c] = m2;
       }

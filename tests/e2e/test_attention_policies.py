@@ -165,11 +165,19 @@ def test_hip_mask_per_kv_head_reads_less_than_per_query_head(server):
 
 
 def test_sparq_key_spread_can_be_turned_off(server):
-    # SparQ weights step 1 by the keys' spread by default; the paper's rule stays one option away.
-    for key_spread in (True, False):
-        out = complete(server, LONG_PROMPT, 4, {"attention": "sparq", "min_keys": 0,
-                                                "sparq": {"key_spread": key_spread}})
-        assert out["choices"][0]["text"] is not None
+    # SparQ weights step 1 by the keys' spread by default, reading one M2 row of the K moments per
+    # kv head and layer-step more; the paper's rule stays one option away and reads exactly that less.
+    def sparq_bytes(options):
+        before = kv_read(server, "sparq")
+        out = complete(server, LONG_PROMPT, 8, {"attention": "sparq", "min_keys": 0, "ignore_eos": True} | options)
+        assert out["usage"]["completion_tokens"] == 8
+        return kv_read(server, "sparq") - before
+
+    default, spread, paper = sparq_bytes({}), sparq_bytes({"sparq": {"key_spread": True}}), \
+        sparq_bytes({"sparq": {"key_spread": False}})
+    assert default == spread
+    # SmolLM2: 30 layers, 3 kv heads of 64 dims; 7 decode steps after the prefill's token.
+    assert spread - paper == 7 * 30 * 3 * 64 * 4, (spread, paper)
     r = requests.post(f"{server.base_url}/v1/completions", timeout=60,
                       json={"prompt": "hi", "max_tokens": 2,
                             "fathom": {"attention": "sparq", "sparq": {"key_spread": "no"}}})

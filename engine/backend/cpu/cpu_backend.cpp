@@ -252,7 +252,7 @@ void CpuBackend::append_kv(int32_t layer) {
     for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
       const int32_t pos = s.pos0 + static_cast<int32_t>(i);
       FATHOM_CHECK((*s.blocks)[pos / bs] >= 0 && (pos % bs != 0 || pos == 0 || (*s.blocks)[pos / bs - 1] >= 0),
-                   "a step writes a block (or reads the V sum of the block before it) outside the device tier");
+                   "a step writes a block (or reads the running sums of the block before it) outside the device tier");
       kv_->append(layer, s.blocks->data(), pos, k + t * kv_dim, v + t * kv_dim);
     }
 }

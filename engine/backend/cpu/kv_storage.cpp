@@ -165,6 +165,7 @@ void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, cons
     // The running sums carry over from the previous position: this block's tile, or at a block's
     // first slot the previous block's.
     const int32_t prev_block = slot > 0 ? block : pos > 0 ? table[pos / bs - 1] : -1;
+    FATHOM_CHECK(pos == 0 || prev_block >= 0, "the block before a new one must be in this storage");
     float* sum = reinterpret_cast<float*>(at(KvPlane::kVSum, layer, block)) + static_cast<size_t>(h) * d;
     const float* prev = prev_block < 0 ? nullptr
                                        : reinterpret_cast<const float*>(at(KvPlane::kVSum, layer, prev_block)) + static_cast<size_t>(h) * d;

@@ -47,8 +47,9 @@ class CpuKvStorage {
 
   // Appends one token's K and V rows (f32, [n_kv_heads][head_dim] each) of `layer` at
   // position `pos` of the sequence with block table `table`: stores them as the layout's dtype,
-  // fills the transposed-K slot and carries the running V sum (from the previous block's sum
-  // when `pos` opens a block). Positions of a sequence must be appended in order.
+  // fills the transposed-K slot and carries the running V sum and K moments (from the previous
+  // block's when `pos` opens a block, which must then be in this storage: a non-negative table
+  // entry). Positions of a sequence must be appended in order.
   void append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v);
 
   // Copies the K row (and its INT8 parameters) and/or the V row of (layer, block, head, slot) to

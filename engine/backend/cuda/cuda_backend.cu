@@ -592,11 +592,11 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
       tables[si * stride + b] = e;
       names_scratch |= e >= scratch_begin;
     }
-    if (!s.tokens.empty()) {  // kv_append writes device slots only (and reads the V sum before them)
+    if (!s.tokens.empty()) {  // kv_append writes device slots only (and reads the running sums before them)
       const int32_t bs = kv_layout().block_size, end = s.pos0 + static_cast<int32_t>(s.tokens.size());
       for (int32_t b = std::max(0, s.pos0 / bs - (s.pos0 % bs == 0 ? 1 : 0)); b <= (end - 1) / bs; ++b)
         FATHOM_CHECK(b >= static_cast<int32_t>(s.blocks->size()) || (*s.blocks)[b] >= 0,
-                     "a step writes a block (or reads the V sum of the block before it) outside the device tier");
+                     "a step writes a block (or reads the running sums of the block before it) outside the device tier");
     }
   }
   ids_.upload(ids);

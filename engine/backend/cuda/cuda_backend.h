@@ -12,7 +12,7 @@
 // Attention: dense (paged_decode_attention for decode tokens and prefill chunks alike, a causal
 // key range per query), SparQ, HiP and SWA decode (attention_policies.h), bifurcated groups
 // (bifurcated_attention): every policy the CPU backend has. KV (kv_storage.h): every plane of the KvLayout — K, V, the transposed
-// K when configured, INT8 row parameters, V sums — in device memory; a block's host image is the
+// K when configured, INT8 row parameters, V sums, K moments — in device memory; a block's host image is the
 // same bytes as the CPU backend's. With kv_cache.host_mib, a host tier of the same planes in
 // page-locked host memory mapped into the device's address space: the kernels read host blocks in
 // place (negative block table entries), block moves between the tiers are async copies on a
