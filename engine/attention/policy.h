@@ -29,7 +29,8 @@ struct AttentionPolicy {
   bool sparq_reallocation = true;
   // Step 1 weighted by √ of the keys' spread per component (ref::sparq_attention's key_spread,
   // from the cache's running K moments); false: the paper's rule. At 1/8 it found 20/20 pass keys
-  // on Gemma 3 at 4k and 8k where the paper's rule found 4/20 and 5/20 (bench/results/passkey.md).
+  // on Gemma 3 at 4k and 8k where the paper's rule found 4/20 and 5/20; on fresh prompts it is right
+  // on exactly dense's at 1k-8k (bench/results/sparq_key_spread.md).
   bool sparq_key_spread = true;
   // HiP (−1: derived from the ratio at S). The mask is re-estimated every `hip_refresh` steps;
   // the first `hip_dense_layers` layers stay dense (the paper's default 3). One mask per kv head
