@@ -22,6 +22,11 @@ int32_t integer(const json& v, const std::string& param, int64_t min, const Atte
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
+bool boolean(const json& v, const std::string& param, const AttentionOptionFail& fail) {
+  if (!v.is_boolean()) fail_and_throw(fail, param, "must be true or false");
+  return v.get<bool>();
+}
+
 double ratio(const json& v, const std::string& param, const AttentionOptionFail& fail) {
   if (!v.is_number() || !(v.get<double>() > 0.0 && v.get<double>() <= 1.0))
     fail_and_throw(fail, param, "must be a number in (0, 1]");
@@ -61,15 +66,9 @@ bool apply_attention_option(const std::string& name_key, const std::string& key,
       if (k == "r") p.sparq_r = integer(v, param, 1, fail);
       else if (k == "k") p.sparq_k = integer(v, param, 1, fail);
       else if (k == "l") p.sparq_l = integer(v, param, 0, fail);
-      else if (k == "reallocation") {
-        if (!v.is_boolean()) fail_and_throw(fail, param, "must be true or false");
-        p.sparq_reallocation = v.get<bool>();
-      } else if (k == "key_spread") {
-        if (!v.is_boolean()) fail_and_throw(fail, param, "must be true or false");
-        p.sparq_key_spread = v.get<bool>();
-      } else {
-        fail_and_throw(fail, param, "unknown sparq option (r, k, l, reallocation, key_spread)");
-      }
+      else if (k == "reallocation") p.sparq_reallocation = boolean(v, param, fail);
+      else if (k == "key_spread") p.sparq_key_spread = boolean(v, param, fail);
+      else fail_and_throw(fail, param, "unknown sparq option (r, k, l, reallocation, key_spread)");
     });
   } else if (key == "hip") {
     members(value, key, fail, [&](const std::string& k, const json& v, const std::string& param) {
@@ -79,13 +78,10 @@ bool apply_attention_option(const std::string& name_key, const std::string& key,
       else if (k == "window") p.hip_window = integer(v, param, 0, fail);
       else if (k == "refresh") p.hip_refresh = integer(v, param, 1, fail);
       else if (k == "dense_layers") p.hip_dense_layers = integer(v, param, 0, fail);
-      else if (k == "per_kv_head") {
-        if (!v.is_boolean()) fail_and_throw(fail, param, "must be true or false");
-        p.hip_per_kv_head = v.get<bool>();
-      } else {
+      else if (k == "per_kv_head") p.hip_per_kv_head = boolean(v, param, fail);
+      else
         fail_and_throw(fail, param,
                        "unknown hip option (mask_k, block_size_k, sink, window, refresh, dense_layers, per_kv_head)");
-      }
     });
   } else if (key == "swa") {
     members(value, key, fail, [&](const std::string& k, const json& v, const std::string& param) {

@@ -244,17 +244,12 @@ void CpuBackend::rope(int32_t layer) {
 
 void CpuBackend::append_kv(int32_t layer) {
   const int64_t kv_dim = model_.config().kv_dim();
-  const int32_t bs = kv_layout().block_size;
   const float* k = act(Act::kK);
   const float* v = act(Act::kV);
   int64_t t = 0;
-  for (const SeqStep& s : plan_->seqs)
-    for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
-      const int32_t pos = s.pos0 + static_cast<int32_t>(i);
-      FATHOM_CHECK((*s.blocks)[pos / bs] >= 0 && (pos % bs != 0 || pos == 0 || (*s.blocks)[pos / bs - 1] >= 0),
-                   "a step writes a block (or reads the running sums of the block before it) outside the device tier");
-      kv_->append(layer, s.blocks->data(), pos, k + t * kv_dim, v + t * kv_dim);
-    }
+  for (const SeqStep& s : plan_->seqs)  // append checks the blocks it writes and reads are device-tier ones
+    for (size_t i = 0; i < s.tokens.size(); ++i, ++t)
+      kv_->append(layer, s.blocks->data(), s.pos0 + static_cast<int32_t>(i), k + t * kv_dim, v + t * kv_dim);
 }
 
 DecodeArgs CpuBackend::decode_args(int32_t seq) {

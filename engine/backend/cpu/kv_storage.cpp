@@ -142,6 +142,12 @@ void* CpuKvStorage::v_tile(int32_t layer, int32_t block, int32_t head) {
 void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v) {
   const KvLayout& L = layout_;
   const int32_t bs = L.block_size, d = L.head_dim, slot = pos % bs, block = table[pos / bs];
+  // The running sums carry over from the previous position: this block's tile, or at a block's
+  // first slot the previous block's.
+  const int32_t prev_block = slot > 0 ? block : pos > 0 ? table[pos / bs - 1] : -1;
+  FATHOM_CHECK(block >= 0 && (pos == 0 || prev_block >= 0),
+               "a step writes a block (or reads the running sums of the block before it) outside this storage "
+               "(a host-tier table entry)");
   const size_t elem = kv_dtype_bytes(L.dtype);
   for (int32_t h = 0; h < L.n_kv_heads; ++h) {
     const float* kh = k + static_cast<size_t>(h) * d;
@@ -162,10 +168,6 @@ void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, cons
       for (int32_t c = 0; c < d; ++c)
         std::memcpy(kt + (static_cast<size_t>(c) * bs + slot) * elem, k_row + static_cast<size_t>(c) * elem, elem);
     }
-    // The running sums carry over from the previous position: this block's tile, or at a block's
-    // first slot the previous block's.
-    const int32_t prev_block = slot > 0 ? block : pos > 0 ? table[pos / bs - 1] : -1;
-    FATHOM_CHECK(pos == 0 || prev_block >= 0, "the block before a new one must be in this storage");
     float* sum = reinterpret_cast<float*>(at(KvPlane::kVSum, layer, block)) + static_cast<size_t>(h) * d;
     const float* prev = prev_block < 0 ? nullptr
                                        : reinterpret_cast<const float*>(at(KvPlane::kVSum, layer, prev_block)) + static_cast<size_t>(h) * d;
