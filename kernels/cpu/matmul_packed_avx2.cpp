@@ -104,11 +104,12 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* panel = a.w + p * a.row_bytes;
     const uint8_t* sp = panel + nb * kQuant;
+    PanelPrefetch prefetch(panel, a.row_bytes, nb);
     __m256 acc[MR][2];
     for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* qp = panel + b * kQuant;
-      prefetch_panel_ahead(qp, kQuant);
+      prefetch();
       for (int h = 0; h < 2; ++h) {
         __m256i lo[4], hi[4];
         load_nibbles(qp, h, lo, hi);
@@ -146,11 +147,12 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
     __m256 acc[MR][2];
     for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 2368) {
       for (int j = 0; j < 8; ++j) {
-        prefetch_panel_ahead(u + 256 * j, 256);
+        prefetch();
         for (int h = 0; h < 2; ++h) {
           __m256i lo[4], hi[4];
           load_nibbles(u + 256 * j, h, lo, hi);
@@ -181,12 +183,12 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const __m256i b01 = _mm256_set1_epi8(0x03), b23 = _mm256_set1_epi8(0x0C);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
     __m256 acc[MR][2];
     for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 3392) {
       for (int j = 0; j < 8; ++j) {
-        prefetch_panel_ahead(u + 256 * j, 256);
-        prefetch_panel_ahead(u + 2048 + 128 * j, 128);
+        prefetch();
         for (int h = 0; h < 2; ++h) {
           __m256i lo[4], hi[4];
           load_nibbles(u + 256 * j, h, lo, hi);

@@ -60,10 +60,11 @@ void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* qp = a.w + p * a.row_bytes;
     const uint8_t* sp = qp + nb * 512;
+    PanelPrefetch prefetch(qp, a.row_bytes, nb);
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, qp += 512) {
-      prefetch_panel_ahead(qp, 512);
+      prefetch();
       __m512i w[8];
       for (int j = 0; j < 8; ++j) w[j] = _mm512_load_si512(qp + 64 * j);
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + 32 * b)));
@@ -99,10 +100,11 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* qp = a.w + p * a.row_bytes;
     const uint8_t* sp = qp + nb * kQuant;
+    PanelPrefetch prefetch(qp, a.row_bytes, nb);
     __m512 acc[MR], acc2[MR];
     for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, qp += kQuant) {
-      prefetch_panel_ahead(qp, kQuant);
+      prefetch();
       __m512i lo[4], hi[4];
       load_nibbles(qp, lo, hi);
       if constexpr (kQ5) {
@@ -146,13 +148,14 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
     __m512 acc[MR], acc2[MR];
     for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 2368) {
       const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2304)));
       const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 2336)));
       for (int j = 0; j < 8; ++j) {
-        prefetch_panel_ahead(u + 256 * j, 256);
+        prefetch();
         __m512i lo[4], hi[4];
         load_nibbles(u + 256 * j, lo, hi);
         const __m512 sc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2048 + 16 * j)))));
@@ -181,13 +184,13 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const __m512i b01 = _mm512_set1_epi8(0x03), b23 = _mm512_set1_epi8(0x0C);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 3392) {
       const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 3328)));
       for (int j = 0; j < 8; ++j) {
-        prefetch_panel_ahead(u + 256 * j, 256);
-        prefetch_panel_ahead(u + 2048 + 128 * j, 128);
+        prefetch();
         __m512i lo[4], hi[4];
         load_nibbles(u + 256 * j, lo, hi);
         for (int v = 0; v < 4; ++v) {  // the 2-bit highs become bits 4-5

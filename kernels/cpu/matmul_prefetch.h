@@ -25,15 +25,33 @@ inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
   prefetch_lines<kIntoL1>(p + kPrefetchBytes, static_cast<int64_t>(bytes));
 }
 
-// The same into L2 (T1): the PackedWeights panel kernels, which consume one dense stream per
-// thread at up to 512 bytes a step. Into L1 they streamed 20-22 GB/s from DRAM on a Zen 4 EPYC
-// (2 threads; packed Q8_0, bench_matmul) against 28-30 into L2, as fast as the stored layout;
-// bench_decode, dense at 1k, alternating: Gemma 3 11.3-12.0 -> 9.4-10.1 ms a token, SmolLM2
-// 4.8-5.4 -> 4.0-4.1 ms (the Q8_0 output heads are the largest matrices). Stored kernels: no
-// difference either way. The Xeon (weights in its L3) was not measured with T1.
-inline void prefetch_panel_ahead(const uint8_t* p, size_t bytes) {
-  prefetch_lines<kIntoL2>(p + kPrefetchBytes, static_cast<int64_t>(bytes));
-}
+// The PanelPrefetch kernels' stream, into L2 (T1): the PackedWeights panel kernels consume one
+// dense stream per thread at up to 512 bytes a step. Into L1 they streamed 20-22 GB/s from DRAM on
+// a Zen 4 EPYC (2 threads; packed Q8_0, bench_matmul) against 28-30 into L2, as fast as the stored
+// layout; bench_decode, dense at 1k, alternating: Gemma 3 11.3-12.0 -> 9.4-10.1 ms a token,
+// SmolLM2 4.8-5.4 -> 4.0-4.1 ms (the Q8_0 output heads are the largest matrices). Stored kernels:
+// no difference either way. The Xeon (weights in its L3) was not measured with T1.
+//
+// A panel of `panel_bytes` is consumed in `steps` steps (its column blocks), and step i
+// prefetches its share [i s, (i + 1) s) of the panel, s = ceil(panel_bytes / steps),
+// kPrefetchBytes ahead: quants and scales alike. Prefetching only the quant bytes a step reads
+// (as the kernels did) left each panel's scale tail to the hardware prefetcher: 1/5 of a Q4_1
+// panel, 1/18 of Q8_0's, 320 of Q4_K's 2368 bytes per super-block. Covering it, packed Q4_1
+// 1536x576 from DRAM (bench_matmul --quick, 3 alternating runs, Zen 4): 1 thread 15.9-16.0 ->
+// 22.2-25.8 GB/s (67-69% -> 96-107% of the read bandwidth measured alongside).
+struct PanelPrefetch {
+  const uint8_t* next;  // the panel's first byte + kPrefetchBytes
+  int64_t step;
+  PanelPrefetch(const uint8_t* panel, size_t panel_bytes, int64_t steps)
+      : next(panel + kPrefetchBytes), step((static_cast<int64_t>(panel_bytes) + steps - 1) / steps) {}
+  // Lines holding [next, next + step): whole coverage even when step is not a multiple of 64.
+  void operator()() {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(next) & ~uintptr_t{63};
+    const uintptr_t end = reinterpret_cast<uintptr_t>(next) + static_cast<uintptr_t>(step);
+    for (uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, kIntoL2);
+    next += step;
+  }
+};
 
 }  // namespace
 }  // namespace fathom::cpu::detail
