@@ -67,14 +67,14 @@ namespace {
 
 // The key chunks a call touches and the work items over them.
 struct ChunkPlan {
-  int32_t d, group, bs, last_pos, n_qblocks, chunk, chunk0, chunk1, n_chunks;
+  int32_t d, group, bs, first_lo, last_pos, n_qblocks, chunk, chunk0, chunk1, n_chunks;
   int64_t scratch_floats, rows_per_item, base_items;
   ChunkPlan(const PagedKvView& kv, const AttentionArgs& a) {
     d = kv.head_dim;
     group = a.n_heads / kv.n_kv_heads;
     bs = kv.block_size;
     last_pos = a.pos0 + a.n_q - 1;
-    const int32_t first_lo = a.window > 0 ? std::max(0, a.pos0 - a.window + 1) : 0;
+    first_lo = a.window > 0 ? std::max(0, a.pos0 - a.window + 1) : 0;
     n_qblocks = (a.n_q + kQueryBlock - 1) / kQueryBlock;
     chunk = key_chunk_positions(bs);
     chunk0 = first_lo / chunk;
@@ -83,6 +83,10 @@ struct ChunkPlan {
     scratch_floats = 2 * static_cast<int64_t>(bs) * d + bs;
     rows_per_item = static_cast<int64_t>(std::min(kQueryBlock, a.n_q)) * group;
     base_items = static_cast<int64_t>(n_qblocks) * kv.n_kv_heads;
+  }
+  // The hint for a call over chunk c of kv head `head` (NextPartial): the chunk's written keys.
+  NextPartial next(const PagedKvView& kv, int32_t head, int32_t c) const {
+    return {&kv, head, std::max(first_lo, c * chunk), std::min(last_pos, (c + 1) * chunk - 1)};
   }
 };
 
@@ -121,7 +125,12 @@ void run_chunks(PartialAttentionFn kernel, ThreadPool& pool, const ChunkPlan& p,
       const PagedKvView& kv = view_of(c);
       const int32_t qb = static_cast<int32_t>(item / kv.n_kv_heads), head = static_cast<int32_t>(item % kv.n_kv_heads);
       collect_rows(a, head, p.group, p.d, qb * kQueryBlock, std::min(a.n_q, (qb + 1) * kQueryBlock), rows);
-      const PartialRows pr{static_cast<int32_t>(rows.q.size()), rows.q.data(), rows.lo.data(), rows.hi.data()};
+      PartialRows pr{static_cast<int32_t>(rows.q.size()), rows.q.data(), rows.lo.data(), rows.hi.data(), {}};
+      if (w + 1 < end) {  // this thread's next item
+        const int32_t c_next = c_begin + static_cast<int32_t>((w + 1) / p.base_items);
+        const PagedKvView& kv_next = view_of(c_next);
+        pr.next = p.next(kv_next, static_cast<int32_t>((w + 1) % p.base_items % kv_next.n_kv_heads), c_next);
+      }
       const int64_t slot = (item * p.n_chunks + (c - p.chunk0)) * p.rows_per_item;
       kernel(kv, head, pr, c * p.chunk, std::min(p.last_pos + 1, (c + 1) * p.chunk), a.scale, &out.acc[slot * p.d],
              &out.m[slot], &out.l[slot], scratch.data());
@@ -170,8 +179,13 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
         const int32_t R = static_cast<int32_t>(rows.q.size());
         state.clear();
         for (int32_t r = 0; r < R; ++r) state.push_back({a.out + rows.out_row[r] * p.d, -INFINITY, 0.0f});
-        const PartialRows pr{R, rows.q.data(), rows.lo.data(), rows.hi.data()};
+        PartialRows pr{R, rows.q.data(), rows.lo.data(), rows.hi.data(), {}};
         for (int32_t c = p.chunk0; c <= p.chunk1; ++c) {
+          // Next: this item's next chunk, else the next item's first (its rows' own ranges may
+          // start later: a hint).
+          if (c < p.chunk1) pr.next = p.next(kv, head, c + 1);
+          else if (w + 1 < end) pr.next = p.next(kv, static_cast<int32_t>((w + 1) % kv.n_kv_heads), p.chunk0);
+          else pr.next = {};
           kernel(kv, head, pr, c * p.chunk, std::min(p.last_pos + 1, (c + 1) * p.chunk), a.scale, acc_c.data(),
                  m_c.data(), l_c.data(), scratch.data());
           for (int32_t r = 0; r < R; ++r)

@@ -11,6 +11,14 @@
 
 namespace fathom::cpu {
 
+// Where the calling thread goes next: kv head `head` of `kv` from key `lo` (keys up to `hi`,
+// inclusive, are written). A kernel may prefetch those first keys during its own last ones, so
+// that its next call does not start on a cold burst; only a hint (no arithmetic depends on it).
+struct NextPartial {
+  const PagedKvView* kv = nullptr;
+  int32_t head = 0, lo = 0, hi = -1;
+};
+
 // R query rows that share one kv head; row r attends keys [lo[r], hi[r]] (inclusive),
 // intersected with the work item's key range [t0, t1).
 struct PartialRows {
@@ -18,6 +26,7 @@ struct PartialRows {
   const float* const* q = nullptr;  // [R] -> [head_dim]
   const int32_t* lo = nullptr;      // [R]
   const int32_t* hi = nullptr;      // [R]
+  NextPartial next;                 // the caller's next call (kv null: none known)
 };
 
 // The start of every partial kernel: each row's state empty (m = -inf, l = 0, acc[R][d] = 0),

@@ -142,7 +142,7 @@ int64_t bifurcated_decode_with(PartialAttentionFn kernel, PartialAttentionFn man
         const int32_t t0 = std::max(ps.begin, (ps.chunk0 + it.chunk) * ps.chunk);
         const int32_t t1 = std::min(ps.end, (ps.chunk0 + it.chunk + 1) * ps.chunk);
         const int64_t slot = ps.slot0 + (static_cast<int64_t>(it.head) * ps.n_chunks + it.chunk) * rows;
-        const PartialRows pr{rows, q.data(), lo.data(), hi.data()};
+        const PartialRows pr{rows, q.data(), lo.data(), hi.data(), {}};
         (rows > kManyRows && many_rows ? many_rows : kernel)(view_of(it.pass, ps.chunk0 + it.chunk), it.head, pr, t0, t1,
                                                               scale, &acc[slot * d], &m[slot], &l[slot], scratch.data());
       }

@@ -194,7 +194,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
         hi[r] = t.run_end - 1;
       }
       float* logits = t.weights != nullptr ? t.weights + t.n + (it.begin - t.run_begin) : nullptr;
-      kern.run_partial(kv, t.g, PartialRows{t.R, q, lo, hi}, it.begin, it.end, scale, &acc[it.slot * d], &m[it.slot],
+      kern.run_partial(kv, t.g, PartialRows{t.R, q, lo, hi, {}}, it.begin, it.end, scale, &acc[it.slot * d], &m[it.slot],
                        &l[it.slot], logits, t.keys());
       if (task_done.arrive(static_cast<size_t>(it.task))) merge_task(it.task);
       return;
