@@ -254,15 +254,14 @@ def combine_bandwidth(sessions):
     for r in sessions[0].get("random_lines", []):
         per = [x for sess in sessions for x in sess.get("random_lines", []) if x["threads"] == r["threads"]]
         random.append({"threads": r["threads"], "best_gbps": statistics.median(x["best_gbps"] for x in per)})
+    latencies = [x["random_line_latency_ns"] for x in sessions if "random_line_latency_ns" in x]
     first = sessions[0]
     return {"benchmark": "bandwidth", "description": first["description"], "buffer_bytes": first["buffer_bytes"],
             "simd": first["simd"], "reps": first["reps"], "hardware_threads": first["hardware_threads"],
             "combined": "median over the sessions (one before each decode run, one after the last) of each "
                         "session's best repetition",
             "results": results, "random_lines": random,
-            "random_line_latency_ns": statistics.median(x["random_line_latency_ns"] for x in sessions
-                                                        if "random_line_latency_ns" in x)
-            if any("random_line_latency_ns" in x for x in sessions) else float("inf"),
+            "random_line_latency_ns": statistics.median(latencies) if latencies else float("inf"),
             "sessions": sessions}
 
 

@@ -46,9 +46,8 @@ struct PanelPrefetch {
       : next(panel + kPrefetchBytes), step((static_cast<int64_t>(panel_bytes) + steps - 1) / steps) {}
   // Lines holding [next, next + step): whole coverage even when step is not a multiple of 64.
   void operator()() {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(next) & ~uintptr_t{63};
-    const uintptr_t end = reinterpret_cast<uintptr_t>(next) + static_cast<uintptr_t>(step);
-    for (uintptr_t a = first; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, kIntoL2);
+    const int64_t into_line = static_cast<int64_t>(reinterpret_cast<uintptr_t>(next) % 64);
+    prefetch_lines<kIntoL2>(next - into_line, into_line + step);
     next += step;
   }
 };
