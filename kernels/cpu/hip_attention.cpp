@@ -230,9 +230,12 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
       for (int32_t b : starts) iv[u].push_back({std::min(b, S), std::min(b + p.block_size_k, S)});
       iv[u].push_back({win_lo, S});
     }
-    pos[u].reserve(static_cast<size_t>(merge_intervals(iv[u])));
-    for (const Interval& x : iv[u])
-      for (int32_t t = x.lo; t < x.hi; ++t) pos[u].push_back(t);
+    pos[u].resize(static_cast<size_t>(merge_intervals(iv[u])));  // serial: runs filled, not pushed one by one
+    int32_t* out = pos[u].data();
+    for (const Interval& x : iv[u]) {
+      std::iota(out, out + (x.hi - x.lo), x.lo);
+      out += x.hi - x.lo;
+    }
     sparse::AttendTask& t = tasks[u];
     t.g = u * R / G;
     t.R = R;
@@ -248,6 +251,13 @@ void hip_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
   sparse::attend_prefetched(pool, kern, kv, args.scale, tasks, /*reverse=*/args.pos % 2 != 0);
   if (bytes != nullptr) {
     const int32_t per_g = U / kv.n_kv_heads;
+    if (per_g == 1) {  // one mask per kv head: its merged positions are the rows read
+      for (const std::vector<int32_t>& p_u : pos) {
+        bytes->k_bytes += static_cast<int64_t>(p_u.size()) * row_bytes;
+        bytes->v_bytes += static_cast<int64_t>(p_u.size()) * row_bytes;
+      }
+      return;
+    }
     for (int32_t g = 0; g < kv.n_kv_heads; ++g) {
       std::vector<Interval> all, merged;  // the kv head's units' sorted lists merged in order (no sort)
       for (int32_t u = g * per_g; u < (g + 1) * per_g; ++u) {
