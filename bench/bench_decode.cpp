@@ -23,7 +23,11 @@
 //                [--bandwidth-json FILE] [--json OUT] [--kv-dtype f16] [--precision q8|f32] [--no-pack]
 //                [--chunk 512] [--block-size 16] [--warmup-tokens 2] [--text FILE] [--share-prefill-from D]
 //                [--attention dense,sparq,hip,swa] [--kv-read-ratio 0.125] [--hip-refresh R] [--hip-per-kv-head 0|1]
-//                [--min-keys N|measured]
+//                [--min-keys N|measured] [--batch B]
+// --batch B: every decode step runs B sequences of the same depth in one forward pass (the
+// server's continuous batching): the prefill is copied into B distinct block tables, so the
+// weights are read once a step and B caches' KV. The ms figures are per step, tok/s is B / step
+// time, and bytes per token are (weights + B embedding rows + the KV all B sequences read) / B.
 // --min-keys: sparse steps shorter than N keys run densely; default "measured", the engine's
 // measured break-even (engine/backend/cpu/break_even.h); 0 times the sparse kernels at every depth.
 // --attention: decode policies timed one after the other from the same prefilled cache; KV bytes
@@ -99,6 +103,7 @@ struct Args {
   int hip_refresh = 0;  // 0: the policy's default
   int hip_per_kv_head = -1;  // -1: the policy's default
   int min_keys = AttentionPolicy::kMeasuredBreakEven;  // --min-keys N|measured: as the server's default
+  int batch = 1;  // sequences decoded together, each with its own copy of the prefill's KV
 };
 
 Args parse_args(int argc, char** argv) {
@@ -117,6 +122,7 @@ Args parse_args(int argc, char** argv) {
     } else if (k == "--decode-tokens") a.decode_tokens = bench::parse_int<int>(value(), "--decode-tokens", 1, 100000);
     else if (k == "--warmup-tokens") a.warmup_tokens = bench::parse_int<int>(value(), "--warmup-tokens", 0, 1000);
     else if (k == "--block-size") a.block_size = bench::parse_int<int32_t>(value(), "--block-size", 1, 1024);
+    else if (k == "--batch") a.batch = bench::parse_int<int>(value(), "--batch", 1, 256);
     else if (k == "--chunk") a.chunk = bench::parse_int<int32_t>(value(), "--chunk", 1, 1 << 16);
     else if (k == "--share-prefill-from")
       a.share_prefill_from = bench::parse_int<int32_t>(value(), "--share-prefill-from", 0, 1 << 24);
@@ -237,26 +243,31 @@ struct Decode {
   double kv_bytes = 0;          // mean over the timed steps
 };
 
-// Greedy decode from `depth` with `policy`; the KV bytes are what the attention kernels report
-// reading (Backend::take_kv_read_bytes), so sparse policies are measured, not modelled.
-Decode decode(Backend& m, const BlockTable& table, int32_t depth, int32_t first, const Args& a,
-              const AttentionPolicy& policy) {
+// Greedy decode from `depth` with `policy`, one step for every table at once (each its own
+// sequence and policy state); the KV bytes are what the attention kernels report reading
+// (Backend::take_kv_read_bytes), summed over the tables, so sparse policies are measured, not
+// modelled. `generated` is the first sequence's.
+Decode decode(Backend& m, const std::vector<std::unique_ptr<BlockTable>>& tables, int32_t depth, int32_t first,
+              const Args& a, const AttentionPolicy& policy) {
   Decode d;
   std::vector<float> logits;
-  SeqPolicyState state;
-  int32_t token = first;
+  const size_t batch = tables.size();
+  std::vector<SeqPolicyState> states(batch);
+  std::vector<int32_t> tokens(batch, first);
+  const int32_t vocab = m.model().vocab();
   for (int i = 0; i < a.warmup_tokens + a.decode_tokens; ++i) {
     const int32_t pos = depth + i;
     BatchPlan plan;
-    plan.seqs.push_back(SeqStep{std::span<const int32_t>(&token, 1), pos, &table.blocks(), LogitsWanted::kLast,
-                                &policy, &state});
+    for (size_t b = 0; b < batch; ++b)
+      plan.seqs.push_back(SeqStep{std::span<const int32_t>(&tokens[b], 1), pos, &tables[b]->blocks(),
+                                  LogitsWanted::kLast, &policy, &states[b]});
     m.take_kv_read_bytes();
     const auto t0 = Clock::now();
     m.forward(plan, logits);
     const double s = seconds_since(t0);
     const auto read = m.take_kv_read_bytes();
-    token = argmax(logits.data(), m.model().vocab());
-    d.generated.push_back(token);
+    for (size_t b = 0; b < batch; ++b) tokens[b] = argmax(logits.data() + b * vocab, vocab);
+    d.generated.push_back(tokens[0]);
     if (i >= a.warmup_tokens) {
       d.seconds.push_back(s);
       d.kv_bytes += static_cast<double>(std::accumulate(read.begin(), read.end(), int64_t{0})) / a.decode_tokens;
@@ -328,7 +339,8 @@ int run(const Args& a) {
   opts.pack_weights = a.pack;
   const KvLayout layout{config.n_layers, config.n_kv_heads, config.head_dim, opts.block_size, opts.kv_dtype,
                         opts.kv_transposed_k};
-  opts.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * ((max_depth + steps) / opts.block_size + 2);
+  opts.kv_cache_bytes =
+      static_cast<int64_t>(layout.block_bytes()) * a.batch * ((max_depth + steps) / opts.block_size + 2);
 
   std::vector<Runner> runners;
   for (int t : a.threads) {
@@ -361,29 +373,34 @@ int run(const Args& a) {
         std::max_element(runners.begin(), runners.end(), [](const Runner& x, const Runner& y) { return x.threads < y.threads; }) -
         runners.begin());
     // Prefill every runner (or only `src` when shared), then decode each; tables live until the depth is done.
-    std::vector<std::unique_ptr<BlockTable>> tables;
+    std::vector<std::vector<std::unique_ptr<BlockTable>>> tables(runners.size());  // [runner][sequence]
     std::vector<std::optional<double>> prefill_s(runners.size());
     std::vector<int32_t> first(runners.size(), tokens.front());  // first decode input
     for (size_t r = 0; r < runners.size(); ++r) {
-      tables.push_back(std::make_unique<BlockTable>(*runners[r].allocator));
-      if (!tables.back()->reserve(depth + steps)) throw Error("KV pool too small (internal sizing error)");
+      for (int b = 0; b < a.batch; ++b) {
+        tables[r].push_back(std::make_unique<BlockTable>(*runners[r].allocator));
+        if (!tables[r].back()->reserve(depth + steps)) throw Error("KV pool too small (internal sizing error)");
+      }
     }
     if (depth > 0) {
       for (size_t r = 0; r < runners.size(); ++r) {
         if (share && r != src) continue;
         const auto t0 = Clock::now();
-        const std::vector<float> logits = prefill(*runners[r].backend, *tables[r], prompt, a.chunk);
+        const std::vector<float> logits = prefill(*runners[r].backend, *tables[r][0], prompt, a.chunk);
         prefill_s[r] = seconds_since(t0);
         first[r] = argmax(logits.data(), runners[r].model->vocab());
       }
       if (share)
         for (size_t r = 0; r < runners.size(); ++r)
           if (r != src) {
-            copy_kv(*runners[src].backend, *tables[src], *runners[r].backend, *tables[r], depth);
+            copy_kv(*runners[src].backend, *tables[src][0], *runners[r].backend, *tables[r][0], depth);
             first[r] = first[src];
           }
+      for (size_t r = 0; r < runners.size(); ++r)  // --batch: every further sequence a copy of the first
+        for (size_t b = 1; b < tables[r].size(); ++b)
+          copy_kv(*runners[r].backend, *tables[r][0], *runners[r].backend, *tables[r][b], depth);
     }
-    std::vector<DecodeSnapshot> saved(runners.size());
+    std::vector<std::vector<DecodeSnapshot>> saved(runners.size(), std::vector<DecodeSnapshot>(a.batch));
     for (size_t cell = 0; cell < runners.size() * a.attention.size(); ++cell) {
       const size_t r = cell / a.attention.size(), pi = cell % a.attention.size();
       const int t = runners[r].threads;
@@ -394,18 +411,22 @@ int run(const Args& a) {
       if (a.hip_refresh > 0) policy.hip_refresh = a.hip_refresh;
       if (a.hip_per_kv_head >= 0) policy.hip_per_kv_head = a.hip_per_kv_head != 0;
       policy.min_keys = a.min_keys;
-      if (pi == 0) saved[r].save(m, *tables[r], depth);
-      else saved[r].restore(m, *tables[r], depth);
-      const Decode d = decode(m, *tables[r], depth, first[r], a, policy);
+      for (int b = 0; b < a.batch; ++b) {
+        if (pi == 0) saved[r][b].save(m, *tables[r][b], depth);
+        else saved[r][b].restore(m, *tables[r][b], depth);
+      }
+      const Decode d = decode(m, tables[r], depth, first[r], a, policy);
       const char* pname = policy_name(policy.kind);
       const double med = median(d.seconds);
       const double mean = std::accumulate(d.seconds.begin(), d.seconds.end(), 0.0) / d.seconds.size();
       const double p90 = quantile(d.seconds, 0.9), slowest = *std::max_element(d.seconds.begin(), d.seconds.end());
-      const double bytes = static_cast<double>(w.matrix_bytes) + embed_row + d.kv_bytes;
+      // A step reads the weights once, and an embedding row and its KV per sequence; per token is
+      // that over the batch.
+      const double bytes = (static_cast<double>(w.matrix_bytes) + a.batch * embed_row + d.kv_bytes) / a.batch;
       const auto bw = bandwidth.find(t);
       const std::optional<double> bound =
           bw == bandwidth.end() ? std::nullopt : std::optional<double>(bw->second * 1e9 / bytes);
-      const double tok_s = 1.0 / med;
+      const double tok_s = a.batch / med;
       std::optional<double> pf_tok_s, pf_gflops;
       if (prefill_s[r]) {
         pf_tok_s = depth / *prefill_s[r];
@@ -433,6 +454,7 @@ int run(const Args& a) {
                        {"prefill_gflops", optional_number(pf_gflops)},
                        {"prefill_shared_from_threads", prefill_s[r] || depth == 0 ? json(nullptr) : json(runners[src].threads)},
                        {"decode_tokens", a.decode_tokens},
+                       {"batch", a.batch},
                        {"decode_ms_median", med * 1e3},
                        {"decode_ms_mean", mean * 1e3},
                        {"decode_ms_min", *std::min_element(d.seconds.begin(), d.seconds.end()) * 1e3},
@@ -443,7 +465,7 @@ int run(const Args& a) {
                        {"bytes_per_token", bytes},
                        {"bytes_weights", w.matrix_bytes},
                        {"bytes_embedding_row", embed_row},
-                       {"bytes_kv", d.kv_bytes},
+                       {"bytes_kv", d.kv_bytes / a.batch},
                        {"bandwidth_gbps", bw == bandwidth.end() ? json(nullptr) : json(bw->second)},
                        {"bound_tok_s", optional_number(bound)},
                        {"fraction_of_bound", bound ? json(tok_s / *bound) : json(nullptr)},

@@ -6,13 +6,13 @@
 //   HiP:   as served at 1/8 (resolve_hip: one mask per kv head, mask_k, sink and window from the
 //          ratio): a refresh step (estimate + attend) and a cached step (mask given)
 //   SWA:   ratio 1/8, a random mass, weights written back (what the engine needs)
-// f16 KV with the side data, G = 3 query heads per kv head, n_kv_heads kv heads, paged blocks
+// f16 KV with the side data, G (--group, 3) query heads per kv head, n_kv_heads kv heads, paged blocks
 // of --block-size (16) tokens in a shuffled block table, in 2 MiB pages as the engine holds them.
 // Between repetitions a 1 GiB buffer is streamed (by all threads), more than the (480 MiB Xeon's)
 // L3, so the KV is read from memory, not from the last-level cache (a decode step's other layers
 // evict it too; the 64 MiB buffer of earlier runs left it in this L3).
 //
-//   bench_sparse_attention [--threads 2] [--reps 15] [--kv-heads 3] [--block-size 16] [--dims 64,128]
+//   bench_sparse_attention [--threads 2] [--reps 15] [--kv-heads 3] [--group 3] [--block-size 16] [--dims 64,128]
 //                          [--lens 1024,4096,16384,65536] [--bandwidth-gbs X] [--out FILE] [--warm 0|1]
 // Replay columns: each step's distinct 64-byte lines loaded with nothing else to do, the least time
 // any kernel reading them takes on this machine (bench/kv_lines.h); SparQ's two phases also apart.
@@ -92,11 +92,17 @@ int main(int argc, char** argv) {
   double gbs = 0;
   bool warm = false;  // --warm 1: no flush, the KV stays in cache (what a step costs without its misses)
   std::string out_path = "bench/results/sparse_attention.md";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  int G = 3;  // query heads per kv head (SmolLM2's 9 on 3; Gemma 3 270M: 4 on 1)
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (i + 1 >= argc) {  // a flag without its value (e.g. a lone --help) must not start an hour-long run
+      std::fprintf(stderr, "bench_sparse_attention: %s needs a value\n", argv[i]);
+      return 2;
+    }
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--kv-heads") n_kv = std::atoi(argv[i + 1]);
+    else if (a == "--group") G = std::atoi(argv[i + 1]);
     else if (a == "--block-size") block_size = std::atoi(argv[i + 1]);
     else if (a == "--dims" || a == "--lens") {
       try {
@@ -114,7 +120,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  constexpr int G = 3;
+  if (G < 1 || G > cpu::sparse::kMaxRows || n_kv < 1) {
+    std::fprintf(stderr, "bench_sparse_attention: --group must be 1-%d and --kv-heads >= 1\n", cpu::sparse::kMaxRows);
+    return 2;
+  }
   ThreadPool pool(threads);
   // 1 GiB in 2 MiB pages. The read bandwidth of the bound: the best of a few streaming sums over
   // it (bench_bandwidth's) with every thread.
