@@ -7,6 +7,7 @@
 // mass constant over runs of 7 positions (its pooled heavy hitters come in runs); HiP re-estimates
 // each layer's mask every 4 steps, the layers taking turns, as served.
 //   bench_layer_loop [--keys 16000] [--layers 8] [--block-size 16] [--policies dense,sparq,hip,swa]
+//                    [--head-dim 64] [--kv-heads 3] [--group 3]   (Gemma 3's global layers: 256, 1, 4)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,11 +28,18 @@
 
 int main(int argc, char** argv) {
   using namespace fathom;
-  int32_t S = 16000, layers = 8, block_size = 16;
+  int32_t S = 16000, layers = 8, block_size = 16, d = 64, n_kv = 3, G = 3;
   std::string policies = "dense,sparq,hip,swa";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_layer_loop: %s needs a value\n", a.c_str());
+      return 2;
+    }
     if (a == "--keys") S = std::atoi(argv[i + 1]);
+    else if (a == "--head-dim") d = std::atoi(argv[i + 1]);
+    else if (a == "--kv-heads") n_kv = std::atoi(argv[i + 1]);
+    else if (a == "--group") G = std::atoi(argv[i + 1]);
     else if (a == "--layers") layers = std::atoi(argv[i + 1]);
     else if (a == "--block-size") block_size = std::atoi(argv[i + 1]);
     else if (a == "--policies") policies = argv[i + 1];
@@ -40,11 +48,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (S < 1024 || layers < 1 || block_size < 1) {
-    std::fprintf(stderr, "bench_layer_loop: need --keys >= 1024, --layers >= 1, --block-size >= 1\n");
+  if (S < 1024 || layers < 1 || block_size < 1 || d < 16 || d % 16 != 0 || n_kv < 1 || G < 1 || G > 64) {
+    std::fprintf(stderr, "bench_layer_loop: need --keys >= 1024, --layers >= 1, --block-size >= 1, --head-dim a "
+                         "multiple of 16, --kv-heads >= 1, --group 1-64\n");
     return 2;
   }
-  constexpr int32_t d = 64, n_kv = 3, G = 3, H = n_kv * G;
+  const int32_t H = n_kv * G;
   constexpr float kRatio = 0.125f;
   std::mt19937 rng(1);
   std::vector<testing::PagedKvFixture> fixtures;
