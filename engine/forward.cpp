@@ -15,8 +15,10 @@ int32_t min_sparse_keys(ForwardOps& ops, const AttentionPolicy& p) {
 
 // Attention of every sequence of the plan on layer `il` (queries in kQ, keys already appended):
 // bifurcated groups first (global layers only: a sliding window cuts the shared prefix
-// differently per member), then each remaining sequence through its policy (auto resolved) or
-// densely. Bytes are charged to the requested policy; steps to (requested, kernel that ran).
+// differently per member), then prefill chunks densely, then every one-token step through its
+// policy (auto resolved) or densely, all of them in one ForwardOps::attend_decodes call (which a
+// backend may run side by side). Bytes are charged to the requested policy; steps to (requested,
+// kernel that ran).
 void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan, int32_t il,
                KvReadBytes& kv_read, AttentionSteps& steps) {
   const LayerConfig& lc = c.layers[il];
@@ -31,31 +33,37 @@ void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const 
         if (s.policy != nullptr) ++steps[static_cast<int>(s.policy->kind)][kDense];
       }
     }
+  std::vector<AttentionPolicy> resolved(plan.seqs.size());  // stable addresses for the steps' policies
+  std::vector<DecodeStep> decodes;
+  std::vector<int> requested_of;  // per entry of decodes
   for (size_t si = 0; si < plan.seqs.size(); ++si) {
     const SeqStep& s = plan.seqs[si];
     if (grouped[si] || s.tokens.empty()) continue;
     const int32_t seq = static_cast<int32_t>(si);
-    const bool decode = s.tokens.size() == 1 && s.policy != nullptr;
-    if (decode) {
-      const int requested = static_cast<int>(s.policy->kind);
-      const AttentionPolicy p = resolve_auto(*s.policy);
-      if (layer_uses_policy(p, il, lc.sliding) && !selects_every_key(p, s.pos0 + 1, c.head_dim) &&
-          s.pos0 + 1 >= min_sparse_keys(ops, p)) {
-        LayerPolicyState& state = s.policy_state->layers[il];
-        if (p.kind == PolicyKind::kHip && state.hip_age < 0)  // before its first estimate
-          state.hip_turn = hip_turn(p, il, [&](int32_t l) { return c.layers[l].sliding; });
-        kv_read[requested] += ops.attend_sparse(il, seq, p, state);
-        ++steps[requested][static_cast<int>(p.kind)];
-        continue;
-      }
+    if (s.tokens.size() != 1 || s.policy == nullptr) {
       ops.attend_dense(il, seq, lc.window);
-      const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
-      kv_read[requested] += dense_kv_bytes(kv, keys);
-      ++steps[requested][kDense];
       continue;
     }
-    ops.attend_dense(il, seq, lc.window);
+    const int requested = static_cast<int>(s.policy->kind);
+    const AttentionPolicy& p = resolved[si] = resolve_auto(*s.policy);
+    const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
+    if (layer_uses_policy(p, il, lc.sliding) && !selects_every_key(p, s.pos0 + 1, c.head_dim) &&
+        s.pos0 + 1 >= min_sparse_keys(ops, p)) {
+      LayerPolicyState& state = s.policy_state->layers[il];
+      if (p.kind == PolicyKind::kHip && state.hip_age < 0)  // before its first estimate
+        state.hip_turn = hip_turn(p, il, [&](int32_t l) { return c.layers[l].sliding; });
+      decodes.push_back({seq, &p, &state, 0, static_cast<int64_t>(static_cast<double>(keys) * p.kv_read_ratio)});
+      ++steps[requested][static_cast<int>(p.kind)];
+    } else {
+      decodes.push_back({seq, nullptr, nullptr, lc.window, keys});
+      kv_read[requested] += dense_kv_bytes(kv, keys);
+      ++steps[requested][kDense];
+    }
+    requested_of.push_back(requested);
   }
+  if (decodes.empty()) return;
+  ops.attend_decodes(il, decodes);
+  for (size_t i = 0; i < decodes.size(); ++i) kv_read[requested_of[i]] += decodes[i].bytes;
 }
 
 void attention_block(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan, int64_t T,

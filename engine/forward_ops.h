@@ -76,6 +76,16 @@ struct MatmulOut {
   Act out;
 };
 
+// One sequence's one-token attention step on a layer (ForwardOps::attend_decodes).
+struct DecodeStep {
+  int32_t seq = 0;                          // index into the plan's seqs
+  const AttentionPolicy* policy = nullptr;  // a sparse policy the backend implements; null: dense
+  LayerPolicyState* state = nullptr;        // the sequence's state of this layer (with a policy)
+  int32_t window = 0;                       // dense: the layer's window (0: none)
+  int64_t cost = 0;                         // keys it reads, roughly (the order steps go out in)
+  int64_t bytes = 0;                        // out: KV bytes a sparse step read
+};
+
 class ForwardOps {
  public:
   virtual ~ForwardOps() = default;
@@ -101,6 +111,15 @@ class ForwardOps {
   // The one decode query of plan.seqs[seq] through a sparse policy the backend implements
   // (Backend::implements); returns the KV bytes it read.
   virtual int64_t attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) = 0;
+  // The one-token steps of several sequences on `layer`, each as attend_sparse (a policy) or
+  // attend_dense (none) would run it, in any order or at once (each writes only its own output
+  // rows and policy state); sets each sparse step's bytes. A backend may run them side by side.
+  virtual void attend_decodes(int32_t layer, std::span<DecodeStep> steps) {
+    for (DecodeStep& s : steps) {
+      if (s.policy != nullptr) s.bytes = attend_sparse(layer, s.seq, *s.policy, *s.state);
+      else attend_dense(layer, s.seq, s.window);
+    }
+  }
   // The number of keys from which `policy` decodes a layer faster than dense here (the value of
   // AttentionPolicy::kMeasuredBreakEven); 0 where the backend does not measure it.
   virtual int32_t sparse_break_even(const AttentionPolicy& /*policy*/) { return 0; }

@@ -23,6 +23,9 @@ ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)), shares_(ne
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
+ThreadPool::ThreadPool(Serial, int threads)
+    : threads_(std::max(1, threads)), serial_(true), shares_(new Share[std::max(1, threads)]) {}
+
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -52,6 +55,10 @@ void ThreadPool::worker_loop(int index) {
 }
 
 void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
+  if (serial_) {
+    for (int t = 0; t < threads_; ++t) fn(t, threads_);
+    return;
+  }
   if (threads_ == 1) {
     fn(0, 1);
     return;
@@ -73,6 +80,15 @@ void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
 
 void ThreadPool::for_each_chunk(int64_t chunks, const std::function<void(int64_t, int)>& fn) {
   if (chunks <= 0) return;
+  if (serial_) {  // each thread's share in turn, as the real pool would first hand them out
+    if (chunks == 1) {
+      fn(0, 0);
+      return;
+    }
+    for (int t = 0; t < threads_; ++t)
+      for (int64_t c = chunks * t / threads_; c < chunks * (t + 1) / threads_; ++c) fn(c, t);
+    return;
+  }
   if (threads_ == 1 || chunks == 1) {
     for (int64_t c = 0; c < chunks; ++c) fn(c, 0);
     return;

@@ -21,6 +21,15 @@ class ThreadPool {
   using RangeFn = std::function<void(int64_t begin, int64_t end, int thread)>;
 
   explicit ThreadPool(int threads);
+  // A stand-in with no workers that reports `threads` as its size and runs every job on the
+  // calling thread: each share of for_each_chunk in turn (thread t's chunks with index t), each
+  // thread of run_on_all in turn. Kernels split their work as on a real pool of that size, and
+  // since no kernel's output depends on which thread runs a chunk or in what order (each merges
+  // per-chunk partials in chunk order), their results are bitwise the real pool's. For running
+  // small jobs side by side, one on each thread of a real pool (CpuBackend::attend_decodes).
+  // Jobs must not wait for each other's progress (a run_on_all barrier would never open).
+  struct Serial {};
+  ThreadPool(Serial, int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -51,6 +60,7 @@ class ThreadPool {
   };
 
   int threads_;
+  bool serial_ = false;  // the Serial stand-in
   std::vector<std::thread> workers_;
   std::unique_ptr<Share[]> shares_;
   const std::function<void(int, int)>* job_ = nullptr;

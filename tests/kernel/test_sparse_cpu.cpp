@@ -794,6 +794,63 @@ TEST(SparseCpu, AttendRethrowsAFailedFill) {
 
 // kth_largest_key is the k-th entry of the keys sorted descending, for every k, at every SIMD level:
 // keys at the ends of the range (0, UINT32_MAX), many duplicates, lengths off the vector width.
+// On a Serial stand-in of a pool (every job on the calling thread, the work split as for the
+// pool's size) every policy's output, bytes and selections are bitwise the real pool's: what lets
+// CpuBackend::attend_decodes run one sequence's step per thread without changing any output.
+TEST(SparseCpu, EveryPolicyOnASerialStandInEqualsThePoolBitwise) {
+  std::mt19937 rng(77);
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads), serial(ThreadPool::Serial{}, threads);
+    for (int32_t d : {64, 256})
+      for (int32_t S : {33, 2001, 5000})
+        for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
+          const int32_t G = d == 64 ? 3 : 4, H = G * kKvHeads;
+          SCOPED_TRACE(std::to_string(threads) + " threads d=" + std::to_string(d) + " S=" + std::to_string(S) + " " +
+                       kv_dtype_name(dtype));
+          const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
+          const PagedKvView kv = f.view(true, true);
+          const std::vector<float> q = random_q(H * d, rng);
+          std::vector<float> mass(S);
+          std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+          for (float& m : mass) m = uniform(rng);
+          // Every policy's output (then its bytes, selection, weights) on one pool, as floats.
+          auto run = [&](ThreadPool& on) {
+            std::vector<float> all, out;
+            auto record = [&](int64_t x) { all.push_back(static_cast<float>(x)); };
+            DecodeArgs a = decode_args(q, out, H, d, S);
+            cpu::paged_attention(on, kv, AttentionArgs{a.q, a.out, 1, H, a.pos, 0, a.scale});
+            all.insert(all.end(), out.begin(), out.end());
+            a = decode_args(q, out, H, d, S);
+            const cpu::SparqResult sq = cpu::sparq_decode(on, kv, a, ref::sparq_params_for_ratio(0.125, S, d));
+            all.insert(all.end(), out.begin(), out.end());
+            record(sq.kv_bytes);
+            for (const ref::HipParams& p : {ref::HipParams{S / 11 + 1, 2, 4, 32, true}, ref::HipParams{64, 2, 4, 16}}) {
+              a = decode_args(q, out, H, d, S);
+              ref::HipMask mask;
+              ref::HipBytes b;
+              cpu::hip_estimate_mask(on, kv, a, p, &mask, &b);
+              cpu::hip_sparse_decode(on, kv, a, p, mask, &b);
+              all.insert(all.end(), out.begin(), out.end());
+              record(b.total());
+              for (const std::vector<int32_t>& starts : mask.block_starts)
+                for (int32_t t : starts) record(t);
+            }
+            a = decode_args(q, out, H, d, S);
+            std::vector<float> weights;
+            std::vector<int32_t> kept;
+            const cpu::SwaResult sw = swa_scattered(on, kv, a, 0.125f, mass.data(), weights, &kept);
+            all.insert(all.end(), out.begin(), out.end());
+            all.insert(all.end(), weights.begin(), weights.end());
+            record(sw.kv_bytes);
+            return all;
+          };
+          const std::vector<float> on_pool = run(pool), on_serial = run(serial);
+          ASSERT_EQ(on_pool.size(), on_serial.size());
+          EXPECT_EQ(std::memcmp(on_pool.data(), on_serial.data(), on_pool.size() * sizeof(float)), 0);
+        }
+  }
+}
+
 TEST(SparseCpu, KthLargestKeyMatchesSort) {
   std::mt19937 rng(11);
   for_each_simd_level([&] {

@@ -428,6 +428,91 @@ TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
   }
 }
 
+// One decode pass over many sequences runs their attention side by side, a step per thread
+// (CpuBackend::attend_decodes; the long dense step alone over the pool): every sequence's logits,
+// several steps on (HiP's mask refreshed, SWA's mass folded), and the bytes are bitwise those of the
+// same sequences decoded one at a time.
+TEST(Engine, DecodeStepsSideBySideMatchOneByOne) {
+  auto l = load();
+  std::vector<int32_t> prompt = l->tokenizer().encode(long_prompt());
+  prompt.resize(std::min<size_t>(prompt.size(), 600));  // past every policy's k floor, short to prefill
+  AttentionPolicy sparq, hip, swa, auto_policy, dense;
+  sparq.kind = PolicyKind::kSparq;
+  hip.kind = PolicyKind::kHip;
+  swa.kind = PolicyKind::kSwa;
+  auto_policy.kind = PolicyKind::kAuto;
+  for (AttentionPolicy* p : {&sparq, &hip, &swa, &auto_policy}) {
+    p->kv_read_ratio = 0.125;
+    p->min_keys = 0;
+  }
+  const std::vector<const AttentionPolicy*> policies = {&sparq, &hip, &swa, &auto_policy, &dense, &swa};
+  const int32_t n = static_cast<int32_t>(policies.size()), steps = 6;
+  BlockAllocator allocator(l.backend->kv_blocks(), l.backend->kv_layout().block_size);
+  struct Seq {
+    std::vector<int32_t> tokens;
+    std::unique_ptr<BlockTable> table;
+    SeqPolicyState state;
+  };
+  // [run][sequence]: run 0 decodes all together, run 1 one at a time; sequence i is the prompt
+  // less its last 45·i tokens.
+  std::vector<std::vector<Seq>> runs(2);
+  ASSERT_GE(l.backend->kv_blocks() * l.backend->kv_layout().block_size, 2 * n * (600 + steps + 16));
+  std::vector<float> logits;
+  for (auto& run : runs)
+    for (int32_t i = 0; i < n; ++i) {
+      Seq s;
+      s.tokens.assign(prompt.begin(), prompt.end() - 45 * i);
+      s.table = std::make_unique<BlockTable>(allocator);
+      ASSERT_TRUE(s.table->reserve(static_cast<int32_t>(s.tokens.size()) + steps));
+      BatchPlan plan;
+      plan.seqs.push_back(SeqStep{s.tokens, 0, &s.table->blocks(), LogitsWanted::kLast});
+      l.backend->forward(plan, logits);
+      s.tokens.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      run.push_back(std::move(s));
+    }
+  const int32_t vocab = l->vocab();
+  auto step_of = [&](Seq& s, int32_t i) {
+    const int32_t pos = static_cast<int32_t>(s.tokens.size()) - 1;
+    return SeqStep{std::span<const int32_t>(&s.tokens[pos], 1), pos, &s.table->blocks(), LogitsWanted::kLast,
+                   policies[i], &s.state};
+  };
+  for (int32_t step = 0; step < steps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    BatchPlan together;
+    for (int32_t i = 0; i < n; ++i) together.seqs.push_back(step_of(runs[0][i], i));
+    l.backend->take_kv_read_bytes();
+    l.backend->forward(together, logits);
+    const KvReadBytes together_bytes = l.backend->take_kv_read_bytes();
+    ASSERT_EQ(logits.size(), static_cast<size_t>(n) * vocab);
+    KvReadBytes alone_bytes{};
+    std::vector<float> alone;
+    for (int32_t i = 0; i < n; ++i) {
+      BatchPlan plan;
+      plan.seqs.push_back(step_of(runs[1][i], i));
+      l.backend->forward(plan, alone);
+      const KvReadBytes b = l.backend->take_kv_read_bytes();
+      for (size_t k = 0; k < b.size(); ++k) alone_bytes[k] += b[k];
+      ASSERT_TRUE(std::equal(alone.begin(), alone.end(), logits.begin() + static_cast<int64_t>(i) * vocab))
+          << "sequence " << i << " (" << policy_name(policies[i]->kind) << ")";
+      const int32_t next = static_cast<int32_t>(std::max_element(alone.begin(), alone.end()) - alone.begin());
+      runs[0][i].tokens.push_back(next);
+      runs[1][i].tokens.push_back(next);
+    }
+    EXPECT_EQ(together_bytes, alone_bytes);
+  }
+  // Every policy ran its own kernel on every layer it covers (HiP's leading layers are dense; none
+  // fell back to dense at these lengths), so at least four of a layer's six steps went out side by
+  // side, the dense ones alone.
+  const AttentionSteps ran = l.backend->take_attention_steps();
+  const int32_t layers = l->config().n_layers, passes = 2 * steps;
+  constexpr int kSparq = static_cast<int>(PolicyKind::kSparq), kHip = static_cast<int>(PolicyKind::kHip),
+                kSwa = static_cast<int>(PolicyKind::kSwa), kAuto = static_cast<int>(PolicyKind::kAuto);
+  EXPECT_EQ(ran[kSparq][kSparq], passes * layers);
+  EXPECT_EQ(ran[kHip][kHip], passes * (layers - hip.hip_dense_layers));
+  EXPECT_EQ(ran[kSwa][kSwa], 2 * passes * layers);
+  EXPECT_EQ(ran[kAuto][kSwa], passes * layers);
+}
+
 // A decode step shorter than the policy's min_keys runs the dense kernel: the same logits as
 // dense, bitwise, and dense's bytes; at min_keys 0 the same step is sparse (fewer bytes). auto
 // is SWA or dense by the same rule.

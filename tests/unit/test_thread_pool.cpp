@@ -1,12 +1,16 @@
 // ThreadPool: parallel_for covers its range once in grain-aligned ranges; for_each_chunk runs every chunk exactly once
-// for any thread and chunk count, and a thread that stalls has its share taken by the others.
+// for any thread and chunk count, and a thread that stalls has its share taken by the others; the
+// Serial stand-in runs the same shares and ranges on the calling thread.
 #include "kernels/cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace fathom {
@@ -41,6 +45,47 @@ TEST(ThreadPool, ForEachChunkRunsEveryChunkExactlyOnce) {
           ASSERT_EQ(hits[static_cast<size_t>(c)].load(), 1) << threads << " threads, " << chunks << " chunks, chunk " << c;
       }
     }
+  }
+}
+
+// The Serial stand-in runs every chunk once, on the calling thread, in order, each with the
+// index of the thread whose share holds it (chunk c of n on t threads: t·n/threads ≤ c); run_on_all
+// runs fn(t, threads) for every t; parallel_for gives the pool's ranges.
+TEST(ThreadPool, SerialStandInRunsEveryShareOnTheCaller) {
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool serial(ThreadPool::Serial{}, threads), pool(threads);
+    EXPECT_EQ(serial.size(), threads);
+    for (int64_t chunks : {0, 1, 2, 7, 100}) {
+      std::vector<int64_t> seen;
+      serial.for_each_chunk(chunks, [&](int64_t c, int t) {
+        EXPECT_EQ(std::this_thread::get_id(), caller);
+        EXPECT_TRUE(chunks == 1 ? t == 0 : chunks * t / threads <= c && c < chunks * (t + 1) / threads)
+            << threads << " threads, chunk " << c << " of " << chunks << " on thread " << t;
+        seen.push_back(c);
+      });
+      ASSERT_EQ(static_cast<int64_t>(seen.size()), chunks);
+      for (int64_t c = 0; c < chunks; ++c) EXPECT_EQ(seen[static_cast<size_t>(c)], c);
+      // The same ranges as the real pool's parallel_for.
+      std::vector<std::pair<int64_t, int64_t>> ranges_serial, ranges_pool;
+      std::mutex m;
+      serial.parallel_for(chunks, [&](int64_t b, int64_t e, int) { ranges_serial.emplace_back(b, e); }, 3);
+      pool.parallel_for(chunks, [&](int64_t b, int64_t e, int) {
+        std::lock_guard<std::mutex> lock(m);
+        ranges_pool.emplace_back(b, e);
+      }, 3);
+      std::sort(ranges_pool.begin(), ranges_pool.end());
+      EXPECT_EQ(ranges_serial, ranges_pool) << threads << " threads, n " << chunks;
+    }
+    std::vector<int> ran;
+    serial.run_on_all([&](int t, int n) {
+      EXPECT_EQ(n, threads);
+      EXPECT_EQ(std::this_thread::get_id(), caller);
+      ran.push_back(t);
+    });
+    std::vector<int> all(threads);
+    for (int t = 0; t < threads; ++t) all[t] = t;
+    EXPECT_EQ(ran, all);
   }
 }
 

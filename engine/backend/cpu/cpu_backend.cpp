@@ -60,6 +60,8 @@ CpuBackend::CpuBackend(const Model& model, const ModelOptions& options)
   kv_ = std::make_unique<CpuKvStorage>(kv_layout(), kv_blocks());
   const int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads_ = std::make_unique<ThreadPool>(threads);
+  for (int t = 0; t < threads_->size(); ++t)
+    serial_pools_.push_back(std::make_unique<ThreadPool>(ThreadPool::Serial{}, threads_->size()));
   if (options.pack_weights && options.precision == cpu::Precision::kQ8) {
     pack_for_cpu(weights_);
     // The mapped bytes of a packed matrix are no longer read (packing read them all in): give the
@@ -332,6 +334,52 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
   const PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
   observe(layer, seq, view);
   return cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
+}
+
+void CpuBackend::attend_resident_decode(ThreadPool& pool, int32_t layer, DecodeStep& step) {
+  const ModelConfig& c = model_.config();
+  const SeqStep& s = plan_->seqs[step.seq];
+  const PagedKvView view = kv_->view(layer, s.blocks->data());
+  if (step.policy != nullptr) {
+    step.bytes = cpu_sparse_decode(pool, view, decode_args(step.seq), *step.policy, *step.state);
+    return;
+  }
+  const int64_t row = first_[step.seq] * c.q_dim();
+  cpu::paged_attention(pool, view,
+                       AttentionArgs{act(Act::kQ) + row, act(Act::kAttn) + row, 1, c.n_heads, s.pos0, step.window,
+                                     c.attn_scale});
+}
+
+void CpuBackend::attend_decodes(int32_t layer, std::span<DecodeStep> steps) {
+  const int threads = threads_->size();
+  bool side_by_side = threads > 1 && steps.size() >= 2 * static_cast<size_t>(threads) && !observer_;
+  for (size_t i = 0; side_by_side && i < steps.size(); ++i) side_by_side = !reads_host(steps[i].seq, 0);
+  if (!side_by_side) {
+    ForwardOps::attend_decodes(layer, steps);
+    return;
+  }
+  // Largest first: the last steps to go out are the short ones, so the threads end close together.
+  std::vector<DecodeStep*> order;
+  int64_t total = 0;
+  for (DecodeStep& s : steps) {
+    order.push_back(&s);
+    total += s.cost;
+  }
+  std::stable_sort(order.begin(), order.end(), [](const DecodeStep* a, const DecodeStep* b) { return a->cost > b->cost; });
+  // A step worth more than half a thread's even share would leave the other threads idle at the
+  // end: it runs alone over the whole pool.
+  size_t big = 0;
+  while (big < order.size() && order[big]->cost * 2 * threads > total) attend_resident_decode(*threads_, layer, *order[big++]);
+  std::vector<std::exception_ptr> errors(order.size() - big);
+  threads_->for_each_chunk(static_cast<int64_t>(errors.size()), [&](int64_t i, int thread) {
+    try {
+      attend_resident_decode(*serial_pools_[thread], layer, *order[big + i]);
+    } catch (...) {  // rethrown below: a worker thread must not unwind
+      errors[i] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {

@@ -64,6 +64,13 @@ class CpuBackend final : public Backend {
   void append_kv(int32_t layer) override;
   void attend_dense(int32_t layer, int32_t seq, int32_t window) override;
   int64_t attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) override;
+  // With at least two steps per thread, all resident and no observer: a step whose cost is over
+  // half a thread's even share runs alone over the pool; the rest go out one step per thread at a
+  // time, largest first, each on its thread's Serial stand-in of the pool (the same split of the
+  // work, so bitwise the same output), so that no thread waits at a join per step or through
+  // another step's serial sections (SWA's selection and mass fold, SparQ's and HiP's top-k).
+  // Else one after the other, each over the pool.
+  void attend_decodes(int32_t layer, std::span<DecodeStep> steps) override;
   int64_t attend_group(int32_t layer, const AttentionGroup& group) override;
   // Measured once per break_even_probe(policy) (engine/backend/cpu/break_even.h), on first use,
   // and kept in break_evens_.
@@ -84,10 +91,13 @@ class CpuBackend final : public Backend {
   // Dense decode of plan.seqs[seq] instead of a sparse policy or a bifurcated group, for a
   // sequence with host-tier blocks (the hot-token cache is the sparse path's next step).
   int64_t attend_dense_decode(int32_t layer, int32_t seq);
+  // A resident sequence's one-token step on `pool` (the pool or a Serial stand-in).
+  void attend_resident_decode(ThreadPool& pool, int32_t layer, DecodeStep& step);
 
   ModelOptions options_;
   ModelWeights weights_;  // the model's views; quantized matrices repacked when options_.pack_weights
   std::unique_ptr<ThreadPool> threads_;
+  std::vector<std::unique_ptr<ThreadPool>> serial_pools_;  // one Serial stand-in of threads_ per thread
   std::unique_ptr<CpuKvStorage> kv_;       // device tier: kv_blocks() slots, then the staging slots
   std::unique_ptr<CpuKvStorage> host_kv_;  // host tier (null: none)
   std::unique_ptr<HotRows> hot_rows_;      // with a host tier
