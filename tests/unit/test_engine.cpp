@@ -501,8 +501,8 @@ TEST(Engine, DecodeStepsSideBySideMatchOneByOne) {
     EXPECT_EQ(together_bytes, alone_bytes);
   }
   // Every policy ran its own kernel on every layer it covers (HiP's leading layers are dense; none
-  // fell back to dense at these lengths), so at least four of a layer's six steps went out side by
-  // side, the dense ones alone.
+  // fell back to dense at these lengths), so a layer's six steps took every path: the dense ones
+  // alone over the pool (over an even share), four side by side, the smallest of five alone.
   const AttentionSteps ran = l.backend->take_attention_steps();
   const int32_t layers = l->config().n_layers, passes = 2 * steps;
   constexpr int kSparq = static_cast<int>(PolicyKind::kSparq), kHip = static_cast<int>(PolicyKind::kHip),

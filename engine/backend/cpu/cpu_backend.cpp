@@ -352,7 +352,7 @@ void CpuBackend::attend_resident_decode(ThreadPool& pool, int32_t layer, DecodeS
 
 void CpuBackend::attend_decodes(int32_t layer, std::span<DecodeStep> steps) {
   const int threads = threads_->size();
-  bool side_by_side = threads > 1 && steps.size() >= 2 * static_cast<size_t>(threads) && !observer_;
+  bool side_by_side = threads > 1 && steps.size() >= static_cast<size_t>(threads) && !observer_;
   for (size_t i = 0; side_by_side && i < steps.size(); ++i) side_by_side = !reads_host(steps[i].seq, 0);
   if (!side_by_side) {
     ForwardOps::attend_decodes(layer, steps);
@@ -366,20 +366,27 @@ void CpuBackend::attend_decodes(int32_t layer, std::span<DecodeStep> steps) {
     total += s.cost;
   }
   std::stable_sort(order.begin(), order.end(), [](const DecodeStep* a, const DecodeStep* b) { return a->cost > b->cost; });
-  // A step worth more than half a thread's even share would leave the other threads idle at the
-  // end: it runs alone over the whole pool.
-  size_t big = 0;
-  while (big < order.size() && order[big]->cost * 2 * threads > total) attend_resident_decode(*threads_, layer, *order[big++]);
-  std::vector<std::exception_ptr> errors(order.size() - big);
+  // A step worth more than an even share of what is left would by itself outlast the other
+  // threads: it runs alone over the whole pool. So do the smallest steps beyond a whole number per
+  // thread (3 equal steps on 2 threads: 2 side by side, then 1 over both).
+  size_t first = 0;
+  int64_t rest = total;
+  while (first < order.size() && order[first]->cost * threads > rest) {
+    rest -= order[first]->cost;
+    attend_resident_decode(*threads_, layer, *order[first++]);
+  }
+  const size_t last = order.size() - (order.size() - first) % threads;
+  std::vector<std::exception_ptr> errors(last - first);
   threads_->for_each_chunk(static_cast<int64_t>(errors.size()), [&](int64_t i, int thread) {
     try {
-      attend_resident_decode(*serial_pools_[thread], layer, *order[big + i]);
+      attend_resident_decode(*serial_pools_[thread], layer, *order[first + i]);
     } catch (...) {  // rethrown below: a worker thread must not unwind
       errors[i] = std::current_exception();
     }
   });
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
+  for (size_t i = last; i < order.size(); ++i) attend_resident_decode(*threads_, layer, *order[i]);
 }
 
 int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {

@@ -64,12 +64,12 @@ class CpuBackend final : public Backend {
   void append_kv(int32_t layer) override;
   void attend_dense(int32_t layer, int32_t seq, int32_t window) override;
   int64_t attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) override;
-  // With at least two steps per thread, all resident and no observer: a step whose cost is over
-  // half a thread's even share runs alone over the pool; the rest go out one step per thread at a
-  // time, largest first, each on its thread's Serial stand-in of the pool (the same split of the
-  // work, so bitwise the same output), so that no thread waits at a join per step or through
-  // another step's serial sections (SWA's selection and mass fold, SparQ's and HiP's top-k).
-  // Else one after the other, each over the pool.
+  // With a step per thread at least, all resident and no observer: a step whose cost is over an
+  // even share of the rest runs alone over the pool, as do the smallest beyond a whole number per
+  // thread; the others go out one step per thread at a time, largest first, each on its thread's
+  // Serial stand-in of the pool (the same split of the work, so bitwise the same output), so that
+  // no thread waits at a join per step or through another step's serial sections (SWA's
+  // selection and mass fold, SparQ's and HiP's top-k). Else one after the other, over the pool.
   void attend_decodes(int32_t layer, std::span<DecodeStep> steps) override;
   int64_t attend_group(int32_t layer, const AttentionGroup& group) override;
   // Measured once per break_even_probe(policy) (engine/backend/cpu/break_even.h), on first use,
