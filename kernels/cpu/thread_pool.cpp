@@ -23,8 +23,7 @@ ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)), shares_(ne
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
-ThreadPool::ThreadPool(Serial, int threads)
-    : threads_(std::max(1, threads)), serial_(true), shares_(new Share[std::max(1, threads)]) {}
+ThreadPool::ThreadPool(Serial, int threads) : threads_(std::max(1, threads)), serial_(true) {}  // no shares: never handed out
 
 ThreadPool::~ThreadPool() {
   {

@@ -265,13 +265,18 @@ void CpuBackend::observe(int32_t layer, int32_t seq, const PagedKvView& view) {
     observer_(layer, model_.config().layers[layer].sliding, view, decode_args(seq));
 }
 
-void CpuBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
+AttentionArgs CpuBackend::dense_args(int32_t seq, int32_t window) {
   const ModelConfig& c = model_.config();
   const SeqStep& s = plan_->seqs[seq];
-  const PagedKvView view = kv_->view(layer, s.blocks->data());
   const int64_t row = first_[seq] * c.q_dim();
-  const AttentionArgs args{act(Act::kQ) + row, act(Act::kAttn) + row, static_cast<int32_t>(s.tokens.size()),
-                           c.n_heads, s.pos0, window, c.attn_scale};
+  return AttentionArgs{act(Act::kQ) + row, act(Act::kAttn) + row, static_cast<int32_t>(s.tokens.size()),
+                       c.n_heads, s.pos0, window, c.attn_scale};
+}
+
+void CpuBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
+  const SeqStep& s = plan_->seqs[seq];
+  const PagedKvView view = kv_->view(layer, s.blocks->data());
+  const AttentionArgs args = dense_args(seq, window);
   const int32_t bs = kv_layout().block_size;
   const int32_t first_block = window > 0 ? std::max(0, s.pos0 - window + 1) / bs : 0;
   if (!reads_host(seq, first_block)) {
@@ -337,17 +342,9 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
 }
 
 void CpuBackend::attend_resident_decode(ThreadPool& pool, int32_t layer, DecodeStep& step) {
-  const ModelConfig& c = model_.config();
-  const SeqStep& s = plan_->seqs[step.seq];
-  const PagedKvView view = kv_->view(layer, s.blocks->data());
-  if (step.policy != nullptr) {
-    step.bytes = cpu_sparse_decode(pool, view, decode_args(step.seq), *step.policy, *step.state);
-    return;
-  }
-  const int64_t row = first_[step.seq] * c.q_dim();
-  cpu::paged_attention(pool, view,
-                       AttentionArgs{act(Act::kQ) + row, act(Act::kAttn) + row, 1, c.n_heads, s.pos0, step.window,
-                                     c.attn_scale});
+  const PagedKvView view = kv_->view(layer, plan_->seqs[step.seq].blocks->data());
+  if (step.policy != nullptr) step.bytes = cpu_sparse_decode(pool, view, decode_args(step.seq), *step.policy, *step.state);
+  else cpu::paged_attention(pool, view, dense_args(step.seq, step.window));
 }
 
 void CpuBackend::attend_decodes(int32_t layer, std::span<DecodeStep> steps) {

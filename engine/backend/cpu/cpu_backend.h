@@ -84,6 +84,8 @@ class CpuBackend final : public Backend {
   const std::vector<float>& vector(int32_t layer, LayerVector v) const;
   const WeightMatrix& matrix(int32_t layer, LayerMatrix m) const;
   DecodeArgs decode_args(int32_t seq);
+  // Dense attention of plan.seqs[seq]'s tokens (rows of kQ to kAttn), `window` > 0 limiting it.
+  AttentionArgs dense_args(int32_t seq, int32_t window);
   void observe(int32_t layer, int32_t seq, const PagedKvView& view);
   CpuKvStorage& storage(KvTier t) { return t == KvTier::kDevice ? *kv_ : *host_kv_; }
   // True when plan.seqs[seq]'s attention (keys from block `first` on) reads a host-tier block.
