@@ -213,6 +213,7 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
         break;
       case pb::OutputConstraint::kGrammar:
         if (c.grammar().empty()) invalid("constraint.grammar is empty");
+        check_grammar_text(c.grammar(), "constraint.grammar");
         r.constraint = {OutputConstraint::Kind::kGrammar, c.grammar(), true};
         break;
       case pb::OutputConstraint::KIND_NOT_SET:

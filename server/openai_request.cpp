@@ -7,7 +7,7 @@
 #include "engine/model.h"
 #include "server/attention_options.h"
 #include "server/config.h"
-#include "server/json_depth.h"
+#include "base/json_depth.h"
 #include "server/request_rules.h"
 #include "server/schema_rules.h"
 
@@ -17,7 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kMaxJsonDepth = 64;       // nesting; deeper bodies are rejected before parsing
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, message, param, "invalid_value");
@@ -237,6 +236,7 @@ void parse_extension(const json& body, const ServerConfig& config, Request& requ
       request.priority = resolve_priority(integer_value(*it), config, param);
     } else if (it.key() == "grammar") {  // an EBNF grammar (xgrammar's dialect, root rule "root")
       if (!it->is_string() || it->get<std::string>().empty()) bad_type(param, "a non-empty EBNF grammar string");
+      check_grammar_text(it->get<std::string>(), param);
       request.constraint.kind = OutputConstraint::Kind::kGrammar;
       request.constraint.text = it->get<std::string>();
     } else if (it.key() == "ignore_eos") {

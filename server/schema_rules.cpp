@@ -3,7 +3,9 @@
 #include <set>
 #include <string_view>
 
-#include "server/json_depth.h"
+#include "base/error.h"
+#include "base/json_depth.h"
+#include "engine/constraint/constraint_bounds.h"
 #include "server/request_rules.h"
 
 namespace fathom {
@@ -66,9 +68,26 @@ void check(const json& s, const std::string& field, const std::string& path, int
     refuse(field, path + "/allOf", "'allOf' with more than one schema is not supported");
 }
 
+// The grammar engine's own bounds (engine/constraint/constraint_bounds.h), as a 400 naming the field.
+template <typename F>
+void within_bounds(const std::string& field, F&& check_bounds) {
+  try {
+    check_bounds();
+  } catch (const Error& e) {
+    throw RuleError(RuleError::Kind::kInvalid, field, field + ": " + e.what());
+  }
+}
+
 }  // namespace
 
-void check_schema_keywords(const json& schema, const std::string& field) { check(schema, field, "", 0); }
+void check_schema_keywords(const json& schema, const std::string& field) {
+  check(schema, field, "", 0);
+  within_bounds(field, [&] { check_schema_bounds(schema); });
+}
+
+void check_grammar_text(const std::string& grammar, const std::string& field) {
+  within_bounds(field, [&] { check_grammar_bounds(grammar); });
+}
 
 void check_schema_keywords(const std::string& schema_text, const std::string& field) {
   // Bound the depth before parsing hostile text (a schema level is about two JSON levels).

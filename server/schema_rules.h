@@ -12,8 +12,11 @@
 namespace fathom {
 
 // Throws RuleError(kInvalid, field) for a keyword the constraint could not enforce, a schema
-// nested deeper than 64 levels, or (for the text form) text that is not JSON.
+// nested deeper than 64 levels or past the grammar engine's bounds through its $refs
+// (engine/constraint/constraint_bounds.h), or (for the text form) text that is not JSON.
 void check_schema_keywords(const nlohmann::json& schema, const std::string& field);
 void check_schema_keywords(const std::string& schema_text, const std::string& field);
+// Throws RuleError(kInvalid, field) for EBNF text past the grammar engine's nesting bounds.
+void check_grammar_text(const std::string& grammar, const std::string& field);
 
 }  // namespace fathom

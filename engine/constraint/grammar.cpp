@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "base/error.h"
+#include "base/json_depth.h"
+#include "engine/constraint/constraint_bounds.h"
 #include "engine/model/tokenizer.h"
 
 namespace fathom {
@@ -30,6 +32,19 @@ xgrammar::TokenizerInfo tokenizer_info(const Tokenizer& tok, int32_t vocab_size)
   for (int32_t id = 0; id < tok.vocab_size(); ++id) vocab[id] = tok.is_control(id) ? std::string() : tok.token_bytes(id);
   std::vector<int32_t> stops(tok.end_of_generation_ids().begin(), tok.end_of_generation_ids().end());
   return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, vocab_size, stops, /*add_prefix_space=*/false);
+}
+
+// The schema xgrammar compiles: `text` parsed (iteratively, after its bracket depth is bounded)
+// and checked against ConstraintBounds, then written back by the same parser that checked it, so
+// that what xgrammar reads (duplicate keys, say) is what was checked.
+std::string bounded_schema_text(const std::string& text) {
+  if (json_nesting_depth(text, ConstraintBounds::kMaxSchemaLevels) > ConstraintBounds::kMaxSchemaLevels)
+    throw Error("the JSON schema nests more than " + std::to_string(ConstraintBounds::kMaxSchemaLevels) +
+                " levels of objects and arrays");
+  const nlohmann::json schema = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (schema.is_discarded()) throw Error("the JSON schema is not valid JSON");
+  check_schema_bounds(schema);
+  return schema.dump();
 }
 
 }  // namespace
@@ -57,9 +72,10 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const Outp
         break;
       case OutputConstraint::Kind::kJsonSchema:
         compiled = std::make_shared<const CompiledConstraint>(CompiledConstraint{
-            impl_->compiler.CompileJSONSchema(c.text, /*any_whitespace=*/false, std::nullopt, std::nullopt, c.strict)});
+            impl_->compiler.CompileJSONSchema(bounded_schema_text(c.text), /*any_whitespace=*/false, std::nullopt, std::nullopt, c.strict)});
         break;
       case OutputConstraint::Kind::kGrammar:
+        check_grammar_bounds(c.text);
         compiled = std::make_shared<const CompiledConstraint>(CompiledConstraint{impl_->compiler.CompileGrammar(c.text, "root")});
         break;
       case OutputConstraint::Kind::kNone:

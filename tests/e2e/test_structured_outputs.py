@@ -118,3 +118,23 @@ def test_annotations_and_enforced_keywords_are_accepted(oa):
     value = json.loads(r.choices[0].message.content)
     jsonschema.validate(value, schema)
     assert value["n"] % 3 == 0
+
+
+def test_a_ref_chain_thousands_deep_is_a_400_and_the_server_lives(oa, server):
+    """The second hardening probe's crash: $defs chained by $ref 6,000 deep (~450 KiB, under the
+    body limit) overflowed the stack of the thread compiling it. Now a 400 naming the bound, and
+    the same server answers the next request."""
+    hops = 6000
+    defs = {f"d{i}": {"type": "object", "properties": {"x": {"$ref": f"#/$defs/d{i + 1}"}}} for i in range(hops)}
+    defs[f"d{hops}"] = {"type": "integer"}
+    schema = {"$ref": "#/$defs/d0", "$defs": defs}
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(oa, {"type": "json_schema", "json_schema": {"name": "chain", "schema": schema}}, 0)
+    assert e.value.body["param"] == "response_format.json_schema.schema"
+    assert "$ref" in e.value.body["message"] and "256 levels" in e.value.body["message"], e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:  # the same bound on a raw grammar
+        oa.completions.create(model=MODEL, prompt="x", max_tokens=2,
+                              extra_body={"fathom": {"grammar": "root ::= " + "(" * 5000 + '"a"' + ")" * 5000}})
+    assert "parentheses" in e.value.body["message"]
+    r = ask(oa, {"type": "json_object"}, 0, max_tokens=8)
+    assert r.choices[0].finish_reason in ("stop", "length")

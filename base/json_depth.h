@@ -5,6 +5,10 @@
 
 namespace fathom {
 
+// The nesting JSON from outside (a request body, tool-call arguments, a model's tool call) may
+// have: no valid request needs more, and whatever reads it (dump() among them) may recurse.
+inline constexpr int kMaxJsonDepth = 64;
+
 // The deepest nesting of [ and { in `text` (brackets inside strings do not count), or limit + 1 as
 // soon as it exceeds `limit` (the scan stops there).
 inline int json_nesting_depth(std::string_view text, int limit) {
