@@ -6,6 +6,8 @@
 #                 chat messages, tokenize/detokenize), over the real SmolLM2 model
 #   fuzz_chat     chat messages -> every chat template family -> the tokenizer (content can never
 #                 forge a control token; valid UTF-8 survives encode/decode)
+#   fuzz_schema   structure-aware JSON Schemas and EBNF grammars ($ref chains and cycles, nesting,
+#                 patterns) -> the server's checks -> xgrammar's compiler on a 256 KiB stack
 # The HTTP framing itself is Boost.Beast's parser, fuzzed upstream; tests/e2e/test_http_hardening.py
 # attacks our use of it.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (default: every target)
@@ -18,10 +20,13 @@ cd "$(dirname "$0")/.."
 seconds=${1:-15}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_gguf fuzz_request fuzz_chat)
+((${#targets[@]})) || targets=(fuzz_gguf fuzz_request fuzz_chat fuzz_schema)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
-flags=(-std=c++20 -I. -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror
+# xgrammar (scripts/setup_xgrammar.sh) for fuzz_schema: its headers here, its library at the link.
+xgrammar=${FATHOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fathom}/xgrammar-0.2.8
+flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3rdparty/dlpack/include"
+  -isystem "$xgrammar/src/3rdparty/picojson" -DXGRAMMAR_ENABLE_CPPTRACE=0 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
 
 gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp base/error.cpp kernels/ggml_type.cpp)
@@ -32,12 +37,16 @@ model_sources=("${gguf_sources[@]}" engine/model.cpp engine/model/model_config.c
 request_sources=("${model_sources[@]}" server/openai_request.cpp server/prompt_input.cpp
   server/attention_options.cpp server/request_rules.cpp server/schema_rules.cpp server/tools.cpp server/responses_api.cpp server/openai_response.cpp server/cli_args.cpp engine/attention/policy.cpp kernels/ref/sparq.cpp kernels/ref/attention_state.cpp)
 
+schema_sources=("${model_sources[@]}" engine/constraint/grammar.cpp engine/constraint/constraint_bounds.cpp
+  server/schema_rules.cpp)
+
 sources_of() {
   case "$1" in
     fuzz_gguf) echo "${gguf_sources[@]}" ;;
     fuzz_request) echo "${request_sources[@]}" ;;
     fuzz_chat) echo "${model_sources[@]}" ;;
-    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_request, fuzz_chat)" >&2; exit 2 ;;
+    fuzz_schema) echo "${schema_sources[@]}" ;;
+    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_request, fuzz_chat, fuzz_schema)" >&2; exit 2 ;;
   esac
 }
 
@@ -76,7 +85,9 @@ for t in "${targets[@]}"; do
   read -ra srcs <<<"$(sources_of "$t")"
   objs=()
   for src in "${srcs[@]}" "tests/fuzz/$t.cpp"; do objs+=("$out/obj/${src//\//_}.o"); done
-  "$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" -ldl -o "$out/$t"
+  libs=(-ldl)
+  [ "$t" = fuzz_schema ] && libs=("$xgrammar/build/libxgrammar.a" -lpthread -ldl)
+  "$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" "${libs[@]}" -o "$out/$t"
 done
 
 # Seed corpora are regenerated every run (cheap); corpus-<target>/ keeps what the fuzzer learned.
