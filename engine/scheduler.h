@@ -20,29 +20,31 @@
 // event); their blocks are freed and every other request goes on.
 // n > 1 requests prefill once; at the first sample the other choices fork off, sharing the full
 // prompt blocks and copying the partial last one (copy-on-write).
+// The Scheduler plans and runs steps; two parts it drives own the rest: KvPlacement
+// (engine/kv_placement.h) every move of KV blocks, OutputProcessor (engine/output_processor.h)
+// what logits become for the client.
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "engine/batch_plan.h"
 #include "engine/engine.h"
 #include "engine/kv/block_allocator.h"
+#include "engine/kv_placement.h"
 #include "engine/prefill_budget.h"
-#include "engine/kv/prefix_index.h"
 #include "engine/sequence.h"
 
 namespace fathom {
 
 class Backend;
 class Model;
+class OutputProcessor;
+struct EngineMetrics;
 
 class Scheduler {
  public:
-  // The allocator gets backend.kv_blocks() blocks of the backend's block size.
+  // The KV placement gets backend.kv_blocks() blocks of the backend's block size.
   Scheduler(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics);
   ~Scheduler();
 
@@ -52,10 +54,10 @@ class Scheduler {
   void cancel_all();  // finishes every request as cancelled
   void fail_all(const std::string& message);  // finishes every request with an error
 
-  const BlockAllocator& allocator() const { return allocator_; }
+  const BlockAllocator& allocator() const { return kv_->allocator(); }
   // The cache-or-recompute model measured at construction: a request up to both tiers plus its
   // capacity_tokens can finish.
-  const RecomputeModel& recompute_model() const { return recompute_; }
+  const RecomputeModel& recompute_model() const { return kv_->recompute_model(); }
   // The limits it runs with: the configured ones, or smaller steps when the device tier could
   // not hold every block a configured step writes.
   const SchedulerConfig& config() const { return config_; }
@@ -63,82 +65,28 @@ class Scheduler {
   int32_t waiting_requests() const;
 
  private:
-  struct Metrics;
-
-  int32_t take_block();                      // a free block, evicting a cached prefix if needed; -1: none
-  bool allocate_block(Sequence& seq);        // appends take_block()
-  bool ensure_room(Sequence& seq, int32_t tokens);
-  int32_t available_blocks() const;          // free + evictable
-  void preempt(Sequence& victim);             // by recompute
-  // ALISA's cache-or-recompute (engine/scheduler_recompute.cpp, docs/tiered_kv.md).
-  // The cost model: recompute and transfer time per token, measured now (recompute_).
-  void measure_recompute_cost();
-  // Drops the oldest droppable block of the running sequence where that costs the fewest
-  // recomputed tokens — the block's tokens every step until the soonest running sequence ends —
-  // if fewer than `preempt_cost` (what the preemption it replaces would recompute);
-  // `host_only`: only a block in the host tier. False when none may be dropped.
-  bool drop_oldest_block(bool host_only, int64_t preempt_cost);
-  // Gives sequences with dropped blocks new blocks when the tiers have room for them and more:
-  // their next step recomputes into those (Sequence::restoring).
-  void restore_dropped();
-  // Adds to the plan the recompute of `s`'s dropped blocks (`s` is at plan index `owner`).
-  void plan_recompute(BatchPlan& plan, const Sequence& s, int32_t owner);
-  // Host tier: the blocks `plan` writes move into device slots (demoting the blocks written
-  // longest ago that it does not write) and the plan's block tables become physical ones.
-  void make_resident(BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of);
-  // The device block written longest ago that this step does not write, or -1.
-  int32_t next_device_victim();
+  void preempt(Sequence& victim);  // by recompute
   // The last running sequence in (priority, arrival) order, nullptr when that is `except`; with
-  // `fitting`, the last one other than `except` that fits_both_tiers (nullptr: none).
+  // `fitting`, the last one other than `except` that fits both tiers (nullptr: none).
   Sequence* pick_victim(const Sequence* except, bool fitting = false);
-  // Its tokens and the next one fit both tiers: preempted, it can be admitted again.
-  bool fits_both_tiers(const Sequence& s) const;
   int32_t running_sequences() const;
-  void admit(Sequence& seq);                 // prefix lookup, blocks for the whole prompt
-  void release_blocks(Sequence& seq);
-  void register_full_blocks(Sequence& seq);
-  void fork_choices(RequestState& r, const float* logits);
-  // A step returned every-position logits for `rows` positions from pos0 (logits_ rows
-  // first_row...): appends the prompt tokens they score to the request's prompt logprobs.
-  void score_prompt(Sequence& seq, int64_t pos0, int64_t first_row, int64_t rows);
-  // The first event of a choice carries the request's prompt logprobs once they are complete.
-  void attach_prompt_logprobs(Sequence& seq, StreamEvent& ev);
-  // `constraint_done`: the output constraint's verdict when the caller already advanced it past
-  // `tok` (update_step does, in parallel); computed here otherwise.
-  void accept_token(Sequence& seq, const SampledToken& tok, std::optional<bool> constraint_done = std::nullopt);
-  // Ends a choice: releases its blocks and sends its last event (`tail`: text still to emit).
-  void finish(Sequence& seq, FinishReason reason, std::string tail = {}, const std::string& error = {});
-  // Ends every unfinished choice of `r` with FinishReason::kError and `message`.
-  void fail_request(RequestState& r, const std::string& message);
-  // Runs f(); an exception from it fails request `r` (the error boundary). False when it threw.
-  template <typename F>
-  bool guarded(RequestState& r, F&& f);
+  std::vector<Sequence*> unfinished_sequences();  // in the order requests arrived
+  void admit(Sequence& seq);  // prefix lookup; the caller takes blocks for the whole prompt
   void plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std::vector<int32_t>& chunk_of);
   void update_step(const BatchPlan& plan, const std::vector<Sequence*>& planned, const std::vector<int32_t>& chunk_of);
   void remove_finished();
   void reap_cancelled();
   void update_gauges();
-  // fathom_attention_break_even_keys for every break-even the backend has measured.
-  void export_break_evens();
 
   const Model& model_;
   Backend& backend_;
   SchedulerConfig config_;
-  int32_t scratch_blocks_ = 0;  // the backend's recompute scratch (set while allocator_ is made)
-  BlockAllocator allocator_;
-  std::unique_ptr<Metrics> metrics_;
-  size_t break_evens_exported_ = 0;
-  PrefixIndex prefix_;
-  std::vector<std::vector<int32_t>> physical_;  // this step's physical block tables, by plan index
-  std::vector<int64_t> written_step_;            // per block id: the last step that wrote it (steps_: this one)
-  int64_t steps_ = 0;                            // steps that went through make_resident
+  std::unique_ptr<EngineMetrics> metrics_;
+  std::unique_ptr<KvPlacement> kv_;       // where blocks live: tiers, prefix cache, cache-or-recompute
+  std::unique_ptr<OutputProcessor> out_;  // sampling, detokenizing, stops, events
   std::vector<std::unique_ptr<RequestState>> requests_;
-  std::mt19937_64 seed_rng_{0x5eed};
   std::vector<float> logits_;
   StepCostModel step_cost_;  // what a prefill chunk costs, learned from step times
-  RecomputeModel recompute_;   // capacity_tokens: what all running sequences may have dropped at once
-  int32_t dropped_tokens_ = 0;  // dropped now (restoring ones included)
-  std::vector<int32_t> recompute_owner_;  // plan.seqs past `planned`: the plan index each recomputes for
 };
 
 }  // namespace fathom

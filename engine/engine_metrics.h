@@ -1,16 +1,19 @@
 #pragma once
-// The Scheduler's metric families, shared by its source files (engine/scheduler.cpp,
-// engine/scheduler_recompute.cpp).
+// The engine's metric families, shared by the Scheduler and the parts it drives
+// (engine/kv_placement.h, engine/output_processor.h).
+#include <vector>
+
 #include "engine/attention/policy.h"
+#include "engine/backend/backend.h"
 #include "engine/engine.h"
+#include "engine/forward.h"
 #include "engine/metrics.h"
-#include "engine/scheduler.h"
 
 namespace fathom {
 
 // The engine's metric families (names are the contract with the README and dashboards).
-struct Scheduler::Metrics {
-  explicit Metrics(MetricsRegistry& r)
+struct EngineMetrics {
+  explicit EngineMetrics(MetricsRegistry& r)
       : running(r.gauge("fathom_requests_running", "Requests with at least one sequence admitted")),
         waiting(r.gauge("fathom_requests_waiting", "Requests queued for admission")),
         prompt_tokens(r.counter("fathom_prompt_tokens_total", "Prompt tokens of admitted requests")),
@@ -88,6 +91,14 @@ struct Scheduler::Metrics {
                             {{"reason", finish_reason_name(reason)}});
   }
 
+  // What the backend counted in a step (tier bytes, hot-row lookups, KV reads by policy, attention
+  // layer steps by policy and kernel) and any break-even it measured for the first time.
+  void record_step(const TierBytes& moved, const HotRowCounts& hot, const KvReadBytes& kv_read,
+                   const std::vector<MeasuredBreakEven>& break_evens, const AttentionSteps& steps);
+  // fathom_attention_break_even_keys for every break-even in `measured` not exported yet (the
+  // backend measures each once, on first use, and appends it).
+  void export_break_evens(const std::vector<MeasuredBreakEven>& measured);
+
   Gauge &running, &waiting;
   Counter &prompt_tokens, &generation_tokens;
   Histogram &ttft, &itl, &e2e, &queue, &prefill_time, &decode_time, &step_tokens, &step_time;
@@ -96,6 +107,7 @@ struct Scheduler::Metrics {
   Counter &dropped_blocks, &dropped_recomputed, &restored_blocks;
   Gauge &dropped_now, &recompute_cost, &transfer_cost;
   MetricsRegistry& registry;
+  size_t break_evens_exported = 0;
 };
 
 }  // namespace fathom

@@ -1,0 +1,45 @@
+#include "engine/engine_metrics.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+
+namespace fathom {
+
+void EngineMetrics::record_step(const TierBytes& moved, const HotRowCounts& hot, const KvReadBytes& kv_read,
+                                const std::vector<MeasuredBreakEven>& break_evens, const AttentionSteps& steps) {
+  swap_in.inc(static_cast<double>(moved.host_to_device));
+  swap_out.inc(static_cast<double>(moved.device_to_host));
+  for (int k = 0; k < kPolicyKinds; ++k) {
+    if (hot.hits[k] > 0) hot_rows(static_cast<PolicyKind>(k), "hit").inc(static_cast<double>(hot.hits[k]));
+    if (hot.misses[k] > 0) hot_rows(static_cast<PolicyKind>(k), "miss").inc(static_cast<double>(hot.misses[k]));
+    if (hot.fallbacks[k] > 0) hot_fallback.inc(static_cast<double>(hot.fallbacks[k]));
+  }
+  for (int k = 0; k < kPolicyKinds; ++k)
+    if (kv_read[k] > 0) this->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));
+  export_break_evens(break_evens);
+  for (int k = 0; k < kPolicyKinds; ++k)
+    for (int ran = 0; ran < kPolicyKinds; ++ran)
+      if (steps[k][ran] > 0)
+        attention_steps(static_cast<PolicyKind>(k), static_cast<PolicyKind>(ran)).inc(static_cast<double>(steps[k][ran]));
+}
+
+void EngineMetrics::export_break_evens(const std::vector<MeasuredBreakEven>& measured) {
+  for (; break_evens_exported < measured.size(); ++break_evens_exported) {
+    const MeasuredBreakEven& m = measured[break_evens_exported];
+    // One series per (policy, ratio): HiP's non-default variants (per query head, a shorter
+    // refresh) are measured and used but not exported, so they cannot overwrite the default's.
+    const AttentionPolicy defaults;
+    if (m.probe.hip_per_kv_head != defaults.hip_per_kv_head || m.probe.hip_refresh != defaults.hip_refresh) continue;
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%g", m.probe.kv_read_ratio);
+    registry
+        .gauge("fathom_attention_break_even_keys",
+               "Decode length (keys) from which a sparse policy is measured faster than dense; shorter steps run "
+               "densely (+Inf: never faster)",
+               {{"policy", policy_name(m.probe.kind)}, {"kv_read_ratio", ratio}})
+        .set(m.min_keys == INT32_MAX ? std::numeric_limits<double>::infinity() : m.min_keys);
+  }
+}
+
+}  // namespace fathom
