@@ -8,6 +8,7 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -31,10 +32,18 @@ using std::chrono::milliseconds;
 
 namespace {
 
-// A connection closed after an early answer still reads (and drops) what the client sends for
-// this long / this much, so the client sees the answer instead of a reset.
+// Lingering close (RFC 9112 §9.6): a connection closed after an early answer (413, 401 with an
+// unread body, a framing error) still reads and drops what the client sends, so a client that
+// writes its whole body before reading (urllib, curl) gets the answer instead of a reset. It ends
+// at the client's EOF, after kLingerTime (or body_timeout_ms, if shorter), or past kLingerBytes:
+// 64 MiB lets a body 64 times the default limit finish (about 30 ms of reading on loopback), and
+// no client keeps a lingering connection longer than it could keep a slow body. It runs on the
+// I/O thread, holds no worker, and counts as an open connection (max_connections) until it ends.
 constexpr milliseconds kLingerTime(2000);
-constexpr size_t kLingerBytes = 1 << 20;
+constexpr size_t kLingerBytes = size_t{64} << 20;
+constexpr size_t kLingerReadBytes = 64 << 10;
+// Bytes asked of the socket per read while a request's head arrives.
+constexpr size_t kHeadReadBytes = 4096;
 // When accept() fails for lack of file descriptors, wait this long before trying again.
 constexpr milliseconds kAcceptBackoff(100);
 // stop() waits this long for responses to finish, then for connections to close, by themselves.
@@ -73,6 +82,69 @@ std::string response_head(const HttpResponse& r, std::optional<size_t> content_l
   else if (version == 10) h += "Connection: keep-alive\r\n";
   h += "\r\n";
   return h;
+}
+
+enum class RawHead { kIncomplete, kComplete, kFolded };
+
+// Scans a request's raw bytes for the end of its head ("\r\n\r\n") and for a line that starts
+// with a space or tab: obs-fold (RFC 9112 §5.2), which Beast's parser joins to the line before
+// while a proxy may read it as a field of its own, so it is refused. `from` is where the previous
+// call stopped: a head that arrives a byte at a time is scanned once.
+RawHead scan_raw_head(std::string_view bytes, size_t& from) {
+  for (size_t i = bytes.find("\r\n", from); i != std::string_view::npos; i = bytes.find("\r\n", i + 2)) {
+    if (i + 2 >= bytes.size()) {
+      from = i;
+      return RawHead::kIncomplete;
+    }
+    const char next = bytes[i + 2];
+    if (next == ' ' || next == '\t') return RawHead::kFolded;
+    if (next == '\r') return RawHead::kComplete;  // an empty line: no field can follow
+  }
+  from = bytes.empty() ? 0 : bytes.size() - 1;  // a final '\r' may start the next CRLF
+  return RawHead::kIncomplete;
+}
+
+struct FramingError {
+  int status;
+  std::string message;
+};
+
+// RFC 9112 §6: fathom decodes one transfer coding, chunked, which must then be the only and final
+// one. Beast's parser reads `chunked, identity`, `identity` or `xchunked` as "no body" and
+// `gzip, chunked` as chunked, so a proxy and fathom could disagree on where the body ends;
+// those, Transfer-Encoding beside Content-Length, and Transfer-Encoding in HTTP/1.0 are refused
+// here before any body is read. `beast_chunked` is the parser's reading, which must agree.
+std::optional<FramingError> framing_error(const bhttp::request_header<>& head, bool beast_chunked) {
+  std::vector<std::string_view> codings;  // every Transfer-Encoding line, as one list
+  bool has_transfer_encoding = false;
+  const auto [first, last] = head.equal_range(bhttp::field::transfer_encoding);
+  for (auto field = first; field != last; ++field) {
+    has_transfer_encoding = true;
+    const std::string_view value = field->value();
+    size_t start = 0;
+    while (start <= value.size()) {
+      size_t end = value.find(',', start);
+      if (end == std::string_view::npos) end = value.size();
+      std::string_view item = value.substr(start, end - start);
+      while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+      while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+      if (!item.empty()) codings.push_back(item);  // empty list elements are allowed (RFC 9110 §5.6.1)
+      start = end + 1;
+    }
+  }
+  if (!has_transfer_encoding) return std::nullopt;  // Content-Length alone: Beast checks it
+  if (head.count(bhttp::field::content_length) > 0)
+    return FramingError{400, "a request must not carry both Content-Length and Transfer-Encoding"};
+  if (head.version() < 11) return FramingError{400, "Transfer-Encoding is not allowed in an HTTP/1.0 request"};
+  if (codings.empty() || !beast::iequals(codings.back(), "chunked"))
+    return FramingError{400, "chunked is not the final transfer coding, so the body's length is unknown"};
+  for (size_t i = 0; i + 1 < codings.size(); ++i)
+    if (beast::iequals(codings[i], "chunked")) return FramingError{400, "chunked is applied more than once"};
+  if (codings.size() > 1)
+    return FramingError{501, "transfer coding '" + std::string(codings.front().substr(0, 64)) +
+                                 "' is not implemented; only chunked is"};
+  if (!beast_chunked) return FramingError{400, "malformed Transfer-Encoding"};
+  return std::nullopt;
 }
 
 bool peer_closed(const beast::error_code& ec) {
@@ -212,10 +284,32 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpC
 
   void read_head() {
     request_ = HttpRequest{};
+    head_scanned_ = 0;
+    stream_.expires_after(milliseconds(limits().header_timeout_ms));
+    read_raw_head();
+  }
+
+  // Reads until the buffer holds the whole head (or more than max_header_bytes, which Beast then
+  // answers 431), refusing obs-fold on the way; then Beast parses the head from the buffer.
+  void read_raw_head() {
+    const auto data = buffer_.data();
+    const size_t head_limit = static_cast<size_t>(limits().max_header_bytes);
+    const std::string_view bytes(static_cast<const char*>(data.data()), std::min(data.size(), head_limit));
+    const RawHead scan = scan_raw_head(bytes, head_scanned_);
+    if (scan == RawHead::kFolded) return refuse_framing({400, "obsolete line folding in the request head"});
+    if (scan == RawHead::kComplete || data.size() >= head_limit) return parse_head();
+    auto on_read = [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->fail_read(ec, "header");
+      self->buffer_.commit(n);
+      self->read_raw_head();
+    };
+    stream_.async_read_some(buffer_.prepare(kHeadReadBytes), std::move(on_read));
+  }
+
+  void parse_head() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(limits().max_header_bytes));
     parser_->body_limit(static_cast<uint64_t>(limits().max_body_bytes));
-    stream_.expires_after(milliseconds(limits().header_timeout_ms));
     bhttp::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->fail_read(ec, "header");
       self->on_head();
@@ -236,6 +330,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpC
     keep_alive_ = msg.keep_alive();
     version_ = msg.version();
 
+    if (std::optional<FramingError> bad = framing_error(msg, parser_->chunked())) return refuse_framing(*bad);
     if (std::optional<HttpResponse> early = server_.routes.check_head(request_)) {
       if (request_.has_body) keep_alive_ = false;  // the unread body must not become a request
       return respond(std::move(*early));
@@ -259,6 +354,14 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpC
       if (ec) return self->fail_read(ec, "body");
       self->on_body();
     });
+  }
+
+  // A request whose end cannot be known: answered, then the connection closes (where the next
+  // request would begin is unknown), its unread bytes dropped by the lingering close.
+  void refuse_framing(const FramingError& e) {
+    keep_alive_ = false;
+    if (request_.id.empty()) request_.id = server_.new_request_id();
+    respond(server_.routes.error(e.status, e.message, e.status == 501 ? "not_implemented" : "bad_request"));
   }
 
   // A request that could not be read: answered when there is something useful to say, and the
@@ -392,23 +495,25 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpC
     linger_close();
   }
 
-  // Half-closes, then drops what the client still sends for a moment: closing a socket with
-  // unread input sends a reset that can destroy the response before the client reads it.
+  // Half-closes, then drops what the client still sends for a moment (see kLingerTime): closing a
+  // socket with unread input sends a reset that can destroy the response before the client reads
+  // it. Runs on the I/O thread; a worker has already given the connection back.
   void linger_close() {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return close();
     buffer_.clear();
-    stream_.expires_after(kLingerTime);
+    stream_.expires_after(std::min(kLingerTime, milliseconds(limits().body_timeout_ms)));
     discard();
   }
 
   void discard() {
-    stream_.async_read_some(buffer_.prepare(16384), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    auto on_read = [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->lingered_ += n;
       if (ec || self->lingered_ > kLingerBytes) return self->close();
       self->discard();
-    });
+    };
+    stream_.async_read_some(buffer_.prepare(kLingerReadBytes), std::move(on_read));
   }
 
   void close() {
@@ -429,6 +534,7 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpC
   bool chunked_ = false;  // a worker is streaming a chunked body
   int status_ = 0;
   std::string out_;  // the response being written by the I/O thread
+  size_t head_scanned_ = 0;  // bytes of the buffered head already checked for obs-fold
   size_t lingered_ = 0;
 };
 

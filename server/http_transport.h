@@ -11,6 +11,11 @@
 //
 // Every early answer (401, 404, 413, 431, 400) on a request that carries a body closes the
 // connection after the response, so an unread body can never be parsed as a second request.
+// Framing follows RFC 9112: only `chunked` is decoded, and only as the sole transfer coding
+// (otherwise 400, or 501 for a coding such as gzip before it); Transfer-Encoding with
+// Content-Length or in HTTP/1.0, and obs-fold, are 400. Every such answer carries
+// `Connection: close`; the close lingers (half-closed, discarding input for a bounded time and
+// byte count) so that a client still sending its body reads the answer instead of a reset.
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -1,7 +1,10 @@
 """The HTTP front end under hostile and careless clients (issue 17's findings), over raw sockets.
 
 Each test states the attack, then what must hold: an early answer never leaves a body on the
-connection to be parsed as a second request (smuggling), chunked bodies obey the body limit,
+connection to be parsed as a second request (smuggling), framing fathom cannot trust
+(Transfer-Encoding it does not decode, with Content-Length, obs-fold) is refused with
+`Connection: close` and nothing behind it is answered, a client still writing its body reads the
+early answer (lingering close, bounded in time and bytes), chunked bodies obey the body limit,
 slow or idle connections cannot take /health down, the connection limit answers 503, a
 non-streaming request whose client left is cancelled, and the ordinary HTTP/1.1 features
 (pipelining, Expect: 100-continue, HTTP/1.0) still work.
@@ -11,6 +14,8 @@ import re
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 import requests
@@ -27,8 +32,8 @@ def connect(server, timeout=10.0):
     return s
 
 
-def read_until_closed(s, timeout=5.0) -> bytes:
-    """Everything the server sends until it closes the connection (or `timeout` passes)."""
+def read_to_close(s, timeout=5.0):
+    """(everything the server sent, whether it closed its side) once it closes or `timeout` passes."""
     s.settimeout(timeout)
     out = b""
     end = time.monotonic() + timeout
@@ -36,13 +41,18 @@ def read_until_closed(s, timeout=5.0) -> bytes:
         try:
             chunk = s.recv(65536)
         except socket.timeout:
-            break
+            return out, False
         except ConnectionResetError:
-            break
+            return out, True
         if not chunk:
-            break
+            return out, True
         out += chunk
-    return out
+    return out, False
+
+
+def read_until_closed(s, timeout=5.0) -> bytes:
+    """Everything the server sends until it closes the connection (or `timeout` passes)."""
+    return read_to_close(s, timeout)[0]
 
 
 def statuses(raw: bytes):
@@ -117,20 +127,147 @@ def test_chunked_body_cannot_exceed_the_limit(hardened):
     assert health_latency_ms(hardened) < 1000
 
 
+# Pipelined behind a request whose body's end is in doubt: whatever fathom answers, it must
+# never answer this one, since a proxy may have framed it as part of a body (request smuggling).
+SMUGGLED = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def send_framed(server, fields: str, request_line="POST /tokenize HTTP/1.1"):
+    """A request with these framing fields, the chunked body "0\\r\\n\\r\\n" (5 bytes, so also a
+    Content-Length: 5 body) and SMUGGLED behind it; returns (all the server sent, closed)."""
+    head = f"{request_line}\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n{fields}\r\n".encode()
+    with connect(server) as s:
+        s.sendall(head + b"0\r\n\r\n" + SMUGGLED)
+        return read_to_close(s)
+
+
+def assert_refused_and_closed(raw: bytes, closed: bool, status: int):
+    assert statuses(raw) == [status], raw[:300]  # one answer: SMUGGLED never runs
+    assert b"Connection: close" in raw, raw[:300]
+    assert closed, "the server kept the connection open after a framing error"
+
+
 @pytest.mark.parametrize("headers", [
     "Content-Length: 5\r\nContent-Length: 6\r\n",                     # conflicting lengths
     "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",             # CL.TE desync
+    "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",             # TE.CL desync
+    "Transfer-Encoding: identity\r\nContent-Length: 5\r\n",            # CL with a TE that is not chunked
     "Transfer-Encoding: gzip, chunked\r\nTransfer-Encoding: chunked\r\n",
     "Content-Length: -5\r\n",
     "Content-Length: 5x\r\n",
 ])
 def test_ambiguous_framing_is_refused(hardened, headers):
+    raw, closed = send_framed(hardened, headers)
+    assert_refused_and_closed(raw, closed, 400)
+
+
+@pytest.mark.parametrize("headers,status", [
+    # chunked not the final coding: the length cannot be known (RFC 9112 §6.3), 400
+    ("Transfer-Encoding: chunked, identity\r\n", 400),
+    ("Transfer-Encoding: CHUNKED ,\tIdentity\r\n", 400),
+    ("Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n", 400),  # lines form one list
+    ("Transfer-Encoding: identity\r\n", 400),
+    ("Transfer-Encoding: xchunked\r\n", 400),
+    ("Transfer-Encoding: chunked, chunked\r\n", 400),
+    # chunked last, but after a coding fathom does not decode (RFC 9112 §6.1), 501
+    ("Transfer-Encoding: gzip, chunked\r\n", 501),
+    ("Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", 501),
+    ("Transfer-Encoding: Deflate ,chunked\r\n", 501),
+])
+def test_transfer_codings_fathom_cannot_frame_are_refused_and_close(hardened, headers, status):
+    raw, closed = send_framed(hardened, headers)
+    assert_refused_and_closed(raw, closed, status)
+
+
+def test_transfer_encoding_in_http_1_0_is_refused_and_closes(hardened):
+    # RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing.
+    raw, closed = send_framed(hardened, "Transfer-Encoding: chunked\r\n", request_line="POST /tokenize HTTP/1.0")
+    assert_refused_and_closed(raw, closed, 400)
+
+
+@pytest.mark.parametrize("fold", [" more", "\tmore", " Transfer-Encoding: chunked"])
+def test_obsolete_line_folding_is_refused_and_closes(hardened, fold):
+    # Beast would join the folded line to X-Note; a proxy may read it as a field of its own.
+    raw, closed = send_framed(hardened, f"X-Note: a\r\n{fold}\r\nContent-Length: 5\r\n")
+    assert_refused_and_closed(raw, closed, 400)
+    assert b"obsolete line folding" in raw
+
+
+@pytest.mark.parametrize("coding", ["Chunked", " chunked ", ", chunked", "chunked,"])
+def test_chunked_alone_in_any_spelling_is_read_and_keeps_the_connection(hardened, coding):
+    body = json.dumps({"prompt": "hello"}).encode()
     with connect(hardened) as s:
-        s.sendall((f"POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n{headers}\r\n"
-                   "0\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n").encode())
+        s.sendall((f"POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                   f"Transfer-Encoding:{coding}\r\n\r\n{len(body):x}\r\n").encode() + body + b"\r\n0\r\n\r\n"
+                  + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         raw = read_until_closed(s)
-    got = statuses(raw)
-    assert got and got[0] == 400 and len(got) == 1, raw[:300]
+    assert statuses(raw) == [200, 200], raw[:300]
+
+
+@pytest.mark.parametrize("authorized,chunked,status,code", [
+    (True, False, 413, "request_too_large"),   # refused from its Content-Length, before the body
+    (True, True, 413, "request_too_large"),    # cut at the limit, mid-body
+    (False, True, 401, "invalid_api_key"),     # refused from its head, body unread
+])
+def test_client_that_writes_a_whole_oversized_body_reads_the_answer(hardened, authorized, chunked, status, code):
+    # max_body_bytes is 4096. urllib writes the whole body before it reads: the server answers
+    # early and must keep reading and dropping the body so that the client's write completes.
+    # 8 MiB is more than loopback's socket buffers held here, and more than the 1 MiB the
+    # lingering close used to read, where urllib got a broken pipe instead of the answer.
+    body = b" " * (8 << 20)
+    data = iter([body[i:i + (1 << 20)] for i in range(0, len(body), 1 << 20)]) if chunked else body
+    headers = {"Content-Type": "application/json"}
+    if authorized:
+        headers["Authorization"] = f"Bearer {KEY}"
+    req = urllib.request.Request(f"{hardened.base_url}/v1/completions", data=data, headers=headers)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == status
+    assert err.value.headers["Connection"] == "close"
+    assert json.loads(err.value.read())["error"]["code"] == code
+
+
+def test_lingering_close_is_bounded_in_time(hardened):
+    # After its 413 the server half-closes and drops what a client still sends, but only for
+    # min(2 s, body_timeout_ms = 1500 ms): a client that trickles on is then cut off.
+    with connect(hardened) as s:
+        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                   f"Content-Length: {1 << 30}\r\n\r\n").encode())
+        raw, closed = read_to_close(s)
+        t0 = time.monotonic()
+        assert statuses(raw) == [413] and closed, raw[:300]
+        cut = None
+        while time.monotonic() - t0 < 6:
+            try:
+                s.sendall(b" " * 1024)
+            except (BrokenPipeError, ConnectionResetError):
+                cut = time.monotonic() - t0
+                break
+            time.sleep(0.05)
+    assert cut is not None, "a lingering connection outlived its bound"
+    print(f"lingering connection cut {cut * 1e3:.0f} ms after the 413")
+    assert 0.5 < cut < 4.0, cut
+
+
+def test_lingering_close_is_bounded_in_bytes(hardened):
+    # A client that floods after its 413 is cut off once the server has dropped 64 MiB, well
+    # before the time bound.
+    chunk = b" " * (1 << 20)
+    sent = 0
+    with connect(hardened) as s:
+        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                   f"Content-Length: {1 << 30}\r\n\r\n").encode())
+        t0 = time.monotonic()
+        try:
+            while sent < (1 << 30):
+                s.sendall(chunk)
+                sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        elapsed = time.monotonic() - t0
+    print(f"flood cut after {sent >> 20} MiB sent in {elapsed * 1e3:.0f} ms")
+    assert 64 <= sent >> 20 < 256, sent
+    assert elapsed < 1.5, elapsed
 
 
 def test_headers_that_never_end_are_cut_at_the_deadline(hardened):
