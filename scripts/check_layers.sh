@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layers point one way: base <- kernels <- engine <- server (docs/ARCHITECTURE.md). Fails, naming
+# Layers point one way: base <- kernels <- engine <- server (docs/architecture.md). Fails, naming
 # the offending lines, when a file includes a header from a layer above its own. Run by ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
