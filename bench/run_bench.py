@@ -71,7 +71,8 @@ ATTENTION_RESULTS = [
     "share of its bytes bound, and the time above the shortest depth's dense step (`bench/policy_speed.py`).",
     "- [cuda_bytes.md](cuda_bytes.md): bytes per decode step of every CUDA attention kernel and the H100 bandwidth "
     "bound (on paper; no GPU timing) (`build/cuda_bytes`).",
-    "- End-to-end decode per policy: `build/bench_decode --attention dense,sparq,hip,swa --depths 4096` (README).",
+    "- End-to-end decode per policy: `build/bench_decode --attention dense,sparq,hip,swa --depths 4096` "
+    "(docs/performance-attention.md).",
     "- [results/backend_refactor_ab.md](results/backend_refactor_ab.md): alternating A/B of the build before and after "
     "the one-forward / pluggable-backends change (decode at depth 0/1k/4k, prefill 1k/4k, n = 16 samples) "
     "(`bench/ab_compare.py --a OLD_BUILD --b build`).",
@@ -330,7 +331,7 @@ def write_reports(machine, bandwidth, decodes, skipped, commands, results_md, su
     md += ATTENTION_RESULTS
     results_md.write_text("\n".join(md))
 
-    # A compact snippet for the top-level README (included verbatim).
+    # A compact snippet for docs/performance.md (included verbatim).
     sm = [f"Measured on {machine['cpu']} ({machine['cpus']} CPUs, {machine['simd']}), {machine['date'][:10]}, "
           f"commit `{machine['commit'][:10]}`" + ("" if quiet else " — machine busy, figures disturbed") + ".", ""]
     sm.append("Read bandwidth: " + ", ".join(f"{r['best_gbps']:.1f} GB/s at {r['threads']} thread"
@@ -350,7 +351,7 @@ def write_reports(machine, bandwidth, decodes, skipped, commands, results_md, su
         for sk in skipped.get(key, []):
             sm.append(f"\n{spec['title']} depth {sk['depth']} was skipped to stay in the time budget ({sk['reason']}).")
     sm += ["", f"KV cache {KV_DTYPE}, matmul precision {PRECISION}; bound = bandwidth / (weight + embedding-row + "
-           "KV bytes per token). Details: [bench/RESULTS.md](bench/RESULTS.md).", ""]
+           "KV bytes per token). Details: [bench/RESULTS.md](../bench/RESULTS.md).", ""]
     summary_md.write_text("\n".join(sm))
 
 
