@@ -245,7 +245,7 @@ struct Decode {
 
 // Greedy decode from `depth` with `policy`, one step for every table at once (each its own
 // sequence and policy state); the KV bytes are what the attention kernels report reading
-// (Backend::take_kv_read_bytes), summed over the tables, so sparse policies are measured, not
+// (StepStats::kv_read, from Backend::forward), summed over the tables, so sparse policies are measured, not
 // modelled. `generated` is the first sequence's.
 Decode decode(Backend& m, const std::vector<std::unique_ptr<BlockTable>>& tables, int32_t depth, int32_t first,
               const Args& a, const AttentionPolicy& policy) {
@@ -261,11 +261,9 @@ Decode decode(Backend& m, const std::vector<std::unique_ptr<BlockTable>>& tables
     for (size_t b = 0; b < batch; ++b)
       plan.seqs.push_back(SeqStep{std::span<const int32_t>(&tokens[b], 1), pos, &tables[b]->blocks(),
                                   LogitsWanted::kLast, &policy, &states[b]});
-    m.take_kv_read_bytes();
     const auto t0 = Clock::now();
-    m.forward(plan, logits);
+    const KvReadBytes read = m.forward(plan, logits).kv_read;
     const double s = seconds_since(t0);
-    const auto read = m.take_kv_read_bytes();
     for (size_t b = 0; b < batch; ++b) tokens[b] = argmax(logits.data() + b * vocab, vocab);
     d.generated.push_back(tokens[0]);
     if (i >= a.warmup_tokens) {

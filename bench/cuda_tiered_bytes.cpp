@@ -108,7 +108,6 @@ ModelRun run_model(const std::string& dir, const std::string& file, int32_t toke
     }
     while (static_cast<int32_t>(table.size()) * bs < P + steps + 1) table.push_back(++next_device);
     cpu.read_block(cpu_table[full], last_image.data());
-    cuda->take_tier_bytes();
     return cuda;
   };
 
@@ -121,17 +120,15 @@ ModelRun run_model(const std::string& dir, const std::string& file, int32_t toke
     SeqPolicyState state;
     int32_t token = first;
     PolicyBytes pb{kind};
-    cuda->take_tier_bytes();
-    cuda->take_kv_read_bytes();
     for (int32_t step = 0; step < steps; ++step) {
       BatchPlan plan;
       plan.seqs.push_back(SeqStep{std::span<const int32_t>(&token, 1), P + step, &table, LogitsWanted::kLast, &policy, &state});
-      cuda->forward(plan, logits);
+      const StepStats stats = cuda->forward(plan, logits);
       token = static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + vocab) - logits.begin());
-      const double host = static_cast<double>(cuda->take_tier_bytes().host_to_device);
+      const double host = static_cast<double>(stats.staged_bytes);
       pb.host_mean += host / steps;
       pb.host_max = std::max(pb.host_max, host);
-      pb.kv_mean += static_cast<double>(cuda->take_kv_read_bytes()[static_cast<int>(kind)]) / steps;
+      pb.kv_mean += static_cast<double>(stats.kv_read[static_cast<int>(kind)]) / steps;
     }
     std::fprintf(stderr, "%s %s: %.2f MB/step from the host tier\n", file.c_str(), policy_name(kind), pb.host_mean / 1e6);
     run.policies.push_back(pb);

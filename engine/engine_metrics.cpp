@@ -6,22 +6,22 @@
 
 namespace fathom {
 
-void EngineMetrics::record_step(const TierBytes& moved, const HotRowCounts& hot, const KvReadBytes& kv_read,
-                                const std::vector<MeasuredBreakEven>& break_evens, const AttentionSteps& steps) {
-  swap_in.inc(static_cast<double>(moved.host_to_device));
-  swap_out.inc(static_cast<double>(moved.device_to_host));
+void EngineMetrics::record_step(const StepStats& step, const std::vector<MeasuredBreakEven>& break_evens) {
+  swap_in.inc(static_cast<double>(step.staged_bytes));
+  const HotRowCounts& hot = step.hot_rows;
   for (int k = 0; k < kPolicyKinds; ++k) {
     if (hot.hits[k] > 0) hot_rows(static_cast<PolicyKind>(k), "hit").inc(static_cast<double>(hot.hits[k]));
     if (hot.misses[k] > 0) hot_rows(static_cast<PolicyKind>(k), "miss").inc(static_cast<double>(hot.misses[k]));
     if (hot.fallbacks[k] > 0) hot_fallback.inc(static_cast<double>(hot.fallbacks[k]));
   }
   for (int k = 0; k < kPolicyKinds; ++k)
-    if (kv_read[k] > 0) this->kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(kv_read[k]));
+    if (step.kv_read[k] > 0) kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(step.kv_read[k]));
   export_break_evens(break_evens);
   for (int k = 0; k < kPolicyKinds; ++k)
     for (int ran = 0; ran < kPolicyKinds; ++ran)
-      if (steps[k][ran] > 0)
-        attention_steps(static_cast<PolicyKind>(k), static_cast<PolicyKind>(ran)).inc(static_cast<double>(steps[k][ran]));
+      if (step.attention_steps[k][ran] > 0)
+        attention_steps(static_cast<PolicyKind>(k), static_cast<PolicyKind>(ran))
+            .inc(static_cast<double>(step.attention_steps[k][ran]));
 }
 
 void EngineMetrics::export_break_evens(const std::vector<MeasuredBreakEven>& measured) {

@@ -91,10 +91,9 @@ struct EngineMetrics {
                             {{"reason", finish_reason_name(reason)}});
   }
 
-  // What the backend counted in a step (tier bytes, hot-row lookups, KV reads by policy, attention
-  // layer steps by policy and kernel) and any break-even it measured for the first time.
-  void record_step(const TierBytes& moved, const HotRowCounts& hot, const KvReadBytes& kv_read,
-                   const std::vector<MeasuredBreakEven>& break_evens, const AttentionSteps& steps);
+  // What a forward pass counted (engine/backend/backend.h) and any break-even the backend
+  // measured for the first time.
+  void record_step(const StepStats& step, const std::vector<MeasuredBreakEven>& break_evens);
   // fathom_attention_break_even_keys for every break-even in `measured` not exported yet (the
   // backend measures each once, on first use, and appends it).
   void export_break_evens(const std::vector<MeasuredBreakEven>& measured);

@@ -131,7 +131,7 @@ void KvPlacement::fork(const Sequence& parent, Sequence& child) {
   if (parent.n_computed % bs == 0) return;
   if (allocate_block(child)) {
     const int32_t src = parent.blocks[full], dst = child.blocks.back();
-    backend_.copy_slot(allocator_.tier(src), allocator_.slot(src), allocator_.tier(dst), allocator_.slot(dst));
+    copy_slot(allocator_.tier(src), allocator_.slot(src), allocator_.tier(dst), allocator_.slot(dst));
   } else {  // no room to copy: this choice recomputes its prompt later (the prefix cache helps)
     release_blocks(child);
     child.n_computed = 0;
@@ -152,6 +152,13 @@ void KvPlacement::computed(Sequence& s, int32_t chunk, bool decoded) {
     }
   }
   register_full_blocks(s);
+}
+
+void KvPlacement::copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot) {
+  backend_.copy_slot(from, from_slot, to, to_slot);
+  const auto bytes = static_cast<double>(backend_.block_bytes());
+  if (from == KvTier::kHost && to == KvTier::kDevice) metrics_.swap_in.inc(bytes);
+  if (from == KvTier::kDevice && to == KvTier::kHost) metrics_.swap_out.inc(bytes);
 }
 
 int32_t KvPlacement::next_device_victim() {
@@ -195,7 +202,7 @@ void KvPlacement::make_resident(BatchPlan& plan, const std::vector<Sequence*>& p
     if (allocator_.move_to_device(w.block)) {
       if (w.holds_data) {
         try {
-          backend_.copy_slot(KvTier::kHost, host_slot, KvTier::kDevice, allocator_.slot(w.block));
+          copy_slot(KvTier::kHost, host_slot, KvTier::kDevice, allocator_.slot(w.block));
         } catch (...) {
           FATHOM_CHECK(allocator_.move_to_host(w.block));  // not moved: back where its bytes are
           throw;
@@ -205,10 +212,13 @@ void KvPlacement::make_resident(BatchPlan& plan, const std::vector<Sequence*>& p
     }
     const int32_t victim = next_device_victim();
     FATHOM_CHECK(victim >= 0, "a step writes more blocks than the device tier holds");
-    if (w.holds_data)
+    if (w.holds_data) {
       backend_.exchange_slots(allocator_.slot(victim), host_slot);
-    else
-      backend_.copy_slot(KvTier::kDevice, allocator_.slot(victim), KvTier::kHost, host_slot);
+      metrics_.swap_in.inc(static_cast<double>(backend_.block_bytes()));
+      metrics_.swap_out.inc(static_cast<double>(backend_.block_bytes()));
+    } else {
+      copy_slot(KvTier::kDevice, allocator_.slot(victim), KvTier::kHost, host_slot);
+    }
     allocator_.exchange(victim, w.block);
     metrics_.demoted.inc();
   }

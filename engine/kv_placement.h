@@ -73,7 +73,9 @@ class KvPlacement {
  private:
   int32_t take_block();  // a free block, evicting a cached prefix if needed; -1: none
   bool allocate_block(Sequence& s);
-  int32_t next_device_victim();  // the device block written longest ago that this step does not write, or -1
+  int32_t next_device_victim();
+  // The backend's copy, its bytes counted as swapped in or out when it crosses the tiers.
+  void copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot);  // the device block written longest ago that this step does not write, or -1
   void measure_recompute_cost(const Model& model);
 
   Backend& backend_;

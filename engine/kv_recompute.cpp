@@ -49,7 +49,7 @@ void KvPlacement::measure_recompute_cost(const Model& model) {
   try {
     for (int rep = 0; rep < 2; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
-      backend_.forward(probe, logits);
+      backend_.forward(probe, logits);  // its stats are not traffic
       recompute = std::min(recompute, seconds_since(t0) / n);
     }
     const int32_t copies = std::min({8, allocator_.host_blocks(), allocator_.device_blocks()});
@@ -60,9 +60,6 @@ void KvPlacement::measure_recompute_cost(const Model& model) {
       backend_.finish_moves();
       transfer = std::min(transfer, seconds_since(t0) / (copies * bs));
     }
-    backend_.take_tier_bytes();  // the probes are not traffic
-    backend_.take_kv_read_bytes();
-    backend_.take_attention_steps();
   } catch (const std::exception&) {  // a failing probe (a failpoint) leaves the model unmeasured
     recompute = transfer = 0;
   }

@@ -146,10 +146,11 @@ void Scheduler::step() {
     }
   } join_masks{masks};
   // Run, inside the error boundary: a step that throws fails the requests in it, nothing else.
+  StepStats stats;
   try {
     const auto t0 = Clock::now();
     kv_->make_resident(plan, planned, chunk_of);
-    backend_.forward(plan, logits_);
+    stats = backend_.forward(plan, logits_);
     double tokens = 0, positions = 0;
     for (const SeqStep& s : plan.seqs) {
       const double c = static_cast<double>(s.tokens.size());
@@ -169,10 +170,7 @@ void Scheduler::step() {
     return;
   }
   if (masks.valid()) masks.wait();
-  const TierBytes moved = backend_.take_tier_bytes();
-  const HotRowCounts hot = backend_.take_hot_row_counts();
-  const KvReadBytes kv_read = backend_.take_kv_read_bytes();
-  metrics_->record_step(moved, hot, kv_read, backend_.measured_break_evens(), backend_.take_attention_steps());
+  metrics_->record_step(stats, backend_.measured_break_evens());
   update_step(plan, planned, chunk_of);
   remove_finished();
   update_gauges();

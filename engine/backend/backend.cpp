@@ -51,51 +51,35 @@ void Backend::copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_sl
   failpoints::hit("kv_copy");
   if (from == KvTier::kDevice && to == KvTier::kDevice) copy_block_impl(from_slot, to_slot);  // every backend has it
   else copy_slot_impl(from, from_slot, to, to_slot);
-  const auto bytes = static_cast<int64_t>(block_bytes());
-  if (from == KvTier::kHost && to == KvTier::kDevice) tier_bytes_.host_to_device += bytes;
-  if (from == KvTier::kDevice && to == KvTier::kHost) tier_bytes_.device_to_host += bytes;
 }
 
 void Backend::exchange_slots(int32_t device_slot, int32_t host_slot) {
   failpoints::hit("kv_copy");
   exchange_slots_impl(device_slot, host_slot);
-  const auto bytes = static_cast<int64_t>(block_bytes());
-  tier_bytes_.host_to_device += bytes;
-  tier_bytes_.device_to_host += bytes;
 }
 
-TierBytes Backend::take_tier_bytes() {
-  const TierBytes out = tier_bytes_;
-  tier_bytes_ = {};
-  return out;
+StepStats& StepStats::operator+=(const StepStats& o) {
+  staged_bytes += o.staged_bytes;
+  for (int k = 0; k < kPolicyKinds; ++k) {
+    hot_rows.hits[k] += o.hot_rows.hits[k];
+    hot_rows.misses[k] += o.hot_rows.misses[k];
+    hot_rows.fallbacks[k] += o.hot_rows.fallbacks[k];
+    kv_read[k] += o.kv_read[k];
+    for (int ran = 0; ran < kPolicyKinds; ++ran) attention_steps[k][ran] += o.attention_steps[k][ran];
+  }
+  return *this;
 }
 
-HotRowCounts Backend::take_hot_row_counts() {
-  const HotRowCounts out = hot_counts_;
-  hot_counts_ = {};
-  return out;
-}
-
-void Backend::forward(const BatchPlan& plan, std::vector<float>& logits) {
-  run_forward(model_.config(), kv_layout_, *this, plan, logits, kv_read_, attention_steps_);
+StepStats Backend::forward(const BatchPlan& plan, std::vector<float>& logits) {
+  step_ = {};
+  run_forward(model_.config(), kv_layout_, *this, plan, logits, step_.kv_read, step_.attention_steps);
+  return step_;
 }
 
 int32_t Backend::prepare_break_even(const AttentionPolicy& requested) {
   const AttentionPolicy p = resolve_auto(requested);
   if (p.kind == PolicyKind::kDense || p.min_keys != AttentionPolicy::kMeasuredBreakEven) return -1;
   return sparse_break_even(p);
-}
-
-AttentionSteps Backend::take_attention_steps() {
-  const AttentionSteps out = attention_steps_;
-  attention_steps_ = {};
-  return out;
-}
-
-KvReadBytes Backend::take_kv_read_bytes() {
-  const KvReadBytes out = kv_read_;
-  kv_read_.fill(0);
-  return out;
 }
 
 int32_t kv_blocks_for_budget(const Model& model, const ModelOptions& options, size_t block_bytes) {

@@ -25,17 +25,23 @@ namespace fathom {
 
 class Model;
 
-// KV bytes moved between the tiers, by direction.
-struct TierBytes {
-  int64_t host_to_device = 0;
-  int64_t device_to_host = 0;
-};
-
 // Sparse decode over host-tier rows (the hot row cache), per policy of the reading request:
 // rows found in the cache, rows copied in, and layer steps that fell back to dense because one
 // attention call needed more rows than the cache holds.
 struct HotRowCounts {
   std::array<int64_t, kPolicyKinds> hits{}, misses{}, fallbacks{};
+};
+
+// What one forward pass did, for the engine's metrics: host-tier KV bytes attention staged into
+// the device (the CPU's staging area, the CUDA kernels' reads of mapped host memory), hot-row
+// cache lookups, KV bytes decode attention read by the requesting policy (indexed by PolicyKind),
+// and decode layer steps by requested policy and kernel that ran.
+struct StepStats {
+  int64_t staged_bytes = 0;
+  HotRowCounts hot_rows;
+  KvReadBytes kv_read{};
+  AttentionSteps attention_steps{};
+  StepStats& operator+=(const StepStats& o);  // summing passes
 };
 
 // A sparse policy's measured break-even (ForwardOps::sparse_break_even): decode steps with fewer
@@ -95,18 +101,14 @@ class Backend : protected ForwardOps {
     return -1;
   }
   // Whole-block copies between tiers and slots (every layer and plane); failpoint "kv_copy".
-  // Device to device is copy_block's copy, so it serves backends without a host tier too.
+  // Device to device is copy_block's copy, so it serves backends without a host tier too. The
+  // caller counts the bytes it moves (engine/kv_placement.h).
   void copy_slot(KvTier from, int32_t from_slot, KvTier to, int32_t to_slot);
   // Device slot `device_slot` and host slot `host_slot` trade their bytes.
   void exchange_slots(int32_t device_slot, int32_t host_slot);
   // Waits until the moves queued so far are done (a backend whose moves are asynchronous): the
   // end of a measurement of them.
   virtual void finish_moves() {}
-  // Bytes moved between the tiers since the last call (moves, exchanges and attention's
-  // staging of host blocks), then reset.
-  TierBytes take_tier_bytes();
-  // The hot row cache's lookups by sparse decode over host-tier rows since the last call.
-  HotRowCounts take_hot_row_counts();
 
   // ---- The forward pass ----
   // True when forward() keeps the host's cores busy (the CPU backend's thread pool): host-side
@@ -123,13 +125,8 @@ class Backend : protected ForwardOps {
   // Runs the plan (run_forward over this backend's ops): appends every step's K/V at its
   // positions, attends, and writes plan.logits_rows() rows of vocab floats to `logits` (host
   // memory). Throws fathom::Error (or std::logic_error for a broken invariant) on failure; the
-  // KV blocks of the plan's sequences are then in an unknown state.
-  void forward(const BatchPlan& plan, std::vector<float>& logits);
-  // KV bytes read by decode attention since the last call, per policy of the reading request
-  // (indexed by PolicyKind), then reset.
-  KvReadBytes take_kv_read_bytes();
-  // Decode layer steps since the last call by requested policy and kernel that ran, then reset.
-  AttentionSteps take_attention_steps();
+  // KV blocks of the plan's sequences are then in an unknown state. Returns what the pass did.
+  StepStats forward(const BatchPlan& plan, std::vector<float>& logits);
   // Measures now what `policy` (auto resolved) would measure on its first sparse step: the keys
   // it runs densely below (0 where the backend does not measure). -1 for dense or an explicit
   // min_keys. The server calls it at start-up for its default policy, so no request waits for it.
@@ -150,8 +147,9 @@ class Backend : protected ForwardOps {
   // host tier at one end at least).
   virtual void copy_slot_impl(KvTier, int32_t, KvTier, int32_t) { FATHOM_CHECK(false, "no host tier"); }
   virtual void exchange_slots_impl(int32_t, int32_t) { FATHOM_CHECK(false, "no host tier"); }
-  TierBytes tier_bytes_{};  // backends add attention's staging here
-  HotRowCounts hot_counts_{};
+  // The pass under way: backends add attention's staging and hot-row lookups here; forward()
+  // starts it at zero and returns it.
+  StepStats step_;
   // Appended by a backend that measures (its sparse_break_even), one per probe.
   std::vector<MeasuredBreakEven> break_evens_;
   // A backend that carves its own device areas (a row cache) out of the budget shrinks the
@@ -167,8 +165,6 @@ class Backend : protected ForwardOps {
  private:
   KvLayout kv_layout_;
   int32_t kv_blocks_;
-  KvReadBytes kv_read_{};
-  AttentionSteps attention_steps_{};
 };
 
 // Blocks a KV budget holds: `bytes` (0: room for the model's whole context plus 64 blocks) over

@@ -109,17 +109,18 @@ void compare_policies(const std::string& file, int steps) {
   int grouped_steps = 0, hip_tokens_differing = 0;
   size_t hip_blocks = 0, hip_blocks_differing = 0;
   double worst_nmse = 0, worst_hip_nmse = 0, smallest_margin = 1e30;  // HiP after masks differ: apart
+  StepStats cpu_stats, cuda_stats;  // summed over the decode steps
   for (int step = 0; step < steps; ++step) {
     BatchPlan plan;
     for (int i = 0; i < kSeqs; ++i)
       plan.seqs.push_back(SeqStep{std::span<const int32_t>(&token[i], 1), P + step, &tables[i], LogitsWanted::kLast,
                                   policy[i], &cpu_state[i]});
     std::vector<float> cpu_logits, cuda_logits;
-    cpu.forward(plan, cpu_logits);
+    cpu_stats += cpu.forward(plan, cpu_logits);
     for (int i = 0; i < kSeqs; ++i) plan.seqs[i].policy_state = &cuda_state[i];
     plan.groups = find_attention_groups(plan, bs, GroupRule{2, 16});
     grouped_steps += !plan.groups.empty();
-    cuda->forward(plan, cuda_logits);
+    cuda_stats += cuda->forward(plan, cuda_logits);
     // HiP's masks: every layer estimated at the same positions on both backends (the refresh
     // schedule), over the same blocks up to near-ties. The backends' q and K differ by rounding, and
     // the estimate ranks halves whose scores can be closer than that (SmolLM2 here: the 18th and
@@ -198,8 +199,8 @@ void compare_policies(const std::string& file, int steps) {
     }
   }
   EXPECT_EQ(grouped_steps, steps) << "every CUDA step ran the dense sequences as a bifurcated group";
-  EXPECT_GT(cpu.take_kv_read_bytes()[static_cast<int>(PolicyKind::kSparq)], 0);
-  const KvReadBytes cuda_read = cuda->take_kv_read_bytes();
+  EXPECT_GT(cpu_stats.kv_read[static_cast<int>(PolicyKind::kSparq)], 0);
+  const KvReadBytes& cuda_read = cuda_stats.kv_read;
   for (PolicyKind k : {PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa})
     EXPECT_GT(cuda_read[static_cast<int>(k)], 0) << policy_name(k) << " ran on the CUDA backend";
   for (int i = 0; i < kSeqs; ++i)
@@ -281,6 +282,7 @@ TEST(CudaPolicies, SparseStepsWaitOnTheDeviceNoMoreThanDense) {
   swa.kind = PolicyKind::kSwa;
   sparq.min_keys = hip.min_keys = swa.min_keys = 0;
   std::map<std::string, uint64_t> waits;
+  StepStats read_stats;
   for (const AttentionPolicy* policy : {&dense, &sparq, &hip, &swa}) {
     std::vector<int32_t> table(prompt_table.begin(), prompt_table.end() - 1);
     table.push_back(blocks.allocate());
@@ -294,12 +296,12 @@ TEST(CudaPolicies, SparseStepsWaitOnTheDeviceNoMoreThanDense) {
                                   LogitsWanted::kLast, policy, &state});
       const uint64_t before = fathom_emu::host_waits().load();
       std::vector<float> out;
-      cuda->forward(plan, out);
+      read_stats += cuda->forward(plan, out);
       if (step > 0) waits[policy->name()] += fathom_emu::host_waits().load() - before;  // step 0 seeds SWA's mass
     }
     for (size_t b = prompt_table.size() - 1; b < table.size(); ++b) blocks.release(table[b]);
   }
-  const KvReadBytes read = cuda->take_kv_read_bytes();
+  const KvReadBytes& read = read_stats.kv_read;
   EXPECT_GT(waits["dense"], 0u) << "a step copies its logits to the host";
   for (PolicyKind k : {PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa}) {
     EXPECT_GT(read[static_cast<int>(k)], 0) << policy_name(k) << " ran its sparse kernels";

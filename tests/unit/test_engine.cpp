@@ -476,21 +476,23 @@ TEST(Engine, DecodeStepsSideBySideMatchOneByOne) {
     return SeqStep{std::span<const int32_t>(&s.tokens[pos], 1), pos, &s.table->blocks(), LogitsWanted::kLast,
                    policies[i], &s.state};
   };
+  StepStats decoded;  // every decode pass's
   for (int32_t step = 0; step < steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     BatchPlan together;
     for (int32_t i = 0; i < n; ++i) together.seqs.push_back(step_of(runs[0][i], i));
-    l.backend->take_kv_read_bytes();
-    l.backend->forward(together, logits);
-    const KvReadBytes together_bytes = l.backend->take_kv_read_bytes();
+    const StepStats together_stats = l.backend->forward(together, logits);
+    const KvReadBytes& together_bytes = together_stats.kv_read;
+    decoded += together_stats;
     ASSERT_EQ(logits.size(), static_cast<size_t>(n) * vocab);
     KvReadBytes alone_bytes{};
     std::vector<float> alone;
     for (int32_t i = 0; i < n; ++i) {
       BatchPlan plan;
       plan.seqs.push_back(step_of(runs[1][i], i));
-      l.backend->forward(plan, alone);
-      const KvReadBytes b = l.backend->take_kv_read_bytes();
+      const StepStats alone_stats = l.backend->forward(plan, alone);
+      decoded += alone_stats;
+      const KvReadBytes& b = alone_stats.kv_read;
       for (size_t k = 0; k < b.size(); ++k) alone_bytes[k] += b[k];
       ASSERT_TRUE(std::equal(alone.begin(), alone.end(), logits.begin() + static_cast<int64_t>(i) * vocab))
           << "sequence " << i << " (" << policy_name(policies[i]->kind) << ")";
@@ -503,7 +505,7 @@ TEST(Engine, DecodeStepsSideBySideMatchOneByOne) {
   // Every policy ran its own kernel on every layer it covers (HiP's leading layers are dense; none
   // fell back to dense at these lengths), so a layer's six steps took every path: the dense ones
   // alone over the pool (over an even share), four side by side, the smallest of five alone.
-  const AttentionSteps ran = l.backend->take_attention_steps();
+  const AttentionSteps& ran = decoded.attention_steps;
   const int32_t layers = l->config().n_layers, passes = 2 * steps;
   constexpr int kSparq = static_cast<int>(PolicyKind::kSparq), kHip = static_cast<int>(PolicyKind::kHip),
                 kSwa = static_cast<int>(PolicyKind::kSwa), kAuto = static_cast<int>(PolicyKind::kAuto);
@@ -528,13 +530,13 @@ TEST(Engine, ASparseStepBelowItsMinKeysIsDenseAndAutoChoosesByIt) {
   prefill.seqs.push_back(SeqStep{prompt, 0, &table.blocks(), LogitsWanted::kLast});
   l.backend->forward(prefill, logits);
   const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  StepStats last;  // the last decode's
   auto decode = [&](const AttentionPolicy& p, std::vector<float>& out) {
     SeqPolicyState state;
     BatchPlan plan;
     plan.seqs.push_back(SeqStep{std::span<const int32_t>(&next, 1), P, &table.blocks(), LogitsWanted::kLast, &p, &state});
-    l.backend->take_kv_read_bytes();
-    l.backend->forward(plan, out);
-    return l.backend->take_kv_read_bytes()[static_cast<int>(p.kind)];
+    last = l.backend->forward(plan, out);
+    return last.kv_read[static_cast<int>(p.kind)];
   };
   AttentionPolicy dense, below, sparse;
   below.kind = sparse.kind = PolicyKind::kSparq;
@@ -546,7 +548,6 @@ TEST(Engine, ASparseStepBelowItsMinKeysIsDenseAndAutoChoosesByIt) {
   EXPECT_EQ(below_logits, dense_logits);
   EXPECT_LT(decode(sparse, sparse_logits), dense_bytes / 2);
   EXPECT_NE(sparse_logits, dense_logits);
-  l.backend->take_attention_steps();
 
   // auto is SWA above its break-even and dense below, charged to "auto", its choice counted.
   AttentionPolicy swa, auto_above, auto_below;
@@ -556,18 +557,15 @@ TEST(Engine, ASparseStepBelowItsMinKeysIsDenseAndAutoChoosesByIt) {
   auto_below.min_keys = P + 2;
   std::vector<float> swa_logits, above_logits, auto_dense_logits;
   const int64_t swa_bytes = decode(swa, swa_logits);
-  l.backend->take_attention_steps();
   EXPECT_EQ(decode(auto_above, above_logits), swa_bytes);
   EXPECT_EQ(above_logits, swa_logits);
   const int32_t layers = l->config().n_layers;
   constexpr int kAuto = static_cast<int>(PolicyKind::kAuto), kSwa = static_cast<int>(PolicyKind::kSwa);
-  AttentionSteps steps = l.backend->take_attention_steps();
-  EXPECT_EQ(steps[kAuto][kSwa], layers);
+  EXPECT_EQ(last.attention_steps[kAuto][kSwa], layers);
   EXPECT_EQ(decode(auto_below, auto_dense_logits), dense_bytes);
   EXPECT_EQ(auto_dense_logits, dense_logits);
-  steps = l.backend->take_attention_steps();
-  EXPECT_EQ(steps[kAuto][static_cast<int>(PolicyKind::kDense)], layers);
-  EXPECT_EQ(steps[kAuto][kSwa], 0);
+  EXPECT_EQ(last.attention_steps[kAuto][static_cast<int>(PolicyKind::kDense)], layers);
+  EXPECT_EQ(last.attention_steps[kAuto][kSwa], 0);
 }
 
 // The measured break-even is the shortest measured length from which the policy's own timings

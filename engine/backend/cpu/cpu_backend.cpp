@@ -288,7 +288,7 @@ void CpuBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   StagedChunks chunks(*kv_, *host_kv_, layer, *s.blocks, n_blocks, cpu::key_chunk_positions(bs) / bs, kv_blocks(),
                       staging_slots_);
   cpu::paged_attention_chunked(*threads_, view, args, chunks);
-  tier_bytes_.host_to_device += chunks.staged_bytes();
+  step_.staged_bytes += chunks.staged_bytes();
 }
 
 int64_t CpuBackend::attend_dense_decode(int32_t layer, int32_t seq) {
@@ -321,9 +321,9 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
       view.prefetcher = hot_rows_.get();
       auto count = [&] {
         const RowCache::Counts c = hot_rows_->take_counts();
-        hot_counts_.hits[k] += c.hits;
-        hot_counts_.misses[k] += c.misses;
-        tier_bytes_.host_to_device += c.bytes;
+        step_.hot_rows.hits[k] += c.hits;
+        step_.hot_rows.misses[k] += c.misses;
+        step_.staged_bytes += c.bytes;
       };
       try {
         const int64_t bytes = cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
@@ -331,7 +331,7 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
         return bytes;
       } catch (const HotRowsFull&) {  // one attention call needs more rows than the cache holds
         count();
-        ++hot_counts_.fallbacks[k];
+        ++step_.hot_rows.fallbacks[k];
       }
     }
     return attend_dense_decode(layer, seq);
@@ -418,7 +418,7 @@ int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {
   };
   const int64_t bytes = cpu::bifurcated_decode(*threads_, segments, views.data(), args.data(), n, source_for);
   for (const auto& st : staged)
-    if (st) tier_bytes_.host_to_device += st->staged_bytes();
+    if (st) step_.staged_bytes += st->staged_bytes();
   return bytes;
 }
 

@@ -459,9 +459,9 @@ void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
   upload_row_map_changes();
   const RowCache::Counts c = row_cache_->take_counts();
   const int k = static_cast<int>(kind);
-  hot_counts_.hits[k] += c.hits;
-  hot_counts_.misses[k] += c.misses;
-  tier_bytes_.host_to_device += c.bytes;
+  step_.hot_rows.hits[k] += c.hits;
+  step_.hot_rows.misses[k] += c.misses;
+  step_.staged_bytes += c.bytes;
 }
 
 const float* CudaBackend::vector(int32_t layer, LayerVector v) const {
@@ -758,7 +758,7 @@ void CudaBackend::end_pass() {
   unsigned long long read = 0;
   FATHOM_CUDA_BACKEND_OK(cudaMemcpy(&read, host_read_.get(), sizeof(read), cudaMemcpyDeviceToHost));
   FATHOM_CUDA_BACKEND_OK(cudaMemset(host_read_.get(), 0, sizeof(read)));
-  tier_bytes_.host_to_device += static_cast<int64_t>(read);
+  step_.staged_bytes += static_cast<int64_t>(read);
 }
 
 }  // namespace cuda_backend_detail
