@@ -76,7 +76,10 @@ Engine::~Engine() {
 
 ConstraintCompiler& Engine::constraints() {
   std::lock_guard<std::mutex> lock(constraints_mutex_);
-  if (!constraints_) constraints_ = std::make_unique<ConstraintCompiler>(model_.tokenizer(), model_.vocab());
+  if (!constraints_)
+    constraints_ = std::make_unique<ConstraintCompiler>(
+        model_.tokenizer(), model_.vocab(),
+        ConstraintCompiler::Limits{std::chrono::milliseconds(config_.constraint_compile_ms), config_.max_compiling_constraints});
   return *constraints_;
 }
 
@@ -120,7 +123,13 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
                 ": lower max_tokens" + (request.n > 1 ? " or n" : ""));
 
   auto state = std::make_unique<RequestState>();
-  if (request.constraint.kind != OutputConstraint::Kind::kNone) state->constraint = constraints().compile(request.constraint);
+  if (request.constraint.kind != OutputConstraint::Kind::kNone) {
+    try {
+      state->constraint = constraints().compile(request.constraint);
+    } catch (const ConstraintQueueFull& e) {
+      throw EngineBusy(e.what());
+    }
+  }
   if (request.id.empty()) request.id = "req-" + std::to_string(next_id_.fetch_add(1));
   state->handle = std::make_shared<RequestHandle>(request.id, request.n);
   state->arrival = Clock::now();

@@ -43,6 +43,10 @@ struct SchedulerConfig {
   bool bifurcated = true;
   int32_t bifurcated_min_seqs = 4;
   int32_t bifurcated_min_prefix = 256;
+  // Output constraints (engine/constraint/grammar.h): how long a request waits for its
+  // constraint to compile, and how many compile at once before further ones are refused (429).
+  int32_t constraint_compile_ms = 10000;
+  int32_t max_compiling_constraints = 4;
 };
 
 // The cache-or-recompute cost model, measured at start-up (docs/tiered_kv.md): how many tokens

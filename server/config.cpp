@@ -245,6 +245,8 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     l->read_int("max_tokens", c.max_tokens_limit, 1, 1 << 24);
     l->read_int("default_max_tokens", c.default_max_tokens, 1, 1 << 24);
     l->read_int("max_priority", c.max_priority, 0, 1000000);
+    l->read_int("constraint_compile_ms", c.scheduler.constraint_compile_ms, 1, 3600 * 1000);
+    l->read_int("max_compiling_constraints", c.scheduler.max_compiling_constraints, 1, 1024);
     l->finish();
   }
   top.finish();

@@ -34,6 +34,20 @@ xgrammar::TokenizerInfo tokenizer_info(const Tokenizer& tok, int32_t vocab_size)
   return xgrammar::TokenizerInfo(vocab, xgrammar::VocabType::RAW, vocab_size, stops, /*add_prefix_space=*/false);
 }
 
+// What xgrammar's exception says, without its log prefix ("[02:09:15] /path/to/file.cc:3567: ")
+// and without an internal check's expression: a client sees what is wrong with its input, never
+// the server's paths, clock or the library's internals.
+std::string library_message(std::string m) {
+  if (!m.empty() && m[0] == '[') {
+    const size_t stamp = m.find("] ");
+    const size_t source = stamp == std::string::npos ? stamp : m.find(": ", stamp + 2);
+    if (source != std::string::npos) m.erase(0, source + 2);
+  }
+  if (m.rfind("Check failed", 0) == 0) return "the grammar engine could not compile it (an internal check failed)";
+  while (!m.empty() && (m.back() == ' ' || m.back() == '\n' || m.back() == ':')) m.pop_back();
+  return m;
+}
+
 // The schema xgrammar compiles: `text` parsed (iteratively, after its bracket depth is bounded)
 // and checked against ConstraintBounds, then written back by the same parser that checked it, so
 // that what xgrammar reads (duplicate keys, say) is what was checked.
@@ -49,48 +63,97 @@ std::string bounded_schema_text(const std::string& text) {
 
 }  // namespace
 
-ConstraintCompiler::ConstraintCompiler(const Tokenizer& tokenizer, int32_t vocab_size)
-    : impl_(std::make_unique<Impl>(tokenizer_info(tokenizer, vocab_size))) {}
+ConstraintCompiler::ConstraintCompiler(const Tokenizer& tokenizer, int32_t vocab_size, Limits limits)
+    : impl_(std::make_unique<Impl>(tokenizer_info(tokenizer, vocab_size))), limits_(limits), worker_([this] { work(); }) {}
 
-ConstraintCompiler::~ConstraintCompiler() = default;
+ConstraintCompiler::~ConstraintCompiler() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
 
 std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const OutputConstraint& c) {
   const std::string key = std::to_string(static_cast<int>(c.kind)) + (c.strict ? "s" : "n") + c.text;
+  Result result;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    if (auto it = compiling_.find(key); it != compiling_.end()) {
+      result = it->second;  // the same constraint is on its way: wait for that one
+    } else {
+      if (static_cast<int32_t>(compiling_.size()) >= limits_.max_compiling)
+        throw ConstraintQueueFull(std::to_string(limits_.max_compiling) + " output constraints are compiling");
+      Job job{key, c, {}};
+      result = job.done.get_future().share();
+      compiling_.emplace(key, result);
+      queue_.push_back(std::move(job));
+    }
   }
-  std::shared_ptr<const CompiledConstraint> compiled;
+  wake_.notify_one();
+  if (result.wait_for(limits_.deadline) != std::future_status::ready)
+    throw Error("the output constraint did not compile within " + std::to_string(limits_.deadline.count()) +
+                " ms (it goes on compiling, and the same constraint sent again is served once it has; fewer anyOf "
+                "alternatives and smaller repetition counts compile faster)");
+  return result.get();  // rethrows the compilation's Error
+}
+
+void ConstraintCompiler::work() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;  // the queued jobs' promises break: their waiters get an exception
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::shared_ptr<const CompiledConstraint> compiled;
+    std::exception_ptr error;
+    try {
+      compiled = compile_now(job.constraint);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      compiling_.erase(job.key);
+      if (compiled) {
+        if (cache_.size() >= 256) cache_.clear();  // bounded: a client cannot grow it without limit
+        cache_.emplace(job.key, compiled);
+      }
+    }
+    if (error) job.done.set_exception(error);
+    else job.done.set_value(std::move(compiled));
+  }
+}
+
+std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile_now(const OutputConstraint& c) {
   try {
     switch (c.kind) {
       // Compact JSON (no free whitespace between tokens): with whitespace allowed anywhere, small
       // models spend their whole budget on newlines inside an object.
       case OutputConstraint::Kind::kJson:
-        compiled = std::make_shared<const CompiledConstraint>(CompiledConstraint{
-            impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt,
-                                              std::nullopt, /*strict_mode=*/false)});
-        break;
+        return std::make_shared<const CompiledConstraint>(CompiledConstraint{impl_->compiler.CompileJSONSchema(
+            R"({"type": "object"})", /*any_whitespace=*/false, std::nullopt, std::nullopt, /*strict_mode=*/false)});
       case OutputConstraint::Kind::kJsonSchema:
-        compiled = std::make_shared<const CompiledConstraint>(CompiledConstraint{
-            impl_->compiler.CompileJSONSchema(bounded_schema_text(c.text), /*any_whitespace=*/false, std::nullopt, std::nullopt, c.strict)});
-        break;
+        return std::make_shared<const CompiledConstraint>(CompiledConstraint{impl_->compiler.CompileJSONSchema(
+            bounded_schema_text(c.text), /*any_whitespace=*/false, std::nullopt, std::nullopt, c.strict)});
       case OutputConstraint::Kind::kGrammar:
         check_grammar_bounds(c.text);
-        compiled = std::make_shared<const CompiledConstraint>(CompiledConstraint{impl_->compiler.CompileGrammar(c.text, "root")});
-        break;
+        return std::make_shared<const CompiledConstraint>(CompiledConstraint{impl_->compiler.CompileGrammar(c.text, "root")});
       case OutputConstraint::Kind::kNone:
-        throw Error("no constraint to compile");
+        break;
     }
+    throw Error("no constraint to compile");
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     throw Error(std::string(c.kind == OutputConstraint::Kind::kGrammar ? "the grammar" : "the JSON schema") +
-                " cannot be used: " + e.what());
+                " cannot be used: " + library_message(e.what()));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (cache_.size() >= 256) cache_.clear();  // bounded: a client cannot grow it without limit
-  cache_.emplace(key, compiled);
-  return compiled;
 }
 
 struct ConstraintMatcher::Impl {

@@ -5,10 +5,22 @@
 // by text; each sequence runs its own ConstraintMatcher: before a token is sampled,
 // mask_logits() sets every token that cannot continue a match to -inf; accept() advances it.
 // xgrammar stays behind this header (the rest of the engine sees only these classes).
+//
+// Compiling costs time a client controls (tens of milliseconds per anyOf alternative over a 49k
+// vocabulary; "[a-z]{10000}" took 28 s here) and cannot be interrupted. So compilations run on
+// the compiler's own thread, a bounded number at once, and a caller waits for one only until a
+// deadline: the request then fails (400), and the compilation goes on and is cached, so the same
+// constraint sent again is served. Requests without a constraint never wait for any of it.
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -19,19 +31,46 @@ namespace fathom {
 class Tokenizer;
 struct CompiledConstraint;  // xgrammar's compiled grammar, shared by every sequence using it
 
+// compile() refused: as many compilations as allowed are queued or running (HTTP 429).
+class ConstraintQueueFull : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class ConstraintCompiler {
  public:
+  struct Limits {
+    std::chrono::milliseconds deadline{10000};  // how long compile() waits for a compilation
+    int32_t max_compiling = 4;                  // compilations queued or running at once
+  };
   // `vocab_size`: the model's logit rows (may exceed the tokenizer's pieces).
-  ConstraintCompiler(const Tokenizer& tokenizer, int32_t vocab_size);
-  ~ConstraintCompiler();
-  // Throws fathom::Error naming the problem for an invalid or unsupported schema / grammar.
+  ConstraintCompiler(const Tokenizer& tokenizer, int32_t vocab_size, Limits limits);
+  ConstraintCompiler(const Tokenizer& tokenizer, int32_t vocab_size) : ConstraintCompiler(tokenizer, vocab_size, Limits{}) {}
+  ~ConstraintCompiler();  // waits for the compilation under way, drops the queued ones
+  // Throws fathom::Error naming the problem for an invalid or unsupported schema / grammar, or one
+  // that did not compile within the deadline; ConstraintQueueFull when max_compiling are under way.
   std::shared_ptr<const CompiledConstraint> compile(const OutputConstraint& constraint);
 
  private:
+  using Result = std::shared_future<std::shared_ptr<const CompiledConstraint>>;
+  struct Job {
+    std::string key;
+    OutputConstraint constraint;
+    std::promise<std::shared_ptr<const CompiledConstraint>> done;
+  };
+  std::shared_ptr<const CompiledConstraint> compile_now(const OutputConstraint& constraint);  // on worker_
+  void work();
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  const Limits limits_;
   std::mutex mutex_;
+  std::condition_variable wake_;
   std::unordered_map<std::string, std::shared_ptr<const CompiledConstraint>> cache_;
+  std::unordered_map<std::string, Result> compiling_;  // queued or running, by key
+  std::deque<Job> queue_;
+  bool stop_ = false;
+  std::thread worker_;  // last: starts after everything it reads
 };
 
 class ConstraintMatcher {

@@ -227,3 +227,46 @@ TEST_F(ConstraintBoundsTest, DeepToolCallArgumentsAreRefused) {
 
 }  // namespace
 }  // namespace fathom
+
+namespace fathom {
+namespace {
+
+// Compiling is bounded in time for the request, not for the compiler: past the deadline the
+// request fails, the compilation goes on and is cached, and a second distinct one past
+// max_compiling is refused at once.
+TEST_F(ConstraintBoundsTest, ACompilationPastItsDeadlineFailsTheRequestAndIsServedLater) {
+  ConstraintCompiler compiler(model_->tokenizer(), model_->vocab(), {std::chrono::milliseconds(20), 1});
+  auto fan = [](int n, const std::string& key) {  // anyOf of n one-property objects: ~0.1 s each here
+    json s = {{"anyOf", json::array()}};
+    for (int i = 0; i < n; ++i)
+      s["anyOf"].push_back({{"type", "object"}, {"properties", {{key + def(i), {{"type", "string"}}}}}, {"required", {key + def(i)}}});
+    return OutputConstraint{OutputConstraint::Kind::kJsonSchema, s.dump(), false};
+  };
+  const OutputConstraint slow = fan(6, "a");
+  try {
+    compiler.compile(slow);
+    ADD_FAILURE() << "a compilation of ~0.5 s met a 20 ms deadline";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did not compile within 20 ms"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(compiler.compile(fan(6, "b")), ConstraintQueueFull) << "one compilation at a time was configured";
+  std::shared_ptr<const CompiledConstraint> served;
+  for (int tries = 0; tries < 1000 && !served; ++tries) {
+    try {
+      served = compiler.compile(slow);
+    } catch (const Error&) {  // still compiling
+    }
+  }
+  EXPECT_NE(served, nullptr) << "the same constraint, sent again, is served once compiled";
+}
+
+TEST_F(ConstraintBoundsTest, LibraryErrorsCarryNoPathsTimesOrInternals) {
+  const std::string error = compile_schema({{"type", "no-such-type"}});
+  EXPECT_NE(error, "");
+  EXPECT_EQ(error.find(".cc"), std::string::npos) << error;
+  EXPECT_EQ(error.find('['), std::string::npos) << error;
+  EXPECT_EQ(error.find("/root"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace fathom
