@@ -34,8 +34,9 @@ model_sources=("${gguf_sources[@]}" engine/model.cpp engine/model/model_config.c
   engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp engine/model/bpe_pretokenizer.cpp
   engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
   engine/model/chat_template.cpp kernels/ref/dequant.cpp)
-request_sources=("${model_sources[@]}" server/openai_request.cpp server/prompt_input.cpp
-  server/attention_options.cpp server/request_rules.cpp server/schema_rules.cpp server/tools.cpp server/responses_api.cpp server/openai_response.cpp server/cli_args.cpp engine/attention/policy.cpp kernels/ref/sparq.cpp kernels/ref/attention_state.cpp)
+request_sources=("${model_sources[@]}" server/openai_request.cpp server/known_fields.cpp server/prompt_input.cpp
+  server/attention_options.cpp server/request_rules.cpp server/schema_rules.cpp
+  engine/constraint/constraint_bounds.cpp server/tools.cpp server/responses_api.cpp server/openai_response.cpp server/cli_args.cpp engine/attention/policy.cpp kernels/ref/sparq.cpp kernels/ref/attention_state.cpp)
 
 schema_sources=("${model_sources[@]}" engine/constraint/grammar.cpp engine/constraint/constraint_bounds.cpp
   server/schema_rules.cpp)
