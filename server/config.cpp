@@ -226,6 +226,11 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     h->read("api_keys", c.api_keys);
     h->read("api_keys_file", c.api_keys_file);
     h->read_int("max_body_bytes", c.max_body_bytes, 1024, int64_t{1} << 30);
+    std::string unknown = c.reject_unknown_fields ? "reject" : "ignore";
+    h->read("unknown_fields", unknown);
+    if (unknown != "reject" && unknown != "ignore") h->fail("unknown_fields", "must be \"reject\" or \"ignore\"");
+    c.reject_unknown_fields = unknown == "reject";
+    h->read("cors_origins", c.cors_origins);
     HttpLimits& l = c.http_limits;
     h->read_int("max_header_bytes", l.max_header_bytes, 1024, 1 << 20);
     h->read_int("max_connections", l.max_connections, 1, 1 << 20);

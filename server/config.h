@@ -18,7 +18,7 @@ struct ServerConfig {
   ModelOptions model_options;       // threads, kv dtype, block size, kv budget, precision, chat template
   SchedulerConfig scheduler;
   // Default decode attention policy of requests: `auto` at kv_read_ratio 1/4: dense's pass-key
-  // answers on Gemma 3, 95% of them on SmolLM2 at 4k and 8k over three prompt sets (README,
+  // answers on Gemma 3, 95% of them on SmolLM2 at 4k and 8k over three prompt sets (docs/attention.md,
   // "Sparse decode attention"; at 1/8 it missed 2 of 15 at SmolLM2 8k).
   AttentionPolicy attention{PolicyKind::kAuto, 0.25};
   std::string host = "127.0.0.1";
@@ -39,6 +39,11 @@ struct ServerConfig {
   // Client priorities are clamped into [-max_priority, max_priority]: 0 (the default) turns them
   // off (every request is equal, FCFS), so no client can jump the queue unless the operator says so.
   int32_t max_priority = 0;
+  // A request field its endpoint does not define: 400 naming it (OpenAI's answer), or ignored
+  // (http.unknown_fields "ignore"; server/known_fields.h).
+  bool reject_unknown_fields = true;
+  // Origins whose browser pages may call the server ("*": any; server/cors.h); empty: none.
+  std::vector<std::string> cors_origins;
 };
 
 // The priority a client's request runs at (it asked for `asked`, already range-checked).

@@ -14,6 +14,7 @@
 #include "engine/model.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/cors.h"
 #include "server/http_transport.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -89,13 +90,14 @@ std::string route_label(const HttpRequest& req) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(const ServerConfig& c, MetricsRegistry& m) : config(c), metrics(m) {
+  Impl(const ServerConfig& c, MetricsRegistry& m) : config(c), metrics(m), cors(c.cors_origins) {
     std::random_device rd;
     id_salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
 
   const ServerConfig& config;
   MetricsRegistry& metrics;
+  Cors cors;  // http.cors_origins
   std::unique_ptr<HttpTransport> transport;
   std::atomic<State> state{State::kLoading};
   // Set once the model is loaded; null while loading (also when draining starts first).
@@ -105,9 +107,13 @@ struct HttpServer::Impl {
   std::atomic<uint64_t> id_counter{0};
 
   HttpRoutes routes();
+  // CORS preflights, then answer_head; CORS headers on what it answers.
   std::optional<HttpResponse> check_head(const HttpRequest& req) const;
-  // Nothing a client sends may take the process down: every failure becomes an error body.
+  std::optional<HttpResponse> answer_head(const HttpRequest& req) const;  // API keys, unknown routes
+  // answer() with CORS headers.
   HttpResponse handle(const HttpRequest& req, HttpClient& client);
+  // Nothing a client sends may take the process down: every failure becomes an error body.
+  HttpResponse answer(const HttpRequest& req, HttpClient& client);
   HttpResponse route(const HttpRequest& req, HttpClient& client);
   // error_response, counted in fathom_errors_total{protocol="http", code}.
   HttpResponse error(int status, const std::string& message, const std::string& param, const std::string& code) const;
@@ -128,6 +134,16 @@ HttpResponse HttpServer::Impl::error(int status, const std::string& message, con
 }
 
 std::optional<HttpResponse> HttpServer::Impl::check_head(const HttpRequest& req) const {
+  if (Cors::is_preflight(req)) {  // before the key check: a browser's preflight carries none
+    if (std::optional<HttpResponse> ok = cors.preflight(req)) return ok;
+    return error(403, "this origin may not call the server (http.cors_origins)", "", "cors_forbidden");
+  }
+  std::optional<HttpResponse> early = answer_head(req);
+  if (early) cors.decorate(req, *early);
+  return early;
+}
+
+std::optional<HttpResponse> HttpServer::Impl::answer_head(const HttpRequest& req) const {
   const Route* r = find_route(req);
   // API keys before anything else: an unauthenticated client learns nothing, not even routes.
   if (!(r && r->open) && !config.api_keys.empty() &&
@@ -139,13 +155,20 @@ std::optional<HttpResponse> HttpServer::Impl::check_head(const HttpRequest& req)
 }
 
 HttpResponse HttpServer::Impl::handle(const HttpRequest& req, HttpClient& client) {
+  HttpResponse r = answer(req, client);
+  cors.decorate(req, r);
+  return r;
+}
+
+HttpResponse HttpServer::Impl::answer(const HttpRequest& req, HttpClient& client) {
   try {
     return route(req, client);
   } catch (const ApiError& e) {
     return error(e.status, e.what(), e.param, e.code);
   } catch (const RuleError& e) {
     const bool not_found = e.kind == RuleError::Kind::kNotFound;
-    return error(not_found ? 404 : 400, e.what(), e.field, not_found ? "model_not_found" : "invalid_value");
+    return error(not_found ? 404 : 400, e.what(), e.field,
+                 !e.code.empty() ? e.code : not_found ? "model_not_found" : "invalid_value");
   } catch (const EngineBusy& e) {
     return error(429, std::string("the server is busy: ") + e.what(), "", "queue_full");
   } catch (const EngineDraining&) {

@@ -6,8 +6,9 @@
 #include "base/error.h"
 #include "engine/model.h"
 #include "server/attention_options.h"
-#include "server/config.h"
 #include "base/json_depth.h"
+#include "server/config.h"
+#include "server/known_fields.h"
 #include "server/request_rules.h"
 #include "server/schema_rules.h"
 
@@ -274,6 +275,46 @@ void parse_response_format(const json& body, OutputConstraint& constraint) {
   constraint.strict = get_bool(*spec, "strict").value_or(false);
 }
 
+// llama.cpp's and vLLM's spellings of structured outputs, for clients written against them:
+// top-level "json_schema" (a schema) and "grammar" (GBNF, which xgrammar's EBNF reads), vLLM's
+// "guided_json" (a schema or its text), "guided_grammar" and "structured_outputs" {"json" |
+// "grammar"}. One output constraint per request.
+void parse_peer_constraint(const json& body, OutputConstraint& constraint) {
+  auto set = [&](const std::string& param, OutputConstraint c) {
+    if (constraint.kind != OutputConstraint::Kind::kNone)
+      bad(param, "'" + param + "' and another output constraint (response_format, fathom.grammar, ...) were both given");
+    constraint = std::move(c);
+  };
+  auto schema = [](const json& v, const std::string& param) {
+    if (v.is_string()) {
+      check_schema_keywords(v.get<std::string>(), param);
+      return OutputConstraint{OutputConstraint::Kind::kJsonSchema, v.get<std::string>(), false};
+    }
+    if (!v.is_object() && !v.is_boolean()) bad_type(param, "a JSON Schema");
+    check_schema_keywords(v, param);
+    return OutputConstraint{OutputConstraint::Kind::kJsonSchema, v.dump(), false};
+  };
+  auto grammar = [](const json& v, const std::string& param) {
+    if (!v.is_string() || v.get<std::string>().empty()) bad_type(param, "a non-empty EBNF grammar string");
+    check_grammar_text(v.get<std::string>(), param);
+    return OutputConstraint{OutputConstraint::Kind::kGrammar, v.get<std::string>(), true};
+  };
+  for (const char* key : {"json_schema", "guided_json"})
+    if (const json* v = field(body, key)) set(key, schema(*v, key));
+  for (const char* key : {"grammar", "guided_grammar"})
+    if (const json* v = field(body, key)) set(key, grammar(*v, key));
+  if (const json* so = field(body, "structured_outputs")) {
+    if (!so->is_object()) bad_type("structured_outputs", "an object");
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      const std::string param = "structured_outputs." + it.key();
+      if (it->is_null()) continue;
+      if (it.key() == "json") set(param, schema(*it, param));
+      else if (it.key() == "grammar") set(param, grammar(*it, param));
+      else bad(param, "'" + param + "' is not supported (json, grammar)");
+    }
+  }
+}
+
 void reject_unsupported(const json& body, ApiKind kind) {
   if (kind == ApiKind::kChat && get_bool(body, "echo").value_or(false)) bad("echo", "'echo' is a /v1/completions field");
   if (field(body, "suffix")) bad("suffix", "'suffix' is not supported");
@@ -303,6 +344,7 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
   // vLLM's top-level extension, for clients written against it; "fathom": {"ignore_eos"} too.
   if (auto v = get_bool(body, "ignore_eos")) r.stop.ignore_eos = *v;
   parse_response_format(body, r.constraint);
+  parse_peer_constraint(body, r.constraint);
   r.attention = config.attention;
   parse_extension(body, config, r);
   reject_unsupported(body, out.kind);
@@ -354,6 +396,7 @@ ApiRequest parse_completion_request(const json& body, const Model& model, const 
   ApiRequest out;
   out.kind = ApiKind::kCompletion;
   out.model = config.model_name;
+  check_known_fields(body, out.kind, config);
   std::vector<std::string> texts;
   out.prompts = completion_prompts(body, model, texts);
   out.engine.prompt = out.prompts[0];
@@ -380,6 +423,7 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
   ApiRequest out;
   out.kind = ApiKind::kChat;
   out.model = config.model_name;
+  check_known_fields(body, out.kind, config);
   out.tools = parse_tools(body);
   out.engine.prompt = chat_prompt(body, model, out.tools);
   out.logprobs = get_bool(body, "logprobs").value_or(false);

@@ -110,8 +110,11 @@ const char* api_finish_reason(FinishReason r) {
   switch (r) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "abort";
-    case FinishReason::kError: return "error";
+    // Neither reaches a client as a finish_reason (OpenAI has no such values): an error, or a
+    // request cut short by a drain, ends a stream with an error event and a collected answer
+    // with an error status (server/sse.cpp).
+    case FinishReason::kCancelled: return "length";
+    case FinishReason::kError: return "stop";
     case FinishReason::kNone: return "";
   }
   return "";
@@ -125,7 +128,7 @@ json usage_json(const RequestUsage& usage) {
   json u = {{"prompt_tokens", usage.prompt_tokens},
             {"completion_tokens", usage.completion_tokens},
             {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
-  if (usage.cached_prompt_tokens > 0) u["prompt_tokens_details"] = {{"cached_tokens", usage.cached_prompt_tokens}};
+  u["prompt_tokens_details"] = {{"cached_tokens", usage.cached_prompt_tokens}};  // served from the prefix cache
   return u;
 }
 

@@ -12,6 +12,11 @@
 namespace fathom {
 namespace {
 
+// Past the model's context: OpenAI's code, which clients match on to shorten a conversation.
+[[noreturn]] void too_long(const std::string& field, const std::string& message) {
+  throw RuleError(RuleError::Kind::kInvalid, field, message, "context_length_exceeded");
+}
+
 [[noreturn]] void invalid(const std::string& field, const std::string& message) {
   throw RuleError(RuleError::Kind::kInvalid, field, message);
 }
@@ -45,8 +50,8 @@ void check_prompt_fits(size_t prompt_tokens, const Model& model, const std::stri
   const int64_t context = model.config().context_length;
   if (prompt_tokens == 0) invalid(field, "the prompt is empty");
   if (static_cast<int64_t>(prompt_tokens) >= context)
-    invalid(field, "the prompt has " + std::to_string(prompt_tokens) + " tokens; this model's context is " +
-                       std::to_string(context) + " tokens");
+    too_long(field, "the prompt has " + std::to_string(prompt_tokens) + " tokens; this model's context is " +
+                        std::to_string(context) + " tokens");
 }
 
 int32_t resolve_max_tokens(std::optional<int64_t> asked, size_t prompt_tokens, const Model& model,
@@ -57,7 +62,7 @@ int32_t resolve_max_tokens(std::optional<int64_t> asked, size_t prompt_tokens, c
   const int64_t m = *asked;
   if (m < 1) invalid(field, "'" + field + "' must be at least 1");
   if (prompt + m > context)
-    invalid(field, "'" + field + "' is " + std::to_string(m) + " but the prompt has " + std::to_string(prompt) +
+    too_long(field, "'" + field + "' is " + std::to_string(m) + " but the prompt has " + std::to_string(prompt) +
                        " tokens and the context is " + std::to_string(context) + " tokens (at most " +
                        std::to_string(context - prompt) + " more)");
   if (m > config.max_tokens_limit)

@@ -21,10 +21,11 @@ struct StopConditions;
 class RuleError : public Error {
  public:
   enum class Kind { kInvalid, kNotFound };
-  RuleError(Kind kind, std::string field, const std::string& message)
-      : Error(message), kind(kind), field(std::move(field)) {}
+  RuleError(Kind kind, std::string field, const std::string& message, std::string code = "")
+      : Error(message), kind(kind), field(std::move(field)), code(std::move(code)) {}
   Kind kind;
   std::string field;  // the request field at fault ("max_tokens", "sampling.top_p", ...)
+  std::string code;   // OpenAI's error code when it has one ("context_length_exceeded"); "": by kind
 };
 
 inline constexpr int32_t kMaxTopLogprobs = 20;

@@ -1,6 +1,9 @@
 #include "server/responses_api.h"
 
+#include <set>
+
 #include "server/json_fields.h"
+#include "server/known_fields.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 
@@ -42,6 +45,7 @@ json chat_messages(const json& body) {
     return messages;
   }
   if (!input->is_array() || input->empty()) bad("input", "'input' must be a string or a non-empty array of messages");
+  std::set<std::string> calls;  // call_ids of the function_call items so far
   for (size_t i = 0; i < input->size(); ++i) {
     const json& item = (*input)[i];
     const std::string param = "input[" + std::to_string(i) + "]";
@@ -52,6 +56,7 @@ json chat_messages(const json& body) {
       return item[key].get<std::string>();
     };
     if (type == "function_call") {  // an earlier call of ours: chat's assistant tool_calls
+      calls.insert(text_field("call_id"));
       json call = {{"id", text_field("call_id")}, {"type", "function"},
                    {"function", {{"name", text_field("name")}, {"arguments", text_field("arguments")}}}};
       if (!messages.empty() && messages.back()["role"] == "assistant" && messages.back().contains("tool_calls"))
@@ -61,6 +66,11 @@ json chat_messages(const json& body) {
       continue;
     }
     if (type == "function_call_output") {  // its result: chat's tool message
+      // As OpenAI: an output answers a function_call earlier in the same input (this server keeps
+      // no state between responses), else the model would read a result of a call it never made.
+      if (!calls.count(text_field("call_id")))
+        bad(param + ".call_id", "no function_call item before '" + param + "' has call_id '" +
+                                    text_field("call_id").substr(0, 64) + "'");
       const json& out = item.contains("output") ? item["output"] : json();
       messages.push_back({{"role", "tool"},
                           {"tool_call_id", text_field("call_id")},
@@ -176,6 +186,7 @@ json responses_usage(const RequestUsage& u) {
 }  // namespace
 
 ApiRequest parse_responses_request(const json& body, const Model& model, const ServerConfig& config) {
+  check_known_fields(body, ApiKind::kResponses, config);
   for (const char* stateful : {"previous_response_id", "conversation"})
     if (auto it = body.find(stateful); it != body.end() && !it->is_null())
       bad(stateful, std::string("'") + stateful + "' needs stored responses; this server is stateless (store: false)");

@@ -18,6 +18,8 @@ constexpr std::chrono::milliseconds kMultiPromptWait(5);
 // A queued or slow stream sends an SSE comment after this much silence: a socket whose peer
 // has gone still polls writable, so only a write notices the client left (and cancels).
 constexpr std::chrono::seconds kKeepAliveInterval(2);
+// What a client whose request a drain cut short reads (HTTP 503 "draining", or an SSE error event).
+constexpr const char* kCutByDrain = "the server is shutting down: the request was cancelled before it finished";
 constexpr const char* kSseKeepAlive = ": keep-alive\n\n";
 
 double ms_since(std::chrono::steady_clock::time_point t) {
@@ -168,8 +170,10 @@ std::optional<nlohmann::json> Generation::collect(const std::function<bool()>& c
     return std::nullopt;
   }
   log_finished("ok");
-  for (const ChoiceOutput& c : choices)
+  for (const ChoiceOutput& c : choices) {
     if (c.finish == FinishReason::kError) throw ApiError(500, "generation failed: " + c.error, "", "engine_error");
+    if (c.finish == FinishReason::kCancelled) throw ApiError(503, kCutByDrain, "", "draining");
+  }
   if (!req_.echo.empty())
     for (size_t i = 0; i < choices.size(); ++i) choices[i].text = req_.echo[i / req_.engine.n] + choices[i].text;
   const RequestUsage usage = this->usage();
@@ -212,6 +216,10 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
   while (next(event, client_alive, client_gone, keep_alive)) {
     const size_t c = static_cast<size_t>(event.choice);
     if (c >= first.size()) continue;
+    if (event.finish == FinishReason::kCancelled) {  // a drain cut it short: no OpenAI finish_reason says so
+      event.finish = FinishReason::kError;
+      event.error = kCutByDrain;
+    }
     if (responses) {
       if (event.finish != FinishReason::kNone) finish = event.finish;
       if (event.finish == FinishReason::kError) error = event.error;
@@ -220,7 +228,10 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
       continue;
     }
     if (event.finish == FinishReason::kError) {
-      if (!write(sse_frame(error_body(500, "generation failed: " + event.error, "", "engine_error")))) return gone();
+      const bool drained = event.error == kCutByDrain;
+      if (!write(sse_frame(drained ? error_body(503, kCutByDrain, "", "draining")
+                                   : error_body(500, "generation failed: " + event.error, "", "engine_error"))))
+        return gone();
       continue;
     }
     if (!tool_streams.empty()) {  // text as it comes unless it may be a tool call (server/tool_stream.h)

@@ -62,6 +62,12 @@ ToolPlan parse_tools(const json& body) {
     spec.parameters = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"]
                                                                              : json{{"type", "object"}, {"properties", json::object()}};
     if (!spec.parameters.is_object()) bad(param + ".function.parameters", "must be a JSON Schema object");
+    // A call's arguments are a JSON object (OpenAI requires an object schema): a schema without a
+    // type describes one; any other type is refused, or a named call would return a bare string.
+    if (auto type = spec.parameters.find("type"); type == spec.parameters.end())
+      spec.parameters["type"] = "object";
+    else if (*type != "object")
+      bad(param + ".function.parameters", "'" + param + ".function.parameters' must describe an object ({\"type\": \"object\", ...})");
     if (f.contains("strict") && !f["strict"].is_null()) {
       if (!f["strict"].is_boolean()) bad(param + ".function.strict", "must be true or false");
       spec.strict = f["strict"].get<bool>();

@@ -98,6 +98,7 @@ def test_token_id_prompt_equals_text_prompt(server, client, model_id):
     b = client.completions.create(model=model_id, prompt=ids, max_tokens=8, temperature=0)
     assert a.choices[0].text == b.choices[0].text
     assert a.usage.prompt_tokens == b.usage.prompt_tokens == len(ids)
+    assert a.usage.prompt_tokens_details.cached_tokens >= 0  # always there (OpenAI's shape)
 
 
 def test_tokenize_detokenize_round_trip(server):

@@ -119,8 +119,9 @@ def test_invalid_fields(server, path, body, param):
 
 def test_max_tokens_beyond_context(server):
     ctx = send(server, "/v1/models", method="GET").json()["data"][0]["max_model_len"]
-    assert_error(send(server, body={"prompt": "Hello there", "max_tokens": ctx}), 400, param="max_tokens",
-                 phrase="context")
+    err = assert_error(send(server, body={"prompt": "Hello there", "max_tokens": ctx}), 400, param="max_tokens",
+                       phrase="context")
+    assert err["code"] == "context_length_exceeded"  # OpenAI's code: clients match on it
 
 
 def test_max_tokens_beyond_limit(server):
@@ -129,8 +130,29 @@ def test_max_tokens_beyond_limit(server):
 
 def test_prompt_longer_than_context(server):
     ctx = send(server, "/v1/models", method="GET").json()["data"][0]["max_model_len"]
-    assert_error(send(server, body={"prompt": [1] * (ctx + 5), "max_tokens": 1}), 400, param="prompt",
-                 phrase="context")
+    err = assert_error(send(server, body={"prompt": [1] * (ctx + 5), "max_tokens": 1}), 400, param="prompt",
+                       phrase="context")
+    assert err["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/completions", {"prompt": "x", "max_tokns": 4}, "max_tokns"),  # a typo is not silently dropped
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "guided_regex": "a+"}, "guided_regex"),
+    ("/v1/responses", {"input": "x", "temperatur": 0}, "temperatur"),
+])
+def test_an_unknown_field_is_a_400_naming_it(server, path, body, field):
+    err = assert_error(send(server, path, body), 400, param=field, phrase=field)
+    assert err["code"] == "unknown_parameter"
+
+
+def test_cors_is_off_by_default(server):
+    """No http.cors_origins: a preflight is refused and no response carries CORS headers."""
+    origin = "https://app.example"
+    p = requests.options(f"{server.base_url}/v1/completions", timeout=10,
+                         headers={"Origin": origin, "Access-Control-Request-Method": "POST"})
+    assert p.status_code == 403 and "Access-Control-Allow-Origin" not in p.headers
+    r = requests.get(f"{server.base_url}/v1/models", headers={"Origin": origin}, timeout=10)
+    assert "Access-Control-Allow-Origin" not in r.headers  # (this module's server wants a key: 401)
 
 
 def test_unknown_model(server):
@@ -273,6 +295,28 @@ def test_sigterm_drains(small_server):
         assert finals[-1]["choices"][0]["finish_reason"] == "length"
     assert small_server.wait(120) == 0, small_server.stderr
     assert "drained" in small_server.stderr
+
+
+def test_a_request_a_drain_cuts_short_ends_with_an_error_not_a_finish_reason(fathom_bin, smollm2_path):
+    """OpenAI has no finish_reason for "cancelled": a stream the drain deadline cuts ends with an
+    error event (code draining) and [DONE]; a collected answer is a 503."""
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--drain-timeout-ms", 300]) as s:
+        stream = completion(s, 4000, stream=True)
+        lines = stream.iter_lines()
+        assert next(l for l in lines if l.startswith(b"data: "))
+        whole = {}
+        t = threading.Thread(target=lambda: whole.update(r=completion(s, 4000)))
+        t.start()
+        time.sleep(0.3)  # the second request is admitted
+        s.proc.send_signal(signal.SIGTERM)
+        data = [l for l in lines if l.startswith(b"data: ")]
+        t.join(60)
+        assert data[-1] == b"data: [DONE]"
+        events = [json.loads(l[6:]) for l in data[:-1]]
+        assert events[-1]["error"]["code"] == "draining", events[-1]
+        assert all(c.get("finish_reason") in (None, "stop", "length") for e in events for c in e.get("choices", []))
+        assert_error(whole["r"], 503)
+        assert whole["r"].json()["error"]["code"] == "draining"
 
 
 def test_api_keys_from_a_file_and_the_environment(fathom_bin, smollm2_path, tmp_path):

@@ -79,10 +79,43 @@ def write_config(tmp_path, http: dict) -> str:
 def hardened(fathom_bin, smollm2_path, tmp_path_factory):
     cfg = write_config(tmp_path_factory.mktemp("cfg"),
                        {"max_body_bytes": 4096, "header_timeout_ms": 1000, "body_timeout_ms": 1500,
-                        "idle_timeout_ms": 1500, "max_connections": 1200})
+                        "idle_timeout_ms": 1500, "max_connections": 1200, "cors_origins": [ORIGIN]})
     with ServerProcess(fathom_bin, smollm2_path,
                        extra_args=["--config", cfg, "--api-key", KEY, "--grpc-port", "0"]) as server:
         yield server
+
+
+ORIGIN = "https://app.example:8443"
+
+
+def preflight(base_url, origin, path="/v1/chat/completions"):
+    return requests.options(base_url + path, timeout=10, headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type"})
+
+
+def test_cors_preflight_and_responses_for_an_allowed_origin(hardened):
+    """A browser page on ORIGIN (http.cors_origins) may call the server with its key: the preflight
+    is answered without one, and responses, errors included, carry its origin; never credentials."""
+    p = preflight(hardened.base_url, ORIGIN)
+    assert p.status_code == 200, p.text
+    assert p.headers["Access-Control-Allow-Origin"] == ORIGIN and "Origin" in p.headers["Vary"]
+    assert "POST" in p.headers["Access-Control-Allow-Methods"]
+    assert {"authorization", "content-type"} <= {h.strip().lower() for h in p.headers["Access-Control-Allow-Headers"].split(",")}
+    assert "Access-Control-Allow-Credentials" not in p.headers
+    auth = {"Authorization": f"Bearer {KEY}", "Origin": ORIGIN}
+    r = requests.get(hardened.base_url + "/v1/models", headers=auth, timeout=10)
+    assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == ORIGIN
+    r = requests.get(hardened.base_url + "/v1/models", headers={"Origin": ORIGIN}, timeout=10)
+    assert r.status_code == 401 and r.headers["Access-Control-Allow-Origin"] == ORIGIN  # the page can read why
+
+
+def test_cors_refuses_other_origins(hardened):
+    p = preflight(hardened.base_url, "https://evil.example")
+    assert p.status_code == 403 and "Access-Control-Allow-Origin" not in p.headers
+    r = requests.get(hardened.base_url + "/v1/models", timeout=10,
+                     headers={"Authorization": f"Bearer {KEY}", "Origin": "https://evil.example"})
+    assert r.status_code == 200 and "Access-Control-Allow-Origin" not in r.headers
 
 
 def send_with_smuggled_body(server, request_line, headers, smuggled: bytes) -> bytes:

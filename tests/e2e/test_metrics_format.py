@@ -1,5 +1,5 @@
 """/metrics of a running server: `promtool check metrics` accepts it, and the metric names that
-are the contract between the engine, the README and dashboards exist after one request.
+are the contract between the engine, docs/operations.md and dashboards exist after one request.
 """
 import json
 import math

@@ -109,6 +109,16 @@ def test_streamed_function_call_equals_whole(oa):
     assert events[-1].response.output[-1].arguments == call.arguments
 
 
+def test_a_function_call_output_without_its_call_is_a_400(oa):
+    """As OpenAI: an output must answer a function_call in the same input (none is stored)."""
+    items = [{"role": "user", "content": "What is the weather in Paris?"},
+             {"type": "function_call", "call_id": "call_a", "name": "get_weather", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "call_b", "output": "21"}]
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.responses.create(model=MODEL, input=items, tools=TOOLS, max_output_tokens=4)
+    assert e.value.body["param"] == "input[2].call_id"
+
+
 def test_function_call_round_trip(oa):
     first = oa.responses.create(model=MODEL, input="What is the weather in Paris?", tools=TOOLS, temperature=0,
                                 tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=64)

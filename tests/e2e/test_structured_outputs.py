@@ -138,3 +138,23 @@ def test_a_ref_chain_thousands_deep_is_a_400_and_the_server_lives(oa, server):
     assert "parentheses" in e.value.body["message"]
     r = ask(oa, {"type": "json_object"}, 0, max_tokens=8)
     assert r.choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize("extra", [
+    {"guided_json": SCHEMA},                       # vLLM
+    {"structured_outputs": {"json": json.dumps(SCHEMA)}},  # vLLM >= 0.10, the schema as text
+    {"json_schema": SCHEMA},                       # llama.cpp's server
+])
+def test_peers_spellings_of_a_json_schema_constrain_the_output(oa, extra):
+    r = oa.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Describe a person as JSON."}],
+                                   temperature=1.0, seed=3, max_tokens=160, extra_body=extra)
+    jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMA)
+
+
+def test_a_peers_grammar_and_a_second_constraint(oa):
+    r = oa.completions.create(model=MODEL, prompt="Answer:", max_tokens=8, extra_body={"grammar": 'root ::= "yes" | "no"'})
+    assert r.choices[0].text in ("yes", "no")
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=4,
+                                   response_format={"type": "json_object"}, extra_body={"guided_grammar": 'root ::= "a"'})
+    assert e.value.body["param"] == "guided_grammar"

@@ -91,6 +91,9 @@ def test_tool_round_trip(oa):
     ({"tools": [{"type": "function", "function": {"name": 7}}]}, "tools[0].function.name"),
     ({"tools": [{"type": "function", "function": {"name": "w", "strict": "yes"}}]}, "tools[0].function.strict"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": ["x"]}}}, "tool_choice"),
+    # A call's arguments are an object: a string schema, named, returned a bare JSON string.
+    ({"tools": [{"type": "function", "function": {"name": "w", "parameters": {"type": "string"}}}],
+      "tool_choice": {"type": "function", "function": {"name": "w"}}}, "tools[0].function.parameters"),
 ])
 def test_bad_tool_fields_are_400s(oa, extra, param):
     with pytest.raises(openai.BadRequestError) as e:

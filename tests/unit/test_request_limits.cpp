@@ -35,5 +35,22 @@ TEST(RequestLimits, ClientPriorityIsOffByDefaultAndClampedWhenAllowed) {
   EXPECT_THROW(parse_server_config(R"({"limits": {"max_priority": -1}})", "test"), std::exception);
 }
 
+TEST(RequestLimits, UnknownFieldsAreRejectedUnlessTheOperatorSaysIgnore) {
+  const std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
+  const nlohmann::json body = {{"prompt", "hi"}, {"max_tokens", 2}, {"max_tokns", 9}};
+  ServerConfig config;
+  try {
+    (void)parse_completion_request(body, *model, config);
+    ADD_FAILURE() << "an unknown field was accepted by default";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "max_tokns");
+    EXPECT_EQ(e.status, 400);
+  }
+  config = parse_server_config(R"({"http": {"unknown_fields": "ignore"}})", "test");
+  EXPECT_FALSE(config.reject_unknown_fields);
+  EXPECT_EQ(parse_completion_request(body, *model, config).engine.max_tokens, 2);
+  EXPECT_THROW(parse_server_config(R"({"http": {"unknown_fields": "maybe"}})", "test"), std::exception);
+}
+
 }  // namespace
 }  // namespace fathom
