@@ -11,7 +11,7 @@
 
 namespace fathom {
 
-// The engine's metric families (names are the contract with the README and dashboards).
+// The engine's metric families (names are the contract with docs/operations.md "Metrics" and the dashboards).
 struct EngineMetrics {
   explicit EngineMetrics(MetricsRegistry& r)
       : running(r.gauge("fathom_requests_running", "Requests with at least one sequence admitted")),

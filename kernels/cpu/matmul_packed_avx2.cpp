@@ -8,7 +8,7 @@
 //   acc[r] += float(P[r]) · d[r]·dx + m[r] · (dx·qsum)    (Q4_1, Q5_1; K-quants with sc and min)
 // No horizontal sums and no scalar scale work per row: the stored kernels (matmul_dotq8_avx2.cpp)
 // spend ~12 instructions per row and 32 columns, these ~4, so decode reaches the memory bound
-// and prefill does ~2x the work per cycle (bench_matmul, README).
+// and prefill does ~2x the work per cycle (bench_matmul, docs/performance-cpu-hosts.md).
 // 16-bit sums cannot overflow: a maddubs lane is at most 2·q·127 (q ≤ 15, 31, 63 for 4, 5, 6
 // bits), so 8 of them stay below 2^15 at 4 bits, 4 at 5 bits, 2 at 6 bits. Q8_0 is not packed
 // here: its unsigned panel quants (q + 128) would saturate maddubs (2·255·127 > 2^15).

@@ -31,7 +31,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
   std::iota(kept.begin() + res.k_global, kept.end(), older);
   // The heavy hitters (ascending); with a streamed window, chosen inside the attention's pool call
   // while the other threads stream the window (at 8k, 1/8 the pooling and top-k are ~6 us a layer
-  // that one thread spent alone; bench in the README).
+  // that one thread spent alone; bench in docs/performance-attention.md).
   const std::function<void()> select = [&] { sparse::top_k(selection_mass(), older, res.k_global, kept.data()); };
   const int32_t n_kept = static_cast<int32_t>(kept.size());
   // The local window is one run of positions: streamed through the transposed K plane where the
