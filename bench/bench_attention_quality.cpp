@@ -38,6 +38,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/attention/policies/sparq.h"
+#include "engine/attention/policies/hip.h"
+#include "engine/attention/policies/alisa.h"
 #include "bench/cli.h"
 #include "engine/attention/decode_attention.h"
 #include "engine/attention/policy.h"
@@ -303,14 +306,14 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
       // SWA (engine rule): dense seed on the first decode step, then its own weights.
       for (int which = 0; which < 2; ++which) {
         std::vector<float>& mass = which == 0 ? st.swa_mass : st.swadm_mass;
-        p.kind = PolicyKind::kSwa;
-        ref::SwaParams sp = resolve_swa(p, S_cur);
+        p.kind = policy_kind("alisa");
+        ref::SwaParams sp = alisa::resolve(p, S_cur);
         const bool seeded = !mass.empty() && !seeding;
         if (!seeded) sp.ratio = 1.0f;
         mass.resize(S_cur, 0.0f);
-        LayerPolicyState pooling;  // the engine's selection mass (swa_pool from --swa-pool)
-        pooling.swa_mass = mass;
-        const float* selection = seeded ? swa_selection_mass(p, pooling) : mass.data();
+        alisa::LayerState pooling;  // the engine's selection mass (pool from --swa-pool)
+        pooling.mass = mass;
+        const float* selection = seeded ? alisa::selection_mass(p, pooling) : mass.data();
         const ref::SwaStats ss = ref::swa_attention(kv, a, sp, selection);
         if (measure && seeded && which == 0) {
           DecodeArgs ac = a;
@@ -333,12 +336,12 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
       ls.active[kSwa] = ls.active[kSwaDm] = layer_uses_policy(p, layer, sliding);
       // HiP: refresh every hip_refresh steps from the first decode step; only from the refresh
       // that starts the measured window on (earlier masks are never used).
-      p.kind = PolicyKind::kHip;
+      p.kind = policy_kind("hip");
       ls.active[kHip] = layer_uses_policy(p, layer, sliding);
-      const int32_t R = p.hip_refresh;
+      const int32_t R = p.integer(hip::kRefresh);
       if (step >= first_measured / R * R) {
         if (step % R == 0 || !st.hip_have) {
-          st.hip_params = resolve_hip(p, S_cur);
+          st.hip_params = hip::resolve(p, S_cur);
           st.hip_mask = ref::hip_estimate_mask(kv, a, st.hip_params, nullptr);
           st.hip_have = true;
         }
@@ -355,12 +358,12 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
         }
       }
       // SparQ: stateless; with the server's default (reallocation on) and with it off.
-      p.kind = PolicyKind::kSparq;
+      p.kind = policy_kind("sparq");
       ls.active[kSparq] = ls.active[kSparqNr] = layer_uses_policy(p, layer, sliding);
       if (measure) {
         for (const Pol pol : {kSparq, kSparqNr}) {
-          p.sparq_reallocation = pol == kSparq;
-          const ref::SparqParams sp = resolve_sparq(p, S_cur, kv.head_dim);
+          p.set(sparq::kReallocation, pol == kSparq);
+          const ref::SparqParams sp = sparq::resolve(p, S_cur, kv.head_dim);
           const ref::SparqStats ss = ref::sparq_attention(kv, a, sp, nullptr);
           for (int32_t h = 0; h < q.n_heads; ++h)
             score_head(dense.p[h], ss.selected[h / G], &out[static_cast<size_t>(h) * d],
@@ -370,9 +373,9 @@ RunResult run_one(const Model& model, CpuBackend& backend, const std::string& na
           cpu::sparq_decode(pool, kv, ac, sp);
           res.cpu_vs_ref[pol] = std::max(res.cpu_vs_ref[pol], max_rel_diff(out_cpu, out, q.n_heads, d));
         }
-        p.sparq_reallocation = true;
+        p.set(sparq::kReallocation, true);
         const ref::SparqStats ss =
-            ref::sparq_attention(kv, a, resolve_sparq(p, S_cur, kv.head_dim), nullptr, spread.data());
+            ref::sparq_attention(kv, a, sparq::resolve(p, S_cur, kv.head_dim), nullptr, spread.data());
         for (int32_t h = 0; h < q.n_heads; ++h)
           score_head(dense.p[h], ss.selected[h / G], &out[static_cast<size_t>(h) * d],
                      &dense.out[static_cast<size_t>(h) * d], d, scratch, ls.acc[kSparqSpread][ri], needle);
@@ -626,14 +629,14 @@ int main(int argc, char** argv) {
     else if (a == "--text") text_files = next();
     else if (a == "--out") out_path = next();
     else if (a == "--needles") needles = next();
-    else if (a == "--swa-pool") g_base.swa_pool = std::atoi(next().c_str());
+    else if (a == "--swa-pool") g_base.set(alisa::kPool, std::atoi(next().c_str()));
     else if (a == "--swa-prompt-seed") g_swa_prompt_seed = std::atoi(next().c_str());
-    else if (a == "--hip-refresh") g_base.hip_refresh = std::atoi(next().c_str());
-    else if (a == "--hip-mask-k") g_base.hip_mask_k = std::atoi(next().c_str());
-    else if (a == "--hip-sink") g_base.hip_sink = std::atoi(next().c_str());
-    else if (a == "--hip-window") g_base.hip_window = std::atoi(next().c_str());
-    else if (a == "--sparq-r") g_base.sparq_r = std::atoi(next().c_str());
-    else if (a == "--sparq-k") g_base.sparq_k = std::atoi(next().c_str());
+    else if (a == "--hip-refresh") g_base.set(hip::kRefresh, std::atoi(next().c_str()));
+    else if (a == "--hip-mask-k") g_base.set(hip::kMaskK, std::atoi(next().c_str()));
+    else if (a == "--hip-sink") g_base.set(hip::kSink, std::atoi(next().c_str()));
+    else if (a == "--hip-window") g_base.set(hip::kWindow, std::atoi(next().c_str()));
+    else if (a == "--sparq-r") g_base.set(sparq::kR, std::atoi(next().c_str()));
+    else if (a == "--sparq-k") g_base.set(sparq::kK, std::atoi(next().c_str()));
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;

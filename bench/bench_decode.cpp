@@ -54,6 +54,7 @@
 
 #include "base/error.h"
 #include "bench/cli.h"
+#include "engine/attention/policies/hip.h"
 #include "engine/batch_plan.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/kv/block_allocator.h"
@@ -132,7 +133,7 @@ Args parse_args(int argc, char** argv) {
     else if (k == "--attention") {
       a.attention.clear();
       for (const std::string& item : bench::split_list(value())) {
-        parse_policy_name(item);  // throws on an unknown name
+        policy_kind(item);  // throws on an unknown name
         a.attention.push_back(item);
       }
     } else if (k == "--kv-read-ratio") {
@@ -404,10 +405,10 @@ int run(const Args& a) {
       const int t = runners[r].threads;
       Backend& m = *runners[r].backend;
       AttentionPolicy policy;
-      policy.kind = parse_policy_name(a.attention[pi]);
-      policy.kv_read_ratio = policy.kind == PolicyKind::kDense ? 1.0 : a.kv_read_ratio;
-      if (a.hip_refresh > 0) policy.hip_refresh = a.hip_refresh;
-      if (a.hip_per_kv_head >= 0) policy.hip_per_kv_head = a.hip_per_kv_head != 0;
+      policy.kind = policy_kind(a.attention[pi]);
+      policy.kv_read_ratio = policy.kind == kDensePolicy ? 1.0 : a.kv_read_ratio;
+      if (a.hip_refresh > 0) policy.set(hip::kRefresh, a.hip_refresh);
+      if (a.hip_per_kv_head >= 0) policy.set(hip::kPerKvHead, a.hip_per_kv_head != 0);
       policy.min_keys = a.min_keys;
       for (int b = 0; b < a.batch; ++b) {
         if (pi == 0) saved[r][b].save(m, *tables[r][b], depth);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/attention/policies/hip.h"
 #include "bench/cli.h"
 #include "bench/huge_kv.h"
 #include "engine/attention/policy.h"
@@ -69,9 +70,9 @@ int main(int argc, char** argv) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const DecodeArgs args{q.data(), out.data(), H, S - 1, scale};
   AttentionPolicy hip_policy;
-  hip_policy.kind = PolicyKind::kHip;
+  hip_policy.kind = policy_kind("hip");
   hip_policy.kv_read_ratio = kRatio;
-  const ref::HipParams hip = resolve_hip(hip_policy, S);
+  const ref::HipParams hip = hip::resolve(hip_policy, S);
   std::vector<ref::HipMask> masks(layers);
   std::vector<bool> has_mask(layers, false);
   std::printf("bench_layer_loop: %d keys, %d layers, block %d, d %d, %d kv heads x %d, f16, 2 threads, 1/8\n", S, layers,

@@ -37,6 +37,7 @@
 
 #include <unistd.h>
 
+#include "engine/attention/policies/hip.h"
 #include "bench/cli.h"
 #include "engine/attention/policy.h"
 #include "kernels/cpu/attention.h"
@@ -277,8 +278,8 @@ int main(int argc, char** argv) {
                                  sparq_lines, sparq_replay));
 
       AttentionPolicy hip_policy;  // as served at 1/8: one mask per kv head, sink, window and mask_k from the ratio
-      hip_policy.kind = PolicyKind::kHip;
-      const ref::HipParams hp = resolve_hip(hip_policy, S);
+      hip_policy.kind = policy_kind("hip");
+      const ref::HipParams hp = hip::resolve(hip_policy, S);
       ref::HipMask mask;
       ref::HipBytes refresh_bytes, cached_bytes;
       const Timing refresh_us = time_us([&] {

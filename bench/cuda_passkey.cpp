@@ -35,7 +35,7 @@ namespace fathom {
 namespace {
 
 constexpr int kPolicies = 4;
-const PolicyKind kKinds[kPolicies] = {PolicyKind::kDense, PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa};
+const PolicyKind kKinds[kPolicies] = {kDensePolicy, policy_kind("sparq"), policy_kind("hip"), policy_kind("alisa")};
 
 struct Prompt {
   std::string name, model, key;

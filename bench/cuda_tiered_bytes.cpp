@@ -31,7 +31,7 @@
 namespace fathom {
 namespace {
 
-constexpr PolicyKind kKinds[] = {PolicyKind::kDense, PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa};
+const PolicyKind kKinds[] = {kDensePolicy, policy_kind("sparq"), policy_kind("hip"), policy_kind("alisa")};
 
 struct PolicyBytes {
   PolicyKind kind;
@@ -137,7 +137,7 @@ ModelRun run_model(const std::string& dir, const std::string& file, int32_t toke
     std::unique_ptr<Backend> cuda = make(0);
     for (PolicyKind kind : kKinds) measure(cuda.get(), kind);
   }
-  measure(make(device_share).get(), PolicyKind::kHip);
+  measure(make(device_share).get(), policy_kind("hip"));
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;
 }

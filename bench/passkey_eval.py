@@ -39,7 +39,7 @@ MODELS = {
     "smollm2": ("models/smollm2-135m-instruct-q4_1.gguf", "chat", [1024, 2048, 4096, 8192]),
     "gemma3": ("models/gemma-3-270m-q4_k_m.gguf", "completion", [1024, 2048, 4096, 8192, 16384, 32768]),
 }
-POLICIES = ["dense", "sparq", "hip", "swa", "auto"]
+POLICIES = ["dense", "sparq", "hip", "alisa", "auto"]
 INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
          "I will quiz you about the important information there.\n\n")
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "

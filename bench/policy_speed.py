@@ -37,7 +37,7 @@ MODELS = {
     "SmolLM2 135M Q4_1": (ROOT / "models/smollm2-135m-instruct-q4_1.gguf", "256,1024,2048,4096,8000"),
     "Gemma 3 270M Q4_K_M": (ROOT / "models/gemma-3-270m-q4_k_m.gguf", "1024,4096,8192,16384"),
 }
-POLICIES = ["dense", "sparq", "hip", "swa", "auto"]
+POLICIES = ["dense", "sparq", "hip", "alisa", "auto"]
 NOISE_MS = 0.3  # the spread of a mean ms per token between runs of the same kernel on this VM
 Cell = namedtuple("Cell", "mean_ms mb p90_ms max_ms")  # one policy at one depth: a round's, or their medians
 LINE = re.compile(r"depth=(\d+).*\|\s*(\w+) decode\s+[\d.]+ tok/s \(median ([\d.]+) ms, mean ([\d.]+) ms, "

@@ -71,7 +71,7 @@ ATTENTION_RESULTS = [
     "share of its bytes bound, and the time above the shortest depth's dense step (`bench/policy_speed.py`).",
     "- [cuda_bytes.md](cuda_bytes.md): bytes per decode step of every CUDA attention kernel and the H100 bandwidth "
     "bound (on paper; no GPU timing) (`build/cuda_bytes`).",
-    "- End-to-end decode per policy: `build/bench_decode --attention dense,sparq,hip,swa --depths 4096` "
+    "- End-to-end decode per policy: `build/bench_decode --attention dense,sparq,hip,alisa --depths 4096` "
     "(docs/performance-attention.md).",
     "- [results/backend_refactor_ab.md](results/backend_refactor_ab.md): alternating A/B of the build before and after "
     "the one-forward / pluggable-backends change (decode at depth 0/1k/4k, prefill 1k/4k, n = 16 samples) "

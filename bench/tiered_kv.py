@@ -73,7 +73,7 @@ def main():
     ap.add_argument("--model", default="gemma3")
     ap.add_argument("--lengths", default="16384")
     ap.add_argument("--trials", type=int, default=2)
-    ap.add_argument("--policies", default="dense,sparq,hip,swa")
+    ap.add_argument("--policies", default="dense,sparq,hip,alisa")
     ap.add_argument("--ratio", type=float, default=0.125)
     ap.add_argument("--device-fractions", default="0.125,0.25")
     ap.add_argument("--decode", type=int, default=64)
@@ -131,7 +131,7 @@ def main():
                     continue
                 moved = metric(srv, "fathom_swap_bytes_total", '{direction="in"}')
                 fallbacks = metric(srv, "fathom_kv_hot_row_fallbacks_total")
-                hot = {r: sum(metric(srv, "fathom_kv_hot_rows_total", f'{{policy="{p}",result="{r}"}}') for p in ("hip", "swa"))
+                hot = {r: sum(metric(srv, "fathom_kv_hot_rows_total", f'{{policy="{p}",result="{r}"}}') for p in ("hip", "alisa"))
                        for r in ("hit", "miss")}
                 notes.append(f"{name} at {length}: {srv_mib(srv)}; host→device {moved / 2**30:.2f} GiB in all; hot rows "
                              f"{hot['hit']:.0f} hits / {hot['miss']:.0f} misses; {fallbacks:.0f} layer steps fell back to dense")

@@ -9,7 +9,7 @@ complete with the same text on both; the wall time, preemptions, bytes moved bet
 each server's measured break-even are reported (a sparse policy runs densely below it, so two
 servers that measure it on either side of the prompts' length do not run the same attention).
 
-    .venv/bin/python bench/tiered_many.py --requests 16 --tokens 4096 --policies dense,sparq,hip,swa
+    .venv/bin/python bench/tiered_many.py --requests 16 --tokens 4096 --policies dense,sparq,hip,alisa
 """
 import argparse
 import concurrent.futures as cf

@@ -9,18 +9,18 @@ namespace fathom {
 void EngineMetrics::record_step(const StepStats& step, const std::vector<MeasuredBreakEven>& break_evens) {
   swap_in.inc(static_cast<double>(step.staged_bytes));
   const HotRowCounts& hot = step.hot_rows;
-  for (int k = 0; k < kPolicyKinds; ++k) {
-    if (hot.hits[k] > 0) hot_rows(static_cast<PolicyKind>(k), "hit").inc(static_cast<double>(hot.hits[k]));
-    if (hot.misses[k] > 0) hot_rows(static_cast<PolicyKind>(k), "miss").inc(static_cast<double>(hot.misses[k]));
+  for (PolicyKind k = 0; k < policy_count(); ++k) {
+    if (hot.hits[k] > 0) hot_rows(k, "hit").inc(static_cast<double>(hot.hits[k]));
+    if (hot.misses[k] > 0) hot_rows(k, "miss").inc(static_cast<double>(hot.misses[k]));
     if (hot.fallbacks[k] > 0) hot_fallback.inc(static_cast<double>(hot.fallbacks[k]));
   }
-  for (int k = 0; k < kPolicyKinds; ++k)
-    if (step.kv_read[k] > 0) kv_read(static_cast<PolicyKind>(k)).inc(static_cast<double>(step.kv_read[k]));
+  for (PolicyKind k = 0; k < policy_count(); ++k)
+    if (step.kv_read[k] > 0) kv_read(k).inc(static_cast<double>(step.kv_read[k]));
   export_break_evens(break_evens);
-  for (int k = 0; k < kPolicyKinds; ++k)
-    for (int ran = 0; ran < kPolicyKinds; ++ran)
+  for (PolicyKind k = 0; k < policy_count(); ++k)
+    for (PolicyKind ran = 0; ran < policy_count(); ++ran)
       if (step.attention_steps[k][ran] > 0)
-        attention_steps(static_cast<PolicyKind>(k), static_cast<PolicyKind>(ran))
+        attention_steps(k, ran)
             .inc(static_cast<double>(step.attention_steps[k][ran]));
 }
 
@@ -29,8 +29,7 @@ void EngineMetrics::export_break_evens(const std::vector<MeasuredBreakEven>& mea
     const MeasuredBreakEven& m = measured[break_evens_exported];
     // One series per (policy, ratio): HiP's non-default variants (per query head, a shorter
     // refresh) are measured and used but not exported, so they cannot overwrite the default's.
-    const AttentionPolicy defaults;
-    if (m.probe.hip_per_kv_head != defaults.hip_per_kv_head || m.probe.hip_refresh != defaults.hip_refresh) continue;
+    if (!is_default_probe(m.probe)) continue;
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%g", m.probe.kv_read_ratio);
     registry

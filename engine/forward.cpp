@@ -22,7 +22,7 @@ int32_t min_sparse_keys(ForwardOps& ops, const AttentionPolicy& p) {
 void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan, int32_t il,
                KvReadBytes& kv_read, AttentionSteps& steps) {
   const LayerConfig& lc = c.layers[il];
-  constexpr int kDense = static_cast<int>(PolicyKind::kDense);
+  constexpr int kDense = kDensePolicy;
   std::vector<char> grouped(plan.seqs.size(), 0);
   if (!lc.sliding)
     for (const AttentionGroup& g : plan.groups) {
@@ -50,8 +50,8 @@ void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const 
     if (layer_uses_policy(p, il, lc.sliding) && !selects_every_key(p, s.pos0 + 1, c.head_dim) &&
         s.pos0 + 1 >= min_sparse_keys(ops, p)) {
       LayerPolicyState& state = s.policy_state->layers[il];
-      if (p.kind == PolicyKind::kHip && state.hip_age < 0)  // before its first estimate
-        state.hip_turn = hip_turn(p, il, [&](int32_t l) { return c.layers[l].sliding; });
+      if (state.rank < 0)  // before its first sparse step
+        state.rank = policy_layer_rank(p, il, [&](int32_t l) { return c.layers[l].sliding; });
       decodes.push_back({seq, &p, &state, 0, static_cast<int64_t>(static_cast<double>(keys) * p.kv_read_ratio)});
       ++steps[requested][static_cast<int>(p.kind)];
     } else {

@@ -16,10 +16,10 @@
 namespace fathom {
 
 // KV bytes read by decode attention, per policy of the reading request (indexed by PolicyKind).
-using KvReadBytes = std::array<int64_t, kPolicyKinds>;
+using KvReadBytes = std::array<int64_t, kMaxPolicies>;
 // Decode layer steps by the policy of the request and the kernel that ran ([requested][ran]; ran is
 // dense or a sparse kind): what `auto` chose, and how often a policy fell back to dense.
-using AttentionSteps = std::array<std::array<int64_t, kPolicyKinds>, kPolicyKinds>;
+using AttentionSteps = std::array<std::array<int64_t, kMaxPolicies>, kMaxPolicies>;
 
 // Runs `plan` through `ops` and writes plan.logits_rows() rows of vocab floats to `logits`.
 // Adds the KV bytes each one-token step's attention read to kv_read and its layer steps to

@@ -5,6 +5,7 @@
 #include <future>
 
 #include "engine/attention/groups.h"
+#include "engine/attention/policy_registry.h"
 #include "engine/backend/backend.h"
 #include "engine/engine_metrics.h"
 #include "engine/kv_placement.h"
@@ -31,13 +32,13 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
       step_cost_(attention_equivalent_positions(model.config())) {
   for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
     metrics_->finished(r);  // export every reason from the start, at 0
-  for (int k = 0; k < kPolicyKinds; ++k) {
-    metrics_->kv_read(static_cast<PolicyKind>(k));
-    metrics_->attention_steps(static_cast<PolicyKind>(k), PolicyKind::kDense);  // the family, at 0
-  }
-  for (PolicyKind k : {PolicyKind::kHip, PolicyKind::kSwa}) {
-    metrics_->hot_rows(k, "hit");
-    metrics_->hot_rows(k, "miss");
+  for (PolicyKind k = 0; k < policy_count(); ++k) {
+    metrics_->kv_read(k);
+    metrics_->attention_steps(k, kDensePolicy);  // the family, at 0
+    if (policy_def(k).reads_hot_rows) {
+      metrics_->hot_rows(k, "hit");
+      metrics_->hot_rows(k, "miss");
+    }
   }
   metrics_->export_break_evens(backend_.measured_break_evens());  // measured at start-up (Backend::prepare_break_even)
   update_gauges();

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "engine/attention/policy_registry.h"
 
 namespace fathom {
 
@@ -43,15 +44,43 @@ void members(const json& v, const std::string& param, const AttentionOptionFail&
 }  // namespace
 
 std::string attention_option_keys(const std::string& name_key) {
-  return name_key + ", kv_read_ratio, min_keys, sparq, hip, swa";
+  std::string keys = name_key + ", kv_read_ratio, min_keys";
+  for (const PolicyDef& d : policy_registry())
+    if (!d.params.empty()) keys += ", " + std::string(d.name);
+  return keys;
 }
+
+namespace {
+
+// The policy whose options object `key` names (its name or alias), or null.
+const PolicyDef* options_of(const std::string& key) {
+  for (const PolicyDef& d : policy_registry())
+    if (!d.params.empty() && (key == d.name || (d.alias != nullptr && key == d.alias))) return &d;
+  return nullptr;
+}
+
+double param_value(const ParamSpec& spec, const json& v, const std::string& param, const AttentionOptionFail& fail) {
+  switch (spec.type) {
+    case ParamType::kInt: return integer(v, param, static_cast<int64_t>(spec.min), fail);
+    case ParamType::kOddInt: {
+      const int32_t n = integer(v, param, static_cast<int64_t>(spec.min), fail);
+      if (n % 2 == 0) fail_and_throw(fail, param, "must be an odd integer >= " + std::to_string(static_cast<int64_t>(spec.min)));
+      return n;
+    }
+    case ParamType::kBool: return boolean(v, param, fail) ? 1 : 0;
+    case ParamType::kRatio: return ratio(v, param, fail);
+  }
+  return 0;
+}
+
+}  // namespace
 
 bool apply_attention_option(const std::string& name_key, const std::string& key, const json& value,
                             AttentionPolicy& p, const AttentionOptionFail& fail) {
   if (key == name_key) {
     if (!value.is_string()) fail_and_throw(fail, key, "must be a string");
     try {
-      p.kind = parse_policy_name(value.get<std::string>());
+      p.kind = policy_kind(value.get<std::string>());
     } catch (const Error& e) {
       fail_and_throw(fail, key, e.what());
     }
@@ -61,33 +90,17 @@ bool apply_attention_option(const std::string& name_key, const std::string& key,
     else fail_and_throw(fail, key, "must be an integer >= 0 or \"measured\"");
   } else if (key == "kv_read_ratio") {
     p.kv_read_ratio = ratio(value, key, fail);
-  } else if (key == "sparq") {
+  } else if (const PolicyDef* def = options_of(key)) {
     members(value, key, fail, [&](const std::string& k, const json& v, const std::string& param) {
-      if (k == "r") p.sparq_r = integer(v, param, 1, fail);
-      else if (k == "k") p.sparq_k = integer(v, param, 1, fail);
-      else if (k == "l") p.sparq_l = integer(v, param, 0, fail);
-      else if (k == "reallocation") p.sparq_reallocation = boolean(v, param, fail);
-      else if (k == "key_spread") p.sparq_key_spread = boolean(v, param, fail);
-      else fail_and_throw(fail, param, "unknown sparq option (r, k, l, reallocation, key_spread)");
-    });
-  } else if (key == "hip") {
-    members(value, key, fail, [&](const std::string& k, const json& v, const std::string& param) {
-      if (k == "mask_k") p.hip_mask_k = integer(v, param, 1, fail);
-      else if (k == "block_size_k") p.hip_block_size_k = integer(v, param, 1, fail);
-      else if (k == "sink") p.hip_sink = integer(v, param, 0, fail);
-      else if (k == "window") p.hip_window = integer(v, param, 0, fail);
-      else if (k == "refresh") p.hip_refresh = integer(v, param, 1, fail);
-      else if (k == "dense_layers") p.hip_dense_layers = integer(v, param, 0, fail);
-      else if (k == "per_kv_head") p.hip_per_kv_head = boolean(v, param, fail);
-      else
-        fail_and_throw(fail, param,
-                       "unknown hip option (mask_k, block_size_k, sink, window, refresh, dense_layers, per_kv_head)");
-    });
-  } else if (key == "swa") {
-    members(value, key, fail, [&](const std::string& k, const json& v, const std::string& param) {
-      if (k == "ratio") p.swa_ratio = ratio(v, param, fail);
-      else if (k == "pool") p.swa_pool = integer(v, param, 1, fail);
-      else fail_and_throw(fail, param, "unknown swa option (ratio, pool)");
+      std::string names;
+      for (size_t j = 0; j < def->params.size(); ++j) {
+        if (k == def->params[j].name) {
+          p.set(Param{def->params, static_cast<int>(j)}, param_value(def->params[j], v, param, fail));
+          return;
+        }
+        names += (j == 0 ? "" : ", ") + std::string(def->params[j].name);
+      }
+      fail_and_throw(fail, param, "unknown " + key + " option (" + names + ")");
     });
   } else {
     return false;

@@ -1,13 +1,11 @@
 #pragma once
 // JSON form of a decode attention policy, shared by the config file ("attention": {...}) and
 // the request extension ("fathom": {...}):
-//   "<name key>": "dense" | "sparq" | "hip" | "swa" | "auto"  ("policy" in the config, "attention" in requests)
+//   "<name key>": a registered policy's name or alias ("policy" in the config, "attention" in requests)
 //   "kv_read_ratio": (0, 1]                              the knob every sparse policy understands
 //   "min_keys": int >= 0 | "measured"                    shorter decode steps run densely
-//   "sparq": {"r": int, "k": int, "l": int, "reallocation": bool, "key_spread": bool}
-//   "hip":   {"mask_k": int, "block_size_k": int, "sink": int, "window": int, "refresh": int, "dense_layers": int,
-//             "per_kv_head": bool}
-//   "swa":   {"ratio": (0, 1], "pool": odd int}
+//   "<policy>": {...}                                    that policy's parameters, by its ParamSpec table
+//                                                        (e.g. "hip": {"refresh": 4}; engine/attention/policies/)
 // Explicit parameters override what kv_read_ratio derives (engine/attention/policy.h).
 #include <functional>
 #include <string>

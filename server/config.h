@@ -20,7 +20,7 @@ struct ServerConfig {
   // Default decode attention policy of requests: `auto` at kv_read_ratio 1/4: dense's pass-key
   // answers on Gemma 3, 95% of them on SmolLM2 at 4k and 8k over three prompt sets (docs/attention.md,
   // "Sparse decode attention"; at 1/8 it missed 2 of 15 at SmolLM2 8k).
-  AttentionPolicy attention{PolicyKind::kAuto, 0.25};
+  AttentionPolicy attention = AttentionPolicy::named("auto", 0.25);
   std::string host = "127.0.0.1";
   int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
   int32_t grpc_port = 0;            // 0 = gRPC off; -1 = pick a free port

@@ -155,7 +155,7 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
   r.attention = config.attention;
   if (!in.attention().empty()) {
     try {
-      r.attention.kind = parse_policy_name(in.attention());
+      r.attention.kind = policy_kind(in.attention());
     } catch (const Error& e) {
       invalid(e.what());
     }

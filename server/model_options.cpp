@@ -30,7 +30,7 @@ ModelOptions model_options_from_args(const CliArgs& args, const ModelOptions& de
 
 AttentionPolicy attention_from_args(const CliArgs& args, const AttentionPolicy& defaults) {
   AttentionPolicy p = defaults;
-  if (auto v = args.get("attention")) p.kind = parse_policy_name(*v);
+  if (auto v = args.get("attention")) p.kind = policy_kind(*v);
   if (args.has("kv-read-ratio")) p.kv_read_ratio = args.get_double("kv-read-ratio", p.kv_read_ratio);
   if (auto v = args.get("attention-min-keys"))
     p.min_keys = *v == "measured" ? AttentionPolicy::kMeasuredBreakEven : static_cast<int32_t>(args.get_int("attention-min-keys", 0));

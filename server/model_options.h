@@ -10,7 +10,7 @@
 namespace fathom {
 
 // --threads N --kv-dtype f16|f32|int8 --no-transposed-k --precision q8|f32 --block-size N --kv-cache-mib N
-// --chat-template F --backend cpu|cuda, and the decode attention policy: --attention dense|sparq|hip|swa|auto --kv-read-ratio X
+// --chat-template F --backend cpu|cuda, and the decode attention policy: --attention dense|sparq|hip|alisa|auto --kv-read-ratio X
 // --attention-min-keys N|measured
 inline const std::set<std::string> kModelOptionNames = {"model",        "threads",       "kv-dtype",  "precision",
                                                         "block-size",   "kv-cache-mib",  "chat-template",

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "engine/attention/policy_registry.h"
+
 namespace fathom {
 
 namespace {
@@ -45,7 +47,7 @@ std::vector<AttentionGroup> find_attention_groups(const BatchPlan& plan, int32_t
     const SeqStep& s = plan.seqs[i];
     // auto joins groups too: a group's output is exactly dense's and each of its n samples reads
     // 1/n of the shared prompt (SWA's 1/8 is fewer bytes only while n < 8).
-    const bool groupable = s.policy == nullptr || s.policy->kind == PolicyKind::kDense || s.policy->kind == PolicyKind::kAuto;
+    const bool groupable = s.policy == nullptr || policy_def(s.policy->kind).groupable;
     // A negative first entry is a dropped block (recomputed per sequence, never shared).
     if (s.tokens.size() == 1 && groupable && s.pos0 >= block_size && (*s.blocks)[0] >= 0)
       by_first[(*s.blocks)[0]].push_back(i);

@@ -2,118 +2,144 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/error.h"
+#include "engine/attention/policy_registry.h"
 
 namespace fathom {
 
-const char* policy_name(PolicyKind k) {
-  switch (k) {
-    case PolicyKind::kDense: return "dense";
-    case PolicyKind::kSparq: return "sparq";
-    case PolicyKind::kHip: return "hip";
-    case PolicyKind::kSwa: return "swa";
-    case PolicyKind::kAuto: return "auto";
-  }
-  return "?";
+int policy_count() { return static_cast<int>(policy_registry().size()); }
+
+const char* policy_name(PolicyKind k) { return policy_def(k).name; }
+
+std::string policy_names() {
+  std::string names;
+  for (const PolicyDef& d : policy_registry()) names += (names.empty() ? "" : ", ") + std::string(d.name);
+  return names;
 }
 
-PolicyKind parse_policy_name(const std::string& name) {
-  for (int i = 0; i < kPolicyKinds; ++i)
-    if (name == policy_name(static_cast<PolicyKind>(i))) return static_cast<PolicyKind>(i);
-  throw Error("unknown attention policy '" + name + "' (available: dense, sparq, hip, swa, auto)");
+PolicyKind policy_kind(const std::string& name) {
+  const std::span<const PolicyDef> all = policy_registry();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (name == all[i].name || (all[i].alias != nullptr && name == all[i].alias)) return static_cast<PolicyKind>(i);
+  throw Error("unknown attention policy '" + name + "' (available: " + policy_names() + ")");
+}
+
+namespace {
+
+// The registry index of the first policy whose parameter table is `table` (auto has none of its
+// own; a table is one policy's).
+int table_owner(std::span<const ParamSpec> table) {
+  const std::span<const PolicyDef> all = policy_registry();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].params.data() == table.data() && !table.empty()) return static_cast<int>(i);
+  FATHOM_CHECK(false, "parameter table of no registered policy");
+  return 0;
+}
+
+}  // namespace
+
+AttentionPolicy::AttentionPolicy() {
+  const std::span<const PolicyDef> all = policy_registry();
+  for (size_t i = 0; i < all.size(); ++i) {
+    FATHOM_CHECK(all[i].params.size() <= static_cast<size_t>(kMaxPolicyParams), "too many policy parameters");
+    for (size_t j = 0; j < all[i].params.size(); ++j) values_[i * kMaxPolicyParams + j] = all[i].params[j].initial;
+  }
+}
+
+AttentionPolicy::AttentionPolicy(PolicyKind k, double ratio) : AttentionPolicy() {
+  policy_def(k);  // checks k
+  kind = k;
+  kv_read_ratio = ratio;
+}
+
+bool AttentionPolicy::is(const char* n) const { return std::strcmp(policy_name(kind), n) == 0; }
+
+size_t AttentionPolicy::slot(Param p) const {
+  FATHOM_CHECK(p.index >= 0 && static_cast<size_t>(p.index) < p.table.size(), "parameter index out of its table");
+  return static_cast<size_t>(table_owner(p.table)) * kMaxPolicyParams + p.index;
+}
+
+std::span<const double> AttentionPolicy::values_of(std::span<const ParamSpec> table) const {
+  if (table.empty()) return {};
+  return std::span<const double>(values_).subspan(static_cast<size_t>(table_owner(table)) * kMaxPolicyParams,
+                                                  table.size());
 }
 
 void AttentionPolicy::validate() const {
-  auto positive_or_unset = [](int32_t v, const char* what) {
-    if (v != -1 && v < 1) throw Error(std::string(what) + " must be a positive integer");
-  };
   if (!(kv_read_ratio > 0.0 && kv_read_ratio <= 1.0)) throw Error("kv_read_ratio must be in (0, 1]");
-  positive_or_unset(sparq_r, "sparq r");
-  positive_or_unset(sparq_k, "sparq k");
-  if (sparq_l != -1 && sparq_l < 0) throw Error("sparq l must be >= 0");
-  positive_or_unset(hip_mask_k, "hip mask_k");
-  if (hip_sink != -1 && hip_sink < 0) throw Error("hip sink must be >= 0");
-  if (hip_window != -1 && hip_window < 0) throw Error("hip window must be >= 0");
-  if (hip_block_size_k < 1) throw Error("hip block_size_k must be >= 1");
-  if (hip_refresh < 1) throw Error("hip refresh must be >= 1");
-  if (hip_dense_layers < 0) throw Error("hip dense_layers must be >= 0");
-  if (swa_ratio != -1 && !(swa_ratio > 0.0 && swa_ratio <= 1.0)) throw Error("swa ratio must be in (0, 1]");
-  if (swa_pool < 1 || swa_pool % 2 == 0) throw Error("swa pool must be a positive odd integer");
   if (min_keys < kMeasuredBreakEven) throw Error("min_keys must be >= 0 or \"measured\"");
-}
-
-ref::SparqParams resolve_sparq(const AttentionPolicy& p, int32_t S, int32_t d) {
-  ref::SparqParams s = ref::sparq_params_for_ratio(p.kv_read_ratio, S, d, p.sparq_reallocation);
-  if (p.kv_read_ratio >= 1.0) s.k = S;  // the loosest setting selects every key
-  if (p.sparq_r > 0) s.r = std::min(p.sparq_r, d);
-  if (p.sparq_k > 0) s.k = p.sparq_k;
-  if (p.sparq_l >= 0) s.l = p.sparq_l;
-  else if (p.sparq_k > 0) s.l = s.k / 4;
-  return s;
-}
-
-ref::HipParams resolve_hip(const AttentionPolicy& p, int32_t S) {
-  ref::HipParams h;
-  h.block_size_k = p.hip_block_size_k;
-  h.per_kv_head = p.hip_per_kv_head;
-  const int64_t budget = static_cast<int64_t>(std::ceil(p.kv_read_ratio * S));
-  h.sink = p.hip_sink >= 0 ? p.hip_sink : static_cast<int32_t>(std::min<int64_t>(16, budget / 16));
-  h.window = p.hip_window >= 0 ? p.hip_window : static_cast<int32_t>(std::min<int64_t>(256, budget / 4));
-  if (p.hip_mask_k > 0) {
-    h.mask_k = p.hip_mask_k;
-  } else if (budget >= S) {
-    h.mask_k = std::max(S, h.block_size_k);  // T′ < S ≤ mask_k: dense
-  } else {
-    const int64_t rest = std::max<int64_t>(budget - h.sink - h.window, h.block_size_k);
-    h.mask_k = static_cast<int32_t>(rest / h.block_size_k * h.block_size_k);
+  for (const PolicyDef& d : policy_registry()) {
+    const std::span<const double> v = values_of(d.params);
+    for (size_t j = 0; j < d.params.size(); ++j) {
+      const ParamSpec& s = d.params[j];
+      if (v[j] == kDerived && s.initial == kDerived) continue;
+      const std::string what = std::string(d.name) + "." + s.name;
+      switch (s.type) {
+        case ParamType::kInt:
+          if (v[j] < s.min || v[j] != std::floor(v[j])) throw Error(what + " must be an integer >= " + std::to_string(static_cast<int64_t>(s.min)));
+          break;
+        case ParamType::kOddInt:
+          if (v[j] < s.min || v[j] != std::floor(v[j]) || std::fmod(v[j], 2.0) == 0)
+            throw Error(what + " must be an odd integer >= " + std::to_string(static_cast<int64_t>(s.min)));
+          break;
+        case ParamType::kBool:
+          if (v[j] != 0 && v[j] != 1) throw Error(what + " must be true or false");
+          break;
+        case ParamType::kRatio:
+          if (!(v[j] > 0.0 && v[j] <= 1.0)) throw Error(what + " must be in (0, 1]");
+          break;
+      }
+    }
   }
-  return h;
-}
-
-ref::SwaParams resolve_swa(const AttentionPolicy& p, int32_t S) {
-  ref::SwaParams s;
-  if (p.swa_ratio > 0) {
-    s.ratio = static_cast<float>(p.swa_ratio);
-  } else {
-    const double floor = std::min(1.0, static_cast<double>(kSwaMinKept) / std::max(S, 1));
-    s.ratio = static_cast<float>(std::max(p.kv_read_ratio, floor));
-  }
-  return s;
 }
 
 AttentionPolicy resolve_auto(const AttentionPolicy& p) {
-  if (p.kind != PolicyKind::kAuto) return p;
-  AttentionPolicy chosen = p;
-  chosen.kind = PolicyKind::kSwa;
-  return chosen;
+  const PolicyDef& d = policy_def(p.kind);
+  return d.resolve != nullptr ? d.resolve(p) : p;
 }
 
 AttentionPolicy break_even_probe(const AttentionPolicy& p) {
-  const double ratio = p.kind == PolicyKind::kSwa && p.swa_ratio > 0 ? p.swa_ratio : p.kv_read_ratio;
-  AttentionPolicy probe;
-  probe.kind = p.kind;
+  const PolicyDef& d = policy_def(p.kind);
+  const double ratio = d.probe_ratio != nullptr ? d.probe_ratio(p) : p.kv_read_ratio;
+  AttentionPolicy probe(p.kind);
   // Up to a power of two to 1/8, then to a multiple of 1/8: eleven buckets (1/64 ... 1/8, 1/4,
-  // 3/8, ... 1). With powers of two only, 3/8 was probed at 1/2, where SWA is about dense's speed
-  // (SmolLM2 8k keys: 283 vs 292 us a layer), so a 3/8 request's break-even came out "never" in
-  // some start-ups although 3/8 measures 1.3x dense at 8k (bench_decode).
+  // 3/8, ... 1). With powers of two only, 3/8 was probed at 1/2, where ALISA is about dense's
+  // speed (SmolLM2 8k keys: 283 vs 292 us a layer), so a 3/8 request's break-even came out
+  // "never" in some start-ups although 3/8 measures 1.3x dense at 8k (bench_decode).
   probe.kv_read_ratio = 1.0 / 64;
   while (probe.kv_read_ratio < ratio && probe.kv_read_ratio < 0.125) probe.kv_read_ratio *= 2;
   if (ratio > 0.125) probe.kv_read_ratio = std::min(1.0, std::ceil(ratio * 8 - 1e-9) / 8);
-  if (p.kind == PolicyKind::kHip) {
-    probe.hip_per_kv_head = p.hip_per_kv_head;
-    // The largest power of two <= refresh, at most the default's: a shorter refresh re-estimates
-    // more often, so its break-even is the conservative one.
-    const int32_t cap = std::min(p.hip_refresh, AttentionPolicy{}.hip_refresh);
-    probe.hip_refresh = 1;
-    while (probe.hip_refresh * 2 <= cap) probe.hip_refresh *= 2;
-  }
+  if (d.probe_params != nullptr) d.probe_params(p, probe);
   return probe;
 }
 
 bool same_break_even_probe(const AttentionPolicy& a, const AttentionPolicy& b) {
-  return a.kind == b.kind && a.kv_read_ratio == b.kv_read_ratio && a.hip_per_kv_head == b.hip_per_kv_head &&
-         a.hip_refresh == b.hip_refresh;
+  if (a.kind != b.kind || a.kv_read_ratio != b.kv_read_ratio) return false;
+  const std::span<const ParamSpec> table = policy_def(a.kind).params;
+  const std::span<const double> va = a.values_of(table), vb = b.values_of(table);
+  return std::equal(va.begin(), va.end(), vb.begin(), vb.end());
+}
+
+bool is_default_probe(const AttentionPolicy& probe) {
+  const std::span<const ParamSpec> table = policy_def(probe.kind).params;
+  const std::span<const double> v = probe.values_of(table);
+  for (size_t j = 0; j < table.size(); ++j)
+    if (v[j] != table[j].initial) return false;
+  return true;
+}
+
+bool layer_uses_policy(const AttentionPolicy& p, int32_t layer, bool sliding) {
+  if (p.kind == kDensePolicy || sliding) return false;
+  const PolicyDef& d = policy_def(resolve_auto(p).kind);
+  return d.dense_layers == nullptr || layer >= d.dense_layers(p);
+}
+
+bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d) {
+  const AttentionPolicy r = resolve_auto(p);
+  const PolicyDef& def = policy_def(r.kind);
+  return def.selects_every_key == nullptr || def.selects_every_key(r, S, d);
 }
 
 }  // namespace fathom

@@ -4,90 +4,126 @@
 //
 // `kv_read_ratio` (0, 1] is the one knob every sparse policy understands: the fraction of the
 // dense KV bytes a step may read. Each policy turns it into its own parameters at the current
-// sequence length S (resolve_*); explicit parameters override what the ratio derives. At
-// ratio 1 every policy attends every key, i.e. equals dense.
+// sequence length S; explicit parameters override what the ratio derives. At ratio 1 every
+// policy attends every key, i.e. equals dense.
+//
+// The policies themselves are registered in engine/attention/policy_registry.cpp, one line each;
+// a policy's parameters (names, defaults, bounds) are a ParamSpec table in its own header
+// (engine/attention/policies/), read here through Param handles. A request carries the
+// parameters of every registered policy, so a server default set for one policy holds when a
+// request switches to it.
+#include <array>
 #include <cstdint>
+#include <span>
 #include <string>
-
-#include "kernels/ref/hip.h"
-#include "kernels/ref/sparq.h"
-#include "kernels/ref/swa.h"
 
 namespace fathom {
 
-// kAuto is not a kernel: each step it resolves to one (resolve_auto).
-enum class PolicyKind { kDense, kSparq, kHip, kSwa, kAuto };
-inline constexpr int kPolicyKinds = 5;
-const char* policy_name(PolicyKind k);                 // "dense", "sparq", "hip", "swa", "auto"
-PolicyKind parse_policy_name(const std::string& name);  // throws fathom::Error naming the choices
+// A policy's index in the registry (policy_registry.cpp). Dense is always 0.
+using PolicyKind = int32_t;
+inline constexpr PolicyKind kDensePolicy = 0;
+inline constexpr int kMaxPolicies = 8;        // registry capacity (per-policy counters are arrays)
+inline constexpr int kMaxPolicyParams = 8;    // parameters per policy
+
+int policy_count();                                        // registered policies
+const char* policy_name(PolicyKind k);                     // the canonical name ("dense", "sparq", ...)
+PolicyKind policy_kind(const std::string& name);            // by name or alias; throws fathom::Error naming the choices
+std::string policy_names();                                 // "dense, sparq, ..." for messages
+
+// One parameter of a policy, as written in its options object ("hip": {"refresh": 4}).
+enum class ParamType {
+  kInt,      // an integer >= min
+  kOddInt,   // an odd integer >= min
+  kBool,     // true or false
+  kRatio,    // a number in (0, 1]
+};
+struct ParamSpec {
+  const char* name;
+  ParamType type;
+  double initial;   // the default; kDerived: derived from kv_read_ratio at each step
+  double min = 0;   // kInt, kOddInt: the smallest value a client may set
+};
+inline constexpr double kDerived = -1;  // an unset parameter the policy derives
+
+// A handle to parameter `index` of the policy whose table is `table` (a policy header's
+// constants, e.g. hip::kRefresh): reads and writes check that the table is the one addressed.
+struct Param {
+  std::span<const ParamSpec> table;
+  int index;
+};
 
 struct AttentionPolicy {
-  PolicyKind kind = PolicyKind::kDense;
+  PolicyKind kind = kDensePolicy;
   double kv_read_ratio = 0.125;
-  // SparQ (−1: derived from the ratio at S, see ref::sparq_params_for_ratio).
-  int32_t sparq_r = -1, sparq_k = -1, sparq_l = -1;
-  bool sparq_reallocation = true;
-  // Step 1 weighted by √ of the keys' spread per component (ref::sparq_attention's key_spread,
-  // from the cache's running K moments); false: the paper's rule. At 1/8 it found 20/20 pass keys
-  // on Gemma 3 at 4k and 8k where the paper's rule found 4/20 and 5/20; on fresh prompts it is right
-  // on exactly dense's at 1k-8k (bench/results/sparq_key_spread.md).
-  bool sparq_key_spread = true;
-  // HiP (−1: derived from the ratio at S). The mask is re-estimated every `hip_refresh` steps;
-  // the first `hip_dense_layers` layers stay dense (the paper's default 3). One mask per kv head
-  // (ref::HipParams::per_kv_head) and a refresh every 4 steps instead of the paper's per query
-  // head and 8: per kv head estimates G× fewer keys, which pays for refreshing twice as often, and
-  // the mask 8 steps old is what lost the pass keys (SmolLM2 at 1k-4k, 1/8: 4-12 of 20 at R = 8,
-  // 15-18 of 20 at R = 4 per kv head; one layer at 8k keys 127 µs against 185 µs per head at R = 8
-  // and 166 µs dense; bench/results/sparse_quality_findings.md, "Third step").
-  int32_t hip_mask_k = -1, hip_sink = -1, hip_window = -1;
-  int32_t hip_block_size_k = 2, hip_refresh = 4, hip_dense_layers = 3;
-  bool hip_per_kv_head = true;
-  // SWA (ALISA) caching ratio (−1: the ratio itself). Its heavy hitters are chosen by the mass
-  // max-pooled over `swa_pool` neighbouring positions (SnapKV's pooling, kernel 7: a multi-token
-  // span such as a number is kept whole, and filler tokens next to nothing heavy are not; 1: the
-  // raw mass, as the paper). Measured in bench/results/sparse_quality_findings.md.
-  double swa_ratio = -1;
-  int32_t swa_pool = 7;
   // Steps with fewer keys than this run densely (a sparse step does more work per key read, so
   // at short contexts it is slower than dense). kMeasuredBreakEven: the backend's measured
   // break-even for this policy (engine/backend/cpu/break_even.h); 0: sparse at every length.
   static constexpr int32_t kMeasuredBreakEven = -1;
   int32_t min_keys = kMeasuredBreakEven;
 
+  AttentionPolicy();  // dense, every policy's parameters at their defaults
+  explicit AttentionPolicy(PolicyKind k, double ratio = 0.125);
+  static AttentionPolicy named(const std::string& name, double ratio = 0.125) {
+    return AttentionPolicy(policy_kind(name), ratio);
+  }
+
   std::string name() const { return policy_name(kind); }
-  // Throws fathom::Error for a parameter out of range (the message names it).
+  bool is(const char* name) const;  // kind is the policy `name` (canonical)
+
+  // Parameters (of any registered policy, not only `kind`'s).
+  double number(Param p) const { return values_[slot(p)]; }
+  int32_t integer(Param p) const { return static_cast<int32_t>(values_[slot(p)]); }
+  bool flag(Param p) const { return values_[slot(p)] != 0; }
+  bool is_set(Param p) const { return values_[slot(p)] != kDerived; }  // not derived
+  AttentionPolicy& set(Param p, double value) {
+    values_[slot(p)] = value;
+    return *this;
+  }
+  // The raw values of the policy whose table is `table` (for comparisons, e.g. break-even probes).
+  std::span<const double> values_of(std::span<const ParamSpec> table) const;
+
+  // Throws fathom::Error for a parameter out of range (the message names it: "hip.refresh").
   void validate() const;
+
+ private:
+  size_t slot(Param p) const;
+  std::array<double, kMaxPolicies * kMaxPolicyParams> values_{};
 };
 
-// Parameters for one decode step at S = pos + 1 keys and head dimension d.
-ref::SparqParams resolve_sparq(const AttentionPolicy& p, int32_t S, int32_t d);
-// HiP at S keys: budget B = ratio·S tokens split as sink = min(16, B/16), window = min(256, B/4)
-// and mask_k = the rest (a multiple of block_size_k, at least one block); with B ≥ S the mask
-// covers everything (dense).
-ref::HipParams resolve_hip(const AttentionPolicy& p, int32_t S);
-// SWA at S keys: the caching ratio swa_ratio as given, else kv_read_ratio but keeping at least
-// kSwaMinKept keys (1 at S <= kSwaMinKept: dense). Below that the local half of the kept set is
-// too short to hold the question and a needle's digits at once (SmolLM2 at 1k keys, 1/8: 16/20
-// pass keys against 20/20 at 1/4; bench/results/sparse_quality_findings.md), and the bytes saved
-// are a few KiB per layer anyway.
-inline constexpr int32_t kSwaMinKept = 256;
-ref::SwaParams resolve_swa(const AttentionPolicy& p, int32_t S);
-
-// What `auto` runs: SWA with p's ratio and SWA parameters, dense below SWA's measured break-even
-// (or p.min_keys). SWA is the policy that kept dense's passkey answers best on both default
-// models (at 1/8 everywhere but SmolLM2 8k, at 1/4 everywhere: bench/results/passkey_auto.md)
-// and is also the fastest at every length measured (bench/results/sparse_quality_findings.md,
-// bench/results/break_even.md); the rule lives here so that a better-measured choice changes one place.
+// What a request's policy runs as (auto: the policy it stands for); the policy itself otherwise.
 AttentionPolicy resolve_auto(const AttentionPolicy& p);
 
 // The policy a backend measures the break-even of on behalf of `p`: the same kind at the
 // effective ratio rounded up to a power of two up to 1/8 (1/64 ... 1/8), above it to a multiple
 // of 1/8 (1/4, 3/8, ... 1; a larger ratio reads more, so its break-even is the conservative
-// one); for HiP also its mask scope (per kv head or per query head) and its refresh rounded down
-// to a power of two no larger than the default's (1, 2, 4); every other parameter derived. A
-// bounded set: clients cannot make the backend measure without end.
+// one); each policy may keep a few of its own parameters in the probe (HiP: its mask scope and
+// refresh bucket); every other parameter derived. A bounded set: clients cannot make the backend
+// measure without end.
 AttentionPolicy break_even_probe(const AttentionPolicy& p);
 // Whether two probes (break_even_probe results) are the same measurement.
 bool same_break_even_probe(const AttentionPolicy& a, const AttentionPolicy& b);
+// Whether a probe has the default value of every parameter its policy keeps in probes (the
+// break-even /metrics exports: one series per policy and ratio).
+bool is_default_probe(const AttentionPolicy& probe);
+
+// True when `layer` reads the KV cache through the sparse policy (else dense): sliding-window
+// layers already read at most their window and stay dense; a policy may keep leading layers dense
+// (HiP).
+bool layer_uses_policy(const AttentionPolicy& p, int32_t layer, bool sliding);
+
+// How many layers below `layer` read through `p` (LayerPolicyState::rank), with sliding(l) telling
+// whether layer l is a sliding-window one: the layers a policy reads take consecutive ranks,
+// whatever their indices (Gemma 3's global layers are 5, 11, 17, ...).
+template <typename SlidingOf>
+int32_t policy_layer_rank(const AttentionPolicy& p, int32_t layer, SlidingOf&& sliding) {
+  int32_t rank = 0;
+  for (int32_t l = 0; l < layer; ++l) rank += layer_uses_policy(p, l, sliding(l)) ? 1 : 0;
+  return rank;
+}
+
+// True when the policy would select every one of the S keys at head dimension d: the step is
+// dense attention and runs the dense kernel — the output is then exactly dense (one kernel's
+// rounding, not the gather kernels'), and no selection work is spent.
+bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d);
 
 }  // namespace fathom

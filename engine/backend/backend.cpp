@@ -21,10 +21,10 @@ void Backend::check_policy(const AttentionPolicy& requested) const {
   const AttentionPolicy policy = resolve_auto(requested);
   if (implements(policy.kind)) return;
   std::string available;
-  for (int k = 0; k < kPolicyKinds; ++k)
-    if (implements(resolve_auto(AttentionPolicy{static_cast<PolicyKind>(k)}).kind)) {
+  for (PolicyKind k = 0; k < policy_count(); ++k)
+    if (implements(resolve_auto(AttentionPolicy(k)).kind)) {
       if (!available.empty()) available += ", ";
-      available += policy_name(static_cast<PolicyKind>(k));
+      available += policy_name(k);
     }
   throw Error("attention policy '" + policy.name() + "' is not implemented by the " + name() + " backend (available: " +
               available + ")");
@@ -60,12 +60,12 @@ void Backend::exchange_slots(int32_t device_slot, int32_t host_slot) {
 
 StepStats& StepStats::operator+=(const StepStats& o) {
   staged_bytes += o.staged_bytes;
-  for (int k = 0; k < kPolicyKinds; ++k) {
+  for (int k = 0; k < kMaxPolicies; ++k) {
     hot_rows.hits[k] += o.hot_rows.hits[k];
     hot_rows.misses[k] += o.hot_rows.misses[k];
     hot_rows.fallbacks[k] += o.hot_rows.fallbacks[k];
     kv_read[k] += o.kv_read[k];
-    for (int ran = 0; ran < kPolicyKinds; ++ran) attention_steps[k][ran] += o.attention_steps[k][ran];
+    for (int ran = 0; ran < kMaxPolicies; ++ran) attention_steps[k][ran] += o.attention_steps[k][ran];
   }
   return *this;
 }
@@ -78,7 +78,7 @@ StepStats Backend::forward(const BatchPlan& plan, std::vector<float>& logits) {
 
 int32_t Backend::prepare_break_even(const AttentionPolicy& requested) {
   const AttentionPolicy p = resolve_auto(requested);
-  if (p.kind == PolicyKind::kDense || p.min_keys != AttentionPolicy::kMeasuredBreakEven) return -1;
+  if (p.kind == kDensePolicy || p.min_keys != AttentionPolicy::kMeasuredBreakEven) return -1;
   return sparse_break_even(p);
 }
 

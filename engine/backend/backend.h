@@ -29,7 +29,7 @@ class Model;
 // rows found in the cache, rows copied in, and layer steps that fell back to dense because one
 // attention call needed more rows than the cache holds.
 struct HotRowCounts {
-  std::array<int64_t, kPolicyKinds> hits{}, misses{}, fallbacks{};
+  std::array<int64_t, kMaxPolicies> hits{}, misses{}, fallbacks{};
 };
 
 // What one forward pass did, for the engine's metrics: host-tier KV bytes attention staged into

@@ -11,7 +11,7 @@ from server_fixture import ServerProcess
 PARAGRAPH = ("The history of the lighthouse at the northern cape goes back to the sixteenth century, when "
              "merchants from the city paid for a wooden tower and a fire of coal to warn their ships. ")
 LONG_PROMPT = PARAGRAPH * 24 + "\nIn one sentence, the lighthouse was built because"
-SPARSE = ["sparq", "hip", "swa"]
+SPARSE = ["sparq", "hip", "alisa"]
 # SmolLM2-135M: 30 layers, 3 kv heads, head dim 64.
 LAYERS, KV_HEADS, HEAD_DIM = 30, 3, 64
 
@@ -89,7 +89,7 @@ def test_steps_below_min_keys_are_dense(server, policy):
 @pytest.mark.parametrize("value", [-1, "auto", 1.5, None, [3]])
 def test_bad_min_keys_is_400(server, value):
     r = requests.post(f"{server.base_url}/v1/completions", timeout=60,
-                      json={"prompt": "hi", "max_tokens": 2, "fathom": {"attention": "swa", "min_keys": value}})
+                      json={"prompt": "hi", "max_tokens": 2, "fathom": {"attention": "alisa", "min_keys": value}})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"].endswith("min_keys")
 
@@ -106,26 +106,30 @@ def test_auto_counts_what_it_chose(server):
     out = complete(server, LONG_PROMPT, 8, {"attention": "auto", "ignore_eos": True})
     after = layer_steps(server, "auto")
     chose = {k: after[k] - before.get(k, 0) for k in after}
-    # Every decode layer step ran either SWA (above its measured break-even) or dense.
-    assert set(k for k, v in chose.items() if v > 0) <= {"swa", "dense"}, chose
+    # Every decode layer step ran either ALISA (above its measured break-even) or dense.
+    assert set(k for k, v in chose.items() if v > 0) <= {"alisa", "dense"}, chose
     assert sum(chose.values()) == LAYERS * (out["usage"]["completion_tokens"] - 1)
-    # auto resolves to SWA at the server's default ratio (1/4), whose break-even was measured at
+    # auto resolves to ALISA at the server's default ratio (1/4), whose break-even was measured at
     # start-up (auto is the default policy) and is exported.
-    break_even = metric(server, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "swa"})
+    break_even = metric(server, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "alisa"})
     assert break_even == float("inf") or break_even in [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
-    # Below the break-even every step is dense; above it, SWA.
-    want = "dense" if break_even > out["usage"]["prompt_tokens"] + 8 else "swa"
+    # Below the break-even every step is dense; above it, ALISA.
+    want = "dense" if break_even > out["usage"]["prompt_tokens"] + 8 else "alisa"
     assert chose.get(want, 0) == sum(chose.values()), (chose, break_even)
     forced = complete(server, LONG_PROMPT, 8, {"attention": "auto", "min_keys": 0, "ignore_eos": True})
+    # "swa", ALISA's old name, is still accepted (deprecated) and is the same policy.
+    before_alisa = kv_read(server, "alisa")
     assert forced["choices"][0]["text"] == complete(
-        server, LONG_PROMPT, 8, {"attention": "swa", "min_keys": 0, "ignore_eos": True})["choices"][0]["text"]
+        server, LONG_PROMPT, 8, {"attention": "swa", "min_keys": 0, "ignore_eos": True,
+                                 "swa": {"pool": 7}})["choices"][0]["text"]
+    assert kv_read(server, "alisa") > before_alisa
 
 
 def test_the_default_policy_is_measured_at_start_up(fathom_bin, smollm2_path):
-    # The default policy is auto at 1/4: the server measures SWA's break-even before serving, so it
-    # is on /metrics before any request and no request's first step pays for the measurement.
+    # The default policy is auto at 1/4: the server measures ALISA's break-even before serving, so
+    # it is on /metrics before any request and no request's first step pays for the measurement.
     with ServerProcess(fathom_bin, smollm2_path) as s:
-        break_even = metric(s, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "swa"})
+        break_even = metric(s, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "alisa"})
         assert break_even == float("inf") or 256 <= break_even <= 32768
         assert "auto decodes sparse from" in s.stderr, s.stderr
     assert s.returncode == 0, s.stderr

@@ -59,7 +59,7 @@ def test_the_shipped_config_serves_auto_at_a_quarter(fathom_bin, smollm2_path):
                        extra_args=["--config", str(root / "configs" / "default.json"), "--grpc-port", "0",
                                    "--threads", "1"]) as server:
         text = requests.get(f"{server.base_url}/metrics", timeout=30).text
-        assert 'fathom_attention_break_even_keys{kv_read_ratio="0.25",policy="swa"}' in text, text[:2000]
+        assert 'fathom_attention_break_even_keys{kv_read_ratio="0.25",policy="alisa"}' in text, text[:2000]
         r = requests.post(f"{server.base_url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=60)
         assert r.status_code == 200, r.text
     assert "auto decodes sparse from" in server.stderr, server.stderr

@@ -39,7 +39,7 @@ REQUIRED = {
     "fathom_kv_dropped_tokens_recomputed_total": ("counter", {}),
     "fathom_kv_recompute_seconds_per_token": ("gauge", {}),
     "fathom_kv_transfer_seconds_per_token": ("gauge", {}),
-    "fathom_kv_hot_rows_total": ("counter", {"policy": ["hip", "swa"], "result": ["hit", "miss"]}),
+    "fathom_kv_hot_rows_total": ("counter", {"policy": ["hip", "alisa"], "result": ["hit", "miss"]}),
     "fathom_kv_hot_row_fallbacks_total": ("counter", {}),
     "fathom_swap_bytes_total": ("counter", {"direction": ["in", "out"]}),
 }

@@ -17,5 +17,6 @@
 #include "kernels/cuda/sparq_attention.h"
 #include "kernels/cuda/swa_attention.h"
 #include "kernels/cuda/swa_mass.h"
-#include "engine/backend/cuda/attention_policies.h"
+#include "engine/backend/cuda/bifurcated_groups.h"
+#include "engine/backend/cuda/cuda_policies.h"
 #include "engine/backend/cuda/cuda_backend.h"

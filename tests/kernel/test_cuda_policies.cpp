@@ -19,6 +19,8 @@
 // sparse policies' selections can flip where two candidates score within that rounding (SmolLM2
 // here: SparQ up to NMSE 5e-4 at a step, dense-only steps 1.5e-5), so the NMSE is printed, not
 // bounded; the picks are what must agree.
+#include "engine/attention/policies/alisa.h"
+#include "engine/attention/policies/hip.h"
 #include "tests/kernel/cuda_backend_headers.h"
 #include "tests/kernel/shared_prefill.h"
 
@@ -70,7 +72,7 @@ void compare_policies(const std::string& file, int steps) {
   CpuBackend cpu(*model, o);
   std::unique_ptr<Backend> cuda = make_cuda_backend(*model, o);
   ASSERT_EQ(cpu.block_bytes(), cuda->block_bytes()) << "the block images must be the same bytes";
-  for (PolicyKind k : {PolicyKind::kDense, PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa})
+  for (PolicyKind k : {kDensePolicy, policy_kind("sparq"), policy_kind("hip"), policy_kind("alisa")})
     EXPECT_TRUE(cuda->implements(k)) << policy_name(k);  // auto resolves to one of these before the backend
   BlockAllocator blocks(cpu.kv_blocks(), o.block_size);
   const int32_t vocab = model->vocab(), bs = o.block_size;
@@ -90,9 +92,9 @@ void compare_policies(const std::string& file, int steps) {
 
   // Sequences: the full prompt blocks shared, the partial one copied, room for `steps` more.
   AttentionPolicy dense, sparq, hip, swa;
-  sparq.kind = PolicyKind::kSparq;
-  hip.kind = PolicyKind::kHip;
-  swa.kind = PolicyKind::kSwa;
+  sparq.kind = policy_kind("sparq");
+  hip.kind = policy_kind("hip");
+  swa.kind = policy_kind("alisa");
   for (AttentionPolicy* p : {&dense, &sparq, &hip, &swa}) p->min_keys = 0;  // sparse at 405 keys on both backends
   const AttentionPolicy* policy[kSeqs] = {&dense, &sparq, &hip, &swa, &dense};
   std::vector<std::vector<int32_t>> tables(kSeqs);
@@ -131,19 +133,23 @@ void compare_policies(const std::string& file, int steps) {
     // every HiP layer, no step estimates more than ⌈n / R⌉ of them.
     bool masks_differ = false;
     for (int i = 0; i < kSeqs; ++i) {
-      if (policy[i]->kind != PolicyKind::kHip) continue;
+      if (policy[i]->kind != policy_kind("hip")) continue;
       int32_t hip_layers = 0, estimated_now = 0;
       for (size_t l = 0; l < cpu_state[i].layers.size(); ++l) {
-        const ref::HipMask& want = cpu_state[i].layers[l].hip_mask;
-        using cuda_backend_detail::HipDeviceMask;
+        using cuda_backend_detail::hip_cuda::HipDeviceMask;
         const auto* got = dynamic_cast<const HipDeviceMask*>(cuda_state[i].layers[l].backend.get());
+        const auto* cpu_hip = find_layer_state<hip::LayerState>(cpu_state[i].layers[l]);
+        const auto* cuda_hip = find_layer_state<hip::LayerState>(cuda_state[i].layers[l]);
         if (got == nullptr) {  // a layer HiP leaves dense, on both backends
-          EXPECT_LT(cpu_state[i].layers[l].hip_age, 0) << "layer " << l;
+          EXPECT_EQ(cpu_hip, nullptr) << "layer " << l;
           continue;
         }
+        ASSERT_NE(cpu_hip, nullptr);
+        ASSERT_NE(cuda_hip, nullptr);
+        const ref::HipMask& want = cpu_hip->mask;
         ++hip_layers;
         estimated_now += want.pos == P + step;
-        ASSERT_EQ(cuda_state[i].layers[l].hip_mask.pos, want.pos) << "layer " << l << " step " << step;
+        ASSERT_EQ(cuda_hip->mask.pos, want.pos) << "layer " << l << " step " << step;
         if (want.dense) continue;
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         std::vector<int32_t> starts(got->n);
@@ -164,7 +170,7 @@ void compare_policies(const std::string& file, int steps) {
         hip_blocks_differing += differ;
         hip_blocks += starts.size();
       }
-      const int32_t R = policy[i]->hip_refresh;
+      const int32_t R = policy[i]->integer(hip::kRefresh);
       if (step == 0) EXPECT_EQ(estimated_now, hip_layers) << "the first step estimates every HiP layer";
       else EXPECT_LE(estimated_now, (hip_layers + R - 1) / R) << "step " << step << ": the layers take turns";
     }
@@ -177,7 +183,7 @@ void compare_policies(const std::string& file, int steps) {
         num += (a[k] - b[k]) * static_cast<double>(a[k] - b[k]);
         den += a[k] * static_cast<double>(a[k]);
       }
-      const bool near_tie = policy[i]->kind == PolicyKind::kHip && masks_differ;
+      const bool near_tie = policy[i]->kind == policy_kind("hip") && masks_differ;
       (near_tie ? worst_hip_nmse : worst_nmse) = std::max(near_tie ? worst_hip_nmse : worst_nmse, num / den);
     }
     for (int i = 0; i < kSeqs; ++i) {
@@ -185,7 +191,7 @@ void compare_policies(const std::string& file, int steps) {
       const std::vector<int32_t> top = ranked(a, vocab, 2);
       const int32_t mine = ranked(&cuda_logits[static_cast<size_t>(i) * vocab], vocab, 1)[0];
       smallest_margin = std::min<double>(smallest_margin, a[top[0]] - a[top[1]]);
-      if (policy[i]->kind == PolicyKind::kHip && masks_differ && mine != top[0]) {  // a near-tie's block, above
+      if (policy[i]->kind == policy_kind("hip") && masks_differ && mine != top[0]) {  // a near-tie's block, above
         EXPECT_EQ(mine, top[1]) << "step " << step << ": HiP's token is the CPU's second";
         ++hip_tokens_differing;
         token[i] = top[0];
@@ -199,9 +205,9 @@ void compare_policies(const std::string& file, int steps) {
     }
   }
   EXPECT_EQ(grouped_steps, steps) << "every CUDA step ran the dense sequences as a bifurcated group";
-  EXPECT_GT(cpu_stats.kv_read[static_cast<int>(PolicyKind::kSparq)], 0);
+  EXPECT_GT(cpu_stats.kv_read[policy_kind("sparq")], 0);
   const KvReadBytes& cuda_read = cuda_stats.kv_read;
-  for (PolicyKind k : {PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa})
+  for (PolicyKind k : {policy_kind("sparq"), policy_kind("hip"), policy_kind("alisa")})
     EXPECT_GT(cuda_read[static_cast<int>(k)], 0) << policy_name(k) << " ran on the CUDA backend";
   for (int i = 0; i < kSeqs; ++i)
     std::printf("%s %s: %s\n", file.c_str(), policy[i]->name().c_str(),
@@ -227,9 +233,9 @@ TEST(CudaPolicies, Gemma3GreedyEqualsCpuForEveryPolicyAndGroups) {
 // A fork copies a sequence's policy state: the device-resident parts are copied too (their own
 // buffers, the same bytes), and later steps of either sequence leave the other's alone.
 TEST(CudaPolicies, ForkedStateOwnsACopyOfTheDeviceMass) {
-  using cuda_backend_detail::SwaDeviceMass;
+  using cuda_backend_detail::alisa_cuda::SwaDeviceMass;
   LayerPolicyState a;
-  SwaDeviceMass& mass = cuda_backend_detail::backend_state<SwaDeviceMass>(a);
+  SwaDeviceMass& mass = state_of<SwaDeviceMass>(a.backend);
   mass.grow_to(3000, nullptr);  // past the first capacity: a grown buffer
   std::vector<float> values(3000);
   std::iota(values.begin(), values.end(), 1.0f);
@@ -277,9 +283,9 @@ TEST(CudaPolicies, SparseStepsWaitOnTheDeviceNoMoreThanDense) {
   std::vector<float> logits;
   const std::vector<int32_t> prompt_table = testing::prefill_and_copy(cpu, *cuda, blocks, prompt, logits);
   AttentionPolicy dense, sparq, hip, swa;
-  sparq.kind = PolicyKind::kSparq;
-  hip.kind = PolicyKind::kHip;
-  swa.kind = PolicyKind::kSwa;
+  sparq.kind = policy_kind("sparq");
+  hip.kind = policy_kind("hip");
+  swa.kind = policy_kind("alisa");
   sparq.min_keys = hip.min_keys = swa.min_keys = 0;
   std::map<std::string, uint64_t> waits;
   StepStats read_stats;
@@ -303,7 +309,7 @@ TEST(CudaPolicies, SparseStepsWaitOnTheDeviceNoMoreThanDense) {
   }
   const KvReadBytes& read = read_stats.kv_read;
   EXPECT_GT(waits["dense"], 0u) << "a step copies its logits to the host";
-  for (PolicyKind k : {PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa}) {
+  for (PolicyKind k : {policy_kind("sparq"), policy_kind("hip"), policy_kind("alisa")}) {
     EXPECT_GT(read[static_cast<int>(k)], 0) << policy_name(k) << " ran its sparse kernels";
     EXPECT_EQ(waits[policy_name(k)], waits["dense"]) << policy_name(k);
     std::printf("host waits over 3 decode steps: dense %llu, %s %llu\n", static_cast<unsigned long long>(waits["dense"]),
@@ -329,7 +335,7 @@ TEST(CudaPolicies, SparseStepsWaitOnTheDeviceNoMoreThanDense) {
 // costs, then ~0.6 s a decode step. (In this file to share its compilation of the backend: ctest
 // runs it as test_cuda_tiered_engine.)
 
-constexpr PolicyKind kPolicies[] = {PolicyKind::kDense, PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa};
+const PolicyKind kPolicies[] = {kDensePolicy, policy_kind("sparq"), policy_kind("hip"), policy_kind("alisa")};
 
 struct EngineRun {
   std::map<PolicyKind, std::vector<int32_t>> tokens;
@@ -371,7 +377,7 @@ EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blo
     r.attention.kind = kind;
     r.attention.kv_read_ratio = 0.125;
     r.attention.min_keys = 0;
-    if (kind == PolicyKind::kSwa) r.attention.swa_ratio = 0.25;  // below its 256-key floor
+    if (kind == policy_kind("alisa")) r.attention.set(alisa::kRatio, 0.25);  // below its 256-key floor
     const std::shared_ptr<RequestHandle> h = engine.submit(r);
     StreamEvent ev;
     while (!h->done() && std::chrono::steady_clock::now() < deadline) {
@@ -385,7 +391,7 @@ EngineRun run_engine(const Model& model, int64_t device_blocks, int64_t host_blo
   out.preempted = metrics.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value();
   out.hip_hits = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "hip"}, {"result", "hit"}}).value();
   out.hip_misses = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "hip"}, {"result", "miss"}}).value();
-  out.swa_hits = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "swa"}, {"result", "hit"}}).value();
+  out.swa_hits = metrics.counter("fathom_kv_hot_rows_total", "", {{"policy", "alisa"}, {"result", "hit"}}).value();
   out.dropped = metrics.counter("fathom_kv_blocks_dropped_total", "").value();
   out.recomputed = metrics.counter("fathom_kv_dropped_tokens_recomputed_total", "").value();
   return out;
@@ -424,7 +430,7 @@ TEST(CudaTieredEngine, PoliciesOverTheHostTierMatchResident) {
 // the block tables. Dense and HiP give the resident run's tokens.
 TEST(CudaTieredEngine, DroppedBlocksRecomputeToTheResidentTokens) {
   std::unique_ptr<Model> model = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
-  constexpr PolicyKind kinds[] = {PolicyKind::kDense, PolicyKind::kHip};
+  const PolicyKind kinds[] = {kDensePolicy, policy_kind("hip")};
   const EngineRun resident = run_engine(*model, 200, 0, 0, kinds);
   const EngineRun dropped = run_engine(*model, 8, 120, 0, kinds, SchedulerConfig::Recompute::kAlways);
   for (PolicyKind kind : kinds) {

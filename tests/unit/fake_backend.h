@@ -22,7 +22,7 @@ class FakeBackend final : public Backend {
         host_blocks(host),
         scratch_blocks(scratch) {}
   std::string name() const override { return "fake"; }
-  bool implements(PolicyKind kind) const override { return kind == PolicyKind::kDense; }
+  bool implements(PolicyKind kind) const override { return kind == kDensePolicy; }
   bool implements_groups() const override { return false; }
   size_t block_bytes() const override { return 64; }
 

@@ -15,7 +15,7 @@ struct Plan {
   std::vector<std::vector<int32_t>> tables;
   std::vector<int32_t> token{1};
   BatchPlan plan;
-  AttentionPolicy sparq{PolicyKind::kSparq}, automatic{PolicyKind::kAuto};
+  AttentionPolicy sparq{policy_kind("sparq")}, automatic{policy_kind("auto")};
   // One decode step per table at position `pos` (its block is the last table entry).
   void add(std::vector<int32_t> table, int32_t pos) { tables.push_back(std::move(table)), positions.push_back(pos); }
   std::vector<int32_t> positions;

@@ -1,5 +1,6 @@
-// The backend-independent parts of policy decode: SWA's selection mass (max-pooled ALISA mass) and
-// the break-even probes a backend measures on behalf of a policy.
+// The backend-independent parts of policy decode: ALISA's selection mass (its max-pooled mass),
+// HiP's refresh turns, the break-even probes a backend measures on behalf of a policy, and the
+// registry's parameter tables (defaults, bounds, names).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,9 @@
 
 #include "base/error.h"
 #include "engine/attention/decode_attention.h"
+#include "engine/attention/policies/alisa.h"
+#include "engine/attention/policies/hip.h"
+#include "engine/attention/policies/sparq.h"
 #include "kernels/cpu/matmul.h"
 
 namespace fathom {
@@ -24,7 +28,7 @@ std::vector<float> naive_max_pool(const std::vector<float>& v, int32_t r) {
   return out;
 }
 
-TEST(SwaSelectionMass, IsTheMassMaxPooledOverTheWindowAtEveryLengthAndWidth) {
+TEST(AlisaSelectionMass, IsTheMassMaxPooledOverTheWindowAtEveryLengthAndWidth) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   // Pools up to 33 take the shifted-max passes (one AVX-512 pass of masked loads when the level
@@ -34,13 +38,13 @@ TEST(SwaSelectionMass, IsTheMassMaxPooledOverTheWindowAtEveryLengthAndWidth) {
     if (!cpu::set_simd_level_for_testing(level)) continue;
     for (int32_t pool : {3, 5, 7, 15, 33, 35, 41, 99, 2147483647}) {
       for (int32_t n : {1, 2, 3, 6, 7, 8, 14, 15, 16, 17, 22, 23, 24, 40, 41, 42, 100, 1001, 8000}) {
-        LayerPolicyState st;
-        st.swa_mass.resize(n);
-        for (float& m : st.swa_mass) m = u(rng);
-        AttentionPolicy p{PolicyKind::kSwa};
-        p.swa_pool = pool;
-        const float* got = swa_selection_mass(p, st);
-        const std::vector<float> want = naive_max_pool(st.swa_mass, pool / 2);
+        alisa::LayerState st;
+        st.mass.resize(n);
+        for (float& m : st.mass) m = u(rng);
+        AttentionPolicy p = AttentionPolicy::named("alisa");
+        p.set(alisa::kPool, pool);
+        const float* got = alisa::selection_mass(p, st);
+        const std::vector<float> want = naive_max_pool(st.mass, pool / 2);
         ASSERT_EQ(std::vector<float>(got, got + n), want) << level << " pool " << pool << " n " << n;
       }
     }
@@ -50,13 +54,13 @@ TEST(SwaSelectionMass, IsTheMassMaxPooledOverTheWindowAtEveryLengthAndWidth) {
 
 // The fold over the kept positions only is the dense definition mass·keep + weights (weights 0
 // where not kept), bit for bit; a kept position outside the mass is an internal error.
-TEST(SwaFoldMass, EqualsTheDenseFoldBitwise) {
+TEST(AlisaFoldMass, EqualsTheDenseFoldBitwise) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   const int32_t S = 1000;
-  LayerPolicyState st;
-  st.swa_mass.resize(S);
-  for (float& m : st.swa_mass) m = u(rng);
+  alisa::LayerState st;
+  st.mass.resize(S);
+  for (float& m : st.mass) m = u(rng);
   std::vector<int32_t> kept;
   std::vector<float> kept_weights, dense(S, 0.0f);
   for (int32_t t = 0; t < S; t += 1 + static_cast<int32_t>(rng() % 7)) {
@@ -67,34 +71,34 @@ TEST(SwaFoldMass, EqualsTheDenseFoldBitwise) {
   const int32_t k_local = 125;
   const float keep = 1.0f - 1.0f / static_cast<float>(k_local);
   std::vector<float> want(S);
-  for (int32_t t = 0; t < S; ++t) want[t] = st.swa_mass[t] * keep + dense[t];
-  swa_fold_mass(st, kept, kept_weights.data(), k_local);
-  EXPECT_EQ(st.swa_mass, want);
+  for (int32_t t = 0; t < S; ++t) want[t] = st.mass[t] * keep + dense[t];
+  alisa::fold_mass(st, kept, kept_weights.data(), k_local);
+  EXPECT_EQ(st.mass, want);
   const std::vector<int32_t> outside = {S};
-  EXPECT_THROW(swa_fold_mass(st, outside, kept_weights.data(), k_local), std::logic_error);
+  EXPECT_THROW(alisa::fold_mass(st, outside, kept_weights.data(), k_local), std::logic_error);
 }
 
-TEST(SwaSelectionMass, PoolOneIsTheRawMassAndEvenPoolsAreRejected) {
-  LayerPolicyState st;
-  st.swa_mass = {0.1f, 0.9f, 0.2f};
-  AttentionPolicy p{PolicyKind::kSwa};
-  p.swa_pool = 1;
-  EXPECT_EQ(swa_selection_mass(p, st), st.swa_mass.data());
-  p.swa_pool = 4;
+TEST(AlisaSelectionMass, PoolOneIsTheRawMassAndEvenPoolsAreRejected) {
+  alisa::LayerState st;
+  st.mass = {0.1f, 0.9f, 0.2f};
+  AttentionPolicy p = AttentionPolicy::named("alisa");
+  p.set(alisa::kPool, 1);
+  EXPECT_EQ(alisa::selection_mass(p, st), st.mass.data());
+  p.set(alisa::kPool, 4);
   EXPECT_THROW(p.validate(), Error);
-  p.swa_pool = 0;
+  p.set(alisa::kPool, 0);
   EXPECT_THROW(p.validate(), Error);
 }
 
-TEST(SwaSelectionMass, AHeavyTokenKeepsItsNeighboursSelectable) {
+TEST(AlisaSelectionMass, AHeavyTokenKeepsItsNeighboursSelectable) {
   // A needle's digits: one token carries the mass, its neighbours little; pooled, all of
   // [t − 3, t + 3] rank with it above a lone filler token of middling mass.
-  LayerPolicyState st;
-  st.swa_mass.assign(64, 0.01f);
-  st.swa_mass[30] = 1.0f;
-  st.swa_mass[50] = 0.3f;
-  AttentionPolicy p{PolicyKind::kSwa};  // default pool 7
-  const float* m = swa_selection_mass(p, st);
+  alisa::LayerState st;
+  st.mass.assign(64, 0.01f);
+  st.mass[30] = 1.0f;
+  st.mass[50] = 0.3f;
+  AttentionPolicy p = AttentionPolicy::named("alisa");  // default pool 7
+  const float* m = alisa::selection_mass(p, st);
   for (int32_t t = 27; t <= 33; ++t) EXPECT_FLOAT_EQ(m[t], 1.0f) << t;
   EXPECT_FLOAT_EQ(m[26], 0.01f);
   EXPECT_FLOAT_EQ(m[34], 0.01f);
@@ -108,30 +112,30 @@ TEST(HipRefresh, EveryLayerEveryRStepsAndTheLayersTakeTurns) {
   for (const bool gemma : {false, true})
     for (const int32_t R : {1, 2, 4, 8})
       for (const int32_t L : {18, 26, 30}) {
-        AttentionPolicy p;
-        p.kind = PolicyKind::kHip;
-        p.hip_refresh = R;
+        AttentionPolicy p = AttentionPolicy::named("hip");
+        p.set(hip::kRefresh, R);
         auto sliding = [&](int32_t l) { return gemma && l % 6 != 5; };
         std::vector<int32_t> layers;  // the layers the policy reads
         for (int32_t l = 0; l < L; ++l)
           if (layer_uses_policy(p, l, sliding(l))) layers.push_back(l);
         const int32_t n = static_cast<int32_t>(layers.size());
         ASSERT_GT(n, 0);
-        std::vector<LayerPolicyState> state(n);
+        std::vector<hip::LayerState> state(n);
+        std::vector<int32_t> rank(n);
         for (int32_t i = 0; i < n; ++i) {
-          state[i].hip_turn = hip_turn(p, layers[i], sliding);
-          EXPECT_EQ(state[i].hip_turn, i) << "consecutive turns";
+          rank[i] = policy_layer_rank(p, layers[i], sliding);
+          EXPECT_EQ(rank[i], i) << "consecutive turns";
         }
         std::vector<std::vector<int32_t>> estimated_at(n);
         for (int32_t step = 0; step < 5 * R + 3; ++step) {
           int32_t estimates = 0;
           for (int32_t i = 0; i < n; ++i) {
-            const bool due = hip_refresh_due(p, state[i]);
+            const bool due = hip::refresh_due(p, state[i]);
             if (due) {
               estimated_at[i].push_back(step);
               ++estimates;
             }
-            hip_count_step(p, due, state[i]);
+            hip::count_step(p, due, rank[i], state[i]);
           }
           const std::string where = (gemma ? "gemma" : "smollm2") + std::string(" R ") + std::to_string(R) + " L " +
                                     std::to_string(L) + " step " + std::to_string(step);
@@ -152,27 +156,26 @@ TEST(HipRefresh, EveryLayerEveryRStepsAndTheLayersTakeTurns) {
 // HiP's refresh down to 1, 2 or 4; HiP's mask scope is its own probe (per query head costs more
 // than per kv head).
 TEST(BreakEvenProbe, BucketsRatiosAndHipVariantsIntoABoundedSet) {
-  AttentionPolicy p;
-  p.kind = PolicyKind::kHip;
-  p.kv_read_ratio = 0.1;
+  AttentionPolicy p = AttentionPolicy::named("hip", 0.1);
   AttentionPolicy probe = break_even_probe(p);
   EXPECT_EQ(probe.kv_read_ratio, 0.125);
-  EXPECT_EQ(probe.hip_refresh, 4);
-  EXPECT_TRUE(probe.hip_per_kv_head);
+  EXPECT_EQ(probe.integer(hip::kRefresh), 4);
+  EXPECT_TRUE(probe.flag(hip::kPerKvHead));
+  EXPECT_TRUE(is_default_probe(probe));
   std::vector<AttentionPolicy> seen;
   for (int32_t refresh = 1; refresh <= 1000; ++refresh)
     for (bool per_kv_head : {false, true}) {
-      p.hip_refresh = refresh;
-      p.hip_per_kv_head = per_kv_head;
+      p.set(hip::kRefresh, refresh);
+      p.set(hip::kPerKvHead, per_kv_head);
       probe = break_even_probe(p);
-      EXPECT_LE(probe.hip_refresh, std::max(1, std::min(refresh, AttentionPolicy{}.hip_refresh)));
-      EXPECT_EQ(probe.hip_per_kv_head, per_kv_head);
+      EXPECT_LE(probe.integer(hip::kRefresh), std::max(1, std::min(refresh, AttentionPolicy{}.integer(hip::kRefresh))));
+      EXPECT_EQ(probe.flag(hip::kPerKvHead), per_kv_head);
       if (std::none_of(seen.begin(), seen.end(), [&](const AttentionPolicy& s) { return same_break_even_probe(s, probe); }))
         seen.push_back(probe);
     }
   EXPECT_EQ(seen.size(), 6u);  // refresh 1, 2, 4 × per query head, per kv head
   // Ratios: powers of two up to 1/8, multiples of 1/8 above; never below the ratio asked for.
-  AttentionPolicy swa{PolicyKind::kSwa};
+  AttentionPolicy swa = AttentionPolicy::named("alisa");
   std::vector<double> buckets;
   for (double r = 0.001; r <= 1.0; r += 0.001) {
     swa.kv_read_ratio = r;
@@ -183,12 +186,40 @@ TEST(BreakEvenProbe, BucketsRatiosAndHipVariantsIntoABoundedSet) {
   EXPECT_EQ(buckets, (std::vector<double>{1.0 / 64, 1.0 / 32, 1.0 / 16, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0}));
   swa.kv_read_ratio = 0.375;
   EXPECT_EQ(break_even_probe(swa).kv_read_ratio, 0.375);
-  swa.swa_ratio = 0.2;  // SWA's own ratio, when given, is the one it reads at
+  swa.set(alisa::kRatio, 0.2);  // ALISA's own ratio, when given, is the one it reads at
   EXPECT_EQ(break_even_probe(swa).kv_read_ratio, 0.25);
-  AttentionPolicy sparq;
-  sparq.kind = PolicyKind::kSparq;
-  sparq.hip_refresh = 1;  // not a SparQ parameter: the same probe as the default's
-  EXPECT_TRUE(same_break_even_probe(break_even_probe(sparq), break_even_probe(AttentionPolicy{PolicyKind::kSparq})));
+  AttentionPolicy sparq = AttentionPolicy::named("sparq");
+  sparq.set(hip::kRefresh, 1);  // not a SparQ parameter: the same probe as the default's
+  EXPECT_TRUE(same_break_even_probe(break_even_probe(sparq), break_even_probe(AttentionPolicy::named("sparq"))));
+}
+
+// The registry: names and the old alias, every policy's defaults valid, each bound enforced by
+// validate(), and a parameter handle that addresses its own policy's values only.
+TEST(PolicyRegistry, NamesDefaultsAndBoundsComeFromTheTables) {
+  EXPECT_EQ(policy_kind("dense"), kDensePolicy);
+  EXPECT_EQ(policy_kind("swa"), policy_kind("alisa"));  // the deprecated name still parses
+  EXPECT_STREQ(policy_name(policy_kind("swa")), "alisa");
+  EXPECT_THROW(policy_kind("nope"), Error);
+  for (PolicyKind k = 0; k < policy_count(); ++k) {
+    AttentionPolicy p(k);
+    EXPECT_NO_THROW(p.validate()) << policy_name(k);
+    EXPECT_EQ(resolve_auto(p).kind == k, !p.is("auto")) << policy_name(k);
+  }
+  AttentionPolicy p = AttentionPolicy::named("hip");
+  EXPECT_EQ(p.integer(hip::kRefresh), 4);
+  EXPECT_FALSE(p.is_set(hip::kMaskK));
+  p.set(hip::kRefresh, 0);
+  EXPECT_THROW(p.validate(), Error);
+  p.set(hip::kRefresh, 2);
+  EXPECT_NO_THROW(p.validate());
+  EXPECT_EQ(p.integer(sparq::kR), -1);  // another policy's values are its own
+  p.set(sparq::kR, 3);
+  EXPECT_EQ(p.integer(hip::kRefresh), 2);
+  p.set(alisa::kRatio, 1.5);
+  EXPECT_THROW(p.validate(), Error);
+  p.set(alisa::kRatio, 0.5);
+  p.set(sparq::kReallocation, 2);
+  EXPECT_THROW(p.validate(), Error);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/attention/policies/hip.h"
 #include "base/error.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/break_even.h"
@@ -404,7 +405,7 @@ TEST(Engine, SampleGroupOverTheHostTierMatchesResident) {
 // attention mass), more rows than the cache holds: its key chunks run in batches the cache holds.
 TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
   auto model = load();
-  for (PolicyKind kind : {PolicyKind::kHip, PolicyKind::kSparq, PolicyKind::kSwa}) {
+  for (PolicyKind kind : {policy_kind("hip"), policy_kind("sparq"), policy_kind("alisa")}) {
     Request r = greedy(*model, long_prompt(), 24);
     r.attention.kind = kind;
     r.attention.kv_read_ratio = 0.125;
@@ -419,7 +420,7 @@ TEST(Engine, SparsePoliciesOverTheHostTierMatchResident) {
     const double misses = m_tiered.counter("fathom_kv_hot_rows_total", "", {{"policy", policy}, {"result", "miss"}}).value();
     EXPECT_GT(misses, 0) << policy;
     EXPECT_GT(hits, 0) << policy;
-    if (kind == PolicyKind::kHip) {
+    if (kind == policy_kind("hip")) {
       EXPECT_GT(hits, misses) << policy;  // the mask is cached for 4 steps: its rows are reused
     }
     const double fallbacks = m_tiered.counter("fathom_kv_hot_row_fallbacks_total", "").value();
@@ -437,10 +438,10 @@ TEST(Engine, DecodeStepsSideBySideMatchOneByOne) {
   std::vector<int32_t> prompt = l->tokenizer().encode(long_prompt());
   prompt.resize(std::min<size_t>(prompt.size(), 600));  // past every policy's k floor, short to prefill
   AttentionPolicy sparq, hip, swa, auto_policy, dense;
-  sparq.kind = PolicyKind::kSparq;
-  hip.kind = PolicyKind::kHip;
-  swa.kind = PolicyKind::kSwa;
-  auto_policy.kind = PolicyKind::kAuto;
+  sparq.kind = policy_kind("sparq");
+  hip.kind = policy_kind("hip");
+  swa.kind = policy_kind("alisa");
+  auto_policy.kind = policy_kind("auto");
   for (AttentionPolicy* p : {&sparq, &hip, &swa, &auto_policy}) {
     p->kv_read_ratio = 0.125;
     p->min_keys = 0;
@@ -507,10 +508,10 @@ TEST(Engine, DecodeStepsSideBySideMatchOneByOne) {
   // alone over the pool (over an even share), four side by side, the smallest of five alone.
   const AttentionSteps& ran = decoded.attention_steps;
   const int32_t layers = l->config().n_layers, passes = 2 * steps;
-  constexpr int kSparq = static_cast<int>(PolicyKind::kSparq), kHip = static_cast<int>(PolicyKind::kHip),
-                kSwa = static_cast<int>(PolicyKind::kSwa), kAuto = static_cast<int>(PolicyKind::kAuto);
+  const int kSparq = policy_kind("sparq"), kHip = policy_kind("hip"),
+                kSwa = policy_kind("alisa"), kAuto = policy_kind("auto");
   EXPECT_EQ(ran[kSparq][kSparq], passes * layers);
-  EXPECT_EQ(ran[kHip][kHip], passes * (layers - hip.hip_dense_layers));
+  EXPECT_EQ(ran[kHip][kHip], passes * (layers - hip.integer(hip::kDenseLayers)));
   EXPECT_EQ(ran[kSwa][kSwa], 2 * passes * layers);
   EXPECT_EQ(ran[kAuto][kSwa], passes * layers);
 }
@@ -539,7 +540,7 @@ TEST(Engine, ASparseStepBelowItsMinKeysIsDenseAndAutoChoosesByIt) {
     return last.kv_read[static_cast<int>(p.kind)];
   };
   AttentionPolicy dense, below, sparse;
-  below.kind = sparse.kind = PolicyKind::kSparq;
+  below.kind = sparse.kind = policy_kind("sparq");
   below.min_keys = P + 2;
   sparse.min_keys = 0;
   std::vector<float> dense_logits, below_logits, sparse_logits;
@@ -551,8 +552,8 @@ TEST(Engine, ASparseStepBelowItsMinKeysIsDenseAndAutoChoosesByIt) {
 
   // auto is SWA above its break-even and dense below, charged to "auto", its choice counted.
   AttentionPolicy swa, auto_above, auto_below;
-  swa.kind = PolicyKind::kSwa;
-  auto_above.kind = auto_below.kind = PolicyKind::kAuto;
+  swa.kind = policy_kind("alisa");
+  auto_above.kind = auto_below.kind = policy_kind("auto");
   swa.min_keys = auto_above.min_keys = 0;
   auto_below.min_keys = P + 2;
   std::vector<float> swa_logits, above_logits, auto_dense_logits;
@@ -560,11 +561,11 @@ TEST(Engine, ASparseStepBelowItsMinKeysIsDenseAndAutoChoosesByIt) {
   EXPECT_EQ(decode(auto_above, above_logits), swa_bytes);
   EXPECT_EQ(above_logits, swa_logits);
   const int32_t layers = l->config().n_layers;
-  constexpr int kAuto = static_cast<int>(PolicyKind::kAuto), kSwa = static_cast<int>(PolicyKind::kSwa);
+  const int kAuto = policy_kind("auto"), kSwa = policy_kind("alisa");
   EXPECT_EQ(last.attention_steps[kAuto][kSwa], layers);
   EXPECT_EQ(decode(auto_below, auto_dense_logits), dense_bytes);
   EXPECT_EQ(auto_dense_logits, dense_logits);
-  EXPECT_EQ(last.attention_steps[kAuto][static_cast<int>(PolicyKind::kDense)], layers);
+  EXPECT_EQ(last.attention_steps[kAuto][kDensePolicy], layers);
   EXPECT_EQ(last.attention_steps[kAuto][kSwa], 0);
 }
 
@@ -574,7 +575,7 @@ TEST(Engine, MeasuredBreakEvenFollowsItsTimings) {
   auto l = load();
   const ModelConfig& c = l->config();
   ThreadPool pool(2);
-  for (PolicyKind kind : {PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa}) {
+  for (PolicyKind kind : {policy_kind("sparq"), policy_kind("hip"), policy_kind("alisa")}) {
     AttentionPolicy p;
     p.kind = kind;
     const BreakEven be = measure_break_even(pool, l.backend->kv_layout(), c.n_heads, c.attn_scale, p, c.context_length);
@@ -607,7 +608,7 @@ TEST(Engine, RejectsInvalidRequests) {
   bad_token.prompt.push_back(model->vocab());
   EXPECT_THROW(engine.submit(bad_token), Error);
   Request policy = greedy(*model, "hi", 4);
-  policy.attention.kind = PolicyKind::kSparq;
+  policy.attention.kind = policy_kind("sparq");
   policy.attention.kv_read_ratio = 0.0;  // out of (0, 1]
   EXPECT_THROW(engine.submit(policy), Error);
 }

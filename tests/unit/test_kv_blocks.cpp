@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "engine/attention/policies/sparq.h"
 #include "engine/backend/cpu/cpu_policies.h"
 #include "engine/backend/cpu/kv_storage.h"
 #include "engine/kv/block_allocator.h"
@@ -220,11 +221,11 @@ TEST(CpuKvStorage, SparqServesTheKeySpreadOfTheRunningMoments) {
   std::vector<float> q(static_cast<size_t>(H) * d);
   for (int32_t i = 0; i < H * d; ++i) q[i] = (i % d < d / 2 ? 3.0f : 1.0f) * n01(rng);
   ThreadPool threads(2);
-  AttentionPolicy p{PolicyKind::kSparq};
-  const ref::SparqParams params = resolve_sparq(p, S, d);
+  AttentionPolicy p{policy_kind("sparq")};
+  const ref::SparqParams params = sparq::resolve(p, S, d);
   ASSERT_LT(params.k, S);
   for (bool key_spread : {true, false}) {
-    p.sparq_key_spread = key_spread;
+    p.set(sparq::kKeySpread, key_spread);
     std::vector<float> out_served(q.size()), out_kernel(q.size());
     const DecodeArgs a{q.data(), out_served.data(), H, S - 1, 1.0f / std::sqrt(static_cast<float>(d))};
     DecodeArgs b = a;

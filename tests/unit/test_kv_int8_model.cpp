@@ -90,7 +90,7 @@ TEST(KvInt8Model, LoosestPoliciesEqualDense) {
   r.max_tokens = 12;
   r.stop_at_end_of_generation = false;
   const std::vector<int32_t> dense = generate(*m.model, *m.backend, {r})[0].tokens;
-  for (PolicyKind k : {PolicyKind::kSparq, PolicyKind::kHip, PolicyKind::kSwa}) {
+  for (PolicyKind k : {policy_kind("sparq"), policy_kind("hip"), policy_kind("alisa")}) {
     r.attention.kind = k;
     r.attention.kv_read_ratio = 1.0;
     EXPECT_EQ(generate(*m.model, *m.backend, {r})[0].tokens, dense) << policy_name(k);

@@ -282,14 +282,14 @@ TEST(Engine, RejectsAPolicyTheBackendDoesNotImplement) {
   Request r;
   r.prompt = {1, 2, 3};
   r.max_tokens = 2;
-  r.attention.kind = PolicyKind::kSparq;
+  r.attention.kind = policy_kind("sparq");
   try {
     engine.submit(r);
     FAIL() << "sparq on a dense-only backend was accepted";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "attention policy 'sparq' is not implemented by the fake backend (available: dense)");
   }
-  r.attention.kind = PolicyKind::kDense;
+  r.attention.kind = kDensePolicy;
   EXPECT_NO_THROW(engine.submit(r));
 }
 

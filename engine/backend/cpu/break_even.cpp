@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "engine/attention/decode_attention.h"
+#include "engine/attention/policy_registry.h"
 #include "engine/backend/cpu/cpu_policies.h"
 #include "engine/backend/cpu/kv_storage.h"
 #include "kernels/cpu/attention.h"
@@ -67,7 +68,8 @@ BreakEven measure_break_even(ThreadPool& pool, const KvLayout& model_layout, int
   int32_t appended = 0;
 
   BreakEven be;
-  const int steps = std::max(8, p.kind == PolicyKind::kHip ? p.hip_refresh : 1);
+  const PolicyDef& def = policy_def(p.kind);
+  const int steps = def.measure_steps != nullptr ? def.measure_steps(p) : 8;
   for (int32_t keys : lengths) {
     for (; appended < keys; ++appended) {
       for (size_t i = 0; i < row; ++i) k[i] = rng.next(), v[i] = rng.next();

@@ -309,13 +309,10 @@ int32_t CpuBackend::sparse_break_even(const AttentionPolicy& policy) {
 int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
   if (reads_host(seq, 0)) {
     const int k = static_cast<int>(policy.kind);
-    // HiP and SWA gather rows: host-tier ones come through the hot row cache. SparQ reads the r
-    // selected dimension rows of each host block's transposed-K tile from the host tier, then its
-    // top-k rows through the cache, where the layout allows (cpu::sparq_reads_host_tier); else it
-    // decodes densely over both tiers.
+    // Policies that gather rows read host-tier ones through the hot row cache where their layout
+    // allows (PolicyDef::cpu_reads_host_tier); else the step decodes densely over both tiers.
     PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
-    if (policy.kind == PolicyKind::kHip || policy.kind == PolicyKind::kSwa ||
-        (policy.kind == PolicyKind::kSparq && cpu::sparq_reads_host_tier(view, policy.sparq_reallocation))) {
+    if (cpu_reads_host_tier(view, policy)) {
       hot_rows_->bind(layer, view.block_table);
       view.host_rows = hot_rows_->map(layer);
       view.prefetcher = hot_rows_.get();

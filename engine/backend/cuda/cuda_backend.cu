@@ -21,7 +21,8 @@
 #include <vector>
 
 #include "base/error.h"
-#include "engine/backend/cuda/attention_policies.h"
+#include "engine/backend/cuda/bifurcated_groups.h"
+#include "engine/backend/cuda/cuda_policies.h"
 #include "engine/backend/cuda/device_array.h"
 #include "engine/backend/cuda/kv_storage.h"
 #include "engine/backend/cuda/pass_uploads.h"
@@ -78,7 +79,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
-  bool implements(PolicyKind kind) const override { return kind != PolicyKind::kAuto; }  // auto: resolved before
+  bool implements(PolicyKind kind) const override { return kind == kDensePolicy || cuda_step_of(kind) != nullptr; }
   bool implements_groups() const override { return true; }
   size_t block_bytes() const override { return kv_layout().block_bytes(); }
 
@@ -140,10 +141,9 @@ class CudaBackend final : public Backend {
   // The row cache (reserve_host_tier, with hot_rows_percent > 0): before a sparse attention reads
   // the rows it selects — positions_of(g, pos) lists kv head g's, ascending — copies in those of
   // `layer` in the host tier (one launch), and brings the device map up to date (also after
-  // invalidations, at the start of a pass). For HiP (its mask's rows) and SWA (its kept set).
-  void cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
-                  const std::function<void(int32_t g, std::vector<int32_t>& pos)>& positions_of);
-  void cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicyState& state, bool per_kv_head);
+  // invalidations, at the start of a pass). For the policies that gather rows (their CUDA steps
+  // call it through CudaPolicyContext::cache_rows); hits and misses are counted to `kind`.
+  void cache_rows(int32_t layer, int32_t seq, PolicyKind kind, const RowsOf& positions_of);
   void upload_row_map_changes();
   // After a failed copy or map upload: the host bookkeeping may name rows the device never got, so
   // both forget every row (the kernels then read the host tier in place).
@@ -405,26 +405,7 @@ void CudaBackend::upload_row_map_changes() {
   }
 }
 
-void CudaBackend::cache_hip_rows(int32_t layer, int32_t seq, const LayerPolicyState& st, bool per_kv_head) {
-  const ref::HipMask& mask = st.hip_mask;
-  if (mask.dense || mask.block_starts.empty()) return;  // dense: every row, read in place
-  const int32_t pos0 = plan_->seqs[seq].pos0, G = config_.n_heads / config_.n_kv_heads;
-  // The rows HiP's attention reads for kv head g: the union over its heads' masks (per kv head:
-  // one list, the same for every head of the group).
-  cache_rows(layer, seq, PolicyKind::kHip, [&](int32_t g, std::vector<int32_t>& pos) {
-    for (int32_t h = g * G; h < (per_kv_head ? g * G + 1 : (g + 1) * G); ++h) {
-      const std::vector<int32_t> head = ref::hip_attended_positions(mask, st.hip_params, pos0, h);
-      pos.insert(pos.end(), head.begin(), head.end());
-    }
-    if (!per_kv_head) {
-      std::sort(pos.begin(), pos.end());
-      pos.erase(std::unique(pos.begin(), pos.end()), pos.end());
-    }
-  });
-}
-
-void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
-                             const std::function<void(int32_t g, std::vector<int32_t>& pos)>& positions_of) {
+void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind, const RowsOf& positions_of) {
   const SeqStep& s = plan_->seqs[seq];
   if (std::none_of(s.blocks->begin(), s.blocks->end(), [](int32_t e) { return e < 0; })) return;
   const int32_t n_kv = config_.n_kv_heads, bs = kv_layout().block_size;
@@ -434,7 +415,7 @@ void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind,
   for (int32_t g = 0; g < n_kv; ++g) {
     pos.clear();
     positions_of(g, pos);
-    // A set whose host rows outnumber the pool (SWA's seeding step keeps every position) would
+    // A set whose host rows outnumber the pool (ALISA's seeding step keeps every position) would
     // only evict rows the next steps want: it is read in place.
     // (Within the pool, fetch cannot run out of rows: the positions are distinct.)
     const auto host_rows = std::count_if(pos.begin(), pos.end(), [&](int32_t t) { return (*s.blocks)[t / bs] < 0; });
@@ -675,23 +656,12 @@ DecodeArgs CudaBackend::decode_args(int32_t seq) {
 }
 
 int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
-  const PagedKvView view = this->view(layer, seq_table(layer, seq));
-  switch (policy.kind) {
-    case PolicyKind::kSparq: return sparq_step(view, decode_args(seq), policy, scratch_, stream_);
-    case PolicyKind::kHip:
-      if (!row_cache_) return hip_step(view, decode_args(seq), policy, state, scratch_, stream_);
-      return hip_step(view, decode_args(seq), policy, state, scratch_, stream_,
-                      [&](bool per_kv_head) { cache_hip_rows(layer, seq, state, per_kv_head); });
-    case PolicyKind::kSwa:
-      if (!row_cache_) return swa_step(view, decode_args(seq), policy, state, scratch_, stream_);
-      return swa_step(view, decode_args(seq), policy, state, scratch_, stream_, [&](const std::vector<int32_t>& kept) {
-        cache_rows(layer, seq, PolicyKind::kSwa, [&](int32_t, std::vector<int32_t>& pos) { pos = kept; });
-      });
-    case PolicyKind::kDense:
-    case PolicyKind::kAuto: break;
-  }
-  FATHOM_CHECK(false, "dense and auto are not sparse kernels");
-  return 0;
+  const CudaPolicyStep step = cuda_step_of(policy.kind);
+  FATHOM_CHECK(step != nullptr, "a policy without a CUDA step reached the CUDA backend");
+  CudaPolicyContext ctx{scratch_, stream_, policy.kind, {}};
+  if (row_cache_)
+    ctx.cache_rows = [&](const RowsOf& positions_of) { cache_rows(layer, seq, policy.kind, positions_of); };
+  return step(this->view(layer, seq_table(layer, seq)), decode_args(seq), policy, state, ctx);
 }
 
 int64_t CudaBackend::attend_group(int32_t layer, const AttentionGroup& group) {

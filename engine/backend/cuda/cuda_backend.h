@@ -10,7 +10,7 @@
 // GEMV: it is dequantized to f16 once at load and always goes through gemm_f16 (activations
 // converted to f16 per matmul, f32 accumulation). Norm weights and biases stay f32.
 // Attention: dense (paged_decode_attention for decode tokens and prefill chunks alike, a causal
-// key range per query), SparQ, HiP and SWA decode (attention_policies.h), bifurcated groups
+// key range per query), every registered policy with a CUDA step (cuda_policies.h), bifurcated groups
 // (bifurcated_attention): every policy the CPU backend has. KV (kv_storage.h): every plane of the KvLayout — K, V, the transposed
 // K when configured, INT8 row parameters, V sums, K moments — in device memory; a block's host image is the
 // same bytes as the CPU backend's. With kv_cache.host_mib, a host tier of the same planes in
