@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "engine/model.h"
 #include "server/attention_options.h"
-#include "base/json_depth.h"
+#include "server/bounded_json.h"
 #include "server/config.h"
 #include "server/known_fields.h"
 #include "server/request_rules.h"
@@ -377,9 +377,10 @@ json parse_json_body(const std::string& body) {
     throw ApiError(400, "the request body contains a NUL byte (not valid JSON)", "", "invalid_json");
   // nlohmann's parser is iterative, but a million nested brackets still cost memory and
   // time for nothing: no valid request nests deeper than a handful of levels.
-  if (json_nesting_depth(body, kMaxJsonDepth) > kMaxJsonDepth)
+  JsonTextFault fault;
+  json j = parse_bounded_json(body, &fault);
+  if (fault == JsonTextFault::kTooDeep)
     throw ApiError(400, "request body nests deeper than 64 levels", "", "invalid_json");
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "", "invalid_json");
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object", "", "invalid_json");
   return j;

@@ -216,7 +216,9 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
   while (next(event, client_alive, client_gone, keep_alive)) {
     const size_t c = static_cast<size_t>(event.choice);
     if (c >= first.size()) continue;
-    if (event.finish == FinishReason::kCancelled) {  // a drain cut it short: no OpenAI finish_reason says so
+    // A drain cut it short: no OpenAI finish_reason says so, so it ends as an error (503 "draining").
+    const bool drained = event.finish == FinishReason::kCancelled;
+    if (drained) {
       event.finish = FinishReason::kError;
       event.error = kCutByDrain;
     }
@@ -228,7 +230,6 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
       continue;
     }
     if (event.finish == FinishReason::kError) {
-      const bool drained = event.error == kCutByDrain;
       if (!write(sse_frame(drained ? error_body(503, kCutByDrain, "", "draining")
                                    : error_body(500, "generation failed: " + event.error, "", "engine_error"))))
         return gone();

@@ -1,7 +1,7 @@
 #include "server/tools.h"
 
-#include "base/json_depth.h"
 #include "server/openai_request.h"
+#include "server/bounded_json.h"
 #include "server/json_fields.h"
 #include "server/schema_rules.h"
 
@@ -23,13 +23,6 @@ bool valid_name(const std::string& n) {
 }
 
 json call_object(const std::string& name, const json& arguments) { return {{"name", name}, {"arguments", arguments}}; }
-
-// JSON text from a client (a call's arguments) or the model (its tool calls): discarded when it
-// nests deeper than kMaxJsonDepth, since dump() recurses once per level.
-json parse_bounded(const std::string& text) {
-  if (json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth) return json(json::value_t::discarded);
-  return json::parse(text, nullptr, /*allow_exceptions=*/false);
-}
 
 }  // namespace
 
@@ -128,7 +121,7 @@ std::string render_tool_calls(const json& tool_calls, const std::string& param) 
     if (!f.contains("name") || !f["name"].is_string()) bad(param, "each tool call needs 'function.name'");
     json arguments = json::object();
     if (f.contains("arguments") && f["arguments"].is_string()) {
-      arguments = parse_bounded(f["arguments"].get<std::string>());
+      arguments = parse_bounded_json(f["arguments"].get<std::string>());
       if (arguments.is_discarded()) bad(param, "tool call arguments must be JSON text nested at most 64 levels");
     }
     if (!s.empty()) s += "\n";
@@ -183,13 +176,13 @@ std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string
     return false;
   };
   auto from_json = [&](const std::string& s) {
-    const json j = parse_bounded(s);
+    const json j = parse_bounded_json(s);
     if (j.is_object() && j.contains("name") && j["name"].is_string() && known(j["name"].get<std::string>()) &&
         j.contains("arguments") && j["arguments"].is_object())
       calls.push_back({id(), j["name"].get<std::string>(), j["arguments"].dump()});
   };
   if (plan.mode == ToolPlan::Mode::kRequired) {  // one call, or an array of them (parallel)
-    const json j = parse_bounded(text);
+    const json j = parse_bounded_json(text);
     if (j.is_array()) {
       for (const json& one : j) from_json(one.dump());
     } else {
