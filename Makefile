@@ -5,7 +5,7 @@ PY    := .venv/bin/python
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 FUZZ_SECONDS ?= 10
 
-.PHONY: all setup build test fuzz soak serve chat bench eval clean
+.PHONY: all setup build test fuzz soak serve chat bench eval fixtures clean
 
 all: build
 
@@ -49,6 +49,17 @@ bench: build
 # EVAL_ARGS adds or overrides options (bench/ruler_eval.py --help).
 eval: build
 	$(PY) bench/ruler_eval.py --models smollm2,gemma3 --lengths 1024,4096 --trials 4 --min-keys 0 $(EVAL_ARGS)
+
+# Regenerates tests/fixtures/ (tiny random-weight models as GGUF and transformers' reference logits)
+# in its own environment: torch and transformers are not needed by `make test`.
+FIXTURES_PY := .venv-fixtures/bin/python
+fixtures: .venv-fixtures/.stamp
+	$(FIXTURES_PY) scripts/make_fixtures.py
+
+.venv-fixtures/.stamp: scripts/requirements-fixtures.txt
+	@[ -x $(FIXTURES_PY) ] || python3 -m venv .venv-fixtures
+	.venv-fixtures/bin/pip install -q --disable-pip-version-check -r scripts/requirements-fixtures.txt
+	@touch $@
 
 clean:
 	rm -rf $(BUILD) build-fuzz

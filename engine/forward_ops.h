@@ -101,7 +101,7 @@ class ForwardOps {
   virtual void matmul(int32_t layer, std::span<const MatmulOut> outs, Act in) = 0;
   // x += bias on every row.
   virtual void add_bias(Act x, int32_t layer, LayerVector bias) = 0;
-  // Rotates kQ and kK by the tokens' positions with `layer`'s RoPE (base, scale).
+  // Rotates kQ and kK by the tokens' positions with `layer`'s RoPE (LayerConfig::rope_inv_freq, rope_attn_factor).
   virtual void rope(int32_t layer) = 0;
   // Writes kK and kV of every token into its sequence's KV blocks at its position.
   virtual void append_kv(int32_t layer) = 0;

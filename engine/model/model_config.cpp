@@ -54,12 +54,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   const float rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
-  float rope_scale = 1.0f;
-  if (f.get_string(a + "rope.scaling.type").value_or("none") == "linear")
-    rope_scale = static_cast<float>(f.get_float(a + "rope.scaling.factor").value_or(1.0));
-  if (!(rope_scale > 0)) throw Error(f.path() + ": rope.scaling.factor must be positive");
-
-  c.layers.assign(c.n_layers, LayerConfig{false, 0, rope_base, rope_scale});
+  c.rope_scaling = rope_scaling_from_gguf(f, c.arch_name, c.rope_dim);
+  const LayerConfig global{false, 0, rope_base, rope_inv_freq(rope_base, c.rope_dim, c.rope_scaling),
+                           rope_attention_factor(c.rope_scaling)};
+  c.layers.assign(c.n_layers, global);
   if (c.arch == Architecture::kGemma3) {
     c.rope_neox = true;
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));
@@ -67,8 +65,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.post_norms = true;
     c.activation = Activation::kGeluTanh;
     const int32_t window = require_positive(f, a + "attention.sliding_window", 1 << 24);
+    const LayerConfig local{true, window, kGemma3LocalRopeBase,
+                            rope_inv_freq(kGemma3LocalRopeBase, c.rope_dim, RopeScaling{}), 1.0f};
     for (int32_t il = 0; il < c.n_layers; ++il) {
-      if ((il + 1) % kGemma3SlidingPattern != 0) c.layers[il] = LayerConfig{true, window, kGemma3LocalRopeBase, 1.0f};
+      if ((il + 1) % kGemma3SlidingPattern != 0) c.layers[il] = local;
     }
   }
   return c;

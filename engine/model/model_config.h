@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/rope_scaling.h"
+
 namespace fathom {
 
 class GgufFile;
@@ -15,7 +17,10 @@ struct LayerConfig {
   bool sliding = false;     // sliding-window attention layer (gemma3 local layers)
   int32_t window = 0;       // tokens a query may see, itself included; 0 = unlimited
   float rope_base = 10000;  // RoPE theta for this layer
-  float rope_scale = 1.0f;  // linear position scaling (positions are divided by this)
+  // (rope_dim / 2) radians per position of each rotated pair, the model's RoPE scaling applied
+  // (rope_inv_freq in engine/model/rope_scaling.h); the angle of pair i at position p is p · this.
+  std::vector<double> rope_inv_freq;
+  float rope_attn_factor = 1.0f;  // multiplies cos and sin (YaRN's attention factor), 1 otherwise
 };
 
 struct ModelConfig {
@@ -37,6 +42,7 @@ struct ModelConfig {
   bool qk_norm = false;      // RMSNorm over head_dim on q and k (gemma3)
   bool post_norms = false;   // RMSNorm on the attention and MLP outputs before the residual add
   Activation activation = Activation::kSilu;
+  RopeScaling rope_scaling;  // of the global layers (gemma3's local layers rotate unscaled)
   std::vector<LayerConfig> layers;
 
   int32_t q_dim() const { return n_heads * head_dim; }

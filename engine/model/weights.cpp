@@ -1,5 +1,7 @@
 #include "engine/model/weights.h"
 
+#include <set>
+
 #include "base/error.h"
 #include "engine/model/gguf.h"
 #include "kernels/ref/dequant.h"
@@ -13,9 +15,10 @@ class Loader {
 
   const GgufTensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
 
-  const GgufTensorInfo& require(const std::string& name) const {
+  const GgufTensorInfo& require(const std::string& name) {
     const GgufTensorInfo* t = find(name);
     if (!t) throw Error(f_.path() + ": missing tensor '" + name + "'");
+    consumed_.insert(name);
     const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(t->type));
     if (!info || !info->kernels_read)
       throw Error(f_.path() + ": tensor '" + name + "' has type " + ggml_type_name(t->type) +
@@ -23,7 +26,7 @@ class Loader {
     return *t;
   }
 
-  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) const {
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
     const GgufTensorInfo& t = require(name);
     if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows)
       throw Error(f_.path() + ": tensor '" + name + "' has shape " + shape(t) + ", expected [" +
@@ -31,7 +34,7 @@ class Loader {
     return WeightMatrix{t.type, t.data, rows, cols, nullptr};
   }
 
-  std::vector<float> vector(const std::string& name, int64_t n) const {
+  std::vector<float> vector(const std::string& name, int64_t n) {
     const GgufTensorInfo& t = require(name);
     if (t.elements() != n)
       throw Error(f_.path() + ": tensor '" + name + "' has " + std::to_string(t.elements()) + " elements, expected " +
@@ -41,8 +44,24 @@ class Loader {
     return out;
   }
 
-  std::vector<float> optional_vector(const std::string& name, int64_t n) const {
+  std::vector<float> optional_vector(const std::string& name, int64_t n) {
     return find(name) ? vector(name, n) : std::vector<float>{};
+  }
+
+  // A tensor read elsewhere (the model config's rope_freqs).
+  void consumed(const std::string& name) { consumed_.insert(name); }
+
+  // Every tensor of the file must have been read: one the loader does not know (an architecture
+  // feature fathom lacks: a bias, a norm, experts) would otherwise be silently ignored.
+  void check_all_consumed(const std::string& arch) const {
+    std::string unused;
+    int n = 0;
+    for (const GgufTensorInfo& t : f_.tensors())
+      if (!consumed_.contains(t.name) && n++ < 4) unused += (unused.empty() ? "'" : ", '") + t.name + "'";
+    if (n > 0)
+      throw Error(f_.path() + ": " + std::to_string(n) + " tensor" + (n > 1 ? "s" : "") +
+                  " that fathom's " + arch + " does not use (a feature it lacks; refused rather than ignored): " +
+                  unused + (n > 4 ? ", ..." : ""));
   }
 
  private:
@@ -52,6 +71,7 @@ class Loader {
     return s + "]";
   }
   const GgufFile& f_;
+  std::set<std::string, std::less<>> consumed_;
 };
 
 }  // namespace
@@ -92,6 +112,8 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
     }
     w.layers.push_back(std::move(L));
   }
+  if (!c.rope_scaling.freq_factors.empty()) load.consumed("rope_freqs.weight");
+  load.check_all_consumed(c.arch_name);
   w.for_each_matrix([&](const WeightMatrix& m) { w.matrix_bytes += m.bytes(); });
   return w;
 }

@@ -27,18 +27,25 @@ void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n,
   }
 }
 
-void rope_table(const int32_t* pos, int64_t n_tokens, int32_t rope_dim, float base, float scale, float* cos_out,
-                float* sin_out) {
+void rope_table(const int32_t* pos, int64_t n_tokens, int32_t rope_dim, const double* inv_freq, float mscale,
+                float* cos_out, float* sin_out) {
   const int32_t half = rope_dim / 2;
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const double p = static_cast<double>(pos[t]) / scale;
+    const double p = static_cast<double>(pos[t]);
     for (int32_t i = 0; i < half; ++i) {
-      const double inv_freq = std::pow(static_cast<double>(base), -2.0 * i / rope_dim);
-      const double angle = p * inv_freq;
-      cos_out[t * half + i] = static_cast<float>(std::cos(angle));
-      sin_out[t * half + i] = static_cast<float>(std::sin(angle));
+      const double angle = p * inv_freq[i];
+      cos_out[t * half + i] = static_cast<float>(mscale * std::cos(angle));
+      sin_out[t * half + i] = static_cast<float>(mscale * std::sin(angle));
     }
   }
+}
+
+void rope_table(const int32_t* pos, int64_t n_tokens, int32_t rope_dim, float base, float scale, float* cos_out,
+                float* sin_out) {
+  std::vector<double> inv_freq(rope_dim / 2);
+  for (int32_t i = 0; i < rope_dim / 2; ++i)
+    inv_freq[i] = std::pow(static_cast<double>(base), -2.0 * i / rope_dim) / scale;
+  rope_table(pos, n_tokens, rope_dim, inv_freq.data(), 1.0f, cos_out, sin_out);
 }
 
 void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t rope_dim, bool neox,

@@ -11,7 +11,11 @@ namespace fathom::cpu {
 void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps);
 
 // RoPE angle table for one rotation config: cos/sin [n_tokens][rope_dim / 2],
-// angle(t, i) = (pos[t] / scale) * base^(-2i / rope_dim).
+// cos_out[t][i] = mscale * cos(pos[t] * inv_freq[i]) (sin alike); inv_freq: (rope_dim / 2) radians
+// per position, scaling already applied (engine/model/rope_scaling.h); the angle in double.
+void rope_table(const int32_t* pos, int64_t n_tokens, int32_t rope_dim, const double* inv_freq, float mscale,
+                float* cos_out, float* sin_out);
+// Unscaled RoPE with linear position scaling: inv_freq[i] = base^(-2i / rope_dim) / scale, mscale 1.
 void rope_table(const int32_t* pos, int64_t n_tokens, int32_t rope_dim, float base, float scale, float* cos_out,
                 float* sin_out);
 // Rotates the first rope_dim dims of each head of x: [n_tokens][n_heads][head_dim].

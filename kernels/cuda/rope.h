@@ -13,7 +13,9 @@ namespace fathom::cuda {
 //             >= n_heads * head_dim lets one call rotate Q or K inside a fused QKV buffer
 //   pos:      [n_tokens] int32, each in [0, cache_rows)
 //   cos_cache, sin_cache: [cache_rows][rope_dim / 2] f32, row p = cpu::rope_table at position p
-//             (built once per rotation config on the host, in double, then uploaded)
+//             (built once per rotation config on the host, in double, then uploaded); the table
+//             carries the model's RoPE scaling (scaled frequencies, YaRN's factor on cos and sin),
+//             so one kernel serves every scaling type
 //   neox:     pairs (i, i + rope_dim/2); otherwise adjacent pairs (2i, 2i+1)
 // rope_dim even, 2 <= rope_dim <= head_dim. Returns cudaErrorInvalidValue on bad shapes.
 cudaError_t rope(float* x, const int32_t* pos, int64_t n_tokens, int64_t token_stride, int32_t n_heads,

@@ -188,19 +188,18 @@ void CpuBackend::begin_pass(const BatchPlan& plan) {
     }
   if (c.embed_scale != 1.0f) cpu::scale_inplace(x, c.embed_scale, T * c.dim);
 
-  // RoPE tables: one per distinct (base, scale) — llama has one, gemma3 two (local / global).
+  // RoPE tables: one per distinct rotation — llama has one, gemma3 two (local / global).
   const int32_t half = c.rope_dim / 2;
   const auto global = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return !l.sliding; });
   const LayerConfig& g = global != c.layers.end() ? *global : c.layers.front();
   rope_cos_.resize(T * half);
   rope_sin_.resize(T * half);
-  cpu::rope_table(positions_.data(), T, c.rope_dim, g.rope_base, g.rope_scale, rope_cos_.data(), rope_sin_.data());
+  layer_rope_table(c, g, positions_.data(), T, rope_cos_.data(), rope_sin_.data());
   const auto local = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return l.sliding; });
   if (local != c.layers.end()) {
     rope_cos_local_.resize(T * half);
     rope_sin_local_.resize(T * half);
-    cpu::rope_table(positions_.data(), T, c.rope_dim, local->rope_base, local->rope_scale, rope_cos_local_.data(),
-                    rope_sin_local_.data());
+    layer_rope_table(c, *local, positions_.data(), T, rope_cos_local_.data(), rope_sin_local_.data());
   }
 }
 

@@ -486,11 +486,11 @@ void CudaBackend::ensure_rope_rows(int32_t rows) {
   const auto global = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return !l.sliding; });
   const auto local = std::find_if(c.layers.begin(), c.layers.end(), [](const LayerConfig& l) { return l.sliding; });
   const LayerConfig& g = global != c.layers.end() ? *global : c.layers.front();
-  cpu::rope_table(pos.data(), n, c.rope_dim, g.rope_base, g.rope_scale, cos_t.data(), sin_t.data());
+  layer_rope_table(c, g, pos.data(), n, cos_t.data(), sin_t.data());
   rope_cos_.upload(cos_t);
   rope_sin_.upload(sin_t);
   if (local != c.layers.end()) {
-    cpu::rope_table(pos.data(), n, c.rope_dim, local->rope_base, local->rope_scale, cos_t.data(), sin_t.data());
+    layer_rope_table(c, *local, pos.data(), n, cos_t.data(), sin_t.data());
     rope_cos_local_.upload(cos_t);
     rope_sin_local_.upload(sin_t);
   }
