@@ -17,6 +17,7 @@ prompt), and <variant>.json (shapes, prompts, reference figures). The test is
 tests/kernel/test_cuda_rope_scaling.cpp (CPU backend and the CUDA backend under emulation).
 """
 import argparse
+import importlib.metadata
 import json
 import math
 from pathlib import Path
@@ -230,7 +231,7 @@ def main():
             hf_attention_scaling=float(rot.attention_scaling),
             f32_vs_f64_rel=noise, unscaled_rope_rel=unscaled,
             made_with=dict(transformers=transformers.__version__, torch=torch.__version__,
-                           gguf=getattr(gguf, "__version__", "?")))
+                           gguf=importlib.metadata.version("gguf")))
         (args.out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
         print(f"{name}: attention scaling {meta['hf_attention_scaling']:.6f}, f32 vs f64 {noise:.2e}, "
               f"unscaled RoPE {unscaled:.2e} (max|d| / max|ref| over rows)")
