@@ -42,6 +42,11 @@ BASE = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_lay
 ORIGINAL_CONTEXT = 64
 THETA = 10000.0
 PROMPT_LENGTHS = (12, 160)  # 160 = 2.5 x the original context
+# llama3 also at position ~10,000 (the issue's check): the last LONG_ROWS positions of a LONG_PROMPT
+# token prompt, in f64. transformers computes the RoPE angle pos * inv_freq in f32 whatever the
+# model's dtype (off by up to 5e-4 rad at 10,000, where fathom's angles are double): the test's
+# tolerance there allows for it.
+LONG_PROMPT, LONG_ROWS = 10016, 16
 
 VARIANTS = {
     # Llama 3.1's rule (its values: factor 8, low 1, high 4), as llama.cpp writes it: rope_freqs.
@@ -197,6 +202,18 @@ def reference(model, prompts):
     return f32.astype("<f4"), rel_error(f32, f64), rel_error(unscaled, f32)
 
 
+def long_reference(model, name, rng, out):
+    """The last LONG_ROWS logits of a LONG_PROMPT-token prompt in f64 (and how far f32 is from them)."""
+    ids = rng.integers(0, BASE["vocab_size"] - 1, LONG_PROMPT).tolist()
+    with torch.no_grad():
+        f64 = model.to(torch.float64)(torch.tensor([ids])).logits[0, -LONG_ROWS:].numpy()
+        model.to(torch.float32)
+        f32 = model(torch.tensor([ids])).logits[0, -LONG_ROWS:].numpy()
+    f64.astype("<f4").tofile(out / f"{name}.long.logits.f32")
+    return dict(prompt=ids, first_row=LONG_PROMPT - LONG_ROWS, logits=f"{name}.long.logits.f32",
+                transformers_f32_vs_f64_rel=rel_error(f32, f64))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
@@ -216,12 +233,13 @@ def main():
         write_gguf(args.out / f"{name}.gguf", model, spec, spec["gguf_style"])
         if src:
             logits_file = f"{src}.logits.f32"  # the same model: the same reference
-            noise, unscaled = refs[src]
+            noise, unscaled, long = refs[src]
         else:
             logits_file = f"{name}.logits.f32"
             logits, noise, unscaled = reference(model, prompts)
             logits.tofile(args.out / logits_file)
-            refs[name] = (noise, unscaled)
+            long = long_reference(model, name, rng, args.out) if name == "llama3" else None
+            refs[name] = (noise, unscaled, long)
         rot = model.model.rotary_emb
         meta = dict(
             gguf=f"{name}.gguf", logits=logits_file, vocab=BASE["vocab_size"],
@@ -229,10 +247,13 @@ def main():
             max_position_embeddings=spec["max_positions"], gguf_style=spec["gguf_style"],
             hf_inv_freq=[float(x) for x in rot.inv_freq.to(torch.float64)],
             hf_attention_scaling=float(rot.attention_scaling),
-            f32_vs_f64_rel=noise, unscaled_rope_rel=unscaled,
+            f32_vs_f64_rel=noise, unscaled_rope_rel=unscaled, long=long,
             made_with=dict(transformers=transformers.__version__, torch=torch.__version__,
                            gguf=importlib.metadata.version("gguf")))
         (args.out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+        if long:
+            print(f"{name}: at positions {long['first_row']}.., transformers' f32 is "
+                  f"{long['transformers_f32_vs_f64_rel']:.2e} from its f64 reference")
         print(f"{name}: attention scaling {meta['hf_attention_scaling']:.6f}, f32 vs f64 {noise:.2e}, "
               f"unscaled RoPE {unscaled:.2e} (max|d| / max|ref| over rows)")
 

@@ -50,6 +50,7 @@ const std::string kDir = std::string(FATHOM_SOURCE_DIR) + "/tests/fixtures/rope/
 constexpr double kCpuTol = 1e-4;
 constexpr double kCudaTol = 2e-2;
 constexpr double kFreqTol = 1e-6;
+constexpr double kLongTol = 1e-3;  // at position 10,000: see RopeScalingLong
 constexpr int32_t kChunk = 64;
 
 struct Fixture {
@@ -160,6 +161,43 @@ TEST_P(RopeScalingFixture, CudaLogitsMatchTransformers) {
   const double e =
       worst_row_error(run_prompts(*cuda, f, o.block_size), f.logits, f.vocab, std::string(GetParam()) + " cuda-emu");
   EXPECT_LE(e, kCudaTol);
+}
+
+// Llama 3.1-style scaling at positions 10,000 .. 10,015 (the last rows of a 10,016-token prompt,
+// prefilled in chunks of 512; 156x the original context), against transformers in f64. Even in f64,
+// transformers computes RoPE angles as f32 (pos * inv_freq, f32 inv_freq): at pos 10,000 an angle is
+// off by up to half an f32 ulp of 10,000 rad, 5e-4 rad, where fathom's are double. Measured 2.0e-4
+// (the same from rope_freqs or the rule, in chunks of 512 or 64); tolerance 1e-3 (RoPE unscaled: 1.8).
+// CPU only: the emulated CUDA attention over 10k keys would take minutes.
+TEST(RopeScalingLong, Llama3AtPosition10000MatchesTransformers) {
+  const Fixture f = load_fixture("llama3");
+  const nlohmann::json& long_ref = f.meta["long"];
+  const auto prompt = long_ref["prompt"].get<std::vector<int32_t>>();
+  const int32_t first = long_ref["first_row"].get<int32_t>();
+  const int32_t rows = static_cast<int32_t>(prompt.size()) - first;
+  std::vector<float> want(static_cast<size_t>(rows) * f.vocab);
+  std::ifstream(kDir + long_ref["logits"].get<std::string>(), std::ios::binary)
+      .read(reinterpret_cast<char*>(want.data()), static_cast<std::streamsize>(want.size() * sizeof(float)));
+  const std::unique_ptr<Model> model = Model::load(kDir + f.meta["gguf"].get<std::string>());
+  ModelOptions o = options();
+  o.kv_cache_bytes = 64 << 20;
+  CpuBackend cpu(*model, o);
+  BlockAllocator pool(cpu.kv_blocks(), o.block_size);
+  std::vector<int32_t> table;
+  while (static_cast<int64_t>(table.size()) * o.block_size < static_cast<int64_t>(prompt.size()))
+    table.push_back(pool.allocate());
+  std::vector<float> logits;
+  for (int32_t pos0 = 0; pos0 < first;) {  // up to the first wanted row, then the wanted rows
+    const int32_t n = std::min(512, first - pos0);
+    BatchPlan plan;
+    plan.seqs.push_back(SeqStep{std::span<const int32_t>(prompt.data() + pos0, n), pos0, &table, LogitsWanted::kNone});
+    cpu.forward(plan, logits);
+    pos0 += n;
+  }
+  BatchPlan plan;
+  plan.seqs.push_back(SeqStep{std::span<const int32_t>(prompt.data() + first, rows), first, &table, LogitsWanted::kAll});
+  cpu.forward(plan, logits);
+  EXPECT_LE(worst_row_error(logits, want, f.vocab, "llama3 cpu @10000"), kLongTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, RopeScalingFixture, ::testing::Values("llama3", "llama3-keys", "linear", "yarn"),
