@@ -642,6 +642,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  g_base.validate();  // a flag out of its policy's bounds (e.g. --sparq-r 0) is an error, not "derived"
   n_measure = std::clamp(n_measure, 1, n_decode);
   if (!needles.empty()) return run_needles(needles, out_path, threads, n_decode);
   const std::string text = read_text(bench::split_list(text_files));

@@ -49,7 +49,7 @@ std::string table(const std::string& model, const ModelConfig& c, int threads, d
     names.push_back(h.name());
   }
   policies.emplace_back().kind = policy_kind("alisa");
-  names.push_back("swa");
+  names.push_back("alisa");
   std::vector<BreakEven> be;
   for (AttentionPolicy& p : policies) {
     p.kv_read_ratio = ratio;

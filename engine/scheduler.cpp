@@ -35,7 +35,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
   for (PolicyKind k = 0; k < policy_count(); ++k) {
     metrics_->kv_read(k);
     metrics_->attention_steps(k, kDensePolicy);  // the family, at 0
-    if (policy_def(k).reads_hot_rows) {
+    if (policy_def(k).hot_row_series) {
       metrics_->hot_rows(k, "hit");
       metrics_->hot_rows(k, "miss");
     }

@@ -75,6 +75,13 @@ double param_value(const ParamSpec& spec, const json& v, const std::string& para
 
 }  // namespace
 
+void check_attention_aliases(const json& object, const AttentionOptionFail& fail) {
+  for (const PolicyDef& d : policy_registry())
+    if (d.alias != nullptr && !d.params.empty() && object.contains(d.name) && object.contains(d.alias))
+      fail_and_throw(fail, d.alias,
+                     "is the old name of '" + std::string(d.name) + "': give its options under one of the two");
+}
+
 bool apply_attention_option(const std::string& name_key, const std::string& key, const json& value,
                             AttentionPolicy& p, const AttentionOptionFail& fail) {
   if (key == name_key) {

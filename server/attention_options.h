@@ -24,6 +24,10 @@ using AttentionOptionFail = std::function<void(const std::string& param, const s
 bool apply_attention_option(const std::string& name_key, const std::string& key, const nlohmann::json& value,
                             AttentionPolicy& policy, const AttentionOptionFail& fail);
 
+// Fails (through `fail`) when `object` names one policy's options twice, under its name and its
+// old alias ("alisa" and "swa"): which one would win is an accident of key order.
+void check_attention_aliases(const nlohmann::json& object, const AttentionOptionFail& fail);
+
 // The keys apply_attention_option understands, for "unknown key" messages.
 std::string attention_option_keys(const std::string& name_key);
 

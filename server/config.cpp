@@ -202,6 +202,7 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     const AttentionOptionFail fail = [&](const std::string& param, const std::string& message) {
       a->fail(param, message);
     };
+    check_attention_aliases(root["attention"], fail);
     for (auto it = root["attention"].begin(); it != root["attention"].end(); ++it) {
       a->has(it.key());  // mark as seen; unknown keys fail below
       if (!apply_attention_option("policy", it.key(), *it, c.attention, fail))

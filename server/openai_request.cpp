@@ -228,6 +228,7 @@ void parse_extension(const json& body, const ServerConfig& config, Request& requ
   const AttentionOptionFail fail = [](const std::string& param, const std::string& message) {
     bad("fathom." + param, "'fathom." + param + "' " + message);
   };
+  check_attention_aliases(*f, fail);
   for (auto it = f->begin(); it != f->end(); ++it) {
     const std::string param = "fathom." + it.key();
     if (apply_attention_option("attention", it.key(), *it, request.attention, fail)) {

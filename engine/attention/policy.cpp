@@ -78,11 +78,14 @@ void AttentionPolicy::validate() const {
       const std::string what = std::string(d.name) + "." + s.name;
       switch (s.type) {
         case ParamType::kInt:
-          if (v[j] < s.min || v[j] != std::floor(v[j])) throw Error(what + " must be an integer >= " + std::to_string(static_cast<int64_t>(s.min)));
+          if (!(v[j] >= s.min && v[j] <= s.max) || v[j] != std::floor(v[j]))
+            throw Error(what + " must be an integer in [" + std::to_string(static_cast<int64_t>(s.min)) + ", " +
+                        std::to_string(static_cast<int64_t>(s.max)) + "]");
           break;
         case ParamType::kOddInt:
-          if (v[j] < s.min || v[j] != std::floor(v[j]) || std::fmod(v[j], 2.0) == 0)
-            throw Error(what + " must be an odd integer >= " + std::to_string(static_cast<int64_t>(s.min)));
+          if (!(v[j] >= s.min && v[j] <= s.max) || v[j] != std::floor(v[j]) || std::fmod(v[j], 2.0) == 0)
+            throw Error(what + " must be an odd integer in [" + std::to_string(static_cast<int64_t>(s.min)) + ", " +
+                        std::to_string(static_cast<int64_t>(s.max)) + "]");
           break;
         case ParamType::kBool:
           if (v[j] != 0 && v[j] != 1) throw Error(what + " must be true or false");
@@ -132,14 +135,15 @@ bool is_default_probe(const AttentionPolicy& probe) {
 
 bool layer_uses_policy(const AttentionPolicy& p, int32_t layer, bool sliding) {
   if (p.kind == kDensePolicy || sliding) return false;
-  const PolicyDef& d = policy_def(resolve_auto(p).kind);
+  if (policy_def(p.kind).resolve != nullptr) return layer_uses_policy(resolve_auto(p), layer, sliding);
+  const PolicyDef& d = policy_def(p.kind);
   return d.dense_layers == nullptr || layer >= d.dense_layers(p);
 }
 
 bool selects_every_key(const AttentionPolicy& p, int32_t S, int32_t d) {
-  const AttentionPolicy r = resolve_auto(p);
-  const PolicyDef& def = policy_def(r.kind);
-  return def.selects_every_key == nullptr || def.selects_every_key(r, S, d);
+  const PolicyDef& def = policy_def(p.kind);
+  if (def.resolve != nullptr) return selects_every_key(resolve_auto(p), S, d);  // auto: what it stands for
+  return def.selects_every_key == nullptr || def.selects_every_key(p, S, d);
 }
 
 }  // namespace fathom

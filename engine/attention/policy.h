@@ -42,6 +42,7 @@ struct ParamSpec {
   ParamType type;
   double initial;   // the default; kDerived: derived from kv_read_ratio at each step
   double min = 0;   // kInt, kOddInt: the smallest value a client may set
+  double max = 1 << 30;  // kInt, kOddInt: the largest (every value fits an int32_t)
 };
 inline constexpr double kDerived = -1;  // an unset parameter the policy derives
 

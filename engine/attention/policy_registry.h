@@ -34,8 +34,10 @@ struct PolicyDef {
   void (*probe_params)(const AttentionPolicy& p, AttentionPolicy& probe) = nullptr;
   // Decode steps a break-even measurement averages over (HiP: a whole refresh period); null: 8.
   int32_t (*measure_steps)(const AttentionPolicy&) = nullptr;
-  // Whether its steps read rows through the hot row cache at all (its hit/miss series exist).
-  bool reads_hot_rows = false;
+  // Whether /metrics carries its hot-row hit/miss series from start-up, at 0 (the policies whose
+  // steps gather rows on both backends; SparQ's CPU step reads through the cache too, and its
+  // series appear with its first lookup).
+  bool hot_row_series = false;
   // Whether a request with it may join a bifurcated group (groups read densely).
   bool groupable = false;
 };

@@ -94,6 +94,14 @@ def test_bad_min_keys_is_400(server, value):
     assert r.json()["error"]["param"].endswith("min_keys")
 
 
+def test_options_under_both_names_of_a_policy_are_400(server):
+    r = requests.post(f"{server.base_url}/v1/completions", timeout=60,
+                      json={"prompt": "hi", "max_tokens": 2,
+                            "fathom": {"attention": "alisa", "alisa": {"pool": 5}, "swa": {"pool": 3}}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "fathom.swa"
+
+
 def layer_steps(server, policy):
     text = requests.get(f"{server.base_url}/metrics", timeout=30).text
     prefix, suffix = 'fathom_attention_layer_steps_total{kernel="', f'",policy="{policy}"}}'

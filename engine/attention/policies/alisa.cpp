@@ -33,7 +33,7 @@ const PolicyDef kDef{
     .params = kParams,
     .selects_every_key = selects_every_key,
     .probe_ratio = probe_ratio,
-    .reads_hot_rows = true,
+    .hot_row_series = true,
 };
 
 }  // namespace fathom::alisa

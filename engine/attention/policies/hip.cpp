@@ -47,7 +47,7 @@ void probe_params(const AttentionPolicy& p, AttentionPolicy& probe) {
   probe.set(kPerKvHead, p.flag(kPerKvHead));
   // The largest power of two <= refresh, at most the default's: a shorter refresh re-estimates
   // more often, so its break-even is the conservative one.
-  const int32_t cap = std::min(p.integer(kRefresh), AttentionPolicy{}.integer(kRefresh));
+  const int32_t cap = std::min(p.integer(kRefresh), static_cast<int32_t>(kParams[kRefresh.index].initial));
   int32_t refresh = 1;
   while (refresh * 2 <= cap) refresh *= 2;
   probe.set(kRefresh, refresh);
@@ -65,7 +65,7 @@ const PolicyDef kDef{
     .dense_layers = dense_layers,
     .probe_params = probe_params,
     .measure_steps = measure_steps,
-    .reads_hot_rows = true,
+    .hot_row_series = true,
 };
 
 }  // namespace fathom::hip
