@@ -16,5 +16,7 @@ check() {  # check DIR PATTERN WHY
 check base 'kernels|engine|server' "base is the bottom layer"
 check kernels 'engine|server' "kernels depend on base only"
 check engine 'server' "the engine knows no protocol"
+check kernels/ref 'kernels/cpu|kernels/cuda' "the references are the specification: they use no kernel"
+check kernels/cuda 'kernels/cpu' "the CUDA kernels share only kernels/*.h with the CPU's"
 [ $status -eq 0 ] && echo "layering: ok"
 exit $status

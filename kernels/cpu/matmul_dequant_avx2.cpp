@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/matmul_kernels.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 
 namespace fathom::cpu::detail {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "kernels/cpu/matmul_avx512_common.h"
 #include "kernels/cpu/matmul_kernels.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 
 namespace fathom::cpu::detail {
 namespace {

@@ -19,7 +19,7 @@
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/matmul_prefetch.h"
 #include "kernels/cpu/packed_weights.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 
 namespace fathom::cpu::detail {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/matmul_kernels.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/ref/dequant.h"
 
 namespace fathom::cpu::detail {

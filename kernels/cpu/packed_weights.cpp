@@ -4,7 +4,7 @@
 
 #include "base/error.h"
 #include "kernels/cpu/matmul_kernels.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 
 namespace fathom::cpu {
 namespace {

@@ -1,11 +1,11 @@
 #pragma once
-// Device-side helpers to decode the GGML weight blocks of kernels/cpu/quant_blocks.h (whose
+// Device-side helpers to decode the GGML weight blocks of kernels/quant_blocks.h (whose
 // helpers are host-only): half / bfloat16 bits, and the 6-bit scales and mins of Q4_K.
 // Shared by embedding.cu and quant_gemv.cu. Block layouts are quant::BlockQ8_0 (34 bytes),
 // quant::BlockQ4_K (144) and quant::BlockQ6_K (210); only Q4_K is 4-byte aligned.
 #include <cstdint>
 
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/cuda/emu/cuda_emu.h"
 
 namespace fathom::cuda::quant_device {

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 
 namespace fathom::ref {
 namespace {

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/ggml_type.h"
 #include "kernels/paged_kv.h"
 #include "kernels/ref/dequant.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/ref/dequant.h"
 
 namespace fathom {
