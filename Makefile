@@ -27,7 +27,7 @@ chat: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 	$(MAKE) --no-print-directory fuzz
-	FATHOM_BUILD=$(BUILD) $(PY) -m pytest -q tests/e2e
+	FATHOM_BUILD=$(BUILD) $(PY) -m pytest -q --durations=15 tests/e2e
 
 # libFuzzer over every parser of outside bytes (GGUF, request bodies, chat templates +
 # tokenizer), FUZZ_SECONDS each.
