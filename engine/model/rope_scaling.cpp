@@ -8,7 +8,6 @@
 #include "base/error.h"
 #include "engine/model/gguf.h"
 #include "engine/model/model_config.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/ref/dequant.h"
 
 namespace fathom {
@@ -175,12 +174,6 @@ std::vector<double> rope_inv_freq(double base, int32_t rope_dim, const RopeScali
 float rope_attention_factor(const RopeScaling& s) {
   if (s.type != RopeScalingType::kYarn || s.factor <= 1) return 1.0f;
   return static_cast<float>(0.1 * std::log(s.factor) + 1.0);
-}
-
-void layer_rope_table(const ModelConfig& c, const LayerConfig& layer, const int32_t* pos, int64_t n_tokens,
-                      float* cos_out, float* sin_out) {
-  FATHOM_CHECK(static_cast<int32_t>(layer.rope_inv_freq.size()) == c.rope_dim / 2, "layer RoPE frequencies not set");
-  cpu::rope_table(pos, n_tokens, c.rope_dim, layer.rope_inv_freq.data(), layer.rope_attn_factor, cos_out, sin_out);
 }
 
 }  // namespace fathom
