@@ -25,26 +25,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
-#include "base/error.h"
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/kv/block_allocator.h"
 #include "engine/model.h"
+#include "tests/kernel/logits_fixture.h"
 
 namespace fathom {
 namespace {
+
+using logits_fixture::Fixture;
+using logits_fixture::options;
+using logits_fixture::worst_row_error;
 
 const std::string kDir = std::string(FATHOM_SOURCE_DIR) + "/tests/fixtures/rope/";
 constexpr double kCpuTol = 1e-4;
@@ -53,81 +48,10 @@ constexpr double kFreqTol = 1e-6;
 constexpr double kLongTol = 1e-3;  // at position 10,000: see RopeScalingLong
 constexpr int32_t kChunk = 64;
 
-struct Fixture {
-  nlohmann::json meta;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<float> logits;  // [rows of every prompt][vocab]
-  int32_t vocab = 0;
-};
+Fixture load_fixture(const std::string& name) { return logits_fixture::load(kDir, name); }
 
-Fixture load_fixture(const std::string& name) {
-  Fixture f;
-  std::ifstream j(kDir + name + ".json");
-  EXPECT_TRUE(j.good()) << "missing " << kDir << name << ".json (make fixtures)";
-  f.meta = nlohmann::json::parse(j);
-  f.vocab = f.meta["vocab"].get<int32_t>();
-  size_t rows = 0;
-  for (const auto& p : f.meta["prompts"]) {
-    f.prompts.push_back(p.get<std::vector<int32_t>>());
-    rows += f.prompts.back().size();
-  }
-  const std::string logits_path = kDir + f.meta["logits"].get<std::string>();
-  f.logits.resize(rows * f.vocab);
-  std::ifstream l(logits_path, std::ios::binary);
-  l.read(reinterpret_cast<char*>(f.logits.data()), static_cast<std::streamsize>(f.logits.size() * sizeof(float)));
-  EXPECT_TRUE(l.good() && std::filesystem::file_size(logits_path) == f.logits.size() * sizeof(float))
-      << logits_path << " is not " << rows << " rows of " << f.vocab;
-  return f;
-}
-
-ModelOptions options() {
-  ModelOptions o;
-  o.threads = 2;
-  o.precision = cpu::Precision::kF32;
-  o.kv_dtype = KvDtype::kF32;
-  o.block_size = 16;
-  o.kv_cache_bytes = 4 << 20;
-  return o;
-}
-
-// Every position's logits of every prompt: one prompt at a time, in prefill chunks of kChunk.
 std::vector<float> run_prompts(Backend& backend, const Fixture& f, int32_t block_size) {
-  std::vector<float> all, logits;
-  for (const std::vector<int32_t>& p : f.prompts) {
-    BlockAllocator pool(backend.kv_blocks(), block_size);
-    std::vector<int32_t> table;
-    while (static_cast<int64_t>(table.size()) * block_size < static_cast<int64_t>(p.size()))
-      table.push_back(pool.allocate());
-    for (size_t pos0 = 0; pos0 < p.size(); pos0 += kChunk) {
-      const size_t n = std::min<size_t>(kChunk, p.size() - pos0);
-      BatchPlan plan;
-      plan.seqs.push_back(SeqStep{std::span<const int32_t>(p.data() + pos0, n), static_cast<int32_t>(pos0), &table,
-                                  LogitsWanted::kAll});
-      backend.forward(plan, logits);
-      EXPECT_EQ(logits.size(), n * f.vocab);
-      all.insert(all.end(), logits.begin(), logits.end());
-    }
-  }
-  return all;
-}
-
-// max over rows of max|got − want| / max|want|; prints the worst row.
-double worst_row_error(const std::vector<float>& got, const std::vector<float>& want, int32_t vocab,
-                       const std::string& what) {
-  EXPECT_EQ(got.size(), want.size());
-  double worst = 0;
-  size_t worst_row = 0;
-  for (size_t r = 0; r * vocab < std::min(got.size(), want.size()); ++r) {
-    double d = 0, scale = 0;
-    for (int32_t v = 0; v < vocab; ++v) {
-      const double a = got[r * vocab + v], b = want[r * vocab + v];
-      d = std::max(d, std::isfinite(a) ? std::abs(a - b) : INFINITY);
-      scale = std::max(scale, std::abs(b));
-    }
-    if (d / scale > worst || std::isnan(d)) worst = d / scale, worst_row = r;
-  }
-  std::printf("%-28s worst row %3zu: max|d| / max|ref| = %.3e\n", what.c_str(), worst_row, worst);
-  return worst;
+  return logits_fixture::run_prompts(backend, f, block_size, kChunk);
 }
 
 class RopeScalingFixture : public ::testing::TestWithParam<const char*> {};
@@ -183,9 +107,7 @@ TEST(RopeScalingLong, Llama3AtPosition10000MatchesTransformers) {
   o.kv_cache_bytes = 64 << 20;
   CpuBackend cpu(*model, o);
   BlockAllocator pool(cpu.kv_blocks(), o.block_size);
-  std::vector<int32_t> table;
-  while (static_cast<int64_t>(table.size()) * o.block_size < static_cast<int64_t>(prompt.size()))
-    table.push_back(pool.allocate());
+  std::vector<int32_t> table = logits_fixture::blocks_for(pool, static_cast<int64_t>(prompt.size()), o.block_size);
   std::vector<float> logits;
   for (int32_t pos0 = 0; pos0 < first;) {  // up to the first wanted row, then the wanted rows
     const int32_t n = std::min(512, first - pos0);
@@ -207,30 +129,12 @@ INSTANTIATE_TEST_SUITE_P(Variants, RopeScalingFixture, ::testing::Values("llama3
                            return s;
                          });
 
-// A fixture with one string replaced by another of the same length, written to a temporary file.
 std::string patched_copy(const std::string& name, const std::string& from, const std::string& to) {
   EXPECT_EQ(from.size(), to.size());
-  std::ifstream in(kDir + name, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t at = bytes.find(from);
-  EXPECT_NE(at, std::string::npos) << from << " not in " << name;
-  if (at != std::string::npos) bytes.replace(at, from.size(), to);
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("fathom_rope_" + std::to_string(::getpid()) + "_" + name)).string();
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
+  return logits_fixture::patched_copy(kDir, name, from, to);
 }
 
-std::string load_error(const std::string& path) {
-  try {
-    Model::load(path);
-  } catch (const Error& e) {
-    std::filesystem::remove(path);
-    return e.what();
-  }
-  std::filesystem::remove(path);
-  return "(loaded)";
-}
+using logits_fixture::load_error;
 
 TEST(RopeScalingRefusals, UnknownScalingTypeIsALoadError) {
   // The type's value, "llama3" with its 8-byte length prefix (the file's name holds "llama3" too).

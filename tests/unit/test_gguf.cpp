@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "engine/model/gguf.h"
+#include "tests/unit/gguf_writer.h"
 
 namespace fathom {
 namespace {
@@ -152,46 +153,9 @@ TEST(GgufModel, Gemma3) {
   EXPECT_EQ(hex(last->data, 8), "0080bc430080a943");
 }
 
-// ---- a tiny GGUF writer ----
+// ---- synthetic files (tests/unit/gguf_writer.h) ----
 
-class Writer {
- public:
-  template <class T>
-  Writer& put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    bytes.insert(bytes.end(), p, p + sizeof(T));
-    return *this;
-  }
-  Writer& str(std::string_view s) {
-    put<uint64_t>(s.size());
-    bytes.insert(bytes.end(), s.begin(), s.end());
-    return *this;
-  }
-  Writer& header(uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
-    bytes.insert(bytes.end(), {'G', 'G', 'U', 'F'});
-    return put(version).put(n_tensors).put(n_kv);
-  }
-  Writer& type(GgufValueType t) { return put(static_cast<uint32_t>(t)); }
-  template <class T>
-  Writer& kv(std::string_view key, GgufValueType t, T v) {
-    return str(key).type(t).put(v);
-  }
-  Writer& kv_str(std::string_view key, std::string_view v) { return str(key).type(GgufValueType::STRING).str(v); }
-  Writer& tensor(std::string_view name, std::vector<uint64_t> dims, uint32_t type, uint64_t offset) {
-    str(name).put(static_cast<uint32_t>(dims.size()));
-    for (uint64_t d : dims) put(d);
-    return put(type).put(offset);
-  }
-  Writer& pad(size_t alignment) {
-    while (bytes.size() % alignment) bytes.push_back(0);
-    return *this;
-  }
-  Writer& fill(size_t n, uint8_t start = 0) {
-    for (size_t i = 0; i < n; ++i) bytes.push_back(static_cast<uint8_t>(start + i));
-    return *this;
-  }
-  std::vector<uint8_t> bytes;
-};
+using test::Writer;
 
 constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ4_K = 12;
 constexpr uint64_t kTwo63Plus5 = (uint64_t{1} << 63) + 5;
