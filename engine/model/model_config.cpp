@@ -54,7 +54,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   const float rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
-  c.rope_scaling = rope_scaling_from_gguf(f, c.arch_name, c.rope_dim);
+  c.rope_scaling = rope_scaling_from_gguf(f, c.arch_name, c.rope_dim, c.context_length);
   const LayerConfig global{false, 0, rope_base, rope_inv_freq(rope_base, c.rope_dim, c.rope_scaling),
                            rope_attention_factor(c.rope_scaling)};
   c.layers.assign(c.n_layers, global);

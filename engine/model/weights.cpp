@@ -48,7 +48,7 @@ class Loader {
     return find(name) ? vector(name, n) : std::vector<float>{};
   }
 
-  // A tensor read elsewhere (the model config's rope_freqs).
+  // A tensor read elsewhere (the model config's RoPE frequency factors).
   void consumed(const std::string& name) { consumed_.insert(name); }
 
   // Every tensor of the file must have been read: one the loader does not know (an architecture
@@ -112,7 +112,7 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
     }
     w.layers.push_back(std::move(L));
   }
-  if (!c.rope_scaling.freq_factors.empty()) load.consumed("rope_freqs.weight");
+  for (const std::string& t : c.rope_scaling.tensors) load.consumed(t);
   load.check_all_consumed(c.arch_name);
   w.for_each_matrix([&](const WeightMatrix& m) { w.matrix_bytes += m.bytes(); });
   return w;

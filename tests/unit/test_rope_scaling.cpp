@@ -56,7 +56,9 @@ class Meta {
 
 constexpr int32_t kRopeDim = 32;
 
-RopeScaling scaling(Meta& m) { return rope_scaling_from_gguf(*m.file(), "llama", kRopeDim); }
+constexpr int64_t kContext = 8192;
+
+RopeScaling scaling(Meta& m) { return rope_scaling_from_gguf(*m.file(), "llama", kRopeDim, kContext); }
 
 std::string refusal(Meta& m) {
   try {
@@ -89,8 +91,19 @@ TEST(RopeScalingMetadata, TypeFromTheKeys) {
 
 TEST(RopeScalingMetadata, RefusesWhatItDoesNotImplement) {
   Meta unknown;
-  unknown.str("llama.rope.scaling.type", "longrope");
-  EXPECT_TRUE(has(refusal(unknown), "unsupported rope scaling type 'longrope'")) << refusal(unknown);
+  unknown.str("llama.rope.scaling.type", "dynamic");
+  EXPECT_TRUE(has(refusal(unknown), "unsupported rope scaling type 'dynamic'")) << refusal(unknown);
+
+  // longrope's factors are tensors (tests/kernel/test_cuda_arch_fixtures.cpp loads them).
+  Meta longrope_without_factors;
+  longrope_without_factors.str("llama.rope.scaling.type", "longrope");
+  EXPECT_TRUE(has(refusal(longrope_without_factors), "rope_factors_long.weight")) << refusal(longrope_without_factors);
+
+  // attn_factor scales cos and sin in llama.cpp whatever the type: only YaRN and longrope define one.
+  Meta linear_attn_factor;
+  linear_attn_factor.str("llama.rope.scaling.type", "linear").f32("llama.rope.scaling.factor", 2.0f);
+  linear_attn_factor.f32("llama.rope.scaling.attn_factor", 1.5f);
+  EXPECT_TRUE(has(refusal(linear_attn_factor), "llama.rope.scaling.attn_factor")) << refusal(linear_attn_factor);
 
   Meta linear_without_factor;
   linear_without_factor.str("llama.rope.scaling.type", "linear");
