@@ -1,12 +1,51 @@
 #include "engine/model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <string_view>
 
 #include "base/error.h"
 #include "engine/model/gguf.h"
 
 namespace fathom {
 namespace {
+
+struct ArchInfo {
+  const char* name;  // general.architecture, and the prefix of its keys
+  Architecture arch;
+  bool reads_sliding_window;  // <arch>.attention.sliding_window: gemma3's local layers, phi3's every layer
+};
+constexpr ArchInfo kArchs[] = {{"llama", Architecture::kLlama, false},
+                               {"gemma3", Architecture::kGemma3, true},
+                               {"qwen2", Architecture::kQwen2, false},
+                               {"qwen3", Architecture::kQwen3, false},
+                               {"phi3", Architecture::kPhi3, true}};
+
+// The <arch>.* keys from_gguf reads (and `vocab_size`, which the embedding's rows restate), besides
+// the rope.scaling.* keys rope_scaling.cpp reads. Any other key of the architecture — a sliding
+// window where the architecture has none, logit soft-capping, experts, a pooling type — is a
+// hyperparameter fathom does not implement: a load error naming it, not a model that runs without it.
+constexpr std::string_view kKnownKeys[] = {
+    "block_count", "context_length", "embedding_length", "feed_forward_length", "vocab_size",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+    "attention.layer_norm_rms_epsilon", "rope.dimension_count", "rope.freq_base"};
+
+void refuse_unknown_keys(const GgufFile& f, const ArchInfo& a) {
+  const std::string prefix = std::string(a.name) + ".";
+  constexpr std::string_view kScaling = "rope.scaling.", kWindow = "attention.sliding_window";
+  for (const auto& entry : f.metadata()) {
+    const std::string& key = entry.first;
+    if (!key.starts_with(prefix)) continue;
+    const std::string_view k = std::string_view(key).substr(prefix.size());
+    if (std::find(std::begin(kKnownKeys), std::end(kKnownKeys), k) != std::end(kKnownKeys)) continue;
+    if (k.starts_with(kScaling) && is_rope_scaling_key(k.substr(kScaling.size()))) continue;
+    if (k == kWindow && (a.reads_sliding_window || f.get_int(key) == 0)) continue;  // 0: no window
+    throw Error(f.path() + ": metadata " + key + " is not supported by fathom's " + a.name +
+                (k == kWindow ? " (sliding-window attention)" : "") +
+                ": a hyperparameter it does not implement, refused rather than ignored");
+  }
+}
 
 int32_t require_positive(const GgufFile& f, const std::string& key, int64_t max_value) {
   const int64_t v = f.require_int(key);
@@ -24,13 +63,13 @@ constexpr float kGemma3LocalRopeBase = 10000.0f;
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch_name = f.require_string("general.architecture");
-  if (c.arch_name == "llama") {
-    c.arch = Architecture::kLlama;
-  } else if (c.arch_name == "gemma3") {
-    c.arch = Architecture::kGemma3;
-  } else {
-    throw Error(f.path() + ": unsupported architecture '" + c.arch_name + "' (supported: llama, gemma3)");
-  }
+  const auto info =
+      std::find_if(std::begin(kArchs), std::end(kArchs), [&](const ArchInfo& a) { return c.arch_name == a.name; });
+  if (info == std::end(kArchs))
+    throw Error(f.path() + ": unsupported architecture '" + c.arch_name +
+                "' (supported: llama, gemma3, qwen2, qwen3, phi3)");
+  c.arch = info->arch;
+  refuse_unknown_keys(f, *info);
   const std::string a = c.arch_name + ".";
   constexpr int64_t kMaxDim = 1 << 20;
   c.n_layers = require_positive(f, a + "block_count", 4096);
@@ -58,8 +97,22 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   const LayerConfig global{false, 0, rope_base, rope_inv_freq(rope_base, c.rope_dim, c.rope_scaling),
                            rope_attention_factor(c.rope_scaling)};
   c.layers.assign(c.n_layers, global);
+  // llama.cpp's converter permutes llama's Q and K rows for adjacent-pair rotation; the other
+  // architectures keep the checkpoint's rotate-half (NEOX) layout.
+  c.rope_neox = c.arch != Architecture::kLlama;
+  if (c.arch == Architecture::kQwen3) c.qk_norm = true;
+  if (c.arch == Architecture::kPhi3) {
+    c.fused_gate_up = true;
+    // Phi-3-mini's window (2047 of 4096) on every layer, as transformers applies it (llama.cpp
+    // ignores it); 0 (Phi-4) or a window as long as the context changes nothing.
+    const int64_t window = f.get_int(a + "attention.sliding_window").value_or(0);
+    if (window < 0 || window > (1 << 24))
+      throw Error(f.path() + ": metadata " + a + "attention.sliding_window = " + std::to_string(window) +
+                  " is out of range");
+    if (window > 0 && window < c.context_length)
+      for (LayerConfig& l : c.layers) l.sliding = true, l.window = static_cast<int32_t>(window);
+  }
   if (c.arch == Architecture::kGemma3) {
-    c.rope_neox = true;
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));
     c.qk_norm = true;
     c.post_norms = true;

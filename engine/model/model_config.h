@@ -10,11 +10,11 @@ namespace fathom {
 
 class GgufFile;
 
-enum class Architecture { kLlama, kGemma3 };
+enum class Architecture { kLlama, kGemma3, kQwen2, kQwen3, kPhi3 };
 enum class Activation { kSilu, kGeluTanh };  // gate activation of the gated MLP (SwiGLU / GeGLU)
 
 struct LayerConfig {
-  bool sliding = false;     // sliding-window attention layer (gemma3 local layers)
+  bool sliding = false;     // sliding-window attention layer (gemma3's local layers, phi3's every layer)
   int32_t window = 0;       // tokens a query may see, itself included; 0 = unlimited
   float rope_base = 10000;  // RoPE theta for this layer
   // (rope_dim / 2) radians per position of each rotated pair, the model's RoPE scaling applied
@@ -39,7 +39,8 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   float embed_scale = 1.0f;  // gemma: sqrt(dim)
   float attn_scale = 0.0f;   // logit scale, 1/sqrt(head_dim) unless the model says otherwise
-  bool qk_norm = false;      // RMSNorm over head_dim on q and k (gemma3)
+  bool qk_norm = false;      // RMSNorm over head_dim on q and k (gemma3, qwen3)
+  bool fused_gate_up = false;  // the gate and up projections are one ffn_up tensor of 2·ffn_dim rows (phi3)
   bool post_norms = false;   // RMSNorm on the attention and MLP outputs before the residual add
   Activation activation = Activation::kSilu;
   RopeScaling rope_scaling;  // of the global layers (gemma3's local layers rotate unscaled)
@@ -49,7 +50,8 @@ struct ModelConfig {
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
   int32_t group_size() const { return n_heads / n_kv_heads; }
 
-  // Throws fathom::Error for an unknown architecture or missing/inconsistent metadata.
+  // Throws fathom::Error for an unknown architecture, missing/inconsistent metadata, or an <arch>.*
+  // key fathom does not implement (docs/models.md).
   static ModelConfig from_gguf(const GgufFile& file);
 };
 

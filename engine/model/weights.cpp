@@ -74,6 +74,40 @@ class Loader {
   std::set<std::string, std::less<>> consumed_;
 };
 
+// Rows [first, first + n) of `m` as a matrix of their own: a ggml tensor's rows are contiguous and
+// independent, so each part of a fused tensor is a view into the mapping at a row offset.
+WeightMatrix row_view(const WeightMatrix& m, int64_t first, int64_t n) {
+  FATHOM_CHECK(first >= 0 && n > 0 && first + n <= m.rows);
+  const auto* data = static_cast<const uint8_t*>(m.data) + static_cast<size_t>(first) * ggml_row_size(m.type, m.cols);
+  return WeightMatrix{m.type, data, n, m.cols, nullptr};
+}
+
+// Q, K and V: three tensors, or one attn_qkv of their rows in that order (phi3; llama.cpp's converter
+// with --fuse-qkv) with its bias fused too or as three. Biases are optional (Qwen2 has them).
+void load_qkv(Loader& load, const ModelConfig& c, const std::string& p, LayerWeights& L) {
+  const int64_t q = c.q_dim(), kv = c.kv_dim();
+  if (load.find(p + "attn_qkv.weight")) {
+    const WeightMatrix qkv = load.matrix(p + "attn_qkv.weight", q + 2 * kv, c.dim);
+    L.wq = row_view(qkv, 0, q);
+    L.wk = row_view(qkv, q, kv);
+    L.wv = row_view(qkv, q + kv, kv);
+    if (load.find(p + "attn_qkv.bias")) {
+      const std::vector<float> b = load.vector(p + "attn_qkv.bias", q + 2 * kv);
+      L.bq.assign(b.begin(), b.begin() + q);
+      L.bk.assign(b.begin() + q, b.begin() + q + kv);
+      L.bv.assign(b.begin() + q + kv, b.end());
+      return;
+    }
+  } else {
+    L.wq = load.matrix(p + "attn_q.weight", q, c.dim);
+    L.wk = load.matrix(p + "attn_k.weight", kv, c.dim);
+    L.wv = load.matrix(p + "attn_v.weight", kv, c.dim);
+  }
+  L.bq = load.optional_vector(p + "attn_q.bias", q);
+  L.bk = load.optional_vector(p + "attn_k.bias", kv);
+  L.bv = load.optional_vector(p + "attn_v.bias", kv);
+}
+
 }  // namespace
 
 ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
@@ -91,20 +125,21 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
     const std::string p = "blk." + std::to_string(il) + ".";
     LayerWeights L;
     L.attn_norm = load.vector(p + "attn_norm.weight", c.dim);
-    L.wq = load.matrix(p + "attn_q.weight", c.q_dim(), c.dim);
-    L.wk = load.matrix(p + "attn_k.weight", c.kv_dim(), c.dim);
-    L.wv = load.matrix(p + "attn_v.weight", c.kv_dim(), c.dim);
+    load_qkv(load, c, p, L);
     L.wo = load.matrix(p + "attn_output.weight", c.dim, c.q_dim());
-    L.bq = load.optional_vector(p + "attn_q.bias", c.q_dim());
-    L.bk = load.optional_vector(p + "attn_k.bias", c.kv_dim());
-    L.bv = load.optional_vector(p + "attn_v.bias", c.kv_dim());
     if (c.qk_norm) {
       L.q_norm = load.vector(p + "attn_q_norm.weight", c.head_dim);
       L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
     }
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.dim);
-    L.w_gate = load.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
-    L.w_up = load.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
+    if (c.fused_gate_up) {  // phi3: the gate rows, then the up rows (transformers' gate_up_proj)
+      const WeightMatrix gate_up = load.matrix(p + "ffn_up.weight", 2 * static_cast<int64_t>(c.ffn_dim), c.dim);
+      L.w_gate = row_view(gate_up, 0, c.ffn_dim);
+      L.w_up = row_view(gate_up, c.ffn_dim, c.ffn_dim);
+    } else {
+      L.w_gate = load.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
+      L.w_up = load.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
+    }
     L.w_down = load.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
     if (c.post_norms) {
       L.post_attn_norm = load.vector(p + "post_attention_norm.weight", c.dim);

@@ -1,5 +1,6 @@
 #pragma once
-// Model weights: views into the mapped GGUF file, in their stored format.
+// Model weights: views into the mapped GGUF file, in their stored format (a fused tensor — phi3's
+// attn_qkv, its gate/up ffn_up — is one view per part, at a row offset).
 // Small vectors (norm weights, biases) are converted to f32 once at load.
 #include <cstdint>
 #include <memory>
@@ -32,7 +33,7 @@ struct LayerWeights {
   std::vector<float> attn_norm;                // (dim)
   WeightMatrix wq, wk, wv, wo;                 // (q_dim, dim) (kv_dim, dim) (kv_dim, dim) (dim, q_dim)
   std::vector<float> bq, bk, bv;               // optional biases (q_dim) (kv_dim) (kv_dim) — Qwen2 style
-  std::vector<float> q_norm, k_norm;           // (head_dim), gemma3 QK-norm
+  std::vector<float> q_norm, k_norm;           // (head_dim), gemma3 and qwen3 QK-norm
   std::vector<float> post_attn_norm;           // (dim), gemma3
   std::vector<float> ffn_norm;                 // (dim)
   WeightMatrix w_gate, w_up, w_down;           // (ffn, dim) (ffn, dim) (dim, ffn)

@@ -452,7 +452,11 @@ const float* CudaBackend::vector(int32_t layer, LayerVector v) const {
 const DevMatrix& CudaBackend::matrix(int32_t layer, LayerMatrix m) const { return layer_matrix(layers_[layer], m); }
 
 DevMatrix CudaBackend::upload_matrix(const WeightMatrix& w) {
-  if (const auto it = uploaded_.find(w.data); it != uploaded_.end()) return it->second;
+  if (const auto it = uploaded_.find(w.data); it != uploaded_.end()) {
+    // The same rows again (a tied embedding); a fused tensor's parts start at different rows.
+    FATHOM_CHECK(it->second.rows == w.rows && it->second.cols == w.cols, "two matrices at one address");
+    return it->second;
+  }
   DevMatrix d{w.type, nullptr, w.rows, w.cols};
   DeviceArray<std::byte> buf;
   if (has_gemv(w.type)) {

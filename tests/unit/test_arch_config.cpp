@@ -1,0 +1,269 @@
+// qwen2, qwen3 and phi3 as the loader reads them (engine/model/model_config.cpp, weights.cpp), on
+// tiny in-memory GGUF models: each architecture's layout (biases, QK norms, explicit head_dim,
+// phi3's fused tensors as row views, its window and longrope factors) and what is refused by name —
+// a tensor the loader does not use, an <arch>.* key fathom does not implement. The logits against
+// transformers: tests/kernel/test_cuda_arch_fixtures.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "base/error.h"
+#include "engine/model/gguf.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+#include "tests/unit/gguf_writer.h"
+
+namespace fathom {
+namespace {
+
+using Value = std::variant<uint32_t, float, std::string>;
+
+// A model file in memory: metadata and f32 tensors (element i of every tensor is 0.01 · (i % 7 + 1)
+// unless given), laid out as the spec says.
+class ModelImage {
+ public:
+  ModelImage& set(const std::string& key, Value v) {
+    kvs_[key] = std::move(v);
+    return *this;
+  }
+  ModelImage& tensor(const std::string& name, std::vector<uint64_t> dims, std::vector<float> values = {}) {
+    uint64_t n = 1;
+    for (uint64_t d : dims) n *= d;
+    if (values.empty())
+      for (uint64_t i = 0; i < n; ++i) values.push_back(0.01f * static_cast<float>(i % 7 + 1));
+    tensors_[name] = {std::move(dims), std::move(values)};
+    return *this;
+  }
+  ModelImage& drop(const std::string& name) {
+    kvs_.erase(name);
+    tensors_.erase(name);
+    return *this;
+  }
+  const GgufFile& file() {
+    test::Writer w;
+    w.header(3, tensors_.size(), kvs_.size());
+    for (const auto& [key, v] : kvs_) {
+      if (const auto* u = std::get_if<uint32_t>(&v)) w.kv(key, GgufValueType::UINT32, *u);
+      if (const auto* f = std::get_if<float>(&v)) w.kv(key, GgufValueType::FLOAT32, *f);
+      if (const auto* s = std::get_if<std::string>(&v)) w.kv_str(key, *s);
+    }
+    uint64_t offset = 0;
+    for (const auto& [name, t] : tensors_) {
+      w.tensor(name, t.first, /*F32*/ 0, offset);
+      offset += (t.second.size() * sizeof(float) + 31) / 32 * 32;
+    }
+    w.pad(32);
+    for (const auto& [name, t] : tensors_) {
+      for (float x : t.second) w.put(x);
+      w.pad(32);
+    }
+    bytes_ = std::move(w.bytes);
+    file_ = GgufFile::parse(bytes_.data(), bytes_.size(), "tiny-model");
+    return *file_;
+  }
+
+ private:
+  std::map<std::string, Value> kvs_;
+  std::map<std::string, std::pair<std::vector<uint64_t>, std::vector<float>>> tensors_;
+  std::vector<uint8_t> bytes_;
+  std::unique_ptr<GgufFile> file_;
+};
+
+constexpr uint64_t kDim = 8, kFfn = 12, kVocab = 10;
+
+// One layer, 2 query heads over 1 KV head of 4 dims (qwen3: 6, so q_dim 12 != dim 8), as
+// llama.cpp's converter lays each architecture out.
+ModelImage tiny(const std::string& arch) {
+  ModelImage m;
+  const std::string a = arch + ".";
+  m.set("general.architecture", arch).set(a + "block_count", 1u).set(a + "context_length", 64u);
+  m.set(a + "embedding_length", static_cast<uint32_t>(kDim));
+  m.set(a + "feed_forward_length", static_cast<uint32_t>(kFfn));
+  m.set(a + "attention.head_count", 2u).set(a + "attention.head_count_kv", 1u);
+  m.set(a + "attention.layer_norm_rms_epsilon", 1e-6f).set(a + "rope.freq_base", 10000.0f);
+  uint64_t head_dim = 4;
+  if (arch == "qwen3") {
+    head_dim = 6;
+    m.set(a + "attention.key_length", 6u).set(a + "attention.value_length", 6u);
+  }
+  const uint64_t q = 2 * head_dim, kv = head_dim;
+  m.tensor("token_embd.weight", {kDim, kVocab}).tensor("output_norm.weight", {kDim});
+  m.tensor("blk.0.attn_norm.weight", {kDim}).tensor("blk.0.ffn_norm.weight", {kDim});
+  m.tensor("blk.0.attn_output.weight", {q, kDim}).tensor("blk.0.ffn_down.weight", {kFfn, kDim});
+  if (arch == "phi3") {
+    m.tensor("blk.0.attn_qkv.weight", {kDim, q + 2 * kv}).tensor("blk.0.ffn_up.weight", {kDim, 2 * kFfn});
+    m.set(a + "rope.scaling.original_context_length", 64u).set(a + "rope.dimension_count", 4u);
+    m.set(a + "attention.sliding_window", 16u);
+  } else {
+    m.tensor("blk.0.attn_q.weight", {kDim, q}).tensor("blk.0.attn_k.weight", {kDim, kv});
+    m.tensor("blk.0.attn_v.weight", {kDim, kv});
+    m.tensor("blk.0.ffn_gate.weight", {kDim, kFfn}).tensor("blk.0.ffn_up.weight", {kDim, kFfn});
+  }
+  if (arch == "qwen2")
+    m.tensor("blk.0.attn_q.bias", {q}).tensor("blk.0.attn_k.bias", {kv}).tensor("blk.0.attn_v.bias", {kv});
+  if (arch == "qwen3") m.tensor("blk.0.attn_q_norm.weight", {head_dim}).tensor("blk.0.attn_k_norm.weight", {head_dim});
+  return m;
+}
+
+std::string refusal(ModelImage& m) {
+  try {
+    const GgufFile& f = m.file();
+    ModelWeights::from_gguf(f, ModelConfig::from_gguf(f));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const uint8_t* bytes(const WeightMatrix& m) { return static_cast<const uint8_t*>(m.data); }
+
+TEST(ArchConfig, Qwen2BiasesAndNeoxRope) {
+  ModelImage m = tiny("qwen2");
+  m.tensor("blk.0.attn_k.bias", {4}, {1, 2, 3, 4});
+  const GgufFile& f = m.file();
+  const ModelConfig c = ModelConfig::from_gguf(f);
+  EXPECT_EQ(c.arch, Architecture::kQwen2);
+  EXPECT_TRUE(c.rope_neox);
+  EXPECT_FALSE(c.qk_norm);
+  const ModelWeights w = ModelWeights::from_gguf(f, c);
+  EXPECT_EQ(w.output.data, w.token_embd.data);  // tied
+  EXPECT_EQ(w.layers[0].bq.size(), 8u);
+  EXPECT_EQ(w.layers[0].bk, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(w.layers[0].bv.size(), 4u);
+}
+
+TEST(ArchConfig, Qwen3QkNormsAndExplicitHeadDim) {
+  ModelImage m = tiny("qwen3");
+  const GgufFile& f = m.file();
+  const ModelConfig c = ModelConfig::from_gguf(f);
+  EXPECT_TRUE(c.rope_neox);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 6);
+  EXPECT_EQ(c.q_dim(), 12);
+  EXPECT_EQ(c.rope_dim, 6);
+  const ModelWeights w = ModelWeights::from_gguf(f, c);
+  EXPECT_EQ(w.layers[0].q_norm.size(), 6u);
+  EXPECT_EQ(w.layers[0].wo.cols, 12);
+  EXPECT_TRUE(w.layers[0].bq.empty());
+  // Without its QK norms a qwen3 file is incomplete.
+  m.drop("blk.0.attn_k_norm.weight");
+  EXPECT_TRUE(has(refusal(m), "'blk.0.attn_k_norm.weight'")) << refusal(m);
+}
+
+TEST(ArchConfig, Phi3FusedTensorsAreRowViews) {
+  ModelImage m = tiny("phi3");
+  std::vector<float> bias(16);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<float>(i);
+  m.tensor("blk.0.attn_qkv.bias", {16}, bias);
+  const GgufFile& f = m.file();
+  const ModelConfig c = ModelConfig::from_gguf(f);
+  EXPECT_TRUE(c.rope_neox);
+  EXPECT_TRUE(c.fused_gate_up);
+  EXPECT_EQ(c.rope_dim, 4);
+  for (const LayerConfig& l : c.layers) {
+    EXPECT_TRUE(l.sliding);
+    EXPECT_EQ(l.window, 16);
+  }
+  const ModelWeights w = ModelWeights::from_gguf(f, c);
+  const LayerWeights& L = w.layers[0];
+  const uint8_t* qkv = f.find_tensor("blk.0.attn_qkv.weight")->data;
+  const size_t row = kDim * sizeof(float);
+  EXPECT_EQ(bytes(L.wq), qkv);
+  EXPECT_EQ(bytes(L.wk), qkv + 8 * row);
+  EXPECT_EQ(bytes(L.wv), qkv + 12 * row);
+  EXPECT_EQ(L.wq.rows, 8);
+  EXPECT_EQ(L.wk.rows, 4);
+  EXPECT_EQ(L.wv.rows, 4);
+  const uint8_t* gate_up = f.find_tensor("blk.0.ffn_up.weight")->data;
+  EXPECT_EQ(bytes(L.w_gate), gate_up);  // the gate rows first, as transformers' gate_up_proj
+  EXPECT_EQ(bytes(L.w_up), gate_up + kFfn * row);
+  EXPECT_EQ(L.w_gate.rows, static_cast<int64_t>(kFfn));
+  EXPECT_EQ(L.w_up.rows, static_cast<int64_t>(kFfn));
+  EXPECT_EQ(L.bq, std::vector<float>(bias.begin(), bias.begin() + 8));
+  EXPECT_EQ(L.bk, std::vector<float>(bias.begin() + 8, bias.begin() + 12));
+  EXPECT_EQ(L.bv, std::vector<float>(bias.begin() + 12, bias.end()));
+  EXPECT_EQ(w.matrix_bytes, (16 + 8 + 24 + 12 + 10) * row);  // qkv, o, gate and up, down, output
+
+  // A window as long as the context, or 0 (Phi-4), is no window.
+  for (uint32_t window : {0u, 64u}) {
+    m.set("phi3.attention.sliding_window", window);
+    EXPECT_FALSE(ModelConfig::from_gguf(m.file()).layers[0].sliding) << window;
+  }
+}
+
+TEST(ArchConfig, Phi3LongropeFactorsByContext) {
+  ModelImage m = tiny("phi3");
+  m.tensor("rope_factors_long.weight", {2}, {2, 8}).tensor("rope_factors_short.weight", {2}, {1, 1.5f});
+  m.set("phi3.rope.scaling.attn_factor", 1.25f).set("phi3.rope.scaling.original_context_length", 32u);
+  // rope_dim 4: frequencies 1 and 10000^(-1/2), each divided by its factor
+  const std::vector<double> plain{1.0, std::pow(10000.0, -0.5)};
+  for (const auto& [context, factors] : std::vector<std::pair<uint32_t, std::vector<double>>>{
+           {64, {2, 8}}, {32, {1, 1.5}}}) {
+    m.set("phi3.context_length", context);
+    const GgufFile& f = m.file();
+    const ModelConfig c = ModelConfig::from_gguf(f);
+    EXPECT_EQ(c.rope_scaling.type, RopeScalingType::kLongrope);
+    EXPECT_EQ(c.rope_scaling.long_factors, context > 32) << context;
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_NEAR(c.layers[0].rope_inv_freq[i], plain[i] / factors[i], 1e-12) << context << " pair " << i;
+    EXPECT_FLOAT_EQ(c.layers[0].rope_attn_factor, 1.25f);
+    EXPECT_NO_THROW(ModelWeights::from_gguf(f, c));  // both factor tensors consumed
+  }
+  m.drop("rope_factors_short.weight");
+  EXPECT_TRUE(has(refusal(m), "rope_factors_short.weight")) << refusal(m);
+  m.tensor("rope_factors_short.weight", {3});
+  EXPECT_TRUE(has(refusal(m), "'rope_factors_short.weight' has 3 elements")) << refusal(m);
+}
+
+TEST(ArchConfig, Phi3GateUpMustBeFused) {
+  ModelImage m = tiny("phi3");
+  m.tensor("blk.0.ffn_up.weight", {kDim, kFfn});
+  EXPECT_TRUE(has(refusal(m), "'blk.0.ffn_up.weight' has shape [8, 12], expected [8, 24]")) << refusal(m);
+  m = tiny("phi3");
+  m.tensor("blk.0.ffn_gate.weight", {kDim, kFfn});
+  EXPECT_TRUE(has(refusal(m), "'blk.0.ffn_gate.weight'")) << refusal(m);
+}
+
+TEST(ArchConfig, TensorsTheLoaderDoesNotUseAreRefusedByName) {
+  for (const char* arch : {"qwen2", "qwen3", "phi3"}) {
+    ModelImage m = tiny(arch);
+    ASSERT_EQ(refusal(m), "(loaded)") << arch;
+    m.tensor("blk.0.attn_output.bias", {kDim});  // an output bias: no kernel adds it
+    const std::string r = refusal(m);
+    EXPECT_TRUE(has(r, "'blk.0.attn_output.bias'") && has(r, "does not use")) << arch << ": " << r;
+  }
+  // Both a fused QKV and separate Q, K, V: the separate ones would be ignored.
+  ModelImage both = tiny("phi3");
+  both.tensor("blk.0.attn_q.weight", {kDim, 8});
+  EXPECT_TRUE(has(refusal(both), "'blk.0.attn_q.weight'")) << refusal(both);
+}
+
+TEST(ArchConfig, KeysFathomDoesNotImplementAreRefusedByName) {
+  const std::vector<std::tuple<std::string, std::string, Value>> cases{
+      {"qwen2", "qwen2.attention.sliding_window", 4096u},  // use_sliding_window: layers past max_window_layers
+      {"qwen3", "qwen3.expert_count", 8u},                  // qwen3moe's, not qwen3's
+      {"qwen2", "qwen2.pooling_type", 1u},                  // an embedding model
+      {"phi3", "phi3.attn_logit_softcapping", 30.0f},
+      {"qwen3", "qwen3.rope.scaling.mystery", 1.0f}};
+  for (const auto& [arch, key, value] : cases) {
+    ModelImage m = tiny(arch);
+    m.set(key, value);
+    const std::string r = refusal(m);
+    EXPECT_TRUE(has(r, "metadata " + key + " is not supported by fathom's " + arch)) << r;
+  }
+  ModelImage window = tiny("qwen2");
+  EXPECT_TRUE(has(refusal(window.set("qwen2.attention.sliding_window", 4096u)), "sliding-window attention"));
+  EXPECT_EQ(refusal(window.set("qwen2.attention.sliding_window", 0u)), "(loaded)");  // 0: none
+}
+
+}  // namespace
+}  // namespace fathom
