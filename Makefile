@@ -41,7 +41,7 @@ soak: build
 	FATHOM_BUILD=$(BUILD) $(PY) tests/soak/soak.py --minutes $(SOAK_MINUTES) --build $(BUILD)
 
 bench: build
-	@cmake --build $(BUILD) -j$(JOBS) --target cuda_benches
+	@cmake --build $(BUILD) -j$(JOBS) --target benches
 	FATHOM_BUILD=$(BUILD) $(PY) bench/run_bench.py
 
 # A bounded long-context evaluation per attention policy (RULER-style tasks through the OpenAI API,

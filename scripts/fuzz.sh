@@ -100,22 +100,30 @@ else
   echo "fuzz: .venv with the gguf package missing (run scripts/setup.sh); fuzzing without seeds" >&2
 fi
 
-for t in "${targets[@]}"; do
+# One target per core at a time (each libFuzzer process is single-threaded).
+fuzz_one() {
+  local t=$1 dict=()
   mkdir -p "$out/corpus-$t" "$out/seeds-$t"
-  dict=()
   [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
-  echo "fuzz: $t for ${seconds}s"
   # -timeout: one input taking over 10 s is a hang; -rss_limit_mb: 2 GiB is far above what a
   # 64 KiB input may legitimately need (the model mapping is shared, not counted per input).
-  "$out/$t" "$out/corpus-$t" "$out/seeds-$t" "${dict[@]}" -max_total_time="$seconds" -max_len=65536 \
-    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/$t-" \
-    2> "$out/$t.log" || {
-    status=$?
+  if ! "$out/$t" "$out/corpus-$t" "$out/seeds-$t" "${dict[@]}" -max_total_time="$seconds" -max_len=65536 \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/$t-" 2> "$out/$t.log"; then
     tail -n 60 "$out/$t.log" >&2
-    echo "fuzz: $t FAILED (exit $status); the input is saved as $out/$t-crash-*/leak-*/timeout-*; log: $out/$t.log" >&2
-    exit "$status"
-  }
-  grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$out/$t.log" | tr '\n' ' ' || true
-  echo
+    echo "fuzz: $t FAILED; the input is saved as $out/$t-crash-*/leak-*/timeout-*; log: $out/$t.log" >&2
+    return 1
+  fi
+  echo "fuzz: $t for ${seconds}s: $(grep -E '^stat::number_of_executed_units|^stat::peak_rss_mb' "$out/$t.log" | tr '\n' ' ')"
+}
+pids=() failed=0
+for t in "${targets[@]}"; do
+  if ((${#pids[@]} >= $(nproc))); then
+    wait "${pids[0]}" || failed=1
+    pids=("${pids[@]:1}")
+  fi
+  fuzz_one "$t" &
+  pids+=($!)
 done
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+((failed == 0)) || exit 1
 echo "fuzz: OK, no findings (${targets[*]}, ${seconds}s each)"

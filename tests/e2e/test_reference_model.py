@@ -14,7 +14,7 @@ For each default model and three prompts (token ids from the reference's own tok
     checks the common prefix only and says so.
 Gemma's third prompt is longer than its 512-token sliding window, so local layers must drop keys.
 
-Reference results are cached in .cache/reference/ keyed by model sha256, prompt ids, the number
+Reference results are cached in $FATHOM_CACHE/reference/ (conftest.py's cache_dir) keyed by model sha256, prompt ids, the number
 of generated tokens and numpy_model.VERSION.
 """
 import hashlib
