@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Tiny random-weight Llama models with RoPE scaling, and transformers' logits for them.
+"""Tiny random-weight models and transformers' logits for them: every fixture of tests/fixtures/.
 
 `make fixtures` runs this in its own environment (.venv-fixtures, scripts/requirements-fixtures.txt:
-torch and transformers are not needed by `make test`). For each variant it
+torch and transformers are not needed by `make test`). The architecture fixtures (qwen2, qwen3, phi3:
+tests/fixtures/arch/) are scripts/arch_fixtures.py's; this file makes the RoPE scaling ones. For each
+RoPE variant it
 
   1. builds a 2-layer LlamaForCausalLM from a config with `transformers` (random weights, seeded),
   2. writes it as GGUF with the `gguf` package the way llama.cpp's converter lays a llama out
@@ -17,7 +19,6 @@ prompt), and <variant>.json (shapes, prompts, reference figures). The test is
 tests/kernel/test_cuda_rope_scaling.cpp (CPU backend and the CUDA backend under emulation).
 """
 import argparse
-import importlib.metadata
 import json
 import math
 from pathlib import Path
@@ -25,19 +26,21 @@ from pathlib import Path
 import gguf
 import numpy as np
 import torch
-import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
+
+import arch_fixtures
+from fixture_lib import (INITIALIZER_RANGE, VOCAB, add_bpe_vocab, f32_vs_f64, finish_gguf, gpt2_byte_chars,
+                         logits_of, made_with, randomize_norms, rel_error)
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "rope"
 
 # Small enough to commit (~300 KB of f32 weights per variant), wide enough that RoPE matters:
 # head_dim 32 gives 16 frequencies whose wavelengths (2*pi*10000^(2i/32): 6, 11, 20, 35, 63, 112, ...)
 # straddle original_max_position_embeddings = 64, so llama3's kept / blended / divided bands and
-# YaRN's ramp all have members. initializer_range 0.2 makes attention scores O(1) (std ~ (8 * 0.2)^2),
-# so a wrong rotation changes which keys a query attends to instead of averaging away.
-BASE = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+# YaRN's ramp all have members (initializer_range: fixture_lib).
+BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
             num_attention_heads=2, num_key_value_heads=1, head_dim=32, rms_norm_eps=1e-5,
-            initializer_range=0.2, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+            initializer_range=INITIALIZER_RANGE, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
             bos_token_id=0, eos_token_id=127)
 ORIGINAL_CONTEXT = 64
 THETA = 10000.0
@@ -69,10 +72,7 @@ def build_model(name, spec, seed):
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():  # norm weights away from 1, so that reading them wrongly shows
-        for mod in model.modules():
-            if type(mod).__name__ == "LlamaRMSNorm":
-                mod.weight.uniform_(0.8, 1.2)
+    randomize_norms(model)
     return model
 
 
@@ -134,13 +134,8 @@ def write_gguf(path, model, spec, style):
     # Byte-level BPE over the first 127 bytes, plus an end-of-text control token; the test feeds ids.
     byte_chars = gpt2_byte_chars()
     tokens = [byte_chars[b] for b in range(cfg.vocab_size - 1)] + ["<|end|>"]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types([gguf.TokenType.NORMAL] * (cfg.vocab_size - 1) + [gguf.TokenType.CONTROL])
-    w.add_token_merges([f"{byte_chars[ord('a')]} {byte_chars[ord('b')]}"])
-    w.add_bos_token_id(cfg.bos_token_id)
-    w.add_eos_token_id(cfg.eos_token_id)
+    add_bpe_vocab(w, tokens, {cfg.vocab_size - 1}, [f"{byte_chars[ord('a')]} {byte_chars[ord('b')]}"], "default",
+                  bos=cfg.bos_token_id, eos=cfg.eos_token_id)
 
     nh, nkv = cfg.num_attention_heads, cfg.num_key_value_heads
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
@@ -159,47 +154,19 @@ def write_gguf(path, model, spec, style):
         w.add_tensor(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
     w.add_tensor("output_norm.weight", sd["model.norm.weight"])
     w.add_tensor("output.weight", sd["lm_head.weight"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-def gpt2_byte_chars():
-    """GPT-2's printable stand-in of each byte (the alphabet byte-level BPE vocabularies use)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
-def rel_error(got, want):
-    """max over rows of max|got - want| / max|want| (the test's measure)."""
-    return float((np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)).max())
-
-
-def logits_of(model, prompts):
-    with torch.no_grad():
-        return np.concatenate([model(torch.tensor([p])).logits[0].numpy() for p in prompts])
+    finish_gguf(w)
 
 
 def reference(model, prompts):
     """f32 logits; how far they are from f64 (noise); how far unscaled RoPE is (what the test catches)."""
-    f32 = logits_of(model, prompts)
-    f64 = logits_of(model.to(torch.float64), prompts)
-    model.to(torch.float32)
+    f32, noise = f32_vs_f64(model, prompts)
     plain_cfg = LlamaConfig(**{**model.config.to_dict(), "rope_parameters": {"rope_type": "default",
                                                                             "rope_theta": THETA}})
     plain_cfg._attn_implementation = "eager"
     plain = LlamaForCausalLM(plain_cfg).eval()
     plain.load_state_dict(model.state_dict())
     unscaled = logits_of(plain, prompts)
-    return f32.astype("<f4"), rel_error(f32, f64), rel_error(unscaled, f32)
+    return f32, noise, rel_error(unscaled, f32)
 
 
 def long_reference(model, name, rng, out):
@@ -216,9 +183,17 @@ def long_reference(model, name, rng, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--only", choices=["rope", "arch"], help="one set of fixtures (default: all)")
+    ap.add_argument("--out", type=Path, default=OUT, help="where the RoPE fixtures go")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    if args.only != "arch":
+        make_rope_fixtures(args.out)
+    if args.only != "rope":
+        arch_fixtures.make_all(arch_fixtures.OUT)
+
+
+def make_rope_fixtures(out):
+    out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(48)
     prompts = [rng.integers(0, BASE["vocab_size"] - 1, n).tolist() for n in PROMPT_LENGTHS]
     built, refs = {}, {}
@@ -230,15 +205,15 @@ def main():
         else:
             model = build_model(name, spec, seed)
             built[name] = (model, spec)
-        write_gguf(args.out / f"{name}.gguf", model, spec, spec["gguf_style"])
+        write_gguf(out / f"{name}.gguf", model, spec, spec["gguf_style"])
         if src:
             logits_file = f"{src}.logits.f32"  # the same model: the same reference
             noise, unscaled, long = refs[src]
         else:
             logits_file = f"{name}.logits.f32"
             logits, noise, unscaled = reference(model, prompts)
-            logits.tofile(args.out / logits_file)
-            long = long_reference(model, name, rng, args.out) if name == "llama3" else None
+            logits.tofile(out / logits_file)
+            long = long_reference(model, name, rng, out) if name == "llama3" else None
             refs[name] = (noise, unscaled, long)
         rot = model.model.rotary_emb
         meta = dict(
@@ -248,9 +223,8 @@ def main():
             hf_inv_freq=[float(x) for x in rot.inv_freq.to(torch.float64)],
             hf_attention_scaling=float(rot.attention_scaling),
             f32_vs_f64_rel=noise, unscaled_rope_rel=unscaled, long=long,
-            made_with=dict(transformers=transformers.__version__, torch=torch.__version__,
-                           gguf=importlib.metadata.version("gguf")))
-        (args.out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+            made_with=made_with())
+        (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
         if long:
             print(f"{name}: at positions {long['first_row']}.., transformers' f32 is "
                   f"{long['transformers_f32_vs_f64_rel']:.2e} from its f64 reference")

@@ -1,0 +1,353 @@
+"""Tiny random-weight Qwen2, Qwen3 and Phi-3 models, and transformers' logits for them.
+
+Part of `make fixtures` (scripts/make_fixtures.py calls make_all; .venv-fixtures). For each family it
+
+  1. builds a 2-layer model from a config with `transformers` (random weights, seeded; every weight
+     rounded to a bf16 value so that the bf16 files below hold the reference model exactly),
+  2. saves it as a Hugging Face directory (<name>-hf/: config.json, bf16 model.safetensors, a byte-level
+     tokenizer.json),
+  3. writes it as GGUF with the `gguf` package the way llama.cpp's converter lays these
+     architectures out (tensor names from gguf's own tables; no Q/K permutation: all three rotate
+     NEOX-style; phi3's fused attn_qkv and gate/up ffn_up as the checkpoint stores them),
+  4. converts the Hugging Face directory with llama.cpp's own convert_hf_to_gguf.py (the pinned
+     llama-cpp-python sdist's vendor/llama.cpp, fetched once into .venv-fixtures/) into
+     <name>.llamacpp.gguf: an independent writer of the same model,
+  5. stores transformers' f32 logits of every position of two prompts (12 and 120 tokens), its RoPE
+     frequencies, how far its f32 logits are from its f64 ones, how far a model missing the
+     family's feature is (what the tests must catch), and 32 greedy tokens with their margins after
+     a prompt chosen for clear margins.
+
+Output: tests/fixtures/arch/<name>.{gguf,llamacpp.gguf,logits.f32,json} and <name>-hf/. The test is
+tests/kernel/test_cuda_arch_fixtures.cpp (CPU backend and the CUDA backend under emulation).
+"""
+import copy
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from transformers import (Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
+
+from fixture_lib import (INITIALIZER_RANGE, VOCAB, add_bpe_vocab, f32_vs_f64, finish_gguf, gpt2_byte_chars,
+                         logits_of, made_with, randomize_norms, rel_error)
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "tests" / "fixtures" / "arch"
+# The converter under test: llama.cpp as vendored by this llama-cpp-python release (its sdist).
+LLAMA_CPP_PYTHON = "0.3.36"
+CONVERTER = ROOT / ".venv-fixtures" / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
+
+PROMPT_LENGTHS = (12, 120)
+GREEDY_STEPS = 32
+GREEDY_CANDIDATES = 100
+END = VOCAB - 1  # "<|end|>", the end-of-text control token
+
+# Shared by every family: ~70-90k parameters (~140-180 KB in bf16 per file).
+COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=80, num_hidden_layers=2,
+              initializer_range=INITIALIZER_RANGE, max_position_embeddings=256, eos_token_id=END,
+              bos_token_id=None, pad_token_id=None)
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+LONG_FACTORS = [round(float(x), 4) for x in np.geomspace(1.0, 16.0, 12)]   # rope_dim 24: 12 pairs
+SHORT_FACTORS = [round(float(x), 4) for x in np.linspace(1.0, 1.5, 12)]
+
+FAMILIES = {
+    # Qwen2.5-style: Q/K/V biases, tied embeddings, NEOX RoPE, theta 1e6.
+    "qwen2": dict(arch="qwen2", model=Qwen2ForCausalLM, config=Qwen2Config, pre="qwen2", tokenizer="Qwen2Tokenizer",
+                  hf=dict(num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                          rope_parameters=dict(rope_type="default", rope_theta=1e6)),
+                  ablation="the Q/K/V biases left out"),
+    # Qwen3-style: per-head QK RMSNorm, explicit head_dim (q_dim 96 != hidden 64), no bias, untied.
+    "qwen3": dict(arch="qwen3", model=Qwen3ForCausalLM, config=Qwen3Config, pre="qwen2", tokenizer="Qwen2Tokenizer",
+                  hf=dict(num_attention_heads=2, num_key_value_heads=1, head_dim=48, rms_norm_eps=1e-6,
+                          tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=1e6)),
+                  ablation="the QK norms left out"),
+    # Phi-3-mini-4k-style: fused QKV and gate/up, a sliding window (24 here, which the greedy steps
+    # outgrow; 2047 there), no longrope.
+    "phi3": dict(arch="phi3", model=Phi3ForCausalLM, config=Phi3Config, pre="gpt2", tokenizer="GPT2Tokenizer",
+                 hf=dict(num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                         sliding_window=24, original_max_position_embeddings=256,
+                         rope_parameters=dict(rope_type="default", rope_theta=1e4)),
+                 ablation="the sliding window left out"),
+    # Phi-3.5/4-mini-style: longrope (original context 64 of 256: the long factors), partial rotary
+    # (0.75: 24 of 32 dims), tied embeddings, no window.
+    "phi3-longrope": dict(arch="phi3", model=Phi3ForCausalLM, config=Phi3Config, pre="gpt2", tokenizer="GPT2Tokenizer",
+                          hf=dict(num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5,
+                                  tie_word_embeddings=True, original_max_position_embeddings=64,
+                                  partial_rotary_factor=0.75,
+                                  rope_parameters=dict(rope_type="longrope", rope_theta=1e4, partial_rotary_factor=0.75,
+                                                       original_max_position_embeddings=64,
+                                                       long_factor=LONG_FACTORS, short_factor=SHORT_FACTORS)),
+                          ablation="the short factors instead of the long ones"),
+}
+
+
+def build_model(spec, seed, hf_overrides=None):
+    cfg = spec["config"](**COMMON, **{**spec["hf"], **(hf_overrides or {})})
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = spec["model"](cfg).eval()
+    randomize_norms(model)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):  # transformers starts them at 0: a bias read wrongly would not show
+                p.normal_(0.0, 0.5)
+        for p in model.parameters():  # bf16 values: the bf16 files hold this model exactly
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    return model
+
+
+def same_weights(spec, model, hf_overrides):
+    """The model with another config (the reference's or an ablation's) and the same weights."""
+    other = build_model(spec, 0, hf_overrides)
+    other.load_state_dict(model.state_dict())
+    return other
+
+
+def byte_vocab():
+    """Bytes 0..125, "ab" (one merge), and the end-of-text control token: VOCAB tokens."""
+    chars = gpt2_byte_chars()
+    return [chars[b] for b in range(VOCAB - 2)] + ["ab", "<|end|>"]
+
+
+def save_hf(model, spec, out):
+    """config.json, bf16 model.safetensors and a byte-level BPE tokenizer.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(out)  # a copy: .to() would round inv_freq too
+    tokens = byte_vocab()
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens[:-1])}, merges=[("a", "b")]))
+    if spec["pre"] == "qwen2":
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(tokens[END], special=True)])
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(dict(
+        tokenizer_class=spec["tokenizer"], eos_token=tokens[END], bos_token=None, pad_token=None, unk_token=None,
+        model_max_length=COMMON["max_position_embeddings"], add_prefix_space=False), indent=1) + "\n")
+
+
+def rope_dims(cfg):
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return int(head_dim * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
+
+
+def longrope_attn_factor(cfg):
+    """What llama.cpp's converter writes (and transformers computes without a `factor`)."""
+    scale = cfg.max_position_embeddings / cfg.rope_parameters["original_max_position_embeddings"]
+    return float(np.sqrt(1 + np.log(scale) / np.log(cfg.rope_parameters["original_max_position_embeddings"])))
+
+
+def write_gguf(path, model, spec):
+    """GGUF as llama.cpp's converter writes this family with --outtype bf16: 2-D tensors bf16, 1-D f32."""
+    cfg, arch = model.config, spec["arch"]
+    rope = cfg.rope_parameters
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"arch fixture {path.stem}")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(rope["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    if arch == "qwen3":
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
+    if arch == "phi3":
+        w.add_rope_scaling_orig_ctx_len(rope.get("original_max_position_embeddings",
+                                                 cfg.original_max_position_embeddings))
+        w.add_rope_dimension_count(rope_dims(cfg))
+        w.add_sliding_window(cfg.sliding_window or 0)
+        if rope.get("rope_type") == "longrope":
+            w.add_rope_scaling_attn_factors(longrope_attn_factor(cfg))
+            w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
+            w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    add_bpe_vocab(w, byte_vocab(), {END}, ["a b"], spec["pre"], eos=END)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
+    for hf_name, t in model.state_dict().items():
+        if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise KeyError(f"{hf_name}: not in gguf's {arch} tensor table")
+        data = t.detach().to(torch.float32).numpy()
+        if data.ndim == 2:
+            w.add_tensor(name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.BF16),
+                         raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(name, data)
+    finish_gguf(w)
+
+
+def llama_cpp_converter():
+    """llama.cpp's convert_hf_to_gguf.py from the pinned sdist (fetched with pip once)."""
+    if (CONVERTER / "convert_hf_to_gguf.py").exists():
+        return CONVERTER
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", tmp], check=True)
+        top = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp/"
+        wanted = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "LICENSE")
+        with tarfile.open(next(Path(tmp).glob("*.tar.gz"))) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith(top) and m.name[len(top):].startswith(wanted)]
+            tar.extractall(CONVERTER.parents[2], members=members, filter="data")
+    return CONVERTER
+
+
+# The converter names the pre-tokenizer by hashing how the vocabulary splits a test text, and knows
+# only published vocabularies': told this fixture's instead. Its SentencePiece attempt (Qwen2 tries it
+# first) imports sentencepiece before finding there is no tokenizer.model: it goes straight to the
+# FileNotFoundError that sends it to the byte-level BPE vocabulary.
+CONVERT = """
+import runpy, sys
+src, hf_dir, out, pre = sys.argv[1:]
+sys.path[:0] = [src, src + "/gguf-py"]
+import conversion.base
+
+
+def no_sentencepiece(self):
+    raise FileNotFoundError("tokenizer.model")
+
+
+conversion.base.TextModel._create_vocab_sentencepiece = no_sentencepiece
+conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
+sys.argv = ["convert_hf_to_gguf.py", hf_dir, "--outfile", out, "--outtype", "bf16"]
+runpy.run_path(src + "/convert_hf_to_gguf.py", run_name="__main__")
+"""
+
+
+def convert_with_llama_cpp(hf_dir, out, pre):
+    r = subprocess.run([sys.executable, "-c", CONVERT, str(llama_cpp_converter()), str(hf_dir), str(out), pre],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama.cpp's converter failed on {hf_dir}:\n{r.stderr[-4000:]}")
+
+
+def compare_ggufs(ours, theirs, arch):
+    """How the converter's file differs from ours: tensors (name, type, shape, bytes) and <arch>.* keys."""
+    a, b = gguf.GGUFReader(str(ours)), gguf.GGUFReader(str(theirs))
+    ta = {t.name: t for t in a.tensors}
+    tb = {t.name: t for t in b.tensors}
+    tensors = sorted(set(ta) ^ set(tb))
+    for n in set(ta) & set(tb):
+        x, y = ta[n], tb[n]
+        if x.tensor_type != y.tensor_type or list(x.shape) != list(y.shape) or x.data.tobytes() != y.data.tobytes():
+            tensors.append(n)
+
+    def keys(r):
+        return {k: f.contents() for k, f in r.fields.items() if k.startswith(arch + ".")}
+    ka, kb = keys(a), keys(b)
+    differ = sorted(k for k in set(ka) | set(kb)
+                    if k not in ka or k not in kb or not np.allclose(ka[k], kb[k], rtol=1e-7, atol=0))
+    return dict(tensors_that_differ=sorted(tensors), arch_keys_that_differ={k: [ka.get(k), kb.get(k)] for k in differ})
+
+
+def greedy(model, prompt):
+    """GREEDY_STEPS greedy ids after `prompt`, and each step's top-1 minus top-2 logit / max|logit|."""
+    ids, margins, cache, step = [], [], None, list(prompt)
+    with torch.no_grad():
+        for _ in range(GREEDY_STEPS):
+            out = model(torch.tensor([step]), cache=cache, use_cache=True)
+            row, cache = out.logits[0, -1].to(torch.float64), out.cache
+            top = torch.topk(row, 2).values
+            margins.append(float((top[0] - top[1]) / row.abs().max()))
+            ids.append(int(row.argmax()))
+            step = ids[-1:]
+    return ids, margins
+
+
+def clear_greedy_prompt(model, rng):
+    """Of GREEDY_CANDIDATES random 12-token prompts, the one whose greedy continuation has the widest
+    smallest margin: on a random model many steps are near ties, which an implementation's rounding
+    (the CUDA backend's f16 GEMM inputs: ~1e-2 of max|logit|) may break either way."""
+    best = None
+    for _ in range(GREEDY_CANDIDATES):
+        prompt = rng.integers(0, VOCAB - 2, 12).tolist()
+        ids, margins = greedy(model, prompt)
+        if best is None or min(margins) > min(best[2]):
+            best = (prompt, ids, margins)
+    return best
+
+
+def ablated(name, spec, model):
+    """The same weights without the family's feature: how far its logits are is what the tests catch."""
+    if name == "qwen2":
+        other = same_weights(spec, model, None)
+        with torch.no_grad():
+            for n, p in other.named_parameters():
+                if n.endswith(".bias"):
+                    p.zero_()
+        return other
+    if name == "qwen3":
+        other = same_weights(spec, model, None)
+        for layer in other.model.layers:
+            layer.self_attn.q_norm = torch.nn.Identity()
+            layer.self_attn.k_norm = torch.nn.Identity()
+        return other
+    if name == "phi3":
+        return same_weights(spec, model, dict(sliding_window=None))
+    rope = dict(spec["hf"]["rope_parameters"], long_factor=SHORT_FACTORS)
+    return same_weights(spec, model, dict(rope_parameters=rope))
+
+
+def make(name, spec, seed, prompts, out):
+    model = build_model(spec, seed)
+    hf_dir = out / f"{name}-hf"
+    save_hf(model, spec, hf_dir)
+    write_gguf(out / f"{name}.gguf", model, spec)
+    convert_with_llama_cpp(hf_dir, out / f"{name}.llamacpp.gguf", spec["pre"])
+    converter = compare_ggufs(out / f"{name}.gguf", out / f"{name}.llamacpp.gguf", spec["arch"])
+
+    # fathom fixes the RoPE at load (llama.cpp's rule: longrope's long factors when the context
+    # exceeds the original); transformers switches per sequence length. The reference is the model with
+    # the long factors at every length; it is the checkpoint itself for the long prompt.
+    reference, short_inv_freq = model, None
+    rope = spec["hf"]["rope_parameters"]
+    if rope.get("rope_type") == "longrope":
+        reference = same_weights(spec, model, dict(rope_parameters=dict(rope, short_factor=rope["long_factor"])))
+        short_inv_freq = [float(x) for x in model.model.rotary_emb.inv_freq.to(torch.float64)]
+        as_checkpoint = rel_error(logits_of(model, prompts[1:]), logits_of(reference, prompts[1:]))
+        assert as_checkpoint == 0.0, f"{name}: the long prompt's logits differ from the checkpoint's ({as_checkpoint})"
+    logits, noise = f32_vs_f64(reference, prompts)
+    logits.tofile(out / f"{name}.logits.f32")
+    ablation = rel_error(logits_of(ablated(name, spec, reference), prompts), logits)
+    greedy_prompt, ids, margins = clear_greedy_prompt(reference, np.random.default_rng(seed))
+    rot = reference.model.rotary_emb
+    meta = dict(
+        arch=spec["arch"], gguf=f"{name}.gguf", llamacpp_gguf=f"{name}.llamacpp.gguf", hf_dir=f"{name}-hf",
+        logits=f"{name}.logits.f32", vocab=VOCAB, prompts=prompts,
+        hf_inv_freq=[float(x) for x in rot.inv_freq.to(torch.float64)],
+        hf_attention_scaling=float(rot.attention_scaling), hf_short_inv_freq=short_inv_freq,
+        f32_vs_f64_rel=noise, ablation=dict(what=spec["ablation"], rel=ablation),
+        greedy=dict(prompt=greedy_prompt, ids=ids, margins=margins),
+        llamacpp=dict(llama_cpp_python=LLAMA_CPP_PYTHON, **converter),
+        made_with=made_with())
+    (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"{name}: f32 vs f64 {noise:.2e}, {spec['ablation']} {ablation:.2e}, greedy min margin "
+          f"{min(margins):.3f}, llama.cpp's GGUF differs in {converter}")
+
+
+def make_all(out=OUT):
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(4848)
+    prompts = [rng.integers(0, VOCAB - 2, n).tolist() for n in PROMPT_LENGTHS]
+    for seed, (name, spec) in enumerate(FAMILIES.items()):
+        make(name, spec, 100 + seed, prompts, out)
+
+
+if __name__ == "__main__":
+    make_all()
