@@ -22,15 +22,14 @@ int32_t min_sparse_keys(ForwardOps& ops, const AttentionPolicy& p) {
 void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan, int32_t il,
                KvReadBytes& kv_read, AttentionSteps& steps) {
   const LayerConfig& lc = c.layers[il];
-  constexpr int kDense = kDensePolicy;
   std::vector<char> grouped(plan.seqs.size(), 0);
   if (!lc.sliding)
     for (const AttentionGroup& g : plan.groups) {
-      kv_read[kDense] += ops.attend_group(il, g);
+      kv_read[kDensePolicy] += ops.attend_group(il, g);
       for (int32_t m : g.members) {
         grouped[m] = 1;
         const SeqStep& s = plan.seqs[m];
-        if (s.policy != nullptr) ++steps[static_cast<int>(s.policy->kind)][kDense];
+        if (s.policy != nullptr) ++steps[static_cast<int>(s.policy->kind)][kDensePolicy];
       }
     }
   std::vector<AttentionPolicy> resolved(plan.seqs.size());  // stable addresses for the steps' policies
@@ -57,7 +56,7 @@ void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const 
     } else {
       decodes.push_back({seq, nullptr, nullptr, lc.window, keys});
       kv_read[requested] += dense_kv_bytes(kv, keys);
-      ++steps[requested][kDense];
+      ++steps[requested][kDensePolicy];
     }
     requested_of.push_back(requested);
   }

@@ -1,11 +1,9 @@
 #include "engine/attention/cpu_steps.h"
 
-#include <array>
-#include <cstring>
-
 #include "engine/attention/policies/alisa.h"
 #include "engine/attention/policies/hip.h"
 #include "engine/attention/policies/sparq.h"
+#include "engine/attention/policy_registry.h"
 
 namespace fathom {
 namespace {
@@ -19,13 +17,8 @@ constexpr CpuPolicyStep kCpuSteps[] = {
 }  // namespace
 
 const CpuPolicyStep* cpu_step_of(PolicyKind k) {
-  static const auto by_kind = [] {  // by PolicyKind: a step looks its policy up per layer
-    std::array<const CpuPolicyStep*, kMaxPolicies> table{};
-    for (PolicyKind i = 0; i < policy_count(); ++i)
-      for (const CpuPolicyStep& s : kCpuSteps)
-        if (std::strcmp(s.name, policy_name(i)) == 0) table[static_cast<size_t>(i)] = &s;
-    return table;
-  }();
+  static const auto by_kind =
+      index_by_policy<const CpuPolicyStep*>(kCpuSteps, [](const CpuPolicyStep& s) { return &s; });
   return k >= 0 && k < kMaxPolicies ? by_kind[static_cast<size_t>(k)] : nullptr;
 }
 

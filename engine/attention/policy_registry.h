@@ -7,7 +7,9 @@
 // out of this table so that what parses and validates a policy (the server, the fuzzers) links
 // without them. Nothing else names a policy: the forward, the backends, the server's option
 // parser and the metrics read these tables.
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 
@@ -45,5 +47,17 @@ struct PolicyDef {
 // Every registered policy, in PolicyKind order (dense first).
 std::span<const PolicyDef> policy_registry();
 const PolicyDef& policy_def(PolicyKind k);
+
+// A backend's steps indexed by PolicyKind: for each registered policy, `value(e)` of the entry of
+// `entries` whose `name` is the policy's (value-initialised where none is). Backends build theirs
+// once (a static) and look a step up per layer.
+template <typename Value, typename Entries, typename Get>
+std::array<Value, kMaxPolicies> index_by_policy(const Entries& entries, Get value) {
+  std::array<Value, kMaxPolicies> table{};
+  for (PolicyKind i = 0; i < policy_count(); ++i)
+    for (const auto& e : entries)
+      if (std::strcmp(e.name, policy_name(i)) == 0) table[static_cast<size_t>(i)] = value(e);
+  return table;
+}
 
 }  // namespace fathom

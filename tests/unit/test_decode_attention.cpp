@@ -189,7 +189,7 @@ TEST(BreakEvenProbe, BucketsRatiosAndHipVariantsIntoABoundedSet) {
   swa.set(alisa::kRatio, 0.2);  // ALISA's own ratio, when given, is the one it reads at
   EXPECT_EQ(break_even_probe(swa).kv_read_ratio, 0.25);
   AttentionPolicy sparq = AttentionPolicy::named("sparq");
-  sparq.set(hip::kRefresh, 1);  // not a SparQ parameter: the same probe as the default's
+  sparq.set(hip::kRefresh, 1);  // another policy's parameter: probes compare by their own policy's only
   EXPECT_TRUE(same_break_even_probe(break_even_probe(sparq), break_even_probe(AttentionPolicy::named("sparq"))));
 }
 

@@ -2,9 +2,6 @@
 // The decode policies the CUDA backend runs: one line per policy with a CUDA step
 // (engine/backend/cuda/policies/); a registered policy without one is reported unimplemented
 // here (Backend::check_policy names the ones that are).
-#include <array>
-#include <cstring>
-
 #include "engine/attention/policy_registry.h"
 #include "engine/backend/cuda/policies/alisa.h"
 #include "engine/backend/cuda/policies/hip.h"
@@ -25,13 +22,7 @@ inline constexpr CudaPolicy kCudaPolicies[] = {
 
 // The CUDA step of policy k, or null.
 inline CudaPolicyStep cuda_step_of(PolicyKind k) {
-  static const auto by_kind = [] {  // by PolicyKind: a step looks its policy up per layer
-    std::array<CudaPolicyStep, kMaxPolicies> table{};
-    for (PolicyKind i = 0; i < policy_count(); ++i)
-      for (const CudaPolicy& c : kCudaPolicies)
-        if (std::strcmp(c.name, policy_name(i)) == 0) table[static_cast<size_t>(i)] = c.step;
-    return table;
-  }();
+  static const auto by_kind = index_by_policy<CudaPolicyStep>(kCudaPolicies, [](const CudaPolicy& c) { return c.step; });
   return k >= 0 && k < kMaxPolicies ? by_kind[static_cast<size_t>(k)] : nullptr;
 }
 
