@@ -41,6 +41,10 @@ void refuse_unknown_keys(const GgufFile& f, const ArchInfo& a) {
     if (std::find(std::begin(kKnownKeys), std::end(kKnownKeys), k) != std::end(kKnownKeys)) continue;
     if (k.starts_with(kScaling) && is_rope_scaling_key(k.substr(kScaling.size()))) continue;
     if (k == kWindow && (a.reads_sliding_window || f.get_int(key) == 0)) continue;  // 0: no window
+    // Dense files of some converters say they have no experts; old llama conversions record how
+    // they permuted Q and K (informational: llama.cpp reads neither).
+    if ((k == "expert_count" || k == "expert_used_count") && f.get_int(key) == 0) continue;
+    if (k == "tensor_data_layout") continue;
     throw Error(f.path() + ": metadata " + key + " is not supported by fathom's " + a.name +
                 (k == kWindow ? " (sliding-window attention)" : "") +
                 ": a hyperparameter it does not implement, refused rather than ignored");

@@ -263,6 +263,12 @@ TEST(ArchConfig, KeysFathomDoesNotImplementAreRefusedByName) {
   ModelImage window = tiny("qwen2");
   EXPECT_TRUE(has(refusal(window.set("qwen2.attention.sliding_window", 4096u)), "sliding-window attention"));
   EXPECT_EQ(refusal(window.set("qwen2.attention.sliding_window", 0u)), "(loaded)");  // 0: none
+  // What dense files of other converters carry and mean nothing by: no experts, Q/K layout notes.
+  ModelImage benign = tiny("qwen2");
+  benign.set("qwen2.expert_count", 0u).set("qwen2.expert_used_count", 0u);
+  benign.set("qwen2.tensor_data_layout", std::string("Meta AI original pth"));
+  EXPECT_EQ(refusal(benign), "(loaded)");
+  EXPECT_TRUE(has(refusal(benign.set("qwen2.expert_count", 8u)), "qwen2.expert_count")) << refusal(benign);
 }
 
 }  // namespace
