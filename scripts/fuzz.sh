@@ -26,7 +26,7 @@ cxx=${FUZZ_CXX:-clang++}
 # xgrammar (scripts/setup_xgrammar.sh) for fuzz_schema: its headers here, its library at the link.
 xgrammar=${FATHOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fathom}/xgrammar-0.2.8
 flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3rdparty/dlpack/include"
-  -isystem "$xgrammar/src/3rdparty/picojson" -DXGRAMMAR_ENABLE_CPPTRACE=0 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror
+  -isystem "$xgrammar/src/3rdparty/picojson" -DXGRAMMAR_ENABLE_CPPTRACE=0 -O1 -gline-tables-only -fno-omit-frame-pointer -Wall -Wextra -Werror
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
 
 gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp base/error.cpp kernels/ggml_type.cpp)
