@@ -3,11 +3,16 @@
 Run in .venv-fixtures (scripts/requirements-fixtures.txt); `make test` needs none of this.
 """
 import importlib.metadata
+import sys
+from pathlib import Path
 
 import gguf
 import numpy as np
 import torch
 import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reference"))
+import numpy_model  # noqa: E402  (the byte alphabet, shared with the e2e reference tokenizer)
 
 # Small enough to commit, wide enough that the architecture matters: initializer_range 0.2 makes
 # attention scores O(1) (std ~ (8 * 0.2)^2), so a wrong rotation or a missing term changes which keys
@@ -26,15 +31,7 @@ def randomize_norms(model, low=0.8, high=1.2):
 
 def gpt2_byte_chars():
     """GPT-2's printable stand-in of each byte (the alphabet byte-level BPE vocabularies use)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
+    return numpy_model._bytes_to_unicode()
 
 
 def add_bpe_vocab(w, tokens, control, merges, pre, bos=None, eos=None):
