@@ -48,7 +48,7 @@
 #include "engine/batch_plan.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ref/attention_state.h"

@@ -18,7 +18,7 @@
 #include "bench/cli.h"
 #include "engine/backend/cpu/break_even.h"
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom {
 namespace {

@@ -59,7 +59,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/model/gguf.h"
 
 namespace fathom {

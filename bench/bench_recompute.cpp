@@ -20,7 +20,7 @@
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
 #include "engine/metrics.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom {
 namespace {

@@ -26,7 +26,7 @@
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
 #include "engine/metrics.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/model/gguf.h"
 #include "kernels/cpu/attention_partial.h"
 #include "kernels/cpu/matmul.h"

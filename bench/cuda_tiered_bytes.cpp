@@ -25,7 +25,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/kv/block_allocator.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "tests/kernel/cuda_backend_headers.h"
 
 namespace fathom {

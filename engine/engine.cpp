@@ -5,7 +5,7 @@
 #include "base/error.h"
 #include "engine/backend/backend.h"
 #include "engine/constraint/grammar.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/scheduler.h"
 
 namespace fathom {

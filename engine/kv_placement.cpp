@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "engine/backend/backend.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/engine_metrics.h"
 
 namespace fathom {

@@ -9,7 +9,7 @@
 #include "engine/backend/backend.h"
 #include "engine/engine_metrics.h"
 #include "engine/kv_placement.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/output_processor.h"
 #include "engine/prefill_budget.h"
 

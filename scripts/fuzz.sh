@@ -30,7 +30,7 @@ flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
 
 gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp base/error.cpp kernels/ggml_type.cpp)
-model_sources=("${gguf_sources[@]}" engine/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
+model_sources=("${gguf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
   engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp engine/model/bpe_pretokenizer.cpp
   engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
   engine/model/chat_template.cpp kernels/ref/dequant.cpp)

@@ -6,7 +6,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/generate.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "server/commands.h"
 #include "server/model_options.h"
 

@@ -7,7 +7,7 @@
 #include "base/error.h"
 #include "engine/generate.h"
 #include "engine/backend/backend.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "server/commands.h"
 #include "server/model_options.h"
 #include "server/prompt_input.h"

@@ -24,7 +24,7 @@
 #include "base/failpoints.h"
 #include "engine/backend/backend.h"
 #include "engine/metrics.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "server/auth.h"
 #include "server/cli_args.h"
 #include "server/commands.h"

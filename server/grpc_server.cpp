@@ -23,7 +23,7 @@
 
 #include "engine/engine.h"
 #include "base/error.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "proto/fathom.grpc.pb.h"
 #include "proto/fathom.pb.h"
 #include "server/auth.h"

@@ -11,7 +11,7 @@
 #include "engine/engine.h"
 #include "base/error.h"
 #include "engine/metrics.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/cors.h"

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "server/attention_options.h"
 #include "server/bounded_json.h"
 #include "server/config.h"

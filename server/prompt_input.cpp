@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom {
 

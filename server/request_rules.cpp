@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/request.h"
 #include "server/config.h"
 

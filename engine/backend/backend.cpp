@@ -6,7 +6,7 @@
 #include "base/error.h"
 #include "base/failpoints.h"
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom {
 

@@ -15,7 +15,7 @@
 
 #include "base/error.h"
 #include "base/utf8.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/tokenizer.h"
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "base/error.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "server/config.h"
 #include "server/openai_request.h"
 #include "server/responses_api.h"

@@ -21,7 +21,7 @@
 
 #include "base/error.h"
 #include "engine/constraint/grammar.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "server/schema_rules.h"
 
 namespace {

@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "engine/backend/cuda/cuda_backend.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {

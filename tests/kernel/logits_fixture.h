@@ -21,7 +21,7 @@
 #include "base/error.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/kv/block_allocator.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom::logits_fixture {
 

@@ -35,7 +35,7 @@
 
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/kv/block_allocator.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom {
 namespace {

@@ -42,7 +42,7 @@
 #include "engine/engine.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/metrics.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom {
 namespace {

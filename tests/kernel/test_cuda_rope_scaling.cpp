@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "tests/kernel/logits_fixture.h"
 
 namespace fathom {

@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "engine/backend/backend.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom {
 

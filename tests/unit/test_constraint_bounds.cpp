@@ -16,7 +16,7 @@
 #include "base/error.h"
 #include "engine/constraint/constraint_bounds.h"
 #include "engine/constraint/grammar.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
 #include "server/config.h"
 #include "server/openai_request.h"

@@ -23,7 +23,7 @@
 #include "engine/engine.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom {
 namespace {

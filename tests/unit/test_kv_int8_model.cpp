@@ -13,7 +13,7 @@
 #include "engine/generate.h"
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace fathom {
 namespace {

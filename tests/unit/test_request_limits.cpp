@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "server/config.h"
 #include "server/openai_request.h"
 

@@ -15,7 +15,7 @@
 #include "base/failpoints.h"
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "tests/unit/fake_backend.h"

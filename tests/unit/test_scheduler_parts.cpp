@@ -11,7 +11,7 @@
 
 #include "engine/engine_metrics.h"
 #include "engine/kv_placement.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/output_processor.h"
 #include "engine/sequence.h"
 #include "tests/unit/fake_backend.h"

@@ -10,7 +10,7 @@
 #include "engine/backend/cpu/break_even.h"
 #include "engine/backend/cpu/cpu_policies.h"
 #include "engine/backend/cpu/staged_chunks.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "engine/model/gguf.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/huge_buffer.h"

@@ -27,7 +27,7 @@
 #include "engine/backend/cuda/kv_storage.h"
 #include "engine/backend/cuda/pass_uploads.h"
 #include "engine/kv/row_cache.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/activation.h"
