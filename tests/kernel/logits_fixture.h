@@ -34,6 +34,12 @@ struct Fixture {
   std::string path(const std::string& key) const { return dir + meta[key].get<std::string>(); }
 };
 
+// The tolerances both fixture tests state: logits as max|d| / max|ref| over rows (the f32 CPU
+// backend; the CUDA backend, emulated, whose GEMMs take f16 inputs), RoPE frequencies relative.
+constexpr double kCpuTol = 1e-4;
+constexpr double kCudaTol = 2e-2;
+constexpr double kFreqTol = 1e-6;
+
 inline Fixture load(const std::string& dir, const std::string& name) {
   Fixture f;
   f.dir = dir;
@@ -56,6 +62,18 @@ inline Fixture load(const std::string& dir, const std::string& name) {
 }
 
 // f32 activations and KV, small blocks: the fixtures' models are tiny.
+// Every layer's RoPE frequencies and cos/sin factor against transformers' (the fixture's
+// hf_inv_freq and hf_attention_scaling), within kFreqTol.
+inline void expect_rope_matches(const ModelConfig& c, const Fixture& f) {
+  const auto want = f.meta["hf_inv_freq"].get<std::vector<double>>();
+  for (const LayerConfig& layer : c.layers) {
+    ASSERT_EQ(layer.rope_inv_freq.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(layer.rope_inv_freq[i] / want[i], 1.0, kFreqTol) << "pair " << i;
+    EXPECT_NEAR(layer.rope_attn_factor, f.meta["hf_attention_scaling"].get<double>(), kFreqTol);
+  }
+}
+
 inline ModelOptions options() {
   ModelOptions o;
   o.threads = 2;

@@ -44,13 +44,12 @@ namespace fathom {
 namespace {
 
 using logits_fixture::Fixture;
+using logits_fixture::kCpuTol;
+using logits_fixture::kCudaTol;
 using logits_fixture::options;
 using logits_fixture::worst_row_error;
 
 const std::string kDir = std::string(FATHOM_SOURCE_DIR) + "/tests/fixtures/arch/";
-constexpr double kCpuTol = 1e-4;
-constexpr double kCudaTol = 2e-2;
-constexpr double kFreqTol = 1e-6;
 constexpr size_t kChunk = 64;  // the 120-token prompt: 64 + 56, the second chunk reads the first's KV
 // Greedy margins (top-1 minus top-2 logit, over max|logit|): the CPU's ids are compared with
 // transformers' while the margin exceeds twice the CPU's tolerance; the fixture chose a prompt whose
@@ -92,13 +91,7 @@ std::vector<int32_t> greedy(Backend& backend, const std::vector<int32_t>& prompt
 TEST_P(ArchFixture, RopeFrequenciesMatchTransformers) {
   const ModelConfig& c = model_->config();
   EXPECT_TRUE(c.rope_neox);
-  const auto want = f_.meta["hf_inv_freq"].get<std::vector<double>>();
-  for (const LayerConfig& layer : c.layers) {
-    ASSERT_EQ(layer.rope_inv_freq.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_NEAR(layer.rope_inv_freq[i] / want[i], 1.0, kFreqTol) << "pair " << i;
-    EXPECT_NEAR(layer.rope_attn_factor, f_.meta["hf_attention_scaling"].get<double>(), kFreqTol);
-  }
+  logits_fixture::expect_rope_matches(c, f_);
 }
 
 TEST_P(ArchFixture, CpuLogitsMatchTransformers) {
