@@ -53,10 +53,42 @@ struct BlockQ6_K {  // w = d * scales[i / 16] * (q - 32), q 6 bits (see ref::deq
   int8_t scales[kQKK / 16];
   uint16_t d;
 };
+// Q2_K and Q3_K: 16 sub-blocks of 16. Element e = 128 h + 32 j + l (h < 2, j < 4, l < 32) has its
+// 2 low bits at bits 2j..2j+1 of qs[32 h + l] and belongs to sub-block e / 16.
+struct BlockQ2_K {  // w = d * (scales[s] & 15) * q - dmin * (scales[s] >> 4), q 2 bits
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d, dmin;
+};
+struct BlockQ3_K {  // w = d * (sc[s] - 32) * (q - 4 * !hbit), sc 6 bits (q3_k_scales), q 2 bits
+  uint8_t hmask[kQKK / 8];  // hmask[l] bit 4h + j: the 3rd bit of element 128 h + 32 j + l
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+// The IQ4 formats: a 4-bit index into a fixed non-linear table (kIq4nlValues), nibbles laid out
+// as Q4_0's (element i of a 32-group: low nibble of qs[i], element i + 16: high nibble).
+struct BlockIQ4_NL {  // w = d * kIq4nlValues[q]
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+struct BlockIQ4_XS {  // w = d * (ls[g] - 32) * kIq4nlValues[q] per 32-group g, ls 6 bits
+  uint16_t d;
+  uint16_t scales_h;             // bits 2g..2g+1: the high 2 bits of ls[g]
+  uint8_t scales_l[kQKK / 64];   // nibble g % 2 of byte g / 2: the low 4 bits of ls[g]
+  uint8_t qs[kQKK / 2];          // 16 bytes per 32-group
+};
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136);
+
+// ggml's kvalues_iq4nl: the 16 levels of IQ4_NL / IQ4_XS. The same bytes as four little-endian
+// words (kIq4nlWords) for code that cannot index a table (device code without local memory).
+constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr uint32_t kIq4nlWords[4] = {0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u};
 
 // Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block
 // (ggml's get_scale_min_k4).
@@ -85,6 +117,20 @@ static inline void unpack_scales_mins_k4(const uint8_t* s, uint32_t out[4]) {
   out[1] = (u2 & kmask2) | (((u0 >> 6) & kmask3) << 4);
   out[2] = u1 & kmask1;
   out[3] = ((u2 >> 4) & kmask2) | (((u1 >> 6) & kmask3) << 4);
+}
+
+// The 16 signed scales (-32..31) of a Q3_K super-block: 6 bits each, the low 4 in nibble s / 8 of
+// scales[s % 8], the high 2 at bits 2 (s / 4) of scales[8 + s % 4] (ggml's aux / kmask trick).
+static inline void q3_k_scales(const uint8_t* s, int8_t out[16]) {
+  for (int i = 0; i < 16; ++i) {
+    const int lo = (s[i % 8] >> (4 * (i / 8))) & 0xF, hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+    out[i] = static_cast<int8_t>((lo | hi << 4) - 32);
+  }
+}
+
+// The signed scale (-32..31) of 32-group g (0..7) of an IQ4_XS super-block.
+static inline int iq4_xs_scale(const BlockIQ4_XS& b, int g) {
+  return (((b.scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((b.scales_h >> (2 * g)) & 3) << 4)) - 32;
 }
 
 }  // namespace fathom::quant

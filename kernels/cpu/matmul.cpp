@@ -35,6 +35,10 @@ int fmt_index(GgmlType t) {
     case GgmlType::Q4_K: return kQ4_K;
     case GgmlType::Q5_K: return kQ5_K;
     case GgmlType::Q6_K: return kQ6_K;
+    case GgmlType::Q2_K: return kQ2_K;
+    case GgmlType::Q3_K: return kQ3_K;
+    case GgmlType::IQ4_NL: return kIQ4_NL;
+    case GgmlType::IQ4_XS: return kIQ4_XS;
     default: return -1;
   }
 }

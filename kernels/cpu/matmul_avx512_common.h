@@ -24,6 +24,8 @@ template <> struct Q32<GgmlType::Q4_1> { static constexpr int kStride = 20, kQs 
 template <> struct Q32<GgmlType::Q5_0> { static constexpr int kStride = 22, kQs = 6, kQh = 2, kOff = 16; static constexpr bool kMin = false; };
 template <> struct Q32<GgmlType::Q5_1> { static constexpr int kStride = 24, kQs = 8, kQh = 4, kOff = 0; static constexpr bool kMin = true; };
 template <> struct Q32<GgmlType::Q8_0> { static constexpr int kStride = 34, kQs = 2, kQh = -1, kOff = 128; static constexpr bool kMin = false; };
+// IQ4_NL: the levels + 128 (kIq4nlValues as unsigned bytes) where a kernel multiplies unsigned.
+template <> struct Q32<GgmlType::IQ4_NL> { static constexpr int kStride = 18, kQs = 2, kQh = -1, kOff = 128; static constexpr bool kMin = false; };
 
 // The f16 scale (and min) of 16 consecutive blocks in one register, without a gather:
 // 128-byte chunks of the blocks are loaded and a word permute picks the fields (word i < 16:

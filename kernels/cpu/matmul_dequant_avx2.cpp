@@ -148,6 +148,70 @@ void dq_q6_k(const void* src, float* y, int64_t n) {
   }
 }
 
+// Q2_K / Q3_K: 8 consecutive elements 128 h + 32 j + l .. + 7 share sub-block and shift; their
+// products are exact (ref/dequant.cpp), so (d sc) q in any order gives the ref's bits.
+template <bool kQ3, typename B>
+void dq_q23_k(const void* src, float* y, int64_t n) {
+  const B* b = static_cast<const B*>(src);
+  const __m256i three = _mm256_set1_epi32(3), one = _mm256_set1_epi32(1), four = _mm256_set1_epi32(4);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = h2f(b[i].d);
+    float dl[16], ml[16] = {};
+    if constexpr (kQ3) {
+      int8_t sc[16];
+      q3_k_scales(b[i].scales, sc);
+      for (int s = 0; s < 16; ++s) dl[s] = d * static_cast<float>(sc[s]);
+    } else {
+      const float dmin = h2f(b[i].dmin);
+      for (int s = 0; s < 16; ++s) {
+        dl[s] = d * static_cast<float>(b[i].scales[s] & 0xF);
+        ml[s] = dmin * static_cast<float>(b[i].scales[s] >> 4);
+      }
+    }
+    for (int e = 0; e < kQKK; e += 8, y += 8) {
+      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+      __m256i q = _mm256_and_si256(_mm256_srli_epi32(u8x8(b[i].qs + 32 * h + l), 2 * j), three);
+      if constexpr (kQ3) {  // q - 4 where the 3rd bit is clear
+        const __m256i hb = _mm256_and_si256(_mm256_srli_epi32(u8x8(b[i].hmask + l), 4 * h + j), one);
+        q = _mm256_sub_epi32(q, _mm256_andnot_si256(_mm256_slli_epi32(hb, 2), four));
+        _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_set1_ps(dl[e / 16]), to_f(q)));
+      } else {
+        _mm256_storeu_ps(y, _mm256_sub_ps(rounded(_mm256_mul_ps(_mm256_set1_ps(dl[e / 16]), to_f(q))),
+                                          _mm256_set1_ps(ml[e / 16])));
+      }
+    }
+  }
+}
+
+// The table lookup of 16 nibble indices at once: kIq4nlValues as a byte shuffle.
+inline __m128i iq4_lookup(__m128i idx) {
+  return _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), idx);
+}
+
+// 16 bytes of IQ4 nibbles (one 32-group) -> y[0..31] = scale * level.
+inline void dq_iq4_group(const uint8_t* qs, float scale, float* y) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), nib = _mm_set1_epi8(0x0F);
+  const __m128i lo = iq4_lookup(_mm_and_si128(raw, nib)), hi = iq4_lookup(_mm_and_si128(_mm_srli_epi16(raw, 4), nib));
+  const __m256 d = _mm256_set1_ps(scale);
+  _mm256_storeu_ps(y, _mm256_mul_ps(d, to_f(_mm256_cvtepi8_epi32(lo))));
+  _mm256_storeu_ps(y + 8, _mm256_mul_ps(d, to_f(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+  _mm256_storeu_ps(y + 16, _mm256_mul_ps(d, to_f(_mm256_cvtepi8_epi32(hi))));
+  _mm256_storeu_ps(y + 24, _mm256_mul_ps(d, to_f(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+}
+
+void dq_iq4_nl(const void* src, float* y, int64_t n) {
+  const BlockIQ4_NL* b = static_cast<const BlockIQ4_NL*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) dq_iq4_group(b[i].qs, h2f(b[i].d), y);
+}
+
+void dq_iq4_xs(const void* src, float* y, int64_t n) {
+  const BlockIQ4_XS* b = static_cast<const BlockIQ4_XS*>(src);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = h2f(b[i].d);
+    for (int g = 0; g < 8; ++g, y += 32) dq_iq4_group(b[i].qs + 16 * g, d * static_cast<float>(iq4_xs_scale(b[i], g)), y);
+  }
+}
+
 }  // namespace
 
 void register_avx2_dequant(KernelTable& t) {
@@ -162,6 +226,10 @@ void register_avx2_dequant(KernelTable& t) {
   t.dequant[kQ4_K] = dq_qk45<false, BlockQ4_K>;
   t.dequant[kQ5_K] = dq_qk45<true, BlockQ5_K>;
   t.dequant[kQ6_K] = dq_q6_k;
+  t.dequant[kQ2_K] = dq_q23_k<false, BlockQ2_K>;
+  t.dequant[kQ3_K] = dq_q23_k<true, BlockQ3_K>;
+  t.dequant[kIQ4_NL] = dq_iq4_nl;
+  t.dequant[kIQ4_XS] = dq_iq4_xs;
 }
 
 }  // namespace fathom::cpu::detail

@@ -142,6 +142,65 @@ void dq_q6_k(const void* src, float* y, int64_t n) {
   }
 }
 
+// Q2_K / Q3_K: one vector = one 16-element sub-block (elements 128 h + 32 j + l .. + 15); the
+// products are exact (ref/dequant.cpp), so (d sc) q in any order gives the ref's bits.
+template <bool kQ3, typename B>
+void dq_q23_k(const void* src, float* y, int64_t n) {
+  const B* b = static_cast<const B*>(src);
+  const __m512i three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = h2f(b[i].d);
+    __m512 dl, ml = _mm512_setzero_ps();
+    if constexpr (kQ3) {
+      alignas(16) int8_t sc[16];
+      q3_k_scales(b[i].scales, sc);
+      dl = _mm512_mul_ps(_mm512_set1_ps(d), to_f(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))));
+    } else {
+      const __m512i sc = u8x16(b[i].scales);
+      dl = _mm512_mul_ps(_mm512_set1_ps(d), to_f(_mm512_and_si512(sc, _mm512_set1_epi32(0xF))));
+      ml = _mm512_mul_ps(_mm512_set1_ps(h2f(b[i].dmin)), to_f(_mm512_srli_epi32(sc, 4)));
+    }
+    alignas(64) float dls[16], mls[16];
+    _mm512_store_ps(dls, dl);
+    _mm512_store_ps(mls, ml);
+    for (int s = 0; s < 16; ++s, y += 16) {
+      const int h = s / 8, j = (s % 8) / 2, l = 16 * (s % 2);
+      __m512i q = _mm512_and_si512(_mm512_srli_epi32(u8x16(b[i].qs + 32 * h + l), 2 * j), three);
+      if constexpr (kQ3) {  // q - 4 where the 3rd bit is clear
+        const __mmask16 set = _mm512_test_epi32_mask(u8x16(b[i].hmask + l), _mm512_set1_epi32(1 << (4 * h + j)));
+        q = _mm512_mask_sub_epi32(q, static_cast<__mmask16>(~set), q, four);
+        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_set1_ps(dls[s]), to_f(q)));
+      } else {
+        _mm512_storeu_ps(y, _mm512_sub_ps(rounded(_mm512_mul_ps(_mm512_set1_ps(dls[s]), to_f(q))), _mm512_set1_ps(mls[s])));
+      }
+    }
+  }
+}
+
+// 16 bytes of IQ4 nibbles (one 32-group) -> y[0..31] = scale * level (kIq4nlValues as a byte shuffle).
+inline void dq_iq4_group(const uint8_t* qs, float scale, float* y) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), nib = _mm_set1_epi8(0x0F);
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(raw, nib));
+  const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(raw, 4), nib));
+  const __m512 d = _mm512_set1_ps(scale);
+  _mm512_storeu_ps(y, _mm512_mul_ps(d, to_f(_mm512_cvtepi8_epi32(lo))));
+  _mm512_storeu_ps(y + 16, _mm512_mul_ps(d, to_f(_mm512_cvtepi8_epi32(hi))));
+}
+
+void dq_iq4_nl(const void* src, float* y, int64_t n) {
+  const BlockIQ4_NL* b = static_cast<const BlockIQ4_NL*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) dq_iq4_group(b[i].qs, h2f(b[i].d), y);
+}
+
+void dq_iq4_xs(const void* src, float* y, int64_t n) {
+  const BlockIQ4_XS* b = static_cast<const BlockIQ4_XS*>(src);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = h2f(b[i].d);
+    for (int g = 0; g < 8; ++g, y += 32) dq_iq4_group(b[i].qs + 16 * g, d * static_cast<float>(iq4_xs_scale(b[i], g)), y);
+  }
+}
+
 }  // namespace
 
 void register_avx512_dequant(KernelTable& t) {
@@ -156,6 +215,10 @@ void register_avx512_dequant(KernelTable& t) {
   t.dequant[kQ4_K] = dq_qk45<false, BlockQ4_K>;
   t.dequant[kQ5_K] = dq_qk45<true, BlockQ5_K>;
   t.dequant[kQ6_K] = dq_q6_k;
+  t.dequant[kQ2_K] = dq_q23_k<false, BlockQ2_K>;
+  t.dequant[kQ3_K] = dq_q23_k<true, BlockQ3_K>;
+  t.dequant[kIQ4_NL] = dq_iq4_nl;
+  t.dequant[kIQ4_XS] = dq_iq4_xs;
 }
 
 }  // namespace fathom::cpu::detail

@@ -1,8 +1,8 @@
 // AVX2 dot kernels for Precision::kF32 (decode, M <= kMaxMr); same scheme as the AVX-512
 // file: 32-element block formats compute d_b * sum_i q_i x_i + c_b * sum_i x_i per block
 // (c_b = min, or -8 d_b / -16 d_b for Q4_0 / Q5_0) with the precomputed block sums of x;
-// K-quants unpack in registers; BF16 goes through the exact dequantizer 256 elements at a
-// time; F32 / F16 stream.
+// Q4_K / Q5_K / Q6_K unpack in registers; BF16, Q2_K, Q3_K and the IQ4 formats go through the
+// exact dequantizer 256 elements at a time; F32 / F16 stream.
 #include <immintrin.h>
 
 #include <type_traits>
@@ -211,7 +211,16 @@ void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
-constexpr int64_t chunk_bytes(int f) { return f == kBF16 ? 512 : f == kQ4_K ? 144 : f == kQ5_K ? 176 : 210; }
+constexpr int64_t chunk_bytes(int f) {
+  switch (f) {
+    case kBF16: return 512;
+    case kQ2_K: return 84;
+    case kQ3_K: return 110;
+    case kIQ4_NL: return 8 * 18;
+    case kIQ4_XS: return 136;
+    default: return 0;  // no dot_dequant kernel
+  }
+}
 
 template <int F, int MR>
 void dot_dequant(const DotArgs& a, int64_t n0, int64_t n1) {
@@ -261,6 +270,12 @@ void register_avx2_dot_f32(KernelTable& t) {
   t.dot_f32[kQ4_K] = by_mr<QK45K<false>::K>;
   t.dot_f32[kQ5_K] = by_mr<QK45K<true>::K>;
   t.dot_f32[kQ6_K] = by_mr<Q6K>;
+  // Q2_K, Q3_K, IQ4_NL, IQ4_XS: the exact dequantizer into an L1 buffer, then FMA (the kQ8
+  // kernels are their decode path).
+  t.dot_f32[kQ2_K] = by_mr<DqK<kQ2_K>::K>;
+  t.dot_f32[kQ3_K] = by_mr<DqK<kQ3_K>::K>;
+  t.dot_f32[kIQ4_NL] = by_mr<DqK<kIQ4_NL>::K>;
+  t.dot_f32[kIQ4_XS] = by_mr<DqK<kIQ4_XS>::K>;
 }
 
 }  // namespace fathom::cpu::detail

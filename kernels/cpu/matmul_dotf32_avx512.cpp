@@ -5,9 +5,9 @@
 // with q_i the raw unsigned quant and c_b the block's min (Q4_1, Q5_1) or -8 d_b / -16 d_b
 // (Q4_0 / Q5_0); sum_i x_i comes precomputed per block (DotArgs::bsum). The block scales of
 // 16 blocks are fetched (load_scales16) and converted together.
-// K-quants unpack in registers (Q4_K / Q5_K with per-sub-block scales and the block sums of x
-// for the mins); BF16 dequantizes 256 elements at a time into an L1 buffer (the exact
-// dequant kernel) and FMAs from there; F32 and F16 stream directly.
+// Q4_K / Q5_K / Q6_K unpack in registers (Q4_K / Q5_K with per-sub-block scales and the block
+// sums of x for the mins); BF16, Q2_K, Q3_K and the IQ4 formats dequantize 256 elements at a
+// time into an L1 buffer (the exact dequant kernel) and FMA from there; F32 and F16 stream.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in intrinsics
 #include <immintrin.h>
 
@@ -222,7 +222,16 @@ void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
 // ---- any format through the exact dequantizer --------------------------------------------------
 
 // Bytes of 256 elements.
-constexpr int64_t chunk_bytes(int f) { return f == kBF16 ? 512 : f == kQ4_K ? 144 : f == kQ5_K ? 176 : 210; }
+constexpr int64_t chunk_bytes(int f) {
+  switch (f) {
+    case kBF16: return 512;
+    case kQ2_K: return 84;
+    case kQ3_K: return 110;
+    case kIQ4_NL: return 8 * 18;
+    case kIQ4_XS: return 136;
+    default: return 0;  // no dot_dequant kernel
+  }
+}
 
 template <int F, int MR>
 void dot_dequant(const DotArgs& a, int64_t n0, int64_t n1) {
@@ -269,6 +278,12 @@ void register_avx512_dot_f32(KernelTable& t) {
   t.dot_f32[kQ4_K] = by_mr<QK45K<false>::K>;
   t.dot_f32[kQ5_K] = by_mr<QK45K<true>::K>;
   t.dot_f32[kQ6_K] = by_mr<Q6K>;
+  // Q2_K, Q3_K, IQ4_NL, IQ4_XS: the exact dequantizer into an L1 buffer, then FMA (the kQ8
+  // kernels are their decode path).
+  t.dot_f32[kQ2_K] = by_mr<DqK<kQ2_K>::K>;
+  t.dot_f32[kQ3_K] = by_mr<DqK<kQ3_K>::K>;
+  t.dot_f32[kIQ4_NL] = by_mr<DqK<kIQ4_NL>::K>;
+  t.dot_f32[kIQ4_XS] = by_mr<DqK<kIQ4_XS>::K>;
 }
 
 }  // namespace fathom::cpu::detail

@@ -162,11 +162,107 @@ void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+// Q2_K / Q3_K: per 32-block (elements 128 h + 32 j + l of a super-block) the 2-bit quants of
+// qs[32 h + l] at bits 2j (Q3_K: | the hmask bit << 2, so u = q + 4 in 0..7); maddubs then a madd
+// with the two 16-element groups' integer scales. Q3_K's offset 4 and Q2_K's mins go through
+// the activations' 16-element sums (qsum16), like Q6_K's offset.
+template <bool kQ3, int MR>
+void dot_q23_k(const DotArgs& a, int64_t n0, int64_t n1) {
+  using B = std::conditional_t<kQ3, BlockQ3_K, BlockQ2_K>;
+  const int64_t nsb = a.K / kQKK;
+  const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  for (int64_t n = n0; n < n1; ++n) {
+    const B* b = reinterpret_cast<const B*>(a.w + n * a.row_bytes);
+    __m256 acc[MR];
+    float corr[MR] = {};
+    for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i) {
+      const float d = _cvtsh_ss(b[i].d);
+      int16_t sc[16], mn[16] = {};  // per 16-element group: integer scale (and Q2_K min)
+      float dmin = 0.0f;
+      __m256i hm = _mm256_setzero_si256();
+      if constexpr (kQ3) {
+        int8_t s8[16];
+        q3_k_scales(b[i].scales, s8);
+        for (int g = 0; g < 16; ++g) sc[g] = s8[g];
+        hm = load32(b[i].hmask);
+      } else {
+        for (int g = 0; g < 16; ++g) {
+          sc[g] = static_cast<int16_t>(b[i].scales[g] & 0xF);
+          mn[g] = static_cast<int16_t>(b[i].scales[g] >> 4);
+        }
+        dmin = _cvtsh_ss(b[i].dmin);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256i q32 = load32(b[i].qs + 32 * h);
+        for (int j = 0; j < 4; ++j) {
+          __m256i w = _mm256_and_si256(_mm256_srli_epi16(q32, 2 * j), three);
+          if constexpr (kQ3) w = _mm256_or_si256(w, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2));
+          const int g = 8 * h + 2 * j;  // its 16-element groups g, g + 1
+          const int64_t blk = i * 8 + 4 * h + j;
+          const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+          for (int m = 0; m < MR; ++m) {
+            const __m256i p16 = _mm256_maddubs_epi16(w, load32(a.q + m * a.ldq + blk * 32));
+            const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, scv));
+            const float dx = a.qd[m * a.ldqs + blk];
+            acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx), p, acc[m]);
+            const int16_t* s16 = a.qsum16 + m * 2 * a.ldqs + 2 * blk;
+            if constexpr (kQ3) corr[m] += d * dx * static_cast<float>(sc[g] * s16[0] + sc[g + 1] * s16[1]);
+            else corr[m] += dmin * dx * static_cast<float>(mn[g] * s16[0] + mn[g + 1] * s16[1]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]) - (kQ3 ? 4.0f : 1.0f) * corr[m];
+  }
+}
+
+// IQ4_NL / IQ4_XS: the nibbles of a 32-group become its signed levels with one byte shuffle
+// (kIq4nlValues), multiplied with the sign trick as Q8_0 (|w| <= 127: maddubs cannot saturate).
+inline __m256i iq4_levels(const uint8_t* qs, __m256i table) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), nib = _mm_set1_epi8(0x0F);
+  const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), nib), _mm_and_si128(raw, nib));
+  return _mm256_shuffle_epi8(table, idx);
+}
+
+template <bool kXS, int MR>
+void dot_iq4(const DotArgs& a, int64_t n0, int64_t n1) {
+  const int64_t nb = a.K / 32;
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = a.w + n * a.row_bytes;
+    __m256 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      float d;
+      const uint8_t* qs;
+      if constexpr (kXS) {
+        const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(row)[blk / 8];
+        const int g = static_cast<int>(blk % 8);
+        d = _cvtsh_ss(b.d) * static_cast<float>(iq4_xs_scale(b, g));
+        qs = b.qs + 16 * g;
+      } else {
+        const BlockIQ4_NL& b = reinterpret_cast<const BlockIQ4_NL*>(row)[blk];
+        d = _cvtsh_ss(b.d);
+        qs = b.qs;
+      }
+      const __m256i w = iq4_levels(qs, table), wabs = _mm256_sign_epi8(w, w);
+      for (int m = 0; m < MR; ++m) {
+        const __m256 p = dot_us8(wabs, _mm256_sign_epi8(load32(a.q + m * a.ldq + blk * 32), w));
+        acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.qd[m * a.ldqs + blk]), p, acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]);
+  }
+}
+
 #include "kernels/cpu/matmul_by_mr.inc"  // by_mr, this file's own copy
 
 template <GgmlType T> struct Q32K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q32<T, MR>(a, b, e); } }; };
 template <bool kQ5> struct QK45K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_qk45<kQ5, MR>(a, b, e); } }; };
 template <int MR> struct Q6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q6_k<MR>(a, b, e); } };
+template <bool kQ3> struct Q23K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q23_k<kQ3, MR>(a, b, e); } }; };
+template <bool kXS> struct IQ4K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_iq4<kXS, MR>(a, b, e); } }; };
 
 }  // namespace
 
@@ -179,6 +275,10 @@ void register_avx2_dot_q8(KernelTable& t) {
   t.dot_q8[kQ4_K] = by_mr<QK45K<false>::K>;
   t.dot_q8[kQ5_K] = by_mr<QK45K<true>::K>;
   t.dot_q8[kQ6_K] = by_mr<Q6K>;
+  t.dot_q8[kQ2_K] = by_mr<Q23K<false>::K>;
+  t.dot_q8[kQ3_K] = by_mr<Q23K<true>::K>;
+  t.dot_q8[kIQ4_NL] = by_mr<IQ4K<false>::K>;
+  t.dot_q8[kIQ4_XS] = by_mr<IQ4K<true>::K>;
 }
 
 }  // namespace fathom::cpu::detail

@@ -25,6 +25,12 @@ using namespace fathom::quant;
 
 // ---- formats with 32-element blocks --------------------------------------------------------
 
+// kIq4nlValues + 128 (unsigned) in each 128-bit lane, for a byte shuffle of nibble indices.
+inline __m512i iq4_table_u() {
+  return _mm512_xor_si512(_mm512_maskz_broadcast_i32x4(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues))),
+                          _mm512_set1_epi8(static_cast<char>(0x80)));
+}
+
 // 64 unsigned weight bytes of blocks b0 and b1 (element order), or b0 and zeros when !two.
 template <GgmlType T>
 inline __m512i unpack_pair(const uint8_t* b0, bool two) {
@@ -44,6 +50,7 @@ inline __m512i unpack_pair(const uint8_t* b0, bool two) {
     const __m512i shifts = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
                                             0x0004000400040004, 0x0004000400040004, 0, 0);
     w = _mm512_and_si512(_mm512_srlv_epi16(w, shifts), _mm512_set1_epi8(0x0F));
+    if constexpr (T == GgmlType::IQ4_NL) w = _mm512_shuffle_epi8(iq4_table_u(), w);  // level + 128
     if constexpr (F::kQh >= 0) {
       uint64_t bits = load_u32(b0 + F::kQh);
       if (two) bits |= static_cast<uint64_t>(load_u32(b1 + F::kQh)) << 32;
@@ -303,6 +310,125 @@ void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+// Q2_K / Q3_K: per 64 elements (128 h + 64 c ..: shifts j = 2c, 2c + 1 of qs[32 h ..]) one
+// dpbusd of the unsigned 2-bit quants (Q3_K: | the hmask bit << 2, u = q + 4); lane k covers
+// 16-element group 8h + 4c + k / 4. Q3_K's offset 4 and Q2_K's mins go through qsum16.
+template <bool kQ3, int MR>
+void dot_q23_k(const DotArgs& a, int64_t n0, int64_t n1) {
+  using B = std::conditional_t<kQ3, BlockQ3_K, BlockQ2_K>;
+  const int64_t nsb = a.K / kQKK;
+  const __m512i grp = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i dup16 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const __m512i three = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+  constexpr int64_t k1 = 0x0001000100010001;  // a 16-bit shift count of 1 in every word of a qword
+  for (int64_t n = n0; n < n1; ++n) {
+    const B* b = reinterpret_cast<const B*>(a.w + n * a.row_bytes);
+    prefetch_ahead(a.w + n * a.row_bytes, a.row_bytes);
+    __m512 acc[MR], corr[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = corr[m] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i) {
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
+      __m512 sc16, mn16 = _mm512_setzero_ps();
+      __m512i hm = _mm512_setzero_si512();
+      if constexpr (kQ3) {
+        alignas(16) int8_t s8[16];
+        q3_k_scales(b[i].scales, s8);
+        sc16 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s8)))));
+        hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].hmask)));
+      } else {
+        const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales)));
+        sc16 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(s, _mm512_set1_epi32(0xF))));
+        mn16 = _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b[i].dmin)), _mm512_cvtepi32_ps(_mm512_srli_epi32(s, 4)));
+      }
+      __m512 s16[MR];
+      for (int m = 0; m < MR; ++m) {
+        // 16-element group g uses the activation scale of 32-block g / 2.
+        const __m512 dx = _mm512_permutexvar_ps(dup16, _mm512_castps256_ps512(_mm256_loadu_ps(a.qd + m * a.ldqs + i * 8)));
+        s16[m] = _mm512_mul_ps(sc16, dx);
+        const __m512 qs = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qsum16 + m * 2 * a.ldqs + i * 16))));
+        corr[m] = _mm512_fmadd_ps(kQ3 ? s16[m] : _mm512_mul_ps(mn16, dx), qs, corr[m]);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * h)));
+        for (int c = 0; c < 2; ++c) {
+          const __m512i shifts = _mm512_set_epi64(k1 * (4 * c + 2), k1 * (4 * c + 2), k1 * (4 * c + 2), k1 * (4 * c + 2),
+                                                  k1 * 4 * c, k1 * 4 * c, k1 * 4 * c, k1 * 4 * c);
+          __m512i w = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), three);
+          if constexpr (kQ3) {
+            const int64_t s0 = 4 * h + 2 * c;
+            const __m512i hs = _mm512_set_epi64(k1 * (s0 + 1), k1 * (s0 + 1), k1 * (s0 + 1), k1 * (s0 + 1), k1 * s0, k1 * s0,
+                                                k1 * s0, k1 * s0);
+            w = _mm512_or_si512(w, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, hs), one), 2));
+          }
+          const __m512i gidx = _mm512_add_epi32(grp, _mm512_set1_epi32(8 * h + 4 * c));
+          for (int m = 0; m < MR; ++m) {
+            const __m512i x = _mm512_loadu_si512(a.q + m * a.ldq + i * kQKK + 128 * h + 64 * c);
+            const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(gidx, s16[m]), acc[m]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]) - (kQ3 ? 4.0f : 1.0f) * hsum(corr[m]);
+  }
+}
+
+// IQ4_XS: per pair of 32-groups (32 bytes of qs) one dpbusd of the levels + 128 (a byte shuffle
+// of the nibbles); the +128 goes through the activations' block sums.
+template <int MR>
+void dot_iq4_xs(const DotArgs& a, int64_t n0, int64_t n1) {
+  const int64_t nsb = a.K / kQKK;
+  constexpr int64_t k4 = 0x0004000400040004;
+  // 128-bit lanes [A | A | B | B] of the 32 bytes A B >> [0 | 4 | 0 | 4]: group 2c's low then high
+  // nibbles, then group 2c + 1's (the element order).
+  const __m512i shifts = _mm512_set_epi64(k4, k4, 0, 0, k4, k4, 0, 0);
+  const __m512i pair_base = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i nib = _mm512_set1_epi8(0x0F), table = iq4_table_u();
+  for (int64_t n = n0; n < n1; ++n) {
+    const BlockIQ4_XS* b = reinterpret_cast<const BlockIQ4_XS*>(a.w + n * a.row_bytes);
+    prefetch_ahead(a.w + n * a.row_bytes, a.row_bytes);
+    __m512 acc[MR];
+    __m256 corr[MR];
+    for (int m = 0; m < MR; ++m) {
+      acc[m] = _mm512_setzero_ps();
+      corr[m] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < nsb; ++i) {
+      alignas(32) int32_t ls[8];
+      for (int g = 0; g < 8; ++g) ls[g] = iq4_xs_scale(b[i], g);
+      const __m256 s8 = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
+                                      _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls))));
+      __m512 sx[MR];
+      for (int m = 0; m < MR; ++m) {
+        const __m256 t = _mm256_mul_ps(s8, _mm256_loadu_ps(a.qd + m * a.ldqs + i * 8));
+        sx[m] = _mm512_castps256_ps512(t);
+        const __m256 qs = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qsum + m * a.ldqs + i * 8)));
+        corr[m] = _mm256_fmadd_ps(t, qs, corr[m]);
+      }
+      __m512i pidx = pair_base;
+      for (int c = 0; c < 4; ++c) {
+        const __m512i raw = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * c)));
+        const __m512i idx = _mm512_and_si512(_mm512_srlv_epi16(_mm512_shuffle_i64x2(raw, raw, 0x50), shifts), nib);
+        const __m512i w = _mm512_shuffle_epi8(table, idx);
+        for (int m = 0; m < MR; ++m) {
+          const __m512i x = _mm512_loadu_si512(a.q + m * a.ldq + i * kQKK + 64 * c);
+          const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(pidx, sx[m]), acc[m]);
+        }
+        pidx = _mm512_add_epi32(pidx, _mm512_set1_epi32(2));
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      const __m128 t = _mm_add_ps(_mm256_castps256_ps128(corr[m]), _mm256_extractf128_ps(corr[m], 1));
+      const __m128 t2 = _mm_add_ps(t, _mm_movehl_ps(t, t));
+      a.y[m * a.ldy + n] = hsum(acc[m]) - 128.0f * _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+    }
+  }
+}
+
+template <bool kQ3> struct Q23K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q23_k<kQ3, MR>(a, b, e); } }; };
+template <int MR> struct IQ4XSK { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_iq4_xs<MR>(a, b, e); } };
 template <GgmlType T> struct Q4SplitK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q4_split<T, MR>(a, b, e); } }; };
 template <GgmlType T> struct Q32K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q32<T, MR>(a, b, e); } }; };
 template <bool kQ5> struct QK45K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_qk45<kQ5, MR>(a, b, e); } }; };
@@ -320,6 +446,10 @@ void register_avx512_dot_q8(KernelTable& t) {
   t.dot_q8[kQ4_K] = by_mr<QK45K<false>::K>;
   t.dot_q8[kQ5_K] = by_mr<QK45K<true>::K>;
   t.dot_q8[kQ6_K] = by_mr<Q6K>;
+  t.dot_q8[kQ2_K] = by_mr<Q23K<false>::K>;
+  t.dot_q8[kQ3_K] = by_mr<Q23K<true>::K>;
+  t.dot_q8[kIQ4_NL] = by_mr<Q32K<GgmlType::IQ4_NL>::K>;
+  t.dot_q8[kIQ4_XS] = by_mr<IQ4XSK>;
 }
 
 }  // namespace fathom::cpu::detail

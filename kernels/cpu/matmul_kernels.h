@@ -9,7 +9,10 @@
 namespace fathom::cpu::detail {
 
 // Weight formats matmul reads, as a dense index into the kernel tables.
-enum Fmt : int { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kFmtCount };
+enum Fmt : int {
+  kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS,
+  kFmtCount
+};
 // -1 when matmul cannot read `t`.
 int fmt_index(GgmlType t);
 
@@ -35,7 +38,7 @@ struct DotArgs {
   int64_t ldq = 0;
   const float* qd = nullptr;      // [mr][ldqs]
   const int32_t* qsum = nullptr;  // [mr][ldqs]
-  const int16_t* qsum16 = nullptr;  // [mr][2 * ldqs]: sums over 16-element halves (Q6_K)
+  const int16_t* qsum16 = nullptr;  // [mr][2 * ldqs]: sums over 16-element halves (Q2_K, Q3_K, Q6_K)
   int64_t ldqs = 0;
   // The same activations in the nibble-split order (KernelTable::q8_split formats): per group
   // g of 4 blocks, xs[g][0..63] = the first 16 q of blocks 4g..4g+3 (16 each, the elements a

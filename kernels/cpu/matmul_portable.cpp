@@ -3,6 +3,7 @@
 // small buffer (kF32) or unpack 32-weight chunks to integers (kQ8).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/quant_blocks.h"
@@ -45,18 +46,58 @@ void dot_f32(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
-// 32 weights of chunk c of a row as integers: w[i] = scale[i / 16] * q[i] + min.
+// 32 weights of chunk c of a row as integers: w[i] = scale[i / 16] * q[i] + min[i / 16].
 struct Chunk32 {
   int8_t q[32];
   float scale[2];
   float min;
+  float min_hi;  // min of elements 16..31 where it differs from `min` (Q2_K), else equal
 };
 
 template <GgmlType T>
 void unpack32(const uint8_t* row, int64_t c, Chunk32* out) {
   using ref::fp16_to_fp32;
   out->min = 0.0f;
-  if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1) {
+  if constexpr (T == GgmlType::Q2_K || T == GgmlType::Q3_K) {
+    // Chunk c: elements 32 (c % 8) .. +31 of super-block c / 8, i.e. h = (c % 8) / 4, j = c % 4.
+    using B = std::conditional_t<T == GgmlType::Q2_K, BlockQ2_K, BlockQ3_K>;
+    const B& b = reinterpret_cast<const B*>(row)[c / 8];
+    const int s = static_cast<int>(c % 8), h = s / 4, j = s % 4;
+    for (int l = 0; l < 32; ++l) {
+      int v = (b.qs[32 * h + l] >> (2 * j)) & 3;
+      if constexpr (T == GgmlType::Q3_K) v -= (b.hmask[l] >> (4 * h + j)) & 1 ? 0 : 4;
+      out->q[l] = static_cast<int8_t>(v);
+    }
+    const float d = fp16_to_fp32(b.d);
+    if constexpr (T == GgmlType::Q2_K) {
+      const float dmin = fp16_to_fp32(b.dmin);
+      for (int t = 0; t < 2; ++t) out->scale[t] = d * static_cast<float>(b.scales[2 * s + t] & 0xF);
+      out->min = -(dmin * static_cast<float>(b.scales[2 * s] >> 4));
+      out->min_hi = -(dmin * static_cast<float>(b.scales[2 * s + 1] >> 4));
+      return;
+    } else {
+      int8_t sc[16];
+      q3_k_scales(b.scales, sc);
+      for (int t = 0; t < 2; ++t) out->scale[t] = d * static_cast<float>(sc[2 * s + t]);
+    }
+  } else if constexpr (T == GgmlType::IQ4_NL || T == GgmlType::IQ4_XS) {
+    const uint8_t* qs;
+    float d;
+    if constexpr (T == GgmlType::IQ4_NL) {
+      const BlockIQ4_NL& b = reinterpret_cast<const BlockIQ4_NL*>(row)[c];
+      qs = b.qs;
+      d = fp16_to_fp32(b.d);
+    } else {
+      const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(row)[c / 8];
+      qs = b.qs + 16 * (c % 8);
+      d = fp16_to_fp32(b.d) * static_cast<float>(iq4_xs_scale(b, static_cast<int>(c % 8)));
+    }
+    for (int j = 0; j < 16; ++j) {
+      out->q[j] = kIq4nlValues[qs[j] & 0xF];
+      out->q[j + 16] = kIq4nlValues[qs[j] >> 4];
+    }
+    out->scale[0] = out->scale[1] = d;
+  } else if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1) {
     using B = std::conditional_t<T == GgmlType::Q4_0, BlockQ4_0, BlockQ4_1>;
     const B& b = reinterpret_cast<const B*>(row)[c];
     const int off = T == GgmlType::Q4_0 ? 8 : 0;
@@ -108,6 +149,7 @@ void unpack32(const uint8_t* row, int64_t c, Chunk32* out) {
     out->scale[0] = d * b.scales[8 * h + 2 * t];
     out->scale[1] = d * b.scales[8 * h + 2 * t + 1];
   }
+  out->min_hi = out->min;
 }
 
 template <GgmlType T>
@@ -125,8 +167,14 @@ void dot_q8(const DotArgs& a, int64_t n0, int64_t n1) {
         for (int i = 0; i < 16; ++i) s0 += ch.q[i] * q[i];
         for (int i = 16; i < 32; ++i) s1 += ch.q[i] * q[i];
         const float dx = a.qd[m * a.ldqs + c];
-        acc[m] += dx * (ch.scale[0] * static_cast<float>(s0) + ch.scale[1] * static_cast<float>(s1) +
-                        ch.min * static_cast<float>(a.qsum[m * a.ldqs + c]));
+        float mins;
+        if constexpr (T == GgmlType::Q2_K) {
+          const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * c;
+          mins = ch.min * static_cast<float>(q16[0]) + ch.min_hi * static_cast<float>(q16[1]);
+        } else {
+          mins = ch.min * static_cast<float>(a.qsum[m * a.ldqs + c]);
+        }
+        acc[m] += dx * (ch.scale[0] * static_cast<float>(s0) + ch.scale[1] * static_cast<float>(s1) + mins);
       }
     }
     for (int m = 0; m < a.mr; ++m) a.y[m * a.ldy + n] = acc[m];
@@ -191,6 +239,10 @@ const KernelTable& portable_kernels() {
     fill<GgmlType::Q4_K>(k);
     fill<GgmlType::Q5_K>(k);
     fill<GgmlType::Q6_K>(k);
+    fill<GgmlType::Q2_K>(k);
+    fill<GgmlType::Q3_K>(k);
+    fill<GgmlType::IQ4_NL>(k);
+    fill<GgmlType::IQ4_XS>(k);
     k.quantize_q8 = quantize_q8;
     k.gemm_f32 = gemm_f32;
     return k;

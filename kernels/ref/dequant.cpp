@@ -137,6 +137,60 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
   }
 }
 
+// Q2_K, Q3_K and the IQ4 formats: every product is exact in f32 (at most 11 + 6 + 7 significant
+// bits), so only Q2_K's subtraction of the min rounds and the SIMD kernels may multiply in any order.
+void dequant_q2_k(const BlockQ2_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+    for (int e = 0; e < kQKK; ++e) {
+      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+      const uint8_t sc = b[i].scales[e / 16];
+      const float dl = d * static_cast<float>(sc & 0xF), ml = dmin * static_cast<float>(sc >> 4);
+      const int q = (b[i].qs[32 * h + l] >> (2 * j)) & 3;
+      *y++ = rounded(dl * static_cast<float>(q)) - ml;
+    }
+  }
+}
+
+void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(b[i].d);
+    int8_t sc[16];
+    q3_k_scales(b[i].scales, sc);
+    for (int e = 0; e < kQKK; ++e) {
+      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+      const float dl = d * static_cast<float>(sc[e / 16]);
+      const int low = (b[i].qs[32 * h + l] >> (2 * j)) & 3;
+      const int high = (b[i].hmask[l] >> (4 * h + j)) & 1;
+      *y++ = dl * static_cast<float>(low - (high ? 0 : 4));
+    }
+  }
+}
+
+void dequant_iq4_nl(const BlockIQ4_NL* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = h2f(b[i].d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = d * static_cast<float>(kIq4nlValues[b[i].qs[j] & 0xF]);
+      y[j + 16] = d * static_cast<float>(kIq4nlValues[b[i].qs[j] >> 4]);
+    }
+  }
+}
+
+void dequant_iq4_xs(const BlockIQ4_XS* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = h2f(b[i].d);
+    for (int g = 0; g < 8; ++g, y += 32) {
+      const float dl = d * static_cast<float>(iq4_xs_scale(b[i], g));
+      const uint8_t* qs = b[i].qs + 16 * g;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * static_cast<float>(kIq4nlValues[qs[j] & 0xF]);
+        y[j + 16] = dl * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 float fp16_to_fp32(uint16_t h) {
@@ -217,6 +271,10 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q4_K: return dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb);
     case GgmlType::Q5_K: return dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb);
     case GgmlType::Q6_K: return dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb);
+    case GgmlType::Q2_K: return dequant_q2_k(static_cast<const BlockQ2_K*>(src), dst, nb);
+    case GgmlType::Q3_K: return dequant_q3_k(static_cast<const BlockQ3_K*>(src), dst, nb);
+    case GgmlType::IQ4_NL: return dequant_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, nb);
+    case GgmlType::IQ4_XS: return dequant_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, nb);
     default:
       break;
   }

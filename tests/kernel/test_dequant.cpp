@@ -16,16 +16,20 @@
 namespace fathom {
 namespace {
 
-const GgmlType kFormats[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
-                             GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                             GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const GgmlType kFormats[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q4_0,
+                             GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,   GgmlType::Q8_0,
+                             GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,   GgmlType::Q5_K,
+                             GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
 const char* kLevels[] = {"portable", "avx2", "avx512"};
 
 // Byte offsets of the f16 scale fields inside one block.
 std::vector<int> f16_fields(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return {0};
+    case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: return {0};
     case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q2_K: return {80, 82};
+    case GgmlType::Q3_K: return {108};
     case GgmlType::Q6_K: return {208};
     default: return {};
   }
@@ -135,6 +139,40 @@ TEST(RefDequant, HandComputedBlocks) {
   EXPECT_EQ(y[0], 1.0f * (49 - 32));
   EXPECT_EQ(y[64], 5.0f * (18 - 32));  // scale index 4 for elements 64..79
   EXPECT_EQ(y[255], 16.0f * -32);
+
+  BlockQ3_K q3{};
+  q3.d = ref::fp32_to_fp16(0.5f);
+  q3.scales[0] = 0x21;   // sub-block 0: low 4 bits 1; sub-block 8: low 4 bits 2
+  q3.scales[8] = 0x02;   // sub-block 0: high 2 bits 2 -> 33 - 32 = 1
+  q3.qs[0] = 0x03;       // element 0: low bits 3
+  q3.hmask[0] = 0x01;    // element 0: 3rd bit set (no -4); element 32 (bit 1 clear): 0 - 4
+  q3.hmask[1] = 0x10;    // element 129 (h 1, j 0, l 1): 3rd bit set
+  ref::dequantize_row(GgmlType::Q3_K, &q3, y, 256);
+  EXPECT_EQ(y[0], 0.5f * 1 * 3);
+  EXPECT_EQ(y[32], 0.5f * -32 * -4);  // sub-block 2: scale bits all zero -> -32
+  EXPECT_EQ(y[129], 0.5f * (2 - 32) * 0);  // sub-block 8: 2 - 32, q 0
+  EXPECT_EQ(y[128], 0.5f * (2 - 32) * -4);
+
+  BlockIQ4_XS iq{};
+  iq.d = ref::fp32_to_fp16(0.25f);
+  iq.scales_l[0] = 0x53;              // group 0: low 4 bits 3; group 1: 5
+  iq.scales_h = 0x2 | (0x3 << 14);    // group 0: high bits 2 -> 35 - 32 = 3; group 7: 48 - 32 = 16
+  iq.qs[0] = 0xF0;                    // element 0: level 0 (-127); element 16: level 15 (113)
+  ref::dequantize_row(GgmlType::IQ4_XS, &iq, y, 256);
+  EXPECT_EQ(y[0], 0.25f * 3 * -127);
+  EXPECT_EQ(y[16], 0.25f * 3 * 113);
+  EXPECT_EQ(y[32], 0.25f * (5 - 32) * -127);
+  EXPECT_EQ(y[255], 0.25f * 16 * -127);
+
+  BlockQ2_K q2{};
+  q2.d = ref::fp32_to_fp16(2.0f);
+  q2.dmin = ref::fp32_to_fp16(0.5f);
+  q2.scales[0] = 0x35;  // sub-block 0: scale 5, min 3
+  q2.qs[0] = 0x0E;      // element 0: 2; element 32: 3
+  ref::dequantize_row(GgmlType::Q2_K, &q2, y, 256);
+  EXPECT_EQ(y[0], 2.0f * 5 * 2 - 0.5f * 3);
+  EXPECT_EQ(y[1], -1.5f);
+  EXPECT_EQ(y[32], 0.0f);  // sub-block 2: scale 0, min 0
 }
 
 TEST(CpuDequant, BitExactWithRefOnRandomBlocks) {
@@ -169,8 +207,8 @@ TEST(CpuDequant, BitExactWithRefOnRandomBlocks) {
 TEST(CpuDequant, RejectsUnsupportedType) {
   float y[256];
   uint8_t buf[300] = {};
-  EXPECT_THROW(cpu::dequantize_row(GgmlType::Q2_K, buf, 256, 0, y), std::exception);
-  EXPECT_THROW(ref::dequantize_row(GgmlType::IQ4_NL, buf, y, 32), std::exception);
+  EXPECT_THROW(cpu::dequantize_row(GgmlType::IQ2_XXS, buf, 256, 0, y), std::exception);
+  EXPECT_THROW(ref::dequantize_row(GgmlType::IQ3_S, buf, y, 256), std::exception);
 }
 
 }  // namespace

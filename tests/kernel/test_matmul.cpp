@@ -33,7 +33,10 @@ const char* kLevels[] = {"portable", "avx2", "avx512"};
 std::vector<int> f16_fields(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return {0};
+    case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: return {0};
     case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q2_K: return {80, 82};
+    case GgmlType::Q3_K: return {108};
     case GgmlType::Q6_K: return {208};
     default: return {};
   }
@@ -204,7 +207,8 @@ TEST_P(MatmulTest, MatchesDoubleReferenceAtEveryLevel) {
 INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0,
                                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K),
+                                           GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
+                                           GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS),
                          [](const ::testing::TestParamInfo<GgmlType>& i) { return std::string(ggml_type_name(i.param)); });
 
 // kQ8 rows are bitwise independent of the batch: row m of an M-row call equals the 1-row call
@@ -304,7 +308,7 @@ TEST(Matmul, RejectsUnsupportedTypeAndBadK) {
   float y[4];
   const float x[64] = {};
   const uint8_t w[256] = {};
-  EXPECT_THROW(cpu::matmul(pool, GgmlType::Q2_K, w, 1, 256, x, 1, y), std::exception);
+  EXPECT_THROW(cpu::matmul(pool, GgmlType::IQ2_XXS, w, 1, 256, x, 1, y), std::exception);
   EXPECT_THROW(cpu::matmul(pool, GgmlType::Q8_0, w, 1, 33, x, 1, y), std::exception);
 }
 
