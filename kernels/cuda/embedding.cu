@@ -45,6 +45,29 @@ __device__ __forceinline__ float element(const uint8_t* row, int64_t i) {
     const uint8_t byte = b->qs[32 * (j / 2) + l];
     const float q = static_cast<float>(j % 2 ? byte >> 4 : byte & 0xF);
     return mul_rn(f16_bits(b->d) * sc, q) - f16_bits(b->dmin) * m;
+  } else if constexpr (kType == GgmlType::Q2_K || kType == GgmlType::Q3_K) {
+    // Element 128 h + 32 j + l of a super-block: bits 2j of qs[32 h + l], sub-block r / 16.
+    const int r = static_cast<int>(i % 256), h = r / 128, j = (r % 128) / 32, l = r % 32;
+    if constexpr (kType == GgmlType::Q2_K) {
+      const auto* b = reinterpret_cast<const quant::BlockQ2_K*>(row) + i / 256;
+      const uint8_t sc = b->scales[r / 16];
+      const float q = static_cast<float>((b->qs[32 * h + l] >> (2 * j)) & 3);
+      return mul_rn(f16_bits(b->d) * static_cast<float>(sc & 0xF), q) - f16_bits(b->dmin) * static_cast<float>(sc >> 4);
+    } else {
+      const uint8_t* b = row + (i / 256) * sizeof(quant::BlockQ3_K);
+      const int q = ((b[32 + 32 * h + l] >> (2 * j)) & 3) - ((b[l] >> (4 * h + j)) & 1 ? 0 : 4);
+      return f16_bits(load_u16(b + 108)) * q3_k_scale(b + 96, r / 16) * static_cast<float>(q);
+    }
+  } else if constexpr (kType == GgmlType::IQ4_NL) {
+    const uint8_t* b = row + (i / 32) * sizeof(quant::BlockIQ4_NL);
+    const int t = static_cast<int>(i % 32);
+    const uint8_t byte = b[2 + t % 16];
+    return f16_bits(load_u16(b)) * iq4nl_level(t < 16 ? byte & 0xF : byte >> 4);
+  } else if constexpr (kType == GgmlType::IQ4_XS) {
+    const uint8_t* b = row + (i / 256) * sizeof(quant::BlockIQ4_XS);
+    const int r = static_cast<int>(i % 256), g = r / 32, t = r % 32;
+    const uint8_t byte = b[8 + 16 * g + t % 16];
+    return f16_bits(load_u16(b)) * iq4_xs_scale(b, g) * iq4nl_level(t < 16 ? byte & 0xF : byte >> 4);
   } else {
     static_assert(kType == GgmlType::Q6_K, "embedding: unsupported type");
     const uint8_t* b = row + (i / 256) * sizeof(quant::BlockQ6_K);
@@ -82,6 +105,10 @@ inline void type_layout(GgmlType type, int64_t* block, int64_t* bytes) {
     case GgmlType::Q8_0: *block = 32; *bytes = sizeof(quant::BlockQ8_0); return;
     case GgmlType::Q4_K: *block = 256; *bytes = sizeof(quant::BlockQ4_K); return;
     case GgmlType::Q6_K: *block = 256; *bytes = sizeof(quant::BlockQ6_K); return;
+    case GgmlType::Q2_K: *block = 256; *bytes = sizeof(quant::BlockQ2_K); return;
+    case GgmlType::Q3_K: *block = 256; *bytes = sizeof(quant::BlockQ3_K); return;
+    case GgmlType::IQ4_NL: *block = 32; *bytes = sizeof(quant::BlockIQ4_NL); return;
+    case GgmlType::IQ4_XS: *block = 256; *bytes = sizeof(quant::BlockIQ4_XS); return;
     default: return;
   }
 }
@@ -111,6 +138,10 @@ cudaError_t embedding_lookup(const void* table, GgmlType type, int64_t n_rows, i
     case GgmlType::Q8_0: launch<GgmlType::Q8_0>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
     case GgmlType::Q4_K: launch<GgmlType::Q4_K>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
     case GgmlType::Q6_K: launch<GgmlType::Q6_K>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
+    case GgmlType::Q2_K: launch<GgmlType::Q2_K>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
+    case GgmlType::Q3_K: launch<GgmlType::Q3_K>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
+    case GgmlType::IQ4_NL: launch<GgmlType::IQ4_NL>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
+    case GgmlType::IQ4_XS: launch<GgmlType::IQ4_XS>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -1,8 +1,10 @@
 #pragma once
 // Device-side helpers to decode the GGML weight blocks of kernels/quant_blocks.h (whose
-// helpers are host-only): half / bfloat16 bits, and the 6-bit scales and mins of Q4_K.
-// Shared by embedding.cu and quant_gemv.cu. Block layouts are quant::BlockQ8_0 (34 bytes),
-// quant::BlockQ4_K (144) and quant::BlockQ6_K (210); only Q4_K is 4-byte aligned.
+// helpers are host-only): half / bfloat16 bits, the 6-bit scales and mins of Q4_K, Q3_K's
+// and IQ4_XS's 6-bit scales and the IQ4 levels. Shared by embedding.cu and quant_gemv.cu.
+// Block layouts are quant::BlockQ8_0 (34 bytes), BlockIQ4_NL (18), BlockQ2_K (84),
+// BlockQ3_K (110), BlockQ4_K (144), BlockIQ4_XS (136) and BlockQ6_K (210); Q2_K, Q4_K and
+// IQ4_XS blocks are 4-byte aligned, the others 2-byte aligned.
 #include <cstdint>
 
 #include "kernels/quant_blocks.h"
@@ -36,5 +38,27 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, float* sc,
     *m = static_cast<float>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
 }
+
+// The signed scale (-32..31) of 16-element sub-block s (0..15) of a Q3_K super-block:
+// quant::q3_k_scales for one s.
+__device__ __forceinline__ float q3_k_scale(const uint8_t* scales, int s) {
+  const int lo = (scales[s % 8] >> (4 * (s / 8))) & 0xF, hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return static_cast<float>((lo | hi << 4) - 32);
+}
+
+// The signed scale (-32..31) of 32-group g (0..7) of an IQ4_XS super-block at `blk`.
+__device__ __forceinline__ float iq4_xs_scale(const uint8_t* blk, int g) {
+  const int scales_h = blk[2] | blk[3] << 8;
+  return static_cast<float>((((blk[4 + g / 2] >> (4 * (g % 2))) & 0xF) | (((scales_h >> (2 * g)) & 3) << 4)) - 32);
+}
+
+// quant::kIq4nlValues[i] (i < 16) from the table's four words: selects, no indexed local array.
+__device__ __forceinline__ float iq4nl_level(uint32_t i) {
+  const uint32_t w = i < 8 ? (i < 4 ? 0xBFAD9881u : 0xF6EADDCFu) : (i < 12 ? 0x26190D01u : 0x71594535u);
+  return static_cast<float>(static_cast<int8_t>((w >> (8 * (i & 3))) & 0xFF));
+}
+static_assert(quant::kIq4nlWords[0] == 0xBFAD9881u && quant::kIq4nlWords[1] == 0xF6EADDCFu &&
+                  quant::kIq4nlWords[2] == 0x26190D01u && quant::kIq4nlWords[3] == 0x71594535u,
+              "iq4nl_level's words are kIq4nlValues");
 
 }  // namespace fathom::cuda::quant_device

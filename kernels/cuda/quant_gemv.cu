@@ -10,6 +10,12 @@
 //        min multiply the partial sums once: d·sc·Σq·x − dmin·m·Σx.
 //   Q6_K (210-byte super-blocks): lane l decodes elements l + {0, 32, 64, 96} of each half
 //        (the ref's loop order): byte loads of ql/qh contiguous across lanes, x loads too.
+//   Q2_K (84 bytes), Q3_K (110): lane l decodes elements 128 h + 32 j + l (h < 2, j < 4) from
+//        the bytes qs[32 h + l] (and Q3_K's hmask[l]): byte loads contiguous across lanes, x too.
+//   IQ4_XS (136 bytes): lane l takes the 32-bit word l of qs (4 bytes of 32-group l / 4: its
+//        elements 4 (l % 4) + {0..3} in the low nibbles, + 16 in the high ones), as Q4_K.
+//   IQ4_NL (18-byte blocks of 32): 4 lanes per block, 8 blocks per warp step; a lane reads 4
+//        bytes of qs (two 16-bit loads) and two float4 of x, as Q8_0.
 // Bytes per output row: the row of W once plus n_x·K·4 of x (x is re-read by every warp but
 // stays in L1/L2), so the kernel is bound by W's bytes, as decode GEMV should be.
 #include "kernels/cuda/quant_gemv.h"
@@ -105,6 +111,80 @@ FATHOM_UNROLL
   }
 }
 
+template <bool kQ3, int kNx>
+__device__ __forceinline__ void row_q23_k(const uint8_t* row, int64_t k, const float* x, int lane, float* acc) {
+  constexpr int kBytes = kQ3 ? 110 : 84, kQs = kQ3 ? 32 : 16;
+  const int64_t nb = k / 256;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * kBytes;
+    const float d = f16_bits(*reinterpret_cast<const uint16_t*>(blk + (kQ3 ? 108 : 80)));
+    const float dmin = kQ3 ? 0.0f : f16_bits(*reinterpret_cast<const uint16_t*>(blk + 82));
+    const uint8_t hm = kQ3 ? blk[lane] : 0;
+FATHOM_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t q = blk[kQs + 32 * h + lane];
+FATHOM_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const int s = 8 * h + 2 * j + lane / 16;  // the element's 16-element sub-block
+        float w;
+        if constexpr (kQ3) {
+          const int v = ((q >> (2 * j)) & 3) - ((hm >> (4 * h + j)) & 1 ? 0 : 4);
+          w = d * q3_k_scale(blk + 96, s) * static_cast<float>(v);
+        } else {
+          const uint8_t sc = blk[s];
+          w = d * static_cast<float>(sc & 0xF) * static_cast<float>((q >> (2 * j)) & 3) - dmin * static_cast<float>(sc >> 4);
+        }
+FATHOM_UNROLL
+        for (int m = 0; m < kNx; ++m) acc[m] += w * x[m * k + b * 256 + 128 * h + 32 * j + lane];
+      }
+    }
+  }
+}
+
+template <int kNx>
+__device__ __forceinline__ void row_iq4_xs(const uint8_t* row, int64_t k, const float* x, int lane, float* acc) {
+  const int64_t nb = k / 256;
+  const int g = lane / 4, off = 32 * g + 4 * (lane % 4);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * 136;
+    const float dl = f16_bits(*reinterpret_cast<const uint16_t*>(blk)) * iq4_xs_scale(blk, g);
+    const uint32_t qw = reinterpret_cast<const uint32_t*>(blk + 8)[lane];
+    const float l0 = iq4nl_level(qw & 0xF), l1 = iq4nl_level((qw >> 8) & 0xF);
+    const float l2 = iq4nl_level((qw >> 16) & 0xF), l3 = iq4nl_level((qw >> 24) & 0xF);
+    const float h0 = iq4nl_level((qw >> 4) & 0xF), h1 = iq4nl_level((qw >> 12) & 0xF);
+    const float h2 = iq4nl_level((qw >> 20) & 0xF), h3 = iq4nl_level(qw >> 28);
+FATHOM_UNROLL
+    for (int m = 0; m < kNx; ++m) {
+      const float* xb = x + m * k + b * 256 + off;
+      const float4 xl = *reinterpret_cast<const float4*>(xb);
+      const float4 xh = *reinterpret_cast<const float4*>(xb + 16);
+      acc[m] += dl * (dot4(xl, l0, l1, l2, l3) + dot4(xh, h0, h1, h2, h3));
+    }
+  }
+}
+
+template <int kNx>
+__device__ __forceinline__ void row_iq4_nl(const uint8_t* row, int64_t k, const float* x, int lane, float* acc) {
+  const int64_t nb = k / 32;
+  const int part = lane % 4;
+  for (int64_t b = lane / 4; b < nb; b += 8) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(row + b * 18);
+    const float d = f16_bits(h[0]);
+    const uint32_t qw = h[1 + 2 * part] | static_cast<uint32_t>(h[2 + 2 * part]) << 16;  // bytes 4 part ..
+    const float l0 = iq4nl_level(qw & 0xF), l1 = iq4nl_level((qw >> 8) & 0xF);
+    const float l2 = iq4nl_level((qw >> 16) & 0xF), l3 = iq4nl_level((qw >> 24) & 0xF);
+    const float h0 = iq4nl_level((qw >> 4) & 0xF), h1 = iq4nl_level((qw >> 12) & 0xF);
+    const float h2 = iq4nl_level((qw >> 20) & 0xF), h3 = iq4nl_level(qw >> 28);
+FATHOM_UNROLL
+    for (int m = 0; m < kNx; ++m) {
+      const float* xb = x + m * k + b * 32 + 4 * part;
+      const float4 xl = *reinterpret_cast<const float4*>(xb);
+      const float4 xh = *reinterpret_cast<const float4*>(xb + 16);
+      acc[m] += d * (dot4(xl, l0, l1, l2, l3) + dot4(xh, h0, h1, h2, h3));
+    }
+  }
+}
+
 // grid (ceil(n_out / kWarps)), block (kThreads)
 template <GgmlType kType, int kNx>
 __global__ void __launch_bounds__(kThreads) quant_gemv_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,
@@ -119,6 +199,10 @@ FATHOM_UNROLL
   for (int m = 0; m < kNx; ++m) acc[m] = 0.0f;
   if constexpr (kType == GgmlType::Q8_0) row_q8_0<kNx>(row, k, x, lane, acc);
   else if constexpr (kType == GgmlType::Q4_K) row_q4_k<kNx>(row, k, x, lane, acc);
+  else if constexpr (kType == GgmlType::Q2_K) row_q23_k<false, kNx>(row, k, x, lane, acc);
+  else if constexpr (kType == GgmlType::Q3_K) row_q23_k<true, kNx>(row, k, x, lane, acc);
+  else if constexpr (kType == GgmlType::IQ4_XS) row_iq4_xs<kNx>(row, k, x, lane, acc);
+  else if constexpr (kType == GgmlType::IQ4_NL) row_iq4_nl<kNx>(row, k, x, lane, acc);
   else row_q6_k<kNx>(row, k, x, lane, acc);
 FATHOM_UNROLL
   for (int m = 0; m < kNx; ++m) {
@@ -162,6 +246,22 @@ cudaError_t quant_gemv(GgmlType type, const void* w, int64_t n_out, int64_t k, c
     case GgmlType::Q6_K:
       if (k % 256 != 0) return cudaErrorInvalidValue;
       launch<GgmlType::Q6_K>(w, k / 256 * 210, n_out, k, x, n_x, y, stream);
+      break;
+    case GgmlType::Q2_K:
+      if (k % 256 != 0) return cudaErrorInvalidValue;
+      launch<GgmlType::Q2_K>(w, k / 256 * 84, n_out, k, x, n_x, y, stream);
+      break;
+    case GgmlType::Q3_K:
+      if (k % 256 != 0) return cudaErrorInvalidValue;
+      launch<GgmlType::Q3_K>(w, k / 256 * 110, n_out, k, x, n_x, y, stream);
+      break;
+    case GgmlType::IQ4_XS:
+      if (k % 256 != 0) return cudaErrorInvalidValue;
+      launch<GgmlType::IQ4_XS>(w, k / 256 * 136, n_out, k, x, n_x, y, stream);
+      break;
+    case GgmlType::IQ4_NL:
+      if (k % 32 != 0) return cudaErrorInvalidValue;
+      launch<GgmlType::IQ4_NL>(w, k / 32 * 18, n_out, k, x, n_x, y, stream);
       break;
     default: return cudaErrorInvalidValue;
   }

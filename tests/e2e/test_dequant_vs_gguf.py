@@ -4,7 +4,7 @@ tools/dump_tensor, against gguf-py's numpy dequantization (gguf.quants.dequantiz
 - For both default models, for every tensor type present: 2-3 real tensors (the smallest, a
   middle one and the largest under a size cap).
 - Types the models lack (Q4_0, Q5_1, Q5_K, F16, BF16, plus random-byte blocks of every
-  quantized type): a small GGUF written with gguf.GGUFWriter into tmp_path, from random data
+  quantized type, the only data of Q2_K, Q3_K, IQ4_NL and IQ4_XS): a small GGUF written with gguf.GGUFWriter into tmp_path, from random data
   quantized with gguf.quants.quantize where gguf-py can quantize the type, else from random
   block bytes with finite f16 scales.
 
@@ -108,7 +108,8 @@ def _finite_f16(rng, n):
 
 # Byte offsets of the f16 fields inside one block.
 F16_FIELDS = {T.Q4_0: [0], T.Q5_0: [0], T.Q8_0: [0], T.Q4_1: [0, 2], T.Q5_1: [0, 2],
-              T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208]}
+              T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+              T.Q2_K: [80, 82], T.Q3_K: [108], T.IQ4_NL: [0], T.IQ4_XS: [0]}
 
 
 def _random_blocks(rng, qtype, rows, cols) -> np.ndarray:
@@ -164,7 +165,7 @@ def test_synthetic_types_bit_exact(tmp_path):
         for cpu in (False, True):
             got = _dump(path, tensor.name, tmp_path / "out.f32", cpu)
             _assert_bits_equal(got, want, f"{tensor.name} ({tensor.tensor_type.name}, {'cpu' if cpu else 'ref'})")
-    assert {T.Q4_0, T.Q5_1, T.Q5_K, T.F16, T.BF16} <= seen
+    assert {T.Q4_0, T.Q5_1, T.Q5_K, T.F16, T.BF16, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS} <= seen
 
 
 def test_missing_tensor_is_an_error(tmp_path):

@@ -47,12 +47,18 @@ namespace cuda_backend_detail {  // named: unique across the CUDA sources
 
 // A weight matrix on the device: y = x · Wᵀ maps cols -> rows.
 struct DevMatrix {
-  GgmlType type = GgmlType::F16;  // Q8_0 / Q4_K / Q6_K as stored, or F16 (dequantized at load)
+  GgmlType type = GgmlType::F16;  // a has_gemv format as stored, or F16 (dequantized at load)
   const void* data = nullptr;     // [rows] rows of ggml_row_size(type, cols) bytes
   int64_t rows = 0, cols = 0;
 };
 
-inline bool has_gemv(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+inline bool has_gemv(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0: case GgmlType::IQ4_NL: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K:
+    case GgmlType::Q6_K: case GgmlType::IQ4_XS: return true;
+    default: return false;
+  }
+}
 
 struct DevLayer {
   DeviceArray<float> attn_norm, ffn_norm;            // (dim)
