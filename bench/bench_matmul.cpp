@@ -59,10 +59,13 @@ std::vector<uint8_t> make_weights(GgmlType t, int64_t N, int64_t K, std::mt19937
   } else {
     const int64_t ts = ggml_info(t).type_size;
     const uint16_t s = ref::fp32_to_fp16(0.01f);
+    // Byte offset of the block's (first) f16 scale; a second one follows it where listed.
+    const size_t d_at = t == GgmlType::Q6_K ? 208 : t == GgmlType::Q3_K ? 108 : t == GgmlType::Q2_K ? 80 : 0;
+    const bool two = t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+                     t == GgmlType::Q2_K;
     for (size_t b = 0; b < w.size(); b += ts) {
-      std::memcpy(&w[b + (t == GgmlType::Q6_K ? 208 : 0)], &s, 2);
-      if (t == GgmlType::Q4_1 || t == GgmlType::Q5_1 || t == GgmlType::Q4_K || t == GgmlType::Q5_K)
-        std::memcpy(&w[b + 2], &s, 2);
+      std::memcpy(&w[b + d_at], &s, 2);
+      if (two) std::memcpy(&w[b + d_at + 2], &s, 2);
     }
   }
   return w;
@@ -197,6 +200,11 @@ int main(int argc, char** argv) {
       {GgmlType::F16, 1536, 576, "1536x576"},         {GgmlType::BF16, 1536, 576, "1536x576"},
       {GgmlType::Q4_0, 1536, 576, "1536x576"},        {GgmlType::Q5_1, 1536, 576, "1536x576"},
       {GgmlType::Q8_0, 1536, 576, "1536x576"},        {GgmlType::Q5_K, 640, 2048, "640x2048"},
+      // A 1B-class FFN matrix (Llama 3.2 1B: gate/up 8192x2048) in the formats of downloaded
+      // low-bit GGUFs, Q4_K beside them.
+      {GgmlType::Q4_K, 8192, 2048, "8192x2048 (1B)"}, {GgmlType::Q3_K, 8192, 2048, "8192x2048 (1B)"},
+      {GgmlType::IQ4_XS, 8192, 2048, "8192x2048 (1B)"}, {GgmlType::Q2_K, 8192, 2048, "8192x2048 (1B)"},
+      {GgmlType::IQ4_NL, 8192, 2048, "8192x2048 (1B)"},
   };
   auto selected = [&](const Case& c) {
     return only.empty() || std::find(only.begin(), only.end(), ggml_type_name(c.type)) != only.end();

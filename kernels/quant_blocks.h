@@ -120,12 +120,16 @@ static inline void unpack_scales_mins_k4(const uint8_t* s, uint32_t out[4]) {
 }
 
 // The 16 signed scales (-32..31) of a Q3_K super-block: 6 bits each, the low 4 in nibble s / 8 of
-// scales[s % 8], the high 2 at bits 2 (s / 4) of scales[8 + s % 4] (ggml's aux / kmask trick).
+// scales[s % 8], the high 2 at bits 2 (s / 4) of scales[8 + s % 4]; four scales per 32-bit word
+// at once (ggml's kmask trick).
 static inline void q3_k_scales(const uint8_t* s, int8_t out[16]) {
-  for (int i = 0; i < 16; ++i) {
-    const int lo = (s[i % 8] >> (4 * (i / 8))) & 0xF, hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
-    out[i] = static_cast<int8_t>((lo | hi << 4) - 32);
-  }
+  constexpr uint32_t kLow2 = 0x03030303, kLow4 = 0x0f0f0f0f;
+  const uint32_t a0 = load_u32(s), a1 = load_u32(s + 4), t = load_u32(s + 8);
+  const uint32_t w[4] = {(a0 & kLow4) | (t & kLow2) << 4, (a1 & kLow4) | ((t >> 2) & kLow2) << 4,
+                         ((a0 >> 4) & kLow4) | ((t >> 4) & kLow2) << 4, ((a1 >> 4) & kLow4) | ((t >> 6) & kLow2) << 4};
+  uint8_t u[16];
+  std::memcpy(u, w, 16);
+  for (int i = 0; i < 16; ++i) out[i] = static_cast<int8_t>(u[i] - 32);
 }
 
 // The signed scale (-32..31) of 32-group g (0..7) of an IQ4_XS super-block.

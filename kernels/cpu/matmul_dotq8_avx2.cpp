@@ -182,9 +182,14 @@ void dot_q23_k(const DotArgs& a, int64_t n0, int64_t n1) {
       float dmin = 0.0f;
       __m256i hm = _mm256_setzero_si256();
       if constexpr (kQ3) {
-        int8_t s8[16];
-        q3_k_scales(b[i].scales, s8);
-        for (int g = 0; g < 16; ++g) sc[g] = s8[g];
+        const int a0 = static_cast<int>(load_u32(b[i].scales)), a1 = static_cast<int>(load_u32(b[i].scales + 4));
+        const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_setr_epi32(a0, a1, a0, a1), _mm_setr_epi32(0, 0, 4, 4)),
+                                         _mm_set1_epi8(0x0F));
+        const __m128i hi = _mm_and_si128(
+            _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(load_u32(b[i].scales + 8))), _mm_setr_epi32(0, 2, 4, 6)),
+            _mm_set1_epi8(0x03));
+        const __m128i s8 = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));  // q3_k_scales
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(sc), _mm256_cvtepi8_epi16(s8));
         hm = load32(b[i].hmask);
       } else {
         for (int g = 0; g < 16; ++g) {
@@ -225,10 +230,21 @@ inline __m256i iq4_levels(const uint8_t* qs, __m256i table) {
   return _mm256_shuffle_epi8(table, idx);
 }
 
+// The 8 signed 32-group scales (-32..31) of an IQ4_XS super-block as int32 lanes.
+inline __m256i iq4_xs_scales8(const BlockIQ4_XS& b) {
+  const __m256i g = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(load_u32(b.scales_l))),
+                                                        _mm256_slli_epi32(g, 2)), _mm256_set1_epi32(0xF));
+  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_slli_epi32(g, 1)),
+                                      _mm256_set1_epi32(3));
+  return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+}
+
 template <bool kXS, int MR>
 void dot_iq4(const DotArgs& a, int64_t n0, int64_t n1) {
   const int64_t nb = a.K / 32;
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  alignas(32) float dsc[8];
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = a.w + n * a.row_bytes;
     __m256 acc[MR];
@@ -239,7 +255,9 @@ void dot_iq4(const DotArgs& a, int64_t n0, int64_t n1) {
       if constexpr (kXS) {
         const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(row)[blk / 8];
         const int g = static_cast<int>(blk % 8);
-        d = _cvtsh_ss(b.d) * static_cast<float>(iq4_xs_scale(b, g));
+        if (g == 0)
+          _mm256_store_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(iq4_xs_scales8(b))));
+        d = dsc[g];
         qs = b.qs + 16 * g;
       } else {
         const BlockIQ4_NL& b = reinterpret_cast<const BlockIQ4_NL*>(row)[blk];

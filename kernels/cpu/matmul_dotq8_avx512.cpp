@@ -310,6 +310,16 @@ void dot_q6_k(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+// The 16 signed scales (-32..31) of a Q3_K super-block as bytes (quant::q3_k_scales in SIMD).
+inline __m128i q3_k_scales16(const uint8_t* s) {
+  const int a0 = static_cast<int>(load_u32(s)), a1 = static_cast<int>(load_u32(s + 4));
+  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_setr_epi32(a0, a1, a0, a1), _mm_setr_epi32(0, 0, 4, 4)),
+                                   _mm_set1_epi8(0x0F));
+  const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(load_u32(s + 8))), _mm_setr_epi32(0, 2, 4, 6)),
+                                   _mm_set1_epi8(0x03));
+  return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));
+}
+
 // Q2_K / Q3_K: per 64 elements (128 h + 64 c ..: shifts j = 2c, 2c + 1 of qs[32 h ..]) one
 // dpbusd of the unsigned 2-bit quants (Q3_K: | the hmask bit << 2, u = q + 4); lane k covers
 // 16-element group 8h + 4c + k / 4. Q3_K's offset 4 and Q2_K's mins go through qsum16.
@@ -320,7 +330,14 @@ void dot_q23_k(const DotArgs& a, int64_t n0, int64_t n1) {
   const __m512i grp = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   const __m512i dup16 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   const __m512i three = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
-  constexpr int64_t k1 = 0x0001000100010001;  // a 16-bit shift count of 1 in every word of a qword
+  // 16-bit shift counts s in the low 256 bits, s + 1 in the high 256 bits, per s = 2c (quants:
+  // twice that) and, for the hmask bits, s = 4h + 2c.
+  const auto halves = [](int64_t s_lo, int64_t s_hi) {
+    constexpr int64_t k1 = 0x0001000100010001;
+    return _mm512_set_epi64(k1 * s_hi, k1 * s_hi, k1 * s_hi, k1 * s_hi, k1 * s_lo, k1 * s_lo, k1 * s_lo, k1 * s_lo);
+  };
+  const __m512i qshift[2] = {halves(0, 2), halves(4, 6)};
+  const __m512i hshift[4] = {halves(0, 1), halves(2, 3), halves(4, 5), halves(6, 7)};
   for (int64_t n = n0; n < n1; ++n) {
     const B* b = reinterpret_cast<const B*>(a.w + n * a.row_bytes);
     prefetch_ahead(a.w + n * a.row_bytes, a.row_bytes);
@@ -331,9 +348,7 @@ void dot_q23_k(const DotArgs& a, int64_t n0, int64_t n1) {
       __m512 sc16, mn16 = _mm512_setzero_ps();
       __m512i hm = _mm512_setzero_si512();
       if constexpr (kQ3) {
-        alignas(16) int8_t s8[16];
-        q3_k_scales(b[i].scales, s8);
-        sc16 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(s8)))));
+        sc16 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q3_k_scales16(b[i].scales))));
         hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].hmask)));
       } else {
         const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales)));
@@ -352,15 +367,9 @@ void dot_q23_k(const DotArgs& a, int64_t n0, int64_t n1) {
       for (int h = 0; h < 2; ++h) {
         const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * h)));
         for (int c = 0; c < 2; ++c) {
-          const __m512i shifts = _mm512_set_epi64(k1 * (4 * c + 2), k1 * (4 * c + 2), k1 * (4 * c + 2), k1 * (4 * c + 2),
-                                                  k1 * 4 * c, k1 * 4 * c, k1 * 4 * c, k1 * 4 * c);
-          __m512i w = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), three);
-          if constexpr (kQ3) {
-            const int64_t s0 = 4 * h + 2 * c;
-            const __m512i hs = _mm512_set_epi64(k1 * (s0 + 1), k1 * (s0 + 1), k1 * (s0 + 1), k1 * (s0 + 1), k1 * s0, k1 * s0,
-                                                k1 * s0, k1 * s0);
-            w = _mm512_or_si512(w, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, hs), one), 2));
-          }
+          __m512i w = _mm512_and_si512(_mm512_srlv_epi16(q, qshift[c]), three);
+          if constexpr (kQ3)
+            w = _mm512_or_si512(w, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, hshift[2 * h + c]), one), 2));
           const __m512i gidx = _mm512_add_epi32(grp, _mm512_set1_epi32(8 * h + 4 * c));
           for (int m = 0; m < MR; ++m) {
             const __m512i x = _mm512_loadu_si512(a.q + m * a.ldq + i * kQKK + 128 * h + 64 * c);
@@ -372,6 +381,16 @@ void dot_q23_k(const DotArgs& a, int64_t n0, int64_t n1) {
     }
     for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]) - (kQ3 ? 4.0f : 1.0f) * hsum(corr[m]);
   }
+}
+
+// The 8 signed 32-group scales (-32..31) of an IQ4_XS super-block as int32 lanes.
+inline __m256i iq4_xs_scales8(const BlockIQ4_XS& b) {
+  const __m256i g = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(load_u32(b.scales_l))),
+                                                        _mm256_slli_epi32(g, 2)), _mm256_set1_epi32(0xF));
+  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_slli_epi32(g, 1)),
+                                      _mm256_set1_epi32(3));
+  return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
 }
 
 // IQ4_XS: per pair of 32-groups (32 bytes of qs) one dpbusd of the levels + 128 (a byte shuffle
@@ -395,10 +414,7 @@ void dot_iq4_xs(const DotArgs& a, int64_t n0, int64_t n1) {
       corr[m] = _mm256_setzero_ps();
     }
     for (int64_t i = 0; i < nsb; ++i) {
-      alignas(32) int32_t ls[8];
-      for (int g = 0; g < 8; ++g) ls[g] = iq4_xs_scale(b[i], g);
-      const __m256 s8 = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)),
-                                      _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls))));
+      const __m256 s8 = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)), _mm256_cvtepi32_ps(iq4_xs_scales8(b[i])));
       __m512 sx[MR];
       for (int m = 0; m < MR; ++m) {
         const __m256 t = _mm256_mul_ps(s8, _mm256_loadu_ps(a.qd + m * a.ldqs + i * 8));
