@@ -9,8 +9,11 @@ SDIST_DIR holds the llama-cpp-python 0.3.36 sdist unpacked by scripts/fetch_sdis
 ~/.cache/fathom/llama-cpp-python-0.3.36-templates; fetched when missing): its
 vendor/llama.cpp/models/templates/*.jinja are templates as published on the Hugging Face Hub.
 SmolLM2's template is read from models/smollm2-135m-instruct-q4_1.gguf when the gguf package
-and the model are there. conversations.json is written from CONVERSATIONS below.
+and the model are there. conversations.json is written from CONVERSATIONS below; semantics.json
+holds each case of semantics.txt rendered by jinja2 (the environment of
+tests/e2e/test_jinja_conformance.py) over SEMANTICS_CONTEXT: the unit tests' expectations.
 """
+import importlib.util
 import json
 import os
 import pathlib
@@ -109,6 +112,32 @@ CONVERSATIONS = {
 }
 
 
+SEMANTICS_CONTEXT = {
+    "d": {"items": [1], "a": 1, "b": {"c": 2}, "s": "x"}, "l": [1, 2, 3], "s": "  Hello World  ", "u": "héllo wörld",
+    "n": None, "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+
+
+def write_semantics():
+    spec = importlib.util.spec_from_file_location("conformance", ROOT / "tests" / "e2e" / "test_jinja_conformance.py")
+    conformance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conformance)
+    env = conformance.hf_environment()
+    cases = []
+    for line in (OUT / "semantics.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("##"):
+            continue
+        source = line.replace("\\n", "\n")
+        case = {"source": source}
+        try:
+            case["text"] = env.from_string(source).render(**SEMANTICS_CONTEXT)
+        except Exception as e:  # noqa: BLE001 - the expectation is "raises"
+            case["error"] = f"{type(e).__name__}: {e}"
+        cases.append(case)
+    doc = {"context": SEMANTICS_CONTEXT, "cases": cases}
+    (OUT / "semantics.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    return len(cases)
+
+
 def fetch_sdist(sdist: pathlib.Path) -> pathlib.Path:
     templates = sdist / "src" / "vendor" / "llama.cpp" / "models" / "templates"
     if not templates.is_dir():
@@ -142,7 +171,9 @@ def main():
     if smol is not None:
         (OUT / "HuggingFaceTB-SmolLM2-135M-Instruct.jinja").write_text(smol)
     (OUT / "conversations.json").write_text(json.dumps(CONVERSATIONS, indent=1, ensure_ascii=False) + "\n")
-    print(f"{len(names) + (smol is not None)} templates, {len(CONVERSATIONS)} conversations -> {OUT}")
+    n_semantics = write_semantics()
+    print(f"{len(names) + (smol is not None)} templates, {len(CONVERSATIONS)} conversations, "
+          f"{n_semantics} semantics cases -> {OUT}")
 
 
 if __name__ == "__main__":

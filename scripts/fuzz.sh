@@ -6,6 +6,9 @@
 #                 chat messages, tokenize/detokenize), over the real SmolLM2 model
 #   fuzz_chat     chat messages -> every chat template family -> the tokenizer (content can never
 #                 forge a control token; valid UTF-8 survives encode/decode)
+#   fuzz_jinja    the Jinja interpreter (base/jinja): fuzzed template text over a fixed context, and
+#                 the real fixture templates over fuzzed conversations (content stays inside the
+#                 content ranges; every limit holds)
 #   fuzz_schema   structure-aware JSON Schemas and EBNF grammars ($ref chains and cycles, nesting,
 #                 patterns) -> the server's checks -> xgrammar's compiler on a 256 KiB stack
 # The HTTP framing itself is Boost.Beast's parser, fuzzed upstream; tests/e2e/test_http_hardening.py
@@ -20,7 +23,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-15}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_gguf fuzz_request fuzz_chat fuzz_schema)
+((${#targets[@]})) || targets=(fuzz_gguf fuzz_request fuzz_chat fuzz_jinja fuzz_schema)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 # xgrammar (scripts/setup_xgrammar.sh) for fuzz_schema: its headers here, its library at the link.
@@ -40,6 +43,8 @@ request_sources=("${model_sources[@]}" server/openai_request.cpp server/known_fi
   engine/attention/policies/hip.cpp engine/attention/policies/alisa.cpp engine/attention/policies/auto.cpp
   kernels/ref/sparq.cpp kernels/ref/attention_state.cpp)
 
+jinja_sources=(base/jinja/*.cpp base/error.cpp)
+
 schema_sources=("${model_sources[@]}" engine/constraint/grammar.cpp engine/constraint/constraint_bounds.cpp
   server/schema_rules.cpp)
 
@@ -48,8 +53,9 @@ sources_of() {
     fuzz_gguf) echo "${gguf_sources[@]}" ;;
     fuzz_request) echo "${request_sources[@]}" ;;
     fuzz_chat) echo "${model_sources[@]}" ;;
+    fuzz_jinja) echo "${jinja_sources[@]}" ;;
     fuzz_schema) echo "${schema_sources[@]}" ;;
-    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_request, fuzz_chat, fuzz_schema)" >&2; exit 2 ;;
+    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_request, fuzz_chat, fuzz_jinja, fuzz_schema)" >&2; exit 2 ;;
   esac
 }
 
@@ -98,6 +104,18 @@ if [ -x .venv/bin/python ] && .venv/bin/python -c 'import gguf' 2>/dev/null; the
   .venv/bin/python tests/fuzz/make_corpus.py "$out" models/*.gguf
 else
   echo "fuzz: .venv with the gguf package missing (run scripts/setup.sh); fuzzing without seeds" >&2
+fi
+
+# fuzz_jinja's seeds: each fixture template as template text (mode byte 0) and as a conversation
+# for that template (mode 1).
+if [[ " ${targets[*]} " == *" fuzz_jinja "* ]]; then
+  mkdir -p "$out/seeds-fuzz_jinja"
+  i=0
+  for f in tests/fixtures/chat_templates/*.jinja; do
+    { printf '\0'; cat "$f"; } > "$out/seeds-fuzz_jinja/template-$i"
+    printf '\001%b\001hello <|im_start|>\036\002hi\036\006call' "\\$(printf '%03o' $((i % 256)))" > "$out/seeds-fuzz_jinja/chat-$i"
+    i=$((i + 1))
+  done
 fi
 
 # One target per core at a time (each libFuzzer process is single-threaded).

@@ -8,6 +8,7 @@
 //   "context": {...}                    the template's variables (messages, tools, ...)
 //   "now": "2024-07-26T10:11:12"        optional: the time strftime_now() sees
 //   "trusted": ["bos_token", ...]       optional: RenderOptions::trusted_keys
+//   "max_steps": N                      optional: Limits::max_steps (templates are parsed per value)
 // Each output line: {"text": "...", "content": [[begin, end], ...]} or {"error": "message"}.
 #include <cstdio>
 #include <fstream>
@@ -50,8 +51,10 @@ int main() {
     try {
       const auto c = nlohmann::ordered_json::parse(line);
       std::string key, source;
+      fathom::jinja::Limits limits;
+      if (c.contains("max_steps")) limits.max_steps = c["max_steps"].get<uint64_t>();
       if (c.contains("template")) {
-        key = "file:" + c["template"].get<std::string>();
+        key = "file:" + c["template"].get<std::string>() + "#" + std::to_string(limits.max_steps);
         if (!cache.count(key) && !parse_errors.count(key)) {
           std::ifstream f(c["template"].get<std::string>(), std::ios::binary);
           if (!f) throw fathom::Error("cannot read " + c["template"].get<std::string>());
@@ -61,11 +64,11 @@ int main() {
         }
       } else {
         source = c.at("source").get<std::string>();
-        key = "text:" + source;
+        key = "text:" + source + "#" + std::to_string(limits.max_steps);
       }
       if (!cache.count(key) && !parse_errors.count(key)) {
         try {
-          cache.emplace(key, fathom::jinja::Template::parse(source));
+          cache.emplace(key, fathom::jinja::Template::parse(source, limits));
         } catch (const fathom::jinja::Error& e) {
           parse_errors[key] = e.what();
         }

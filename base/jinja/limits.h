@@ -11,7 +11,7 @@ struct Limits {
   int max_nesting = 64;                    // parser: nested expressions/blocks (recursion depth)
   int max_call_depth = 32;                 // macro / caller() recursion at render time
   int max_value_depth = 64;                // nesting of lists/dicts walked (printing, tojson, ==)
-  uint64_t max_steps = 20'000'000;         // work units: 1 per node and loop step, + 1 per 16
+  uint64_t max_steps = 4'000'000;          // work units: 1 per node and loop step, + 1 per 16
                                            // bytes / 1 per item of every string or list built
   size_t max_output_bytes = 16 << 20;      // rendered text (and any captured block)
   size_t max_string_bytes = 16 << 20;      // one string built by the template
