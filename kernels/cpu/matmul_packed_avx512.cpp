@@ -219,6 +219,92 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+// Q3_K super-block panel (pack_q3_k): per sub-block j two vectors of 2-bit quants and one of 3rd
+// bits become the Q4 nibble vectors of u = q + 4 (0..7); per 16-column group the rows' int8
+// scale, per super-block their d, as Q6_K with the offset 4:
+//   acc[r] += float(P_lo - 4 qsum16_lo) * d sc_lo * dx + float(P_hi - 4 qsum16_hi) * d sc_hi * dx
+template <int MR>
+void dot_packed_q3_k(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  const __m512i three = _mm512_set1_epi8(3);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 1856) {
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 1792)));
+      for (int j = 0; j < 8; ++j) {
+        prefetch();
+        const uint8_t* q = u + 192 * j;
+        const __m512i l0 = _mm512_load_si512(q), l1 = _mm512_load_si512(q + 64), h3 = _mm512_load_si512(q + 128);
+        __m512i lo[4], hi[4];
+        for (int k = 0; k < 4; ++k) {
+          lo[k] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l0, 2 * k), three),
+                                            _mm512_slli_epi16(_mm512_srli_epi16(h3, k), 2), _mm512_set1_epi8(4), 0xF8);
+          hi[k] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l1, 2 * k), three),
+                                            _mm512_srli_epi16(h3, 2 + k), _mm512_set1_epi8(4), 0xF8);
+        }
+        const __m256i sc8 = _mm256_load_si256(reinterpret_cast<const __m256i*>(u + 1536 + 32 * j));
+        const __m512 sc_lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(sc8))));
+        const __m512 sc_hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(sc8, 1))));
+        for (int m = 0; m < MR; ++m) {
+          __m512i s0, s1;
+          dot_sub_block(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j, s0, s1);
+          const int64_t blk = m * a.ldqs + 8 * i + j;
+          const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
+          const __m512 dx = _mm512_set1_ps(a.qd[blk]);
+          s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(4 * q16[0]));
+          s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(4 * q16[1]));
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(sc_lo, dx), acc[m]);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(sc_hi, dx), acc[m]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) store_panel(a.y + m * a.ldy, acc[m], p, a.rows_total);
+  }
+}
+
+// IQ4_XS super-block panel (pack_iq4_xs): the nibble vectors become levels + 128 with one byte
+// shuffle; per sub-block the rows' signed scale, per super-block their d:
+//   acc[r] += float(P - 128 qsum) * (d ls_j)[r] * dx
+template <int MR>
+void dot_packed_iq4_xs(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  const __m512i table = _mm512_xor_si512(
+      _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues))),
+      _mm512_set1_epi8(static_cast<char>(0x80)));
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 2240) {
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2176)));
+      for (int j = 0; j < 8; ++j) {
+        prefetch();
+        __m512i lo[4], hi[4];
+        load_nibbles(u + 256 * j, lo, hi);
+        for (int v = 0; v < 4; ++v) {
+          lo[v] = _mm512_shuffle_epi8(table, lo[v]);
+          hi[v] = _mm512_shuffle_epi8(table, hi[v]);
+        }
+        const __m512 sc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 2048 + 16 * j)))));
+        for (int m = 0; m < MR; ++m) {
+          __m512i s0, s1;
+          dot_sub_block(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j, s0, s1);
+          const int64_t blk = m * a.ldqs + 8 * i + j;
+          const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * a.qsum[blk]));
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(a.qd[blk])), acc[m]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) store_panel(a.y + m * a.ldy, acc[m], p, a.rows_total);
+  }
+}
+
+template <int MR> struct PackedQ3K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q3_k<MR>(a, b, e); } };
+template <int MR> struct PackedIQ4XS { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_xs<MR>(a, b, e); } };
 template <int MR> struct PackedQ4K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4_k<MR>(a, b, e); } };
 template <int MR> struct PackedQ6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q6_k<MR>(a, b, e); } };
 template <int MR> struct PackedQ8_0 { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q8_0<MR>(a, b, e); } };
@@ -234,6 +320,8 @@ void register_avx512_dot_packed(KernelTable& t) {
   t.dot_packed[kQ5_1] = by_mr<PackedQ4<true, true>::K>;
   t.dot_packed[kQ4_K] = by_mr<PackedQ4K>;
   t.dot_packed[kQ6_K] = by_mr<PackedQ6K>;
+  t.dot_packed[kQ3_K] = by_mr<PackedQ3K>;
+  t.dot_packed[kIQ4_XS] = by_mr<PackedIQ4XS>;
 }
 
 }  // namespace fathom::cpu::detail

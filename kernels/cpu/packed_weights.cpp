@@ -164,9 +164,69 @@ void pack_q6_k(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_
   for (int r = 0; r < kRows; ++r) std::memcpy(dst + 3328 + 2 * r, &block(r).d, 2);
 }
 
-constexpr int kQ4KUnit = 2368, kQ6KUnit = 3392;  // bytes per super-block panel (64-byte multiples)
+// Q3_K super-block i of rows r0..r0+15, per sub-block j (32 columns) 192 bytes of quants:
+//   [64: low 2 bits of columns 0..15][64: of columns 16..31][64: 3rd bits]
+// then [8 x 32 scales][16 d] (+32 bytes padding). In the 2-bit vectors, byte t of lane r holds in
+// bits 2k..2k+1 column 4k + t (+16); in the 3rd-bit vector, bit k column 4k + t and bit 4 + k
+// column 16 + 4k + t: shifting by 2k (by k, 4 + k) gives nibble vector k of the Q4 layout.
+// Scales of sub-block j: 16 rows' signed scale (-32..31) of columns 0..15, then of 16..31.
+void pack_q3_k(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_t i, uint8_t* dst) {
+  const BlockQ3_K zero{};  // rows past N: d = 0
+  auto block = [&](int r) -> const BlockQ3_K& {
+    return r0 + r < N ? reinterpret_cast<const BlockQ3_K*>(W + (r0 + r) * row_bytes)[i] : zero;
+  };
+  // Element e = 128 h + 32 j + l: bits 2j of qs[32 h + l] and bit 4h + j of hmask[l].
+  auto low2 = [&](int r, int e) { return (block(r).qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3; };
+  auto bit3 = [&](int r, int e) { return (block(r).hmask[e % 32] >> (e / 32)) & 1; };
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* q = dst + 192 * j;
+    for (int r = 0; r < kRows; ++r)
+      for (int t = 0; t < 4; ++t) {
+        uint8_t lo = 0, hi = 0, h3 = 0;
+        for (int k = 0; k < 4; ++k) {
+          const int c = 32 * j + 4 * k + t;
+          lo |= static_cast<uint8_t>(low2(r, c) << (2 * k));
+          hi |= static_cast<uint8_t>(low2(r, c + 16) << (2 * k));
+          h3 |= static_cast<uint8_t>(bit3(r, c) << k | bit3(r, c + 16) << (4 + k));
+        }
+        q[4 * r + t] = lo;
+        q[64 + 4 * r + t] = hi;
+        q[128 + 4 * r + t] = h3;
+      }
+    for (int r = 0; r < kRows; ++r) {
+      int8_t sc[16];
+      q3_k_scales(block(r).scales, sc);
+      dst[1536 + 32 * j + r] = static_cast<uint8_t>(sc[2 * j]);
+      dst[1536 + 32 * j + 16 + r] = static_cast<uint8_t>(sc[2 * j + 1]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) std::memcpy(dst + 1792 + 2 * r, &block(r).d, 2);
+}
 
-bool is_k_quant(GgmlType t) { return t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+// IQ4_XS super-block i of rows r0..r0+15: [8 x 256 nibbles (the level indices, Q4 layout)]
+// [8 x 16 scales][16 d] (+32 bytes padding). Scales of sub-block j: 16 rows' signed scale.
+void pack_iq4_xs(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_t i, uint8_t* dst) {
+  const BlockIQ4_XS zero{};  // rows past N: d = 0
+  auto block = [&](int r) -> const BlockIQ4_XS& {
+    return r0 + r < N ? reinterpret_cast<const BlockIQ4_XS*>(W + (r0 + r) * row_bytes)[i] : zero;
+  };
+  for (int j = 0; j < 8; ++j) {
+    // Column k < 16 of sub-block j: low nibble of qs[16 j + k]; column 16 + k: its high nibble.
+    pack_nibbles(dst + 256 * j, [&](int r, int k) { return block(r).qs[16 * j + k % 16] >> (4 * (k / 16)); });
+    for (int r = 0; r < kRows; ++r) dst[2048 + 16 * j + r] = static_cast<uint8_t>(iq4_xs_scale(block(r), j));
+  }
+  for (int r = 0; r < kRows; ++r) std::memcpy(dst + 2176 + 2 * r, &block(r).d, 2);
+}
+
+// Bytes per super-block panel (64-byte multiples).
+constexpr int kQ4KUnit = 2368, kQ6KUnit = 3392, kQ3KUnit = 1856, kIQ4XSUnit = 2240;
+
+bool is_k_quant(GgmlType t) {
+  return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS;
+}
+int k_unit_bytes(GgmlType t) {
+  return t == GgmlType::Q4_K ? kQ4KUnit : t == GgmlType::Q6_K ? kQ6KUnit : t == GgmlType::Q3_K ? kQ3KUnit : kIQ4XSUnit;
+}
 
 }  // namespace
 
@@ -182,12 +242,10 @@ namespace {
 size_t panel_bytes_for(GgmlType type, int64_t N, int64_t K) {
   FATHOM_CHECK(type == GgmlType::Q8_0 || type == GgmlType::Q4_0 || type == GgmlType::Q4_1 ||
                    type == GgmlType::Q5_0 || type == GgmlType::Q5_1 || is_k_quant(type),
-               "PackedWeights: only Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K are packed");
+               "PackedWeights: only Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q6_K and IQ4_XS are packed");
   const int64_t unit = is_k_quant(type) ? 256 : 32;
   FATHOM_CHECK(N > 0 && K > 0 && K % unit == 0, "PackedWeights: bad shape");
-  const int64_t unit_bytes = type == GgmlType::Q4_K   ? kQ4KUnit
-                             : type == GgmlType::Q6_K ? kQ6KUnit
-                                                      : quant_bytes(type) + scale_bytes(type);
+  const int64_t unit_bytes = is_k_quant(type) ? k_unit_bytes(type) : quant_bytes(type) + scale_bytes(type);
   return static_cast<size_t>((K / unit * unit_bytes + 63) / 64 * 64);
 }
 
@@ -221,6 +279,10 @@ void PackedWeights::pack(const void* W, uint8_t* out) {
       for (int64_t i = 0; i < nb; ++i) pack_q4_k(w, row_bytes, p * kRows, N, i, dst + i * kQ4KUnit);
     else if (type_ == GgmlType::Q6_K)
       for (int64_t i = 0; i < nb; ++i) pack_q6_k(w, row_bytes, p * kRows, N, i, dst + i * kQ6KUnit);
+    else if (type_ == GgmlType::Q3_K)
+      for (int64_t i = 0; i < nb; ++i) pack_q3_k(w, row_bytes, p * kRows, N, i, dst + i * kQ3KUnit);
+    else if (type_ == GgmlType::IQ4_XS)
+      for (int64_t i = 0; i < nb; ++i) pack_iq4_xs(w, row_bytes, p * kRows, N, i, dst + i * kIQ4XSUnit);
     else
       pack_panel(type_, w, row_bytes, p * kRows, N, nb, dst);
   }

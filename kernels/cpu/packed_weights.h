@@ -25,6 +25,9 @@
 //         packed_weights.cpp, pack_q4_k / pack_q6_k): each 32-column sub-block's quants in the
 //         Q4 nibble layout (Q6_K: plus its 2-bit highs), the rows' sub-block scales (and Q4_K
 //         mins) as bytes, and the rows' d (dmin). Same bytes per row as stored (+1% padding, Q6_K).
+//   IQ4_XS: as Q4_K without mins: the level indices as nibbles, the rows' signed 6-bit scales,
+//         their d (+3% padding). Q3_K: per sub-block two vectors of 2-bit quants and one of 3rd
+//         bits (pack_q3_k), 16-column scales as Q6_K's, the rows' d (+5.5% over stored).
 // Values are exactly the stored ones (no requantization): results match the stored kernels'
 // up to f32 summation order.
 #include <cstddef>
@@ -40,7 +43,8 @@ class PackedWeights {
   static constexpr int kPanelRows = 16;
 
   // True when this machine's kernels read `type` packed at the SIMD level active now (AVX-512
-  // VNNI: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K; AVX2: the same but Q8_0).
+  // VNNI: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q6_K, IQ4_XS; AVX2: the same but Q8_0 and
+  // IQ4_XS, whose unsigned levels + 128 would saturate maddubs).
   static bool supported(GgmlType type);
 
   // W: [N][K] in `type`, GGUF layout (as matmul takes it). Requires supported(type).
