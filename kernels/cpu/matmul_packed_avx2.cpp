@@ -10,8 +10,9 @@
 // spend ~12 instructions per row and 32 columns, these ~4, so decode reaches the memory bound
 // and prefill does ~2x the work per cycle (bench_matmul, docs/performance-cpu-hosts.md).
 // 16-bit sums cannot overflow: a maddubs lane is at most 2·q·127 (q ≤ 15, 31, 63 for 4, 5, 6
-// bits), so 8 of them stay below 2^15 at 4 bits, 4 at 5 bits, 2 at 6 bits. Q8_0 is not packed
-// here: its unsigned panel quants (q + 128) would saturate maddubs (2·255·127 > 2^15).
+// bits), so 8 of them stay below 2^15 at 4 bits, 4 at 5 bits, 2 at 6 bits (Q3_K's 3-bit u = q + 4
+// is summed as Q6_K's). Q8_0 and IQ4_XS are not packed here: their unsigned panel quants
+// (q + 128) would saturate maddubs (2·255·127 > 2^15).
 // Every activation row goes through the same instructions whatever mr is (batch invariance,
 // bitwise decode == prefill), as in the AVX-512 kernels.
 #include <immintrin.h>
@@ -219,6 +220,53 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+// Q3_K super-block panel (pack_q3_k): per sub-block j two vectors of 2-bit quants and one of 3rd
+// bits become the Q4 nibble vectors of u = q + 4 (0..7); then as Q6_K with the offset 4:
+//   acc[r] += float(P_lo − 4 qsum16_lo) · d sc_lo · dx + float(P_hi − 4 qsum16_hi) · d sc_hi · dx
+template <int MR>
+void dot_packed_q3_k(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
+    __m256 acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 1856) {
+      for (int j = 0; j < 8; ++j) {
+        prefetch();
+        const uint8_t* q = u + 192 * j;
+        for (int h = 0; h < 2; ++h) {
+          const __m256i l0 = load32(q + 32 * h), l1 = load32(q + 64 + 32 * h), h3 = load32(q + 128 + 32 * h);
+          __m256i lo[4], hi[4];
+          for (int k = 0; k < 4; ++k) {
+            lo[k] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 2 * k), three),
+                                    _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(h3, k), 2), four));
+            hi[k] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 2 * k), three),
+                                    _mm256_and_si256(_mm256_srli_epi16(h3, 2 + k), four));
+          }
+          const __m256 d = f16x8(u + 1792 + 16 * h);
+          const __m256 sc_lo = _mm256_mul_ps(d, s8x8(u + 1536 + 32 * j + 8 * h));
+          const __m256 sc_hi = _mm256_mul_ps(d, s8x8(u + 1536 + 32 * j + 16 + 8 * h));
+          for (int m = 0; m < MR; ++m) {
+            const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j);
+            const int64_t blk = m * a.ldqs + 8 * i + j;
+            const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
+            const __m256 dx = _mm256_set1_ps(a.qd[blk]);
+            const __m256i s0 = _mm256_sub_epi32(prod.lo6bit(), _mm256_set1_epi32(4 * q16[0]));
+            const __m256i s1 = _mm256_sub_epi32(prod.hi6bit(), _mm256_set1_epi32(4 * q16[1]));
+            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc_lo, dx), acc[m][h]);
+            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc_hi, dx), acc[m][h]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+  }
+}
+
+template <int MR> struct PackedQ3K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q3_k<MR>(a, b, e); } };
 template <int MR> struct PackedQ4K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4_k<MR>(a, b, e); } };
 template <int MR> struct PackedQ6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q6_k<MR>(a, b, e); } };
 template <bool kMin, bool kQ5> struct PackedQ4 { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4<kMin, kQ5, MR>(a, b, e); } }; };
@@ -232,6 +280,7 @@ void register_avx2_dot_packed(KernelTable& t) {
   t.dot_packed[kQ5_1] = by_mr<PackedQ4<true, true>::K>;
   t.dot_packed[kQ4_K] = by_mr<PackedQ4K>;
   t.dot_packed[kQ6_K] = by_mr<PackedQ6K>;
+  t.dot_packed[kQ3_K] = by_mr<PackedQ3K>;
 }
 
 }  // namespace fathom::cpu::detail
