@@ -9,6 +9,7 @@ See tests/reference/README.md for the formulas and where each fact was checked.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import os
@@ -26,6 +27,14 @@ from gguf.quants import dequantize  # noqa: E402
 
 # Bump when the reference math changes: it is part of the e2e test's cache key.
 VERSION = "numpy-ref-1"
+
+
+@functools.lru_cache(maxsize=None)
+def gguf_reader(path) -> GGUFReader:
+    """One GGUFReader per file per process: parsing the metadata is slow in Python (~12 s for
+    Gemma 3's 262k-token vocabulary on 2 cores), and the e2e tests read the same two files from
+    several modules in one pytest process. The reader is only read from."""
+    return GGUFReader(str(path))
 
 
 # ----------------------------------------------------------------------------- config
@@ -126,7 +135,7 @@ class ReferenceModel:
     def __init__(self, path, dtype=np.float32, reader: GGUFReader | None = None):
         self.path = str(path)
         self.dtype = np.dtype(dtype)
-        self.reader = reader if reader is not None else GGUFReader(self.path)
+        self.reader = reader if reader is not None else gguf_reader(self.path)
         self.cfg = Config(self.reader)
         self.w = {}
         for t in self.reader.tensors:
