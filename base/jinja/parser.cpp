@@ -655,7 +655,7 @@ class Parser {
       f->name = expect_name();
       while (is_op(".") && peek().type == Tok::kName) {
         next();
-        f->name += "." + expect_name();
+        f->name.append(".").append(expect_name());
       }
       add(*f, std::move(e));
       if (is_op("(")) parse_args(*f);
@@ -687,7 +687,7 @@ class Parser {
     t->name = expect_name();
     while (is_op(".") && peek().type == Tok::kName) {
       next();
-      t->name += "." + expect_name();
+      t->name.append(".").append(expect_name());
     }
     add(*t, std::move(e));
     const Token& c = cur();

@@ -19,7 +19,7 @@ void check_depth(int depth) {
 std::optional<Value> Object::getattr(const std::string&) { return std::nullopt; }
 bool Object::setattr(const std::string&, const Value&) { return false; }
 Value Object::call(Interp&, CallArgs&) { throw Error("'" + type_name() + "' object is not callable"); }
-TString Object::repr(int) const { return TString("<" + type_name() + " object>"); }
+TString Object::repr(int) const { return TString(std::string("<").append(type_name()).append(" object>")); }
 
 Value Value::undefined(std::string why) {
   Value v;
@@ -81,21 +81,23 @@ Value Value::object(std::shared_ptr<Object> o) {
 }
 
 std::string hash_key(const Value& v) {
+  // Built with append: GCC 12 warns falsely (-Wrestrict) on "x" + std::to_string(...) at -O3.
+  std::string k;
   switch (v.kind) {
-    case Kind::kString: return "s" + v.text();
+    case Kind::kString: return k.append("s").append(v.text());
     case Kind::kBool:
-    case Kind::kInt: return "i" + std::to_string(v.i);
+    case Kind::kInt: return k.append("i").append(std::to_string(v.i));
     case Kind::kFloat:
       if (std::isfinite(v.f) && v.f == std::floor(v.f) && std::fabs(v.f) < 9e18)
-        return "i" + std::to_string(static_cast<int64_t>(v.f));
-      return "f" + py_float_repr(v.f);
+        return k.append("i").append(std::to_string(static_cast<int64_t>(v.f)));
+      return k.append("f").append(py_float_repr(v.f));
     case Kind::kNone: return "n";
     case Kind::kList:
       if (v.tuple) {
-        std::string k = "t" + std::to_string(v.list->size());
+        k.append("t").append(std::to_string(v.list->size()));
         for (const Value& x : *v.list) {
           const std::string e = hash_key(x);
-          k += std::to_string(e.size()) + ":" + e;
+          k.append(std::to_string(e.size())).append(":").append(e);
         }
         return k;
       }
@@ -175,7 +177,7 @@ std::string py_float_repr(double d) {
   std::string out = neg ? "-" : "";
   if (exp >= -4 && exp < 16) {  // Python repr: fixed notation for 1e-4 <= |d| < 1e16
     if (exp < 0) {
-      out += "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+      out.append("0.").append(static_cast<size_t>(-exp - 1), '0').append(digits);
     } else if (static_cast<size_t>(exp) + 1 >= digits.size()) {
       out += digits + std::string(static_cast<size_t>(exp) + 1 - digits.size(), '0') + ".0";
     } else {
@@ -184,7 +186,7 @@ std::string py_float_repr(double d) {
     return out;
   }
   out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  if (digits.size() > 1) out.append(".").append(digits, 1, std::string::npos);
   char e[16];
   std::snprintf(e, sizeof e, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
   return out + e;
