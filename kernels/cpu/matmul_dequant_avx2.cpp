@@ -148,19 +148,22 @@ void dq_q6_k(const void* src, float* y, int64_t n) {
   }
 }
 
-// Q2_K / Q3_K: 8 consecutive elements 128 h + 32 j + l .. + 7 share sub-block and shift; their
+// Q2_K / Q3_K: per shift j of a 32-byte half of qs, the 32 elements 128 h + 32 j + l as bytes
+// (Q3_K: q - 4 where the 3rd bit is clear), then four 8-element quarters of two sub-blocks. The
 // products are exact (ref/dequant.cpp), so (d sc) q in any order gives the ref's bits.
 template <bool kQ3, typename B>
 void dq_q23_k(const void* src, float* y, int64_t n) {
   const B* b = static_cast<const B*>(src);
-  const __m256i three = _mm256_set1_epi32(3), one = _mm256_set1_epi32(1), four = _mm256_set1_epi32(4);
+  const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = h2f(b[i].d);
     float dl[16], ml[16] = {};
+    __m256i hm = _mm256_setzero_si256();
     if constexpr (kQ3) {
       int8_t sc[16];
       q3_k_scales(b[i].scales, sc);
       for (int s = 0; s < 16; ++s) dl[s] = d * static_cast<float>(sc[s]);
+      hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].hmask));
     } else {
       const float dmin = h2f(b[i].dmin);
       for (int s = 0; s < 16; ++s) {
@@ -168,16 +171,24 @@ void dq_q23_k(const void* src, float* y, int64_t n) {
         ml[s] = dmin * static_cast<float>(b[i].scales[s] >> 4);
       }
     }
-    for (int e = 0; e < kQKK; e += 8, y += 8) {
-      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-      __m256i q = _mm256_and_si256(_mm256_srli_epi32(u8x8(b[i].qs + 32 * h + l), 2 * j), three);
-      if constexpr (kQ3) {  // q - 4 where the 3rd bit is clear
-        const __m256i hb = _mm256_and_si256(_mm256_srli_epi32(u8x8(b[i].hmask + l), 4 * h + j), one);
-        q = _mm256_sub_epi32(q, _mm256_andnot_si256(_mm256_slli_epi32(hb, 2), four));
-        _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_set1_ps(dl[e / 16]), to_f(q)));
-      } else {
-        _mm256_storeu_ps(y, _mm256_sub_ps(rounded(_mm256_mul_ps(_mm256_set1_ps(dl[e / 16]), to_f(q))),
-                                          _mm256_set1_ps(ml[e / 16])));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * h));
+      for (int j = 0; j < 4; ++j, y += 32) {
+        __m256i v = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), three);
+        if constexpr (kQ3) {
+          const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + j)), one);
+          v = _mm256_sub_epi8(_mm256_or_si256(v, _mm256_slli_epi16(hb, 2)), four);
+        }
+        const __m128i halves[2] = {_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)};
+        for (int t = 0; t < 4; ++t) {
+          const int s = 8 * h + 2 * j + t / 2;
+          const __m128i bytes = t % 2 ? _mm_srli_si128(halves[t / 2], 8) : halves[t / 2];
+          const __m256 f = to_f(_mm256_cvtepi8_epi32(bytes));
+          if constexpr (kQ3)
+            _mm256_storeu_ps(y + 8 * t, _mm256_mul_ps(_mm256_set1_ps(dl[s]), f));
+          else
+            _mm256_storeu_ps(y + 8 * t, _mm256_sub_ps(rounded(_mm256_mul_ps(_mm256_set1_ps(dl[s]), f)), _mm256_set1_ps(ml[s])));
+        }
       }
     }
   }

@@ -142,19 +142,22 @@ void dq_q6_k(const void* src, float* y, int64_t n) {
   }
 }
 
-// Q2_K / Q3_K: one vector = one 16-element sub-block (elements 128 h + 32 j + l .. + 15); the
-// products are exact (ref/dequant.cpp), so (d sc) q in any order gives the ref's bits.
+// Q2_K / Q3_K: per shift j of a 32-byte half of qs, the 32 elements 128 h + 32 j + l as bytes
+// (Q3_K: q - 4 where the 3rd bit is clear), then two 16-element sub-blocks. The products are
+// exact (ref/dequant.cpp), so (d sc) q in any order gives the ref's bits.
 template <bool kQ3, typename B>
 void dq_q23_k(const void* src, float* y, int64_t n) {
   const B* b = static_cast<const B*>(src);
-  const __m512i three = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4);
+  const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = h2f(b[i].d);
     __m512 dl, ml = _mm512_setzero_ps();
+    __m256i hm = _mm256_setzero_si256();
     if constexpr (kQ3) {
       alignas(16) int8_t sc[16];
       q3_k_scales(b[i].scales, sc);
       dl = _mm512_mul_ps(_mm512_set1_ps(d), to_f(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))));
+      hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].hmask));
     } else {
       const __m512i sc = u8x16(b[i].scales);
       dl = _mm512_mul_ps(_mm512_set1_ps(d), to_f(_mm512_and_si512(sc, _mm512_set1_epi32(0xF))));
@@ -163,15 +166,23 @@ void dq_q23_k(const void* src, float* y, int64_t n) {
     alignas(64) float dls[16], mls[16];
     _mm512_store_ps(dls, dl);
     _mm512_store_ps(mls, ml);
-    for (int s = 0; s < 16; ++s, y += 16) {
-      const int h = s / 8, j = (s % 8) / 2, l = 16 * (s % 2);
-      __m512i q = _mm512_and_si512(_mm512_srli_epi32(u8x16(b[i].qs + 32 * h + l), 2 * j), three);
-      if constexpr (kQ3) {  // q - 4 where the 3rd bit is clear
-        const __mmask16 set = _mm512_test_epi32_mask(u8x16(b[i].hmask + l), _mm512_set1_epi32(1 << (4 * h + j)));
-        q = _mm512_mask_sub_epi32(q, static_cast<__mmask16>(~set), q, four);
-        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_set1_ps(dls[s]), to_f(q)));
-      } else {
-        _mm512_storeu_ps(y, _mm512_sub_ps(rounded(_mm512_mul_ps(_mm512_set1_ps(dls[s]), to_f(q))), _mm512_set1_ps(mls[s])));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * h));
+      for (int j = 0; j < 4; ++j, y += 32) {
+        __m256i v = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), three);
+        if constexpr (kQ3) {
+          const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * h + j)), one);
+          v = _mm256_sub_epi8(_mm256_or_si256(v, _mm256_slli_epi16(hb, 2)), four);
+        }
+        for (int t = 0; t < 2; ++t) {
+          const int s = 8 * h + 2 * j + t;
+          const __m128i bytes = t ? _mm256_extracti128_si256(v, 1) : _mm256_castsi256_si128(v);
+          const __m512 f = to_f(_mm512_cvtepi8_epi32(bytes));
+          if constexpr (kQ3)
+            _mm512_storeu_ps(y + 16 * t, _mm512_mul_ps(_mm512_set1_ps(dls[s]), f));
+          else
+            _mm512_storeu_ps(y + 16 * t, _mm512_sub_ps(rounded(_mm512_mul_ps(_mm512_set1_ps(dls[s]), f)), _mm512_set1_ps(mls[s])));
+        }
       }
     }
   }
