@@ -711,7 +711,10 @@ class Cycler : public Object, public std::enable_shared_from_this<Cycler> {
     }
     return std::nullopt;
   }
-  void clear() override { items_ = {Value()}; }
+  void clear() override {
+    items_ = {Value()};
+    pos_ = 0;
+  }
 
  private:
   List items_;
@@ -804,13 +807,16 @@ std::unordered_map<std::string, Value> make_globals() {
     const Value* s = arg(a, 0, "sep");
     Value sep = s ? *s : Value::string(", ");
     auto used = std::make_shared<bool>(false);
-    return Value::object(std::make_shared<NativeFunction>("joiner", [sep, used](Interp&, CallArgs&) {
+    auto j = std::make_shared<NativeFunction>("joiner", [sep, used](Interp&, CallArgs&) {
       if (!*used) {
         *used = true;
         return Value::string("");
       }
       return sep;
-    }));
+    });
+    if (sep.depth + 1 > kMaxBuiltDepth) throw Error("value nesting too deep");
+    j->depth = sep.depth + 1;
+    return Value::object(j);
   });
   fn("raise_exception", [](Interp& in, CallArgs& a) -> Value {
     const Value* m = arg(a, 0, "message");

@@ -78,7 +78,10 @@ class LoopObject : public Object {
     return std::nullopt;
   }
   TString repr(int) const override { return TString("<LoopContext " + std::to_string(i_ + 1) + "/" + std::to_string(items_->size()) + ">"); }
-  void clear() override { last_changed_ = Value(); }
+  void clear() override {
+    last_changed_ = Value();
+    items_ = std::make_shared<const List>();
+  }
   std::weak_ptr<LoopObject> self_;
 
  private:
@@ -153,8 +156,8 @@ Interp::Interp(const Limits& limits, std::tm now) : limits_(limits), now_(now), 
 
 Interp::~Interp() {
   // Break reference cycles (a namespace holding itself, a loop holding a namespace holding it).
-  for (auto& w : objects_)
-    if (auto o = w.lock()) o->clear();
+  for (auto& o : objects_) o->clear();
+  objects_.clear();
   for (auto& [k, v] : globals_) v = Value();
 }
 
@@ -172,6 +175,11 @@ void Interp::charge_list(size_t items) {
   if (items > limits_.max_list_items)
     throw Error("list too long (" + std::to_string(items) + " items, limit " + std::to_string(limits_.max_list_items) + ")");
   charge(1 + items);
+}
+
+void Interp::register_object(const std::shared_ptr<Object>& o) {
+  charge(16);  // each one is kept until the end: its memory counts against the budget
+  objects_.push_back(o);
 }
 
 Value Interp::make_namespace(Dict initial) {
@@ -340,7 +348,12 @@ Interp::Flow Interp::exec(const Stmt& s) {
 
 Interp::Flow Interp::exec_for(const Stmt& s) {
   const Value seq = eval(*s.e);
-  List items = iterate(seq);
+  std::shared_ptr<const List> shared;
+  if (seq.is_list() && !s.cond) {
+    shared = seq.list;  // lists are immutable: iterate the value itself
+    if (shared->empty()) return exec(s.else_body);
+  }
+  List items = shared ? List() : iterate(seq);
   if (s.cond) {
     List kept;
     auto saved = scope_;
@@ -361,19 +374,28 @@ Interp::Flow Interp::exec_for(const Stmt& s) {
     }
     items = std::move(kept);
   }
-  if (items.empty()) return exec(s.else_body);
-  const auto shared = std::make_shared<const List>(std::move(items));
+  if (!shared) {
+    if (items.empty()) return exec(s.else_body);
+    shared = std::make_shared<const List>(std::move(items));
+  }
   auto loop = std::make_shared<LoopObject>(shared, 1);  // depth > 1 only in recursive loops
   loop->self_ = loop;
   register_object(loop);
   const Value loop_value = Value::object(loop);
   auto saved = scope_;
+  std::shared_ptr<Scope> it_scope;
   try {
     for (size_t k = 0; k < shared->size(); ++k) {
       charge(1);
       loop->set_index(k);
-      auto it_scope = std::make_shared<Scope>();
-      it_scope->parent = saved;
+      // A fresh scope per iteration (jinja2: nothing set in one iteration is seen by the next);
+      // the previous one is reused when nothing else holds it.
+      if (it_scope && it_scope.use_count() == 1 && it_scope->parent == saved) {
+        it_scope->vars.clear();
+      } else {
+        it_scope = std::make_shared<Scope>();
+        it_scope->parent = saved;
+      }
       scope_ = it_scope;
       it_scope->vars["loop"] = loop_value;
       assign(s.target, (*shared)[k], s.line);

@@ -46,9 +46,12 @@ class Interp {
   bool has_test(const std::string& name) const;
   // The items a for-loop (or a filter) iterates: list items, dict keys, string characters.
   List iterate(const Value& v);
-  // A Namespace object registered for cycle-breaking at the end of the render.
+  // A Namespace object (registered, see register_object).
   Value make_namespace(Dict initial);
-  void register_object(const std::shared_ptr<Object>& o) { objects_.push_back(o); }
+  // Keeps a mutable object (namespace, loop, macro, cycler) alive until the render ends, then
+  // clears it: reference cycles through it are broken, and no chain of such objects is ever
+  // destroyed recursively (a hostile template could build one a million long).
+  void register_object(const std::shared_ptr<Object>& o);
   // Calls a macro (see MacroObject in interp.cpp).
   Value call_macro(const MacroDef& m, const std::shared_ptr<Scope>& def_scope, CallArgs& args,
                    const Value& caller);
@@ -79,7 +82,7 @@ class Interp {
   std::shared_ptr<Scope> scope_;
   std::shared_ptr<Scope> root_;
   std::unordered_map<std::string, Value> globals_;
-  std::vector<std::weak_ptr<Object>> objects_;
+  std::vector<std::shared_ptr<Object>> objects_;
   const Value* filter_input_ = nullptr;
 };
 

@@ -210,7 +210,10 @@ std::optional<Value> bound_method(const Value& self, const std::string& name) {
       return Value::undefined("access to attribute '" + name + "' of '" + type + "' object is unsafe.");
   }
   if (!fn) return std::nullopt;
-  return Value::object(std::make_shared<NativeFunction>(name, [self, name, fn](Interp& in, CallArgs& a) { return fn(in, self, name, a); }));
+  auto method = std::make_shared<NativeFunction>(name, [self, name, fn](Interp& in, CallArgs& a) { return fn(in, self, name, a); });
+  if (self.depth + 1 > kMaxBuiltDepth) throw Error("value nesting too deep");
+  method->depth = self.depth + 1;
+  return Value::object(method);
 }
 
 }  // namespace fathom::jinja

@@ -1,5 +1,6 @@
 #include "base/jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -55,8 +56,20 @@ Value Value::string(TString s) {
   v.s = std::make_shared<const TString>(std::move(s));
   return v;
 }
+namespace {
+
+int checked_depth(int d) {
+  if (d > kMaxBuiltDepth) throw Error("value nesting too deep (limit " + std::to_string(kMaxBuiltDepth) + ")");
+  return d;
+}
+
+}  // namespace
+
 Value Value::make_list(List items, bool tuple) {
   Value v;
+  int d = 0;
+  for (const Value& x : items) d = std::max(d, x.depth);
+  v.depth = checked_depth(d + 1);
   v.kind = Kind::kList;
   v.tuple = tuple;
   v.list = std::make_shared<const List>(std::move(items));
@@ -69,6 +82,9 @@ Value Value::generator(List items) {
 }
 Value Value::make_dict(Dict d) {
   Value v;
+  int deepest = 0;
+  for (const auto& [k, x] : d.items) deepest = std::max({deepest, k.depth, x.depth});
+  v.depth = checked_depth(deepest + 1);
   v.kind = Kind::kDict;
   v.dict = std::make_shared<const Dict>(std::move(d));
   return v;
@@ -76,6 +92,7 @@ Value Value::make_dict(Dict d) {
 Value Value::object(std::shared_ptr<Object> o) {
   Value v;
   v.kind = Kind::kObject;
+  v.depth = o->depth;
   v.obj = std::move(o);
   return v;
 }

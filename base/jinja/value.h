@@ -40,7 +40,14 @@ class Object {
   virtual Value call(Interp& in, CallArgs& args);
   virtual TString repr(int depth) const;
   virtual void clear() {}  // breaks reference cycles at the end of a render
+  // How deeply the values this object holds nest (bound methods: their `self`); registered
+  // objects (interp.h) stay 0: they are released one by one, never as a chain.
+  int depth = 0;
 };
+
+// The deepest list/dict/bound-method nesting a value may have: destroying a value recurses
+// through it, so building deeper is an error (walking is limited further by max_value_depth).
+inline constexpr int kMaxBuiltDepth = 512;
 
 struct Value {
   Kind kind = Kind::kUndefined;
@@ -49,6 +56,7 @@ struct Value {
   bool lazy = false;   // a kList standing for a Python generator (map, select, ...): always true, no len()
   int64_t i = 0;       // kBool (0/1) and kInt
   double f = 0;
+  int depth = 0;       // kList/kDict: 1 + the deepest element; kObject: Object::depth
   std::shared_ptr<const TString> s;
   std::shared_ptr<const List> list;
   std::shared_ptr<const Dict> dict;

@@ -209,6 +209,15 @@ TEST(JinjaLimits, ValueNesting) {  // printing, tojson, ==, and reference cycles
   EXPECT_THROW(render("{% set ns = namespace(x=1) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}", Json::object()), Error);
   EXPECT_THROW(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", Json::object()), Error);
   EXPECT_THROW(render("{% set ns = namespace() %}{% set ns.l = [ns] %}{{ ns.l|tojson }}", Json::object()), Error);
+  // Deep values built by a template: an error when built, never a recursive destruction that
+  // overflows the stack (lists, bound methods, chains of namespaces).
+  EXPECT_THROW(render("{% set g = namespace(x=1) %}{% for i in range(100000) %}{% set g.x = [g.x] %}{% endfor %}", Json::object()), Error);
+  EXPECT_THROW(render("{% set g = namespace(f=1) %}{% for i in range(100000) %}{% set g.f = [g.f].copy %}{% endfor %}", Json::object()), Error);
+  EXPECT_EQ(render("{% set g = namespace(c=none) %}{% for i in range(100000) %}{% set g.c = namespace(p=g.c) %}{% endfor %}"
+                   "{% set g.c = none %}done",
+                   Json::object())
+                .text,
+            "done");
   // Context nesting.
   Json deep = 1;
   for (int i = 0; i < 200; ++i) deep = Json::array({deep});
