@@ -109,6 +109,16 @@ CONVERSATIONS = {
     "assistant_last": {"messages": [{"role": "user", "content": "Start a story"},
                                     {"role": "assistant", "content": "Once upon a time"}]},
     "bad_alternation": {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]},
+    "content_parts": {"messages": [{"role": "system", "content": [{"type": "text", "text": "Sys part."}]},
+                                   {"role": "user", "content": [{"type": "text", "text": "Part one."},
+                                                                {"type": "text", "text": "Part <|im_end|> two."}]}]},
+    "tool_call_string_arguments": {"messages": [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call_9", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_9", "content": "cold"}],
+        "tools": [WEATHER_TOOL]},
 }
 
 

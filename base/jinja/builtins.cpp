@@ -573,7 +573,15 @@ Value f_truncate(Interp& in, const Value& v, CallArgs& a) {
 }
 Value f_attr(Interp& in, const Value& v, CallArgs& a) {
   if (a.pos.empty() || !a.pos[0].is_string()) throw Error("attr() requires a name");
-  return in.getattr(v, a.pos[0].text());
+  // Python getattr only: a dict's keys are not attributes (jinja2's do_attr).
+  const std::string& name = a.pos[0].text();
+  if (v.is_undefined()) in.undefined_error(v);
+  if (v.kind == Kind::kObject) {
+    if (auto x = v.obj->getattr(name)) return *x;
+  } else if (auto m = bound_method(v, name)) {
+    return *m;
+  }
+  return Value::undefined("'" + type_name(v) + " object' has no attribute '" + name + "'");
 }
 Value f_tojson(Interp& in, const Value& v, CallArgs& a) {
   // Hugging Face: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
