@@ -73,7 +73,7 @@ Value attr_path(Interp& in, const Value& v, const Value& path) {
 }
 
 Value lower_key(const Value& v) {
-  if (v.is_string()) return Value::string(ascii_lower(v.text()));
+  if (v.is_string()) return Value::string(py_lower(v.text()));
   return v;
 }
 
@@ -87,7 +87,6 @@ Value f_first(Interp& in, const Value& v, CallArgs&) {
   return items.front();
 }
 Value f_last(Interp& in, const Value& v, CallArgs&) {
-  if (v.is_undefined()) in.undefined_error(v);
   if (v.lazy) throw Error("'generator' object is not reversible");
   List items = in.iterate(v);
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
@@ -185,11 +184,11 @@ Value f_default(Interp&, const Value& v, CallArgs& a) {
 
 Value f_upper(Interp& in, const Value& v, CallArgs&) {
   const TString s = str_of(in, v);
-  return Value::string(s.derived(ascii_upper(s.text)));
+  return Value::string(s.derived(py_upper(s.text)));
 }
 Value f_lower(Interp& in, const Value& v, CallArgs&) {
   const TString s = str_of(in, v);
-  return Value::string(s.derived(ascii_lower(s.text)));
+  return Value::string(s.derived(py_lower(s.text)));
 }
 Value f_capitalize(Interp& in, const Value& v, CallArgs&) {
   const TString s = str_of(in, v);
@@ -205,7 +204,7 @@ Value f_title(Interp& in, const Value& v, CallArgs&) {
     const uint32_t cp = utf8_next(s.text, i);
     const bool sep = py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
     std::string ch = s.text.substr(b, i - b);
-    if (!sep) ch = start ? ascii_upper(ch) : ascii_lower(ch);
+    if (!sep) ch = start ? py_upper(ch) : py_lower(ch);
     out += ch;
     start = sep;
   }
@@ -267,7 +266,7 @@ bool parse_py_int(std::string s, int64_t& out) {
 bool parse_py_float(const std::string& s, double& out) {
   const std::string t = py_strip(TString(s), nullptr, true, true).text;
   if (t.empty()) return false;
-  const std::string low = ascii_lower(t);
+  const std::string low = py_lower(t);
   for (const char* special : {"inf", "+inf", "-inf", "infinity", "+infinity", "-infinity", "nan", "+nan", "-nan"}) {
     if (low == special) {
       out = low.find("nan") != std::string::npos ? NAN : (low[0] == '-' ? -INFINITY : INFINITY);
@@ -284,10 +283,11 @@ bool parse_py_float(const std::string& s, double& out) {
   return end && *end == 0;
 }
 
-Value f_int(Interp&, const Value& v, CallArgs& a) {
+Value f_int(Interp& in, const Value& v, CallArgs& a) {
   check_args(a, "int", 2, {"default", "base"});
   const Value* d = arg(a, 0, "default");
   const Value def = d ? *d : Value::integer(0);
+  if (v.is_undefined()) in.undefined_error(v);  // int(Undefined) raises, not caught by the filter
   if (v.is_integer()) return Value::integer(v.i);
   if (v.kind == Kind::kFloat) {
     if (!std::isfinite(v.f) || std::fabs(v.f) >= 9.2e18) return def;
@@ -301,10 +301,11 @@ Value f_int(Interp&, const Value& v, CallArgs& a) {
   }
   return def;
 }
-Value f_float(Interp&, const Value& v, CallArgs& a) {
+Value f_float(Interp& in, const Value& v, CallArgs& a) {
   check_args(a, "float", 1, {"default"});
   const Value* d = arg(a, 0, "default");
   const Value def = d ? *d : Value::number(0.0);
+  if (v.is_undefined()) in.undefined_error(v);
   if (v.is_number()) return Value::number(v.as_double());
   double f;
   if (v.is_string() && parse_py_float(v.text(), f)) return Value::number(f);
@@ -500,7 +501,11 @@ Value f_wordcount(Interp& in, const Value& v, CallArgs&) {
   bool in_word = false;
   for (size_t i = 0; i < t.size();) {
     const uint32_t cp = utf8_next(t, i);
-    const bool w = cp >= 0x80 ? !py_isspace(cp) : ((cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_');
+    // Python's \w, roughly: letters, digits, _; not spaces, punctuation blocks or symbols/emoji.
+    const bool non_word = py_isspace(cp) || (cp >= 0x80 && cp <= 0xbf) || cp == 0xd7 || cp == 0xf7 ||
+                          (cp >= 0x2000 && cp <= 0x2bff) || (cp >= 0x3000 && cp <= 0x303f) ||
+                          (cp >= 0xfe30 && cp <= 0xfe4f) || (cp >= 0xff00 && cp <= 0xff0f) || cp >= 0x1f000;
+    const bool w = cp >= 0x80 ? !non_word : ((cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_');
     if (w && !in_word) ++n;
     in_word = w;
   }
@@ -519,7 +524,8 @@ Value f_indent(Interp& in, const Value& v, CallArgs& a) {
   }
   const bool first = arg_bool(a, 1, "first", false);
   const bool blank = arg_bool(a, 2, "blank", false);
-  TString s = str_of(in, v);
+  if (!v.is_string()) throw Error("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
+  TString s = *v.s;
   s.append("\n");
   const std::vector<TString> lines = py_splitlines(s);
   TString out;
@@ -549,7 +555,6 @@ Value f_center(Interp& in, const Value& v, CallArgs& a) {
 }
 Value f_truncate(Interp& in, const Value& v, CallArgs& a) {
   check_args(a, "truncate", 4, {"length", "killwords", "end", "leeway"});
-  const TString s = str_of(in, v);
   const Value* l = arg(a, 0, "length");
   const int64_t length = l && l->is_integer() ? l->i : 255;
   const bool killwords = arg_bool(a, 1, "killwords", false);
@@ -557,6 +562,12 @@ Value f_truncate(Interp& in, const Value& v, CallArgs& a) {
   const TString end = e ? str_of(in, *e) : TString("...");
   const Value* lw = arg(a, 3, "leeway");
   const int64_t leeway = lw && lw->is_integer() ? lw->i : 5;
+  if (v.is_undefined()) return v;  // len(Undefined) is 0: returned as it is
+  if (!v.is_string()) {
+    if (len_of(v) <= length + leeway) return v;
+    throw Error("truncate() of a long " + type_name(v) + " is not supported");
+  }
+  const TString& s = *v.s;
   const auto n = static_cast<int64_t>(utf8_len(s.text));
   const auto end_len = static_cast<int64_t>(utf8_len(end.text));
   if (length < end_len) throw Error("expected length >= " + std::to_string(end_len) + ", got " + std::to_string(length));
@@ -581,7 +592,9 @@ Value f_attr(Interp& in, const Value& v, CallArgs& a) {
   } else if (auto m = bound_method(v, name)) {
     return *m;
   }
-  return Value::undefined("'" + type_name(v) + " object' has no attribute '" + name + "'");
+  std::string why = "'";
+  why.append(type_name(v)).append(" object' has no attribute '").append(name).append("'");
+  return Value::undefined(std::move(why));
 }
 Value f_tojson(Interp& in, const Value& v, CallArgs& a) {
   // Hugging Face: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
@@ -634,19 +647,28 @@ bool t_sequence(Interp&, const Value& v, CallArgs&) {
 bool t_boolean(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::kBool; }
 bool t_true(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::kBool && v.i; }
 bool t_false(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::kBool && !v.i; }
-int64_t int_operand(const Value& v, const char* test) {
+// value % n as Python computes it for ints and floats (odd/even/divisibleby).
+double py_mod(const Value& v, const Value& n, const char* test) {
   if (v.is_undefined()) throw Error("value is undefined");
-  if (!v.is_integer()) throw Error(std::string("'") + test + "' test requires an integer");
-  return v.i;
+  if (!v.is_number() || !n.is_number()) throw Error(std::string("'") + test + "' test requires numbers");
+  if (v.is_integer() && n.is_integer()) {
+    if (n.i == 0) throw Error("integer division or modulo by zero");
+    if (n.i == -1) return 0;
+    int64_t m = v.i % n.i;
+    if (m != 0 && ((m < 0) != (n.i < 0))) m += n.i;
+    return static_cast<double>(m);
+  }
+  if (n.as_double() == 0) throw Error("float modulo");
+  double m = std::fmod(v.as_double(), n.as_double());
+  if (m != 0 && ((m < 0) != (n.as_double() < 0))) m += n.as_double();
+  return m;
 }
-bool t_odd(Interp&, const Value& v, CallArgs&) { return (int_operand(v, "odd") & 1) != 0; }
-bool t_even(Interp&, const Value& v, CallArgs&) { return (int_operand(v, "even") & 1) == 0; }
+bool t_odd(Interp&, const Value& v, CallArgs&) { return py_mod(v, Value::integer(2), "odd") == 1; }
+bool t_even(Interp&, const Value& v, CallArgs&) { return py_mod(v, Value::integer(2), "even") == 0; }
 bool t_divisibleby(Interp&, const Value& v, CallArgs& a) {
   const Value* n = arg(a, 0, "num");
   if (!n) throw Error("divisibleby requires an argument");
-  const int64_t x = int_operand(v, "divisibleby"), d = int_operand(*n, "divisibleby");
-  if (d == 0) throw Error("integer division or modulo by zero");
-  return d == -1 || x % d == 0;
+  return py_mod(v, *n, "divisibleby") == 0;
 }
 const Value& other(const CallArgs& a, const char* name) {
   const Value* v = arg(a, 0, name);
@@ -660,7 +682,9 @@ bool t_le(Interp& in, const Value& v, CallArgs& a) { return compare(v, other(a, 
 bool t_gt(Interp& in, const Value& v, CallArgs& a) { return compare(v, other(a, "other"), in.depth()) > 0; }
 bool t_ge(Interp& in, const Value& v, CallArgs& a) { return compare(v, other(a, "other"), in.depth()) >= 0; }
 bool t_in(Interp& in, const Value& v, CallArgs& a) { return contains(in, other(a, "seq"), v); }
-bool t_callable(Interp&, const Value& v, CallArgs&) { return v.kind == Kind::kObject && v.obj->callable(); }
+bool t_callable(Interp&, const Value& v, CallArgs&) {
+  return v.is_undefined() || (v.kind == Kind::kObject && v.obj->callable());  // Undefined has __call__
+}
 bool t_sameas(Interp&, const Value& v, CallArgs& a) {
   const Value& o = other(a, "other");
   if (v.kind != o.kind) return false;

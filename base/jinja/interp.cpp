@@ -643,7 +643,7 @@ Value Interp::eval(const Expr& e) {
           }
           return Value::string(std::move(out));
         }
-        if (obj.is_none()) return Value::undefined("'NoneType' object is not subscriptable");
+        // jinja2 compiles a slice to a plain Python subscript: anything else raises.
         throw Error("'" + type_name(obj) + "' object is not subscriptable");
       }
       case Expr::K::kCall: {

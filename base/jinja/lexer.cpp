@@ -134,7 +134,7 @@ class Lexer {
     if (src_.compare(p, 3, "raw") != 0) return false;
     p += 3;
     p += space_run(src_, p);
-    if (p < src_.size() && (src_[p] == '-' || src_[p] == '+')) ++p;
+    if (p < src_.size() && src_[p] == '-') ++p;  // jinja2 takes `raw -%}` and `raw %}`, not `raw +%}`
     return src_.compare(p, 2, "%}") == 0;
   }
 

@@ -60,15 +60,11 @@ Value str_method(Interp& in, const Value& self, const std::string& name, CallArg
     }
     return Value::boolean(false);
   }
-  if (name == "upper") return Value::string(s.derived(ascii_upper(t)));
-  if (name == "lower") return Value::string(s.derived(ascii_lower(t)));
+  if (name == "upper") return Value::string(s.derived(py_upper(t)));
+  if (name == "lower") return Value::string(s.derived(py_lower(t)));
   if (name == "title") return Value::string(s.derived(py_title(t)));
   if (name == "capitalize") return Value::string(s.derived(py_capitalize(t)));
-  if (name == "swapcase") {
-    std::string r = t;
-    for (char& c : r) c = (c >= 'a' && c <= 'z') ? static_cast<char>(c - 32) : (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
-    return Value::string(s.derived(r));
-  }
+  if (name == "swapcase") return Value::string(s.derived(py_swapcase(t)));
   if (name == "replace") {
     if (a.pos.size() < 2) throw Error("replace() takes at least 2 arguments");
     const Value& old_v = a.pos[0];

@@ -274,7 +274,9 @@ TString py_percent_format(Interp& in, const TString& fmt, const Value& args) {
     out += piece;
     in.charge_string(out.size());
   }
-  if (next < items.size()) throw Error("not all arguments converted during string formatting");
+  // Python takes a list or dict argument as a mapping: unused, it is no error.
+  const bool mapping = (args.is_list() && !args.tuple) || args.is_dict();
+  if (next < items.size() && !mapping) throw Error("not all arguments converted during string formatting");
   return TString(std::move(out), tainted);
 }
 
@@ -321,32 +323,101 @@ bool py_is(const std::string& m, const std::string& s) {
   return (m == "islower" || m == "isupper") ? any_cased : true;
 }
 
-std::string ascii_upper(std::string s) {
-  for (char& c : s)
-    if (is_lower(c)) c = static_cast<char>(c - 32);
-  return s;
+namespace {
+
+// Simple case mappings of the scripts chat content mostly uses: ASCII, Latin-1, Latin
+// Extended-A, Greek and Cyrillic (Python maps every script; others are left as they are).
+uint32_t cp_upper(uint32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xe0 && c <= 0xfe && c != 0xf7)) return c - 32;
+  if (c == 0xff) return 0x178;
+  if (c == 0xb5) return 0x39c;
+  if (c >= 0x100 && c <= 0x17f) {
+    if (c == 0x131) return 'I';
+    if (c == 0x17f) return 'S';
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) return (c & 1) == 0 ? c - 1 : c;
+    if (c == 0x130 || c == 0x138 || c == 0x149) return c;
+    return (c & 1) ? c - 1 : c;
+  }
+  if (c >= 0x3b1 && c <= 0x3c9) return c == 0x3c2 ? 0x3a3 : c - 32;
+  if (c >= 0x3ac && c <= 0x3af) return c == 0x3ac ? 0x386 : c - 37;
+  if (c >= 0x3cc && c <= 0x3ce) return c == 0x3cc ? 0x38c : c - 63;
+  if (c >= 0x430 && c <= 0x44f) return c - 32;
+  if (c >= 0x450 && c <= 0x45f) return c - 80;
+  return c;
 }
-std::string ascii_lower(std::string s) {
-  for (char& c : s)
-    if (is_upper(c)) c = static_cast<char>(c + 32);
-  return s;
+uint32_t cp_lower(uint32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if (c >= 0xc0 && c <= 0xde && c != 0xd7) return c + 32;
+  if (c == 0x178) return 0xff;
+  if (c >= 0x100 && c <= 0x17f) {
+    if (c == 0x130) return 'i';  // Python: 'i' + U+0307
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) return (c & 1) ? c + 1 : c;
+    if (c == 0x131 || c == 0x138 || c == 0x149 || c == 0x17f) return c;
+    return (c & 1) == 0 ? c + 1 : c;
+  }
+  if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2) return c + 32;
+  if (c == 0x386) return 0x3ac;
+  if (c >= 0x388 && c <= 0x38a) return c + 37;
+  if (c == 0x38c) return 0x3cc;
+  if (c == 0x38e || c == 0x38f) return c + 63;
+  if (c >= 0x410 && c <= 0x42f) return c + 32;
+  if (c >= 0x400 && c <= 0x40f) return c + 80;
+  return c;
+}
+bool cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c == 0xdf || c == 0x138 || c == 0x149; }
+
+std::string map_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 swap
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const uint32_t c = utf8_next(s, i);
+    const bool up = mode == 1 || (mode == 2 && cp_lower(c) != c);
+    if (mode != 0 && c == 0xdf && (mode == 1 || mode == 2)) {
+      out += "SS";
+      continue;
+    }
+    utf8_append(out, up ? (mode == 2 ? cp_lower(c) : cp_upper(c)) : (mode == 2 ? cp_upper(c) : cp_lower(c)));
+  }
+  return out;
 }
 
+}  // namespace
+
+std::string py_upper(const std::string& s) { return map_case(s, 1); }
+std::string py_lower(const std::string& s) { return map_case(s, 0); }
+std::string py_swapcase(const std::string& s) { return map_case(s, 2); }
+
 std::string py_title(const std::string& s) {
-  std::string out = s;
+  std::string out;
   bool prev_cased = false;
-  for (char& c : out) {
-    const bool cased = is_lower(c) || is_upper(c);
-    if (cased) c = prev_cased ? (is_upper(c) ? static_cast<char>(c + 32) : c) : (is_lower(c) ? static_cast<char>(c - 32) : c);
+  for (size_t i = 0; i < s.size();) {
+    const uint32_t c = utf8_next(s, i);
+    const bool cased = cp_cased(c);
+    if (!cased) {
+      utf8_append(out, c);
+    } else if (prev_cased) {
+      utf8_append(out, cp_lower(c));
+    } else if (c == 0xdf) {
+      out += "Ss";
+    } else {
+      utf8_append(out, cp_upper(c));
+    }
     prev_cased = cased;
   }
   return out;
 }
 
 std::string py_capitalize(const std::string& s) {
-  std::string out = ascii_lower(s);
-  if (!out.empty() && is_lower(out[0])) out[0] = static_cast<char>(out[0] - 32);
-  return out;
+  if (s.empty()) return s;
+  size_t i = 0;
+  const uint32_t first = utf8_next(s, i);
+  std::string out;
+  if (first == 0xdf) out = "Ss";
+  else utf8_append(out, cp_upper(first));
+  return out + py_lower(s.substr(i));
 }
 
 }  // namespace fathom::jinja

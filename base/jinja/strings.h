@@ -24,8 +24,10 @@ TString py_percent_format(Interp& in, const TString& fmt, const Value& args);
 // markupsafe.escape of a plain string (& < > " ').
 TString html_escape(const TString& s);
 bool py_is(const std::string& method, const std::string& s);
-std::string ascii_upper(std::string s);
-std::string ascii_lower(std::string s);
+// str.upper / lower / swapcase (ASCII, Latin-1, Latin Extended-A, Greek, Cyrillic).
+std::string py_upper(const std::string& s);
+std::string py_lower(const std::string& s);
+std::string py_swapcase(const std::string& s);
 std::string py_title(const std::string& s);       // str.title()
 std::string py_capitalize(const std::string& s);  // str.capitalize()
 

@@ -277,7 +277,9 @@ TString repr(const Value& v, int depth) {
     case Kind::kBool: return TString(v.i ? "True" : "False");
     case Kind::kInt: return TString(std::to_string(v.i));
     case Kind::kFloat: return TString(py_float_repr(v.f));
-    case Kind::kString: return v.s->derived(py_str_repr(v.s->text));
+    case Kind::kString:
+      if (v.markup) return v.s->derived("Markup(" + py_str_repr(v.s->text) + ")");
+      return v.s->derived(py_str_repr(v.s->text));
     case Kind::kList: {
       if (v.lazy) return TString("<generator object>");
       TString out(v.tuple ? "(" : "[");
