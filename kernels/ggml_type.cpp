@@ -25,7 +25,7 @@ constexpr Entry kTypes[] = {
     {26, {"I32", 1, 4, false}},      {27, {"I64", 1, 8, false}},
     {28, {"F64", 1, 8, false}},      {29, {"IQ1_M", 256, 56, false}},
     {30, {"BF16", 1, 2, true}},      {34, {"TQ1_0", 256, 54, false}},
-    {35, {"TQ2_0", 256, 66, false}},
+    {35, {"TQ2_0", 256, 66, false}},   {39, {"MXFP4", 32, 17, true}},
 };
 
 }  // namespace

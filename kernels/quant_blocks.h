@@ -84,6 +84,12 @@ static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 && sizeof(Block
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136);
+// MXFP4 (OCP microscaling, gpt-oss's experts): 32 E2M1 values sharing a power-of-two scale.
+struct BlockMXFP4 {  // w = e8m0_half(e) * kMxfp4Values[q]; nibbles laid out as Q4_0's
+  uint8_t e;         // E8M0 exponent: 2^(e - 127)
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
 
 // ggml's kvalues_iq4nl: the 16 levels of IQ4_NL / IQ4_XS. The same bytes as four little-endian
 // words (kIq4nlWords) for code that cannot index a table (device code without local memory).
@@ -117,6 +123,19 @@ static inline void unpack_scales_mins_k4(const uint8_t* s, uint32_t out[4]) {
   out[1] = (u2 & kmask2) | (((u0 >> 6) & kmask3) << 4);
   out[2] = u1 & kmask1;
   out[3] = ((u2 >> 4) & kmask2) | (((u1 >> 6) & kmask3) << 4);
+}
+
+// ggml's kvalues_mxfp4: E2M1 values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives x 2),
+// hence the half in e8m0_half; as words for device code (kMxfp4Words).
+constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+constexpr uint32_t kMxfp4Words[4] = {0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu};
+
+// 2^(e - 127) / 2 as an f32 (ggml's GGML_E8M0_TO_FP32_HALF: e < 2 gives a subnormal).
+static inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 // The 16 signed scales (-32..31) of a Q3_K super-block: 6 bits each, the low 4 in nibble s / 8 of

@@ -39,6 +39,7 @@ int fmt_index(GgmlType t) {
     case GgmlType::Q3_K: return kQ3_K;
     case GgmlType::IQ4_NL: return kIQ4_NL;
     case GgmlType::IQ4_XS: return kIQ4_XS;
+    case GgmlType::MXFP4: return kMXFP4;
     default: return -1;
   }
 }

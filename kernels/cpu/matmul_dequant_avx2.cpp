@@ -194,15 +194,13 @@ void dq_q23_k(const void* src, float* y, int64_t n) {
   }
 }
 
-// The table lookup of 16 nibble indices at once: kIq4nlValues as a byte shuffle.
-inline __m128i iq4_lookup(__m128i idx) {
-  return _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), idx);
-}
-
-// 16 bytes of IQ4 nibbles (one 32-group) -> y[0..31] = scale * level.
-inline void dq_iq4_group(const uint8_t* qs, float scale, float* y) {
+// 16 bytes of nibbles (one 32-group) -> y[0..31] = scale * table[nibble] (the IQ4 levels or the
+// MXFP4 values, looked up with one byte shuffle).
+inline void dq_iq4_group(const uint8_t* qs, float scale, float* y, const int8_t* table = kIq4nlValues) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table));
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), nib = _mm_set1_epi8(0x0F);
-  const __m128i lo = iq4_lookup(_mm_and_si128(raw, nib)), hi = iq4_lookup(_mm_and_si128(_mm_srli_epi16(raw, 4), nib));
+  const __m128i lo = _mm_shuffle_epi8(t, _mm_and_si128(raw, nib));
+  const __m128i hi = _mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(raw, 4), nib));
   const __m256 d = _mm256_set1_ps(scale);
   _mm256_storeu_ps(y, _mm256_mul_ps(d, to_f(_mm256_cvtepi8_epi32(lo))));
   _mm256_storeu_ps(y + 8, _mm256_mul_ps(d, to_f(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
@@ -213,6 +211,11 @@ inline void dq_iq4_group(const uint8_t* qs, float scale, float* y) {
 void dq_iq4_nl(const void* src, float* y, int64_t n) {
   const BlockIQ4_NL* b = static_cast<const BlockIQ4_NL*>(src);
   for (int64_t i = 0; i < n / kQK; ++i, y += kQK) dq_iq4_group(b[i].qs, h2f(b[i].d), y);
+}
+
+void dq_mxfp4(const void* src, float* y, int64_t n) {
+  const BlockMXFP4* b = static_cast<const BlockMXFP4*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) dq_iq4_group(b[i].qs, e8m0_half(b[i].e), y, kMxfp4Values);
 }
 
 void dq_iq4_xs(const void* src, float* y, int64_t n) {
@@ -241,6 +244,7 @@ void register_avx2_dequant(KernelTable& t) {
   t.dequant[kQ3_K] = dq_q23_k<true, BlockQ3_K>;
   t.dequant[kIQ4_NL] = dq_iq4_nl;
   t.dequant[kIQ4_XS] = dq_iq4_xs;
+  t.dequant[kMXFP4] = dq_mxfp4;
 }
 
 }  // namespace fathom::cpu::detail

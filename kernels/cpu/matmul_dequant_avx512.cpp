@@ -188,9 +188,10 @@ void dq_q23_k(const void* src, float* y, int64_t n) {
   }
 }
 
-// 16 bytes of IQ4 nibbles (one 32-group) -> y[0..31] = scale * level (kIq4nlValues as a byte shuffle).
-inline void dq_iq4_group(const uint8_t* qs, float scale, float* y) {
-  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), nib = _mm_set1_epi8(0x0F);
+// 16 bytes of nibbles (one 32-group) -> y[0..31] = scale * table[nibble] (the IQ4 levels or the
+// MXFP4 values, looked up with one byte shuffle).
+inline void dq_iq4_group(const uint8_t* qs, float scale, float* y, const int8_t* levels = kIq4nlValues) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)), nib = _mm_set1_epi8(0x0F);
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(raw, nib));
   const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(raw, 4), nib));
@@ -202,6 +203,11 @@ inline void dq_iq4_group(const uint8_t* qs, float scale, float* y) {
 void dq_iq4_nl(const void* src, float* y, int64_t n) {
   const BlockIQ4_NL* b = static_cast<const BlockIQ4_NL*>(src);
   for (int64_t i = 0; i < n / kQK; ++i, y += kQK) dq_iq4_group(b[i].qs, h2f(b[i].d), y);
+}
+
+void dq_mxfp4(const void* src, float* y, int64_t n) {
+  const BlockMXFP4* b = static_cast<const BlockMXFP4*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) dq_iq4_group(b[i].qs, e8m0_half(b[i].e), y, kMxfp4Values);
 }
 
 void dq_iq4_xs(const void* src, float* y, int64_t n) {
@@ -230,6 +236,7 @@ void register_avx512_dequant(KernelTable& t) {
   t.dequant[kQ3_K] = dq_q23_k<true, BlockQ3_K>;
   t.dequant[kIQ4_NL] = dq_iq4_nl;
   t.dequant[kIQ4_XS] = dq_iq4_xs;
+  t.dequant[kMXFP4] = dq_mxfp4;
 }
 
 }  // namespace fathom::cpu::detail

@@ -1,7 +1,7 @@
 // AVX2 dot kernels for Precision::kF32 (decode, M <= kMaxMr); same scheme as the AVX-512
 // file: 32-element block formats compute d_b * sum_i q_i x_i + c_b * sum_i x_i per block
 // (c_b = min, or -8 d_b / -16 d_b for Q4_0 / Q5_0) with the precomputed block sums of x;
-// Q4_K / Q5_K / Q6_K unpack in registers; BF16, Q2_K, Q3_K and the IQ4 formats go through the
+// Q4_K / Q5_K / Q6_K unpack in registers; BF16, Q2_K, Q3_K, the IQ4 formats and MXFP4 go through the
 // exact dequantizer 256 elements at a time; F32 / F16 stream.
 #include <immintrin.h>
 
@@ -218,6 +218,7 @@ constexpr int64_t chunk_bytes(int f) {
     case kQ3_K: return 110;
     case kIQ4_NL: return 8 * 18;
     case kIQ4_XS: return 136;
+    case kMXFP4: return 8 * 17;
     default: return 0;  // no dot_dequant kernel
   }
 }
@@ -276,6 +277,7 @@ void register_avx2_dot_f32(KernelTable& t) {
   t.dot_f32[kQ3_K] = by_mr<DqK<kQ3_K>::K>;
   t.dot_f32[kIQ4_NL] = by_mr<DqK<kIQ4_NL>::K>;
   t.dot_f32[kIQ4_XS] = by_mr<DqK<kIQ4_XS>::K>;
+  t.dot_f32[kMXFP4] = by_mr<DqK<kMXFP4>::K>;
 }
 
 }  // namespace fathom::cpu::detail

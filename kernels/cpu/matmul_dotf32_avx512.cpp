@@ -6,7 +6,7 @@
 // (Q4_0 / Q5_0); sum_i x_i comes precomputed per block (DotArgs::bsum). The block scales of
 // 16 blocks are fetched (load_scales16) and converted together.
 // Q4_K / Q5_K / Q6_K unpack in registers (Q4_K / Q5_K with per-sub-block scales and the block
-// sums of x for the mins); BF16, Q2_K, Q3_K and the IQ4 formats dequantize 256 elements at a
+// sums of x for the mins); BF16, Q2_K, Q3_K, the IQ4 formats and MXFP4 dequantize 256 elements at a
 // time into an L1 buffer (the exact dequant kernel) and FMA from there; F32 and F16 stream.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive in intrinsics
 #include <immintrin.h>
@@ -229,6 +229,7 @@ constexpr int64_t chunk_bytes(int f) {
     case kQ3_K: return 110;
     case kIQ4_NL: return 8 * 18;
     case kIQ4_XS: return 136;
+    case kMXFP4: return 8 * 17;
     default: return 0;  // no dot_dequant kernel
   }
 }
@@ -284,6 +285,7 @@ void register_avx512_dot_f32(KernelTable& t) {
   t.dot_f32[kQ3_K] = by_mr<DqK<kQ3_K>::K>;
   t.dot_f32[kIQ4_NL] = by_mr<DqK<kIQ4_NL>::K>;
   t.dot_f32[kIQ4_XS] = by_mr<DqK<kIQ4_XS>::K>;
+  t.dot_f32[kMXFP4] = by_mr<DqK<kMXFP4>::K>;
 }
 
 }  // namespace fathom::cpu::detail

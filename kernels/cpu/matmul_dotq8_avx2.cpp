@@ -240,10 +240,12 @@ inline __m256i iq4_xs_scales8(const BlockIQ4_XS& b) {
   return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
 }
 
-template <bool kXS, int MR>
+// IQ4_NL / IQ4_XS / MXFP4 (T): 32-groups of nibble indices into a table of signed levels.
+template <GgmlType T, int MR>
 void dot_iq4(const DotArgs& a, int64_t n0, int64_t n1) {
   const int64_t nb = a.K / 32;
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  const int8_t* levels = T == GgmlType::MXFP4 ? kMxfp4Values : kIq4nlValues;
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
   alignas(32) float dsc[8];
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = a.w + n * a.row_bytes;
@@ -252,18 +254,23 @@ void dot_iq4(const DotArgs& a, int64_t n0, int64_t n1) {
     for (int64_t blk = 0; blk < nb; ++blk) {
       float d;
       const uint8_t* qs;
-      if constexpr (kXS) {
+      if constexpr (T == GgmlType::IQ4_XS) {
         const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(row)[blk / 8];
         const int g = static_cast<int>(blk % 8);
         if (g == 0)
           _mm256_store_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(iq4_xs_scales8(b))));
         d = dsc[g];
         qs = b.qs + 16 * g;
+      } else if constexpr (T == GgmlType::MXFP4) {
+        const BlockMXFP4& b = reinterpret_cast<const BlockMXFP4*>(row)[blk];
+        d = e8m0_half(b.e);
+        qs = b.qs;
       } else {
         const BlockIQ4_NL& b = reinterpret_cast<const BlockIQ4_NL*>(row)[blk];
         d = _cvtsh_ss(b.d);
         qs = b.qs;
       }
+      // MXFP4 has zero levels: sign(x, 0) = 0 and |0| = 0, so the product is 0 either way.
       const __m256i w = iq4_levels(qs, table), wabs = _mm256_sign_epi8(w, w);
       for (int m = 0; m < MR; ++m) {
         const __m256 p = dot_us8(wabs, _mm256_sign_epi8(load32(a.q + m * a.ldq + blk * 32), w));
@@ -280,7 +287,7 @@ template <GgmlType T> struct Q32K { template <int MR> struct K { static void run
 template <bool kQ5> struct QK45K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_qk45<kQ5, MR>(a, b, e); } }; };
 template <int MR> struct Q6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q6_k<MR>(a, b, e); } };
 template <bool kQ3> struct Q23K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q23_k<kQ3, MR>(a, b, e); } }; };
-template <bool kXS> struct IQ4K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_iq4<kXS, MR>(a, b, e); } }; };
+template <GgmlType T> struct IQ4K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_iq4<T, MR>(a, b, e); } }; };
 
 }  // namespace
 
@@ -295,8 +302,9 @@ void register_avx2_dot_q8(KernelTable& t) {
   t.dot_q8[kQ6_K] = by_mr<Q6K>;
   t.dot_q8[kQ2_K] = by_mr<Q23K<false>::K>;
   t.dot_q8[kQ3_K] = by_mr<Q23K<true>::K>;
-  t.dot_q8[kIQ4_NL] = by_mr<IQ4K<false>::K>;
-  t.dot_q8[kIQ4_XS] = by_mr<IQ4K<true>::K>;
+  t.dot_q8[kIQ4_NL] = by_mr<IQ4K<GgmlType::IQ4_NL>::K>;
+  t.dot_q8[kIQ4_XS] = by_mr<IQ4K<GgmlType::IQ4_XS>::K>;
+  t.dot_q8[kMXFP4] = by_mr<IQ4K<GgmlType::MXFP4>::K>;
 }
 
 }  // namespace fathom::cpu::detail

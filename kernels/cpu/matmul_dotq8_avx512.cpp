@@ -443,6 +443,51 @@ void dot_iq4_xs(const DotArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+// MXFP4: per pair of 32-blocks one dpbusd of the values + 128 (a byte shuffle of the nibbles,
+// laid out as unpack_pair's); each block's power-of-two scale times its activation scale covers
+// its 8 lanes, and the +128 goes through the block sums (in integers, so no float rounding of
+// the correction can depend on how many activation rows a call has).
+template <int MR>
+void dot_mxfp4(const DotArgs& a, int64_t n0, int64_t n1) {
+  const int64_t nb = a.K / 32;
+  constexpr int64_t k4 = 0x0004000400040004;
+  const __m512i shifts = _mm512_set_epi64(k4, k4, 0, 0, k4, k4, 0, 0);
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const __m512i table = _mm512_xor_si512(
+      _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values))),
+      _mm512_set1_epi8(static_cast<char>(0x80)));
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = a.w + n * a.row_bytes;
+    prefetch_ahead(row, a.row_bytes);
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+      const bool two = b + 1 < nb;
+      const BlockMXFP4* blk = reinterpret_cast<const BlockMXFP4*>(row) + b;
+      // [qs0 | qs0 | qs1 | qs1] >> [0 | 4 | 0 | 4] & 0xF: the element order of the two blocks.
+      __m512i raw = _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs)));
+      raw = two ? _mm512_mask_broadcast_i32x4(raw, 0xFF00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)))
+                : _mm512_maskz_mov_epi32(0x00FF, raw);
+      const __m512i w = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srlv_epi16(raw, shifts), nib));
+      const float d0 = e8m0_half(blk[0].e), d1 = two ? e8m0_half(blk[1].e) : 0.0f;
+      for (int m = 0; m < MR; ++m) {
+        const int8_t* xq = a.q + m * a.ldq + b * 32;
+        const __m512i x = two ? _mm512_loadu_si512(xq) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xq);
+        // The +128 removed in integers, from lane 0 of each block: -128 qsum.
+        const int32_t* qs = a.qsum + m * a.ldqs + b;
+        const __m512i off = _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(0x0001, -128 * qs[0]), 0x0100,
+                                                   two ? -128 * qs[1] : 0);
+        const __m512i dp = _mm512_dpbusd_epi32(off, w, x);
+        const float* dx = a.qd + m * a.ldqs + b;
+        const float s0 = d0 * dx[0], s1 = two ? d1 * dx[1] : 0.0f;
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1)), acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]);
+  }
+}
+
+template <int MR> struct MXFP4K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_mxfp4<MR>(a, b, e); } };
 template <bool kQ3> struct Q23K { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q23_k<kQ3, MR>(a, b, e); } }; };
 template <int MR> struct IQ4XSK { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_iq4_xs<MR>(a, b, e); } };
 template <GgmlType T> struct Q4SplitK { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_q4_split<T, MR>(a, b, e); } }; };
@@ -466,6 +511,7 @@ void register_avx512_dot_q8(KernelTable& t) {
   t.dot_q8[kQ3_K] = by_mr<Q23K<true>::K>;
   t.dot_q8[kIQ4_NL] = by_mr<Q32K<GgmlType::IQ4_NL>::K>;
   t.dot_q8[kIQ4_XS] = by_mr<IQ4XSK>;
+  t.dot_q8[kMXFP4] = by_mr<MXFP4K>;
 }
 
 }  // namespace fathom::cpu::detail

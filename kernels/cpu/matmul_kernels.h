@@ -11,7 +11,7 @@ namespace fathom::cpu::detail {
 // Weight formats matmul reads, as a dense index into the kernel tables.
 enum Fmt : int {
   kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS,
-  kFmtCount
+  kMXFP4, kFmtCount
 };
 // -1 when matmul cannot read `t`.
 int fmt_index(GgmlType t);

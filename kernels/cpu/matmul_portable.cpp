@@ -80,6 +80,13 @@ void unpack32(const uint8_t* row, int64_t c, Chunk32* out) {
       q3_k_scales(b.scales, sc);
       for (int t = 0; t < 2; ++t) out->scale[t] = d * static_cast<float>(sc[2 * s + t]);
     }
+  } else if constexpr (T == GgmlType::MXFP4) {
+    const BlockMXFP4& b = reinterpret_cast<const BlockMXFP4*>(row)[c];
+    for (int j = 0; j < 16; ++j) {
+      out->q[j] = kMxfp4Values[b.qs[j] & 0xF];
+      out->q[j + 16] = kMxfp4Values[b.qs[j] >> 4];
+    }
+    out->scale[0] = out->scale[1] = e8m0_half(b.e);
   } else if constexpr (T == GgmlType::IQ4_NL || T == GgmlType::IQ4_XS) {
     const uint8_t* qs;
     float d;
@@ -243,6 +250,7 @@ const KernelTable& portable_kernels() {
     fill<GgmlType::Q3_K>(k);
     fill<GgmlType::IQ4_NL>(k);
     fill<GgmlType::IQ4_XS>(k);
+    fill<GgmlType::MXFP4>(k);
     k.quantize_q8 = quantize_q8;
     k.gemm_f32 = gemm_f32;
     return k;

@@ -63,6 +63,11 @@ __device__ __forceinline__ float element(const uint8_t* row, int64_t i) {
     const int t = static_cast<int>(i % 32);
     const uint8_t byte = b[2 + t % 16];
     return f16_bits(load_u16(b)) * iq4nl_level(t < 16 ? byte & 0xF : byte >> 4);
+  } else if constexpr (kType == GgmlType::MXFP4) {
+    const uint8_t* b = row + (i / 32) * sizeof(quant::BlockMXFP4);
+    const int t = static_cast<int>(i % 32);
+    const uint8_t byte = b[1 + t % 16];
+    return mxfp4_value(t < 16 ? byte & 0xF : byte >> 4) * e8m0_half(b[0]);
   } else if constexpr (kType == GgmlType::IQ4_XS) {
     const uint8_t* b = row + (i / 256) * sizeof(quant::BlockIQ4_XS);
     const int r = static_cast<int>(i % 256), g = r / 32, t = r % 32;
@@ -109,6 +114,7 @@ inline void type_layout(GgmlType type, int64_t* block, int64_t* bytes) {
     case GgmlType::Q3_K: *block = 256; *bytes = sizeof(quant::BlockQ3_K); return;
     case GgmlType::IQ4_NL: *block = 32; *bytes = sizeof(quant::BlockIQ4_NL); return;
     case GgmlType::IQ4_XS: *block = 256; *bytes = sizeof(quant::BlockIQ4_XS); return;
+    case GgmlType::MXFP4: *block = 32; *bytes = sizeof(quant::BlockMXFP4); return;
     default: return;
   }
 }
@@ -142,6 +148,7 @@ cudaError_t embedding_lookup(const void* table, GgmlType type, int64_t n_rows, i
     case GgmlType::Q3_K: launch<GgmlType::Q3_K>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
     case GgmlType::IQ4_NL: launch<GgmlType::IQ4_NL>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
     case GgmlType::IQ4_XS: launch<GgmlType::IQ4_XS>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
+    case GgmlType::MXFP4: launch<GgmlType::MXFP4>(table, row_bytes, n_rows, dim, ids, n_tokens, scale, out, stream); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

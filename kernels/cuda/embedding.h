@@ -10,7 +10,7 @@ namespace fathom::cuda {
 
 // out[t][:] = dequantize(table row ids[t]) * scale, f32, for n_tokens tokens.
 //   table: [n_rows] rows of `dim` elements stored as `type` (F32, F16, BF16, Q8_0, IQ4_NL, Q2_K,
-//          Q3_K, Q4_K, Q6_K, IQ4_XS),
+//          Q3_K, Q4_K, Q6_K, IQ4_XS, MXFP4),
 //          each row ggml_row_size(type, dim) bytes (dim a multiple of the type's block size)
 //   ids:   [n_tokens] int32; an id outside [0, n_rows) yields a row of zeros
 //   out:   [n_tokens][dim] f32

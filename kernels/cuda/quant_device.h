@@ -1,10 +1,11 @@
 #pragma once
 // Device-side helpers to decode the GGML weight blocks of kernels/quant_blocks.h (whose
 // helpers are host-only): half / bfloat16 bits, the 6-bit scales and mins of Q4_K, Q3_K's
-// and IQ4_XS's 6-bit scales and the IQ4 levels. Shared by embedding.cu and quant_gemv.cu.
-// Block layouts are quant::BlockQ8_0 (34 bytes), BlockIQ4_NL (18), BlockQ2_K (84),
-// BlockQ3_K (110), BlockQ4_K (144), BlockIQ4_XS (136) and BlockQ6_K (210); Q2_K, Q4_K and
-// IQ4_XS blocks are 4-byte aligned, the others 2-byte aligned.
+// and IQ4_XS's 6-bit scales, the IQ4 levels and MXFP4's values and E8M0 scale. Shared by embedding.cu and quant_gemv.cu.
+// Block layouts are quant::BlockQ8_0 (34 bytes), BlockIQ4_NL (18), BlockMXFP4 (17),
+// BlockQ2_K (84), BlockQ3_K (110), BlockQ4_K (144), BlockIQ4_XS (136) and BlockQ6_K (210);
+// Q2_K, Q4_K and IQ4_XS blocks are 4-byte aligned, MXFP4 blocks byte-aligned, the others
+// 2-byte aligned.
 #include <cstdint>
 
 #include "kernels/quant_blocks.h"
@@ -60,5 +61,24 @@ __device__ __forceinline__ float iq4nl_level(uint32_t i) {
 static_assert(quant::kIq4nlWords[0] == 0xBFAD9881u && quant::kIq4nlWords[1] == 0xF6EADDCFu &&
                   quant::kIq4nlWords[2] == 0x26190D01u && quant::kIq4nlWords[3] == 0x71594535u,
               "iq4nl_level's words are kIq4nlValues");
+
+// quant::kMxfp4Values[i] (i < 16), the same way.
+__device__ __forceinline__ float mxfp4_value(uint32_t i) {
+  const uint32_t w = i < 8 ? (i < 4 ? 0x03020100u : 0x0C080604u) : (i < 12 ? 0xFDFEFF00u : 0xF4F8FAFCu);
+  return static_cast<float>(static_cast<int8_t>((w >> (8 * (i & 3))) & 0xFF));
+}
+static_assert(quant::kMxfp4Words[0] == 0x03020100u && quant::kMxfp4Words[1] == 0x0C080604u &&
+                  quant::kMxfp4Words[2] == 0xFDFEFF00u && quant::kMxfp4Words[3] == 0xF4F8FAFCu,
+              "mxfp4_value's words are kMxfp4Values");
+
+// quant::e8m0_half on the device: 2^(e - 127) / 2.
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+#ifdef __CUDACC__
+  return __uint_as_float(bits);
+#else
+  return fathom_emu::bits_f32(bits);
+#endif
+}
 
 }  // namespace fathom::cuda::quant_device

@@ -14,8 +14,9 @@
 //        the bytes qs[32 h + l] (and Q3_K's hmask[l]): byte loads contiguous across lanes, x too.
 //   IQ4_XS (136 bytes): lane l takes the 32-bit word l of qs (4 bytes of 32-group l / 4: its
 //        elements 4 (l % 4) + {0..3} in the low nibbles, + 16 in the high ones), as Q4_K.
-//   IQ4_NL (18-byte blocks of 32): 4 lanes per block, 8 blocks per warp step; a lane reads 4
-//        bytes of qs (two 16-bit loads) and two float4 of x, as Q8_0.
+//   IQ4_NL (18-byte blocks of 32), MXFP4 (17): 4 lanes per block, 8 blocks per warp step; a
+//        lane reads 4 bytes of qs (IQ4_NL: two 16-bit loads; MXFP4, byte-aligned: 4 byte loads)
+//        and two float4 of x, as Q8_0.
 // Bytes per output row: the row of W once plus n_x·K·4 of x (x is re-read by every warp but
 // stays in L1/L2), so the kernel is bound by W's bytes, as decode GEMV should be.
 #include "kernels/cuda/quant_gemv.h"
@@ -164,6 +165,28 @@ FATHOM_UNROLL
 }
 
 template <int kNx>
+__device__ __forceinline__ void row_mxfp4(const uint8_t* row, int64_t k, const float* x, int lane, float* acc) {
+  const int64_t nb = k / 32;
+  const int part = lane % 4;
+  for (int64_t b = lane / 4; b < nb; b += 8) {
+    const uint8_t* blk = row + b * 17;
+    const float d = e8m0_half(blk[0]);
+    const uint8_t* qs = blk + 1 + 4 * part;
+    const float l0 = mxfp4_value(qs[0] & 0xF), l1 = mxfp4_value(qs[1] & 0xF);
+    const float l2 = mxfp4_value(qs[2] & 0xF), l3 = mxfp4_value(qs[3] & 0xF);
+    const float h0 = mxfp4_value(qs[0] >> 4), h1 = mxfp4_value(qs[1] >> 4);
+    const float h2 = mxfp4_value(qs[2] >> 4), h3 = mxfp4_value(qs[3] >> 4);
+FATHOM_UNROLL
+    for (int m = 0; m < kNx; ++m) {
+      const float* xb = x + m * k + b * 32 + 4 * part;
+      const float4 xl = *reinterpret_cast<const float4*>(xb);
+      const float4 xh = *reinterpret_cast<const float4*>(xb + 16);
+      acc[m] += d * (dot4(xl, l0, l1, l2, l3) + dot4(xh, h0, h1, h2, h3));
+    }
+  }
+}
+
+template <int kNx>
 __device__ __forceinline__ void row_iq4_nl(const uint8_t* row, int64_t k, const float* x, int lane, float* acc) {
   const int64_t nb = k / 32;
   const int part = lane % 4;
@@ -203,6 +226,7 @@ FATHOM_UNROLL
   else if constexpr (kType == GgmlType::Q3_K) row_q23_k<true, kNx>(row, k, x, lane, acc);
   else if constexpr (kType == GgmlType::IQ4_XS) row_iq4_xs<kNx>(row, k, x, lane, acc);
   else if constexpr (kType == GgmlType::IQ4_NL) row_iq4_nl<kNx>(row, k, x, lane, acc);
+  else if constexpr (kType == GgmlType::MXFP4) row_mxfp4<kNx>(row, k, x, lane, acc);
   else row_q6_k<kNx>(row, k, x, lane, acc);
 FATHOM_UNROLL
   for (int m = 0; m < kNx; ++m) {
@@ -262,6 +286,10 @@ cudaError_t quant_gemv(GgmlType type, const void* w, int64_t n_out, int64_t k, c
     case GgmlType::IQ4_NL:
       if (k % 32 != 0) return cudaErrorInvalidValue;
       launch<GgmlType::IQ4_NL>(w, k / 32 * 18, n_out, k, x, n_x, y, stream);
+      break;
+    case GgmlType::MXFP4:
+      if (k % 32 != 0) return cudaErrorInvalidValue;
+      launch<GgmlType::MXFP4>(w, k / 32 * 17, n_out, k, x, n_x, y, stream);
       break;
     default: return cudaErrorInvalidValue;
   }

@@ -10,8 +10,8 @@
 namespace fathom::cuda {
 
 // y[m][n] = Σ_k W[n][k] · x[m][k] for m < n_x, n < n_out.
-//   W: [n_out] rows of K elements stored as `type` (Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K or
-//      IQ4_XS), ggml_row_size(type, K) bytes each, the matrix 16-byte aligned; K a multiple of
+//   W: [n_out] rows of K elements stored as `type` (Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q6_K
+//      or IQ4_XS), ggml_row_size(type, K) bytes each, the matrix 16-byte aligned; K a multiple of
 //      the block size (32 or 256)
 //   x: [n_x][K] f32, 16-byte aligned (read as f32: no on-the-fly quantization, so the only
 //      rounding is the f32 products and sums)

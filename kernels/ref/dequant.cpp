@@ -137,7 +137,7 @@ void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
   }
 }
 
-// Q2_K, Q3_K and the IQ4 formats: every product is exact in f32 (at most 11 + 6 + 7 significant
+// Q2_K, Q3_K, the IQ4 formats and MXFP4: every product is exact in f32 (at most 11 + 6 + 7 significant
 // bits), so only Q2_K's subtraction of the min rounds and the SIMD kernels may multiply in any order.
 void dequant_q2_k(const BlockQ2_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
@@ -187,6 +187,16 @@ void dequant_iq4_xs(const BlockIQ4_XS* b, float* y, int64_t nb) {
         y[j] = dl * static_cast<float>(kIq4nlValues[qs[j] & 0xF]);
         y[j + 16] = dl * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
       }
+    }
+  }
+}
+
+void dequant_mxfp4(const BlockMXFP4* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK) {
+    const float d = e8m0_half(b[i].e);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = static_cast<float>(kMxfp4Values[b[i].qs[j] & 0xF]) * d;
+      y[j + 16] = static_cast<float>(kMxfp4Values[b[i].qs[j] >> 4]) * d;
     }
   }
 }
@@ -275,6 +285,7 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q3_K: return dequant_q3_k(static_cast<const BlockQ3_K*>(src), dst, nb);
     case GgmlType::IQ4_NL: return dequant_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, nb);
     case GgmlType::IQ4_XS: return dequant_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, nb);
+    case GgmlType::MXFP4: return dequant_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb);
     default:
       break;
   }

@@ -4,7 +4,7 @@ tools/dump_tensor, against gguf-py's numpy dequantization (gguf.quants.dequantiz
 - For both default models, for every tensor type present: 2-3 real tensors (the smallest, a
   middle one and the largest under a size cap).
 - Types the models lack (Q4_0, Q5_1, Q5_K, F16, BF16, plus random-byte blocks of every
-  quantized type, the only data of Q2_K, Q3_K, IQ4_NL and IQ4_XS): a small GGUF written with gguf.GGUFWriter into tmp_path, from random data
+  quantized type, the only data of Q2_K, Q3_K, IQ4_NL and IQ4_XS; MXFP4 both ways): a small GGUF written with gguf.GGUFWriter into tmp_path, from random data
   quantized with gguf.quants.quantize where gguf-py can quantize the type, else from random
   block bytes with finite f16 scales.
 
@@ -127,12 +127,16 @@ def _synthetic_tensors(rng):
     x = (rng.standard_normal((rows, cols)) * rng.uniform(0.01, 10, size=(rows, 1))).astype(np.float32)
     x[3, :64] = 0.0  # an all-zero block
     out = {}
-    for qtype in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.BF16):
+    for qtype in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.BF16, T.MXFP4):
         out[f"quantized_{qtype.name}"] = (gguf.quants.quantize(x, qtype), qtype)
     out["quantized_F16"] = (x.astype(np.float16), None)
     out["quantized_F32"] = (x, None)
     for qtype in F16_FIELDS:
         out[f"random_{qtype.name}"] = (_random_blocks(rng, qtype, rows, cols), qtype)
+    # MXFP4: random nibbles, E8M0 scales from subnormal (e < 2) to 2^20 (finite values).
+    mx = rng.integers(0, 256, size=(rows * cols // 32, 17), dtype=np.uint16).astype(np.uint8)
+    mx[:, 0] = rng.integers(0, 148, size=rows * cols // 32, dtype=np.uint16).astype(np.uint8)
+    out["random_MXFP4"] = (mx.reshape(rows, cols // 32 * 17), T.MXFP4)
     bf = rng.integers(0, 1 << 16, size=(rows, cols), dtype=np.uint32).astype(np.uint16)
     bf[((bf >> 7) & 0xFF) == 0xFF] &= 0xBFFF  # finite bf16
     out["random_BF16"] = (bf.view(np.uint8).reshape(rows, cols * 2), T.BF16)
@@ -165,7 +169,7 @@ def test_synthetic_types_bit_exact(tmp_path):
         for cpu in (False, True):
             got = _dump(path, tensor.name, tmp_path / "out.f32", cpu)
             _assert_bits_equal(got, want, f"{tensor.name} ({tensor.tensor_type.name}, {'cpu' if cpu else 'ref'})")
-    assert {T.Q4_0, T.Q5_1, T.Q5_K, T.F16, T.BF16, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS} <= seen
+    assert {T.Q4_0, T.Q5_1, T.Q5_K, T.F16, T.BF16, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS, T.MXFP4} <= seen
 
 
 def test_missing_tensor_is_an_error(tmp_path):

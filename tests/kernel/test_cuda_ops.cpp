@@ -8,7 +8,7 @@
 //   kv_append f32/f16/bf16 rows:     exact vs the f32 input rounded to the storage type;
 //             int8 rows + (scale,min): exact vs cpu::kv_store_int8_row; v_sum: exact vs
 //             one-by-one f32 appends; k_t: exact copy of the K rows
-//   quant_gemv (Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS), x f32: |err| <= 2.5e-7·Σ|w·x| + 1e-6 vs double over the
+//   quant_gemv (Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS), x f32: |err| <= 2.5e-7·Σ|w·x| + 1e-6 vs double over the
 //             ref-dequantized W (f32 products and per-lane sums, then a 32-lane tree sum)
 //   gemm f16 / bf16 (emulated tiled path): |err| <= 1e-6·Σ|a·b| + 1e-6 vs double over the
 //             same rounded inputs (f32 accumulate, k in order)
@@ -249,6 +249,14 @@ std::vector<uint8_t> random_rows(GgmlType type, int64_t rows, int64_t dim, std::
           append(&q, sizeof(q));
         }
         break;
+      case GgmlType::MXFP4:
+        for (int64_t b = 0; b < dim / 32; ++b) {
+          quant::BlockMXFP4 q;
+          q.e = static_cast<uint8_t>(122 + byte(rng) % 6);  // 2^-6 .. 2^-1 (values up to 12 x that)
+          for (uint8_t& v : q.qs) v = static_cast<uint8_t>(byte(rng));
+          append(&q, sizeof(q));
+        }
+        break;
       default: ADD_FAILURE() << "random_rows: unsupported type";
     }
   }
@@ -259,7 +267,8 @@ std::vector<uint8_t> random_rows(GgmlType type, int64_t rows, int64_t dim, std::
 TEST(CudaOps, EmbeddingMatchesDequantize) {
   std::mt19937 rng(3);
   for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::IQ4_NL,
-                              GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
+                              GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K,
+                              GgmlType::IQ4_XS}) {
     const int64_t block = ggml_info(type).block_size;
     for (const int64_t dim : {block, 3 * block, 9 * block + (block == 1 ? 7 : 0)}) {
       for (const float scale : {1.0f, std::sqrt(static_cast<float>(dim))}) {
@@ -491,8 +500,8 @@ TEST(CudaOps, QuantGemvMatchesDequantizedDot) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const double atol = 1e-6, rtol_sum = 2.5e-7;  // bound: atol + rtol_sum · Σ|w·x| (not |ref|)
   int32_t case_index = 0;
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                              GgmlType::Q6_K, GgmlType::IQ4_XS}) {
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
+                              GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
     const int64_t block = ggml_info(type).block_size;
     for (const int64_t k : {block, 3 * block, 9 * block, (block == 32 ? 129 : 17) * block}) {
       for (const int64_t n_out : {1, 7, 33, 130}) {

@@ -19,7 +19,7 @@ namespace {
 const GgmlType kFormats[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q4_0,
                              GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,   GgmlType::Q8_0,
                              GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,   GgmlType::Q5_K,
-                             GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+                             GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
 const char* kLevels[] = {"portable", "avx2", "avx512"};
 
 // Byte offsets of the f16 scale fields inside one block.
@@ -163,6 +163,18 @@ TEST(RefDequant, HandComputedBlocks) {
   EXPECT_EQ(y[16], 0.25f * 3 * 113);
   EXPECT_EQ(y[32], 0.25f * (5 - 32) * -127);
   EXPECT_EQ(y[255], 0.25f * 16 * -127);
+
+  BlockMXFP4 mx{};
+  mx.e = 128;       // scale 2^(128 - 127) / 2 = 1 (the values are E2M1 doubled)
+  mx.qs[0] = 0xF7;  // element 0: index 7 (12); element 16: index 15 (-12)
+  mx.qs[1] = 0x01;  // element 1: index 1 (1)
+  ref::dequantize_row(GgmlType::MXFP4, &mx, y, 32);
+  EXPECT_EQ(y[0], 12.0f);
+  EXPECT_EQ(y[16], -12.0f);
+  EXPECT_EQ(y[1], 1.0f);
+  mx.e = 0;  // 2^-127 / 2: a subnormal scale
+  ref::dequantize_row(GgmlType::MXFP4, &mx, y, 32);
+  EXPECT_EQ(y[0], std::ldexp(12.0f, -128));
 
   BlockQ2_K q2{};
   q2.d = ref::fp32_to_fp16(2.0f);

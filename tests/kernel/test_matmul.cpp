@@ -66,6 +66,10 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t N, int64_t K, std::mt199
     return w;
   }
   for (auto& b : w) b = static_cast<uint8_t>(rng());
+  if (t == GgmlType::MXFP4) {  // the E8M0 scale: 2^-7 .. 2^-2 (the values are doubled: e8m0_half)
+    for (size_t blk = 0; blk < w.size(); blk += 17) w[blk] = static_cast<uint8_t>(121 + rng() % 6);
+    return w;
+  }
   std::uniform_real_distribution<float> expo(-7.0f, -2.0f);
   const int64_t ts = ggml_info(t).type_size;
   for (size_t blk = 0; blk < w.size(); blk += ts)
@@ -208,7 +212,7 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, MatmulTest,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0,
                                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
                                            GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-                                           GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS),
+                                           GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4),
                          [](const ::testing::TestParamInfo<GgmlType>& i) { return std::string(ggml_type_name(i.param)); });
 
 // kQ8 rows are bitwise independent of the batch: row m of an M-row call equals the 1-row call

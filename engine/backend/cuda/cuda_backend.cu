@@ -54,8 +54,8 @@ struct DevMatrix {
 
 inline bool has_gemv(GgmlType t) {
   switch (t) {
-    case GgmlType::Q8_0: case GgmlType::IQ4_NL: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K:
-    case GgmlType::Q6_K: case GgmlType::IQ4_XS: return true;
+    case GgmlType::Q8_0: case GgmlType::IQ4_NL: case GgmlType::MXFP4: case GgmlType::Q2_K: case GgmlType::Q3_K:
+    case GgmlType::Q4_K: case GgmlType::Q6_K: case GgmlType::IQ4_XS: return true;
     default: return false;
   }
 }
