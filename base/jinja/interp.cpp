@@ -846,6 +846,8 @@ Value Interp::eval_binary(const Expr& e) {
         return Value::integer(result);
       }
       if (l.as_double() == 0 && r.as_double() < 0) throw Error("0.0 cannot be raised to a negative power");
+      if (l.as_double() < 0 && r.as_double() != std::floor(r.as_double()))
+        throw Error("a negative number to a fractional power is complex: not supported");
       return Value::number(int_pow_float(l.as_double(), r.as_double()));
     }
     throw type_error();

@@ -275,7 +275,7 @@ TString py_percent_format(Interp& in, const TString& fmt, const Value& args) {
     in.charge_string(out.size());
   }
   // Python takes a list or dict argument as a mapping: unused, it is no error.
-  const bool mapping = (args.is_list() && !args.tuple) || args.is_dict();
+  const bool mapping = (args.is_list() && !args.tuple) || args.is_dict() || args.is_undefined();
   if (next < items.size() && !mapping) throw Error("not all arguments converted during string formatting");
   return TString(std::move(out), tainted);
 }

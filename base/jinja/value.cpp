@@ -109,6 +109,7 @@ std::string hash_key(const Value& v) {
         return k.append("i").append(std::to_string(static_cast<int64_t>(v.f)));
       return k.append("f").append(py_float_repr(v.f));
     case Kind::kNone: return "n";
+    case Kind::kUndefined: return "u";  // jinja2's Undefined hashes by its type
     case Kind::kList:
       if (v.tuple) {
         k.append("t").append(std::to_string(v.list->size()));
@@ -126,7 +127,7 @@ std::string hash_key(const Value& v) {
 
 const Value* Dict::find(const Value& key) const {
   if (key.kind == Kind::kList && !key.tuple) return nullptr;
-  if (key.kind == Kind::kDict || key.kind == Kind::kObject || key.kind == Kind::kUndefined) return nullptr;
+  if (key.kind == Kind::kDict || key.kind == Kind::kObject) return nullptr;
   const auto it = index.find(hash_key(key));
   return it == index.end() ? nullptr : &items[it->second].second;
 }
