@@ -112,6 +112,22 @@ FATHOM_UNROLL
   }
 }
 
+// acc[m] += scale · Σ_t (value(nibble t of byte t) · x[m][t] + value(high nibble) · x[m][16 + t]),
+// t < 4, for the 4 bytes of `qw`: the low nibbles' 4 elements first, then the high nibbles', so
+// that only 4 decoded values are live at a time (8 spilled registers at kNx = 3 under sm_80).
+template <int kNx, typename Value>
+__device__ __forceinline__ void nibble_dots(uint32_t qw, float scale, const float* x, int64_t k, float* acc,
+                                            Value value) {
+FATHOM_UNROLL
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t q = qw >> (4 * half);
+    const float v0 = value(q & 0xF), v1 = value((q >> 8) & 0xF), v2 = value((q >> 16) & 0xF), v3 = value((q >> 24) & 0xF);
+FATHOM_UNROLL
+    for (int m = 0; m < kNx; ++m)
+      acc[m] += scale * dot4(*reinterpret_cast<const float4*>(x + m * k + 16 * half), v0, v1, v2, v3);
+  }
+}
+
 template <bool kQ3, int kNx>
 __device__ __forceinline__ void row_q23_k(const uint8_t* row, int64_t k, const float* x, int lane, float* acc) {
   constexpr int kBytes = kQ3 ? 110 : 84, kQs = kQ3 ? 32 : 16;
@@ -150,17 +166,7 @@ __device__ __forceinline__ void row_iq4_xs(const uint8_t* row, int64_t k, const 
     const uint8_t* blk = row + b * 136;
     const float dl = f16_bits(*reinterpret_cast<const uint16_t*>(blk)) * iq4_xs_scale(blk, g);
     const uint32_t qw = reinterpret_cast<const uint32_t*>(blk + 8)[lane];
-    const float l0 = iq4nl_level(qw & 0xF), l1 = iq4nl_level((qw >> 8) & 0xF);
-    const float l2 = iq4nl_level((qw >> 16) & 0xF), l3 = iq4nl_level((qw >> 24) & 0xF);
-    const float h0 = iq4nl_level((qw >> 4) & 0xF), h1 = iq4nl_level((qw >> 12) & 0xF);
-    const float h2 = iq4nl_level((qw >> 20) & 0xF), h3 = iq4nl_level(qw >> 28);
-FATHOM_UNROLL
-    for (int m = 0; m < kNx; ++m) {
-      const float* xb = x + m * k + b * 256 + off;
-      const float4 xl = *reinterpret_cast<const float4*>(xb);
-      const float4 xh = *reinterpret_cast<const float4*>(xb + 16);
-      acc[m] += dl * (dot4(xl, l0, l1, l2, l3) + dot4(xh, h0, h1, h2, h3));
-    }
+    nibble_dots<kNx>(qw, dl, x + b * 256 + off, k, acc, iq4nl_level);
   }
 }
 
@@ -172,17 +178,8 @@ __device__ __forceinline__ void row_mxfp4(const uint8_t* row, int64_t k, const f
     const uint8_t* blk = row + b * 17;
     const float d = e8m0_half(blk[0]);
     const uint8_t* qs = blk + 1 + 4 * part;
-    const float l0 = mxfp4_value(qs[0] & 0xF), l1 = mxfp4_value(qs[1] & 0xF);
-    const float l2 = mxfp4_value(qs[2] & 0xF), l3 = mxfp4_value(qs[3] & 0xF);
-    const float h0 = mxfp4_value(qs[0] >> 4), h1 = mxfp4_value(qs[1] >> 4);
-    const float h2 = mxfp4_value(qs[2] >> 4), h3 = mxfp4_value(qs[3] >> 4);
-FATHOM_UNROLL
-    for (int m = 0; m < kNx; ++m) {
-      const float* xb = x + m * k + b * 32 + 4 * part;
-      const float4 xl = *reinterpret_cast<const float4*>(xb);
-      const float4 xh = *reinterpret_cast<const float4*>(xb + 16);
-      acc[m] += d * (dot4(xl, l0, l1, l2, l3) + dot4(xh, h0, h1, h2, h3));
-    }
+    const uint32_t qw = qs[0] | qs[1] << 8 | qs[2] << 16 | static_cast<uint32_t>(qs[3]) << 24;
+    nibble_dots<kNx>(qw, d, x + b * 32 + 4 * part, k, acc, mxfp4_value);
   }
 }
 
@@ -194,17 +191,7 @@ __device__ __forceinline__ void row_iq4_nl(const uint8_t* row, int64_t k, const 
     const uint16_t* h = reinterpret_cast<const uint16_t*>(row + b * 18);
     const float d = f16_bits(h[0]);
     const uint32_t qw = h[1 + 2 * part] | static_cast<uint32_t>(h[2 + 2 * part]) << 16;  // bytes 4 part ..
-    const float l0 = iq4nl_level(qw & 0xF), l1 = iq4nl_level((qw >> 8) & 0xF);
-    const float l2 = iq4nl_level((qw >> 16) & 0xF), l3 = iq4nl_level((qw >> 24) & 0xF);
-    const float h0 = iq4nl_level((qw >> 4) & 0xF), h1 = iq4nl_level((qw >> 12) & 0xF);
-    const float h2 = iq4nl_level((qw >> 20) & 0xF), h3 = iq4nl_level(qw >> 28);
-FATHOM_UNROLL
-    for (int m = 0; m < kNx; ++m) {
-      const float* xb = x + m * k + b * 32 + 4 * part;
-      const float4 xl = *reinterpret_cast<const float4*>(xb);
-      const float4 xh = *reinterpret_cast<const float4*>(xb + 16);
-      acc[m] += d * (dot4(xl, l0, l1, l2, l3) + dot4(xh, h0, h1, h2, h3));
-    }
+    nibble_dots<kNx>(qw, d, x + b * 32 + 4 * part, k, acc, iq4nl_level);
   }
 }
 
