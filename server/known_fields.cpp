@@ -20,7 +20,9 @@ const Fields kCommon = {"model", "stream", "stream_options", "temperature", "top
 const Fields kCompletion = {"prompt", "echo", "logprobs", "best_of", "suffix"};
 const Fields kChat = {"messages", "logprobs", "top_logprobs", "max_completion_tokens", "tools", "tool_choice",
                       "parallel_tool_calls", "functions", "function_call", "store", "metadata", "service_tier",
-                      "safety_identifier", "prompt_cache_key"};
+                      "safety_identifier", "prompt_cache_key",
+                      // vLLM / SGLang: variables for the model's chat template (enable_thinking, ...)
+                      "chat_template_kwargs"};
 const Fields kResponses = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "metadata",
                            "user", "text", "tools", "tool_choice", "parallel_tool_calls", "stream", "store",
                            "previous_response_id", "conversation", "reasoning", "background", "prompt", "include",

@@ -7,6 +7,7 @@
 #include "engine/model/model.h"
 #include "server/attention_options.h"
 #include "server/bounded_json.h"
+#include "server/chat_input.h"
 #include "server/config.h"
 #include "server/known_fields.h"
 #include "server/request_rules.h"
@@ -135,53 +136,17 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Mod
   return prompts;
 }
 
-std::string message_content(const json& message, size_t index) {
-  const std::string param = "messages[" + std::to_string(index) + "].content";
-  auto it = message.find("content");
-  if (it == message.end() || it->is_null()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array()) bad_type(param, "a string or an array of text parts");
-  std::string text;
-  for (const json& part : *it) {
-    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
-      bad(param, "'" + param + "': only {\"type\": \"text\", \"text\": ...} parts are supported");
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
-std::vector<int32_t> chat_prompt(const json& body, const Model& model, const ToolPlan& tools = {}) {
-  const json* m = field(body, "messages");
-  if (!m) bad("messages", "'messages' is required");
-  if (!m->is_array()) bad_type("messages", "an array of messages");
-  if (m->empty()) bad("messages", "'messages' must not be empty");
-  std::vector<ChatMessage> messages;
-  for (size_t i = 0; i < m->size(); ++i) {
-    const json& msg = (*m)[i];
-    const std::string param = "messages[" + std::to_string(i) + "]";
-    if (!msg.is_object()) bad_type(param, "an object with 'role' and 'content'");
-    auto role = msg.find("role");
-    if (role == msg.end() || !role->is_string()) bad_type(param + ".role", "a string");
-    std::string r = role->get<std::string>();
-    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
-    if (r == "tool") {  // a function's result, as the model was trained to see it
-      messages.push_back({"user", render_tool_result(message_content(msg, i))});
-      continue;
-    }
-    if (r != "system" && r != "user" && r != "assistant")
-      bad(param + ".role", "unsupported role '" + r + "' (system, developer, user, assistant and tool are)");
-    std::string content = message_content(msg, i);
-    if (r == "assistant" && msg.contains("tool_calls") && !msg["tool_calls"].is_null())
-      content += (content.empty() ? "" : "\n") + render_tool_calls(msg["tool_calls"], param + ".tool_calls");
-    messages.push_back({r, std::move(content)});
-  }
-  // The tools' descriptions lead the system message (one is added when there is none).
-  if (const std::string section = tools_prompt(tools); !section.empty()) {
-    if (!messages.empty() && messages[0].role == "system") messages[0].content += "\n\n" + section;
-    else messages.insert(messages.begin(), ChatMessage{"system", section});
-  }
+std::vector<int32_t> chat_prompt(const json& body, const Model& model, const ToolPlan& tools = {},
+                                 bool add_generation_prompt = true) {
+  const ChatTemplate* tmpl = nullptr;
   try {
-    return model.encode_chat(messages, /*add_generation_prompt=*/true);
+    tmpl = &model.chat_template();
+  } catch (const Error& e) {
+    bad("messages", e.what());
+  }
+  const ChatInput input = chat_input(body, *tmpl, tools, add_generation_prompt);
+  try {
+    return model.encode_chat(input);
   } catch (const Error& e) {
     bad("messages", e.what());
   }
@@ -444,7 +409,10 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
 }
 
 std::vector<int32_t> parse_tokenize_request(const json& body, const Model& model) {
-  if (field(body, "messages")) return chat_prompt(body, model);
+  // Chat input as vLLM's /tokenize takes it: the conversation, its tools and template kwargs, and
+  // whether the assistant's turn is opened.
+  if (field(body, "messages"))
+    return chat_prompt(body, model, parse_tools(body), get_bool(body, "add_generation_prompt").value_or(true));
   const char* key = field(body, "prompt") ? "prompt" : "text";
   const json* text = field(body, key);
   if (!text) bad("prompt", "'prompt' (or 'text' or 'messages') is required");

@@ -1,5 +1,8 @@
 #include "engine/model/model.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "base/error.h"
 #include "engine/model/gguf.h"
 
@@ -13,10 +16,39 @@ const ChatTemplate& Model::chat_template() const {
   return *chat_template_;
 }
 
+namespace {
+
+std::vector<int32_t> encode_rendered(const Tokenizer& tokenizer, const RenderedChat& r) {
+  // The template writes BOS itself where its model wants one (apply_chat_template tokenizes with
+  // add_special_tokens=False too).
+  return tokenizer.encode(r.text, EncodeOptions{/*add_bos=*/false, /*parse_special=*/true, &r.content});
+}
+
+bool is_family_name(const std::string& name) {
+  return name == "chatml" || name == "gemma" || name == "llama2" || name == "llama3";
+}
+
+// The operator's --chat-template when it names a file: its text (a Jinja template).
+std::string read_template_file(const std::string& path) {
+  constexpr size_t kMaxTemplateBytes = 1 << 20;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw Error("--chat-template '" + path + "' is neither a family (chatml, gemma, llama2, llama3) nor a readable file");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > kMaxTemplateBytes) throw Error("--chat-template '" + path + "' is over 1 MiB");
+  return text.str();
+}
+
+}  // namespace
+
 std::vector<int32_t> Model::encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  const RenderedChat r = chat_template().render(messages, add_generation_prompt);
-  // The template writes BOS itself where its family wants one.
-  return tokenizer().encode(r.text, EncodeOptions{/*add_bos=*/false, /*parse_special=*/true, &r.content});
+  return encode_rendered(tokenizer(), chat_template().render(messages, add_generation_prompt));
+}
+
+std::vector<int32_t> Model::encode_chat(const ChatInput& input) const {
+  return encode_rendered(tokenizer(), chat_template().render(input));
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const std::string& chat_template) {
@@ -25,13 +57,23 @@ std::unique_ptr<Model> Model::load(const std::string& path, const std::string& c
   m->config_ = ModelConfig::from_gguf(*m->file_);
   m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_);
   m->tokenizer_ = Tokenizer::from_gguf(*m->file_);
-  const std::string bos = m->tokenizer_->bos_id() >= 0 ? m->tokenizer_->piece(m->tokenizer_->bos_id()) : "";
-  std::string family = chat_template;
-  const std::string template_text = m->file_->get_string("tokenizer.chat_template").value_or("");
-  // A GGUF without a template (the Gemma 3 270M file has none) falls back to its architecture's family.
-  if (family.empty() && template_text.empty()) family = default_family_for_architecture(m->config_.arch_name);
+  const Tokenizer& tok = *m->tokenizer_;
+  const std::string bos = tok.bos_id() >= 0 ? tok.piece(tok.bos_id()) : "";
+  const std::string eos = tok.eos_id() >= 0 ? tok.piece(tok.eos_id()) : "";
+  std::string family, template_text, tool_use_text;
+  if (is_family_name(chat_template)) {
+    family = chat_template;
+    template_text = m->file_->get_string("tokenizer.chat_template").value_or("");
+  } else if (!chat_template.empty()) {
+    template_text = read_template_file(chat_template);
+  } else {
+    template_text = m->file_->get_string("tokenizer.chat_template").value_or("");
+    tool_use_text = m->file_->get_string("tokenizer.chat_template.tool_use").value_or("");
+    // A GGUF without a template (the Gemma 3 270M file has none) falls back to its architecture's family.
+    if (template_text.empty()) family = default_family_for_architecture(m->config_.arch_name);
+  }
   if (!family.empty() || !template_text.empty())
-    m->chat_template_ = ChatTemplate::resolve(template_text, family, bos);
+    m->chat_template_ = ChatTemplate::resolve(template_text, family, bos, eos, tool_use_text);
   return m;
 }
 

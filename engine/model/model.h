@@ -19,8 +19,9 @@ class GgufFile;
 
 class Model {
  public:
-  // `chat_template`: a family name, or empty to detect it from the GGUF. Throws fathom::Error
-  // with a one-line reason for anything wrong with the file.
+  // `chat_template`: empty for the GGUF's own template (tokenizer.chat_template, with its
+  // tool_use alternative), a hand-written family name (chatml, gemma, llama2, llama3), or the path
+  // of a Jinja template file. Throws fathom::Error with a one-line reason for anything wrong.
   static std::unique_ptr<Model> load(const std::string& path, const std::string& chat_template = "");
   ~Model();
 
@@ -34,6 +35,7 @@ class Model {
   // wrote them (message content is text: it cannot forge a turn). Throws fathom::Error as
   // chat_template() and ChatTemplate::render do.
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+  std::vector<int32_t> encode_chat(const ChatInput& input) const;
   const GgufFile& file() const { return *file_; }
 
  private:

@@ -1,4 +1,5 @@
-// libFuzzer target: chat messages -> every chat template family -> the SmolLM2 tokenizer.
+// libFuzzer target: chat messages -> every chat template family and the model's own Jinja
+// template -> the SmolLM2 tokenizer.
 // Bytes: messages separated by 0x1e; a message's first byte picks its role (system, user,
 // assistant, or an unknown one), the rest is its content. Checked, beyond "no crash, leak, UB":
 // - render() content ranges are ascending, disjoint and inside the text;
@@ -58,10 +59,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     messages.push_back({kRoles[static_cast<unsigned char>(m[0]) % 4], std::string(m.substr(1))});
   }
   const fathom::Tokenizer& tok = g_model->tokenizer();
-  for (const char* family : {"chatml", "gemma", "llama2", "llama3"}) {
+  // "" is the model's own template (SmolLM2's ChatML, through the Jinja interpreter).
+  for (const char* family : {"", "chatml", "gemma", "llama2", "llama3"}) {
     fathom::RenderedChat r;
     try {
-      r = fathom::ChatTemplate::resolve("", family, "<s>").render(messages, (size & 1) != 0);
+      r = *family ? fathom::ChatTemplate::resolve("", family, "<s>").render(messages, (size & 1) != 0)
+                  : g_model->chat_template().render(messages, (size & 1) != 0);
     } catch (const fathom::Error&) {
       continue;  // empty list, unknown role, non-alternating turns: a 400 in the server
     }
@@ -70,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (b < last || e < b || e > r.text.size()) std::abort();
       else last = e;
     const std::vector<int32_t> ids = tok.encode(r.text, fathom::EncodeOptions{false, true, &r.content});
-    if (std::string_view(family) == "chatml") {
+    if (std::string_view(family) == "chatml" || !*family) {
       for (const char* special : {"<|im_start|>", "<|im_end|>"}) {
         const int32_t id = tok.token_id(special);
         size_t n = 0;

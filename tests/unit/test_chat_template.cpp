@@ -30,12 +30,13 @@ std::vector<ChatMessage> conversation() {
   return {{"system", "Be brief."}, {"user", " Hi there \n"}, {"assistant", "Hello!"}, {"user", "Bye"}};
 }
 
-TEST(ChatTemplate, DetectsFamilies) {
-  EXPECT_EQ(ChatTemplate::resolve(kSmolLM2Template, "", "").family(), ChatFamily::kChatML);
-  EXPECT_EQ(ChatTemplate::resolve(kGemmaSnippet, "", "<bos>").family(), ChatFamily::kGemma);
-  EXPECT_EQ(ChatTemplate::resolve(kLlama3Snippet, "", "<|begin_of_text|>").family(), ChatFamily::kLlama3);
-  EXPECT_EQ(ChatTemplate::resolve(kLlama2Snippet, "", "<s>").family(), ChatFamily::kLlama2);
-  EXPECT_STREQ(ChatTemplate::resolve(kGemmaSnippet, "", "<bos>").family_name(), "gemma");
+TEST(ChatTemplate, AModelsTemplateIsRenderedAsJinja) {
+  for (const std::string& text : {kSmolLM2Template, kGemmaSnippet, kLlama3Snippet, kLlama2Snippet}) {
+    const auto t = ChatTemplate::resolve(text, "", "<s>");
+    EXPECT_EQ(t.family(), ChatFamily::kJinja) << text;
+    EXPECT_STREQ(t.family_name(), "jinja");
+    EXPECT_EQ(t.source(), text);
+  }
 }
 
 TEST(ChatTemplate, ExplicitFamilyWins) {
@@ -43,10 +44,16 @@ TEST(ChatTemplate, ExplicitFamilyWins) {
   EXPECT_EQ(t.family(), ChatFamily::kLlama3);
   EXPECT_EQ(ChatTemplate::resolve("", "gemma", "<bos>").family(), ChatFamily::kGemma);
   EXPECT_EQ(ChatTemplate::resolve("", "chatml", "").default_system_prompt(), "");
+  EXPECT_EQ(ChatTemplate::resolve(kSmolLM2Template, "chatml", "").default_system_prompt(), kSmolLM2System);
 }
 
-TEST(ChatTemplate, UnknownTemplateOrFamilyIsAnError) {
-  EXPECT_THROW(ChatTemplate::resolve("{% for m in messages %}{{ m.content }}{% endfor %}", "", ""), Error);
+TEST(ChatTemplate, UnparsableTemplateOrUnknownFamilyIsAnError) {
+  try {
+    ChatTemplate::resolve("{% for m in messages %}\n{{ m.content }}", "", "");
+    ADD_FAILURE() << "an unclosed for block parsed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--chat-template"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(ChatTemplate::resolve("", "", ""), Error);
   EXPECT_THROW(ChatTemplate::resolve(kSmolLM2Template, "vicuna", ""), Error);
 }
@@ -58,25 +65,27 @@ TEST(ChatTemplate, DefaultFamilyForArchitecture) {
   EXPECT_EQ(default_family_for_architecture("llama"), "");
 }
 
+// The hand-written chatml family and SmolLM2's own template through Jinja render the same text.
 TEST(ChatTemplate, ChatMLWithSmolLM2DefaultSystemPrompt) {
-  const auto t = ChatTemplate::resolve(kSmolLM2Template, "", "");
-  EXPECT_EQ(t.default_system_prompt(), kSmolLM2System);
-  EXPECT_FALSE(t.writes_bos());
-  EXPECT_EQ(t.apply({{"user", "Hi"}}),
-            "<|im_start|>system\n" + kSmolLM2System + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(t.apply(conversation(), /*add_generation_prompt=*/false),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi there \n<|im_end|>\n"
-            "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n");
+  for (const char* family : {"chatml", ""}) {
+    const auto t = ChatTemplate::resolve(kSmolLM2Template, family, "");
+    EXPECT_EQ(t.apply({{"user", "Hi"}}),
+              "<|im_start|>system\n" + kSmolLM2System + "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+        << family;
+    EXPECT_EQ(t.apply(conversation(), /*add_generation_prompt=*/false),
+              "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi there \n<|im_end|>\n"
+              "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n")
+        << family;
+  }
 }
 
 TEST(ChatTemplate, ChatMLDefaultSystemFromEscapedLiteral) {
-  const auto t = ChatTemplate::resolve(kQwenStyleTemplate, "", "");
+  const auto t = ChatTemplate::resolve(kQwenStyleTemplate, "chatml", "");
   EXPECT_EQ(t.default_system_prompt(), "You are Qwen, created by Alibaba Cloud.");
 }
 
 TEST(ChatTemplate, Gemma) {
   const auto t = ChatTemplate::resolve("", "gemma", "<bos>");
-  EXPECT_TRUE(t.writes_bos());
   EXPECT_EQ(t.apply(conversation()),
             "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
             "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
@@ -86,14 +95,14 @@ TEST(ChatTemplate, Gemma) {
 }
 
 TEST(ChatTemplate, Llama3) {
-  const auto t = ChatTemplate::resolve(kLlama3Snippet, "", "<|begin_of_text|>");
+  const auto t = ChatTemplate::resolve(kLlama3Snippet, "llama3", "<|begin_of_text|>");
   EXPECT_EQ(t.apply({{"system", "S "}, {"user", " U"}}),
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 TEST(ChatTemplate, Llama2) {
-  const auto t = ChatTemplate::resolve(kLlama2Snippet, "", "<s>");
+  const auto t = ChatTemplate::resolve(kLlama2Snippet, "llama2", "<s>");
   EXPECT_EQ(t.apply(conversation()),
             "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi there [/INST] Hello! </s><s>[INST] Bye [/INST]");
 }
@@ -106,14 +115,52 @@ TEST(ChatTemplate, EmptyMessagesAndUnknownRolesAreErrors) {
   }
 }
 
-TEST(ChatTemplate, SmolLM2GgufTemplateIsDetected) {
+TEST(ChatTemplate, SmolLM2GgufTemplateIsItsOwn) {
   auto file = GgufFile::open(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf");
   const auto text = file->get_string("tokenizer.chat_template");
   ASSERT_TRUE(text.has_value());
   EXPECT_EQ(*text, kSmolLM2Template);
   const auto t = ChatTemplate::resolve(*text, "", "");
-  EXPECT_EQ(t.family(), ChatFamily::kChatML);
-  EXPECT_EQ(t.default_system_prompt(), kSmolLM2System);
+  EXPECT_EQ(t.family(), ChatFamily::kJinja);
+  EXPECT_FALSE(t.renders_tools());
+}
+
+// A Jinja template's variables: the conversation, add_generation_prompt, bos/eos from the model
+// (a request's kwargs cannot replace them), the kwargs themselves, and tools with the template's
+// tool_use alternative when the request has tools.
+TEST(ChatTemplate, JinjaVariablesAndToolUseAlternative) {
+  const std::string tmpl =
+      "{{ bos_token }}|{{ eos_token }}|{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}"
+      "{% if enable_thinking is defined %}think={{ enable_thinking }}{% endif %}"
+      "{% if add_generation_prompt %}>{% endif %}";
+  const auto t = ChatTemplate::resolve(tmpl, "", "<s>", "</s>", "TOOLS:{{ tools | length }}");
+  EXPECT_TRUE(t.renders_tools());
+  ChatInput in;
+  in.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_EQ(t.render(in).text, "<s>|</s>|user:hi;>");
+  in.add_generation_prompt = false;
+  in.kwargs = {{"enable_thinking", false}, {"bos_token", "FORGED"}, {"messages", "FORGED"}};
+  EXPECT_EQ(t.render(in).text, "<s>|</s>|user:hi;think=False");
+  in.tools = nlohmann::ordered_json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  EXPECT_EQ(t.render(in).text, "TOOLS:1");
+  EXPECT_EQ(t.source(true), "TOOLS:{{ tools | length }}");
+  EXPECT_THROW(t.render(ChatInput{}), Error);  // no messages
+}
+
+TEST(ChatTemplate, JinjaMarksContentAndRaisesAsErrors) {
+  const auto t = ChatTemplate::resolve(kSmolLM2Template, "", "");
+  const RenderedChat r = t.render({{"user", "a<|im_end|>b"}}, false);
+  // Every string of the conversation is client data: the role and the content.
+  ASSERT_EQ(r.content.size(), 2u);
+  EXPECT_EQ(r.text.substr(r.content[0].first, r.content[0].second - r.content[0].first), "user");
+  EXPECT_EQ(r.text.substr(r.content[1].first, r.content[1].second - r.content[1].first), "a<|im_end|>b");
+  const auto raising = ChatTemplate::resolve("{{ raise_exception('roles must alternate') }}", "", "");
+  try {
+    raising.apply({{"user", "x"}});
+    ADD_FAILURE() << "raise_exception did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("roles must alternate"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ChatTemplate, GemmaGgufHasNoTemplateAndFallsBackByArchitecture) {

@@ -1,0 +1,131 @@
+#include "server/chat_input.h"
+
+#include <string>
+
+#include "server/bounded_json.h"
+#include "server/openai_request.h"
+
+namespace fathom {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param, "invalid_value");
+}
+
+[[noreturn]] void bad_type(const std::string& param, const char* expected) {
+  throw ApiError(400, "'" + param + "' must be " + expected, param, "invalid_type");
+}
+
+// A message's content: a string, null (absent), or text parts concatenated.
+ordered_json message_content(const json& message, const std::string& param) {
+  const auto it = message.find("content");
+  if (it == message.end() || it->is_null()) return nullptr;
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) bad_type(param, "a string or an array of text parts");
+  std::string text;
+  for (const json& part : *it) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+      bad(param, "'" + param + "': only {\"type\": \"text\", \"text\": ...} parts are supported");
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::string text_of(const ordered_json& content) { return content.is_string() ? content.get<std::string>() : ""; }
+
+// An assistant turn's tool_calls for a template: [{"id", "type", "function": {"name", "arguments"}}]
+// with the arguments parsed into an object where they are JSON text (templates print them with
+// tojson; a string would print quoted).
+ordered_json template_tool_calls(const json& calls, const std::string& param) {
+  if (!calls.is_array()) bad_type(param, "an array");
+  ordered_json out = ordered_json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& call = calls[i];
+    const std::string at = param + "[" + std::to_string(i) + "]";
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+      bad(at, "each tool call needs a 'function' object");
+    const json& f = call["function"];
+    if (!f.contains("name") || !f["name"].is_string()) bad(at, "each tool call needs 'function.name'");
+    ordered_json arguments = ordered_json::object();
+    if (f.contains("arguments") && f["arguments"].is_string()) {
+      const json parsed = parse_bounded_json(f["arguments"].get<std::string>());
+      if (parsed.is_discarded()) bad(at + ".function.arguments", "tool call arguments must be JSON text nested at most 64 levels");
+      arguments = ordered_json(parsed);
+    } else if (f.contains("arguments") && !f["arguments"].is_null()) {
+      bad_type(at + ".function.arguments", "a string of JSON");
+    }
+    ordered_json c = {{"id", call.value("id", json()).is_string() ? call["id"].get<std::string>() : "call_" + std::to_string(i)},
+                      {"type", "function"},
+                      {"function", {{"name", f["name"].get<std::string>()}, {"arguments", std::move(arguments)}}}};
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+ChatInput chat_input(const json& body, const ChatTemplate& tmpl, const ToolPlan& tools, bool add_generation_prompt) {
+  const auto m = body.find("messages");
+  if (m == body.end() || m->is_null()) bad("messages", "'messages' is required");
+  if (!m->is_array()) bad_type("messages", "an array of messages");
+  if (m->empty()) bad("messages", "'messages' must not be empty");
+  // The template itself sees tools and tool turns when it describes tools in the convention the
+  // server parses; otherwise they become text (see chat_input.h).
+  const bool structured = tmpl.renders_tools() && tmpl.source(tools.offered()).find("<tool_call>") != std::string::npos;
+  ChatInput in;
+  in.add_generation_prompt = add_generation_prompt;
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& msg = (*m)[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!msg.is_object()) bad_type(param, "an object with 'role' and 'content'");
+    auto role = msg.find("role");
+    if (role == msg.end() || !role->is_string()) bad_type(param + ".role", "a string");
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      bad(param + ".role", "unsupported role '" + r + "' (system, developer, user, assistant and tool are)");
+    ordered_json content = message_content(msg, param + ".content");
+    const auto calls = msg.find("tool_calls");
+    const bool has_calls = r == "assistant" && calls != msg.end() && !calls->is_null();
+    if (!structured) {
+      // The hand-written families and templates without tools read text turns only.
+      std::string text = text_of(content);
+      if (r == "tool") {
+        in.messages.push_back({{"role", "user"}, {"content", render_tool_result(text)}});
+        continue;
+      }
+      if (has_calls) text += (text.empty() ? "" : "\n") + render_tool_calls(*calls, param + ".tool_calls");
+      in.messages.push_back({{"role", r}, {"content", std::move(text)}});
+      continue;
+    }
+    ordered_json out = {{"role", r}, {"content", std::move(content)}};
+    if (has_calls) out["tool_calls"] = template_tool_calls(*calls, param + ".tool_calls");
+    for (const char* key : {"name", "tool_call_id", "reasoning_content"}) {
+      const auto it = msg.find(key);
+      if (it == msg.end() || it->is_null()) continue;
+      if (!it->is_string()) bad_type(param + "." + key, "a string");
+      out[key] = it->get<std::string>();
+    }
+    in.messages.push_back(std::move(out));
+  }
+  if (structured) {
+    if (tools.offered()) in.tools = body.at("tools");
+  } else if (const std::string section = tools_prompt(tools); !section.empty()) {
+    // The tools' descriptions lead the system message (one is added when there is none).
+    if (in.messages[0]["role"] == "system") {
+      in.messages[0]["content"] = text_of(in.messages[0]["content"]) + "\n\n" + section;
+    } else {
+      in.messages.insert(in.messages.begin(), ordered_json{{"role", "system"}, {"content", section}});
+    }
+  }
+  if (const auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+    if (!k->is_object()) bad_type("chat_template_kwargs", "an object of template variables");
+    in.kwargs = ordered_json(*k);
+  }
+  return in;
+}
+
+}  // namespace fathom
