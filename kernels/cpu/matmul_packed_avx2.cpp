@@ -12,7 +12,8 @@
 // 16-bit sums cannot overflow: a maddubs lane is at most 2·q·127 (q ≤ 15, 31, 63 for 4, 5, 6
 // bits), so 8 of them stay below 2^15 at 4 bits, 4 at 5 bits, 2 at 6 bits (Q3_K's 3-bit u = q + 4
 // is summed as Q6_K's). Q8_0 is not packed here: its unsigned panel quants (q + 128) would
-// saturate maddubs (2·255·127 > 2^15); IQ4_XS's levels are signed, multiplied with the sign trick.
+// saturate maddubs (2·255·127 > 2^15); IQ4_NL's and IQ4_XS's levels are signed, multiplied with
+// the sign trick.
 // Every activation row goes through the same instructions whatever mr is (batch invariance,
 // bitwise decode == prefill), as in the AVX-512 kernels.
 #include <immintrin.h>
@@ -310,6 +311,47 @@ void dot_packed_iq4_xs(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+// IQ4_NL: the Q4_0 panel, its nibbles the signed levels as in dot_packed_iq4_xs, one d a row:
+//   acc[r] += float(P) * d[r] * dx
+template <int MR>
+void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nb = a.K / 32;
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues)));
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* qp = a.w + p * a.row_bytes;
+    const uint8_t* sp = qp + nb * 256;
+    PanelPrefetch prefetch(qp, a.row_bytes, nb);
+    __m256 acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, qp += 256) {
+      prefetch();
+      for (int h = 0; h < 2; ++h) {
+        __m256i lo[4], hi[4], lo_abs[4], hi_abs[4];
+        load_nibbles(qp, h, lo, hi);
+        for (int v = 0; v < 4; ++v) {
+          lo[v] = _mm256_shuffle_epi8(table, lo[v]);
+          hi[v] = _mm256_shuffle_epi8(table, hi[v]);
+          lo_abs[v] = _mm256_abs_epi8(lo[v]);
+          hi_abs[v] = _mm256_abs_epi8(hi[v]);
+        }
+        const __m256 d = f16x8(sp + 32 * b + 16 * h);
+        for (int m = 0; m < MR; ++m) {
+          const int8_t* x = a.q + m * a.ldq + 32 * b;
+          __m256i s = _mm256_setzero_si256();
+          for (int v = 0; v < 4; ++v) {
+            s = _mm256_add_epi32(s, widen(_mm256_maddubs_epi16(lo_abs[v], _mm256_sign_epi8(bcast4(x + 4 * v), lo[v]))));
+            s = _mm256_add_epi32(s, widen(_mm256_maddubs_epi16(hi_abs[v], _mm256_sign_epi8(bcast4(x + 16 + 4 * v), hi[v]))));
+          }
+          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a.qd[m * a.ldqs + b])), acc[m][h]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+  }
+}
+
+template <int MR> struct PackedIQ4NL { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_nl<MR>(a, b, e); } };
 template <int MR> struct PackedIQ4XS { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_xs<MR>(a, b, e); } };
 template <int MR> struct PackedQ3K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q3_k<MR>(a, b, e); } };
 template <int MR> struct PackedQ4K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4_k<MR>(a, b, e); } };
@@ -327,6 +369,7 @@ void register_avx2_dot_packed(KernelTable& t) {
   t.dot_packed[kQ6_K] = by_mr<PackedQ6K>;
   t.dot_packed[kQ3_K] = by_mr<PackedQ3K>;
   t.dot_packed[kIQ4_XS] = by_mr<PackedIQ4XS>;
+  t.dot_packed[kIQ4_NL] = by_mr<PackedIQ4NL>;
 }
 
 }  // namespace fathom::cpu::detail

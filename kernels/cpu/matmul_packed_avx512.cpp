@@ -303,6 +303,41 @@ void dot_packed_iq4_xs(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+// IQ4_NL: the Q4_0 panel; its nibbles become levels + 128 with one byte shuffle:
+//   acc[r] += float(P - 128 qsum) * d[r] * dx
+template <int MR>
+void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nb = a.K / 32;
+  const __m512i table = _mm512_xor_si512(
+      _mm512_maskz_broadcast_i32x4(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIq4nlValues))),
+      _mm512_set1_epi8(static_cast<char>(0x80)));
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* qp = a.w + p * a.row_bytes;
+    const uint8_t* sp = qp + nb * 256;
+    PanelPrefetch prefetch(qp, a.row_bytes, nb);
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, qp += 256) {
+      prefetch();
+      __m512i lo[4], hi[4];
+      load_nibbles(qp, lo, hi);
+      for (int v = 0; v < 4; ++v) {
+        lo[v] = _mm512_shuffle_epi8(table, lo[v]);
+        hi[v] = _mm512_shuffle_epi8(table, hi[v]);
+      }
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + 32 * b)));
+      for (int m = 0; m < MR; ++m) {
+        __m512i s0, s1;
+        dot_sub_block(lo, hi, a.q + m * a.ldq + 32 * b, s0, s1);
+        const __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * a.qsum[m * a.ldqs + b]));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(a.qd[m * a.ldqs + b])), acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) store_panel(a.y + m * a.ldy, acc[m], p, a.rows_total);
+  }
+}
+
+template <int MR> struct PackedIQ4NL { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_nl<MR>(a, b, e); } };
 template <int MR> struct PackedQ3K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q3_k<MR>(a, b, e); } };
 template <int MR> struct PackedIQ4XS { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_xs<MR>(a, b, e); } };
 template <int MR> struct PackedQ4K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4_k<MR>(a, b, e); } };
@@ -322,6 +357,7 @@ void register_avx512_dot_packed(KernelTable& t) {
   t.dot_packed[kQ6_K] = by_mr<PackedQ6K>;
   t.dot_packed[kQ3_K] = by_mr<PackedQ3K>;
   t.dot_packed[kIQ4_XS] = by_mr<PackedIQ4XS>;
+  t.dot_packed[kIQ4_NL] = by_mr<PackedIQ4NL>;
 }
 
 }  // namespace fathom::cpu::detail

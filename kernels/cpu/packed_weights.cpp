@@ -21,6 +21,7 @@ NibbleFormat nibble_format(GgmlType type) {
     case GgmlType::Q4_0: return {sizeof(BlockQ4_0), offsetof(BlockQ4_0, qs), -1, offsetof(BlockQ4_0, d), -1};
     case GgmlType::Q4_1: return {sizeof(BlockQ4_1), offsetof(BlockQ4_1, qs), -1, offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m)};
     case GgmlType::Q5_0: return {sizeof(BlockQ5_0), offsetof(BlockQ5_0, qs), offsetof(BlockQ5_0, qh), offsetof(BlockQ5_0, d), -1};
+    case GgmlType::IQ4_NL: return {sizeof(BlockIQ4_NL), offsetof(BlockIQ4_NL, qs), -1, offsetof(BlockIQ4_NL, d), -1};
     default: return {sizeof(BlockQ5_1), offsetof(BlockQ5_1, qs), offsetof(BlockQ5_1, qh), offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)};
   }
 }
@@ -241,8 +242,8 @@ namespace {
 // every panel's quant vectors stay 64-byte aligned. Throws for an unsupported type or shape.
 size_t panel_bytes_for(GgmlType type, int64_t N, int64_t K) {
   FATHOM_CHECK(type == GgmlType::Q8_0 || type == GgmlType::Q4_0 || type == GgmlType::Q4_1 ||
-                   type == GgmlType::Q5_0 || type == GgmlType::Q5_1 || is_k_quant(type),
-               "PackedWeights: only Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q6_K and IQ4_XS are packed");
+                   type == GgmlType::Q5_0 || type == GgmlType::Q5_1 || type == GgmlType::IQ4_NL || is_k_quant(type),
+               "PackedWeights: only Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q6_K and IQ4_XS are packed");
   const int64_t unit = is_k_quant(type) ? 256 : 32;
   FATHOM_CHECK(N > 0 && K > 0 && K % unit == 0, "PackedWeights: bad shape");
   const int64_t unit_bytes = is_k_quant(type) ? k_unit_bytes(type) : quant_bytes(type) + scale_bytes(type);

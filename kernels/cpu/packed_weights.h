@@ -15,7 +15,7 @@
 //   quants: K / 32 chunks of kQuantBytes, then scales: K / 32 chunks of kScaleBytes.
 //   Q8_0: quants 8 x 64 bytes; vector j, lane r = q[r][4j .. 4j + 3] + 128 (unsigned bytes).
 //         scales: d of the 16 rows (f16).
-//   Q4_0, Q4_1: quants 4 x 64 bytes; vector j, lane r = qs[r][4j .. 4j + 3] as stored (low
+//   Q4_0, Q4_1, IQ4_NL: quants 4 x 64 bytes; vector j, lane r = qs[r][4j .. 4j + 3] as stored (low
 //         nibbles: columns 4j..4j+3, high nibbles: 16 + 4j..16 + 4j + 3).
 //         scales: d of the 16 rows (f16), then (Q4_1) m of the 16 rows (f16).
 //   Q5_0, Q5_1: the Q4 quants, then 64 bytes of 5th bits: byte j of lane r holds, in bits
@@ -43,7 +43,7 @@ class PackedWeights {
   static constexpr int kPanelRows = 16;
 
   // True when this machine's kernels read `type` packed at the SIMD level active now (AVX-512
-  // VNNI: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q6_K, IQ4_XS; AVX2: the same but Q8_0).
+  // VNNI: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q6_K, IQ4_XS; AVX2: the same but Q8_0).
   static bool supported(GgmlType type);
 
   // W: [N][K] in `type`, GGUF layout (as matmul takes it). Requires supported(type).
