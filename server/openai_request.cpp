@@ -8,6 +8,7 @@
 #include "server/attention_options.h"
 #include "server/bounded_json.h"
 #include "server/chat_input.h"
+#include "server/reasoning.h"
 #include "server/config.h"
 #include "server/known_fields.h"
 #include "server/request_rules.h"
@@ -137,7 +138,7 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Mod
 }
 
 std::vector<int32_t> chat_prompt(const json& body, const Model& model, const ToolPlan& tools = {},
-                                 bool add_generation_prompt = true) {
+                                 bool add_generation_prompt = true, std::string* rendered_text = nullptr) {
   const ChatTemplate* tmpl = nullptr;
   try {
     tmpl = &model.chat_template();
@@ -146,7 +147,7 @@ std::vector<int32_t> chat_prompt(const json& body, const Model& model, const Too
   }
   const ChatInput input = chat_input(body, *tmpl, tools, add_generation_prompt);
   try {
-    return model.encode_chat(input);
+    return model.encode_chat(input, rendered_text);
   } catch (const Error& e) {
     bad("messages", e.what());
   }
@@ -392,7 +393,12 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
   out.model = config.model_name;
   check_known_fields(body, out.kind, config);
   out.tools = parse_tools(body);
-  out.engine.prompt = chat_prompt(body, model, out.tools);
+  std::string prompt_text;
+  out.engine.prompt = chat_prompt(body, model, out.tools, /*add_generation_prompt=*/true, &prompt_text);
+  // A reasoning model's template writes </think>: its answers are split (server/reasoning.h).
+  const ChatTemplate& tmpl = model.chat_template();
+  out.reasoning = tmpl.is_jinja() && tmpl.source(out.tools.offered()).find("</think>") != std::string::npos;
+  out.reasoning_open = out.reasoning && prompt_opens_thinking(prompt_text);
   out.logprobs = get_bool(body, "logprobs").value_or(false);
   if (auto v = get_int(body, "top_logprobs", 0, kMaxTopLogprobs)) {
     if (!out.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");

@@ -46,6 +46,10 @@ struct ApiRequest {
   // max_output_tokens, temperature, top_p, metadata, user); null for the other APIs.
   nlohmann::json responses;
   ToolPlan tools;  // chat: function tools offered and how the model must use them
+  // chat with a reasoning model's template: answers are split into reasoning_content and content
+  // (server/reasoning.h); reasoning_open: the prompt ends inside an open <think> block.
+  bool reasoning = false;
+  bool reasoning_open = false;
   int32_t choices() const { return engine.n * static_cast<int32_t>(prompts.empty() ? 1 : prompts.size()); }
 };
 

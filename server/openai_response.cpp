@@ -5,6 +5,7 @@
 
 #include "base/utf8.h"
 #include "engine/model/tokenizer.h"
+#include "server/reasoning.h"
 
 namespace fathom {
 
@@ -154,11 +155,15 @@ json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::v
   json out = envelope(req, meta, false);
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
-    json message = {{"role", "assistant"}, {"content", choices[i].text}};
+    // A reasoning model's thinking comes back beside the answer; tool calls are parsed in the answer.
+    const ReasoningPiece split =
+        req.reasoning ? split_reasoning(choices[i].text, req.reasoning_open) : ReasoningPiece{"", choices[i].text};
+    json message = {{"role", "assistant"}, {"content", split.content}};
+    if (req.reasoning) message["reasoning_content"] = split.reasoning.empty() ? json(nullptr) : json(split.reasoning);
     json finish = finish_json(choices[i].finish);
     std::string content;
     const std::vector<ToolCall> calls =
-        answer_tool_calls(req.tools, choices[i].text, choices[i].finish, content, tool_call_id(meta, i));
+        answer_tool_calls(req.tools, split.content, choices[i].finish, content, tool_call_id(meta, i));
     if (!calls.empty()) {
       message["content"] = content.empty() ? json(nullptr) : json(content);
       message["tool_calls"] = tool_calls_json(calls, false);

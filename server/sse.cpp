@@ -4,6 +4,7 @@
 
 #include "engine/engine.h"
 #include "engine/model/tokenizer.h"
+#include "server/reasoning.h"
 #include "server/responses_api.h"
 #include "server/tool_stream.h"
 
@@ -189,6 +190,9 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
   std::vector<ToolCallStream> tool_streams;  // chat with tools: per choice
   if (req_.tools.offered() && req_.responses.is_null())
     for (int32_t c = 0; c < req_.choices(); ++c) tool_streams.emplace_back(req_.tools, tool_call_id(meta_, c));
+  std::vector<ReasoningSplit> reasoning;  // chat with a reasoning model: per choice (server/reasoning.h)
+  if (req_.reasoning && req_.responses.is_null())
+    for (int32_t c = 0; c < req_.choices(); ++c) reasoning.emplace_back(req_.reasoning_open);
   // /v1/responses frames its own event sequence (one choice); the other APIs send chunks.
   std::optional<ResponsesStream> responses;
   if (!req_.responses.is_null()) responses.emplace(req_, meta_);
@@ -234,6 +238,22 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
                                    : error_body(500, "generation failed: " + event.error, "", "engine_error"))))
         return gone();
       continue;
+    }
+    if (!reasoning.empty()) {  // thinking goes out as reasoning_content deltas, the answer goes on
+      ReasoningPiece piece = reasoning[c].push(event.text);
+      if (event.finish != FinishReason::kNone) {
+        ReasoningPiece tail = reasoning[c].finish();
+        piece.reasoning += tail.reasoning;
+        piece.content += tail.content;
+      }
+      if (!piece.reasoning.empty()) {
+        if (!write(sse_frame(chat_delta_chunk(req_, meta_, event.choice, {{"reasoning_content", piece.reasoning}},
+                                              first[c], nlohmann::json()))))
+          return gone();
+        first[c] = false;
+        last_write = std::chrono::steady_clock::now();
+      }
+      event.text = std::move(piece.content);
     }
     if (!tool_streams.empty()) {  // text as it comes unless it may be a tool call (server/tool_stream.h)
       std::vector<nlohmann::json> deltas = tool_streams[c].push(event.text);

@@ -47,8 +47,10 @@ std::vector<int32_t> Model::encode_chat(const std::vector<ChatMessage>& messages
   return encode_rendered(tokenizer(), chat_template().render(messages, add_generation_prompt));
 }
 
-std::vector<int32_t> Model::encode_chat(const ChatInput& input) const {
-  return encode_rendered(tokenizer(), chat_template().render(input));
+std::vector<int32_t> Model::encode_chat(const ChatInput& input, std::string* rendered_text) const {
+  const RenderedChat r = chat_template().render(input);
+  if (rendered_text != nullptr) *rendered_text = r.text;
+  return encode_rendered(tokenizer(), r);
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const std::string& chat_template) {

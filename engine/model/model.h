@@ -35,7 +35,8 @@ class Model {
   // wrote them (message content is text: it cannot forge a turn). Throws fathom::Error as
   // chat_template() and ChatTemplate::render do.
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
-  std::vector<int32_t> encode_chat(const ChatInput& input) const;
+  // `rendered_text` (optional) gets the prompt text.
+  std::vector<int32_t> encode_chat(const ChatInput& input, std::string* rendered_text = nullptr) const;
   const GgufFile& file() const { return *file_; }
 
  private:

@@ -149,3 +149,49 @@ def test_an_unreadable_template_file_stops_the_server_with_its_reason(fathom_bin
             with s:
                 pass
         assert reason in s.stderr, s.stderr[-2000:]
+
+
+# -- reasoning: <think>…</think> comes back as reasoning_content ------------------------------------
+
+R1 = TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"
+# SmolLM2 never writes </think> by itself: a grammar makes it answer like a reasoning model.
+THINKING = {"guided_grammar": 'root ::= "<think>" [a-z ]{3,12} "</think>\\n\\nParis"', "temperature": 0}
+
+
+def stream_deltas(server, body):
+    """(reasoning_content, content) concatenated over a streamed chat completion."""
+    r = requests.post(f"{server.base_url}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=300)
+    assert r.status_code == 200, r.text
+    reasoning, content = "", ""
+    for line in r.iter_lines():
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        for c in json.loads(line[6:])["choices"]:
+            reasoning += c["delta"].get("reasoning_content") or ""
+            content += c["delta"].get("content") or ""
+    return reasoning, content
+
+
+def test_thinking_is_split_from_the_answer(qwen3):
+    body = {"messages": [{"role": "user", "content": "Capital of France?"}], "max_tokens": 24, **THINKING}
+    m = post(qwen3, "/v1/chat/completions", body)["choices"][0]["message"]
+    assert m["content"] == "Paris"
+    assert 3 <= len(m["reasoning_content"]) <= 12 and "<think>" not in m["reasoning_content"]
+    assert stream_deltas(qwen3, body) == (m["reasoning_content"], m["content"])
+
+
+def test_without_a_think_block_everything_is_content(qwen3):
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0,
+            "chat_template_kwargs": {"enable_thinking": False}}
+    m = post(qwen3, "/v1/chat/completions", body)["choices"][0]["message"]
+    assert m["reasoning_content"] is None and m["content"]
+    assert stream_deltas(qwen3, body) == ("", m["content"])
+
+
+def test_a_prompt_that_opens_the_block_starts_in_reasoning(fathom_bin, smollm2_path):
+    # DeepSeek-R1 distills' template ends the prompt with "<think>\n": the output starts inside it.
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--chat-template", R1]) as s:
+        body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0}
+        choice = post(s, "/v1/chat/completions", body)["choices"][0]
+        assert choice["message"]["reasoning_content"] and not choice["message"]["content"]
+        assert stream_deltas(s, body) == (choice["message"]["reasoning_content"], "")

@@ -1,0 +1,37 @@
+#pragma once
+// A reasoning model's output split into its thinking and its answer, as vLLM's, SGLang's and
+// DeepSeek's APIs return them (`reasoning_content` beside `content`): the span between <think> and
+// </think> is reasoning, the rest is the answer. A prompt that ends inside an open <think> block
+// (DeepSeek-R1 distills' templates open it; Qwen 3 with enable_thinking=false closes it) starts in
+// the reasoning span. Enabled for chat templates that write </think> (server/openai_request.cpp).
+#include <string>
+#include <string_view>
+
+namespace fathom {
+
+struct ReasoningPiece {
+  std::string reasoning;
+  std::string content;
+};
+
+class ReasoningSplit {
+ public:
+  explicit ReasoningSplit(bool starts_inside) : state_(starts_inside ? State::kInside : State::kStart) {}
+  // The next piece of generated text; a tail that may be the start of a tag is held back.
+  ReasoningPiece push(std::string_view text);
+  // Whatever is held, at the end of the choice.
+  ReasoningPiece finish();
+
+ private:
+  enum class State { kStart, kInside, kAnswerStart, kAnswer };
+  State state_;
+  std::string held_;
+};
+
+// The whole text at once.
+ReasoningPiece split_reasoning(std::string_view text, bool starts_inside);
+
+// True when a rendered prompt ends inside an open <think> block.
+bool prompt_opens_thinking(std::string_view prompt_text);
+
+}  // namespace fathom
