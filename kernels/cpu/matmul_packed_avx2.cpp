@@ -351,6 +351,54 @@ void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+// Q2_K super-block panel (pack_q2_k), as the AVX-512 kernel: 2-bit quants, per 16-column group the
+// rows' scale|min byte, per super-block d and dmin.
+template <int MR>
+void dot_packed_q2_k(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  const __m256i three = _mm256_set1_epi8(3), low4 = _mm256_set1_epi32(0xF);
+  auto bytes8 = [](const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); };
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
+    __m256 acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 1344) {
+      for (int j = 0; j < 8; ++j) {
+        prefetch();
+        for (int h = 0; h < 2; ++h) {
+          const __m256i l0 = load32(u + 128 * j + 32 * h), l1 = load32(u + 128 * j + 64 + 32 * h);
+          __m256i lo[4], hi[4];
+          for (int k = 0; k < 4; ++k) {
+            lo[k] = _mm256_and_si256(_mm256_srli_epi16(l0, 2 * k), three);
+            hi[k] = _mm256_and_si256(_mm256_srli_epi16(l1, 2 * k), three);
+          }
+          const __m256 d = f16x8(u + 1280 + 16 * h), dmin = f16x8(u + 1312 + 16 * h);
+          const __m256i sm_lo = bytes8(u + 1024 + 32 * j + 8 * h), sm_hi = bytes8(u + 1040 + 32 * j + 8 * h);
+          const __m256 sc_lo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(sm_lo, low4)));
+          const __m256 sc_hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(sm_hi, low4)));
+          const __m256 mn_lo = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(sm_lo, 4)));
+          const __m256 mn_hi = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(sm_hi, 4)));
+          for (int m = 0; m < MR; ++m) {
+            const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j);
+            const int64_t blk = m * a.ldqs + 8 * i + j;
+            const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
+            const float dx = a.qd[blk];
+            const __m256 vdx = _mm256_set1_ps(dx);
+            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.lo6bit()), _mm256_mul_ps(sc_lo, vdx), acc[m][h]);
+            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.hi6bit()), _mm256_mul_ps(sc_hi, vdx), acc[m][h]);
+            acc[m][h] = _mm256_fnmadd_ps(mn_lo, _mm256_set1_ps(dx * static_cast<float>(q16[0])), acc[m][h]);
+            acc[m][h] = _mm256_fnmadd_ps(mn_hi, _mm256_set1_ps(dx * static_cast<float>(q16[1])), acc[m][h]);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+  }
+}
+
+template <int MR> struct PackedQ2K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q2_k<MR>(a, b, e); } };
 template <int MR> struct PackedIQ4NL { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_nl<MR>(a, b, e); } };
 template <int MR> struct PackedIQ4XS { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_xs<MR>(a, b, e); } };
 template <int MR> struct PackedQ3K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q3_k<MR>(a, b, e); } };
@@ -370,6 +418,7 @@ void register_avx2_dot_packed(KernelTable& t) {
   t.dot_packed[kQ3_K] = by_mr<PackedQ3K>;
   t.dot_packed[kIQ4_XS] = by_mr<PackedIQ4XS>;
   t.dot_packed[kIQ4_NL] = by_mr<PackedIQ4NL>;
+  t.dot_packed[kQ2_K] = by_mr<PackedQ2K>;
 }
 
 }  // namespace fathom::cpu::detail

@@ -337,6 +337,55 @@ void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+// Q2_K super-block panel (pack_q2_k): per sub-block j two vectors of 2-bit quants (as Q3_K's) and
+// per 16-column group the rows' scale|min byte; per super-block their d and dmin:
+//   acc[r] += float(P_lo) * d sc_lo * dx + float(P_hi) * d sc_hi * dx
+//   acc2[r] += dmin m_lo * (dx qsum16_lo) + dmin m_hi * (dx qsum16_hi)
+template <int MR>
+void dot_packed_q2_k(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  const __m512i three = _mm512_set1_epi8(3), low4 = _mm512_set1_epi32(0xF);
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
+    __m512 acc[MR], acc2[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 1344) {
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 1280)));
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 1312)));
+      for (int j = 0; j < 8; ++j) {
+        prefetch();
+        const __m512i l0 = _mm512_load_si512(u + 128 * j), l1 = _mm512_load_si512(u + 128 * j + 64);
+        __m512i lo[4], hi[4];
+        for (int k = 0; k < 4; ++k) {
+          lo[k] = _mm512_and_si512(_mm512_srli_epi16(l0, 2 * k), three);
+          hi[k] = _mm512_and_si512(_mm512_srli_epi16(l1, 2 * k), three);
+        }
+        const __m512i sm_lo = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 1024 + 32 * j)));
+        const __m512i sm_hi = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(u + 1040 + 32 * j)));
+        const __m512 sc_lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(sm_lo, low4)));
+        const __m512 sc_hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(sm_hi, low4)));
+        const __m512 mn_lo = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(sm_lo, 4)));
+        const __m512 mn_hi = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(sm_hi, 4)));
+        for (int m = 0; m < MR; ++m) {
+          __m512i s0, s1;
+          dot_sub_block(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j, s0, s1);
+          const int64_t blk = m * a.ldqs + 8 * i + j;
+          const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
+          const float dx = a.qd[blk];
+          const __m512 vdx = _mm512_set1_ps(dx);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(sc_lo, vdx), acc[m]);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(sc_hi, vdx), acc[m]);
+          acc2[m] = _mm512_fmadd_ps(mn_lo, _mm512_set1_ps(dx * static_cast<float>(q16[0])), acc2[m]);
+          acc2[m] = _mm512_fmadd_ps(mn_hi, _mm512_set1_ps(dx * static_cast<float>(q16[1])), acc2[m]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m) store_panel(a.y + m * a.ldy, _mm512_sub_ps(acc[m], acc2[m]), p, a.rows_total);
+  }
+}
+
+template <int MR> struct PackedQ2K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q2_k<MR>(a, b, e); } };
 template <int MR> struct PackedIQ4NL { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_nl<MR>(a, b, e); } };
 template <int MR> struct PackedQ3K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q3_k<MR>(a, b, e); } };
 template <int MR> struct PackedIQ4XS { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_xs<MR>(a, b, e); } };
@@ -358,6 +407,7 @@ void register_avx512_dot_packed(KernelTable& t) {
   t.dot_packed[kQ3_K] = by_mr<PackedQ3K>;
   t.dot_packed[kIQ4_XS] = by_mr<PackedIQ4XS>;
   t.dot_packed[kIQ4_NL] = by_mr<PackedIQ4NL>;
+  t.dot_packed[kQ2_K] = by_mr<PackedQ2K>;
 }
 
 }  // namespace fathom::cpu::detail

@@ -204,6 +204,39 @@ void pack_q3_k(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_
   for (int r = 0; r < kRows; ++r) std::memcpy(dst + 1792 + 2 * r, &block(r).d, 2);
 }
 
+// Q2_K super-block i of rows r0..r0+15, per sub-block j (32 columns) 128 bytes of quants: the
+// 2-bit vectors of pack_q3_k (columns 0..15, then 16..31); then [8 x 32 scale bytes][16 d][16 dmin]:
+// the scale byte of sub-block j, columns 0..15 then 16..31, of the 16 rows, as stored (scale in the
+// low nibble, min in the high one). Exactly the stored bytes per row.
+void pack_q2_k(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_t i, uint8_t* dst) {
+  const BlockQ2_K zero{};  // rows past N: d = dmin = 0
+  auto block = [&](int r) -> const BlockQ2_K& {
+    return r0 + r < N ? reinterpret_cast<const BlockQ2_K*>(W + (r0 + r) * row_bytes)[i] : zero;
+  };
+  auto low2 = [&](int r, int e) { return (block(r).qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3; };
+  for (int j = 0; j < 8; ++j) {
+    uint8_t* q = dst + 128 * j;
+    for (int r = 0; r < kRows; ++r)
+      for (int t = 0; t < 4; ++t) {
+        uint8_t lo = 0, hi = 0;
+        for (int k = 0; k < 4; ++k) {
+          lo |= static_cast<uint8_t>(low2(r, 32 * j + 4 * k + t) << (2 * k));
+          hi |= static_cast<uint8_t>(low2(r, 32 * j + 16 + 4 * k + t) << (2 * k));
+        }
+        q[4 * r + t] = lo;
+        q[64 + 4 * r + t] = hi;
+      }
+    for (int r = 0; r < kRows; ++r) {
+      dst[1024 + 32 * j + r] = block(r).scales[2 * j];
+      dst[1024 + 32 * j + 16 + r] = block(r).scales[2 * j + 1];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    std::memcpy(dst + 1280 + 2 * r, &block(r).d, 2);
+    std::memcpy(dst + 1312 + 2 * r, &block(r).dmin, 2);
+  }
+}
+
 // IQ4_XS super-block i of rows r0..r0+15: [8 x 256 nibbles (the level indices, Q4 layout)]
 // [8 x 16 scales][16 d] (+32 bytes padding). Scales of sub-block j: 16 rows' signed scale.
 void pack_iq4_xs(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int64_t i, uint8_t* dst) {
@@ -220,13 +253,20 @@ void pack_iq4_xs(const uint8_t* W, size_t row_bytes, int64_t r0, int64_t N, int6
 }
 
 // Bytes per super-block panel (64-byte multiples).
-constexpr int kQ4KUnit = 2368, kQ6KUnit = 3392, kQ3KUnit = 1856, kIQ4XSUnit = 2240;
+constexpr int kQ4KUnit = 2368, kQ6KUnit = 3392, kQ3KUnit = 1856, kIQ4XSUnit = 2240, kQ2KUnit = 1344;
 
 bool is_k_quant(GgmlType t) {
-  return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS;
+  return t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS ||
+         t == GgmlType::Q2_K;
 }
 int k_unit_bytes(GgmlType t) {
-  return t == GgmlType::Q4_K ? kQ4KUnit : t == GgmlType::Q6_K ? kQ6KUnit : t == GgmlType::Q3_K ? kQ3KUnit : kIQ4XSUnit;
+  switch (t) {
+    case GgmlType::Q2_K: return kQ2KUnit;
+    case GgmlType::Q3_K: return kQ3KUnit;
+    case GgmlType::Q4_K: return kQ4KUnit;
+    case GgmlType::Q6_K: return kQ6KUnit;
+    default: return kIQ4XSUnit;
+  }
 }
 
 }  // namespace
@@ -243,7 +283,7 @@ namespace {
 size_t panel_bytes_for(GgmlType type, int64_t N, int64_t K) {
   FATHOM_CHECK(type == GgmlType::Q8_0 || type == GgmlType::Q4_0 || type == GgmlType::Q4_1 ||
                    type == GgmlType::Q5_0 || type == GgmlType::Q5_1 || type == GgmlType::IQ4_NL || is_k_quant(type),
-               "PackedWeights: only Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q6_K and IQ4_XS are packed");
+               "PackedWeights: only Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K and IQ4_XS are packed");
   const int64_t unit = is_k_quant(type) ? 256 : 32;
   FATHOM_CHECK(N > 0 && K > 0 && K % unit == 0, "PackedWeights: bad shape");
   const int64_t unit_bytes = is_k_quant(type) ? k_unit_bytes(type) : quant_bytes(type) + scale_bytes(type);
@@ -280,6 +320,8 @@ void PackedWeights::pack(const void* W, uint8_t* out) {
       for (int64_t i = 0; i < nb; ++i) pack_q4_k(w, row_bytes, p * kRows, N, i, dst + i * kQ4KUnit);
     else if (type_ == GgmlType::Q6_K)
       for (int64_t i = 0; i < nb; ++i) pack_q6_k(w, row_bytes, p * kRows, N, i, dst + i * kQ6KUnit);
+    else if (type_ == GgmlType::Q2_K)
+      for (int64_t i = 0; i < nb; ++i) pack_q2_k(w, row_bytes, p * kRows, N, i, dst + i * kQ2KUnit);
     else if (type_ == GgmlType::Q3_K)
       for (int64_t i = 0; i < nb; ++i) pack_q3_k(w, row_bytes, p * kRows, N, i, dst + i * kQ3KUnit);
     else if (type_ == GgmlType::IQ4_XS)

@@ -27,7 +27,8 @@
 //         mins) as bytes, and the rows' d (dmin). Same bytes per row as stored (+1% padding, Q6_K).
 //   IQ4_XS: as Q4_K without mins: the level indices as nibbles, the rows' signed 6-bit scales,
 //         their d (+3% padding). Q3_K: per sub-block two vectors of 2-bit quants and one of 3rd
-//         bits (pack_q3_k), 16-column scales as Q6_K's, the rows' d (+5.5% over stored).
+//         bits (pack_q3_k), 16-column scales as Q6_K's, the rows' d (+5.5% over stored). Q2_K:
+//         Q3_K's 2-bit vectors, the stored scale|min bytes per 16 columns, d and dmin (no padding).
 // Values are exactly the stored ones (no requantization): results match the stored kernels'
 // up to f32 summation order.
 #include <cstddef>
@@ -43,7 +44,8 @@ class PackedWeights {
   static constexpr int kPanelRows = 16;
 
   // True when this machine's kernels read `type` packed at the SIMD level active now (AVX-512
-  // VNNI: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q6_K, IQ4_XS; AVX2: the same but Q8_0).
+  // VNNI: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS; AVX2: the same but
+  // Q8_0).
   static bool supported(GgmlType type);
 
   // W: [N][K] in `type`, GGUF layout (as matmul takes it). Requires supported(type).
