@@ -56,9 +56,14 @@ std::optional<int64_t> get_int(const json& body, const char* key, int64_t min, i
   if (!is_integral(*v)) bad_type(key, "an integer");
   const int64_t x = integer_value(*v);  // saturates above INT64_MAX: such a value is out of range here
   const bool above = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
-  if (above || x < min || x > max)
-    bad(key, "'" + std::string(key) + "' must be between " + std::to_string(min) + " and " + std::to_string(max) +
-                 ", got " + (above ? std::to_string(v->get<uint64_t>()) : std::to_string(x)));
+  if (above || x < min || x > max) {
+    // Appended piece by piece: GCC 12's -Wrestrict misreads the chained operator+ once inlined.
+    std::string message = "'";
+    message.append(key).append("' must be between ").append(std::to_string(min)).append(" and ");
+    message.append(std::to_string(max)).append(", got ");
+    message.append(above ? std::to_string(v->get<uint64_t>()) : std::to_string(x));
+    bad(key, message);
+  }
   return x;
 }
 
