@@ -186,7 +186,9 @@ void KvPlacement::make_resident(BatchPlan& plan, const std::vector<Sequence*>& p
     const Sequence& s = *planned[i];
     // A step that opens a block also reads the block before it (the running V sum and K moments carry over).
     const int32_t first = s.n_computed % bs == 0 && s.n_computed > 0 ? s.n_computed / bs - 1 : s.n_computed / bs;
-    for (int32_t b = first; b <= (s.n_computed + chunk_of[i] - 1) / bs; ++b) {
+    const int32_t last = (s.n_computed + chunk_of[i] - 1) / bs;
+    FATHOM_CHECK(last < static_cast<int32_t>(s.blocks.size()), "a planned step writes past its block table");
+    for (int32_t b = first; b <= last; ++b) {
       writes.push_back({s.blocks[b], b * bs < s.n_computed});
       written_step_[s.blocks[b]] = steps_;
     }

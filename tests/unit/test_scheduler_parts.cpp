@@ -109,7 +109,8 @@ TEST(KvPlacement, AStepsBlocksBecomeDeviceResidentByDemotingTheOldest) {
   Sequence& a = p.running(std::vector<int32_t>(64, 300));  // 4 blocks, written first
   Sequence& b = p.running(std::vector<int32_t>(48, 301));  // 3 blocks: some land in the host tier
   ASSERT_EQ(p.kv->allocator().used_slots(KvTier::kHost), 3);
-  b.tokens.push_back(5);  // b decodes one token into its last block (which holds data)
+  b.tokens.push_back(5);  // b decodes one token: position 48 opens its fourth block
+  ASSERT_TRUE(p.kv->ensure_room(b, 49));  // as the scheduler does before planning the step
   BatchPlan plan;
   plan.seqs.push_back(SeqStep{std::span<const int32_t>(b.tokens).subspan(48, 1), 48, &b.blocks, LogitsWanted::kLast});
   p.kv->begin_plan();
