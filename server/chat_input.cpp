@@ -67,6 +67,16 @@ ordered_json template_tool_calls(const json& calls, const std::string& param) {
 
 }  // namespace
 
+ToolRendering tool_rendering(const ChatTemplate& tmpl, bool with_tools) {
+  if (!tmpl.renders_tools()) return {};
+  const std::string& source = tmpl.source(with_tools);
+  if (source.find("<tool_call>") != std::string::npos) return {true, ToolPlan::Format::kHermes};
+  // Llama 3.1-3.3's templates: 'Respond in the format {"name": function name, "parameters": ...}'.
+  if (source.find("\"parameters\": dictionary of argument name") != std::string::npos)
+    return {true, ToolPlan::Format::kLlamaJson};
+  return {};
+}
+
 ChatInput chat_input(const json& body, const ChatTemplate& tmpl, const ToolPlan& tools, bool add_generation_prompt) {
   const auto m = body.find("messages");
   if (m == body.end() || m->is_null()) bad("messages", "'messages' is required");
@@ -74,7 +84,7 @@ ChatInput chat_input(const json& body, const ChatTemplate& tmpl, const ToolPlan&
   if (m->empty()) bad("messages", "'messages' must not be empty");
   // The template itself sees tools and tool turns when it describes tools in the convention the
   // server parses; otherwise they become text (see chat_input.h).
-  const bool structured = tmpl.renders_tools() && tmpl.source(tools.offered()).find("<tool_call>") != std::string::npos;
+  const bool structured = tool_rendering(tmpl, tools.offered()).structured;
   ChatInput in;
   in.add_generation_prompt = add_generation_prompt;
   for (size_t i = 0; i < m->size(); ++i) {

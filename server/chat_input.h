@@ -3,7 +3,8 @@
 // template takes it. A Jinja template that describes tools itself in the Hermes convention the
 // server parses (<tool_call>: Qwen 2.5/3, Hermes, SmolLM3) gets the request's tools, assistant
 // tool_calls (arguments as objects, as vLLM passes them) and tool turns as they are. Any other
-// template gets them flattened into text: the server's tool section in the system turn, calls as
+// template (Llama 3.x's own tool prompt, {"name", "parameters"} calls, is the other format parsed)
+// gets them flattened into text: the server's tool section in the system turn, calls as
 // <tool_call> blocks, results as user turns in <tool_response> (server/tools.h).
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,15 @@
 #include "server/tools.h"
 
 namespace fathom {
+
+// How `tmpl` takes tools: `structured` when it describes them itself in a call format the server
+// parses (Hermes <tool_call>, or Llama 3.x's {"name", "parameters"} prompt), with that format;
+// otherwise the flattened Hermes form.
+struct ToolRendering {
+  bool structured = false;
+  ToolPlan::Format format = ToolPlan::Format::kHermes;
+};
+ToolRendering tool_rendering(const ChatTemplate& tmpl, bool with_tools);
 
 // Throws ApiError (400) naming the field for a malformed message, tool call or kwargs.
 ChatInput chat_input(const nlohmann::json& body, const ChatTemplate& tmpl, const ToolPlan& tools,

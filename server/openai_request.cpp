@@ -142,7 +142,8 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Mod
   return prompts;
 }
 
-std::vector<int32_t> chat_prompt(const json& body, const Model& model, const ToolPlan& tools = {},
+// Sets tools.format to the template's call format.
+std::vector<int32_t> chat_prompt(const json& body, const Model& model, ToolPlan& tools,
                                  bool add_generation_prompt = true, std::string* rendered_text = nullptr) {
   const ChatTemplate* tmpl = nullptr;
   try {
@@ -150,6 +151,7 @@ std::vector<int32_t> chat_prompt(const json& body, const Model& model, const Too
   } catch (const Error& e) {
     bad("messages", e.what());
   }
+  tools.format = tool_rendering(*tmpl, tools.offered()).format;
   const ChatInput input = chat_input(body, *tmpl, tools, add_generation_prompt);
   try {
     return model.encode_chat(input, rendered_text);
@@ -388,7 +390,7 @@ ApiRequest parse_completion_request(const json& body, const Model& model, const 
   return out;
 }
 
-std::vector<int32_t> encode_chat_body(const json& body, const Model& model, const ToolPlan& tools) {
+std::vector<int32_t> encode_chat_body(const json& body, const Model& model, ToolPlan& tools) {
   return chat_prompt(body, model, tools);
 }
 
@@ -422,8 +424,10 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
 std::vector<int32_t> parse_tokenize_request(const json& body, const Model& model) {
   // Chat input as vLLM's /tokenize takes it: the conversation, its tools and template kwargs, and
   // whether the assistant's turn is opened.
-  if (field(body, "messages"))
-    return chat_prompt(body, model, parse_tools(body), get_bool(body, "add_generation_prompt").value_or(true));
+  if (field(body, "messages")) {
+    ToolPlan tools = parse_tools(body);
+    return chat_prompt(body, model, tools, get_bool(body, "add_generation_prompt").value_or(true));
+  }
   const char* key = field(body, "prompt") ? "prompt" : "text";
   const json* text = field(body, key);
   if (!text) bad("prompt", "'prompt' (or 'text' or 'messages') is required");

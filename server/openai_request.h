@@ -64,8 +64,9 @@ void check_model_name(const nlohmann::json& body, const ServerConfig& config);
 ApiRequest parse_completion_request(const nlohmann::json& body, const Model& model, const ServerConfig& config);
 ApiRequest parse_chat_request(const nlohmann::json& body, const Model& model, const ServerConfig& config);
 // The prompt of a chat body's "messages" (roles, tool_calls, tool results) with `tools` described,
-// through the model's chat template; what gRPC's chat input uses too. Throws ApiError (400).
-std::vector<int32_t> encode_chat_body(const nlohmann::json& body, const Model& model, const ToolPlan& tools);
+// through the model's chat template; what gRPC's chat input uses too. Sets tools.format to the
+// template's call format (server/chat_input.h). Throws ApiError (400).
+std::vector<int32_t> encode_chat_body(const nlohmann::json& body, const Model& model, ToolPlan& tools);
 
 // POST /tokenize: {"prompt"|"text": str, "add_special": bool} or {"messages": [...]}.
 std::vector<int32_t> parse_tokenize_request(const nlohmann::json& body, const Model& model);

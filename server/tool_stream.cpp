@@ -9,6 +9,7 @@ namespace {
 
 using json = nlohmann::json;
 constexpr std::string_view kOpen = "<tool_call>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
 
 json content_delta(const std::string& text) { return {{"content", text}}; }
 
@@ -37,6 +38,7 @@ std::vector<json> ToolCallStream::push(const std::string& text) {
     held_ += text;
     return {};
   }
+  if (plan_.format == ToolPlan::Format::kLlamaJson) return push_llama(text);
   pending_ += text;
   if (const size_t open = pending_.find(kOpen); open != std::string::npos) {
     held_ = pending_.substr(open);
@@ -49,6 +51,26 @@ std::vector<json> ToolCallStream::push(const std::string& text) {
   if (keep == pending_.size()) return {};
   std::string out = pending_.substr(0, pending_.size() - keep);
   pending_.erase(0, pending_.size() - keep);
+  return {content_delta(out)};
+}
+
+// Llama 3.x writes a call as the whole answer: one that starts with '{' or <|python_tag|> is held
+// and parsed at the end; any other streams as content from its first non-space character.
+std::vector<json> ToolCallStream::push_llama(const std::string& text) {
+  if (plain_) return {content_delta(text)};
+  pending_ += text;
+  const size_t b = pending_.find_first_not_of(" \n\t");
+  if (b == std::string::npos) return {};
+  const std::string_view rest = std::string_view(pending_).substr(b);
+  if (rest[0] == '{' || rest.substr(0, kPythonTag.size()) == kPythonTag) {
+    held_ = std::move(pending_);
+    pending_.clear();
+    return {};
+  }
+  if (rest.size() < kPythonTag.size() && kPythonTag.substr(0, rest.size()) == rest) return {};
+  plain_ = true;
+  std::string out = std::move(pending_);
+  pending_.clear();
   return {content_delta(out)};
 }
 

@@ -1,5 +1,7 @@
 #include "server/tools.h"
 
+#include <string_view>
+
 #include "server/openai_request.h"
 #include "server/bounded_json.h"
 #include "server/json_fields.h"
@@ -9,6 +11,8 @@ namespace fathom {
 namespace {
 
 using nlohmann::json;
+
+constexpr std::string_view kPythonTag = "<|python_tag|>";  // Llama 3.x: a call follows
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, message, param, "invalid_value");
@@ -150,8 +154,8 @@ OutputConstraint tool_constraint(const ToolPlan& plan) {
     json any = json::array();
     for (const ToolSpec& t : plan.tools)
       any.push_back({{"type", "object"},
-                     {"properties", {{"name", {{"const", t.name}}}, {"arguments", t.parameters}}},
-                     {"required", {"name", "arguments"}},
+                     {"properties", {{"name", {{"const", t.name}}}, {plan.arguments_key(), t.parameters}}},
+                     {"required", {"name", plan.arguments_key()}},
                      {"additionalProperties", false}});
     const json one = {{"anyOf", any}};
     c = {OutputConstraint::Kind::kJsonSchema,
@@ -175,11 +179,15 @@ std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string
       if (t.name == name) return true;
     return false;
   };
+  const char* args_key = plan.arguments_key();
   auto from_json = [&](const std::string& s) {
     const json j = parse_bounded_json(s);
     if (j.is_object() && j.contains("name") && j["name"].is_string() && known(j["name"].get<std::string>()) &&
-        j.contains("arguments") && j["arguments"].is_object())
-      calls.push_back({id(), j["name"].get<std::string>(), j["arguments"].dump()});
+        j.contains(args_key) && j[args_key].is_object()) {
+      calls.push_back({id(), j["name"].get<std::string>(), j[args_key].dump()});
+      return true;
+    }
+    return false;
   };
   if (plan.mode == ToolPlan::Mode::kRequired) {  // one call, or an array of them (parallel)
     const json j = parse_bounded_json(text);
@@ -187,6 +195,31 @@ std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string
       for (const json& one : j) from_json(one.dump());
     } else {
       from_json(text);
+    }
+    if (!calls.empty()) content.clear();
+    return calls;
+  }
+  if (plan.format == ToolPlan::Format::kLlamaJson) {
+    // auto, Llama 3.x: the whole answer is one call object (after an optional <|python_tag|>), or
+    // several separated by ';'; anything else is content.
+    std::string body = text;
+    const size_t b = body.find_first_not_of(" \n\t");
+    body = b == std::string::npos ? "" : body.substr(b);
+    if (body.rfind(kPythonTag, 0) == 0) body = body.substr(kPythonTag.size());
+    if (from_json(body)) {
+      content.clear();
+      return calls;
+    }
+    size_t at = 0;
+    while (at <= body.size()) {
+      const size_t semi = body.find(';', at);
+      const std::string one = body.substr(at, semi == std::string::npos ? std::string::npos : semi - at);
+      if (one.find_first_not_of(" \n\t") != std::string::npos && !from_json(one)) {
+        calls.clear();
+        return calls;
+      }
+      if (semi == std::string::npos) break;
+      at = semi + 1;
     }
     if (!calls.empty()) content.clear();
     return calls;

@@ -35,7 +35,13 @@ struct ToolPlan {
   // OpenAI's default it is off unless asked for: SmolLM2, allowed an array, kept adding calls
   // until max_tokens.
   bool parallel = false;
+  // How the model writes calls: Hermes <tool_call>{"name", "arguments"}</tool_call> blocks (the
+  // server's own tool section, Qwen, Hermes), or Llama 3.x's bare {"name", "parameters"} object,
+  // optionally after <|python_tag|> (its template's own tool prompt; server/chat_input.h).
+  enum class Format { kHermes, kLlamaJson };
+  Format format = Format::kHermes;
   bool offered() const { return mode != Mode::kNone && !tools.empty(); }
+  const char* arguments_key() const { return format == Format::kLlamaJson ? "parameters" : "arguments"; }
 };
 
 struct ToolCall {

@@ -195,3 +195,68 @@ def test_a_prompt_that_opens_the_block_starts_in_reasoning(fathom_bin, smollm2_p
         choice = post(s, "/v1/chat/completions", body)["choices"][0]
         assert choice["message"]["reasoning_content"] and not choice["message"]["content"]
         assert stream_deltas(s, body) == (choice["message"]["reasoning_content"], "")
+
+
+# -- Llama 3.x's own tool format: {"name", "parameters"} -------------------------------------------
+
+LLAMA31 = TEMPLATES / "meta-llama-Llama-3.1-8B-Instruct.jinja"
+LLAMA_CALL = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+
+
+@pytest.fixture(scope="module")
+def llama31(fathom_bin, smollm2_path):
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--chat-template", LLAMA31]) as s:
+        yield s
+
+
+def test_llama_template_describes_the_tools_itself(llama31):
+    want = reference(LLAMA31, TOOL_TURNS, tools=TOOLS)
+    assert '"parameters": dictionary of argument name' in want and "ipython" in want
+    assert prompt_ids(llama31, messages=TOOL_TURNS, tools=TOOLS) == text_ids(llama31, want)
+
+
+def stream_tool_calls(server, body):
+    r = requests.post(f"{server.base_url}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=300)
+    assert r.status_code == 200, r.text
+    calls, content, finish = {}, "", None
+    for line in r.iter_lines():
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        for c in json.loads(line[6:])["choices"]:
+            content += c["delta"].get("content") or ""
+            finish = c["finish_reason"] or finish
+            for t in c["delta"].get("tool_calls") or []:
+                one = calls.setdefault(t["index"], {"name": "", "arguments": ""})
+                one["name"] += t["function"].get("name") or ""
+                one["arguments"] += t["function"].get("arguments") or ""
+    return calls, content, finish
+
+
+@pytest.mark.parametrize("prefix", ["", "<|python_tag|>"])
+def test_a_llama_call_is_parsed_whole_and_streamed(llama31, prefix):
+    grammar = "root ::= " + json.dumps(prefix + LLAMA_CALL)
+    body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS, "max_tokens": 40,
+            "temperature": 0, "guided_grammar": grammar}
+    choice = post(llama31, "/v1/chat/completions", body)["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and not choice["message"]["content"]
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    calls, content, finish = stream_tool_calls(llama31, body)
+    assert finish == "tool_calls" and content == ""
+    assert calls[0]["name"] == "get_weather" and json.loads(calls[0]["arguments"]) == {"city": "Paris"}
+
+
+def test_a_llama_answer_that_is_not_a_call_streams_as_content(llama31):
+    body = {"messages": [{"role": "user", "content": "Hi"}], "tools": TOOLS, "max_tokens": 12, "temperature": 0,
+            "guided_grammar": 'root ::= "Hello {there}; fine"'}
+    choice = post(llama31, "/v1/chat/completions", body)["choices"][0]
+    assert choice["message"]["content"] == "Hello {there}; fine" and not choice["message"].get("tool_calls")
+    assert stream_tool_calls(llama31, body) == ({}, "Hello {there}; fine", choice["finish_reason"])
+
+
+def test_a_required_llama_call_uses_its_parameters_key(llama31):
+    body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS, "max_tokens": 60,
+            "temperature": 0, "tool_choice": "required"}
+    choice = post(llama31, "/v1/chat/completions", body)["choices"][0]
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and "city" in json.loads(call["function"]["arguments"])
