@@ -2,7 +2,6 @@
 
 #include <string>
 
-#include "server/bounded_json.h"
 #include "server/openai_request.h"
 
 namespace fathom {
@@ -37,31 +36,14 @@ ordered_json message_content(const json& message, const std::string& param) {
 std::string text_of(const ordered_json& content) { return content.is_string() ? content.get<std::string>() : ""; }
 
 // An assistant turn's tool_calls for a template: [{"id", "type", "function": {"name", "arguments"}}]
-// with the arguments parsed into an object where they are JSON text (templates print them with
-// tojson; a string would print quoted).
+// with the arguments parsed into an object (templates print them with tojson; a string would print
+// quoted).
 ordered_json template_tool_calls(const json& calls, const std::string& param) {
-  if (!calls.is_array()) bad_type(param, "an array");
   ordered_json out = ordered_json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const json& call = calls[i];
-    const std::string at = param + "[" + std::to_string(i) + "]";
-    if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
-      bad(at, "each tool call needs a 'function' object");
-    const json& f = call["function"];
-    if (!f.contains("name") || !f["name"].is_string()) bad(at, "each tool call needs 'function.name'");
-    ordered_json arguments = ordered_json::object();
-    if (f.contains("arguments") && f["arguments"].is_string()) {
-      const json parsed = parse_bounded_json(f["arguments"].get<std::string>());
-      if (parsed.is_discarded()) bad(at + ".function.arguments", "tool call arguments must be JSON text nested at most 64 levels");
-      arguments = ordered_json(parsed);
-    } else if (f.contains("arguments") && !f["arguments"].is_null()) {
-      bad_type(at + ".function.arguments", "a string of JSON");
-    }
-    ordered_json c = {{"id", call.value("id", json()).is_string() ? call["id"].get<std::string>() : "call_" + std::to_string(i)},
-                      {"type", "function"},
-                      {"function", {{"name", f["name"].get<std::string>()}, {"arguments", std::move(arguments)}}}};
-    out.push_back(std::move(c));
-  }
+  for (const PastToolCall& c : parse_past_tool_calls(calls, param))
+    out.push_back({{"id", c.id.empty() ? "call_" + std::to_string(out.size()) : c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", ordered_json(c.arguments)}}}});
   return out;
 }
 

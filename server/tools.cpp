@@ -115,22 +115,35 @@ std::string tools_prompt(const ToolPlan& plan) {
   return s;
 }
 
-std::string render_tool_calls(const json& tool_calls, const std::string& param) {
+std::vector<PastToolCall> parse_past_tool_calls(const json& tool_calls, const std::string& param) {
   if (!tool_calls.is_array()) bad(param, "'" + param + "' must be an array");
-  std::string s;
-  for (const json& call : tool_calls) {
+  std::vector<PastToolCall> calls;
+  for (size_t i = 0; i < tool_calls.size(); ++i) {
+    const json& call = tool_calls[i];
+    const std::string at = param + "[" + std::to_string(i) + "]";
     if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
-      bad(param, "each tool call needs a 'function' object");
+      bad(at, "each tool call needs a 'function' object");
     const json& f = call["function"];
-    if (!f.contains("name") || !f["name"].is_string()) bad(param, "each tool call needs 'function.name'");
-    json arguments = json::object();
-    if (f.contains("arguments") && f["arguments"].is_string()) {
-      arguments = parse_bounded_json(f["arguments"].get<std::string>());
-      if (arguments.is_discarded()) bad(param, "tool call arguments must be JSON text nested at most 64 levels");
+    if (!f.contains("name") || !f["name"].is_string()) bad(at, "each tool call needs 'function.name'");
+    PastToolCall c{string_field_or(call, "id"), f["name"].get<std::string>(), json::object()};
+    const auto args = f.find("arguments");
+    if (args != f.end() && args->is_string()) {
+      c.arguments = parse_bounded_json(args->get<std::string>());
+      if (c.arguments.is_discarded()) bad(at + ".function.arguments", "tool call arguments must be JSON text nested at most 64 levels");
+    } else if (args != f.end() && !args->is_null()) {
+      bad(at + ".function.arguments", "'" + at + ".function.arguments' must be a string of JSON");
     }
+    calls.push_back(std::move(c));
+  }
+  return calls;
+}
+
+std::string render_tool_calls(const json& tool_calls, const std::string& param) {
+  std::string s;
+  for (const PastToolCall& call : parse_past_tool_calls(tool_calls, param)) {
     if (!s.empty()) s += "\n";
     s += "<tool_call>\n";
-    s += call_object(f["name"].get<std::string>(), arguments).dump();
+    s += call_object(call.name, call.arguments).dump();
     s += "\n</tool_call>";
   }
   return s;

@@ -52,6 +52,14 @@ struct ToolCall {
 
 // `tools` + `tool_choice`; throws ApiError 400 naming the field.
 ToolPlan parse_tools(const nlohmann::json& body);
+// A call of an assistant message in the conversation, checked.
+struct PastToolCall {
+  std::string id;  // "" when the client gave none
+  std::string name;
+  nlohmann::json arguments;  // an object: the call's JSON text parsed ({} when absent)
+};
+// An assistant message's `tool_calls`; throws ApiError 400 naming `param` for a malformed one.
+std::vector<PastToolCall> parse_past_tool_calls(const nlohmann::json& tool_calls, const std::string& param);
 // The system-prompt section describing the tools ("" when none are offered).
 std::string tools_prompt(const ToolPlan& plan);
 // An assistant message's tool_calls and a tool message's content, as the model sees them.
