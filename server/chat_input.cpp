@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "server/bounded_json.h"
 #include "server/openai_request.h"
 
 namespace fathom {
@@ -43,7 +44,7 @@ ordered_json template_tool_calls(const json& calls, const std::string& param) {
   for (const PastToolCall& c : parse_past_tool_calls(calls, param))
     out.push_back({{"id", c.id.empty() ? "call_" + std::to_string(out.size()) : c.id},
                    {"type", "function"},
-                   {"function", {{"name", c.name}, {"arguments", ordered_json(c.arguments)}}}});
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
   return out;
 }
 
@@ -59,7 +60,8 @@ ToolRendering tool_rendering(const ChatTemplate& tmpl, bool with_tools) {
   return {};
 }
 
-ChatInput chat_input(const json& body, const ChatTemplate& tmpl, const ToolPlan& tools, bool add_generation_prompt) {
+ChatInput chat_input(const json& body, const ChatTemplate& tmpl, const ToolPlan& tools, bool add_generation_prompt,
+                     std::string_view raw_body) {
   const auto m = body.find("messages");
   if (m == body.end() || m->is_null()) bad("messages", "'messages' is required");
   if (!m->is_array()) bad_type("messages", "an array of messages");
@@ -104,7 +106,13 @@ ChatInput chat_input(const json& body, const ChatTemplate& tmpl, const ToolPlan&
     in.messages.push_back(std::move(out));
   }
   if (structured) {
-    if (tools.offered()) in.tools = body.at("tools");
+    if (tools.offered()) {
+      // The client's key order where the text is at hand (templates print tools with tojson).
+      const ordered_json ordered = raw_body.empty() ? ordered_json() : parse_bounded_ordered_json(raw_body, "tools");
+      // (The same tools as validated, compared without order: a duplicate key could differ.)
+      const bool same = ordered.is_object() && ordered.contains("tools") && json(ordered["tools"]) == body.at("tools");
+      in.tools = same ? ordered["tools"] : ordered_json(body.at("tools"));
+    }
   } else if (const std::string section = tools_prompt(tools); !section.empty()) {
     // The tools' descriptions lead the system message (one is added when there is none).
     if (in.messages[0]["role"] == "system") {

@@ -6,6 +6,8 @@
 // template (Llama 3.x's own tool prompt, {"name", "parameters"} calls, is the other format parsed)
 // gets them flattened into text: the server's tool section in the system turn, calls as
 // <tool_call> blocks, results as user turns in <tool_response> (server/tools.h).
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/model/chat_template.h"
@@ -23,7 +25,9 @@ struct ToolRendering {
 ToolRendering tool_rendering(const ChatTemplate& tmpl, bool with_tools);
 
 // Throws ApiError (400) naming the field for a malformed message, tool call or kwargs.
+// `raw_body`: the body's JSON text, when there is one: the tools then reach the template in the
+// client's key order (`body` is parsed into key-sorted objects).
 ChatInput chat_input(const nlohmann::json& body, const ChatTemplate& tmpl, const ToolPlan& tools,
-                     bool add_generation_prompt = true);
+                     bool add_generation_prompt = true, std::string_view raw_body = {});
 
 }  // namespace fathom

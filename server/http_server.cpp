@@ -203,7 +203,7 @@ HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& clie
   Engine& engine = *engine_ptr.load(std::memory_order_acquire);
   const json body = parse_json_body(req.body);
   check_model_name(body, config);
-  ApiRequest api = kind == ApiKind::kChat        ? parse_chat_request(body, model, config)
+  ApiRequest api = kind == ApiKind::kChat        ? parse_chat_request(body, model, config, req.body)
                    : kind == ApiKind::kResponses ? parse_responses_request(body, model, config)
                                                  : parse_completion_request(body, model, config);
   const ResponseMeta meta{new_id(kind), static_cast<int64_t>(std::time(nullptr)), config.model_name, req.id};
@@ -239,7 +239,7 @@ HttpResponse HttpServer::Impl::route(const HttpRequest& req, HttpClient& client)
   }
   if (req.path == "/tokenize") {
     const Model& model = require(/*generation=*/false);
-    const std::vector<int32_t> tokens = parse_tokenize_request(parse_json_body(req.body), model);
+    const std::vector<int32_t> tokens = parse_tokenize_request(parse_json_body(req.body), model, req.body);
     return json_response(200, {{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", model.config().context_length}});
   }
   if (req.path == "/detokenize") {

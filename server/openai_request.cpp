@@ -144,7 +144,8 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Mod
 
 // Sets tools.format to the template's call format.
 std::vector<int32_t> chat_prompt(const json& body, const Model& model, ToolPlan& tools,
-                                 bool add_generation_prompt = true, std::string* rendered_text = nullptr) {
+                                 bool add_generation_prompt = true, std::string* rendered_text = nullptr,
+                                 std::string_view raw_body = {}) {
   const ChatTemplate* tmpl = nullptr;
   try {
     tmpl = &model.chat_template();
@@ -152,7 +153,7 @@ std::vector<int32_t> chat_prompt(const json& body, const Model& model, ToolPlan&
     bad("messages", e.what());
   }
   tools.format = tool_rendering(*tmpl, tools.offered()).format;
-  const ChatInput input = chat_input(body, *tmpl, tools, add_generation_prompt);
+  const ChatInput input = chat_input(body, *tmpl, tools, add_generation_prompt, raw_body);
   try {
     return model.encode_chat(input, rendered_text);
   } catch (const Error& e) {
@@ -394,14 +395,14 @@ std::vector<int32_t> encode_chat_body(const json& body, const Model& model, Tool
   return chat_prompt(body, model, tools);
 }
 
-ApiRequest parse_chat_request(const json& body, const Model& model, const ServerConfig& config) {
+ApiRequest parse_chat_request(const json& body, const Model& model, const ServerConfig& config, std::string_view raw_body) {
   ApiRequest out;
   out.kind = ApiKind::kChat;
   out.model = config.model_name;
   check_known_fields(body, out.kind, config);
   out.tools = parse_tools(body);
   std::string prompt_text;
-  out.engine.prompt = chat_prompt(body, model, out.tools, /*add_generation_prompt=*/true, &prompt_text);
+  out.engine.prompt = chat_prompt(body, model, out.tools, /*add_generation_prompt=*/true, &prompt_text, raw_body);
   // A reasoning model's template writes </think>: its answers are split (server/reasoning.h).
   const ChatTemplate& tmpl = model.chat_template();
   out.reasoning = tmpl.is_jinja() && tmpl.source(out.tools.offered()).find("</think>") != std::string::npos;
@@ -421,12 +422,12 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
   return out;
 }
 
-std::vector<int32_t> parse_tokenize_request(const json& body, const Model& model) {
+std::vector<int32_t> parse_tokenize_request(const json& body, const Model& model, std::string_view raw_body) {
   // Chat input as vLLM's /tokenize takes it: the conversation, its tools and template kwargs, and
   // whether the assistant's turn is opened.
   if (field(body, "messages")) {
     ToolPlan tools = parse_tools(body);
-    return chat_prompt(body, model, tools, get_bool(body, "add_generation_prompt").value_or(true));
+    return chat_prompt(body, model, tools, get_bool(body, "add_generation_prompt").value_or(true), nullptr, raw_body);
   }
   const char* key = field(body, "prompt") ? "prompt" : "text";
   const json* text = field(body, key);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -62,14 +63,17 @@ void check_model_name(const nlohmann::json& body, const ServerConfig& config);
 
 // POST /v1/completions and /v1/chat/completions bodies. Throw ApiError (400/404).
 ApiRequest parse_completion_request(const nlohmann::json& body, const Model& model, const ServerConfig& config);
-ApiRequest parse_chat_request(const nlohmann::json& body, const Model& model, const ServerConfig& config);
+// `raw_body`: the body's JSON text when there is one (see server/chat_input.h).
+ApiRequest parse_chat_request(const nlohmann::json& body, const Model& model, const ServerConfig& config,
+                              std::string_view raw_body = {});
 // The prompt of a chat body's "messages" (roles, tool_calls, tool results) with `tools` described,
 // through the model's chat template; what gRPC's chat input uses too. Sets tools.format to the
 // template's call format (server/chat_input.h). Throws ApiError (400).
 std::vector<int32_t> encode_chat_body(const nlohmann::json& body, const Model& model, ToolPlan& tools);
 
 // POST /tokenize: {"prompt"|"text": str, "add_special": bool} or {"messages": [...]}.
-std::vector<int32_t> parse_tokenize_request(const nlohmann::json& body, const Model& model);
+std::vector<int32_t> parse_tokenize_request(const nlohmann::json& body, const Model& model,
+                                            std::string_view raw_body = {});
 // POST /detokenize: {"tokens": [ids]}; ids must be in the vocabulary.
 std::vector<int32_t> parse_detokenize_request(const nlohmann::json& body, const Model& model);
 

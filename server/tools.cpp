@@ -26,7 +26,10 @@ bool valid_name(const std::string& n) {
   return true;
 }
 
-json call_object(const std::string& name, const json& arguments) { return {{"name", name}, {"arguments", arguments}}; }
+// A past call as the Hermes text shows it; the arguments keep the client's key order.
+nlohmann::ordered_json call_object(const std::string& name, const nlohmann::ordered_json& arguments) {
+  return {{"name", name}, {"arguments", arguments}};
+}
 
 }  // namespace
 
@@ -125,11 +128,13 @@ std::vector<PastToolCall> parse_past_tool_calls(const json& tool_calls, const st
       bad(at, "each tool call needs a 'function' object");
     const json& f = call["function"];
     if (!f.contains("name") || !f["name"].is_string()) bad(at, "each tool call needs 'function.name'");
-    PastToolCall c{string_field_or(call, "id"), f["name"].get<std::string>(), json::object()};
+    PastToolCall c{string_field_or(call, "id"), f["name"].get<std::string>(), nlohmann::ordered_json::object()};
     const auto args = f.find("arguments");
     if (args != f.end() && args->is_string()) {
-      c.arguments = parse_bounded_json(args->get<std::string>());
-      if (c.arguments.is_discarded()) bad(at + ".function.arguments", "tool call arguments must be JSON text nested at most 64 levels");
+      c.arguments = parse_bounded_ordered_json(args->get<std::string>());
+      if (c.arguments.is_discarded())
+        bad(at + ".function.arguments", "tool call arguments must be JSON text nested at most 64 levels, with at most " +
+                                            std::to_string(kMaxOrderedKeys) + " keys per object");
     } else if (args != f.end() && !args->is_null()) {
       bad(at + ".function.arguments", "'" + at + ".function.arguments' must be a string of JSON");
     }

@@ -56,7 +56,7 @@ ToolPlan parse_tools(const nlohmann::json& body);
 struct PastToolCall {
   std::string id;  // "" when the client gave none
   std::string name;
-  nlohmann::json arguments;  // an object: the call's JSON text parsed ({} when absent)
+  nlohmann::ordered_json arguments;  // the call's JSON text parsed, in its key order ({} when absent)
 };
 // An assistant message's `tool_calls`; throws ApiError 400 naming `param` for a malformed one.
 std::vector<PastToolCall> parse_past_tool_calls(const nlohmann::json& tool_calls, const std::string& param);

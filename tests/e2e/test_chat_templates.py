@@ -7,9 +7,9 @@ rendering of the same conversation, tools and chat_template_kwargs (tokenized as
 control tokens); the tool turns reach a
 template that describes tools (Qwen 2.5) as they are; client text never becomes a control token.
 
-Known gap (docs/models.md): request bodies are parsed into key-sorted objects, so tool definitions
-and call arguments print with sorted keys where transformers keeps the client's order; the
-conversations here are written with sorted keys.
+Tool definitions and call arguments keep the client's key order through the render (templates
+print them with tojson, as transformers does): the tools here are written in OpenAI's order, not
+sorted.
 """
 import json
 from pathlib import Path
@@ -24,16 +24,16 @@ TEMPLATES = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
 QWEN25 = TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"
 QWEN3 = TEMPLATES / "Qwen-Qwen3-0.6B.jinja"
 
-TOOLS = [{"function": {"description": "The weather in a city.", "name": "get_weather",
-                       "parameters": {"properties": {"city": {"type": "string"}}, "required": ["city"],
-                                      "type": "object"}},
-          "type": "function"}]
+TOOLS = [{"type": "function",
+          "function": {"name": "get_weather", "description": "The weather in a city.",
+                       "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                      "required": ["city"]}}}]
 TOOL_TURNS = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Weather in Paris?"},
     {"role": "assistant", "content": None,
      "tool_calls": [{"id": "call_1", "type": "function",
-                     "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                     "function": {"name": "get_weather", "arguments": "{\"unit\": \"C\", \"city\": \"Paris\"}"}}]},
     {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\": 21}"},
 ]
 

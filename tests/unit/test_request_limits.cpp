@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/model.h"
+#include "server/bounded_json.h"
 #include "server/config.h"
 #include "server/openai_request.h"
 
@@ -50,6 +51,27 @@ TEST(RequestLimits, UnknownFieldsAreRejectedUnlessTheOperatorSaysIgnore) {
   EXPECT_FALSE(config.reject_unknown_fields);
   EXPECT_EQ(parse_completion_request(body, *model, config).engine.max_tokens, 2);
   EXPECT_THROW(parse_server_config(R"({"http": {"unknown_fields": "maybe"}})", "test"), std::exception);
+}
+
+// Ordered parses (tools and call arguments as the client wrote them) cap the keys of a stored
+// object: an ordered object's inserts are linear searches, so n keys cost n^2/2 comparisons.
+TEST(RequestLimits, OrderedJsonKeepsKeyOrderAndCapsKeysPerObject) {
+  auto object_of = [](size_t keys, const char* prefix) {
+    std::string s = "{";
+    for (size_t i = 0; i < keys; ++i) s += (i ? ",\"" : "\"") + std::string(prefix) + std::to_string(i) + "\":0";
+    return s + "}";
+  };
+  const nlohmann::ordered_json j = parse_bounded_ordered_json(R"({"b": 1, "a": {"z": 1, "y": 2}})");
+  EXPECT_EQ(j.dump(), R"({"b":1,"a":{"z":1,"y":2}})");
+  EXPECT_FALSE(parse_bounded_ordered_json(object_of(kMaxOrderedKeys, "k")).is_discarded());
+  EXPECT_TRUE(parse_bounded_ordered_json(object_of(kMaxOrderedKeys + 1, "k")).is_discarded());
+  EXPECT_TRUE(parse_bounded_ordered_json("{\"t\": [" + object_of(kMaxOrderedKeys + 1, "k") + "]}").is_discarded());
+  EXPECT_TRUE(parse_bounded_ordered_json(std::string(100, '[') + std::string(100, ']')).is_discarded());
+  // Only "tools" is kept: a large object elsewhere (a logit_bias) is skipped, not stored or counted.
+  const nlohmann::ordered_json t = parse_bounded_ordered_json(
+      "{\"logit_bias\": " + object_of(1000, "") + ", \"tools\": [{\"b\": 1, \"a\": 2}], \"n\": 1}", "tools");
+  ASSERT_FALSE(t.is_discarded());
+  EXPECT_EQ(t.dump(), R"({"tools":[{"b":1,"a":2}]})");
 }
 
 }  // namespace
