@@ -31,6 +31,7 @@
 #include "server/config.h"
 #include "server/schema_rules.h"
 #include "server/openai_request.h"
+#include "server/reasoning.h"
 #include "server/tools.h"
 
 namespace fathom {
@@ -149,7 +150,7 @@ nlohmann::json chat_body(const pb::GenerateRequest& in) {
 }
 
 Request to_engine_request(const pb::GenerateRequest& in, const Model& model, const ServerConfig& config,
-                          ToolPlan& tools) {
+                          ToolPlan& tools, ReasoningMode& reasoning) {
   check_served_model(in.model(), config, "model");
   Request r;
   r.attention = config.attention;
@@ -181,7 +182,9 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
       try {
         const nlohmann::json body = chat_body(in);
         tools = parse_tools(body);
-        r.prompt = encode_chat_body(body, model, tools);
+        std::string prompt_text;
+        r.prompt = encode_chat_body(body, model, tools, &prompt_text);
+        reasoning = reasoning_mode(model.chat_template(), tools.offered(), prompt_text);
       } catch (const ApiError& e) {  // the HTTP API's 400s: INVALID_ARGUMENT naming the field
         invalid(e.param.empty() ? std::string(e.what()) : e.param + ": " + e.what());
       }
@@ -245,18 +248,21 @@ void fill_event(const StreamEvent& ev, pb::GenerateResponse& out) {
   if (ev.finish != FinishReason::kNone) out.set_finish_reason(finish_reason_name(ev.finish));
 }
 
-// With tools offered: the choice's text so far; at its end, the calls in it (answer_tool_calls, as
-// the HTTP API reports them; ids "call_<request id>_<choice>_<i>"), finish_reason "tool_calls" when
-// it stopped.
-void add_tool_calls(const ToolPlan& tools, const StreamEvent& ev, std::vector<std::string>& texts,
-                    const std::string& request_id, pb::GenerateResponse& out) {
+// Chat with tools offered or a reasoning model: the choice's text so far; at its end, the thinking
+// in it (reasoning_content, as the HTTP API splits it) and the calls in the rest (answer_tool_calls,
+// ids "call_<request id>_<choice>_<i>"), finish_reason "tool_calls" when it stopped.
+void add_chat_outputs(const ToolPlan& tools, const ReasoningMode& reasoning, const StreamEvent& ev,
+                      std::vector<std::string>& texts, const std::string& request_id, pb::GenerateResponse& out) {
   if (static_cast<size_t>(ev.choice) >= texts.size()) texts.resize(static_cast<size_t>(ev.choice) + 1);
   std::string& text = texts[static_cast<size_t>(ev.choice)];
   text += ev.text;
   if (ev.finish == FinishReason::kNone || ev.finish == FinishReason::kError) return;
+  const ReasoningPiece split = reasoning.on ? split_reasoning(text, reasoning.open) : ReasoningPiece{"", text};
+  if (!split.reasoning.empty()) out.set_reasoning_content(split.reasoning);
+  if (!tools.offered()) return;
   std::string content;
-  const std::vector<ToolCall> calls =
-      answer_tool_calls(tools, text, ev.finish, content, "call_" + request_id + "_" + std::to_string(ev.choice) + "_");
+  const std::vector<ToolCall> calls = answer_tool_calls(tools, split.content, ev.finish, content,
+                                                        "call_" + request_id + "_" + std::to_string(ev.choice) + "_");
   for (const ToolCall& c : calls) {
     pb::ToolCall* t = out.add_tool_calls();
     t->set_id(c.id);
@@ -294,12 +300,13 @@ class FathomService final : public pb::Fathom::Service {
     if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
     std::shared_ptr<RequestHandle> handle;
     ToolPlan tools;
-    std::vector<std::string> texts;  // per choice, when tools are offered: parsed at its end
+    ReasoningMode reasoning;
+    std::vector<std::string> texts;  // per choice, with tools or reasoning: split and parsed at its end
     int32_t n = 1;
     RequestUsage counted;  // what this call saw, for the log line when the engine's usage is not final
     const Clock::time_point start = Clock::now();
     try {
-      Request request = to_engine_request(*in, engine_.model(), config_, tools);
+      Request request = to_engine_request(*in, engine_.model(), config_, tools, reasoning);
       n = request.n;
       counted.prompt_tokens = static_cast<int32_t>(request.prompt.size());
       handle = engine_.submit(std::move(request));
@@ -331,7 +338,7 @@ class FathomService final : public pb::Fathom::Service {
         ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       pb::GenerateResponse out;
       fill_event(ev, out);
-      if (tools.offered()) add_tool_calls(tools, ev, texts, handle->id(), out);
+      if (tools.offered() || reasoning.on) add_chat_outputs(tools, reasoning, ev, texts, handle->id(), out);
       if (ev.finish != FinishReason::kNone) {
         finish = finish_reason_name(ev.finish);
         --unfinished;

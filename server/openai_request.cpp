@@ -391,8 +391,8 @@ ApiRequest parse_completion_request(const json& body, const Model& model, const 
   return out;
 }
 
-std::vector<int32_t> encode_chat_body(const json& body, const Model& model, ToolPlan& tools) {
-  return chat_prompt(body, model, tools);
+std::vector<int32_t> encode_chat_body(const json& body, const Model& model, ToolPlan& tools, std::string* rendered_text) {
+  return chat_prompt(body, model, tools, /*add_generation_prompt=*/true, rendered_text);
 }
 
 ApiRequest parse_chat_request(const json& body, const Model& model, const ServerConfig& config, std::string_view raw_body) {
@@ -403,10 +403,10 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
   out.tools = parse_tools(body);
   std::string prompt_text;
   out.engine.prompt = chat_prompt(body, model, out.tools, /*add_generation_prompt=*/true, &prompt_text, raw_body);
-  // A reasoning model's template writes </think>: its answers are split (server/reasoning.h).
-  const ChatTemplate& tmpl = model.chat_template();
-  out.reasoning = tmpl.is_jinja() && tmpl.source(out.tools.offered()).find("</think>") != std::string::npos;
-  out.reasoning_open = out.reasoning && prompt_opens_thinking(prompt_text);
+  // A reasoning model's answers are split into reasoning_content and content (server/reasoning.h).
+  const ReasoningMode reasoning = reasoning_mode(model.chat_template(), out.tools.offered(), prompt_text);
+  out.reasoning = reasoning.on;
+  out.reasoning_open = reasoning.open;
   out.logprobs = get_bool(body, "logprobs").value_or(false);
   if (auto v = get_int(body, "top_logprobs", 0, kMaxTopLogprobs)) {
     if (!out.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");

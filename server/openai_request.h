@@ -68,8 +68,10 @@ ApiRequest parse_chat_request(const nlohmann::json& body, const Model& model, co
                               std::string_view raw_body = {});
 // The prompt of a chat body's "messages" (roles, tool_calls, tool results) with `tools` described,
 // through the model's chat template; what gRPC's chat input uses too. Sets tools.format to the
-// template's call format (server/chat_input.h). Throws ApiError (400).
-std::vector<int32_t> encode_chat_body(const nlohmann::json& body, const Model& model, ToolPlan& tools);
+// template's call format (server/chat_input.h); `rendered_text` (optional) gets the prompt text.
+// Throws ApiError (400).
+std::vector<int32_t> encode_chat_body(const nlohmann::json& body, const Model& model, ToolPlan& tools,
+                                      std::string* rendered_text = nullptr);
 
 // POST /tokenize: {"prompt"|"text": str, "add_special": bool} or {"messages": [...]}.
 std::vector<int32_t> parse_tokenize_request(const nlohmann::json& body, const Model& model,

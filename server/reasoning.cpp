@@ -93,4 +93,11 @@ bool prompt_opens_thinking(std::string_view prompt_text) {
   return close == std::string_view::npos || close < open;
 }
 
+ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::string_view prompt_text) {
+  ReasoningMode m;
+  m.on = tmpl.is_jinja() && tmpl.source(with_tools).find(kClose) != std::string::npos;
+  m.open = m.on && prompt_opens_thinking(prompt_text);
+  return m;
+}
+
 }  // namespace fathom

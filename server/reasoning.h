@@ -3,9 +3,11 @@
 // DeepSeek's APIs return them (`reasoning_content` beside `content`): the span between <think> and
 // </think> is reasoning, the rest is the answer. A prompt that ends inside an open <think> block
 // (DeepSeek-R1 distills' templates open it; Qwen 3 with enable_thinking=false closes it) starts in
-// the reasoning span. Enabled for chat templates that write </think> (server/openai_request.cpp).
+// the reasoning span. Enabled for chat templates that write </think> (reasoning_mode).
 #include <string>
 #include <string_view>
+
+#include "engine/model/chat_template.h"
 
 namespace fathom {
 
@@ -33,5 +35,13 @@ ReasoningPiece split_reasoning(std::string_view text, bool starts_inside);
 
 // True when a rendered prompt ends inside an open <think> block.
 bool prompt_opens_thinking(std::string_view prompt_text);
+
+// A chat's reasoning mode: on for a Jinja template that writes </think> (Qwen 3, QwQ, DeepSeek-R1
+// distills); `open` when the prompt ends inside <think>.
+struct ReasoningMode {
+  bool on = false;
+  bool open = false;
+};
+ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::string_view prompt_text);
 
 }  // namespace fathom

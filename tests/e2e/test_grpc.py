@@ -410,3 +410,22 @@ def test_bad_tool_fields_are_invalid_argument(stub, pb, fields):
     with pytest.raises(grpc.RpcError) as err:
         generate(stub, pb, max_tokens=4, **fields)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+
+
+def test_a_reasoning_models_thinking_arrives_apart_on_the_last_message(pb, fathom_bin, smollm2_path, repo_root):
+    """With a reasoning model's template (Qwen 3's), the choice's last message carries the <think>
+    span as reasoning_content, as /v1/chat/completions splits it; `text` streams the raw output."""
+    template = repo_root / "tests" / "fixtures" / "chat_templates" / "Qwen-Qwen3-0.6B.jinja"
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--grpc-port", "-1", "--chat-template", template]) as s:
+        with grpc.insecure_channel(f"127.0.0.1:{s.grpc_port}") as ch:
+            stub = pb.svc.FathomStub(ch)
+            grammar = 'root ::= "<think>" [a-z ]{3,12} "</think>\\n\\nParis"'
+            ask = pb.msg.ChatMessage(role="user", content="Capital of France?")
+            messages = generate(stub, pb, chat=pb.msg.ChatMessages(messages=[ask]), max_tokens=24,
+                                constraint=pb.msg.OutputConstraint(grammar=grammar), sampling={"temperature": 0})
+            text = text_of(messages)
+            assert text.startswith("<think>") and text.endswith("</think>\n\nParis")
+            assert messages[-1].reasoning_content == text[len("<think>"):text.index("</think>")]
+            http = http_post(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Capital of France?"}],
+                                                          "max_tokens": 24, "temperature": 0, "guided_grammar": grammar})
+            assert http["choices"][0]["message"]["reasoning_content"] == messages[-1].reasoning_content
