@@ -6,6 +6,7 @@
 #include "server/known_fields.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/reasoning.h"
 
 namespace fathom {
 namespace {
@@ -162,12 +163,24 @@ json function_call_item(const ToolCall& call, const char* status) {
           {"status", status}};
 }
 
-// The output items of a finished answer: its message (unless tools took all of the text) and its
-// tool calls — by the rule chat and gRPC use (answer_tool_calls: calls only from an answer that
-// ended, or from a named call), so a reply cut at max_output_tokens is never half a call.
-json output_items(const ApiRequest& req, const ResponseMeta& meta, const std::string& text, FinishReason finish,
+// A reasoning model's thinking (server/reasoning.h), as the Responses API carries an open model's.
+json reasoning_item(const ResponseMeta& meta, const std::string& text) {
+  return {{"type", "reasoning"},
+          {"id", "rs_" + meta.id.substr(meta.id.find('_') + 1)},
+          {"summary", json::array()},
+          {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})}};
+}
+
+// The output items of a finished answer: a reasoning model's thinking, its message (unless tools
+// took all of the text) and its tool calls — by the rule chat and gRPC use (answer_tool_calls: calls
+// only from an answer that ended, or from a named call), so a reply cut at max_output_tokens is
+// never half a call.
+json output_items(const ApiRequest& req, const ResponseMeta& meta, const std::string& whole, FinishReason finish,
                   const char* status) {
   json items = json::array();
+  const ReasoningPiece split = req.reasoning ? split_reasoning(whole, req.reasoning_open) : ReasoningPiece{"", whole};
+  if (!split.reasoning.empty()) items.push_back(reasoning_item(meta, split.reasoning));
+  const std::string& text = split.content;
   std::string content;
   const std::vector<ToolCall> calls = answer_tool_calls(req.tools, text, finish, content, tool_call_id(meta, 0));
   if (calls.empty() || !content.empty()) items.push_back(output_message(message_id(meta), content, status));
@@ -239,6 +252,8 @@ json response_object(const ApiRequest& req, const ResponseMeta& meta, const std:
   return r;
 }
 
+bool ResponsesStream::held() const { return req_.tools.offered() || req_.reasoning; }
+
 std::string ResponsesStream::frame(json event) {
   event["sequence_number"] = sequence_++;
   return "event: " + event["type"].get<std::string>() + "\ndata: " + dump_json(event) + "\n\n";
@@ -248,7 +263,7 @@ std::vector<std::string> ResponsesStream::begin() {
   const std::string item = message_id(meta_);
   const json part = {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}};
   json in_progress = envelope(req_, meta_, "in_progress", json::array(), nullptr);
-  if (req_.tools.offered())  // the items are known when the text has ended (it may be tool calls)
+  if (held())  // the items are known when the text has ended (it may be thinking or tool calls)
     return {frame({{"type", "response.created"}, {"response", in_progress}}),
             frame({{"type", "response.in_progress"}, {"response", in_progress}})};
   json added = output_message(item, "", "in_progress");
@@ -266,7 +281,7 @@ std::vector<std::string> ResponsesStream::begin() {
 std::vector<std::string> ResponsesStream::delta(const std::string& text) {
   if (text.empty()) return {};
   text_ += text;
-  if (req_.tools.offered()) return {};  // held: see begin()
+  if (held()) return {};  // see begin()
   return {frame({{"type", "response.output_text.delta"},
                  {"item_id", message_id(meta_)},
                  {"output_index", 0},
@@ -285,7 +300,7 @@ std::vector<std::string> ResponsesStream::end(FinishReason finish, const Request
   const json part = {{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}};
   const json final_response = response_object(req_, meta_, text_, finish, usage);
   const bool cut = finish == FinishReason::kLength;
-  if (req_.tools.offered()) return held_items(final_response);
+  if (held()) return held_items(final_response);
   return {frame({{"type", "response.output_text.done"},
                  {"item_id", item},
                  {"output_index", 0},
@@ -313,7 +328,15 @@ std::vector<std::string> ResponsesStream::held_items(const json& final_response)
     const std::string id = item["id"].get<std::string>();
     json added = item;
     added["status"] = "in_progress";
-    if (item["type"] == "message") {
+    if (item["type"] == "reasoning") {
+      const std::string text = item["content"][0]["text"].get<std::string>();
+      added["content"] = json::array();
+      out.push_back(frame({{"type", "response.output_item.added"}, {"output_index", i}, {"item", added}}));
+      out.push_back(frame({{"type", "response.reasoning_text.delta"}, {"item_id", id}, {"output_index", i},
+                           {"content_index", 0}, {"delta", text}}));
+      out.push_back(frame({{"type", "response.reasoning_text.done"}, {"item_id", id}, {"output_index", i},
+                           {"content_index", 0}, {"text", text}}));
+    } else if (item["type"] == "message") {
       const json& part = item["content"][0];
       const std::string text = part["text"].get<std::string>();
       added["content"] = json::array();

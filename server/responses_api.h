@@ -46,7 +46,9 @@ class ResponsesStream {
 
  private:
   std::string frame(nlohmann::json event);  // "event: <type>\ndata: <json>\n\n"
-  // With tools offered the text is held to the end (it may be calls): every item's events then.
+  // With tools offered or a reasoning model the text is held to the end (it may be calls, and a
+  // thinking span comes first): every item's events then.
+  bool held() const;
   std::vector<std::string> held_items(const nlohmann::json& final_response);
   const ApiRequest& req_;
   const ResponseMeta& meta_;

@@ -193,8 +193,20 @@ def test_a_prompt_that_opens_the_block_starts_in_reasoning(fathom_bin, smollm2_p
     with ServerProcess(fathom_bin, smollm2_path, extra_args=["--chat-template", R1]) as s:
         body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0}
         choice = post(s, "/v1/chat/completions", body)["choices"][0]
-        assert choice["message"]["reasoning_content"] and not choice["message"]["content"]
-        assert stream_deltas(s, body) == (choice["message"]["reasoning_content"], "")
+        thinking = choice["message"]["reasoning_content"]
+        assert thinking and not choice["message"]["content"]
+        assert stream_deltas(s, body) == (thinking, "")
+        # /v1/responses: a reasoning item before the message, whole and streamed.
+        rbody = {"input": "Hi", "max_output_tokens": 6, "temperature": 0}
+        out = post(s, "/v1/responses", rbody)["output"]
+        assert [i["type"] for i in out] == ["reasoning", "message"]
+        assert out[0]["content"] == [{"type": "reasoning_text", "text": thinking}]
+        r = requests.post(f"{s.base_url}/v1/responses", json={**rbody, "stream": True}, stream=True, timeout=300)
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: ")]
+        assert "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta") == thinking
+        assert events[-1]["type"] == "response.incomplete"
+        streamed = events[-1]["response"]["output"]
+        assert [i["type"] for i in streamed] == ["reasoning", "message"] and streamed[0]["content"] == out[0]["content"]
 
 
 # -- Llama 3.x's own tool format: {"name", "parameters"} -------------------------------------------
