@@ -84,25 +84,35 @@ ChatInput chat_input(const json& body, const ChatTemplate& tmpl, const ToolPlan&
     ordered_json content = message_content(msg, param + ".content");
     const auto calls = msg.find("tool_calls");
     const bool has_calls = r == "assistant" && calls != msg.end() && !calls->is_null();
+    ordered_json out;
     if (!structured) {
-      // The hand-written families and templates without tools read text turns only.
+      // Tool turns as text: the hand-written families and templates without tools read text turns.
       std::string text = text_of(content);
       if (r == "tool") {
         in.messages.push_back({{"role", "user"}, {"content", render_tool_result(text)}});
         continue;
       }
       if (has_calls) text += (text.empty() ? "" : "\n") + render_tool_calls(*calls, param + ".tool_calls");
-      in.messages.push_back({{"role", r}, {"content", std::move(text)}});
-      continue;
+      out = {{"role", r}, {"content", std::move(text)}};
+    } else {
+      out = {{"role", r}, {"content", std::move(content)}};
+      if (has_calls) out["tool_calls"] = template_tool_calls(*calls, param + ".tool_calls");
     }
-    ordered_json out = {{"role", r}, {"content", std::move(content)}};
-    if (has_calls) out["tool_calls"] = template_tool_calls(*calls, param + ".tool_calls");
-    for (const char* key : {"name", "tool_call_id", "reasoning_content"}) {
+    for (const char* key : {"name", "tool_call_id", "reasoning_content", "reasoning", "thinking"}) {
       const auto it = msg.find(key);
       if (it == msg.end() || it->is_null()) continue;
       if (!it->is_string()) bad_type(param + "." + key, "a string");
-      out[key] = it->get<std::string>();
+      if (structured || std::string_view(key) != "tool_call_id") out[key] = it->get<std::string>();
     }
+    // An earlier turn's thinking under any of its three names, as transformers copies it: Qwen 3
+    // reads reasoning_content, gpt-oss thinking.
+    for (const char* from : {"reasoning_content", "reasoning", "thinking"})
+      if (out.contains(from)) {
+        const ordered_json thought = out[from];
+        for (const char* to : {"reasoning_content", "reasoning", "thinking"})
+          if (!out.contains(to)) out[to] = thought;
+        break;
+      }
     in.messages.push_back(std::move(out));
   }
   if (structured) {

@@ -272,3 +272,14 @@ def test_a_required_llama_call_uses_its_parameters_key(llama31):
     choice = post(llama31, "/v1/chat/completions", body)["choices"][0]
     (call,) = choice["message"]["tool_calls"]
     assert call["function"]["name"] == "get_weather" and "city" in json.loads(call["function"]["arguments"])
+
+
+@pytest.mark.parametrize("key", ["reasoning_content", "reasoning", "thinking"])
+def test_an_earlier_turns_thinking_reaches_the_template_under_any_name(qwen3, key):
+    # Qwen 3's template writes the last assistant turn's reasoning_content back in <think>;
+    # transformers copies reasoning / thinking / reasoning_content into each other, so do we.
+    sent = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4", key: "add them"}]
+    want = reference(QWEN3, [sent[0], {"role": "assistant", "content": "4", "reasoning_content": "add them"}],
+                     add_generation_prompt=False)
+    assert "<think>\nadd them\n</think>" in want
+    assert prompt_ids(qwen3, messages=sent, add_generation_prompt=False) == text_ids(qwen3, want)
