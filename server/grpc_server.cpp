@@ -182,9 +182,9 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
       try {
         const nlohmann::json body = chat_body(in);
         tools = parse_tools(body);
-        std::string prompt_text;
-        r.prompt = encode_chat_body(body, model, tools, &prompt_text);
-        reasoning = reasoning_mode(model.chat_template(), tools.offered(), prompt_text);
+        ChatPrompt prompt = encode_chat_body(body, model, tools);
+        r.prompt = std::move(prompt.ids);
+        reasoning = prompt.reasoning;
       } catch (const ApiError& e) {  // the HTTP API's 400s: INVALID_ARGUMENT naming the field
         invalid(e.param.empty() ? std::string(e.what()) : e.param + ": " + e.what());
       }
@@ -257,7 +257,7 @@ void add_chat_outputs(const ToolPlan& tools, const ReasoningMode& reasoning, con
   std::string& text = texts[static_cast<size_t>(ev.choice)];
   text += ev.text;
   if (ev.finish == FinishReason::kNone || ev.finish == FinishReason::kError) return;
-  const ReasoningPiece split = reasoning.on ? split_reasoning(text, reasoning.open) : ReasoningPiece{"", text};
+  const ReasoningPiece split = split_answer(text, reasoning);
   if (!split.reasoning.empty()) out.set_reasoning_content(split.reasoning);
   if (!tools.offered()) return;
   std::string content;

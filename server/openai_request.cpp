@@ -8,7 +8,6 @@
 #include "server/attention_options.h"
 #include "server/bounded_json.h"
 #include "server/chat_input.h"
-#include "server/reasoning.h"
 #include "server/config.h"
 #include "server/known_fields.h"
 #include "server/request_rules.h"
@@ -143,9 +142,8 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Mod
 }
 
 // Sets tools.format to the template's call format.
-std::vector<int32_t> chat_prompt(const json& body, const Model& model, ToolPlan& tools,
-                                 bool add_generation_prompt = true, std::string* rendered_text = nullptr,
-                                 std::string_view raw_body = {}) {
+ChatPrompt chat_prompt(const json& body, const Model& model, ToolPlan& tools, bool add_generation_prompt = true,
+                       std::string_view raw_body = {}) {
   const ChatTemplate* tmpl = nullptr;
   try {
     tmpl = &model.chat_template();
@@ -154,12 +152,15 @@ std::vector<int32_t> chat_prompt(const json& body, const Model& model, ToolPlan&
   }
   tools.format = tool_rendering(*tmpl, tools.offered()).format;
   const ChatInput input = chat_input(body, *tmpl, tools, add_generation_prompt, raw_body);
+  ChatPrompt out;
+  std::string text;
   try {
-    return model.encode_chat(input, rendered_text);
+    out.ids = model.encode_chat(input, &text);
   } catch (const Error& e) {
     bad("messages", e.what());
   }
-  return {};
+  out.reasoning = reasoning_mode(*tmpl, tools.offered(), text);
+  return out;
 }
 
 void parse_stop(const json& body, StopConditions& stop) {
@@ -391,8 +392,8 @@ ApiRequest parse_completion_request(const json& body, const Model& model, const 
   return out;
 }
 
-std::vector<int32_t> encode_chat_body(const json& body, const Model& model, ToolPlan& tools, std::string* rendered_text) {
-  return chat_prompt(body, model, tools, /*add_generation_prompt=*/true, rendered_text);
+ChatPrompt encode_chat_body(const json& body, const Model& model, ToolPlan& tools) {
+  return chat_prompt(body, model, tools);
 }
 
 ApiRequest parse_chat_request(const json& body, const Model& model, const ServerConfig& config, std::string_view raw_body) {
@@ -401,12 +402,9 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
   out.model = config.model_name;
   check_known_fields(body, out.kind, config);
   out.tools = parse_tools(body);
-  std::string prompt_text;
-  out.engine.prompt = chat_prompt(body, model, out.tools, /*add_generation_prompt=*/true, &prompt_text, raw_body);
-  // A reasoning model's answers are split into reasoning_content and content (server/reasoning.h).
-  const ReasoningMode reasoning = reasoning_mode(model.chat_template(), out.tools.offered(), prompt_text);
-  out.reasoning = reasoning.on;
-  out.reasoning_open = reasoning.open;
+  ChatPrompt prompt = chat_prompt(body, model, out.tools, /*add_generation_prompt=*/true, raw_body);
+  out.engine.prompt = std::move(prompt.ids);
+  out.reasoning = prompt.reasoning;
   out.logprobs = get_bool(body, "logprobs").value_or(false);
   if (auto v = get_int(body, "top_logprobs", 0, kMaxTopLogprobs)) {
     if (!out.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
@@ -427,7 +425,7 @@ std::vector<int32_t> parse_tokenize_request(const json& body, const Model& model
   // whether the assistant's turn is opened.
   if (field(body, "messages")) {
     ToolPlan tools = parse_tools(body);
-    return chat_prompt(body, model, tools, get_bool(body, "add_generation_prompt").value_or(true), nullptr, raw_body);
+    return chat_prompt(body, model, tools, get_bool(body, "add_generation_prompt").value_or(true), raw_body).ids;
   }
   const char* key = field(body, "prompt") ? "prompt" : "text";
   const json* text = field(body, key);

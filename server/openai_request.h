@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "server/reasoning.h"
 #include "server/tools.h"
 
 namespace fathom {
@@ -48,9 +49,8 @@ struct ApiRequest {
   nlohmann::json responses;
   ToolPlan tools;  // chat: function tools offered and how the model must use them
   // chat with a reasoning model's template: answers are split into reasoning_content and content
-  // (server/reasoning.h); reasoning_open: the prompt ends inside an open <think> block.
-  bool reasoning = false;
-  bool reasoning_open = false;
+  // (server/reasoning.h).
+  ReasoningMode reasoning;
   int32_t choices() const { return engine.n * static_cast<int32_t>(prompts.empty() ? 1 : prompts.size()); }
 };
 
@@ -68,10 +68,12 @@ ApiRequest parse_chat_request(const nlohmann::json& body, const Model& model, co
                               std::string_view raw_body = {});
 // The prompt of a chat body's "messages" (roles, tool_calls, tool results) with `tools` described,
 // through the model's chat template; what gRPC's chat input uses too. Sets tools.format to the
-// template's call format (server/chat_input.h); `rendered_text` (optional) gets the prompt text.
-// Throws ApiError (400).
-std::vector<int32_t> encode_chat_body(const nlohmann::json& body, const Model& model, ToolPlan& tools,
-                                      std::string* rendered_text = nullptr);
+// template's call format (server/chat_input.h). Throws ApiError (400).
+struct ChatPrompt {
+  std::vector<int32_t> ids;
+  ReasoningMode reasoning;  // how the answer to this prompt is split (server/reasoning.h)
+};
+ChatPrompt encode_chat_body(const nlohmann::json& body, const Model& model, ToolPlan& tools);
 
 // POST /tokenize: {"prompt"|"text": str, "add_special": bool} or {"messages": [...]}.
 std::vector<int32_t> parse_tokenize_request(const nlohmann::json& body, const Model& model,

@@ -156,10 +156,9 @@ json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::v
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     // A reasoning model's thinking comes back beside the answer; tool calls are parsed in the answer.
-    const ReasoningPiece split =
-        req.reasoning ? split_reasoning(choices[i].text, req.reasoning_open) : ReasoningPiece{"", choices[i].text};
+    const ReasoningPiece split = split_answer(choices[i].text, req.reasoning);
     json message = {{"role", "assistant"}, {"content", split.content}};
-    if (req.reasoning) message["reasoning_content"] = split.reasoning.empty() ? json(nullptr) : json(split.reasoning);
+    if (req.reasoning.on) message["reasoning_content"] = split.reasoning.empty() ? json(nullptr) : json(split.reasoning);
     json finish = finish_json(choices[i].finish);
     std::string content;
     const std::vector<ToolCall> calls =

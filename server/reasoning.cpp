@@ -93,6 +93,10 @@ bool prompt_opens_thinking(std::string_view prompt_text) {
   return close == std::string_view::npos || close < open;
 }
 
+ReasoningPiece split_answer(std::string_view text, const ReasoningMode& mode) {
+  return mode.on ? split_reasoning(text, mode.open) : ReasoningPiece{"", std::string(text)};
+}
+
 ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::string_view prompt_text) {
   ReasoningMode m;
   m.on = tmpl.is_jinja() && tmpl.source(with_tools).find(kClose) != std::string::npos;

@@ -44,4 +44,7 @@ struct ReasoningMode {
 };
 ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::string_view prompt_text);
 
+// A finished answer split by `mode`; all of it is content when the mode is off.
+ReasoningPiece split_answer(std::string_view text, const ReasoningMode& mode);
+
 }  // namespace fathom

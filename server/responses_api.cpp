@@ -178,7 +178,7 @@ json reasoning_item(const ResponseMeta& meta, const std::string& text) {
 json output_items(const ApiRequest& req, const ResponseMeta& meta, const std::string& whole, FinishReason finish,
                   const char* status) {
   json items = json::array();
-  const ReasoningPiece split = req.reasoning ? split_reasoning(whole, req.reasoning_open) : ReasoningPiece{"", whole};
+  const ReasoningPiece split = split_answer(whole, req.reasoning);
   if (!split.reasoning.empty()) items.push_back(reasoning_item(meta, split.reasoning));
   const std::string& text = split.content;
   std::string content;
@@ -252,7 +252,7 @@ json response_object(const ApiRequest& req, const ResponseMeta& meta, const std:
   return r;
 }
 
-bool ResponsesStream::held() const { return req_.tools.offered() || req_.reasoning; }
+bool ResponsesStream::held() const { return req_.tools.offered() || req_.reasoning.on; }
 
 std::string ResponsesStream::frame(json event) {
   event["sequence_number"] = sequence_++;

@@ -191,8 +191,8 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
   if (req_.tools.offered() && req_.responses.is_null())
     for (int32_t c = 0; c < req_.choices(); ++c) tool_streams.emplace_back(req_.tools, tool_call_id(meta_, c));
   std::vector<ReasoningSplit> reasoning;  // chat with a reasoning model: per choice (server/reasoning.h)
-  if (req_.reasoning && req_.responses.is_null())
-    for (int32_t c = 0; c < req_.choices(); ++c) reasoning.emplace_back(req_.reasoning_open);
+  if (req_.reasoning.on && req_.responses.is_null())
+    for (int32_t c = 0; c < req_.choices(); ++c) reasoning.emplace_back(req_.reasoning.open);
   // /v1/responses frames its own event sequence (one choice); the other APIs send chunks.
   std::optional<ResponsesStream> responses;
   if (!req_.responses.is_null()) responses.emplace(req_, meta_);
