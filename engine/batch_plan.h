@@ -1,6 +1,7 @@
 #pragma once
 // What one forward pass computes: for each sequence, a run of new tokens at consecutive
-// positions whose K/V are appended to the sequence's paged cache, and which logits to return.
+// positions whose K/V are appended to the sequence's paged cache, and which rows of logits (and
+// of final hidden states, for embeddings) to return.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -9,7 +10,15 @@
 
 namespace fathom {
 
-enum class LogitsWanted { kNone, kLast, kAll };
+// Which of a step's token rows an output is wanted for: none, the last, all, or the first (an
+// embedding's CLS position).
+enum class LogitsWanted { kNone, kLast, kAll, kFirst };
+
+// How many of a step's n rows `w` wants, and the first of them.
+inline int64_t wanted_rows(LogitsWanted w, int64_t n) {
+  return w == LogitsWanted::kAll ? n : w == LogitsWanted::kNone || n == 0 ? 0 : 1;
+}
+inline int64_t first_wanted_row(LogitsWanted w, int64_t n) { return w == LogitsWanted::kLast ? n - 1 : 0; }
 
 struct SeqStep {
   std::span<const int32_t> tokens;          // new tokens (prefill chunk or one decode token)
@@ -20,6 +29,8 @@ struct SeqStep {
   // (HiP mask, SWA mass); the model sizes it to the layer count.
   const AttentionPolicy* policy = nullptr;
   SeqPolicyState* policy_state = nullptr;
+  // Rows of final hidden states (after the final norm: what an embedding pools), none by default.
+  LogitsWanted hidden = LogitsWanted::kNone;
 };
 
 // One-token dense decode steps whose sequences hold the same physical blocks for leading
@@ -41,8 +52,7 @@ struct BatchPlan {
   // Rows of logits the forward pass returns, in sequence order.
   int64_t logits_rows() const {
     int64_t n = 0;
-    for (const SeqStep& s : seqs)
-      n += s.logits == LogitsWanted::kAll ? static_cast<int64_t>(s.tokens.size()) : s.logits == LogitsWanted::kLast;
+    for (const SeqStep& s : seqs) n += wanted_rows(s.logits, static_cast<int64_t>(s.tokens.size()));
     return n;
   }
 };

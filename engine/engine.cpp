@@ -91,7 +91,17 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   for (int32_t id : request.prompt)
     if (id < 0 || id >= model_.vocab())
       throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(model_.vocab()) + ")");
-  if (request.max_tokens < 1) throw Error("max_tokens must be at least 1");
+  const bool embeds = request.embedding != Pooling::kNone;
+  if (embeds) {
+    if (request.n != 1 || request.prompt_logprobs >= 0 || request.constraint.kind != OutputConstraint::Kind::kNone)
+      throw Error("an embedding request has one choice, no prompt logprobs and no output constraint");
+    request.max_tokens = 0;  // nothing is generated
+  } else if (request.max_tokens < 1) {
+    throw Error("max_tokens must be at least 1");
+  }
+  if (embeds && prompt > c.context_length)
+    throw Error("this model's maximum context length is " + std::to_string(c.context_length) + " tokens; the input has " +
+                std::to_string(prompt));
   if (prompt + request.max_tokens > c.context_length)
     throw Error("this model's maximum context length is " + std::to_string(c.context_length) + " tokens; the request has " +
                 std::to_string(prompt) + " prompt tokens and asks for " + std::to_string(request.max_tokens) +

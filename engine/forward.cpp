@@ -100,7 +100,7 @@ void mlp_block(const ModelConfig& c, ForwardOps& ops, int64_t T, int32_t il) {
 }  // namespace
 
 void run_forward(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan,
-                 std::vector<float>& logits, KvReadBytes& kv_read, AttentionSteps& steps) {
+                 std::vector<float>& logits, std::vector<float>* hidden, KvReadBytes& kv_read, AttentionSteps& steps) {
   failpoints::hit("forward");
   int64_t T = 0;
   for (const SeqStep& s : plan.seqs) {
@@ -111,6 +111,7 @@ void run_forward(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, cons
     T += static_cast<int64_t>(s.tokens.size());
   }
   logits.clear();
+  if (hidden != nullptr) hidden->clear();
   if (T == 0) return;
   for (const SeqStep& s : plan.seqs)
     if (s.policy_state != nullptr) s.policy_state->layers.resize(c.n_layers);
@@ -120,16 +121,17 @@ void run_forward(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, cons
     attention_block(c, kv, ops, plan, T, il, kv_read, steps);
     mlp_block(c, ops, T, il);
   }
-  // Only the rows whose logits are wanted go through the final norm and the output projection.
-  std::vector<int64_t> rows;
+  // Only the wanted rows go through the final norm (and the output projection, for logits).
+  std::vector<int64_t> logit_rows, hidden_rows;
   int64_t t = 0;
   for (const SeqStep& s : plan.seqs) {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
-    const int64_t first = s.logits == LogitsWanted::kAll ? 0 : s.logits == LogitsWanted::kLast ? n - 1 : n;
-    for (int64_t i = std::max<int64_t>(first, 0); i < n; ++i) rows.push_back(t + i);
+    for (int64_t i = 0; i < wanted_rows(s.logits, n); ++i) logit_rows.push_back(t + first_wanted_row(s.logits, n) + i);
+    for (int64_t i = 0; i < wanted_rows(s.hidden, n); ++i) hidden_rows.push_back(t + first_wanted_row(s.hidden, n) + i);
     t += n;
   }
-  ops.logits(rows, logits);
+  if (hidden != nullptr) ops.hidden(hidden_rows, *hidden);
+  ops.logits(logit_rows, logits);
 }
 
 }  // namespace fathom

@@ -21,11 +21,12 @@ using KvReadBytes = std::array<int64_t, kMaxPolicies>;
 // dense or a sparse kind): what `auto` chose, and how often a policy fell back to dense.
 using AttentionSteps = std::array<std::array<int64_t, kMaxPolicies>, kMaxPolicies>;
 
-// Runs `plan` through `ops` and writes plan.logits_rows() rows of vocab floats to `logits`.
+// Runs `plan` through `ops` and writes plan.logits_rows() rows of vocab floats to `logits`, and
+// the wanted rows of final hidden states (SeqStep::hidden; dim floats each) to `hidden` if given.
 // Adds the KV bytes each one-token step's attention read to kv_read and its layer steps to
 // `steps` (prefill is not counted; bifurcated groups count as dense). Sizes every step's
 // policy_state to the layer count. Failpoint "forward" (one hit per pass).
 void run_forward(const ModelConfig& config, const KvLayout& kv, ForwardOps& ops, const BatchPlan& plan,
-                 std::vector<float>& logits, KvReadBytes& kv_read, AttentionSteps& steps);
+                 std::vector<float>& logits, std::vector<float>* hidden, KvReadBytes& kv_read, AttentionSteps& steps);
 
 }  // namespace fathom

@@ -130,8 +130,11 @@ class ForwardOps {
   virtual void glu(Activation act) = 0;
   // x += y, elementwise over (T, width of x).
   virtual void add(Act x, Act y) = 0;
+  // The final norm of kX's rows `rows` (token indices, ascending): rows.size() rows of dim floats
+  // into `hidden` (host memory, resized). Before logits(), which ends the pass.
+  virtual void hidden(std::span<const int64_t> rows, std::vector<float>& hidden) = 0;
   // The final norm of kX's rows `rows` (token indices, ascending) and the output projection:
-  // rows.size() rows of vocab floats into `logits` (host memory, resized).
+  // rows.size() rows of vocab floats into `logits` (host memory, resized). The pass's last op.
   virtual void logits(std::span<const int64_t> rows, std::vector<float>& logits) = 0;
 };
 

@@ -94,6 +94,23 @@ void OutputProcessor::score_prompt(Sequence& s, int64_t pos0, const float* logit
   });
 }
 
+void OutputProcessor::pool(Sequence& s, int64_t pos0, const float* hidden, int64_t rows) {
+  RequestState& r = *s.request;
+  const int32_t dim = model_.config().dim;
+  const int64_t last = static_cast<int64_t>(r.request.prompt.size()) - 1;
+  r.pooled.resize(dim, 0.0);
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* row = hidden + j * dim;
+    const int64_t p = pos0 + j;
+    const Pooling how = r.request.embedding;
+    if (how == Pooling::kMean) {
+      for (int32_t d = 0; d < dim; ++d) r.pooled[d] += row[d];
+    } else if ((how == Pooling::kCls && p == 0) || (how == Pooling::kLast && p == last)) {
+      std::copy_n(row, dim, r.pooled.begin());
+    }
+  }
+}
+
 void OutputProcessor::attach_prompt_logprobs(Sequence& s, StreamEvent& ev) {
   const RequestState& r = *s.request;
   if (r.request.prompt_logprobs < 0 || s.prompt_logprobs_sent || r.wants_prompt_logprobs()) return;
@@ -185,6 +202,10 @@ void OutputProcessor::finish(Sequence& s, FinishReason reason, std::string tail,
   events[0].finish = reason;
   events[0].error = error;
   attach_prompt_logprobs(s, events[0]);
+  if (r.embeds() && reason == FinishReason::kStop) {
+    const double scale = r.request.embedding == Pooling::kMean ? 1.0 / static_cast<double>(r.request.prompt.size()) : 1.0;
+    for (double v : r.pooled) events[0].embedding.push_back(static_cast<float>(v * scale));
+  }
   --r.unfinished;
   if (!r.forked && s.choice == 0) {
     // n > 1 and the request ended before its first sample: the other choices never started.

@@ -46,6 +46,9 @@ class OutputProcessor {
   // `rows` rows of every-position logits from `logits` (position pos0 first): appends the prompt
   // tokens they score to the request's prompt logprobs.
   void score_prompt(Sequence& s, int64_t pos0, const float* logits, int64_t rows);
+  // An embedding request's final hidden states of positions [pos0, pos0 + rows) (dim floats a
+  // row), pooled into the request as its Request::embedding says.
+  void pool(Sequence& s, int64_t pos0, const float* hidden, int64_t rows);
 
   // Ends a choice: releases its blocks and sends its last event (`tail`: text still to emit).
   void finish(Sequence& s, FinishReason reason, std::string tail = {}, const std::string& error = {});

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/attention/policy.h"
+#include "engine/model/model_config.h"
 #include "engine/sampler.h"
 
 namespace fathom {
@@ -40,6 +41,11 @@ struct Request {
   // else each prompt token's logprob and this many top alternatives. Such a request's prompt is
   // prefilled in full (no prefix cache), keeping every position's logits.
   int32_t prompt_logprobs = -1;
+  // An embedding request (anything but kNone): the prompt is prefilled and its final hidden states
+  // pooled this way; nothing is generated (max_tokens, n, sampling, stop and constraint unused). Its
+  // one event carries the pooled vector. Mean and CLS pooling compute the whole prompt (no prefix
+  // cache: every position's hidden state is wanted); last-token pooling may start from cached blocks.
+  Pooling embedding = Pooling::kNone;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -54,6 +60,9 @@ struct StreamEvent {
   // On a choice's first event when Request::prompt_logprobs >= 0: one entry per prompt token;
   // the first has no logprob (NaN, no alternatives): nothing precedes it.
   std::vector<SampledToken> prompt_logprobs;
+  // An embedding request's result, on its last event (finish kStop): the pooled final hidden
+  // state, dim floats, not normalised.
+  std::vector<float> embedding;
   FinishReason finish = FinishReason::kNone;  // set on the choice's last event
   std::string error;                   // for kError
 };

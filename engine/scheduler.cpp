@@ -91,13 +91,16 @@ void Scheduler::preempt(Sequence& seq) {
   seq.last_hash = 0;
   seq.policy_state = {};
   seq.state = SeqState::kWaiting;
+  seq.request->pooled.clear();  // an embedding pools its positions again
   metrics_->preempt_recompute.inc();
 }
 
 void Scheduler::admit(Sequence& seq) {
   RequestState& r = *seq.request;
-  // A prompt being scored needs every position's logits: it is computed in full.
-  kv_->match_prefix(seq, !r.wants_prompt_logprobs());
+  // A prompt being scored needs every position's logits, an embedding pooled over every position
+  // (mean) or the first (CLS) every position's hidden state: those are computed in full.
+  const bool all_positions = r.wants_prompt_logprobs() || (r.embeds() && r.request.embedding != Pooling::kLast);
+  kv_->match_prefix(seq, !all_positions);
   if (seq.dropped > seq.n_computed) metrics_->recomputed.inc(seq.dropped - seq.n_computed);  // prefix hits excluded
   seq.dropped = 0;
   if (seq.choice == 0 && !r.first_token_seen) {
@@ -151,7 +154,7 @@ void Scheduler::step() {
   try {
     const auto t0 = Clock::now();
     kv_->make_resident(plan, planned, chunk_of);
-    stats = backend_.forward(plan, logits_);
+    stats = backend_.forward(plan, logits_, &hidden_);
     double tokens = 0, positions = 0;
     for (const SeqStep& s : plan.seqs) {
       const double c = static_cast<double>(s.tokens.size());
@@ -235,6 +238,15 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
     const bool last = s->n_computed + chunk == static_cast<int32_t>(s->tokens.size());
     plan.seqs.push_back(SeqStep{std::span<const int32_t>(s->tokens).subspan(s->n_computed, chunk), s->n_computed,
                                 &s->blocks, scores ? LogitsWanted::kAll : last ? LogitsWanted::kLast : LogitsWanted::kNone});
+    if (s->request->embeds()) {  // no logits: the hidden states its pooling reads
+      SeqStep& step = plan.seqs.back();
+      const Pooling how = s->request->request.embedding;
+      step.logits = LogitsWanted::kNone;
+      step.hidden = how == Pooling::kMean                      ? LogitsWanted::kAll
+                    : how == Pooling::kCls && s->n_computed == 0 ? LogitsWanted::kFirst
+                    : how == Pooling::kLast && last              ? LogitsWanted::kLast
+                                                                 : LogitsWanted::kNone;
+    }
     // A generated token's step decodes through the request's policy; prompt tokens prefill densely.
     if (chunk == 1 && s->n_computed >= static_cast<int32_t>(s->request->request.prompt.size())) {
       plan.seqs.back().policy = &s->request->request.attention;
@@ -303,9 +315,14 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
                             const std::vector<int32_t>& chunk_of) {
   const int32_t vocab = model_.vocab();
   std::vector<int64_t> rows(planned.size(), -1);  // the row each sequence samples from, -1: none
-  int64_t row = 0;
+  std::vector<int64_t> hidden_rows(planned.size(), -1);  // an embedding's first row of hidden_, -1: none
+  int64_t row = 0, hidden_row = 0;
   for (size_t i = 0; i < planned.size(); ++i) {
     const SeqStep& step = plan.seqs[i];
+    if (step.hidden != LogitsWanted::kNone) {
+      hidden_rows[i] = hidden_row;
+      hidden_row += wanted_rows(step.hidden, static_cast<int64_t>(step.tokens.size()));
+    }
     if (step.logits == LogitsWanted::kAll) {
       const auto n = static_cast<int64_t>(step.tokens.size());
       out_->score_prompt(*planned[i], step.pos0, logits_.data() + row * vocab, n);
@@ -323,8 +340,15 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
     Sequence& s = *planned[i];
     if (s.state == SeqState::kFinished) continue;  // its request failed earlier in this update
     out_->guarded(*s.request, [&] {
-      kv_->computed(s, chunk_of[i], plan.seqs[i].tokens.size() == 1);
+      const SeqStep& step = plan.seqs[i];
+      kv_->computed(s, chunk_of[i], step.tokens.size() == 1);
       if (rows[i] >= 0) out_->hand_over(s, draws[i], logits_.data() + rows[i] * vocab);
+      if (!s.request->embeds()) return;
+      const auto n = static_cast<int64_t>(step.tokens.size());
+      if (hidden_rows[i] >= 0)
+        out_->pool(s, step.pos0 + first_wanted_row(step.hidden, n), hidden_.data() + hidden_rows[i] * model_.config().dim,
+                   wanted_rows(step.hidden, n));
+      if (s.pending() == 0) out_->finish(s, FinishReason::kStop);  // the whole prompt is pooled
     });
   }
 }

@@ -86,6 +86,7 @@ class Scheduler {
   std::unique_ptr<OutputProcessor> out_;  // sampling, detokenizing, stops, events
   std::vector<std::unique_ptr<RequestState>> requests_;
   std::vector<float> logits_;
+  std::vector<float> hidden_;  // the step's final hidden states of embedding requests (rows, dim)
   StepCostModel step_cost_;  // what a prefill chunk costs, learned from step times
 };
 

@@ -69,6 +69,10 @@ struct RequestState {
   bool wants_prompt_logprobs() const {
     return request.prompt_logprobs >= 0 && prompt_logprobs.size() < request.prompt.size();
   }
+  // An embedding request (Request::embedding): the sum (mean pooling) or the pooled row so far,
+  // dim values.
+  std::vector<double> pooled;
+  bool embeds() const { return request.embedding != Pooling::kNone; }
 };
 
 // Scheduling order: higher priority first, then arrival (FCFS).

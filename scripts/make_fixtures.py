@@ -29,6 +29,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import arch_fixtures
+import embedding_fixtures
 from fixture_lib import (INITIALIZER_RANGE, VOCAB, add_bpe_vocab, f32_vs_f64, finish_gguf, gpt2_byte_chars,
                          logits_of, made_with, randomize_norms, rel_error)
 
@@ -183,13 +184,15 @@ def long_reference(model, name, rng, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=["rope", "arch"], help="one set of fixtures (default: all)")
+    ap.add_argument("--only", choices=["rope", "arch", "embed"], help="one set of fixtures (default: all)")
     ap.add_argument("--out", type=Path, default=OUT, help="where the RoPE fixtures go")
     args = ap.parse_args()
-    if args.only != "arch":
+    if args.only in (None, "rope"):
         make_rope_fixtures(args.out)
-    if args.only != "rope":
+    if args.only in (None, "arch"):
         arch_fixtures.make_all(arch_fixtures.OUT)
+    if args.only in (None, "embed"):  # after arch: it reads the arch fixtures' Hugging Face directories
+        embedding_fixtures.make_all(embedding_fixtures.OUT)
 
 
 def make_rope_fixtures(out):

@@ -58,6 +58,9 @@ ServerConfig config_from_args(const CliArgs& args) {
   int_option(args, "port", 0, 65535, c.port);
   int_option(args, "grpc-port", -1, 65535, c.grpc_port);
   c.model_options = model_options_from_args(args, c.model_options);
+  if (auto v = args.get("embedding-pooling")) c.embedding_pooling = *v;
+  if (!valid_embedding_pooling(c.embedding_pooling))
+    throw Error("--embedding-pooling must be mean, cls, last or none, got '" + c.embedding_pooling + "'");
   // API keys: the config's list (or --api-key, which replaces it), plus a key file
   // (http.api_keys_file / --api-key-file) and FATHOM_API_KEYS (comma-separated): the latter two
   // keep keys out of the command line, where `ps` shows them.
@@ -161,7 +164,8 @@ void raise_open_file_limit() {
 int run_serve(int argc, char** argv) {
   std::set<std::string> names = {"config",    "model-name",       "host",           "port",      "grpc-port",
                                  "api-key",   "api-key-file",     "host-kv-mib",      "max-num-seqs",   "max-queue", "max-batched-tokens",
-                                 "log-level", "log-format", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms"};
+                                 "log-level", "log-format", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms",
+                                 "embedding-pooling"};
   names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
   std::set<std::string> flags = {"no-prefix-caching", "no-bifurcated"};
   flags.insert(kModelFlagNames.begin(), kModelFlagNames.end());

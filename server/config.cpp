@@ -109,7 +109,7 @@ const std::set<std::string> kLogLevels = {"trace", "debug", "info", "warn", "err
 // them is a config override; the others (FATHOM_API_KEYS, FATHOM_FAILPOINTS, FATHOM_SIMD, ...)
 // belong to other features.
 const std::set<std::string> kTopLevelKeys = {"model",     "model_name", "threads",   "precision", "pack_weights",
-                                             "chat_template", "log_level", "log_format", "drain_timeout_ms", "kv_cache",
+                                             "chat_template", "embedding_pooling", "log_level", "log_format", "drain_timeout_ms", "kv_cache",
                                              "attention", "scheduler",  "http",      "grpc",      "limits"};
 
 // FATHOM_HTTP__MAX_CONNECTIONS=4096 -> root["http"]["max_connections"] = 4096.
@@ -169,6 +169,9 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
   else if (!precision.empty()) top.fail("precision", "must be \"q8\" or \"f32\", got \"" + precision + "\"");
   top.read("pack_weights", c.model_options.pack_weights);
   top.read("chat_template", c.model_options.chat_template);
+  top.read("embedding_pooling", c.embedding_pooling);
+  if (!valid_embedding_pooling(c.embedding_pooling))
+    top.fail("embedding_pooling", "must be \"mean\", \"cls\", \"last\" or \"none\", got \"" + c.embedding_pooling + "\"");
   top.read("log_level", c.log_level);
   top.read("log_format", c.log_format);
   if (c.log_format != "text" && c.log_format != "json") top.fail("log_format", "must be \"text\" or \"json\"");

@@ -16,6 +16,10 @@ struct ServerConfig {
   std::string model;                // path to a GGUF file
   std::string model_name;           // id reported by /v1/models; default: file name without .gguf
   ModelOptions model_options;       // threads, kv dtype, block size, kv budget, precision, chat template
+  // How /v1/embeddings pools the final hidden states: "" = as the model's file says
+  // (<arch>.pooling_type; a generative model's says nothing: no embeddings), or "mean", "cls",
+  // "last" (pool a generative model's hidden states), or "none" (no embeddings).
+  std::string embedding_pooling;
   SchedulerConfig scheduler;
   // Default decode attention policy of requests: `auto` at kv_read_ratio 1/4: dense's pass-key
   // answers on Gemma 3, 95% of them on SmolLM2 at 4k and 8k over three prompt sets (docs/attention.md,
@@ -45,6 +49,11 @@ struct ServerConfig {
   // Origins whose browser pages may call the server ("*": any; server/cors.h); empty: none.
   std::vector<std::string> cors_origins;
 };
+
+// ServerConfig::embedding_pooling's values ("" included).
+inline bool valid_embedding_pooling(const std::string& p) {
+  return p.empty() || p == "mean" || p == "cls" || p == "last" || p == "none";
+}
 
 // The priority a client's request runs at (it asked for `asked`, already range-checked).
 inline int32_t client_priority(int64_t asked, const ServerConfig& config) {

@@ -29,6 +29,7 @@
 #include "server/auth.h"
 #include "server/request_rules.h"
 #include "server/config.h"
+#include "server/embedding_run.h"
 #include "server/schema_rules.h"
 #include "server/openai_request.h"
 #include "server/reasoning.h"
@@ -75,6 +76,17 @@ grpc::Status status_from_exception() {
     spdlog::error("grpc: internal error: {}", e.what());
     return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
   }
+}
+
+// The ids of `in`, each inside the vocabulary (else INVALID_ARGUMENT).
+std::vector<int32_t> checked_token_ids(const pb::TokenIds& in, int32_t vocab) {
+  std::vector<int32_t> ids;
+  for (int32_t id : in.ids()) {
+    if (id < 0 || id >= vocab)
+      invalid("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 // The id the server reports; the same rule as /v1/models (file name without .gguf by default).
@@ -172,11 +184,7 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
       r.prompt = model.tokenizer().encode(in.text());  // BOS when the vocabulary asks for it
       break;
     case pb::GenerateRequest::kTokenIds:
-      for (int32_t id : in.token_ids().ids()) {
-        if (id < 0 || id >= vocab)
-          invalid("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-        r.prompt.push_back(id);
-      }
+      r.prompt = checked_token_ids(in.token_ids(), vocab);
       break;
     case pb::GenerateRequest::kChat:
       try {
@@ -367,6 +375,33 @@ class FathomService final : public pb::Fathom::Service {
       EncodeOptions opts;
       opts.add_bos = in->add_special();
       for (int32_t id : engine_.model().tokenizer().encode(in->text(), opts)) out->add_token_ids(id);
+      return grpc::Status::OK;
+    } catch (...) {
+      return status_from_exception();
+    }
+  }
+
+  grpc::Status Embed(grpc::ServerContext* ctx, const pb::EmbedRequest* in, pb::EmbedResponse* out) override {
+    if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
+    try {
+      check_served_model(in->model(), config_, "model");
+      const Model& model = engine_.model();
+      EmbeddingRequest r;
+      r.pooling = served_pooling(model, config_);
+      if (in->inputs_size() > static_cast<int>(kMaxEmbeddingInputs))
+        throw RuleError(RuleError::Kind::kInvalid, "inputs", "at most " + std::to_string(kMaxEmbeddingInputs) + " inputs");
+      for (const pb::EmbedInput& one : in->inputs()) {
+        if (one.has_token_ids()) r.inputs.push_back(checked_token_ids(one.token_ids(), model.vocab()));
+        else r.inputs.push_back(model.tokenizer().encode(one.text()));
+      }
+      r.priority = resolve_priority(in->priority(), config_, "priority");
+      check_embedding_request(r, in->has_dimensions() ? std::optional<int64_t>(in->dimensions()) : std::nullopt, model,
+                              "inputs");
+      const std::optional<EmbeddingResult> result =
+          run_embeddings(engine_, r, "grpc-embed", embedding_window(config_), [ctx] { return !ctx->IsCancelled(); });
+      if (!result) return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the call");
+      for (const std::vector<float>& v : result->vectors) out->add_embeddings()->mutable_values()->Add(v.begin(), v.end());
+      out->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(result->prompt_tokens));
       return grpc::Status::OK;
     } catch (...) {
       return status_from_exception();

@@ -15,6 +15,7 @@
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/cors.h"
+#include "server/embedding_run.h"
 #include "server/http_transport.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -67,7 +68,7 @@ struct Route {
 
 constexpr Route kRoutes[] = {
     {"POST", "/v1/completions", false, false},   {"POST", "/v1/chat/completions", false, false},
-    {"POST", "/v1/responses", false, false},
+    {"POST", "/v1/responses", false, false},      {"POST", "/v1/embeddings", false, false},
     {"GET", "/v1/models", true, false},          {"POST", "/tokenize", false, false},
     {"POST", "/detokenize", false, false},       {"GET", "/health", true, true},
     {"GET", "/ready", true, true},               {"GET", "/live", true, true},
@@ -122,6 +123,7 @@ struct HttpServer::Impl {
   const Model& require(bool generation) const;
   std::string new_id(ApiKind kind);
   HttpResponse generate(const HttpRequest& req, HttpClient& client, ApiKind kind);
+  HttpResponse embed(const HttpRequest& req, HttpClient& client);
 };
 
 HttpResponse HttpServer::Impl::error(int status, const std::string& message, const std::string& param,
@@ -173,6 +175,8 @@ HttpResponse HttpServer::Impl::answer(const HttpRequest& req, HttpClient& client
     return error(429, std::string("the server is busy: ") + e.what(), "", "queue_full");
   } catch (const EngineDraining&) {
     return error(503, "the server is shutting down", "", "draining");
+  } catch (const EmbeddingFailed& e) {
+    return error(500, e.what(), "", "engine_error");
   } catch (const Error& e) {
     return error(400, e.what(), "", "invalid_value");
   } catch (const std::exception& e) {
@@ -192,7 +196,10 @@ const Model& HttpServer::Impl::require(bool generation) const {
 std::string HttpServer::Impl::new_id(ApiKind kind) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%s%016llx%08llx",
-                kind == ApiKind::kChat ? "chatcmpl-" : kind == ApiKind::kResponses ? "resp_" : "cmpl-",
+                kind == ApiKind::kChat        ? "chatcmpl-"
+                : kind == ApiKind::kResponses ? "resp_"
+                : kind == ApiKind::kEmbeddings ? "embd-"
+                                              : "cmpl-",
                 static_cast<unsigned long long>(id_salt),
                 static_cast<unsigned long long>(id_counter.fetch_add(1) & 0xffffffffu));
   return buf;
@@ -224,7 +231,25 @@ HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& clie
   return r;
 }
 
+HttpResponse HttpServer::Impl::embed(const HttpRequest& req, HttpClient& client) {
+  const Model& model = require(/*generation=*/true);
+  Engine& engine = *engine_ptr.load(std::memory_order_acquire);
+  const json body = parse_json_body(req.body);
+  check_model_name(body, config);
+  const EmbeddingRequest request = parse_embeddings_request(body, model, config);
+  const std::string id = new_id(ApiKind::kEmbeddings);
+  const auto start = std::chrono::steady_clock::now();
+  const std::optional<EmbeddingResult> result =
+      run_embeddings(engine, request, id, embedding_window(config), [&client] { return client.alive(); });
+  if (!result) return error(499, "the client closed the connection", "", "client_closed");
+  spdlog::info("{} {}embeddings inputs={} prompt_tokens={} total_ms={:.1f}", id,
+               req.id.empty() ? "" : "request_id=" + req.id + " ", request.inputs.size(), result->prompt_tokens,
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  return json_response(200, embeddings_response(request, *result, config.model_name));
+}
+
 HttpResponse HttpServer::Impl::route(const HttpRequest& req, HttpClient& client) {
+  if (req.path == "/v1/embeddings") return embed(req, client);
   if (req.path == "/v1/completions") return generate(req, client, ApiKind::kCompletion);
   if (req.path == "/v1/chat/completions") return generate(req, client, ApiKind::kChat);
   if (req.path == "/v1/responses") return generate(req, client, ApiKind::kResponses);

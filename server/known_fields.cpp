@@ -27,12 +27,14 @@ const Fields kResponses = {"model", "input", "instructions", "max_output_tokens"
                            "user", "text", "tools", "tool_choice", "parallel_tool_calls", "stream", "store",
                            "previous_response_id", "conversation", "reasoning", "background", "prompt", "include",
                            "service_tier", "safety_identifier", "prompt_cache_key"};
+const Fields kEmbeddings = {"model", "input", "encoding_format", "dimensions", "user"};
 
 bool known(std::string_view key, ApiKind kind) {
   switch (kind) {
     case ApiKind::kCompletion: return kCommon.count(key) || kCompletion.count(key);
     case ApiKind::kChat: return kCommon.count(key) || kChat.count(key);
     case ApiKind::kResponses: return kResponses.count(key);
+    case ApiKind::kEmbeddings: return kEmbeddings.count(key);
   }
   return false;
 }

@@ -9,6 +9,7 @@
 #include "server/bounded_json.h"
 #include "server/chat_input.h"
 #include "server/config.h"
+#include "server/json_fields.h"
 #include "server/known_fields.h"
 #include "server/request_rules.h"
 #include "server/schema_rules.h"
@@ -39,14 +40,6 @@ bool is_integral(const json& v) {
   if (!v.is_number_float()) return false;
   const double d = v.get<double>();
   return std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15;
-}
-
-int64_t integer_value(const json& v) {
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    return u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
-  }
-  return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
 }
 
 std::optional<int64_t> get_int(const json& body, const char* key, int64_t min, int64_t max) {

@@ -30,7 +30,7 @@ class ApiError : public std::runtime_error {
 
 // The endpoint a request came to. /v1/responses requests are chat requests underneath (kind kChat
 // after parsing, ApiRequest::responses set).
-enum class ApiKind { kCompletion, kChat, kResponses };
+enum class ApiKind { kCompletion, kChat, kResponses, kEmbeddings };
 
 struct ApiRequest {
   ApiKind kind = ApiKind::kCompletion;

@@ -70,9 +70,9 @@ StepStats& StepStats::operator+=(const StepStats& o) {
   return *this;
 }
 
-StepStats Backend::forward(const BatchPlan& plan, std::vector<float>& logits) {
+StepStats Backend::forward(const BatchPlan& plan, std::vector<float>& logits, std::vector<float>* hidden) {
   step_ = {};
-  run_forward(model_.config(), kv_layout_, *this, plan, logits, step_.kv_read, step_.attention_steps);
+  run_forward(model_.config(), kv_layout_, *this, plan, logits, hidden, step_.kv_read, step_.attention_steps);
   return step_;
 }
 

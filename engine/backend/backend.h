@@ -124,9 +124,9 @@ class Backend : protected ForwardOps {
   }
   // Runs the plan (run_forward over this backend's ops): appends every step's K/V at its
   // positions, attends, and writes plan.logits_rows() rows of vocab floats to `logits` (host
-  // memory). Throws fathom::Error (or std::logic_error for a broken invariant) on failure; the
+  // memory), and the wanted final hidden states (SeqStep::hidden) to `hidden` if given. Throws fathom::Error (or std::logic_error for a broken invariant) on failure; the
   // KV blocks of the plan's sequences are then in an unknown state. Returns what the pass did.
-  StepStats forward(const BatchPlan& plan, std::vector<float>& logits);
+  StepStats forward(const BatchPlan& plan, std::vector<float>& logits, std::vector<float>* hidden = nullptr);
   // Measures now what `policy` (auto resolved) would measure on its first sparse step: the keys
   // it runs densely below (0 where the backend does not measure). -1 for dense or an explicit
   // min_keys. The server calls it at start-up for its default policy, so no request waits for it.

@@ -24,12 +24,12 @@ constexpr ArchInfo kArchs[] = {{"llama", Architecture::kLlama, false},
 
 // The <arch>.* keys from_gguf reads (and `vocab_size`, which the embedding's rows restate), besides
 // the rope.scaling.* keys rope_scaling.cpp reads. Any other key of the architecture — a sliding
-// window where the architecture has none, logit soft-capping, experts, a pooling type — is a
+// window where the architecture has none, logit soft-capping, experts — is a
 // hyperparameter fathom does not implement: a load error naming it, not a model that runs without it.
 constexpr std::string_view kKnownKeys[] = {
     "block_count", "context_length", "embedding_length", "feed_forward_length", "vocab_size",
     "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
-    "attention.layer_norm_rms_epsilon", "rope.dimension_count", "rope.freq_base"};
+    "attention.layer_norm_rms_epsilon", "rope.dimension_count", "rope.freq_base", "pooling_type"};
 
 void refuse_unknown_keys(const GgufFile& f, const ArchInfo& a) {
   const std::string prefix = std::string(a.name) + ".";
@@ -62,7 +62,33 @@ int32_t require_positive(const GgufFile& f, const std::string& key, int64_t max_
 constexpr int kGemma3SlidingPattern = 6;
 constexpr float kGemma3LocalRopeBase = 10000.0f;
 
+// llama.cpp's enum llama_pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank (a reranker's
+// classification head, which fathom does not have).
+Pooling pooling_from_gguf(const GgufFile& f, const std::string& key) {
+  const int64_t v = f.get_int(key).value_or(0);
+  switch (v) {
+    case 0: return Pooling::kNone;
+    case 1: return Pooling::kMean;
+    case 2: return Pooling::kCls;
+    case 3: return Pooling::kLast;
+    default:
+      throw Error(f.path() + ": metadata " + key + " = " + std::to_string(v) +
+                  (v == 4 ? " (rank: a reranker's classification head) is not supported by fathom"
+                          : " is not a pooling type (0 none, 1 mean, 2 cls, 3 last)"));
+  }
+}
+
 }  // namespace
+
+const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::kNone: return "none";
+    case Pooling::kMean: return "mean";
+    case Pooling::kCls: return "cls";
+    case Pooling::kLast: return "last";
+  }
+  return "?";
+}
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
@@ -95,6 +121,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.rope_dim = c.head_dim;
   if (f.find(a + "rope.dimension_count")) c.rope_dim = require_positive(f, a + "rope.dimension_count", c.head_dim);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.pooling = pooling_from_gguf(f, a + "pooling_type");
 
   const float rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
   c.rope_scaling = rope_scaling_from_gguf(f, c.arch_name, c.rope_dim, c.context_length);

@@ -12,6 +12,10 @@ class GgufFile;
 
 enum class Architecture { kLlama, kGemma3, kQwen2, kQwen3, kPhi3 };
 enum class Activation { kSilu, kGeluTanh };  // gate activation of the gated MLP (SwiGLU / GeGLU)
+// How an embedding is pooled from the final hidden states (after the final norm) of a prompt's
+// positions: their mean, the first (CLS) or the last position's. GGUF's <arch>.pooling_type.
+enum class Pooling { kNone, kMean, kCls, kLast };
+const char* pooling_name(Pooling p);  // "none", "mean", "cls", "last"
 
 struct LayerConfig {
   bool sliding = false;     // sliding-window attention layer (gemma3's local layers, phi3's every layer)
@@ -43,6 +47,7 @@ struct ModelConfig {
   bool fused_gate_up = false;  // the gate and up projections are one ffn_up tensor of 2·ffn_dim rows (phi3)
   bool post_norms = false;   // RMSNorm on the attention and MLP outputs before the residual add
   Activation activation = Activation::kSilu;
+  Pooling pooling = Pooling::kNone;  // an embedding model's pooling (<arch>.pooling_type); none for generative models
   RopeScaling rope_scaling;  // of the global layers (gemma3's local layers rotate unscaled)
   std::vector<LayerConfig> layers;
 

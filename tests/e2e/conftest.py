@@ -4,6 +4,7 @@ Nothing here skips: a missing binary or model is a test failure ("build it first
 """
 import os
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 # Before anything imports numpy: one OpenBLAS thread. The reference model's matrices are small,
@@ -94,3 +95,22 @@ def client(server):
     c = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=600)
     yield c
     c.close()  # idle keep-alive connections would hold up the server's shutdown
+
+
+@pytest.fixture(scope="session")
+def pb(tmp_path_factory, repo_root):
+    """fathom.proto's Python messages (pb.msg) and stubs (pb.svc), generated from the tree's proto."""
+    from grpc_tools import protoc
+
+    out = tmp_path_factory.mktemp("fathom_proto")
+    proto_dir = repo_root / "proto"
+    rc = protoc.main(["grpc_tools.protoc", f"-I{proto_dir}", f"--python_out={out}", f"--grpc_python_out={out}",
+                      str(proto_dir / "fathom.proto")])
+    assert rc == 0, "grpc_tools.protoc failed on proto/fathom.proto"
+    sys.path.insert(0, str(out))
+    try:
+        import fathom_pb2
+        import fathom_pb2_grpc
+    finally:
+        sys.path.remove(str(out))
+    return SimpleNamespace(msg=fathom_pb2, svc=fathom_pb2_grpc)

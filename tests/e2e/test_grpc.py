@@ -6,35 +6,16 @@ temperature 0 must give the same text, tokens and usage over both protocols.
 """
 import json
 import signal
-import sys
 import time
 import urllib.request
-from types import SimpleNamespace
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_tools import protoc
 
 from server_fixture import ServerProcess
 
 PROMPT = "The capital of France is"
-
-
-@pytest.fixture(scope="module")
-def pb(tmp_path_factory, repo_root):
-    out = tmp_path_factory.mktemp("fathom_proto")
-    proto_dir = repo_root / "proto"
-    rc = protoc.main(["grpc_tools.protoc", f"-I{proto_dir}", f"--python_out={out}", f"--grpc_python_out={out}",
-                      str(proto_dir / "fathom.proto")])
-    assert rc == 0, "grpc_tools.protoc failed on proto/fathom.proto"
-    sys.path.insert(0, str(out))
-    try:
-        import fathom_pb2
-        import fathom_pb2_grpc
-    finally:
-        sys.path.remove(str(out))
-    return SimpleNamespace(msg=fathom_pb2, svc=fathom_pb2_grpc)
 
 
 @pytest.fixture(scope="module")

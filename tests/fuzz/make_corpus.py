@@ -4,7 +4,7 @@
   the same bytes relabelled v2), covering every metadata value type, nested arrays, a
   non-default alignment and tensors of several ggml types; models contribute their first 64 KiB.
 - seeds-fuzz_request/: one byte choosing the route (0 completions, 1 chat, 2 tokenize,
-  3 detokenize, 4 responses) + a request body as OpenAI clients send it.
+  3 detokenize, 4 responses, 5 embeddings) + a request body as OpenAI clients send it.
 - seeds-fuzz_chat/: messages separated by 0x1e, each a role byte + content.
 
 usage: make_corpus.py FUZZ_DIR [MODEL.gguf ...]
@@ -103,6 +103,9 @@ REQUESTS = [
     (2, {"prompt": "Hello world", "add_special": True}),
     (2, {"messages": [{"role": "user", "content": "Hi"}]}),
     (3, {"tokens": [1, 2, 3, 49151]}),
+    (5, {"model": "smollm2-135m-instruct", "input": "The quick brown fox", "encoding_format": "float"}),
+    (5, {"input": ["a", "b c"], "encoding_format": "base64", "dimensions": 576, "user": "u"}),
+    (5, {"input": [[1, 2, 3], [4, 5]]}),
 ]
 
 CHATS = [

@@ -141,7 +141,7 @@ double compare_model(const std::string& file, double bound, int decode_steps) {
   const int32_t vocab = model->vocab();
 
   double worst = 0;
-  std::vector<float> cpu_logits, cuda_logits;
+  std::vector<float> cpu_logits, cuda_logits, cpu_hidden, cuda_hidden;
   std::vector<int32_t> next_a, next_b;  // one-token spans for the decode steps
   for (int step = 0; step <= decode_steps; ++step) {
     BatchPlan plan;
@@ -150,15 +150,24 @@ double compare_model(const std::string& file, double bound, int decode_steps) {
       plan.seqs.push_back(SeqStep{a, 0, &table_a, LogitsWanted::kLast});
       plan.seqs.push_back(SeqStep{c, 0, &table_c, LogitsWanted::kAll});
       plan.seqs.push_back(SeqStep{b, 0, &table_b, LogitsWanted::kLast});
+      // Final hidden states (what embeddings pool): a's every row, c's first, b's last: 8 + 1 + 1.
+      plan.seqs[0].hidden = LogitsWanted::kAll;
+      plan.seqs[1].hidden = LogitsWanted::kFirst;
+      plan.seqs[2].hidden = LogitsWanted::kLast;
     } else {
       plan.seqs.push_back(SeqStep{next_a, static_cast<int32_t>(a.size()) + step - 1, &table_a, LogitsWanted::kLast});
       plan.seqs.push_back(SeqStep{next_b, static_cast<int32_t>(b.size()) + step - 1, &table_b, LogitsWanted::kLast});
     }
     const auto s0 = std::chrono::steady_clock::now();
-    cpu.forward(plan, cpu_logits);
+    cpu.forward(plan, cpu_logits, &cpu_hidden);
     const auto s1 = std::chrono::steady_clock::now();
-    cuda->forward(plan, cuda_logits);
+    cuda->forward(plan, cuda_logits, &cuda_hidden);
     const auto s2 = std::chrono::steady_clock::now();
+    EXPECT_EQ(cpu_hidden.size(), static_cast<size_t>(step == 0 ? 10 * model->config().dim : 0));
+    EXPECT_EQ(cuda_hidden.size(), cpu_hidden.size());
+    if (step == 0) {
+      EXPECT_LT(nmse(cuda_hidden, cpu_hidden), bound) << "final hidden states";
+    }
     EXPECT_EQ(cuda_logits.size(), cpu_logits.size());
     EXPECT_EQ(static_cast<int64_t>(cpu_logits.size()), plan.logits_rows() * vocab);
     const double e = nmse(cuda_logits, cpu_logits);

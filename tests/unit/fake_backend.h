@@ -66,6 +66,13 @@ class FakeBackend final : public Backend {
   int64_t attend_group(int32_t, const AttentionGroup&) override { return 0; }
   void glu(Activation) override {}
   void add(Act, Act) override {}
+  // Row r's hidden state: its position in every dimension.
+  void hidden(std::span<const int64_t> rows, std::vector<float>& out) override {
+    const int32_t dim = model_.config().dim;
+    out.resize(rows.size() * static_cast<size_t>(dim));
+    for (size_t r = 0; r < rows.size(); ++r)
+      std::fill_n(out.begin() + static_cast<std::ptrdiff_t>(r * dim), dim, static_cast<float>(positions_[rows[r]]));
+  }
   void logits(std::span<const int64_t> rows, std::vector<float>& out) override {
     const int32_t vocab = model_.vocab();
     out.assign(rows.size() * static_cast<size_t>(vocab), 0.0f);

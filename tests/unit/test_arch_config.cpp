@@ -251,7 +251,6 @@ TEST(ArchConfig, KeysFathomDoesNotImplementAreRefusedByName) {
   const std::vector<std::tuple<std::string, std::string, Value>> cases{
       {"qwen2", "qwen2.attention.sliding_window", 4096u},  // use_sliding_window: layers past max_window_layers
       {"qwen3", "qwen3.expert_count", 8u},                  // qwen3moe's, not qwen3's
-      {"qwen2", "qwen2.pooling_type", 1u},                  // an embedding model
       {"phi3", "phi3.attn_logit_softcapping", 30.0f},
       {"qwen3", "qwen3.rope.scaling.mystery", 1.0f}};
   for (const auto& [arch, key, value] : cases) {
@@ -260,6 +259,12 @@ TEST(ArchConfig, KeysFathomDoesNotImplementAreRefusedByName) {
     const std::string r = refusal(m);
     EXPECT_TRUE(has(r, "metadata " + key + " is not supported by fathom's " + arch)) << r;
   }
+  // An embedding model's pooling is read (1 mean, 2 CLS, 3 last); 4, a reranker's head, is refused.
+  ModelImage pooled = tiny("qwen2");
+  EXPECT_EQ(ModelConfig::from_gguf(pooled.set("qwen2.pooling_type", 3u).file()).pooling, Pooling::kLast);
+  EXPECT_EQ(ModelConfig::from_gguf(pooled.set("qwen2.pooling_type", 1u).file()).pooling, Pooling::kMean);
+  EXPECT_TRUE(has(refusal(pooled.set("qwen2.pooling_type", 4u)), "qwen2.pooling_type = 4 (rank")) << refusal(pooled);
+  EXPECT_TRUE(has(refusal(pooled.set("qwen2.pooling_type", 9u)), "is not a pooling type")) << refusal(pooled);
   ModelImage window = tiny("qwen2");
   EXPECT_TRUE(has(refusal(window.set("qwen2.attention.sliding_window", 4096u)), "sliding-window attention"));
   EXPECT_EQ(refusal(window.set("qwen2.attention.sliding_window", 0u)), "(loaded)");  // 0: none

@@ -35,10 +35,12 @@ struct Harness {
   explicit Harness(int32_t blocks = 64, SchedulerConfig config = {}, int32_t host_blocks = 0, int32_t scratch = 0)
       : backend(*model, blocks, host_blocks, 16, scratch), scheduler(*model, backend, config, metrics) {}
 
-  std::shared_ptr<RequestHandle> add(int32_t prompt_tokens, int32_t max_tokens, int32_t n = 1) {
+  std::shared_ptr<RequestHandle> add(int32_t prompt_tokens, int32_t max_tokens, int32_t n = 1,
+                                     Pooling embedding = Pooling::kNone) {
     auto r = std::make_unique<RequestState>();
     r->request.prompt.assign(prompt_tokens, 300);
     r->request.max_tokens = max_tokens;
+    r->request.embedding = embedding;
     r->request.n = n;
     r->request.sampling.temperature = 0;
     r->handle = std::make_shared<RequestHandle>("r" + std::to_string(order), n);
@@ -58,13 +60,17 @@ struct Outcome {
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::kNone;
   std::string error;
+  std::vector<float> embedding;
+  int events = 0;
 };
 
 Outcome drain(RequestHandle& h) {
   Outcome o;
   StreamEvent ev;
   while (h.next(ev, std::chrono::milliseconds(0))) {
+    ++o.events;
     o.tokens.insert(o.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    if (!ev.embedding.empty()) o.embedding = ev.embedding;
     if (ev.finish != FinishReason::kNone) {
       o.finish = ev.finish;
       o.error = ev.error;
@@ -85,6 +91,54 @@ TEST(Scheduler, RunsRequestsToTheirLengthAndFreesEveryBlock) {
   // Only the prefix cache still holds blocks; it gives them back when evicted.
   EXPECT_EQ(h.scheduler.allocator().used_blocks(),
             h.metrics.gauge("fathom_kv_blocks_used", "", {{"tier", "device"}}).value());
+}
+
+// Embedding requests prefill (in chunks, beside generation) and end with one event carrying the
+// pooled final hidden state. The fake backend's hidden state of a row is its position in every
+// dimension: mean pooling over n positions gives (n - 1) / 2, CLS 0, last n - 1.
+TEST(Scheduler, EmbeddingsPoolTheirPromptsHiddenStatesAcrossChunks) {
+  SchedulerConfig config;
+  config.max_batched_tokens = 64;  // 1000-token prompts take many chunks
+  Harness h(256, config);
+  auto gen = h.add(30, 4);
+  auto mean = h.add(1000, 0, 1, Pooling::kMean), cls = h.add(1000, 0, 1, Pooling::kCls),
+       last = h.add(1000, 0, 1, Pooling::kLast), one = h.add(1, 0, 1, Pooling::kMean);
+  h.run();
+  const int32_t dim = h.model->config().dim;
+  const struct {
+    std::shared_ptr<RequestHandle>& handle;
+    float want;
+  } cases[] = {{mean, 999.0f / 2}, {cls, 0.0f}, {last, 999.0f}, {one, 0.0f}};
+  for (const auto& c : cases) {
+    const Outcome o = drain(*c.handle);
+    EXPECT_EQ(o.finish, FinishReason::kStop);
+    EXPECT_EQ(o.events, 1) << "one event: the result";
+    EXPECT_TRUE(o.tokens.empty()) << "nothing is generated";
+    ASSERT_EQ(static_cast<int32_t>(o.embedding.size()), dim);
+    EXPECT_FLOAT_EQ(o.embedding[0], c.want);
+    EXPECT_FLOAT_EQ(o.embedding[dim - 1], c.want);
+  }
+  EXPECT_EQ(drain(*gen).tokens.size(), 4u) << "generation beside them is unaffected";
+  EXPECT_EQ(mean->usage().prompt_tokens, 1000);
+  EXPECT_EQ(mean->usage().completion_tokens, 0);
+}
+
+// An embedding preempted in the middle of its prefill (a generating sequence needed its blocks)
+// pools its positions again from the start when it comes back: the mean is not counted twice.
+TEST(Scheduler, APreemptedEmbeddingPoolsAgainFromTheStart) {
+  SchedulerConfig config;
+  config.max_batched_tokens = 16;  // the 1000-token prefill takes ~63 steps
+  config.recompute = SchedulerConfig::Recompute::kOff;
+  Harness h(66, config);  // 66 blocks of 16: 30 + 1000 tokens fit, the generation's growth does not
+  auto gen = h.add(30, 100);
+  auto mean = h.add(1000, 0, 1, Pooling::kMean);
+  h.run();
+  EXPECT_GE(h.metrics.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 1.0);
+  const Outcome o = drain(*mean);
+  EXPECT_EQ(o.finish, FinishReason::kStop);
+  ASSERT_FALSE(o.embedding.empty());
+  EXPECT_FLOAT_EQ(o.embedding[0], 999.0f / 2);
+  EXPECT_EQ(drain(*gen).tokens.size(), 100u);
 }
 
 // A short prompt behind a long one is not starved: prefill chunks share the step's budget

@@ -430,13 +430,23 @@ void CpuBackend::add(Act x, Act y) {
   cpu::add_inplace(act(x), act(y), static_cast<int64_t>(positions_.size()) * act_width(model_.config(), x));
 }
 
-void CpuBackend::logits(std::span<const int64_t> rows, std::vector<float>& out) {
+void CpuBackend::final_norm(std::span<const int64_t> rows) {
   const ModelConfig& c = model_.config();
   const int64_t n = static_cast<int64_t>(rows.size());
   picked_.resize(n * c.dim);
   const float* x = act(Act::kX);
   for (int64_t i = 0; i < n; ++i) std::copy_n(x + rows[i] * c.dim, c.dim, &picked_[i * c.dim]);
   cpu::rms_norm(picked_.data(), weights_.output_norm.data(), picked_.data(), n, c.dim, c.rms_eps);
+}
+
+void CpuBackend::hidden(std::span<const int64_t> rows, std::vector<float>& out) {
+  final_norm(rows);
+  out = picked_;
+}
+
+void CpuBackend::logits(std::span<const int64_t> rows, std::vector<float>& out) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  final_norm(rows);
   const WeightMatrix& w = weights_.output;
   out.resize(n * w.rows);
   if (n == 0) return;

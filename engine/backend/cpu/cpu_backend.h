@@ -77,9 +77,12 @@ class CpuBackend final : public Backend {
   int32_t sparse_break_even(const AttentionPolicy& policy) override;
   void glu(Activation act) override;
   void add(Act x, Act y) override;
+  void hidden(std::span<const int64_t> rows, std::vector<float>& hidden) override;
   void logits(std::span<const int64_t> rows, std::vector<float>& logits) override;
 
  private:
+  // picked_ = the final norm of kX's `rows` (rows.size() rows of dim floats).
+  void final_norm(std::span<const int64_t> rows);
   float* act(Act a) { return acts_[static_cast<int>(a)].data(); }
   const std::vector<float>& vector(int32_t layer, LayerVector v) const;
   const WeightMatrix& matrix(int32_t layer, LayerMatrix m) const;
@@ -115,7 +118,7 @@ class CpuBackend final : public Backend {
   std::array<std::vector<float>, 9> acts_;           // indexed by Act, (T, act_width(Act))
   std::vector<float> rope_cos_, rope_sin_;           // (T, rope_dim/2), global layers' RoPE
   std::vector<float> rope_cos_local_, rope_sin_local_;  // sliding layers' (gemma3)
-  std::vector<float> picked_;                        // (rows, dim) rows whose logits are wanted
+  std::vector<float> picked_;                        // (rows, dim) rows whose logits or hidden states are wanted
 };
 
 }  // namespace fathom

@@ -123,9 +123,12 @@ class CudaBackend final : public Backend {
   int64_t attend_group(int32_t layer, const AttentionGroup& group) override;
   void glu(Activation act) override;
   void add(Act x, Act y) override;
+  void hidden(std::span<const int64_t> rows, std::vector<float>& hidden) override;
   void logits(std::span<const int64_t> rows, std::vector<float>& logits) override;
 
  private:
+  // picked_ = the final norm of kX's `rows` (rows.size() rows of dim floats; none: nothing).
+  void final_norm(std::span<const int64_t> rows);
   DevMatrix upload_matrix(const WeightMatrix& w);
   static DeviceArray<float> upload_vector(const std::vector<float>& v) {
     DeviceArray<float> d;
@@ -707,15 +710,10 @@ void CudaBackend::add(Act x, Act y) {
   FATHOM_CUDA_BACKEND_OK(cuda::add_inplace(act(x), act(y), T_ * act_width(config_, x), stream_));
 }
 
-void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out) {
+void CudaBackend::final_norm(std::span<const int64_t> rows) {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(rows.size());
-  const int64_t vocab = output_.rows;
-  out.resize(static_cast<size_t>(n * vocab));
-  if (n == 0) {
-    end_pass();
-    return;
-  }
+  if (n == 0) return;
   picked_.reserve(static_cast<size_t>(n * c.dim));
   // Runs of consecutive rows move in one copy.
   for (int64_t i = 0; i < n;) {
@@ -726,6 +724,24 @@ void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out)
     i = j;
   }
   FATHOM_CUDA_BACKEND_OK(cuda::rms_norm(picked_.get(), output_norm_.get(), picked_.get(), n, c.dim, c.rms_eps, stream_));
+}
+
+void CudaBackend::hidden(std::span<const int64_t> rows, std::vector<float>& out) {
+  out.resize(rows.size() * static_cast<size_t>(config_.dim));
+  if (rows.empty()) return;
+  final_norm(rows);
+  FATHOM_CUDA_BACKEND_OK(cudaMemcpy(out.data(), picked_.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+void CudaBackend::logits(std::span<const int64_t> rows, std::vector<float>& out) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t vocab = output_.rows;
+  out.resize(static_cast<size_t>(n * vocab));
+  if (n == 0) {
+    end_pass();
+    return;
+  }
+  final_norm(rows);
   logits_.reserve(static_cast<size_t>(n * vocab));
   matmul(output_, picked_.get(), n, logits_.get());
   FATHOM_CUDA_BACKEND_OK(cudaMemcpy(out.data(), logits_.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
