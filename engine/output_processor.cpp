@@ -32,7 +32,7 @@ void OutputProcessor::start(RequestState& r) {
   seq->tokens = r.request.prompt;
   seq->sampler = std::make_unique<Sampler>(r.request.sampling, seed_rng_());
   seq->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings);
-  if (r.constraint) seq->matcher = std::make_unique<ConstraintMatcher>(r.constraint);
+  if (r.constraint) seq->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.constraint.thinking);
   if (r.request.prompt_logprobs >= 0)  // the first prompt token has nothing before it to score it
     r.prompt_logprobs.push_back(SampledToken{r.request.prompt[0], std::numeric_limits<float>::quiet_NaN(), {}});
   r.unfinished = r.request.n;
@@ -132,7 +132,7 @@ void OutputProcessor::fork_choices(RequestState& r, const float* logits) {
     if (p.seed) cp.seed = *p.seed + static_cast<uint64_t>(c);  // choices differ, yet reproducibly
     child->sampler = std::make_unique<Sampler>(cp, seed_rng_());
     child->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings);
-    if (r.constraint) child->matcher = std::make_unique<ConstraintMatcher>(r.constraint);
+    if (r.constraint) child->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.constraint.thinking);
     kv_.fork(parent, *child);
     child->state = child->n_computed > 0 ? SeqState::kRunning : SeqState::kWaiting;
     Sequence& ref = *child;

@@ -20,11 +20,22 @@ struct StopConditions {
 
 // Grammar-constrained decoding: what every choice's output must match. Each decode step masks
 // the tokens that cannot continue a match before sampling (engine/constraint/grammar.h).
+// A reasoning model's thinking span, which a constraint leaves free: the grammar applies from the
+// token after `end` (</think>). `open`: the prompt left <think> open, so the output starts inside
+// the span; otherwise the output may open it with `start` as its first token (the grammar's first
+// tokens are allowed too, and any of them starts the grammar at once). end < 0: no span (the
+// grammar applies from the first token).
+struct ThinkingSpan {
+  int32_t start = -1, end = -1;  // token ids of <think> and </think>
+  bool open = false;
+};
+
 struct OutputConstraint {
   enum class Kind { kNone, kJson, kJsonSchema, kGrammar };
   Kind kind = Kind::kNone;
   std::string text;    // kJsonSchema: the schema (JSON); kGrammar: an EBNF grammar (root rule "root")
   bool strict = true;  // kJsonSchema: no properties beyond the schema's (additionalProperties false)
+  ThinkingSpan thinking;  // per request: not part of what is compiled
 };
 
 struct Request {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/model/tokenizer.h"
+
 namespace fathom {
 namespace {
 
@@ -102,6 +104,16 @@ ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::str
   m.on = tmpl.is_jinja() && tmpl.source(with_tools).find(kClose) != std::string::npos;
   m.open = m.on && prompt_opens_thinking(prompt_text);
   return m;
+}
+
+ThinkingSpan thinking_span(const ReasoningMode& mode, const Tokenizer& tokenizer) {
+  ThinkingSpan span;
+  if (!mode.on) return span;
+  span.end = tokenizer.token_id(kClose);
+  if (span.end < 0) return span;
+  span.open = mode.open;
+  if (!span.open) span.start = tokenizer.token_id(kOpen);
+  return span;
 }
 
 }  // namespace fathom

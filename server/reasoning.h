@@ -8,8 +8,11 @@
 #include <string_view>
 
 #include "engine/model/chat_template.h"
+#include "engine/request.h"
 
 namespace fathom {
+
+class Tokenizer;
 
 struct ReasoningPiece {
   std::string reasoning;
@@ -43,6 +46,11 @@ struct ReasoningMode {
   bool open = false;
 };
 ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::string_view prompt_text);
+
+// The thinking span an output constraint leaves free under `mode` (engine/request.h ThinkingSpan):
+// the ids of <think> and </think> in `tokenizer`'s vocabulary. None (end -1) when the mode is off or
+// </think> is not one token there: the grammar then applies from the first token, thinking or not.
+ThinkingSpan thinking_span(const ReasoningMode& mode, const Tokenizer& tokenizer);
 
 // A finished answer split by `mode`; all of it is content when the mode is off.
 ReasoningPiece split_answer(std::string_view text, const ReasoningMode& mode);

@@ -157,22 +157,34 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile_now(const 
 }
 
 struct ConstraintMatcher::Impl {
-  explicit Impl(std::shared_ptr<const CompiledConstraint> c)
-      : compiled(std::move(c)), matcher(compiled->grammar) {}
+  // Where the output is: before its first token with a thinking span it may open, inside the
+  // span, or under the grammar.
+  enum class Phase { kMayThink, kThinking, kGrammar };
+  Impl(std::shared_ptr<const CompiledConstraint> c, ThinkingSpan t)
+      : compiled(std::move(c)), matcher(compiled->grammar), thinking(t),
+        phase(t.end < 0 ? Phase::kGrammar : t.open ? Phase::kThinking : t.start >= 0 ? Phase::kMayThink : Phase::kGrammar) {}
   std::shared_ptr<const CompiledConstraint> compiled;
   xgrammar::GrammarMatcher matcher;
+  ThinkingSpan thinking;
+  Phase phase;
   std::vector<int32_t> bitmask;
   bool prepared = false;     // bitmask is for the next position
   bool all_allowed = false;  // ... and allows every token
 };
 
-ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint> compiled)
-    : impl_(std::make_unique<Impl>(std::move(compiled))) {}
+ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint> compiled, ThinkingSpan thinking)
+    : impl_(std::make_unique<Impl>(std::move(compiled), thinking)) {}
 
 ConstraintMatcher::~ConstraintMatcher() = default;
 
 void ConstraintMatcher::prepare_mask(int32_t vocab_size) {
-  std::vector<int32_t>& mask = impl_->bitmask;
+  Impl& m = *impl_;
+  m.prepared = true;
+  if (m.phase == Impl::Phase::kThinking) {
+    m.all_allowed = true;
+    return;
+  }
+  std::vector<int32_t>& mask = m.bitmask;
   mask.assign(static_cast<size_t>(xgrammar::GetBitmaskSize(vocab_size)), 0);
   int64_t mask_shape[1] = {static_cast<int64_t>(mask.size())};
   DLTensor t{};
@@ -181,8 +193,10 @@ void ConstraintMatcher::prepare_mask(int32_t vocab_size) {
   t.ndim = 1;
   t.dtype = xgrammar::GetBitmaskDLType();
   t.shape = mask_shape;
-  impl_->all_allowed = !impl_->matcher.FillNextTokenBitmask(&t);
-  impl_->prepared = true;
+  m.all_allowed = !m.matcher.FillNextTokenBitmask(&t);
+  const int32_t start = m.thinking.start;
+  if (m.phase == Impl::Phase::kMayThink && !m.all_allowed && start < vocab_size)  // the span may open here
+    mask[start / 32] = static_cast<int32_t>(static_cast<uint32_t>(mask[start / 32]) | (1u << (start % 32)));
 }
 
 void ConstraintMatcher::mask_logits(float* logits, int32_t vocab_size) {
@@ -201,10 +215,26 @@ void ConstraintMatcher::mask_logits(float* logits, int32_t vocab_size) {
 }
 
 bool ConstraintMatcher::accept(int32_t token) {
-  impl_->prepared = false;
-  return impl_->matcher.AcceptToken(token);
+  Impl& m = *impl_;
+  m.prepared = false;
+  switch (m.phase) {
+    case Impl::Phase::kThinking:
+      if (token == m.thinking.end) m.phase = Impl::Phase::kGrammar;
+      return true;
+    case Impl::Phase::kMayThink:
+      if (token == m.thinking.start) {
+        m.phase = Impl::Phase::kThinking;
+        return true;
+      }
+      m.phase = Impl::Phase::kGrammar;
+      break;
+    case Impl::Phase::kGrammar: break;
+  }
+  return m.matcher.AcceptToken(token);
 }
 
-bool ConstraintMatcher::complete() const { return impl_->matcher.IsTerminated(); }
+bool ConstraintMatcher::complete() const { return impl_->phase == Impl::Phase::kGrammar && impl_->matcher.IsTerminated(); }
+
+bool ConstraintMatcher::thinking() const { return impl_->phase == Impl::Phase::kThinking; }
 
 }  // namespace fathom

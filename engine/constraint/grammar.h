@@ -75,7 +75,8 @@ class ConstraintCompiler {
 
 class ConstraintMatcher {
  public:
-  explicit ConstraintMatcher(std::shared_ptr<const CompiledConstraint> compiled);
+  // `thinking`: the reasoning span the grammar leaves free (engine/request.h ThinkingSpan).
+  explicit ConstraintMatcher(std::shared_ptr<const CompiledConstraint> compiled, ThinkingSpan thinking = {});
   ~ConstraintMatcher();
   // Computes the next position's allowed-token mask from the tokens accepted so far; needs no
   // logits, so the scheduler runs it on another thread while the forward pass computes them.
@@ -87,6 +88,8 @@ class ConstraintMatcher {
   bool accept(int32_t token);
   // The output is complete: the grammar matched and only a stop token could follow.
   bool complete() const;
+  // Inside the thinking span: every token is allowed and the grammar waits.
+  bool thinking() const;
 
  private:
   struct Impl;
