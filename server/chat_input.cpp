@@ -60,7 +60,7 @@ ToolRendering tool_rendering(const ChatTemplate& tmpl, bool with_tools) {
   return {};
 }
 
-ChatInput chat_input(const json& body, const ChatTemplate& tmpl, const ToolPlan& tools, bool add_generation_prompt,
+ChatInput chat_input(const json& body, const ToolPlan& tools, const ToolRendering& rendering, bool add_generation_prompt,
                      std::string_view raw_body) {
   const auto m = body.find("messages");
   if (m == body.end() || m->is_null()) bad("messages", "'messages' is required");
@@ -68,7 +68,7 @@ ChatInput chat_input(const json& body, const ChatTemplate& tmpl, const ToolPlan&
   if (m->empty()) bad("messages", "'messages' must not be empty");
   // The template itself sees tools and tool turns when it describes tools in the convention the
   // server parses; otherwise they become text (see chat_input.h).
-  const bool structured = tool_rendering(tmpl, tools.offered()).structured;
+  const bool structured = rendering.structured;
   ChatInput in;
   in.add_generation_prompt = add_generation_prompt;
   for (size_t i = 0; i < m->size(); ++i) {

@@ -25,9 +25,10 @@ struct ToolRendering {
 ToolRendering tool_rendering(const ChatTemplate& tmpl, bool with_tools);
 
 // Throws ApiError (400) naming the field for a malformed message, tool call or kwargs.
+// `rendering`: tool_rendering(tmpl, tools.offered()), which the caller also needs (the call format).
 // `raw_body`: the body's JSON text, when there is one: the tools then reach the template in the
 // client's key order (`body` is parsed into key-sorted objects).
-ChatInput chat_input(const nlohmann::json& body, const ChatTemplate& tmpl, const ToolPlan& tools,
+ChatInput chat_input(const nlohmann::json& body, const ToolPlan& tools, const ToolRendering& rendering,
                      bool add_generation_prompt = true, std::string_view raw_body = {});
 
 }  // namespace fathom

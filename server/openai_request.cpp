@@ -143,8 +143,9 @@ ChatPrompt chat_prompt(const json& body, const Model& model, ToolPlan& tools, bo
   } catch (const Error& e) {
     bad("messages", e.what());
   }
-  tools.format = tool_rendering(*tmpl, tools.offered()).format;
-  const ChatInput input = chat_input(body, *tmpl, tools, add_generation_prompt, raw_body);
+  const ToolRendering rendering = tool_rendering(*tmpl, tools.offered());
+  tools.format = rendering.format;
+  const ChatInput input = chat_input(body, tools, rendering, add_generation_prompt, raw_body);
   ChatPrompt out;
   std::string text;
   try {
