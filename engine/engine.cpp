@@ -109,7 +109,7 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   if (request.n < 1 || request.n > 128) throw Error("n must be between 1 and 128");
   if (request.prompt_logprobs < -1 || request.prompt_logprobs > 20)
     throw Error("prompt_logprobs must be in [0, 20] (or -1 for off), got " + std::to_string(request.prompt_logprobs));
-  for (int32_t id : {request.constraint.thinking.start, request.constraint.thinking.end})
+  for (int32_t id : {request.thinking.start, request.thinking.end})
     if (id >= model_.vocab()) throw Error("a thinking-span token id is outside the vocabulary");
   request.attention.validate();
   backend_.check_policy(request.attention);

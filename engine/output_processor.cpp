@@ -32,7 +32,7 @@ void OutputProcessor::start(RequestState& r) {
   seq->tokens = r.request.prompt;
   seq->sampler = std::make_unique<Sampler>(r.request.sampling, seed_rng_());
   seq->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings);
-  if (r.constraint) seq->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.constraint.thinking);
+  if (r.constraint) seq->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.thinking);
   if (r.request.prompt_logprobs >= 0)  // the first prompt token has nothing before it to score it
     r.prompt_logprobs.push_back(SampledToken{r.request.prompt[0], std::numeric_limits<float>::quiet_NaN(), {}});
   r.unfinished = r.request.n;
@@ -132,13 +132,23 @@ void OutputProcessor::fork_choices(RequestState& r, const float* logits) {
     if (p.seed) cp.seed = *p.seed + static_cast<uint64_t>(c);  // choices differ, yet reproducibly
     child->sampler = std::make_unique<Sampler>(cp, seed_rng_());
     child->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings);
-    if (r.constraint) child->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.constraint.thinking);
+    if (r.constraint) child->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.thinking);
     kv_.fork(parent, *child);
     child->state = child->n_computed > 0 ? SeqState::kRunning : SeqState::kWaiting;
     Sequence& ref = *child;
     r.seqs.push_back(std::move(child));
     if (ref.state == SeqState::kRunning) accept_token(ref, ref.sampler->sample(logits, model_.vocab(), r.request.prompt, {}));
   }
+}
+
+void OutputProcessor::count_reasoning(Sequence& s, int32_t token) {
+  RequestState& r = *s.request;
+  const ThinkingSpan& span = r.request.thinking;
+  if (span.end < 0) return;
+  if (s.generated() == 1 && (span.open || token == span.start)) s.thinking = true;  // its first token
+  if (!s.thinking) return;
+  ++r.usage.reasoning_tokens;
+  if (token == span.end) s.thinking = false;
 }
 
 void OutputProcessor::accept_token(Sequence& s, const SampledToken& tok, std::optional<bool> constraint_done) {
@@ -165,6 +175,7 @@ void OutputProcessor::accept_token(Sequence& s, const SampledToken& tok, std::op
   }
   s.tokens.push_back(tok.id);
   ++r.usage.completion_tokens;
+  count_reasoning(s, tok.id);
   metrics_.generation_tokens.inc();
   StreamEvent ev;
   ev.choice = s.choice;

@@ -20,11 +20,11 @@ struct StopConditions {
 
 // Grammar-constrained decoding: what every choice's output must match. Each decode step masks
 // the tokens that cannot continue a match before sampling (engine/constraint/grammar.h).
-// A reasoning model's thinking span, which a constraint leaves free: the grammar applies from the
-// token after `end` (</think>). `open`: the prompt left <think> open, so the output starts inside
-// the span; otherwise the output may open it with `start` as its first token (the grammar's first
-// tokens are allowed too, and any of them starts the grammar at once). end < 0: no span (the
-// grammar applies from the first token).
+// A reasoning model's thinking span: its tokens are counted (RequestUsage::reasoning_tokens) and
+// an output constraint leaves them free, applying from the token after `end` (</think>). `open`:
+// the prompt left <think> open, so the output starts inside the span; otherwise the output may
+// open it with `start` as its first token (a constraint's first tokens are allowed too, and any of
+// them starts the grammar at once). end < 0: no span.
 struct ThinkingSpan {
   int32_t start = -1, end = -1;  // token ids of <think> and </think>
   bool open = false;
@@ -35,7 +35,6 @@ struct OutputConstraint {
   Kind kind = Kind::kNone;
   std::string text;    // kJsonSchema: the schema (JSON); kGrammar: an EBNF grammar (root rule "root")
   bool strict = true;  // kJsonSchema: no properties beyond the schema's (additionalProperties false)
-  ThinkingSpan thinking;  // per request: not part of what is compiled
 };
 
 struct Request {
@@ -48,6 +47,7 @@ struct Request {
   StopConditions stop;
   AttentionPolicy attention;     // decode attention policy (prefill is dense)
   OutputConstraint constraint;   // none by default
+  ThinkingSpan thinking;         // a reasoning model's (none by default)
   // Scores of the prompt's own tokens (the completions API's `echo` with `logprobs`): -1 off,
   // else each prompt token's logprob and this many top alternatives. Such a request's prompt is
   // prefilled in full (no prefix cache), keeping every position's logits.
@@ -82,6 +82,7 @@ struct RequestUsage {
   int32_t prompt_tokens = 0;
   int32_t cached_prompt_tokens = 0;  // served from the prefix cache
   int32_t completion_tokens = 0;     // summed over choices
+  int32_t reasoning_tokens = 0;      // of completion_tokens, those inside the thinking span (Request::thinking)
 };
 
 }  // namespace fathom

@@ -45,6 +45,7 @@ struct Sequence {
   SeqPolicyState policy_state;  // the decode attention policy's state (HiP mask, SWA mass)
   Clock::time_point last_token_time;
   bool prompt_logprobs_sent = false;  // its first event carried the request's prompt logprobs
+  bool thinking = false;              // inside the request's thinking span (reasoning tokens counted)
 
   int32_t generated() const;
   int32_t pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }

@@ -220,12 +220,12 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
       case pb::OutputConstraint::kJsonSchema:
         if (c.json_schema().empty()) invalid("constraint.json_schema is empty");
         check_schema_keywords(c.json_schema(), "constraint.json_schema");
-        r.constraint = {OutputConstraint::Kind::kJsonSchema, c.json_schema(), c.strict(), {}};
+        r.constraint = {OutputConstraint::Kind::kJsonSchema, c.json_schema(), c.strict()};
         break;
       case pb::OutputConstraint::kGrammar:
         if (c.grammar().empty()) invalid("constraint.grammar is empty");
         check_grammar_text(c.grammar(), "constraint.grammar");
-        r.constraint = {OutputConstraint::Kind::kGrammar, c.grammar(), true, {}};
+        r.constraint = {OutputConstraint::Kind::kGrammar, c.grammar(), true};
         break;
       case pb::OutputConstraint::KIND_NOT_SET:
         break;
@@ -235,8 +235,8 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
     if (r.constraint.kind != OutputConstraint::Kind::kNone) invalid("a named or required tool_choice takes no constraint");
     r.constraint = c;
   }
-  // A reasoning model thinks freely; the constraint starts after its </think> (as over HTTP).
-  if (r.constraint.kind != OutputConstraint::Kind::kNone) r.constraint.thinking = thinking_span(reasoning, model.tokenizer());
+  // A reasoning model's thinking: counted in usage, free of any constraint (as over HTTP).
+  r.thinking = thinking_span(reasoning, model.tokenizer());
   r.sampling = to_sampling(in.sampling(), vocab);
   return r;
 }
@@ -287,6 +287,7 @@ void fill_usage(const RequestUsage& u, pb::GenerateResponse& out) {
   usage->set_prompt_tokens(u.prompt_tokens);
   usage->set_completion_tokens(u.completion_tokens);
   usage->set_cached_prompt_tokens(u.cached_prompt_tokens);
+  usage->set_reasoning_tokens(u.reasoning_tokens);
 }
 
 // The HTTP API's keys hold for gRPC too: metadata "authorization: Bearer <key>" (grpc.health.v1

@@ -258,16 +258,16 @@ void parse_peer_constraint(const json& body, OutputConstraint& constraint) {
   auto schema = [](const json& v, const std::string& param) {
     if (v.is_string()) {
       check_schema_keywords(v.get<std::string>(), param);
-      return OutputConstraint{OutputConstraint::Kind::kJsonSchema, v.get<std::string>(), false, {}};
+      return OutputConstraint{OutputConstraint::Kind::kJsonSchema, v.get<std::string>(), false};
     }
     if (!v.is_object() && !v.is_boolean()) bad_type(param, "a JSON Schema");
     check_schema_keywords(v, param);
-    return OutputConstraint{OutputConstraint::Kind::kJsonSchema, v.dump(), false, {}};
+    return OutputConstraint{OutputConstraint::Kind::kJsonSchema, v.dump(), false};
   };
   auto grammar = [](const json& v, const std::string& param) {
     if (!v.is_string() || v.get<std::string>().empty()) bad_type(param, "a non-empty EBNF grammar string");
     check_grammar_text(v.get<std::string>(), param);
-    return OutputConstraint{OutputConstraint::Kind::kGrammar, v.get<std::string>(), true, {}};
+    return OutputConstraint{OutputConstraint::Kind::kGrammar, v.get<std::string>(), true};
   };
   for (const char* key : {"json_schema", "guided_json"})
     if (const json* v = field(body, key)) set(key, schema(*v, key));
@@ -411,9 +411,9 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
       bad("tool_choice", "a required or named tool_choice cannot be combined with response_format");
     out.engine.constraint = std::move(c);
   }
-  // A reasoning model thinks freely; the constraint starts after its </think>.
-  if (out.engine.constraint.kind != OutputConstraint::Kind::kNone)
-    out.engine.constraint.thinking = thinking_span(out.reasoning, model.tokenizer());
+  // A reasoning model's thinking: counted in usage, and free of any constraint (which starts after
+  // its </think>).
+  out.engine.thinking = thinking_span(out.reasoning, model.tokenizer());
   return out;
 }
 

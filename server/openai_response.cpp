@@ -130,6 +130,7 @@ json usage_json(const RequestUsage& usage) {
             {"completion_tokens", usage.completion_tokens},
             {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
   u["prompt_tokens_details"] = {{"cached_tokens", usage.cached_prompt_tokens}};  // served from the prefix cache
+  u["completion_tokens_details"] = {{"reasoning_tokens", usage.reasoning_tokens}};  // inside <think>…</think>
   return u;
 }
 

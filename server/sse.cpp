@@ -75,6 +75,7 @@ RequestUsage Generation::usage() const {
     total.prompt_tokens += u.prompt_tokens;
     total.cached_prompt_tokens += u.cached_prompt_tokens;
     total.completion_tokens += u.completion_tokens;
+    total.reasoning_tokens += u.reasoning_tokens;
   }
   return total;
 }

@@ -166,7 +166,7 @@ OutputConstraint tool_constraint(const ToolPlan& plan) {
   if (plan.mode == ToolPlan::Mode::kNamed) {
     for (const ToolSpec& t : plan.tools)
       if (t.name == plan.named) {
-        c = {OutputConstraint::Kind::kJsonSchema, t.parameters.dump(), t.strict, {}};
+        c = {OutputConstraint::Kind::kJsonSchema, t.parameters.dump(), t.strict};
       }
   } else if (plan.mode == ToolPlan::Mode::kRequired) {
     json any = json::array();
@@ -177,7 +177,7 @@ OutputConstraint tool_constraint(const ToolPlan& plan) {
                      {"additionalProperties", false}});
     const json one = {{"anyOf", any}};
     c = {OutputConstraint::Kind::kJsonSchema,
-         (plan.parallel ? json{{"type", "array"}, {"items", one}, {"minItems", 1}} : one).dump(), false, {}};
+         (plan.parallel ? json{{"type", "array"}, {"items", one}, {"minItems", 1}} : one).dump(), false};
   }
   return c;
 }

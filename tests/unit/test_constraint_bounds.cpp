@@ -70,7 +70,7 @@ class ConstraintBoundsTest : public ::testing::Test {
   }
   // What compiling `c` on the small stack threw ("" when it compiled).
   static std::string compile(OutputConstraint::Kind kind, const std::string& text) {
-    return on_small_stack([&] { compiler_->compile({kind, text, false, {}}); });
+    return on_small_stack([&] { compiler_->compile({kind, text, false}); });
   }
   static std::string compile_schema(const json& schema) { return compile(OutputConstraint::Kind::kJsonSchema, schema.dump()); }
   static inline Model* model_ = nullptr;
@@ -240,7 +240,7 @@ TEST_F(ConstraintBoundsTest, ACompilationPastItsDeadlineFailsTheRequestAndIsServ
     json s = {{"anyOf", json::array()}};
     for (int i = 0; i < n; ++i)
       s["anyOf"].push_back({{"type", "object"}, {"properties", {{key + def(i), {{"type", "string"}}}}}, {"required", {key + def(i)}}});
-    return OutputConstraint{OutputConstraint::Kind::kJsonSchema, s.dump(), false, {}};
+    return OutputConstraint{OutputConstraint::Kind::kJsonSchema, s.dump(), false};
   };
   const OutputConstraint slow = fan(6, "a");
   try {

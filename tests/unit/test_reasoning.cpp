@@ -71,7 +71,7 @@ class ThinkingGate : public ::testing::Test {
   static void SetUpTestSuite() {
     model_ = Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf").release();
     compiler_ = new ConstraintCompiler(model_->tokenizer(), model_->vocab());
-    compiled_ = compiler_->compile({OutputConstraint::Kind::kGrammar, R"(root ::= "yes" | "no")", true, {}});
+    compiled_ = compiler_->compile({OutputConstraint::Kind::kGrammar, R"(root ::= "yes" | "no")", true});
   }
   static void TearDownTestSuite() {
     compiled_.reset();

@@ -36,8 +36,9 @@ struct Harness {
       : backend(*model, blocks, host_blocks, 16, scratch), scheduler(*model, backend, config, metrics) {}
 
   std::shared_ptr<RequestHandle> add(int32_t prompt_tokens, int32_t max_tokens, int32_t n = 1,
-                                     Pooling embedding = Pooling::kNone) {
+                                     Pooling embedding = Pooling::kNone, ThinkingSpan thinking = {}) {
     auto r = std::make_unique<RequestState>();
+    r->request.thinking = thinking;
     r->request.prompt.assign(prompt_tokens, 300);
     r->request.max_tokens = max_tokens;
     r->request.embedding = embedding;
@@ -139,6 +140,23 @@ TEST(Scheduler, APreemptedEmbeddingPoolsAgainFromTheStart) {
   ASSERT_FALSE(o.embedding.empty());
   EXPECT_FLOAT_EQ(o.embedding[0], 999.0f / 2);
   EXPECT_EQ(drain(*gen).tokens.size(), 100u);
+}
+
+// Reasoning tokens: those from an opening <think> (or from the start, when the prompt left it open)
+// through </think>. The fake backend's greedy token at position p is 100 + p % 50: a 30-token
+// prompt's output is 129, 130, 131, ...
+TEST(Scheduler, ReasoningTokensAreTheThinkingSpansOwn) {
+  Harness h;
+  auto opened = h.add(30, 8, 1, Pooling::kNone, ThinkingSpan{129, 133, false});   // 129..133 think
+  auto open = h.add(30, 8, 1, Pooling::kNone, ThinkingSpan{-1, 131, true});       // 129..131 think
+  auto never = h.add(30, 8, 1, Pooling::kNone, ThinkingSpan{999, 131, false});    // no opening token
+  auto unclosed = h.add(30, 8, 2, Pooling::kNone, ThinkingSpan{-1, 999, true});   // all 8, both choices
+  h.run();
+  EXPECT_EQ(opened->usage().reasoning_tokens, 5);
+  EXPECT_EQ(open->usage().reasoning_tokens, 3);
+  EXPECT_EQ(never->usage().reasoning_tokens, 0);
+  EXPECT_EQ(unclosed->usage().reasoning_tokens, 16);
+  EXPECT_EQ(unclosed->usage().completion_tokens, 16);
 }
 
 // A short prompt behind a long one is not starved: prefill chunks share the step's budget
