@@ -109,6 +109,9 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   if (request.n < 1 || request.n > 128) throw Error("n must be between 1 and 128");
   if (request.prompt_logprobs < -1 || request.prompt_logprobs > 20)
     throw Error("prompt_logprobs must be in [0, 20] (or -1 for off), got " + std::to_string(request.prompt_logprobs));
+  if (request.shown_tokens.size() > 8) throw Error("at most 8 shown control tokens");
+  for (int32_t id : request.shown_tokens)
+    if (id < 0 || id >= model_.tokenizer().vocab_size()) throw Error("a shown token id is outside the vocabulary");
   for (int32_t id : {request.thinking.start, request.thinking.end})
     if (id >= model_.vocab()) throw Error("a thinking-span token id is outside the vocabulary");
   request.attention.validate();

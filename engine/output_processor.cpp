@@ -31,7 +31,7 @@ void OutputProcessor::start(RequestState& r) {
   seq->choice = 0;
   seq->tokens = r.request.prompt;
   seq->sampler = std::make_unique<Sampler>(r.request.sampling, seed_rng_());
-  seq->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings);
+  seq->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings, r.request.shown_tokens);
   if (r.constraint) seq->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.thinking);
   if (r.request.prompt_logprobs >= 0)  // the first prompt token has nothing before it to score it
     r.prompt_logprobs.push_back(SampledToken{r.request.prompt[0], std::numeric_limits<float>::quiet_NaN(), {}});
@@ -131,7 +131,7 @@ void OutputProcessor::fork_choices(RequestState& r, const float* logits) {
     SamplingParams cp = p;
     if (p.seed) cp.seed = *p.seed + static_cast<uint64_t>(c);  // choices differ, yet reproducibly
     child->sampler = std::make_unique<Sampler>(cp, seed_rng_());
-    child->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings);
+    child->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings, r.request.shown_tokens);
     if (r.constraint) child->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.thinking);
     kv_.fork(parent, *child);
     child->state = child->n_computed > 0 ? SeqState::kRunning : SeqState::kWaiting;

@@ -48,6 +48,9 @@ struct Request {
   AttentionPolicy attention;     // decode attention policy (prefill is dense)
   OutputConstraint constraint;   // none by default
   ThinkingSpan thinking;         // a reasoning model's (none by default)
+  // Control tokens whose text the output shows (detokenizing drops control tokens otherwise): a
+  // tool format's markers, such as Mistral's [TOOL_CALLS], which the server parses. At most 8.
+  std::vector<int32_t> shown_tokens;
   // Scores of the prompt's own tokens (the completions API's `echo` with `logprobs`): -1 off,
   // else each prompt token's logprob and this many top alternatives. Such a request's prompt is
   // prefilled in full (no prefix cache), keeping every position's logits.

@@ -21,7 +21,10 @@ size_t TextStream::held_suffix() const {
 
 TextStream::Piece TextStream::push(int32_t token) {
   failpoints::hit("detokenize");
-  pending_ += detok_.push(token);
+  // A shown control token's text goes after whatever the detokenizer completed (a character it
+  // still holds unfinished is cut by it: an invalid sequence either way).
+  if (std::find(shown_.begin(), shown_.end(), token) != shown_.end()) pending_ += detok_.flush() + tokenizer_.piece(token);
+  else pending_ += detok_.push(token);
   Piece out;
   size_t first_stop = std::string::npos;
   for (const std::string& stop : stops_)

@@ -12,8 +12,9 @@ namespace fathom {
 
 class TextStream {
  public:
-  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stops)
-      : detok_(tokenizer), stops_(std::move(stops)) {}
+  // `shown`: control tokens whose vocabulary text is emitted (Request::shown_tokens).
+  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stops, std::vector<int32_t> shown = {})
+      : tokenizer_(tokenizer), detok_(tokenizer), stops_(std::move(stops)), shown_(std::move(shown)) {}
 
   struct Piece {
     std::string text;      // safe to emit now
@@ -25,8 +26,10 @@ class TextStream {
  private:
   size_t held_suffix() const;  // bytes at the end of pending_ that begin some stop string
 
+  const Tokenizer& tokenizer_;
   IncrementalDetokenizer detok_;
   std::vector<std::string> stops_;
+  std::vector<int32_t> shown_;
   std::string pending_;
 };
 

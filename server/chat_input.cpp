@@ -57,6 +57,8 @@ ToolRendering tool_rendering(const ChatTemplate& tmpl, bool with_tools) {
   // Llama 3.1-3.3's templates: 'Respond in the format {"name": function name, "parameters": ...}'.
   if (source.find("\"parameters\": dictionary of argument name") != std::string::npos)
     return {true, ToolPlan::Format::kLlamaJson};
+  // Mistral's templates write calls after [TOOL_CALLS] (a JSON list, or name[ARGS]arguments).
+  if (source.find("[TOOL_CALLS]") != std::string::npos) return {true, ToolPlan::Format::kMistral};
   return {};
 }
 

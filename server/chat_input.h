@@ -16,8 +16,8 @@
 namespace fathom {
 
 // How `tmpl` takes tools: `structured` when it describes them itself in a call format the server
-// parses (Hermes <tool_call>, or Llama 3.x's {"name", "parameters"} prompt), with that format;
-// otherwise the flattened Hermes form.
+// parses (Hermes <tool_call>, Llama 3.x's {"name", "parameters"} prompt, Mistral's [TOOL_CALLS]),
+// with that format; otherwise the flattened Hermes form.
 struct ToolRendering {
   bool structured = false;
   ToolPlan::Format format = ToolPlan::Format::kHermes;

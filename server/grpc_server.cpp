@@ -237,6 +237,7 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
   }
   // A reasoning model's thinking: counted in usage, free of any constraint (as over HTTP).
   r.thinking = thinking_span(reasoning, model.tokenizer());
+  r.shown_tokens = shown_call_tokens(tools, model.tokenizer());
   r.sampling = to_sampling(in.sampling(), vocab);
   return r;
 }

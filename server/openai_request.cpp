@@ -414,6 +414,7 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
   // A reasoning model's thinking: counted in usage, and free of any constraint (which starts after
   // its </think>).
   out.engine.thinking = thinking_span(out.reasoning, model.tokenizer());
+  out.engine.shown_tokens = shown_call_tokens(out.tools, model.tokenizer());  // the call markers parsed
   return out;
 }
 

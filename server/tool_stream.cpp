@@ -8,15 +8,14 @@ namespace fathom {
 namespace {
 
 using json = nlohmann::json;
-constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
 json content_delta(const std::string& text) { return {{"content", text}}; }
 
-// The length of the longest suffix of `s` that is a proper prefix of "<tool_call>".
-size_t open_prefix_tail(const std::string& s) {
-  for (size_t n = std::min(s.size(), kOpen.size() - 1); n > 0; --n)
-    if (s.compare(s.size() - n, n, kOpen.substr(0, n)) == 0) return n;
+// The length of the longest suffix of `s` that is a proper prefix of `marker`.
+size_t open_prefix_tail(const std::string& s, std::string_view marker) {
+  for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
+    if (s.compare(s.size() - n, n, marker.substr(0, n)) == 0) return n;
   return 0;
 }
 
@@ -27,7 +26,7 @@ std::vector<json> ToolCallStream::push(const std::string& text) {
   if (plan_.mode == ToolPlan::Mode::kNamed) {
     json call = {{"index", 0}, {"function", {{"arguments", text}}}};
     if (!header_sent_) {
-      call["id"] = id_prefix_ + "0";
+      call["id"] = tool_call_id(plan_, id_prefix_, 0);
       call["type"] = "function";
       call["function"]["name"] = plan_.named;
       header_sent_ = true;
@@ -39,15 +38,16 @@ std::vector<json> ToolCallStream::push(const std::string& text) {
     return {};
   }
   if (plan_.format == ToolPlan::Format::kLlamaJson) return push_llama(text);
+  const std::string_view marker = call_marker(plan_.format);
   pending_ += text;
-  if (const size_t open = pending_.find(kOpen); open != std::string::npos) {
+  if (const size_t open = pending_.find(marker); open != std::string::npos) {
     held_ = pending_.substr(open);
     const std::string before = pending_.substr(0, open);
     pending_.clear();
     if (before.empty()) return {};
     return {content_delta(before)};
   }
-  const size_t keep = open_prefix_tail(pending_);
+  const size_t keep = open_prefix_tail(pending_, marker);
   if (keep == pending_.size()) return {};
   std::string out = pending_.substr(0, pending_.size() - keep);
   pending_.erase(0, pending_.size() - keep);
@@ -79,7 +79,7 @@ std::vector<json> ToolCallStream::finish(FinishReason finish, json& reason) {
   std::vector<json> out;
   if (plan_.mode == ToolPlan::Mode::kNamed) {
     if (!header_sent_)  // no text at all: the call still exists, with empty arguments
-      out.push_back({{"tool_calls", json::array({{{"index", 0}, {"id", id_prefix_ + "0"}, {"type", "function"},
+      out.push_back({{"tool_calls", json::array({{{"index", 0}, {"id", tool_call_id(plan_, id_prefix_, 0)}, {"type", "function"},
                                                    {"function", {{"name", plan_.named}, {"arguments", ""}}}}})}});
     if (finish == FinishReason::kStop) reason = "tool_calls";
     return out;

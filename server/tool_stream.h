@@ -3,9 +3,10 @@
 // generated whenever it cannot be (part of) a tool call.
 //   named tool_choice: the text *is* the call's arguments (the output is constrained to its
 //     schema): the first delta carries the call's id and name, every later one an arguments piece;
-//   auto: content streams like any text, except a tail that could begin "<tool_call>" (held, as a
-//     stop string would be); from a "<tool_call>" on, the rest is held and parsed at the end
-//     (tool_calls, finish_reason "tool_calls"; or content again when it holds no valid call);
+//   auto: content streams like any text, except a tail that could begin "<tool_call>" (Mistral's:
+//     "[TOOL_CALLS]"; held, as a stop string would be); from the marker on, the rest is held and
+//     parsed at the end (tool_calls, finish_reason "tool_calls"; or content again when it holds no
+//     valid call);
 //     Llama 3.x's format: an answer starting with '{' or <|python_tag|> is held, any other streams;
 //   required: the text is {"name", "arguments"} and is held to the end.
 #include <string>
@@ -30,8 +31,8 @@ class ToolCallStream {
   const ToolPlan& plan_;
   std::string id_prefix_;
   bool header_sent_ = false;  // named: the call's id and name went out
-  std::string pending_;       // auto: content not sent yet (a possible "<tool_call>" prefix)
-  std::string held_;          // auto from a "<tool_call>" on (Llama: a call), required: everything
+  std::string pending_;       // auto: content not sent yet (a possible call marker's prefix)
+  std::string held_;          // auto from the call marker on (Llama: a call), required: everything
   bool plain_ = false;        // auto, Llama: the answer is not a call; it streams as it comes
 
   std::vector<nlohmann::json> push_llama(const std::string& text);

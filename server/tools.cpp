@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "engine/model/tokenizer.h"
 #include "server/openai_request.h"
 #include "server/bounded_json.h"
 #include "server/json_fields.h"
@@ -13,6 +14,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kPythonTag = "<|python_tag|>";  // Llama 3.x: a call follows
+constexpr std::string_view kToolCalls = "[TOOL_CALLS]", kArgs = "[ARGS]", kCallId = "[CALL_ID]";  // Mistral
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, message, param, "invalid_value");
@@ -186,7 +188,7 @@ std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string
                                          const std::string& id_prefix) {
   std::vector<ToolCall> calls;
   content = text;
-  auto id = [&] { return id_prefix + std::to_string(calls.size()); };
+  auto id = [&] { return tool_call_id(plan, id_prefix, calls.size()); };
   if (plan.mode == ToolPlan::Mode::kNamed) {
     calls.push_back({id(), plan.named, text});
     content.clear();
@@ -242,6 +244,50 @@ std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string
     if (!calls.empty()) content.clear();
     return calls;
   }
+  if (plan.format == ToolPlan::Format::kMistral) {
+    // auto, Mistral: the text before the first [TOOL_CALLS] is content; after it, each
+    // [TOOL_CALLS] starts a JSON list (or object) of calls, or name[ARGS]{arguments} with an
+    // optional [CALL_ID]id before [ARGS]. Any part that is not a valid call: no calls at all.
+    const size_t first = text.find(kToolCalls);
+    if (first == std::string::npos) return calls;
+    auto trim = [](std::string_view v) {
+      const size_t b = v.find_first_not_of(" \n\t"), e = v.find_last_not_of(" \n\t");
+      return b == std::string_view::npos ? std::string_view() : v.substr(b, e - b + 1);
+    };
+    bool ok = true;
+    for (size_t at = first; ok && at != std::string::npos;) {
+      const size_t begin = at + kToolCalls.size(), next = text.find(kToolCalls, begin);
+      const std::string_view part = trim(std::string_view(text).substr(begin, next == std::string::npos ? std::string::npos : next - begin));
+      at = next;
+      if (!part.empty() && (part[0] == '[' || part[0] == '{')) {
+        const json j = parse_bounded_json(std::string(part));
+        if (j.is_array()) {
+          for (const json& one : j) ok = ok && from_json(one.dump());
+          ok = ok && !j.empty();
+        } else {
+          ok = from_json(std::string(part));
+        }
+        continue;
+      }
+      const size_t args = part.find(kArgs);
+      if (args == std::string_view::npos) {
+        ok = false;
+        continue;
+      }
+      std::string_view name = part.substr(0, args);
+      if (const size_t cid = name.find(kCallId); cid != std::string_view::npos) name = name.substr(0, cid);
+      name = trim(name);
+      const json arguments = parse_bounded_json(std::string(part.substr(args + kArgs.size())));
+      ok = known(std::string(name)) && arguments.is_object();
+      if (ok) calls.push_back({id(), std::string(name), arguments.dump()});
+    }
+    if (!ok) {
+      calls.clear();
+      return calls;
+    }
+    content = std::string(trim(std::string_view(text).substr(0, first)));
+    return calls;
+  }
   // auto: <tool_call> ... </tool_call> blocks, the rest is content.
   std::string rest;
   size_t at = 0;
@@ -276,6 +322,42 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
     out.push_back(std::move(c));
   }
   return out;
+}
+
+std::string tool_call_id(const ToolPlan& plan, const std::string& prefix, size_t index) {
+  if (plan.format != ToolPlan::Format::kMistral) return prefix + std::to_string(index);
+  static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  uint64_t h = 14695981039346656037ull;  // FNV-1a of prefix and index
+  for (char c : prefix + "#" + std::to_string(index)) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  std::string id;
+  for (int i = 0; i < 9; ++i, h /= 62) id += kAlphabet[h % 62];
+  return id;
+}
+
+std::string_view call_marker(ToolPlan::Format format) {
+  switch (format) {
+    case ToolPlan::Format::kHermes: return "<tool_call>";
+    case ToolPlan::Format::kMistral: return kToolCalls;
+    case ToolPlan::Format::kLlamaJson: return "";
+  }
+  return "";
+}
+
+std::vector<std::string_view> call_control_tokens(ToolPlan::Format format) {
+  switch (format) {
+    case ToolPlan::Format::kLlamaJson: return {kPythonTag};
+    case ToolPlan::Format::kMistral: return {kToolCalls, kArgs, kCallId};
+    case ToolPlan::Format::kHermes: return {};
+  }
+  return {};
+}
+
+std::vector<int32_t> shown_call_tokens(const ToolPlan& plan, const Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  if (!plan.offered()) return ids;
+  for (std::string_view marker : call_control_tokens(plan.format))
+    if (const int32_t id = tokenizer.token_id(marker); id >= 0 && tokenizer.is_control(id)) ids.push_back(id);
+  return ids;
 }
 
 }  // namespace fathom

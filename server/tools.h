@@ -11,6 +11,7 @@
 // parallel_tool_calls true a non-empty array of them. With auto the model
 // may answer in text or in <tool_call> blocks, which are parsed out. Streaming: server/tool_stream.h.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,8 @@
 #include "engine/request.h"
 
 namespace fathom {
+
+class Tokenizer;
 
 struct ToolSpec {
   std::string name;
@@ -36,9 +39,12 @@ struct ToolPlan {
   // until max_tokens.
   bool parallel = false;
   // How the model writes calls: Hermes <tool_call>{"name", "arguments"}</tool_call> blocks (the
-  // server's own tool section, Qwen, Hermes), or Llama 3.x's bare {"name", "parameters"} object,
-  // optionally after <|python_tag|> (its template's own tool prompt; server/chat_input.h).
-  enum class Format { kHermes, kLlamaJson };
+  // server's own tool section, Qwen, Hermes), Llama 3.x's bare {"name", "parameters"} object,
+  // optionally after <|python_tag|> (its template's own tool prompt; server/chat_input.h), or
+  // Mistral's [TOOL_CALLS] followed by a JSON list of {"name", "arguments"} (Nemo, 7B v0.3) or by
+  // name[ARGS]{arguments} per call (Small 3.2, Devstral, Ministral 3), with call ids of 9
+  // letters and digits (its templates refuse others).
+  enum class Format { kHermes, kLlamaJson, kMistral };
   Format format = Format::kHermes;
   bool offered() const { return mode != Mode::kNone && !tools.empty(); }
   const char* arguments_key() const { return format == Format::kLlamaJson ? "parameters" : "arguments"; }
@@ -76,5 +82,15 @@ std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string
 std::vector<ToolCall> answer_tool_calls(const ToolPlan& plan, const std::string& text, FinishReason finish,
                                         std::string& content, const std::string& id_prefix);
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
+// The id of call `index` of an answer whose calls' ids start with `prefix`: prefix + index, or for
+// Mistral's format 9 letters and digits derived from both.
+std::string tool_call_id(const ToolPlan& plan, const std::string& prefix, size_t index);
+// The text that opens a call in the auto mode ("<tool_call>", "[TOOL_CALLS]"; "" for Llama's).
+std::string_view call_marker(ToolPlan::Format format);
+// The control tokens of `format` the model writes in a call (<|python_tag|>, [TOOL_CALLS], [ARGS],
+// [CALL_ID]): the output's text must show them for the call to be parsed (Request::shown_tokens).
+std::vector<std::string_view> call_control_tokens(ToolPlan::Format format);
+// The ids of those that are control tokens of `tokenizer`'s vocabulary (none when no tools are offered).
+std::vector<int32_t> shown_call_tokens(const ToolPlan& plan, const Tokenizer& tokenizer);
 
 }  // namespace fathom

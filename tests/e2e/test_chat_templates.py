@@ -12,6 +12,7 @@ print them with tojson, as transformers does): the tools here are written in Ope
 sorted.
 """
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,9 @@ def hf_messages(messages):
 
 
 def reference(template: Path, messages, tools=None, add_generation_prompt=True, **kwargs):
-    t = hf_environment().from_string(template.read_text())
+    env = hf_environment()
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)  # the server renders today's date
+    t = env.from_string(template.read_text())
     return t.render(messages=hf_messages(messages), tools=tools, documents=None,
                     add_generation_prompt=add_generation_prompt, bos_token="<|im_start|>",
                     eos_token="<|im_end|>", **kwargs)
@@ -283,3 +286,81 @@ def test_an_earlier_turns_thinking_reaches_the_template_under_any_name(qwen3, ke
                      add_generation_prompt=False)
     assert "<think>\nadd them\n</think>" in want
     assert prompt_ids(qwen3, messages=sent, add_generation_prompt=False) == text_ids(qwen3, want)
+
+
+# -- Mistral's [TOOL_CALLS]: a JSON list (Nemo), or name[ARGS]arguments (Small 3.2) ----------------
+
+MISTRAL = {"nemo": (TEMPLATES / "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+           "small32": (TEMPLATES / "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+                       '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}')}
+
+
+@pytest.fixture(scope="module", params=sorted(MISTRAL))
+def mistral(request, fathom_bin, smollm2_path):
+    template, call = MISTRAL[request.param]
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--chat-template", template]) as s:
+        yield template, call, s
+
+
+def test_a_mistral_call_round_trips_through_the_openai_client(mistral):
+    """The call is parsed whole and streamed, its id is the 9 letters and digits Mistral's templates
+    insist on, and the conversation with the call and its result renders as jinja2 renders it."""
+    import openai
+    template, call_text, server = mistral
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    with openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0) as client:
+        reply = client.chat.completions.create(model="smollm2-135m-instruct-q4_1", messages=ask, tools=TOOLS, max_tokens=40,
+                                               temperature=0, extra_body={"guided_grammar": "root ::= " + json.dumps(
+                                                   "Checking. " + call_text)})
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content == "Checking."
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+        assert len(call.id) == 9 and call.id.isalnum()
+        result = {"role": "tool", "tool_call_id": call.id, "content": "{\"temp_c\": 21}"}
+        # The call as OpenAI's documentation orders a function's keys (name, then arguments): fathom
+        # renders a past call's function in that order whatever the client's (the openai client's
+        # model_dump puts arguments first, which Nemo's template would print first under jinja2).
+        sent = {"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]}
+        turns = ask + [sent, result]
+        assert prompt_ids(server, messages=turns, tools=TOOLS) == text_ids(server, reference(template, turns, tools=TOOLS))
+        again = client.chat.completions.create(model="smollm2-135m-instruct-q4_1", tools=TOOLS, max_tokens=4, temperature=0,
+                                               messages=ask + [choice.message.model_dump(exclude_none=True), result])
+        assert again.choices[0].finish_reason in ("stop", "length")
+    body = {"messages": ask, "tools": TOOLS, "max_tokens": 40, "temperature": 0,
+            "guided_grammar": "root ::= " + json.dumps(call_text)}
+    calls, content, finish = stream_tool_calls(server, body)
+    assert finish == "tool_calls" and content == ""
+    assert calls[0]["name"] == "get_weather" and json.loads(calls[0]["arguments"]) == {"city": "Paris"}
+
+
+def test_a_mistral_answer_without_the_marker_is_content(mistral):
+    _, _, server = mistral
+    body = {"messages": [{"role": "user", "content": "Hi"}], "tools": TOOLS, "max_tokens": 12, "temperature": 0,
+            "guided_grammar": 'root ::= "Hello [TOOL there"'}
+    choice = post(server, "/v1/chat/completions", body)["choices"][0]
+    assert choice["message"]["content"] == "Hello [TOOL there" and not choice["message"].get("tool_calls")
+    assert stream_tool_calls(server, body) == ({}, "Hello [TOOL there", choice["finish_reason"])
+
+
+@pytest.mark.parametrize("text, calls, content", [
+    # two calls, the second with the [CALL_ID] Mistral Small 3.2's template writes in past turns
+    ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Rome"}',
+     [{"city": "Paris"}, {"city": "Rome"}], None),
+    ('Sure.\n[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+     '{"name": "get_weather", "arguments": {"city": "Oslo"}}]', [{"city": "Paris"}, {"city": "Oslo"}], "Sure."),
+    # a call of a function that was not offered, or malformed arguments: all of it is content
+    ('[TOOL_CALLS]get_time[ARGS]{"city": "Paris"}', [], '[TOOL_CALLS]get_time[ARGS]{"city": "Paris"}'),
+    ('[TOOL_CALLS]get_weather[ARGS]{"city": ', [], '[TOOL_CALLS]get_weather[ARGS]{"city": '),
+])
+def test_mistral_calls_are_parsed_in_both_forms(mistral, text, calls, content):
+    _, _, server = mistral
+    body = {"messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS, "max_tokens": 120, "temperature": 0,
+            "guided_grammar": "root ::= " + json.dumps(text)}
+    message = post(server, "/v1/chat/completions", body)["choices"][0]["message"]
+    got = [json.loads(c["function"]["arguments"]) for c in message.get("tool_calls") or []]
+    assert got == calls and message["content"] == content
+    ids = [c["id"] for c in message.get("tool_calls") or []]
+    assert len(set(ids)) == len(ids) and all(len(i) == 9 and i.isalnum() for i in ids)

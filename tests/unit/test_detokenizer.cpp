@@ -9,6 +9,7 @@
 
 #include "engine/model/gguf.h"
 #include "engine/model/tokenizer.h"
+#include "engine/text_stream.h"
 
 namespace fathom {
 namespace {
@@ -153,6 +154,26 @@ TEST(Detokenizer, ControlTokensProduceNoText) {
   EXPECT_EQ(detok.push(tok.bos_id()), "");
   EXPECT_EQ(detok.push(tok.token_id("<start_of_turn>")), "");
   EXPECT_EQ(tok.decode({tok.bos_id(), tok.token_id("<end_of_turn>")}), "");
+}
+
+// A tool format's markers are control tokens (Mistral's [TOOL_CALLS]); a stream told to show them
+// emits their text in place, so the server can parse the call. <start_of_turn> stands in here.
+TEST(Detokenizer, ShownControlTokensKeepTheirText) {
+  const Tokenizer& tok = gemma();
+  const int32_t marker = tok.token_id("<start_of_turn>");
+  ASSERT_TRUE(tok.is_control(marker));
+  const std::vector<int32_t> ids = tok.encode("Sure, café", EncodeOptions{false});
+  TextStream shown(tok, {}, {marker}), hidden(tok, {});
+  std::string with, without;
+  for (TextStream* s : {&shown, &hidden}) {
+    std::string& out = s == &shown ? with : without;
+    for (int32_t id : ids) out += s->push(id).text;
+    out += s->push(marker).text;
+    out += s->push(tok.bos_id()).text;  // not shown: still nothing
+    out += s->finish();
+  }
+  EXPECT_EQ(without, "Sure, café");
+  EXPECT_EQ(with, "Sure, café<start_of_turn>");
 }
 
 TEST(Tokenizer, EndOfGenerationIds) {
