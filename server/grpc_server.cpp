@@ -27,6 +27,7 @@
 #include "proto/fathom.grpc.pb.h"
 #include "proto/fathom.pb.h"
 #include "server/auth.h"
+#include "server/bounded_json.h"
 #include "server/request_rules.h"
 #include "server/config.h"
 #include "server/embedding_run.h"
@@ -127,6 +128,20 @@ SamplingParams to_sampling(const pb::SamplingParameters& s, int32_t vocab) {
 
 // Chat input and tools in the HTTP API's JSON shape, so that the same code (server/tools.h, the
 // chat template) reads both protocols.
+// The chat input's tools as JSON text in the order a client writes them (name, description,
+// parameters in its own key order, strict): what the template prints with tojson.
+std::string ordered_tools_text(const pb::GenerateRequest& in) {
+  using nlohmann::ordered_json;
+  ordered_json tools = ordered_json::array();
+  for (const pb::FunctionTool& t : in.tools()) {
+    ordered_json function = {{"name", t.name()}, {"description", t.description()}};
+    if (!t.parameters().empty()) function["parameters"] = parse_bounded_ordered_json(t.parameters());
+    function["strict"] = t.strict();
+    tools.push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  return ordered_json{{"tools", std::move(tools)}}.dump();
+}
+
 nlohmann::json chat_body(const pb::GenerateRequest& in) {
   using nlohmann::json;
   json messages = json::array();
@@ -190,7 +205,7 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
       try {
         const nlohmann::json body = chat_body(in);
         tools = parse_tools(body);
-        ChatPrompt prompt = encode_chat_body(body, model, tools);
+        ChatPrompt prompt = encode_chat_body(body, model, tools, in.tools_size() > 0 ? ordered_tools_text(in) : "");
         r.prompt = std::move(prompt.ids);
         reasoning = prompt.reasoning;
       } catch (const ApiError& e) {  // the HTTP API's 400s: INVALID_ARGUMENT naming the field

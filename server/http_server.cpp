@@ -211,7 +211,7 @@ HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& clie
   const json body = parse_json_body(req.body);
   check_model_name(body, config);
   ApiRequest api = kind == ApiKind::kChat        ? parse_chat_request(body, model, config, req.body)
-                   : kind == ApiKind::kResponses ? parse_responses_request(body, model, config)
+                   : kind == ApiKind::kResponses ? parse_responses_request(body, model, config, req.body)
                                                  : parse_completion_request(body, model, config);
   const ResponseMeta meta{new_id(kind), static_cast<int64_t>(std::time(nullptr)), config.model_name, req.id};
   auto gen = std::make_shared<Generation>(engine, model.tokenizer(), std::move(api), meta);

@@ -386,8 +386,8 @@ ApiRequest parse_completion_request(const json& body, const Model& model, const 
   return out;
 }
 
-ChatPrompt encode_chat_body(const json& body, const Model& model, ToolPlan& tools) {
-  return chat_prompt(body, model, tools);
+ChatPrompt encode_chat_body(const json& body, const Model& model, ToolPlan& tools, std::string_view raw_body) {
+  return chat_prompt(body, model, tools, /*add_generation_prompt=*/true, raw_body);
 }
 
 ApiRequest parse_chat_request(const json& body, const Model& model, const ServerConfig& config, std::string_view raw_body) {

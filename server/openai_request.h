@@ -73,7 +73,9 @@ struct ChatPrompt {
   std::vector<int32_t> ids;
   ReasoningMode reasoning;  // how the answer to this prompt is split (server/reasoning.h)
 };
-ChatPrompt encode_chat_body(const nlohmann::json& body, const Model& model, ToolPlan& tools);
+// `raw_body`: JSON text holding the same "tools" in the client's key order (see parse_chat_request).
+ChatPrompt encode_chat_body(const nlohmann::json& body, const Model& model, ToolPlan& tools,
+                            std::string_view raw_body = {});
 
 // POST /tokenize: {"prompt"|"text": str, "add_special": bool} or {"messages": [...]}.
 std::vector<int32_t> parse_tokenize_request(const nlohmann::json& body, const Model& model,

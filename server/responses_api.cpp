@@ -6,6 +6,7 @@
 #include "server/known_fields.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/bounded_json.h"
 #include "server/reasoning.h"
 
 namespace fathom {
@@ -198,7 +199,27 @@ json responses_usage(const RequestUsage& u) {
 
 }  // namespace
 
-ApiRequest parse_responses_request(const json& body, const Model& model, const ServerConfig& config) {
+// The Responses tools as chat tools, in the client's key order (from the body's text): what the
+// template prints with tojson. "" without a body text or tools.
+std::string ordered_chat_tools(std::string_view raw_body) {
+  using nlohmann::ordered_json;
+  if (raw_body.empty()) return {};
+  const ordered_json body = parse_bounded_ordered_json(raw_body, "tools");
+  if (!body.is_object() || !body.contains("tools") || !body["tools"].is_array()) return {};
+  ordered_json tools = ordered_json::array();
+  for (const ordered_json& tool : body["tools"]) {
+    ordered_json function = ordered_json::object();
+    if (tool.is_object())
+      for (auto it = tool.begin(); it != tool.end(); ++it)
+        if (it.key() == "name" || it.key() == "description" || it.key() == "parameters" || it.key() == "strict")
+          function[it.key()] = it.value();
+    tools.push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  return ordered_json{{"tools", std::move(tools)}}.dump();
+}
+
+ApiRequest parse_responses_request(const json& body, const Model& model, const ServerConfig& config,
+                                   std::string_view raw_body) {
   check_known_fields(body, ApiKind::kResponses, config);
   for (const char* stateful : {"previous_response_id", "conversation"})
     if (auto it = body.find(stateful); it != body.end() && !it->is_null())
@@ -233,7 +254,7 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
   if (auto it = body.find("max_output_tokens"); it != body.end()) chat["max_tokens"] = *it;
   if (auto it = body.find("metadata"); it != body.end() && !it->is_null() && !it->is_object())
     bad("metadata", "'metadata' must be an object of strings");
-  ApiRequest out = parse_chat_request(chat, model, config);
+  ApiRequest out = parse_chat_request(chat, model, config, ordered_chat_tools(raw_body));
   out.responses = json::object();
   for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p", "metadata", "user", "tools",
                           "tool_choice"})

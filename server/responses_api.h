@@ -16,6 +16,7 @@
 // (no stored state), tools other than functions, reasoning, background.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,7 +30,10 @@ struct ApiRequest;
 struct ResponseMeta;
 struct ServerConfig;
 
-ApiRequest parse_responses_request(const nlohmann::json& body, const Model& model, const ServerConfig& config);
+// `raw_body`: the body's JSON text, when there is one: the tools then reach the template in the
+// client's key order.
+ApiRequest parse_responses_request(const nlohmann::json& body, const Model& model, const ServerConfig& config,
+                                   std::string_view raw_body = {});
 
 // The response object for finished text (status "completed", or "incomplete" when the length
 // limit ended it).

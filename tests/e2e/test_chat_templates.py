@@ -76,8 +76,28 @@ def text_ids(server, text):
 
 @pytest.fixture(scope="module")
 def qwen25(fathom_bin, smollm2_path):
-    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--chat-template", QWEN25]) as s:
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--chat-template", QWEN25, "--grpc-port", "-1"]) as s:
         yield s
+
+
+def test_grpc_tools_reach_the_template_in_the_clients_order(qwen25, pb):
+    """gRPC's FunctionTool.parameters is JSON text: its key order is the client's, and the prompt is
+    the one /tokenize gives for the same tools over HTTP (which jinja2's rendering matches above)."""
+    import grpc
+    params = json.dumps(TOOLS[0]["function"]["parameters"])  # type, properties, required: not sorted
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    with grpc.insecure_channel(f"127.0.0.1:{qwen25.grpc_port}") as channel:
+        stub = pb.svc.FathomStub(channel)
+        req = pb.msg.GenerateRequest(
+            chat=pb.msg.ChatMessages(messages=[pb.msg.ChatMessage(role="user", content=messages[0]["content"])]),
+            tools=[pb.msg.FunctionTool(name="get_weather", description="The weather in a city.", parameters=params)],
+            max_tokens=1, sampling=pb.msg.SamplingParameters(temperature=0))
+        usage = [r.usage for r in stub.Generate(req, timeout=120) if r.HasField("usage")][-1]
+    tools = [{"type": "function", "function": {**TOOLS[0]["function"], "strict": False}}]
+    want = prompt_ids(qwen25, messages=messages, tools=tools)
+    sorted_tools = json.loads(json.dumps(tools, sort_keys=True))
+    assert usage.prompt_tokens == len(want)
+    assert len(prompt_ids(qwen25, messages=messages, tools=sorted_tools)) != len(want), "the test cannot tell"
 
 
 @pytest.fixture(scope="module")

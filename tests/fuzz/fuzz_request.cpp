@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0: (void)fathom::parse_completion_request(json, *g_model, g_config); break;
       case 1: (void)fathom::parse_chat_request(json, chat_model, g_config, body); break;
       case 2: (void)fathom::parse_tokenize_request(json, chat_model, body); break;
-      case 4: (void)fathom::parse_responses_request(json, *g_model, g_config); break;
+      case 4: (void)fathom::parse_responses_request(json, chat_model, g_config, body); break;
       case 5: (void)fathom::parse_embeddings_request(json, *g_model, g_config); break;
       default: (void)g_model->tokenizer().decode(fathom::parse_detokenize_request(json, *g_model)); break;
     }

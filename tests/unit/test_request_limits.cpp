@@ -12,6 +12,7 @@
 #include "server/bounded_json.h"
 #include "server/config.h"
 #include "server/openai_request.h"
+#include "server/responses_api.h"
 
 namespace fathom {
 namespace {
@@ -72,6 +73,26 @@ TEST(RequestLimits, OrderedJsonKeepsKeyOrderAndCapsKeysPerObject) {
       "{\"logit_bias\": " + object_of(1000, "") + ", \"tools\": [{\"b\": 1, \"a\": 2}], \"n\": 1}", "tools");
   ASSERT_FALSE(t.is_discarded());
   EXPECT_EQ(t.dump(), R"({"tools":[{"b":1,"a":2}]})");
+}
+
+// /v1/responses' tools reach a template that prints them (Qwen 2.5's) in the client's key order,
+// as chat's do: the same tools in both shapes give the same prompt, and a key-sorted rendering
+// would not.
+TEST(RequestLimits, ResponsesToolsKeepTheClientsKeyOrder) {
+  const std::unique_ptr<Model> model =
+      Model::load(std::string(FATHOM_MODELS_DIR) + "/smollm2-135m-instruct-q4_1.gguf",
+                  std::string(FATHOM_SOURCE_DIR) + "/tests/fixtures/chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+  ServerConfig config;
+  const std::string params = R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})";
+  const std::string responses = R"({"input": "Weather?", "tools": [{"type": "function", "name": "get_weather",
+      "description": "The weather.", "parameters": )" + params + "}]}";
+  const std::string chat = R"({"messages": [{"role": "user", "content": "Weather?"}], "tools": [{"type": "function",
+      "function": {"name": "get_weather", "description": "The weather.", "parameters": )" + params + "}}]}";
+  const auto r = parse_responses_request(nlohmann::json::parse(responses), *model, config, responses);
+  const auto c = parse_chat_request(nlohmann::json::parse(chat), *model, config, chat);
+  EXPECT_EQ(r.engine.prompt, c.engine.prompt);
+  const auto sorted = parse_responses_request(nlohmann::json::parse(responses), *model, config);
+  EXPECT_NE(sorted.engine.prompt, c.engine.prompt) << "the test cannot tell the orders apart";
 }
 
 }  // namespace
