@@ -38,6 +38,12 @@ bool all_integers(const json& array) {
 
 }  // namespace
 
+std::vector<int32_t> embedding_tokens(const Tokenizer& tokenizer, const std::string& text) {
+  std::vector<int32_t> ids = tokenizer.encode(text);
+  if (tokenizer.add_eos() && (ids.empty() || ids.back() != tokenizer.eos_id())) ids.push_back(tokenizer.eos_id());
+  return ids;
+}
+
 Pooling served_pooling(const Model& model, const ServerConfig& config) {
   const std::string& p = config.embedding_pooling;
   if (p.empty()) return model.config().pooling;
@@ -81,15 +87,14 @@ EmbeddingRequest parse_embeddings_request(const json& body, const Model& model, 
   const auto in = body.find("input");
   if (in == body.end()) bad("input", "'input' is required");
   const std::string shapes = "'input' must be a string, an array of strings or of token-id arrays";
-  const Tokenizer& tok = model.tokenizer();
   if (in->is_string()) {
-    r.inputs.push_back(tok.encode(in->get<std::string>()));
+    r.inputs.push_back(embedding_tokens(model.tokenizer(), in->get<std::string>()));
   } else if (in->is_array() && !in->empty() && all_integers(*in)) {
     r.inputs.push_back(ids_of(*in, model));
   } else if (in->is_array()) {
     if (in->size() > kMaxEmbeddingInputs) bad("input", "at most " + std::to_string(kMaxEmbeddingInputs) + " inputs per request");
     for (const json& one : *in) {
-      if (one.is_string()) r.inputs.push_back(tok.encode(one.get<std::string>()));
+      if (one.is_string()) r.inputs.push_back(embedding_tokens(model.tokenizer(), one.get<std::string>()));
       else if (one.is_array() && all_integers(one)) r.inputs.push_back(ids_of(one, model));
       else bad("input", shapes);
     }

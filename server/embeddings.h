@@ -14,6 +14,7 @@
 namespace fathom {
 
 class Model;
+class Tokenizer;
 struct ServerConfig;
 
 inline constexpr size_t kMaxEmbeddingInputs = 2048;          // per request, as OpenAI's API
@@ -22,6 +23,11 @@ inline constexpr int64_t kMaxEmbeddingTokens = int64_t{1} << 20;  // summed over
 // The pooling embeddings are served with: config.embedding_pooling when set ("none" turns them
 // off), else the model's own (<arch>.pooling_type). kNone: the model serves no embeddings.
 Pooling served_pooling(const Model& model, const ServerConfig& config);
+
+// A text input's tokens: as a completion prompt's (BOS where the vocabulary asks for it), then EOS
+// where the vocabulary asks for that too (tokenizer.ggml.add_eos_token), as llama.cpp and the
+// models' Hugging Face tokenizers do.
+std::vector<int32_t> embedding_tokens(const Tokenizer& tokenizer, const std::string& text);
 
 struct EmbeddingRequest {
   std::vector<std::vector<int32_t>> inputs;  // token ids, one list per input

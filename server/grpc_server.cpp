@@ -411,7 +411,7 @@ class FathomService final : public pb::Fathom::Service {
         throw RuleError(RuleError::Kind::kInvalid, "inputs", "at most " + std::to_string(kMaxEmbeddingInputs) + " inputs");
       for (const pb::EmbedInput& one : in->inputs()) {
         if (one.has_token_ids()) r.inputs.push_back(checked_token_ids(one.token_ids(), model.vocab()));
-        else r.inputs.push_back(model.tokenizer().encode(one.text()));
+        else r.inputs.push_back(embedding_tokens(model.tokenizer(), one.text()));
       }
       r.priority = resolve_priority(in->priority(), config_, "priority");
       check_embedding_request(r, in->has_dimensions() ? std::optional<int64_t>(in->dimensions()) : std::nullopt, model,

@@ -89,6 +89,7 @@ BpeTokenizer::BpeTokenizer(const GgufFile& file) {
   bos_id_ = id_key("tokenizer.ggml.bos_token_id");
   eos_id_ = id_key("tokenizer.ggml.eos_token_id");
   add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(false) && bos_id_ >= 0;
+  add_eos_ = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false) && eos_id_ >= 0;
   const std::string pre = file.get_string("tokenizer.ggml.pre").value_or("default");
   pre_ = pre_tokenizer_for(pre);
   ignore_merges_ = pre == "llama3" || pre == "llama-bpe" || pre == "llama-v3";

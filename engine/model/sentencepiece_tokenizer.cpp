@@ -152,6 +152,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const GgufFile& file) : impl_(std
   eos_id_ = id_key("tokenizer.ggml.eos_token_id");
   // llama.cpp's default for SentencePiece vocabularies that do not say: add BOS.
   add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(true) && bos_id_ >= 0;
+  add_eos_ = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false) && eos_id_ >= 0;
 
   index_vocabulary(/*match_user_defined=*/false);
   collect_end_of_generation(file);

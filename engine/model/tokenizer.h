@@ -47,6 +47,10 @@ class Tokenizer {
   int32_t bos_id() const { return bos_id_; }
   int32_t eos_id() const { return eos_id_; }
   bool add_bos() const { return add_bos_; }
+  // The vocabulary asks for EOS after a text (tokenizer.ggml.add_eos_token: embedding models whose
+  // pooling reads the last token). Only embeddings' inputs honour it (server/embeddings.cpp):
+  // a generation prompt ending in EOS would ask the model to continue past its end.
+  bool add_eos() const { return add_eos_; }
   // SentencePiece vocabularies with add_space_prefix: the first word's leading space is not text.
   bool strips_leading_space() const { return strip_leading_space_; }
   bool is_control(int32_t id) const;
@@ -78,6 +82,7 @@ class Tokenizer {
   std::vector<int32_t> token_types_;  // tokenizer.ggml.token_type (1 normal, 3 control, 4 user-defined, 6 byte)
   int32_t bos_id_ = -1, eos_id_ = -1;
   bool add_bos_ = false;
+  bool add_eos_ = false;
   std::vector<int32_t> eog_ids_;
   bool strip_leading_space_ = false;  // decode drops the space the encoder put before the first word
   std::unordered_map<std::string_view, int32_t> piece_ids_;  // views into pieces_ (never resized after)

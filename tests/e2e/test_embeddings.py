@@ -157,11 +157,21 @@ def test_generative_model_without_pooling_is_refused(server, client):
     assert done.choices[0].text
 
 
-def with_pooling_type(src, dst, value):
+def with_metadata(src, dst, **extra):
+    """A copy of GGUF `src` with metadata added: pooling_type=N (the architecture's key), add_eos=True."""
     reader = gguf.GGUFReader(str(src))
     writer = gguf.GGUFWriter(str(dst), reader.fields["general.architecture"].contents())
-    key = f"{reader.fields['general.architecture'].contents()}.pooling_type"
-    copy_with_new_metadata(reader, writer, {key: MetadataDetails(gguf.GGUFValueType.UINT32, value)}, [])
+    new = {}
+    if "pooling_type" in extra:
+        key = f"{reader.fields['general.architecture'].contents()}.pooling_type"
+        new[key] = MetadataDetails(gguf.GGUFValueType.UINT32, extra["pooling_type"])
+    if "add_eos" in extra:
+        new["tokenizer.ggml.add_eos_token"] = MetadataDetails(gguf.GGUFValueType.BOOL, extra["add_eos"])
+    copy_with_new_metadata(reader, writer, new, [])
+
+
+def with_pooling_type(src, dst, value):
+    with_metadata(src, dst, pooling_type=value)
 
 
 def test_the_files_own_pooling(fathom_bin, repo_root, tmp_path):
@@ -204,3 +214,22 @@ def test_grpc_embed_equals_http(pooled_qwen3, repo_root, pb):
     assert got.usage.prompt_tokens == http["usage"]["prompt_tokens"]
     np.testing.assert_allclose([list(e.values) for e in got.embeddings], [d["embedding"] for d in http["data"]],
                                atol=1e-6)
+
+
+def test_a_vocabulary_that_asks_for_eos_gets_it_after_text(fathom_bin, repo_root, tmp_path):
+    """tokenizer.ggml.add_eos_token (Qwen3-Embedding's files): a text input ends in EOS, as its
+    Hugging Face tokenizer ends it; token-id inputs stay as sent."""
+    eos = tmp_path / "qwen3-eos.gguf"
+    with_metadata(repo_root / ARCH / "qwen3.gguf", eos, pooling_type=3, add_eos=True)
+    with serve(fathom_bin, eos) as server:
+        req = urllib.request.Request(f"{server.base_url}/tokenize", data=json.dumps({"prompt": "ab ab"}).encode())
+        with urllib.request.urlopen(req, timeout=60) as r:
+            ids = json.loads(r.read())["tokens"]
+        end = 127  # the fixture vocabulary's <|end|>, its EOS
+        assert end not in ids
+        text = post(server, {"input": "ab ab", "encoding_format": "float"})[1]
+        with_end = post(server, {"input": [ids + [end]], "encoding_format": "float"})[1]
+        without = post(server, {"input": [ids], "encoding_format": "float"})[1]
+    assert text["usage"]["prompt_tokens"] == len(ids) + 1
+    np.testing.assert_allclose(text["data"][0]["embedding"], with_end["data"][0]["embedding"], atol=1e-6)
+    assert np.abs(np.array(text["data"][0]["embedding"]) - without["data"][0]["embedding"]).max() > 1e-3
