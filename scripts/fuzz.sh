@@ -32,8 +32,10 @@ flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3
   -isystem "$xgrammar/src/3rdparty/picojson" -DXGRAMMAR_ENABLE_CPPTRACE=0 -O1 -gline-tables-only -fno-omit-frame-pointer -Wall -Wextra -Werror
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
 
-gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp base/error.cpp kernels/ggml_type.cpp)
-model_sources=("${gguf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
+gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp engine/model/mapped_file.cpp base/error.cpp kernels/ggml_type.cpp)
+hf_sources=("${gguf_sources[@]}" engine/model/hf_dir.cpp engine/model/hf_config.cpp engine/model/hf_json.cpp
+  engine/model/hf_tokenizer.cpp engine/model/safetensors.cpp)
+model_sources=("${hf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
   engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp engine/model/bpe_pretokenizer.cpp
   engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
   engine/model/chat_template.cpp engine/model/chat_families.cpp base/jinja/*.cpp kernels/ref/dequant.cpp)

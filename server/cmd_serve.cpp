@@ -90,7 +90,14 @@ ServerConfig config_from_args(const CliArgs& args) {
     throw Error("--log-level must be one of trace, debug, info, warn, error, critical, off");
 
   if (c.model.empty()) throw Error("no model: give --model PATH, or --config FILE naming one");
-  if (c.model_name.empty()) c.model_name = std::filesystem::path(c.model).stem().string();
+  // A Hugging Face directory is served under its own name ("Qwen2.5-7B-Instruct", not "Qwen2"); a
+  // GGUF file under its name without the extension.
+  while (c.model.size() > 1 && c.model.back() == '/') c.model.pop_back();
+  std::error_code ec;
+  const std::filesystem::path model_path(c.model);
+  if (c.model_name.empty())
+    c.model_name = std::filesystem::is_directory(model_path, ec) ? model_path.filename().string()
+                                                                 : model_path.stem().string();
   return c;
 }
 

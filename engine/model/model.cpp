@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "engine/model/gguf.h"
+#include "engine/model/hf_dir.h"
 
 namespace fathom {
 
@@ -55,7 +56,8 @@ std::vector<int32_t> Model::encode_chat(const ChatInput& input, std::string* ren
 
 std::unique_ptr<Model> Model::load(const std::string& path, const std::string& chat_template) {
   std::unique_ptr<Model> m(new Model());
-  m->file_ = GgufFile::open(path);
+  // A directory is a Hugging Face checkpoint, translated into what a GGUF file would hold.
+  m->file_ = open_model_file(path);
   m->config_ = ModelConfig::from_gguf(*m->file_);
   m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_);
   m->tokenizer_ = Tokenizer::from_gguf(*m->file_);

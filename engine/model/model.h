@@ -1,6 +1,7 @@
 #pragma once
-// A loaded model: the immutable artefacts of one GGUF file — the mapping, hyperparameters,
-// weight views (stored formats, in the mapping), tokenizer and chat template. It runs nothing:
+// A loaded model: the immutable artefacts of one GGUF file or Hugging Face directory (translated at
+// load into what a GGUF holds: engine/model/hf_dir.h) — the mappings, hyperparameters, weight views
+// (stored formats, in the mappings), tokenizer and chat template. It runs nothing:
 // a Backend (engine/backend/backend.h) takes the weights it needs from it, owns the KV cache and
 // runs the forward pass. One Model may serve several backends (tests compare CPU and CUDA).
 #include <memory>
@@ -19,6 +20,7 @@ class GgufFile;
 
 class Model {
  public:
+  // `path`: a GGUF file, or a Hugging Face model directory.
   // `chat_template`: empty for the GGUF's own template (tokenizer.chat_template, with its
   // tool_use alternative), a hand-written family name (chatml, gemma, llama2, llama3), or the path
   // of a Jinja template file. Throws fathom::Error with a one-line reason for anything wrong.
