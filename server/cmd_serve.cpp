@@ -30,6 +30,7 @@
 #include "server/commands.h"
 #include "server/json_log.h"
 #include "server/config.h"
+#include "server/request_rules.h"
 #include "server/grpc_server.h"
 #include "server/http_server.h"
 #include "server/model_options.h"
@@ -197,6 +198,7 @@ int run_serve(int argc, char** argv) {
   spdlog::info("loading {}", config.model);
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> model = Model::load(config.model, config.model_options.chat_template);
+  (void)default_sampling(*model);  // the model's sampling defaults within what a request may ask, or no start
   std::unique_ptr<Backend> backend = make_backend(*model, config.model_options);
   backend->check_policy(config.attention);  // the default policy must run on this backend
   if (const int32_t keys = backend->prepare_break_even(config.attention); keys >= 0)

@@ -354,6 +354,21 @@ void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, co
   std::vector<int32_t> eog;
   for (int64_t id : eos) eog.push_back(static_cast<int32_t>(id));
   if (!eog.empty()) metadata["fathom.eog_token_ids"] = int_array(eog);
+  // Sampling defaults, as vLLM reads them (do_sample aside): llama.cpp's general.sampling.* keys.
+  for (const auto& [key, name] : {std::pair<const char*, const char*>{"temperature", "temp"}, {"top_p", "top_p"},
+                                  {"min_p", "min_p"}, {"repetition_penalty", "penalty_repeat"}, {"top_k", "top_k"}}) {
+    const Json* v = rg.field(gen, key);
+    if (!v) continue;
+    if (!v->is_number()) rg.fail(std::string(key) + " = " + shown(*v) + " is not a number");
+    const std::string gguf_key = std::string("general.sampling.") + name;
+    if (std::string_view(key) == "top_k") {
+      if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > vocab_rows)
+        rg.fail("top_k = " + shown(*v) + " is not a count of tokens");
+      metadata[gguf_key] = GgufValue{std::in_place_type<int32_t>, static_cast<int32_t>(v->get<int64_t>())};
+    } else {
+      metadata[gguf_key] = GgufValue{std::in_place_type<float>, v->get<float>()};
+    }
+  }
   if (chat_template) metadata["tokenizer.chat_template"] = GgufValue{std::in_place_type<std::string>, *chat_template};
   if (tool_use) metadata["tokenizer.chat_template.tool_use"] = GgufValue{std::in_place_type<std::string>, *tool_use};
 }

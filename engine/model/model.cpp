@@ -61,6 +61,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const std::string& c
   m->config_ = ModelConfig::from_gguf(*m->file_);
   m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_);
   m->tokenizer_ = Tokenizer::from_gguf(*m->file_);
+  const GgufFile& f = *m->file_;
+  m->sampling_defaults_ = SamplingDefaults{f.get_float("general.sampling.temp"), f.get_float("general.sampling.top_p"),
+                                           f.get_float("general.sampling.min_p"),
+                                           f.get_float("general.sampling.penalty_repeat"),
+                                           f.get_int("general.sampling.top_k")};
   const Tokenizer& tok = *m->tokenizer_;
   const std::string bos = tok.bos_id() >= 0 ? tok.piece(tok.bos_id()) : "";
   const std::string eos = tok.eos_id() >= 0 ? tok.piece(tok.eos_id()) : "";

@@ -18,6 +18,14 @@ namespace fathom {
 
 class GgufFile;
 
+// A checkpoint's own sampling defaults, for what a request leaves unset: llama.cpp's
+// general.sampling.* keys (a Hugging Face directory's generation_config.json becomes them). Unset:
+// the server's defaults (engine/sampler.h).
+struct SamplingDefaults {
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;  // general.sampling.{temp,top_p,min_p,penalty_repeat}
+  std::optional<int64_t> top_k;                                         // general.sampling.top_k
+};
+
 class Model {
  public:
   // `path`: a GGUF file, or a Hugging Face model directory.
@@ -30,6 +38,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const SamplingDefaults& sampling_defaults() const { return sampling_defaults_; }
   // Throws fathom::Error when the model has no chat template and none was configured.
   const ChatTemplate& chat_template() const;
   int32_t vocab() const { return static_cast<int32_t>(weights_.output.rows); }
@@ -49,6 +58,7 @@ class Model {
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
+  SamplingDefaults sampling_defaults_;
 };
 
 }  // namespace fathom

@@ -1,7 +1,7 @@
 """`fathom serve` on a Hugging Face model directory (--model DIR, and `model` in the config file):
 the tiny Qwen2 checkpoint of tests/fixtures/arch/qwen2-hf, given a chat template file
-(chat_template.jinja, as transformers >= 4.43 saves it) and an EOS list in generation_config.json,
-answers the official OpenAI client. Its logits are checked against transformers' in
+(chat_template.jinja, as transformers >= 4.43 saves it), an EOS list and a sampling default in
+generation_config.json, answers the official OpenAI client. Its logits are checked against transformers' in
 tests/kernel/test_cuda_arch_fixtures.cpp; here what matters is that the server serves it."""
 import json
 import shutil
@@ -23,7 +23,7 @@ def model_dir(tmp_path):
     d = tmp_path / "Tiny-Qwen2.5-0.1B"  # served under the directory's name, dots and all
     shutil.copytree(FIXTURE, d)
     (d / "chat_template.jinja").write_text(CHATML)
-    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": [127, 5], "do_sample": False}))
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": [127, 5], "temperature": 0.0}))
     return d
 
 
@@ -47,6 +47,22 @@ def test_serves_a_directory_given_as_model(fathom_bin, model_dir):
     with ServerProcess(fathom_bin, f"{model_dir}/") as server:  # a trailing slash changes nothing
         first = chat(server, model_dir.name)
         assert chat(server, model_dir.name).choices[0].message.content == first.choices[0].message.content
+        # generation_config.json's temperature 0 is the default of a request that names none: greedy,
+        # the same text every time (at the engine's default of 1 on this random model, three 12-token
+        # samples would differ).
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", timeout=60)
+        texts = {client.chat.completions.create(model=model_dir.name, max_tokens=12,
+                                                messages=[{"role": "user", "content": "Hello ab"}]).choices[0].message.content
+                 for _ in range(3)}
+        assert texts == {first.choices[0].message.content}
+
+
+def test_a_sampling_default_out_of_range_stops_start_up(fathom_bin, model_dir):
+    (model_dir / "generation_config.json").write_text(json.dumps({"temperature": 5.0}))
+    proc = subprocess.run([str(fathom_bin), "serve", "--model", str(model_dir), "--port", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "general.sampling.temp" in proc.stderr, proc.stderr
 
 
 def test_serves_a_directory_named_in_the_config_file(fathom_bin, model_dir, tmp_path):
