@@ -39,7 +39,7 @@ gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp engine/model/ma
 hf_sources=("${gguf_sources[@]}" engine/model/hf_dir.cpp engine/model/hf_config.cpp engine/model/hf_json.cpp
   engine/model/hf_tokenizer.cpp engine/model/safetensors.cpp)
 model_sources=("${hf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
-  engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp engine/model/bpe_pretokenizer.cpp
+  engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp engine/model/bpe_pretokenizer.cpp engine/model/unicode_nfc.cpp
   engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
   engine/model/chat_template.cpp engine/model/chat_families.cpp base/jinja/*.cpp kernels/ref/dequant.cpp)
 request_sources=("${model_sources[@]}" server/openai_request.cpp server/chat_input.cpp server/reasoning.cpp server/known_fields.cpp server/prompt_input.cpp

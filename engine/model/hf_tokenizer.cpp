@@ -123,16 +123,19 @@ void check_model(const Reader& r, const Json& model) {
       r.fail(std::string("model ") + key + " = " + shown(*v) + " is not supported");
 }
 
-void check_normalizer_and_decoder(const Reader& r, const Json& tok) {
-  // NFC (Qwen 2/3): fathom does not normalise; text already in NFC (nearly all text) tokenizes the same.
+// Whether the text is put in NFC (Qwen 2/3) before pre-tokenization; any other normalizer is refused.
+bool check_normalizer_and_decoder(const Reader& r, const Json& tok) {
+  bool nfc = false;
   if (const Json* n = r.field(tok, "normalizer")) {
     const std::string type = r.type_of(*n, "normalizer");
     const Json* steps = r.field(*n, "normalizers");
-    if (!(type == "NFC" || (type == "Sequence" && steps && steps->is_array() && steps->empty())))
+    nfc = type == "NFC";
+    if (!(nfc || (type == "Sequence" && steps && steps->is_array() && steps->empty())))
       r.fail("normalizer " + shown(*n) + " is not supported (none or NFC)");
   }
   if (const Json* d = r.field(tok, "decoder"); d && r.type_of(*d, "decoder") != "ByteLevel")
     r.fail("decoder " + shown(*d) + " is not supported (ByteLevel)");
+  return nfc;
 }
 
 // The token a TemplateProcessing post-processor puts before the text (Llama 3's BOS), "" when none;
@@ -226,7 +229,7 @@ void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, co
   const Json* model = r.field(tok, "model");
   if (!model) r.fail("no model");
   check_model(r, *model);
-  check_normalizer_and_decoder(r, tok);
+  const bool nfc = check_normalizer_and_decoder(r, tok);
   const bool ignore_merges = r.flag(*model, "ignore_merges", false, "model");
   const std::string pre = pre_tokenizer_name(r, tok, ignore_merges);
 
@@ -345,6 +348,7 @@ void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, co
 
   metadata["tokenizer.ggml.model"] = GgufValue{std::in_place_type<std::string>, "gpt2"};
   metadata["tokenizer.ggml.pre"] = GgufValue{std::in_place_type<std::string>, pre};
+  if (nfc) metadata["fathom.normalizer"] = GgufValue{std::in_place_type<std::string>, "NFC"};
   metadata["tokenizer.ggml.tokens"] = string_array(std::move(tokens));
   metadata["tokenizer.ggml.token_type"] = int_array(types);
   metadata["tokenizer.ggml.merges"] = string_array(std::move(merge_strings));

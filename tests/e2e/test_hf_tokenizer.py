@@ -9,9 +9,11 @@ Directories:
     GPT-2, StarCoder's digits): the ids of their 128k-150k tokens and 50k-280k merges, the
     pre-tokenizer recognised from the Split regex, added tokens as special or not.
 The corpus: test_tokenizer.py's (unicode scripts, emoji, digits, whitespace runs, code, special
-token text) and llama.cpp's test lines of each vocabulary. NFC: fathom does not normalise, so a line
-that NFC changes is left out for an NFC tokenizer (the one known difference: docs/models.md).
+token text), llama.cpp's test lines of each vocabulary, and text NFC changes (decomposed accents,
+Hangul jamo, combining marks out of canonical order, singletons such as the Angstrom sign) for the
+NFC normalizer Qwen's tokenizer.json has; and random strings of such characters.
 """
+import random
 import json
 import os
 import subprocess
@@ -34,6 +36,13 @@ LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
          r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
+NFC_LINES = [
+    "e\u0301 (decomposed) vs \u00e9 (precomposed); A\u030a \u212b \u2126",
+    "Cu\u031b\u0309a Vie\u0323\u0302t, Nguye\u0302\u0303n, Ho\u0300 Chi\u0301 Minh",
+    "\u1100\u1161\u11a8 \u1112\u1161\u11ab\u1100\u116e\u11a8\u110b\u1165 \uac00\u11a8",
+    "a\u0301\u0327 a\u0327\u0301 q\u0307\u0323 \u0f73 \u0344 \u304b\u3099",
+    "Zu\u0308rich, Mu\u0308nchen, Sa\u0303o Paulo, Bogota\u0301, \u00c5ngstro\u0308m",
+]
 SPECIAL_LINES = [
     "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
     "<|im_start|>system\nYou are<|im_end|>\n<|endoftext|>x<|im_end|",
@@ -103,9 +112,7 @@ def reference_ids(tok, texts, parse_special=True):
         tok.encode_special_tokens = False
 
 
-def compare(path, tok, texts, nfc, parse_special=True):
-    if nfc:  # fathom does not normalise: only text NFC leaves unchanged is comparable
-        texts = [t for t in texts if unicodedata.normalize("NFC", t) == t]
+def compare(path, tok, texts, parse_special=True):
     got = fathom_ids(path, texts, *([] if parse_special else ["--no-special"]))
     want = reference_ids(tok, texts, parse_special)
     bad = [(t, g, w) for t, g, w in zip(texts, got, want) if g != w]
@@ -119,14 +126,14 @@ def vocab_dir(request, tmp_path_factory):
     if not (VOCABS / f"ggml-vocab-{request.param}.gguf").is_file():
         pytest.fail(f"{VOCABS} lacks ggml-vocab-{request.param}.gguf: run scripts/setup.sh", pytrace=False)
     out = tmp_path_factory.mktemp(request.param)
-    tok, nfc, lines = write_vocab_dir(request.param, out)
+    tok, nfc, lines = write_vocab_dir(request.param, out)  # nfc: the normalizer is NFC
     return out, tok, nfc, lines
 
 
 @pytest.mark.parametrize("parse_special", [True, False])
 def test_real_vocabulary_matches_tokenizers(vocab_dir, parse_special):
     path, tok, nfc, lines = vocab_dir
-    n = compare(path, tok, CORPUS + SPECIAL_LINES + lines, nfc, parse_special)
+    n = compare(path, tok, CORPUS + NFC_LINES + SPECIAL_LINES + lines, parse_special)
     assert n >= 70
 
 
@@ -134,9 +141,25 @@ def test_real_vocabulary_matches_tokenizers(vocab_dir, parse_special):
 def test_fixture_directory_matches_tokenizers(name):
     path = ARCH / f"{name}-hf"
     tok = Tokenizer.from_file(str(path / "tokenizer.json"))
-    nfc = json.loads((path / "tokenizer.json").read_text())["normalizer"] is not None
     for parse_special in (True, False):
-        compare(path, tok, CORPUS + SPECIAL_LINES, nfc, parse_special)
+        compare(path, tok, CORPUS + NFC_LINES + SPECIAL_LINES, parse_special)
+
+
+def test_nfc_matches_tokenizers_on_random_text(tmp_path):
+    """Strings of combining marks, composites, Hangul jamo and syllables, singletons: every one that
+    NFC changes, through the NFC vocabulary (Qwen 2's), tokenizes as `tokenizers` does."""
+    assert TOKENIZE.exists(), f"{TOKENIZE} is not built (set FATHOM_BUILD)"
+    tok, nfc, _ = write_vocab_dir("qwen2", tmp_path)
+    assert nfc
+    path = tmp_path
+    rng = random.Random(48)
+    pool = ([chr(c) for c in range(0x300, 0x370)] * 4 + [chr(c) for c in range(0x1100, 0x1200)] +
+            [chr(c) for c in range(0xAC00, 0xAC80)] + [chr(c) for c in range(0x1E00, 0x1F00)] +
+            [chr(c) for c in range(0x41, 0x7B)] + list("\u212b\u2126\u0f73\u0344\u3099\u304b\u0dd9\u0dca\u0dcf \n"))
+    texts = [s for s in ("".join(rng.choice(pool) for _ in range(rng.randint(1, 16))) for _ in range(3000))
+             if unicodedata.normalize("NFC", s) != s]
+    assert len(texts) > 1000
+    compare(path, tok, texts)
 
 
 def info(path):

@@ -17,6 +17,7 @@
 #include "engine/model/hf_dir.h"
 #include "engine/model/model.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/unicode_nfc.h"
 
 namespace fathom {
 namespace {
@@ -289,6 +290,23 @@ TEST(HfDir, NamesTensorsAsLlamaCpp) {
   EXPECT_EQ(gguf_tensor_name("model.layers.2.mlp.up_proj.weight", 2), "model.layers.2.mlp.up_proj.weight");
   EXPECT_EQ(gguf_tensor_name("model.layers.01.mlp.up_proj.weight", 2), "model.layers.01.mlp.up_proj.weight");
   EXPECT_EQ(gguf_tensor_name("model.layers.99999999999.x", 2), "model.layers.99999999999.x");
+}
+
+// Against Python's unicodedata.normalize("NFC", ...) (tests/e2e/test_hf_tokenizer.py compares the
+// tokenizer with `tokenizers` on thousands of random strings).
+TEST(Nfc, ComposesAsUax15) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"e\u0301", "\u00e9"},
+      {"A\u030a \u212b", "\u00c5 \u00c5"},                   // the Angstrom sign is a singleton
+      {"\u1100\u1161\u11a8", "\uac01"},                      // Hangul jamo L V T
+      {"\uac00\u11a8", "\uac01"},                             // LV syllable + T
+      {"a\u0301\u0327", "\u00e1\u0327"},                      // reordered: cedilla (202) before acute (230)
+      {"C\u0301\u0327", "\u1e08"},                            // C + cedilla + acute -> one composite
+      {"\u0f73", "\u0f71\u0f72"},                             // composition-excluded
+      {"plain ascii", "plain ascii"},
+      {"\xff invalid", "\xff invalid"},                        // not UTF-8: unchanged
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(nfc(in), want) << in;
 }
 
 }  // namespace
