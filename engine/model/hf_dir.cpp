@@ -213,6 +213,11 @@ std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir_arg) {
       throw Error(index_path + ": tensor " + hf::shown(tensor) + " is not in its shard " + hf::shown(shard));
   if (cfg.tie_word_embeddings == false && !has_lm_head)
     throw Error(config_path + ": tie_word_embeddings is false but the checkpoint has no lm_head.weight");
+  // The vocabulary was padded to vocab_size: every row of the embedding must have its token.
+  for (const GgufTensorInfo& t : tensors)
+    if (t.name == "token_embd.weight" && (t.dims.size() != 2 || t.dims[1] != cfg.vocab_size))
+      throw Error(dir + ": model.embed_tokens.weight has " + std::to_string(t.dims.back()) +
+                  " rows, but config.json vocab_size is " + std::to_string(cfg.vocab_size));
 
   std::vector<std::vector<uint8_t>> owned;
   for (const auto& [name, values] : cfg.extra_tensors) {

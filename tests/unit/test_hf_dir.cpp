@@ -279,6 +279,13 @@ TEST(HfDir, RefusesWhatItCannotServe) {
         .write(reinterpret_cast<const char*>(img.data()), static_cast<std::streamsize>(img.size()));
     EXPECT_NE(load_error(dir.path()).find("'blk.0.attn_output.bias'"), std::string::npos);
   }
+  {
+    ScratchDir dir("qwen2");  // an embedding of other rows than vocab_size
+    json c = fixture_config("qwen2");
+    c["vocab_size"] = 130;
+    dir.write("config.json", c.dump());
+    EXPECT_NE(load_error(dir.path()).find("vocab_size is 130"), std::string::npos) << load_error(dir.path());
+  }
   EXPECT_NE(load_error(kArch).find("config.json"), std::string::npos);  // a directory that is no checkpoint
 }
 
