@@ -61,6 +61,7 @@
 #include "engine/kv/block_table.h"
 #include "engine/model/model.h"
 #include "engine/model/gguf.h"
+#include "engine/model/hf_dir.h"
 
 namespace fathom {
 namespace {
@@ -327,7 +328,7 @@ int run(const Args& a) {
   const int32_t steps = a.warmup_tokens + a.decode_tokens;
 
   // KV pool sized for the deepest cell (not the model's whole context): one pool per thread count.
-  const ModelConfig config = ModelConfig::from_gguf(*GgufFile::open(a.model));
+  const ModelConfig config = ModelConfig::from_gguf(*open_model_file(a.model));
   if (static_cast<int64_t>(max_depth) + steps > config.context_length)
     throw Error("depth " + std::to_string(max_depth) + " + " + std::to_string(steps) + " decode steps exceeds the " +
                 std::to_string(config.context_length) + "-token context of " + a.model);

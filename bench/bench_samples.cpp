@@ -28,6 +28,7 @@
 #include "engine/metrics.h"
 #include "engine/model/model.h"
 #include "engine/model/gguf.h"
+#include "engine/model/hf_dir.h"
 #include "kernels/cpu/attention_partial.h"
 #include "kernels/cpu/matmul.h"
 
@@ -114,7 +115,7 @@ int run(const Args& a) {
   ModelOptions opts;
   opts.threads = a.threads;
   {
-    const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(a.model));
+    const ModelConfig c = ModelConfig::from_gguf(*open_model_file(a.model));
     const KvLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, opts.block_size, opts.kv_dtype, opts.kv_transposed_k};
     // The prompt once, every choice's own blocks (its copy of the prompt's last partial block
     // and its decoded tokens), and slack.

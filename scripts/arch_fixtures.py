@@ -1,4 +1,4 @@
-"""Tiny random-weight Qwen2, Qwen3 and Phi-3 models, and transformers' logits for them.
+"""Tiny random-weight Qwen2, Qwen3, Phi-3 and Llama 3.1 models, and transformers' logits for them.
 
 Part of `make fixtures` (scripts/make_fixtures.py calls make_all; .venv-fixtures). For each family it
 
@@ -7,8 +7,10 @@ Part of `make fixtures` (scripts/make_fixtures.py calls make_all; .venv-fixtures
   2. saves it as a Hugging Face directory (<name>-hf/: config.json, bf16 model.safetensors, a byte-level
      tokenizer.json),
   3. writes it as GGUF with the `gguf` package the way llama.cpp's converter lays these
-     architectures out (tensor names from gguf's own tables; no Q/K permutation: all three rotate
-     NEOX-style; phi3's fused attn_qkv and gate/up ffn_up as the checkpoint stores them),
+     architectures out (tensor names from gguf's own tables; qwen2/qwen3/phi3 unpermuted, rotating
+     NEOX-style; llama's Q and K rows permuted for adjacent-pair rotation and its llama3 scaling as
+     the rope_freqs tensor, as the converter writes them; phi3's fused attn_qkv and gate/up ffn_up as
+     the checkpoint stores them),
   4. converts the Hugging Face directory with llama.cpp's own convert_hf_to_gguf.py (the pinned
      llama-cpp-python sdist's vendor/llama.cpp, fetched once into .venv-fixtures/) into
      <name>.llamacpp.gguf: an independent writer of the same model,
@@ -19,9 +21,11 @@ Part of `make fixtures` (scripts/make_fixtures.py calls make_all; .venv-fixtures
 
 Output: tests/fixtures/arch/<name>.{gguf,llamacpp.gguf,logits.f32,json} and <name>-hf/. The test is
 tests/kernel/test_cuda_arch_fixtures.cpp (CPU backend and the CUDA backend under emulation).
+`python scripts/arch_fixtures.py NAME...` makes only the families named.
 """
 import copy
 import json
+import math
 import subprocess
 import sys
 import tarfile
@@ -32,8 +36,8 @@ import gguf
 import numpy as np
 import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-from transformers import (Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 from fixture_lib import (INITIALIZER_RANGE, VOCAB, add_bpe_vocab, f32_vs_f64, finish_gguf, gpt2_byte_chars,
                          logits_of, made_with, randomize_norms, rel_error)
@@ -55,6 +59,8 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=80, num_hidden
               bos_token_id=None, pad_token_id=None)
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
 LONG_FACTORS = [round(float(x), 4) for x in np.geomspace(1.0, 16.0, 12)]   # rope_dim 24: 12 pairs
 SHORT_FACTORS = [round(float(x), 4) for x in np.linspace(1.0, 1.5, 12)]
 
@@ -86,6 +92,16 @@ FAMILIES = {
                                                        original_max_position_embeddings=64,
                                                        long_factor=LONG_FACTORS, short_factor=SHORT_FACTORS)),
                           ablation="the short factors instead of the long ones"),
+    # Llama 3.1-style: llama3 RoPE scaling (original context 64 of 256, factor 8: with theta 5e5 and
+    # rope_dim 16 one pair kept, one blended, six divided by 8), GQA 4:2, untied; Llama 3's
+    # tokenizer (its Split regex, ignore_merges). Its GGUF permutes Q and K as llama.cpp's converter
+    # does; the Hugging Face directory keeps the checkpoint's rotate-half rows.
+    "llama": dict(arch="llama", model=LlamaForCausalLM, config=LlamaConfig, pre="llama-bpe",
+                  tokenizer="PreTrainedTokenizerFast",
+                  hf=dict(num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                          rope_parameters=dict(rope_type="llama3", rope_theta=5e5, factor=8.0, low_freq_factor=1.0,
+                                               high_freq_factor=4.0, original_max_position_embeddings=64)),
+                  ablation="the llama3 scaling left out"),
 }
 
 
@@ -128,6 +144,12 @@ def save_hf(model, spec, out):
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    elif spec["pre"] == "llama-bpe":
+        tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens[:-1])}, merges=[("a", "b")],
+                                   ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -147,6 +169,32 @@ def longrope_attn_factor(cfg):
     """What llama.cpp's converter writes (and transformers computes without a `factor`)."""
     scale = cfg.max_position_embeddings / cfg.rope_parameters["original_max_position_embeddings"]
     return float(np.sqrt(1 + np.log(scale) / np.log(cfg.rope_parameters["original_max_position_embeddings"])))
+
+
+def llama_permute(weights, n_head):
+    """llama.cpp's converter's Q/K row order: each head's rotate-half pairs (i, i + d/2) made adjacent."""
+    return weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(
+        weights.shape)
+
+
+def llama3_rope_freqs(cfg):
+    """The rope_freqs tensor llama.cpp's converter writes for llama3 scaling (its arithmetic: float32
+    frequencies, Python floats between): each pair's divisor."""
+    rope = cfg.rope_parameters
+    dim = cfg.hidden_size // cfg.num_attention_heads
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
+    out = []
+    for freq in 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)):
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return torch.tensor(out, dtype=torch.float32).numpy()
 
 
 def write_gguf(path, model, spec):
@@ -175,6 +223,12 @@ def write_gguf(path, model, spec):
             w.add_rope_scaling_attn_factors(longrope_attn_factor(cfg))
             w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
             w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
+    if arch == "llama":
+        w.add_vocab_size(cfg.vocab_size)
+        w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+        w.add_key_length(cfg.hidden_size // cfg.num_attention_heads)
+        w.add_value_length(cfg.hidden_size // cfg.num_attention_heads)
+        w.add_tensor("rope_freqs.weight", llama3_rope_freqs(cfg))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
     add_bpe_vocab(w, byte_vocab(), {END}, ["a b"], spec["pre"], eos=END)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
@@ -185,6 +239,10 @@ def write_gguf(path, model, spec):
         if name is None:
             raise KeyError(f"{hf_name}: not in gguf's {arch} tensor table")
         data = t.detach().to(torch.float32).numpy()
+        if arch == "llama" and hf_name.endswith("q_proj.weight"):
+            data = llama_permute(data, cfg.num_attention_heads)
+        if arch == "llama" and hf_name.endswith("k_proj.weight"):
+            data = llama_permute(data, cfg.num_key_value_heads)
         if data.ndim == 2:
             w.add_tensor(name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.BF16),
                          raw_dtype=gguf.GGMLQuantizationType.BF16)
@@ -300,6 +358,8 @@ def ablated(name, spec, model):
         return other
     if name == "phi3":
         return same_weights(spec, model, dict(sliding_window=None))
+    if name == "llama":
+        return same_weights(spec, model, dict(rope_parameters=dict(rope_type="default", rope_theta=5e5)))
     rope = dict(spec["hf"]["rope_parameters"], long_factor=SHORT_FACTORS)
     return same_weights(spec, model, dict(rope_parameters=rope))
 
@@ -341,13 +401,17 @@ def make(name, spec, seed, prompts, out):
           f"{min(margins):.3f}, llama.cpp's GGUF differs in {converter}")
 
 
-def make_all(out=OUT):
+def make_all(out=OUT, only=None):
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(4848)
     prompts = [rng.integers(0, VOCAB - 2, n).tolist() for n in PROMPT_LENGTHS]
-    for seed, (name, spec) in enumerate(FAMILIES.items()):
-        make(name, spec, 100 + seed, prompts, out)
+    for seed, (name, spec) in enumerate(FAMILIES.items()):  # a family's seed is its place in FAMILIES
+        if not only or name in only:
+            make(name, spec, 100 + seed, prompts, out)
 
 
 if __name__ == "__main__":
-    make_all()
+    unknown = set(sys.argv[1:]) - set(FAMILIES)
+    if unknown:
+        sys.exit(f"unknown families {sorted(unknown)} (known: {', '.join(FAMILIES)})")
+    make_all(only=sys.argv[1:])

@@ -2,6 +2,9 @@
 # Fuzzes every parser of outside bytes with libFuzzer + ASan + UBSan, SECONDS (default 15) per
 # target:
 #   fuzz_gguf     the GGUF reader (model files)
+#   fuzz_hf       a Hugging Face directory's files: safetensors shards, config.json -> the model
+#                 config, tokenizer.json (+ tokenizer_config.json, generation_config.json) -> the
+#                 tokenizer
 #   fuzz_request  an HTTP request body -> the validated engine request (JSON, fields, prompts,
 #                 chat messages, tokenize/detokenize), over the real SmolLM2 model
 #   fuzz_chat     chat messages -> every chat template family -> the tokenizer (content can never
@@ -23,7 +26,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-15}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_gguf fuzz_request fuzz_chat fuzz_jinja fuzz_schema)
+((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_jinja fuzz_schema)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 # xgrammar (scripts/setup_xgrammar.sh) for fuzz_schema: its headers here, its library at the link.
@@ -32,9 +35,11 @@ flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3
   -isystem "$xgrammar/src/3rdparty/picojson" -DXGRAMMAR_ENABLE_CPPTRACE=0 -O1 -gline-tables-only -fno-omit-frame-pointer -Wall -Wextra -Werror
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
 
-gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp base/error.cpp kernels/ggml_type.cpp)
-model_sources=("${gguf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
-  engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp engine/model/bpe_pretokenizer.cpp
+gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp engine/model/mapped_file.cpp base/error.cpp kernels/ggml_type.cpp)
+hf_sources=("${gguf_sources[@]}" engine/model/hf_dir.cpp engine/model/hf_config.cpp engine/model/hf_json.cpp
+  engine/model/hf_tokenizer.cpp engine/model/safetensors.cpp)
+model_sources=("${hf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
+  engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp engine/model/bpe_pretokenizer.cpp engine/model/unicode_nfc.cpp
   engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
   engine/model/chat_template.cpp engine/model/chat_families.cpp base/jinja/*.cpp kernels/ref/dequant.cpp)
 request_sources=("${model_sources[@]}" server/openai_request.cpp server/chat_input.cpp server/reasoning.cpp server/known_fields.cpp server/prompt_input.cpp
@@ -51,11 +56,12 @@ schema_sources=("${model_sources[@]}" engine/constraint/grammar.cpp engine/const
 sources_of() {
   case "$1" in
     fuzz_gguf) echo "${gguf_sources[@]}" ;;
+    fuzz_hf) echo "${model_sources[@]}" ;;
     fuzz_request) echo "${request_sources[@]}" ;;
     fuzz_chat) echo "${model_sources[@]}" ;;
     fuzz_jinja) echo "${jinja_sources[@]}" ;;
     fuzz_schema) echo "${schema_sources[@]}" ;;
-    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_request, fuzz_chat, fuzz_jinja, fuzz_schema)" >&2; exit 2 ;;
+    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_jinja, fuzz_schema)" >&2; exit 2 ;;
   esac
 }
 
@@ -116,6 +122,25 @@ if [[ " ${targets[*]} " == *" fuzz_jinja "* ]]; then
     printf '\001%b\001hello <|im_start|>\036\002hi\036\006call' "\\$(printf '%03o' $((i % 256)))" > "$out/seeds-fuzz_jinja/chat-$i"
     i=$((i + 1))
   done
+fi
+
+# fuzz_hf's seeds: each fixture directory's config.json (mode byte 1), tokenizer.json (2),
+# tokenizer_config.json + NUL + generation_config.json (3), and a shard's header with its data cut to
+# 64 bytes (0: the header's offsets then point past the end, which the parser must refuse).
+if [[ " ${targets[*]} " == *" fuzz_hf "* ]]; then
+  mkdir -p "$out/seeds-fuzz_hf"
+  for d in tests/fixtures/arch/*-hf; do
+    n=$(basename "$d")
+    { printf '\001'; cat "$d/config.json"; } > "$out/seeds-fuzz_hf/config-$n"
+    { printf '\002'; cat "$d/tokenizer.json"; } > "$out/seeds-fuzz_hf/tokenizer-$n"
+    { printf '\003'; cat "$d/tokenizer_config.json"; printf '\0'; cat "$d/generation_config.json"; } \
+      > "$out/seeds-fuzz_hf/tokenizer-config-$n"
+    header=$(od -An -tu8 -N8 "$d/model.safetensors" | tr -d ' ')
+    { printf '\000'; head -c $((8 + header + 64)) "$d/model.safetensors"; } > "$out/seeds-fuzz_hf/shard-$n"
+  done
+  # A whole valid shard: one F32 tensor of 2 elements (a 56-byte header, space-padded).
+  printf '\000\070\0\0\0\0\0\0\0{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}  12345678' \
+    > "$out/seeds-fuzz_hf/shard-valid"
 fi
 
 # One target per core at a time (each libFuzzer process is single-threaded).

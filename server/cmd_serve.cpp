@@ -30,6 +30,7 @@
 #include "server/commands.h"
 #include "server/json_log.h"
 #include "server/config.h"
+#include "server/request_rules.h"
 #include "server/grpc_server.h"
 #include "server/http_server.h"
 #include "server/model_options.h"
@@ -90,7 +91,14 @@ ServerConfig config_from_args(const CliArgs& args) {
     throw Error("--log-level must be one of trace, debug, info, warn, error, critical, off");
 
   if (c.model.empty()) throw Error("no model: give --model PATH, or --config FILE naming one");
-  if (c.model_name.empty()) c.model_name = std::filesystem::path(c.model).stem().string();
+  // A Hugging Face directory is served under its own name ("Qwen2.5-7B-Instruct", not "Qwen2"); a
+  // GGUF file under its name without the extension.
+  while (c.model.size() > 1 && c.model.back() == '/') c.model.pop_back();
+  std::error_code ec;
+  const std::filesystem::path model_path(c.model);
+  if (c.model_name.empty())
+    c.model_name = std::filesystem::is_directory(model_path, ec) ? model_path.filename().string()
+                                                                 : model_path.stem().string();
   return c;
 }
 
@@ -190,6 +198,7 @@ int run_serve(int argc, char** argv) {
   spdlog::info("loading {}", config.model);
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> model = Model::load(config.model, config.model_options.chat_template);
+  (void)default_sampling(*model);  // the model's sampling defaults within what a request may ask, or no start
   std::unique_ptr<Backend> backend = make_backend(*model, config.model_options);
   backend->check_policy(config.attention);  // the default policy must run on this backend
   if (const int32_t keys = backend->prepare_break_even(config.attention); keys >= 0)

@@ -96,8 +96,9 @@ std::string model_id(const ServerConfig& config) {
   return std::filesystem::path(config.model).stem().string();
 }
 
-SamplingParams to_sampling(const pb::SamplingParameters& s, int32_t vocab) {
-  SamplingParams p;
+SamplingParams to_sampling(const pb::SamplingParameters& s, const Model& model) {
+  const int32_t vocab = model.vocab();
+  SamplingParams p = default_sampling(model);
   auto in_range = [](const char* name, double v) { return check_sampling_number(name, v, std::string("sampling.") + name); };
   if (s.has_temperature()) p.temperature = in_range("temperature", s.temperature());
   if (s.has_top_p()) p.top_p = in_range("top_p", s.top_p());
@@ -253,7 +254,7 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
   // A reasoning model's thinking: counted in usage, free of any constraint (as over HTTP).
   r.thinking = thinking_span(reasoning, model.tokenizer());
   r.shown_tokens = shown_call_tokens(tools, model.tokenizer());
-  r.sampling = to_sampling(in.sampling(), vocab);
+  r.sampling = to_sampling(in.sampling(), model);
   return r;
 }
 

@@ -16,7 +16,7 @@ namespace {
 
 void usage() {
   std::fputs(
-      "usage: fathom <command> [options]\n"
+      "usage: fathom <command> [options]        (PATH: a GGUF file or a Hugging Face model directory)\n"
       "  generate --model PATH (--prompt TEXT | --chat JSON | --prompt-ids 1,2,3)... [--max-tokens N]\n"
       "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--logprobs N]\n"
       "           [--threads N] [--kv-dtype f16|f32|int8] [--precision q8|f32] [--no-pack-weights] [--backend cpu|cuda]\n"

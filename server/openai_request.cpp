@@ -299,6 +299,7 @@ void reject_unsupported(const json& body, ApiKind kind) {
 void parse_common(const json& body, const Model& model, const ServerConfig& config, ApiRequest& out) {
   Request& r = out.engine;
   SamplingParams& s = r.sampling;
+  s = default_sampling(model);
   if (auto v = get_sampling(body, "temperature")) s.temperature = *v;
   if (auto v = get_sampling(body, "top_p")) s.top_p = *v;
   if (auto v = get_int(body, "top_k", -1, model.vocab())) s.top_k = *v < 0 ? 0 : static_cast<int32_t>(*v);

@@ -104,4 +104,19 @@ float check_sampling_number(std::string_view name, double value, const std::stri
   throw Error("no sampling range for '" + std::string(name) + "'");  // a programming error
 }
 
+SamplingParams default_sampling(const Model& model) {
+  const SamplingDefaults& d = model.sampling_defaults();
+  SamplingParams s;
+  if (d.temperature) s.temperature = check_sampling_number("temperature", *d.temperature, "general.sampling.temp");
+  if (d.top_p) s.top_p = check_sampling_number("top_p", *d.top_p, "general.sampling.top_p");
+  if (d.min_p) s.min_p = check_sampling_number("min_p", *d.min_p, "general.sampling.min_p");
+  if (d.repetition_penalty)
+    s.repetition_penalty = check_sampling_number("repetition_penalty", *d.repetition_penalty, "general.sampling.penalty_repeat");
+  if (d.top_k) {
+    if (*d.top_k < 0 || *d.top_k > model.vocab()) invalid("general.sampling.top_k", "'general.sampling.top_k' must be in [0, vocab]");
+    s.top_k = static_cast<int32_t>(*d.top_k);
+  }
+  return s;
+}
+
 }  // namespace fathom

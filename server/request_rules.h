@@ -15,6 +15,7 @@
 namespace fathom {
 
 class Model;
+struct SamplingParams;
 struct ServerConfig;
 struct StopConditions;
 
@@ -57,5 +58,10 @@ void add_stop_string(const std::string& stop, StopConditions& conditions, const 
 // `value` of the sampling parameter `name` (temperature, top_p, min_p, presence_penalty,
 // frequency_penalty, repetition_penalty, logit_bias) within its range, as a float.
 float check_sampling_number(std::string_view name, double value, const std::string& field);
+
+// A request's sampling before its own fields: the model's defaults (Model::sampling_defaults: a Hugging
+// Face directory's generation_config.json) over the engine's. Throws RuleError naming the metadata key
+// when a default is outside what a request may ask: the server checks once at start-up.
+SamplingParams default_sampling(const Model& model);
 
 }  // namespace fathom

@@ -12,19 +12,20 @@
 
 #include "base/error.h"
 #include "engine/model/gguf.h"
+#include "engine/model/hf_dir.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/ref/dequant.h"
 
 namespace {
 
 int usage() {
-  std::fprintf(stderr, "usage: dump_tensor MODEL.gguf TENSOR_NAME OUT.f32 [--cpu]\n");
+  std::fprintf(stderr, "usage: dump_tensor MODEL.gguf|MODEL_DIR TENSOR_NAME OUT.f32 [--cpu]\n");
   return 2;
 }
 
 int run(const std::string& model, const std::string& name, const std::string& out, bool use_cpu) {
   using namespace fathom;
-  const auto file = GgufFile::open(model);
+  const auto file = open_model_file(model);  // a GGUF file or a Hugging Face directory (GGUF tensor names)
   const GgufTensorInfo* t = file->find_tensor(name);
   if (!t) throw Error(model + ": no tensor named " + name);
   if (!cpu::matmul_supports(t->type))

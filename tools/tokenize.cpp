@@ -1,5 +1,7 @@
 // Tokenizer CLI (used by tests/e2e/test_tokenizer.py; handy for debugging prompts).
 //
+// MODEL.gguf may also be a Hugging Face model directory (its tokenizer.json and companions).
+//
 //   tokenize MODEL.gguf [--no-special] [--no-bos]   UTF-8 text on stdin -> {"ids": [...]}
 //   tokenize MODEL.gguf --batch [...]               JSON array of strings -> {"ids": [[...], ...]}
 //   tokenize MODEL.gguf --decode [--special]        JSON array of ids (or of arrays) -> {"text": ...}
@@ -14,6 +16,7 @@
 // --special (with --decode) writes control tokens as their text instead of dropping them.
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -24,6 +27,7 @@
 #include "engine/model/bpe_pretokenizer.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/gguf.h"
+#include "engine/model/hf_dir.h"
 #include "engine/model/tokenizer.h"
 
 namespace {
@@ -110,7 +114,9 @@ int run(int argc, char** argv) {
     else if (a == "--family" && i + 1 < argc) family = argv[++i];
     else return usage();
   }
-  auto file = fathom::GgufFile::open(path);
+  // A directory: a Hugging Face checkpoint's tokenizer files (the weights are not needed).
+  std::error_code ec;
+  auto file = std::filesystem::is_directory(path, ec) ? fathom::open_hf_tokenizer(path) : fathom::GgufFile::open(path);
   auto tok = fathom::Tokenizer::from_gguf(*file);
   const fathom::EncodeOptions opts{!no_bos, !no_special};
 

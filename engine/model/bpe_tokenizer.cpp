@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "engine/model/gguf.h"
+#include "engine/model/unicode_nfc.h"
 
 namespace fathom {
 namespace {
@@ -93,6 +94,11 @@ BpeTokenizer::BpeTokenizer(const GgufFile& file) {
   const std::string pre = file.get_string("tokenizer.ggml.pre").value_or("default");
   pre_ = pre_tokenizer_for(pre);
   ignore_merges_ = pre == "llama3" || pre == "llama-bpe" || pre == "llama-v3";
+  if (const auto normalizer = file.get_string("fathom.normalizer")) {
+    if (*normalizer != "NFC")
+      throw Error(file.path() + ": fathom.normalizer '" + *normalizer + "' is not supported (NFC)");
+    nfc_ = true;
+  }
 
   index_vocabulary(/*match_user_defined=*/true);
   collect_end_of_generation(file);
@@ -211,7 +217,8 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text, const EncodeOpt
       continue;
     }
     words.clear();
-    pre_tokenize(pre_, span.text, words);
+    const std::string normalized = nfc_ ? nfc(span.text) : std::string();
+    pre_tokenize(pre_, nfc_ ? std::string_view(normalized) : span.text, words);
     for (std::string_view w : words) encode_word(w, ids);
   }
   return ids;

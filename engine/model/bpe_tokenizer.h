@@ -36,6 +36,9 @@ class BpeTokenizer final : public Tokenizer {
   // Llama 3's vocabularies (tokenizer.json's "ignore_merges"): a word that is itself a token is
   // that token, whatever the merges would make of it (llama.cpp: the llama3 pre-tokenizer names).
   bool ignore_merges_ = false;
+  // tokenizer.json's NFC normalizer (Qwen 2/3; fathom.normalizer): plain text in NFC before
+  // pre-tokenization. GGUF files carry none (llama.cpp does not normalise).
+  bool nfc_ = false;
   std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> merge
   int32_t byte_ids_[256];                       // id of the single-character token of each byte (-1: none)
   std::vector<std::string> bytes_of_;           // per token: its bytes (byte alphabet decoded)

@@ -3,11 +3,6 @@
 // checked against the bytes that are actually there before it is used or allocated for.
 #include "engine/model/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -16,6 +11,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "engine/model/mapped_file.h"
 
 namespace fathom {
 namespace {
@@ -118,13 +114,6 @@ class Cursor {
 };
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
-
-struct FdCloser {
-  int fd;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // ---- metadata values ----
 
@@ -329,20 +318,12 @@ int64_t GgufTensorInfo::elements() const { return dims.empty() ? 1 : dims[0] * r
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
-  const FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) fail(path, cat("cannot open: ", std::strerror(errno)));
-  struct stat st{};
-  if (fstat(fd.fd, &st) != 0) fail(path, cat("cannot stat: ", std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) fail(path, "cannot open: not a regular file");
-  file->size_ = static_cast<size_t>(st.st_size);
-  if (file->size_ > 0) {  // mmap rejects length 0; an empty file is reported by parse_all
-    void* p = mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd.fd, 0);
-    if (p == MAP_FAILED) fail(path, cat("cannot mmap: ", std::strerror(errno)));
-    file->base_ = static_cast<const uint8_t*>(p);
-    file->mapped_ = true;
-  }
-  file->parse_all();  // on error, ~GgufFile unmaps
-  return file;  // the fd closes here; the mapping stays valid without it
+  std::shared_ptr<const MappedFile> map = MappedFile::open(path);
+  file->base_ = map->data();
+  file->size_ = map->size();  // an empty file is reported by parse_all
+  file->maps_.push_back(std::move(map));
+  file->parse_all();
+  return file;
 }
 
 std::unique_ptr<GgufFile> GgufFile::parse(const uint8_t* bytes, size_t size, std::string name) {
@@ -354,17 +335,29 @@ std::unique_ptr<GgufFile> GgufFile::parse(const uint8_t* bytes, size_t size, std
   return file;
 }
 
-void GgufFile::release_pages(const void* p, size_t bytes) const {
-  const auto begin = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(base_);
-  if (!mapped_ || begin < base || begin + bytes > base + size_ || bytes == 0) return;
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = (begin + page - 1) / page * page, hi = (begin + bytes) / page * page;
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advisory
+std::unique_ptr<GgufFile> GgufFile::assemble(std::string path, std::map<std::string, GgufValue> metadata,
+                                             std::vector<GgufTensorInfo> tensors,
+                                             std::vector<std::shared_ptr<const MappedFile>> maps,
+                                             std::vector<std::vector<uint8_t>> owned) {
+  std::unique_ptr<GgufFile> file(new GgufFile());
+  file->path_ = std::move(path);
+  file->version_ = 3;
+  file->metadata_ = std::move(metadata);
+  file->tensors_ = std::move(tensors);
+  file->maps_ = std::move(maps);
+  file->owned_ = std::move(owned);  // moving the outer vector keeps each buffer where it is
+  for (size_t i = 0; i < file->tensors_.size(); ++i)
+    if (!file->tensor_index_.emplace(file->tensors_[i].name, i).second)
+      fail(file->path_, cat("duplicate tensor name ", quoted(file->tensors_[i].name)));
+  return file;
 }
 
-GgufFile::~GgufFile() {
-  if (mapped_) munmap(const_cast<uint8_t*>(base_), size_);
+void GgufFile::release_pages(const void* p, size_t bytes) const {
+  for (const auto& map : maps_)
+    if (map->contains(p, bytes)) map->release_pages(p, bytes);
 }
+
+GgufFile::~GgufFile() = default;
 
 void GgufFile::parse_all() {
   Cursor cur(base_, size_, path_);

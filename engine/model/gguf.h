@@ -16,6 +16,8 @@
 
 namespace fathom {
 
+class MappedFile;
+
 enum class GgufValueType : uint32_t {
   UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
   STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
@@ -52,6 +54,13 @@ class GgufFile {
   static std::unique_ptr<GgufFile> open(const std::string& path);
   // Parses an in-memory image (no mmap; `bytes` must outlive the GgufFile). For fuzzing/tests.
   static std::unique_ptr<GgufFile> parse(const uint8_t* bytes, size_t size, std::string name = "<memory>");
+  // The artefacts of a GGUF made by a translation at load (a Hugging Face directory:
+  // engine/model/hf_dir.h): metadata, and tensors whose data points into `maps` (the mapped
+  // shards) or `owned` (tensors the translation computed). Names must be unique.
+  static std::unique_ptr<GgufFile> assemble(std::string path, std::map<std::string, GgufValue> metadata,
+                                            std::vector<GgufTensorInfo> tensors,
+                                            std::vector<std::shared_ptr<const MappedFile>> maps,
+                                            std::vector<std::vector<uint8_t>> owned);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -82,7 +91,7 @@ class GgufFile {
 
   // Drops the mapped pages wholly inside [p, p + bytes) from this process's memory (they stay in
   // the page cache and fault back in if read again): for tensors whose repacked copy replaced
-  // them. No-op for parsed in-memory images and for ranges outside the mapping.
+  // them. No-op for parsed in-memory images and for ranges outside every mapping.
   void release_pages(const void* p, size_t bytes) const;
 
  private:
@@ -90,9 +99,10 @@ class GgufFile {
   void parse_all();
 
   std::string path_;
-  const uint8_t* base_ = nullptr;
+  const uint8_t* base_ = nullptr;  // the image parse_all reads (a GGUF file's mapping)
   size_t size_ = 0;
-  bool mapped_ = false;
+  std::vector<std::shared_ptr<const MappedFile>> maps_;  // what tensors point into
+  std::vector<std::vector<uint8_t>> owned_;               // computed tensors' bytes (assemble)
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::map<std::string, GgufValue> metadata_;

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "engine/model/gguf.h"
+#include "engine/model/hf_dir.h"
 
 namespace fathom {
 
@@ -55,10 +56,16 @@ std::vector<int32_t> Model::encode_chat(const ChatInput& input, std::string* ren
 
 std::unique_ptr<Model> Model::load(const std::string& path, const std::string& chat_template) {
   std::unique_ptr<Model> m(new Model());
-  m->file_ = GgufFile::open(path);
+  // A directory is a Hugging Face checkpoint, translated into what a GGUF file would hold.
+  m->file_ = open_model_file(path);
   m->config_ = ModelConfig::from_gguf(*m->file_);
   m->weights_ = ModelWeights::from_gguf(*m->file_, m->config_);
   m->tokenizer_ = Tokenizer::from_gguf(*m->file_);
+  const GgufFile& f = *m->file_;
+  m->sampling_defaults_ = SamplingDefaults{f.get_float("general.sampling.temp"), f.get_float("general.sampling.top_p"),
+                                           f.get_float("general.sampling.min_p"),
+                                           f.get_float("general.sampling.penalty_repeat"),
+                                           f.get_int("general.sampling.top_k")};
   const Tokenizer& tok = *m->tokenizer_;
   const std::string bos = tok.bos_id() >= 0 ? tok.piece(tok.bos_id()) : "";
   const std::string eos = tok.eos_id() >= 0 ? tok.piece(tok.eos_id()) : "";

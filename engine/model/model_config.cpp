@@ -129,8 +129,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                            rope_attention_factor(c.rope_scaling)};
   c.layers.assign(c.n_layers, global);
   // llama.cpp's converter permutes llama's Q and K rows for adjacent-pair rotation; the other
-  // architectures keep the checkpoint's rotate-half (NEOX) layout.
-  c.rope_neox = c.arch != Architecture::kLlama;
+  // architectures keep the checkpoint's rotate-half (NEOX) layout. fathom.rope_neox says which a
+  // file holds where that differs: a Hugging Face llama's rows as the checkpoint has them (hf_config.cpp).
+  c.rope_neox = f.get_bool("fathom.rope_neox").value_or(c.arch != Architecture::kLlama);
   if (c.arch == Architecture::kQwen3) c.qk_norm = true;
   if (c.arch == Architecture::kPhi3) {
     c.fused_gate_up = true;

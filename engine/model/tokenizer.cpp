@@ -144,6 +144,9 @@ void Tokenizer::collect_end_of_generation(const GgufFile& file) {
   add(eos_id_);
   for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
     if (auto id = file.get_int(key)) add(*id);
+  // Every EOS id of a Hugging Face checkpoint (generation_config.json's list: hf_tokenizer.h).
+  if (auto ids = file.get_int_array("fathom.eog_token_ids"))
+    for (int64_t id : *ids) add(id);
   for (const char* name : {"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", "<|eom_id|>"}) {
     auto it = piece_ids_.find(name);
     if (it != piece_ids_.end()) add(it->second);

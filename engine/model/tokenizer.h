@@ -75,7 +75,8 @@ class Tokenizer {
   // Splits `text` at special-token text, leftmost-longest match first (as HF's added-token
   // matcher and llama.cpp do); the plain spans between are left for the tokenizer's model.
   std::vector<TextSpan> split_special(std::string_view text, const EncodeOptions& opts) const;
-  // Fills eog_ids_: EOS, tokenizer.ggml.eot_token_id/eom_token_id, and end-of-turn tokens by name.
+  // Fills eog_ids_: EOS, tokenizer.ggml.eot_token_id/eom_token_id, fathom.eog_token_ids (a Hugging Face
+  // checkpoint's EOS list) and end-of-turn tokens by name.
   void collect_end_of_generation(const GgufFile& file);
 
   std::vector<std::string> pieces_;

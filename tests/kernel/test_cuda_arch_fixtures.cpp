@@ -1,5 +1,6 @@
 // qwen2, qwen3 and phi3 against Hugging Face transformers, on the CPU backend and the CUDA backend
-// under emulation; and llama.cpp's own converter's GGUF of the same checkpoints against ours.
+// under emulation, loaded from our GGUF and from the Hugging Face directory itself (translated at
+// load: engine/model/hf_dir.h); and llama.cpp's own converter's GGUF of the same checkpoints.
 //
 // Fixtures: tests/fixtures/arch/<name>.{gguf,llamacpp.gguf,json} and the logits file the JSON names,
 // made by scripts/arch_fixtures.py (`make fixtures`): 2-layer random-weight models (hidden 64, GQA,
@@ -10,7 +11,11 @@
 //   qwen3          per-head QK RMSNorm, head_dim 48 (q_dim 96 != hidden 64)
 //   phi3           fused attn_qkv and gate/up ffn_up, a 24-token sliding window on every layer
 //   phi3-longrope  longrope (the long factors: context 256 > original 64), partial rotary 24 of 32
-// All rotate NEOX-style.
+//   llama          llama3 scaling (original 64 of 256, factor 8: pairs kept, blended and divided; the
+//                  120-token prompt runs past the original context), GQA 4:2, Llama 3's tokenizer
+// All rotate NEOX-style but llama's GGUF, whose Q/K rows llama.cpp's converter permutes for
+// adjacent-pair rotation and whose scaling it writes as the rope_freqs tensor; its Hugging Face
+// directory keeps the checkpoint's rows (rope_neox) and scaling keys (the llama3 rule).
 //
 // Measure, per row: max|fathom − ref| / max|ref|; the worst row counts (as test_cuda_rope_scaling).
 // - CPU, f32 activations and f32 KV: transformers' own f32 logits are 1e-6 to 5e-6 from its f64
@@ -20,9 +25,12 @@
 //   tolerance 2e-2.
 // - llama.cpp's GGUF: the same tensors and <arch>.* keys (the fixture script compares them), so the
 //   logits must be bitwise those of ours.
+// - The Hugging Face directory: the same bf16 values, metadata translated as llama.cpp's converter
+//   writes it, so its logits must be bitwise those of our GGUF (llama's within kCpuTol: its RoPE
+//   frequencies are computed, not read from rope_freqs); and every test above on it too.
 // What the tolerances must catch (ablation.rel in each JSON, transformers without the feature):
 // 1.7 to 2.0 — qwen2 without its biases, qwen3 without its QK norms, phi3 without its window,
-// phi3-longrope with the short factors; and fathom rotating adjacent pairs instead of NEOX's: 1.6
+// phi3-longrope with the short factors, llama without its llama3 scaling (1.8); and fathom rotating adjacent pairs instead of NEOX's: 1.6
 // to 2.2.
 // Greedy: 32 tokens after a prompt the fixture chose for clear margins (every step's top-1 minus
 // top-2 logit is ≥ 1.5% of max|logit|): the CPU's and CUDA's ids equal transformers'.
@@ -34,6 +42,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_backend.h"
@@ -58,13 +67,16 @@ constexpr size_t kChunk = 64;  // the 120-token prompt: 64 + 56, the second chun
 constexpr double kClearMargin = 2 * kCpuTol;
 constexpr double kGreedyMargin = 0.015;
 
-class ArchFixture : public ::testing::TestWithParam<const char*> {
+// (family, format): the GGUF file or the Hugging Face directory of the same checkpoint.
+class ArchFixture : public ::testing::TestWithParam<std::tuple<const char*, bool>> {
  protected:
   void SetUp() override {
-    f_ = logits_fixture::load(kDir, GetParam());
-    model_ = Model::load(f_.path("gguf"));
+    f_ = logits_fixture::load(kDir, name());
+    model_ = Model::load(f_.path(hf() ? "hf_dir" : "gguf"));
   }
-  std::string what(const char* backend) const { return std::string(GetParam()) + " " + backend; }
+  const char* name() const { return std::get<0>(GetParam()); }
+  bool hf() const { return std::get<1>(GetParam()); }
+  std::string what(const char* backend) const { return std::string(name()) + (hf() ? "-hf " : " ") + backend; }
   Fixture f_;
   std::unique_ptr<Model> model_;
 };
@@ -90,7 +102,9 @@ std::vector<int32_t> greedy(Backend& backend, const std::vector<int32_t>& prompt
 
 TEST_P(ArchFixture, RopeFrequenciesMatchTransformers) {
   const ModelConfig& c = model_->config();
-  EXPECT_TRUE(c.rope_neox);
+  // llama's GGUF holds Q and K rows permuted for adjacent pairs (llama.cpp's converter); its
+  // directory, like every other family's file, the checkpoint's rotate-half rows.
+  EXPECT_EQ(c.rope_neox, hf() || std::string(name()) != "llama");
   logits_fixture::expect_rope_matches(c, f_);
 }
 
@@ -110,14 +124,18 @@ TEST_P(ArchFixture, CudaLogitsMatchTransformers) {
             kCudaTol);
 }
 
-// llama.cpp's convert_hf_to_gguf.py on the fixture's Hugging Face directory: an independent writer.
-TEST_P(ArchFixture, LlamaCppConvertersFileGivesTheSameLogits) {
-  const std::unique_ptr<Model> theirs = Model::load(f_.path("llamacpp_gguf"));
+// llama.cpp's convert_hf_to_gguf.py on the fixture's Hugging Face directory: an independent writer;
+// and the directory itself, translated at load.
+TEST_P(ArchFixture, OtherFormatGivesTheSameLogits) {
+  const std::unique_ptr<Model> theirs = Model::load(f_.path(hf() ? "gguf" : "llamacpp_gguf"));
   const ModelOptions o = options();
   CpuBackend ours_cpu(*model_, o), theirs_cpu(*theirs, o);
   const std::vector<float> a = logits_fixture::run_prompts(ours_cpu, f_, o.block_size, kChunk);
   const std::vector<float> b = logits_fixture::run_prompts(theirs_cpu, f_, o.block_size, kChunk);
-  EXPECT_EQ(worst_row_error(b, a, f_.vocab, what("llama.cpp's gguf")), 0.0);
+  // Bitwise, but for llama's directory: its frequencies come from the llama3 rule (in double), the
+  // GGUF's from the rope_freqs tensor (the converter's f32 arithmetic): measured 1.7e-6.
+  const double tol = hf() && std::string(name()) == "llama" ? kCpuTol : 0.0;
+  EXPECT_LE(worst_row_error(b, a, f_.vocab, what(hf() ? "our gguf" : "llama.cpp's gguf")), tol);
 }
 
 TEST_P(ArchFixture, GreedyTokensMatchTransformers) {
@@ -140,11 +158,13 @@ TEST_P(ArchFixture, GreedyTokensMatchTransformers) {
             std::vector<int32_t>(want.begin(), want.begin() + clear));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ArchFixture, ::testing::Values("qwen2", "qwen3", "phi3", "phi3-longrope"),
+INSTANTIATE_TEST_SUITE_P(Families, ArchFixture,
+                         ::testing::Combine(::testing::Values("qwen2", "qwen3", "phi3", "phi3-longrope", "llama"),
+                                            ::testing::Bool()),
                          [](const auto& info) {
-                           std::string s = info.param;
+                           std::string s = std::get<0>(info.param);
                            std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
+                           return s + (std::get<1>(info.param) ? "_hf" : "_gguf");
                          });
 
 }  // namespace

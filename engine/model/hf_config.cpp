@@ -1,0 +1,374 @@
+#include "engine/model/hf_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <set>
+
+#include "base/error.h"
+#include "engine/model/hf_json.h"
+
+namespace fathom {
+namespace {
+
+using hf::Json;
+using hf::shown;
+
+struct ArchName {
+  const char* hf_class;    // config.json "architectures"
+  const char* model_type;  // config.json "model_type"
+  const char* gguf;        // general.architecture
+};
+// Mistral is llama without a sliding window (refused below when it has one).
+constexpr ArchName kArchs[] = {{"LlamaForCausalLM", "llama", "llama"},
+                               {"MistralForCausalLM", "mistral", "llama"},
+                               {"Qwen2ForCausalLM", "qwen2", "qwen2"},
+                               {"Qwen3ForCausalLM", "qwen3", "qwen3"},
+                               {"Phi3ForCausalLM", "phi3", "phi3"}};
+
+// Keys that change nothing at inference: the checkpoint's bookkeeping, training-only settings
+// (dropout, initialisation, tensor-parallel slicing that sums to the same products), what the
+// tokenizer files say again (token ids, read below) and output flags.
+constexpr std::string_view kInformational[] = {
+    "_name_or_path", "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
+    "use_cache", "pad_token_id", "initializer_range", "attention_dropout", "embd_pdrop", "resid_pdrop",
+    "auto_map", "output_attentions", "output_hidden_states", "return_dict", "pretraining_tp",
+    "tokenizer_class", "bos_token_id", "eos_token_id", "_attn_implementation_autoset", "max_window_layers"};
+
+// Every rope parameter a scaling type reads; any other in rope_scaling / rope_parameters is refused.
+constexpr std::string_view kRopeCommon[] = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+
+class Keys {
+ public:
+  Keys(const Json& j, const std::string& path) : j_(j), path_(path) {}
+
+  // The value, or null when absent or JSON null; the key counts as read either way.
+  const Json* get(const std::string& key) {
+    read_.insert(key);
+    const auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  int64_t integer(const std::string& key, std::optional<int64_t> fallback, int64_t max_value) {
+    const Json* v = get(key);
+    if (!v) {
+      if (!fallback) throw Error(path_ + ": missing " + key);
+      return *fallback;
+    }
+    if (!v->is_number_integer()) throw Error(path_ + ": " + key + " = " + shown(*v) + " is not an integer");
+    const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                          ? INT64_MAX
+                          : v->get<int64_t>();
+    if (x <= 0 || x > max_value)
+      throw Error(path_ + ": " + key + " = " + std::to_string(x) + " is out of range (1 to " +
+                  std::to_string(max_value) + ")");
+    return x;
+  }
+
+  double number(const std::string& key, std::optional<double> fallback) {
+    const Json* v = get(key);
+    if (!v) {
+      if (!fallback) throw Error(path_ + ": missing " + key);
+      return *fallback;
+    }
+    return finite_number(*v, key);
+  }
+
+  double finite_number(const Json& v, const std::string& key) const {
+    if (!v.is_number()) throw Error(path_ + ": " + key + " = " + shown(v) + " is not a number");
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) throw Error(path_ + ": " + key + " is not finite");
+    return x;
+  }
+
+  std::optional<bool> boolean(const std::string& key) {
+    const Json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) throw Error(path_ + ": " + key + " = " + shown(*v) + " is not true or false");
+    return v->get<bool>();
+  }
+
+  std::optional<std::string> string(const std::string& key) {
+    const Json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) throw Error(path_ + ": " + key + " = " + shown(*v) + " is not a string");
+    return v->get<std::string>();
+  }
+
+  // A key whose only value fathom implements is `neutral` (or absent / null).
+  void neutral_only(const std::string& key, const Json& neutral, const std::string& what) {
+    const Json* v = get(key);
+    if (v && *v != neutral)
+      throw Error(path_ + ": " + key + " = " + shown(*v) + " is not supported (" + what + ")");
+  }
+
+  void check_all_read(const std::string& arch) const {
+    for (const auto& [key, value] : j_.items()) {
+      if (read_.contains(key)) continue;
+      if (std::find(std::begin(kInformational), std::end(kInformational), key) != std::end(kInformational)) continue;
+      throw Error(path_ + ": key " + shown(key) + " is not one fathom's " + arch +
+                  " reads: a setting it does not implement, refused rather than ignored");
+    }
+  }
+
+ private:
+  const Json& j_;
+  const std::string& path_;
+  std::set<std::string, std::less<>> read_;
+};
+
+GgufValue u32(int64_t v) { return GgufValue{std::in_place_type<uint32_t>, static_cast<uint32_t>(v)}; }
+GgufValue f32(double v) { return GgufValue{std::in_place_type<float>, static_cast<float>(v)}; }
+GgufValue str(std::string s) { return GgufValue{std::in_place_type<std::string>, std::move(s)}; }
+
+const ArchName& find_arch(Keys& k, const std::string& path) {
+  const Json* classes = k.get("architectures");
+  const std::optional<std::string> type = k.string("model_type");
+  std::optional<std::string> cls;
+  if (classes) {
+    if (!classes->is_array() || classes->size() != 1 || !(*classes)[0].is_string())
+      throw Error(path + ": architectures = " + shown(*classes) + " is not a list of one class name");
+    cls = (*classes)[0].get<std::string>();
+  }
+  if (!cls && !type) throw Error(path + ": neither architectures nor model_type names the model");
+  for (const ArchName& a : kArchs) {
+    if ((cls && *cls != a.hf_class) || (type && *type != a.model_type)) continue;
+    return a;
+  }
+  throw Error(path + ": unsupported architecture " + shown(cls.value_or(type.value_or(""))) +
+              (type ? " (model_type " + shown(*type) + ")" : "") +
+              " (fathom loads from a Hugging Face directory: LlamaForCausalLM, MistralForCausalLM, "
+              "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)");
+  return kArchs[0];  // unreachable
+}
+
+std::vector<int64_t> token_ids(const Json* v, const std::string& path, const char* key) {
+  std::vector<int64_t> ids;
+  if (!v) return ids;
+  auto one = [&](const Json& x) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0)
+      throw Error(path + ": " + key + " = " + shown(x) + " is not a token id");
+    ids.push_back(x.get<int64_t>());
+  };
+  if (v->is_array()) {
+    for (const Json& x : *v) one(x);
+  } else {
+    one(*v);
+  }
+  return ids;
+}
+
+std::vector<float> factor_list(const Json& rope, const char* key, int32_t rope_dim, const std::string& path) {
+  const auto it = rope.find(key);
+  if (it == rope.end() || !it->is_array() || it->size() != static_cast<size_t>(rope_dim / 2))
+    throw Error(path + ": longrope needs " + key + ": a list of rope_dim / 2 = " + std::to_string(rope_dim / 2) +
+                " factors");
+  std::vector<float> v;
+  for (const Json& x : *it) {
+    if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>()))
+      throw Error(path + ": " + key + " holds " + shown(x) + ", not a positive factor");
+    v.push_back(static_cast<float>(x.get<double>()));
+  }
+  return v;
+}
+
+// rope_scaling (transformers 4) and rope_parameters (transformers 5) as one object.
+Json rope_parameters(Keys& k, const std::string& path) {
+  Json rope = Json::object();
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    const Json* v = k.get(key);
+    if (!v) continue;
+    if (!v->is_object()) throw Error(path + ": " + key + " = " + shown(*v) + " is not an object");
+    for (const auto& [name, value] : v->items()) rope[name] = value;
+  }
+  return rope;
+}
+
+// The RoPE of the checkpoint as <arch>.rope.* keys (and longrope's factor tensors).
+void translate_rope(Keys& k, const Json& rope, const std::string& path, HfConfig& out, int32_t head_dim,
+                    int64_t context) {
+  const std::string a = out.arch + ".";
+  auto param = [&](const char* key) -> const Json* {
+    const auto it = rope.find(key);
+    return it == rope.end() || it->is_null() ? nullptr : &*it;
+  };
+  auto param_number = [&](const char* key, std::optional<double> fallback) {
+    const Json* v = param(key);
+    if (!v) {
+      if (!fallback) throw Error(path + ": rope scaling needs " + key);
+      return *fallback;
+    }
+    const double x = k.finite_number(*v, key);
+    if (!(x > 0)) throw Error(path + ": rope parameter " + std::string(key) + " must be positive");
+    return x;
+  };
+  // transformers 5 keeps rope_theta and partial_rotary_factor in rope_parameters, 4 at the top.
+  auto top_or_param = [&](const char* key, double fallback) {
+    const Json* top = k.get(key);
+    if (param(key)) return param_number(key, std::nullopt);
+    if (!top) return fallback;
+    return k.finite_number(*top, key);
+  };
+  const double theta = top_or_param("rope_theta", 10000.0);
+  if (!(theta > 1)) throw Error(path + ": rope_theta must exceed 1");
+  const double prf = top_or_param("partial_rotary_factor", 1.0);
+  if (!(prf > 0 && prf <= 1)) throw Error(path + ": partial_rotary_factor must be in (0, 1]");
+  const int32_t rope_dim = static_cast<int32_t>(head_dim * prf);
+  if (rope_dim < 2 || rope_dim % 2 != 0)
+    throw Error(path + ": head_dim × partial_rotary_factor = " + std::to_string(rope_dim) + " is not an even width");
+  const Json* orig_top = k.get("original_max_position_embeddings");  // phi3 keeps it at the top
+  out.metadata[a + "rope.freq_base"] = f32(theta);
+  out.metadata[a + "rope.dimension_count"] = u32(rope_dim);
+
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"})
+    if (const Json* v = param(key)) {
+      if (!v->is_string()) throw Error(path + ": rope " + key + " = " + shown(*v) + " is not a string");
+      type = v->get<std::string>();
+    }
+  std::vector<std::string_view> allowed(std::begin(kRopeCommon), std::end(kRopeCommon));
+  auto original = [&]() -> double {
+    if (const Json* v = param("original_max_position_embeddings")) return k.finite_number(*v, "original_max_position_embeddings");
+    if (orig_top) return k.finite_number(*orig_top, "original_max_position_embeddings");
+    throw Error(path + ": rope scaling " + type + " needs original_max_position_embeddings");
+  };
+  const std::string s = a + "rope.scaling.";
+  if (type == "default") {
+    // plain RoPE
+  } else if (type == "linear") {
+    allowed.insert(allowed.end(), {"factor"});
+    out.metadata[s + "type"] = str("linear");
+    out.metadata[s + "factor"] = f32(param_number("factor", std::nullopt));
+  } else if (type == "llama3") {
+    allowed.insert(allowed.end(), {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+    out.metadata[s + "type"] = str("llama3");
+    out.metadata[s + "factor"] = f32(param_number("factor", std::nullopt));
+    out.metadata[s + "low_freq_factor"] = f32(param_number("low_freq_factor", std::nullopt));
+    out.metadata[s + "high_freq_factor"] = f32(param_number("high_freq_factor", std::nullopt));
+    out.metadata[s + "original_context_length"] = u32(static_cast<int64_t>(original()));
+  } else if (type == "yarn") {
+    allowed.insert(allowed.end(), {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate",
+                                   "attention_factor", "mscale", "mscale_all_dim"});
+    // fathom's YaRN is transformers' with its attention factor 0.1 ln(factor) + 1 and a truncated ramp.
+    for (const char* key : {"attention_factor", "mscale", "mscale_all_dim"})
+      if (param(key)) throw Error(path + ": rope parameter " + std::string(key) + " (YaRN) is not supported");
+    if (const Json* t = param("truncate"); t && *t != Json(true))
+      throw Error(path + ": rope parameter truncate = " + shown(*t) + " (YaRN) is not supported");
+    out.metadata[s + "type"] = str("yarn");
+    out.metadata[s + "factor"] = f32(param_number("factor", std::nullopt));
+    out.metadata[s + "original_context_length"] = u32(static_cast<int64_t>(original()));
+    out.metadata[s + "yarn_beta_fast"] = f32(param_number("beta_fast", 32.0));
+    out.metadata[s + "yarn_beta_slow"] = f32(param_number("beta_slow", 1.0));
+  } else if (type == "longrope") {
+    allowed.insert(allowed.end(), {"long_factor", "short_factor", "original_max_position_embeddings", "factor",
+                                   "attention_factor"});
+    const double orig = original();
+    if (!(orig > 1)) throw Error(path + ": original_max_position_embeddings must exceed 1");
+    // transformers: the attention factor given, else sqrt(1 + ln(factor) / ln(original)) with factor
+    // given or max_position_embeddings / original, 1 when factor <= 1.
+    double attn = 1.0;
+    if (param("attention_factor")) {
+      attn = param_number("attention_factor", std::nullopt);
+    } else {
+      const double factor = param("factor") ? param_number("factor", std::nullopt) : static_cast<double>(context) / orig;
+      if (factor > 1) attn = std::sqrt(1 + std::log(factor) / std::log(orig));
+    }
+    out.metadata[s + "type"] = str("longrope");
+    out.metadata[s + "attn_factor"] = f32(attn);
+    out.metadata[s + "original_context_length"] = u32(static_cast<int64_t>(orig));
+    out.extra_tensors["rope_factors_long.weight"] = factor_list(rope, "long_factor", rope_dim, path);
+    out.extra_tensors["rope_factors_short.weight"] = factor_list(rope, "short_factor", rope_dim, path);
+  } else {
+    throw Error(path + ": unsupported rope scaling type " + shown(type) +
+                " (supported: default, linear, llama3, yarn, longrope)");
+  }
+  for (const auto& [name, value] : rope.items())
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end() && !value.is_null())
+      throw Error(path + ": rope parameter " + shown(name) + " is not supported with rope type " + shown(type));
+  // phi3's GGUF carries its original context whatever the scaling (llama.cpp's converter writes it).
+  if (out.arch == "phi3" && !out.metadata.contains(s + "original_context_length"))
+    out.metadata[s + "original_context_length"] =
+        u32(orig_top ? static_cast<int64_t>(k.finite_number(*orig_top, "original_max_position_embeddings")) : context);
+}
+
+}  // namespace
+
+HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
+  const Json j = hf::parse_json(text, path, 8);
+  if (!j.is_object()) throw Error(path + ": not a JSON object");
+  Keys k(j, path);
+  HfConfig out;
+  const ArchName& arch = find_arch(k, path);
+  out.arch = arch.gguf;
+  const std::string a = out.arch + ".";
+  constexpr int64_t kMaxDim = 1 << 20, kMaxCount = 4096;
+  out.metadata["general.architecture"] = str(out.arch);
+  const int64_t dim = k.integer("hidden_size", std::nullopt, kMaxDim);
+  const int64_t heads = k.integer("num_attention_heads", std::nullopt, kMaxCount);
+  const int64_t kv_heads = k.integer("num_key_value_heads", heads, kMaxCount);
+  if (!k.get("head_dim") && dim % heads != 0)
+    throw Error(path + ": hidden_size " + std::to_string(dim) + " is not a multiple of num_attention_heads");
+  const int64_t head_dim = k.integer("head_dim", dim / heads, kMaxCount);
+  const int64_t context = k.integer("max_position_embeddings", std::nullopt, 1 << 24);
+  out.vocab_size = k.integer("vocab_size", std::nullopt, 1 << 21);  // the largest are ~262k
+  out.metadata[a + "block_count"] = u32(k.integer("num_hidden_layers", std::nullopt, kMaxCount));
+  out.metadata[a + "context_length"] = u32(context);
+  out.metadata[a + "embedding_length"] = u32(dim);
+  out.metadata[a + "feed_forward_length"] = u32(k.integer("intermediate_size", std::nullopt, kMaxDim));
+  out.metadata[a + "attention.head_count"] = u32(heads);
+  out.metadata[a + "attention.head_count_kv"] = u32(kv_heads);
+  out.metadata[a + "attention.key_length"] = u32(head_dim);
+  out.metadata[a + "attention.value_length"] = u32(head_dim);
+  out.metadata[a + "vocab_size"] = u32(out.vocab_size);
+  const double eps = k.number("rms_norm_eps", std::nullopt);
+  if (!(eps > 0 && eps < 1)) throw Error(path + ": rms_norm_eps must be in (0, 1)");
+  out.metadata[a + "attention.layer_norm_rms_epsilon"] = f32(eps);
+  translate_rope(k, rope_parameters(k, path), path, out, static_cast<int32_t>(head_dim), context);
+
+  if (const auto act = k.string("hidden_act"); act && *act != "silu")
+    throw Error(path + ": hidden_act " + shown(*act) + " is not supported by fathom's " + out.arch + " (silu only)");
+  // Biases are read from the checkpoint's tensors; one fathom lacks (o_proj's, the MLP's) is refused
+  // by the weights loader, which names it.
+  k.boolean("attention_bias");
+  k.boolean("mlp_bias");
+  k.neutral_only("lm_head_bias", false, "an output bias");
+  k.neutral_only("full_attn_mod", 1, "Phi-4's alternating attention");
+  k.neutral_only("interpolate_factor", 1, "position interpolation");
+  out.tie_word_embeddings = k.boolean("tie_word_embeddings");
+
+  // Sliding windows: phi3 applies `sliding_window` to every layer; Qwen 2/3 only with
+  // use_sliding_window (and per layer_types), which fathom does not implement; llama/mistral none.
+  const Json* window = k.get("sliding_window");
+  if (const Json* types = k.get("layer_types")) {
+    if (!types->is_array()) throw Error(path + ": layer_types is not a list");
+    for (const Json& t : *types)
+      if (t != Json("full_attention"))
+        throw Error(path + ": layer_types entry " + shown(t) + " is not supported by fathom's " + out.arch +
+                    " (full_attention only)");
+  }
+  if (k.boolean("use_sliding_window").value_or(false))
+    throw Error(path + ": use_sliding_window (sliding-window attention) is not supported by fathom's " + out.arch);
+  if (out.arch == "phi3") {
+    int64_t w = 0;
+    if (window) {
+      if (!window->is_number_integer() || window->get<int64_t>() < 0 || window->get<int64_t>() > (1 << 24))
+        throw Error(path + ": sliding_window = " + shown(*window) + " is out of range");
+      w = window->get<int64_t>();
+    }
+    out.metadata[a + "attention.sliding_window"] = u32(w);
+  } else if (window && out.arch == "llama") {
+    throw Error(path + ": sliding_window = " + shown(*window) + " (sliding-window attention) is not supported by "
+                "fathom's llama");
+  }
+  // llama.cpp's converter permutes llama's Q and K rows for adjacent-pair rotation; the checkpoint's
+  // rows are rotate-half (NEOX), which fathom rotates as they are (no copy of the weights).
+  if (out.arch == "llama") out.metadata["fathom.rope_neox"] = GgufValue{std::in_place_type<bool>, true};
+
+  out.eos_ids = token_ids(k.get("eos_token_id"), path, "eos_token_id");
+  const std::vector<int64_t> bos = token_ids(k.get("bos_token_id"), path, "bos_token_id");
+  if (!bos.empty()) out.bos_id = bos[0];
+  k.check_all_read(out.arch);
+  return out;
+}
+
+}  // namespace fathom

@@ -1,0 +1,33 @@
+#pragma once
+// config.json of a Hugging Face checkpoint -> the GGUF metadata llama.cpp's converter would write
+// for it (general.architecture and the <arch>.* keys), at load. Every key of config.json is either
+// translated, checked to be neutral, or known to change nothing at inference (dropout, dtype, ...):
+// any other key is a load error naming it, never a model that runs without it.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/model/gguf.h"
+
+namespace fathom {
+
+struct HfConfig {
+  std::string arch;                            // general.architecture: llama, qwen2, qwen3, phi3
+  std::map<std::string, GgufValue> metadata;   // general.architecture, <arch>.*, fathom.rope_neox
+  // Tensors the translation computes, with their GGUF names (longrope's rope_factors_long/short).
+  std::map<std::string, std::vector<float>> extra_tensors;
+  std::optional<bool> tie_word_embeddings;     // absent: decided by whether lm_head.weight exists
+  int64_t vocab_size = 0;                      // the embedding's rows
+  std::vector<int64_t> eos_ids;                // config.json's eos_token_id (an int or a list)
+  std::optional<int64_t> bos_id;
+};
+
+// `path` names the file in messages. Throws fathom::Error("<path>: ...") for invalid JSON, an
+// architecture fathom does not load from a directory, a missing or out-of-range value, and any key
+// it does not implement.
+HfConfig hf_config_from_json(std::string_view text, const std::string& path);
+
+}  // namespace fathom

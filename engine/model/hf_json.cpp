@@ -1,0 +1,52 @@
+#include "engine/model/hf_json.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/json_depth.h"
+
+namespace fathom::hf {
+
+Json parse_json(std::string_view text, const std::string& path, int max_depth) {
+  if (json_nesting_depth(text, max_depth) > max_depth)
+    throw Error(path + ": JSON nests deeper than " + std::to_string(max_depth) + " levels");
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw Error(path + ": not valid JSON");
+  return j;
+}
+
+std::optional<std::string> read_text_file(const std::string& path, size_t max_bytes) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  if (!std::filesystem::is_regular_file(path, ec)) throw Error(path + ": not a regular file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) throw Error(path + ": cannot stat: " + ec.message());
+  if (size > max_bytes)
+    throw Error(path + ": " + std::to_string(size) + " bytes, over the limit of " + std::to_string(max_bytes));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > max_bytes) throw Error(path + ": grew past the limit while read");
+  return text.str();
+}
+
+std::string shown(std::string_view s) {
+  constexpr size_t kMax = 80;
+  std::string out = "'";
+  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+  }
+  return out + (s.size() > kMax ? "...'" : "'");
+}
+
+std::string shown(const Json& v) {
+  if (v.is_string()) return shown(v.get_ref<const std::string&>());
+  const std::string s = shown(std::string_view(v.dump()));  // a number or structure: unquoted
+  return s.substr(1, s.size() - 2);
+}
+
+}  // namespace fathom::hf

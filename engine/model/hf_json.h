@@ -1,0 +1,28 @@
+#pragma once
+// Reading the JSON files of a Hugging Face model directory (config.json, tokenizer.json, ...):
+// bounded in size and nesting before nlohmann parses them, errors naming the file. Shared by the
+// config and tokenizer translations (hf_config.h, hf_tokenizer.h).
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace fathom::hf {
+
+using Json = nlohmann::json;
+
+// `text` parsed as JSON (fathom::Error "<path>: ..." for invalid JSON, nesting over `max_depth`).
+Json parse_json(std::string_view text, const std::string& path, int max_depth);
+
+// The file's text; nullopt when it does not exist; fathom::Error when it is over `max_bytes` or
+// cannot be read.
+std::optional<std::string> read_text_file(const std::string& path, size_t max_bytes);
+
+// A short, printable rendering of a value from outside, for messages.
+std::string shown(const Json& v);
+std::string shown(std::string_view s);
+inline std::string shown(const std::string& s) { return shown(std::string_view(s)); }
+
+}  // namespace fathom::hf

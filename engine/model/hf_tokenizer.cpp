@@ -1,0 +1,380 @@
+#include "engine/model/hf_tokenizer.h"
+
+#include <algorithm>
+#include <iterator>
+#include <unordered_map>
+
+#include "base/error.h"
+#include "engine/model/hf_json.h"
+
+namespace fathom {
+namespace {
+
+using hf::Json;
+using hf::shown;
+
+constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;  // llama.cpp's token types
+constexpr int kMaxDepth = 16;  // tokenizer.json: Sequence > Split > pattern, merges as pairs: 5 levels
+
+// The Split regexes of the pre-tokenizers bpe_pretokenizer.h implements, as tokenizer.json writes
+// them, and the tokenizer.ggml.pre name each becomes.
+struct KnownSplit {
+  std::string_view regex;
+  const char* pre;          // without ignore_merges
+  const char* pre_ignore;   // with ignore_merges (nullptr: that combination is not implemented)
+};
+constexpr KnownSplit kSplits[] = {
+    {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     "smaug-bpe", "llama3"},
+    {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     "qwen2", nullptr},
+    {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "gpt2", nullptr},
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+  [[noreturn]] void fail(const std::string& what) const { throw Error(path_ + ": " + what); }
+
+  const Json* field(const Json& obj, const char* key) const {
+    if (!obj.is_object()) return nullptr;
+    const auto it = obj.find(key);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
+  }
+  bool flag(const Json& obj, const char* key, bool fallback, const std::string& where) const {
+    const Json* v = field(obj, key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail(where + " " + key + " = " + shown(*v) + " is not true or false");
+    return v->get<bool>();
+  }
+  std::string type_of(const Json& obj, const std::string& where) const {
+    const Json* t = field(obj, "type");
+    if (!t || !t->is_string()) fail(where + " has no type");
+    return t->get<std::string>();
+  }
+
+ private:
+  std::string path_;
+};
+
+// A ByteLevel step with the only settings fathom implements: no prefix space; `use_regex` as given.
+bool is_byte_level(const Reader& r, const Json& p, bool use_regex) {
+  if (!p.is_object() || r.type_of(p, "pre_tokenizer") != "ByteLevel") return false;
+  if (r.flag(p, "add_prefix_space", false, "ByteLevel"))
+    r.fail("pre_tokenizer ByteLevel add_prefix_space = true is not supported (a space before the text)");
+  return r.flag(p, "use_regex", true, "ByteLevel") == use_regex;
+}
+
+// tokenizer.ggml.pre for the pre_tokenizer of tokenizer.json.
+std::string pre_tokenizer_name(const Reader& r, const Json& tok, bool ignore_merges) {
+  const Json* p = r.field(tok, "pre_tokenizer");
+  if (!p) r.fail("no pre_tokenizer: fathom reads byte-level BPE vocabularies only");
+  std::string pre;
+  if (is_byte_level(r, *p, true)) {
+    pre = "gpt2";  // ByteLevel's own regex is GPT-2's
+  } else if (r.type_of(*p, "pre_tokenizer") == "Sequence") {
+    const Json* steps = r.field(*p, "pretokenizers");
+    if (!steps || !steps->is_array() || steps->size() != 2)
+      r.fail("pre_tokenizer Sequence " + shown(*p) + " is not one fathom implements");
+    const Json& first = (*steps)[0];
+    const Json& second = (*steps)[1];
+    if (first.is_object() && r.type_of(first, "pre_tokenizer") == "Digits" && is_byte_level(r, second, true)) {
+      if (!r.flag(first, "individual_digits", false, "Digits"))
+        r.fail("pre_tokenizer Digits without individual_digits is not supported");
+      pre = "smollm";
+    } else if (first.is_object() && r.type_of(first, "pre_tokenizer") == "Split" && is_byte_level(r, second, false)) {
+      const Json* pattern = r.field(first, "pattern");
+      const Json* regex = pattern ? r.field(*pattern, "Regex") : nullptr;
+      if (!regex || !regex->is_string()) r.fail("pre_tokenizer Split without a Regex pattern is not supported");
+      const Json* behavior = r.field(first, "behavior");
+      if (!behavior || *behavior != Json("Isolated") || r.flag(first, "invert", false, "Split"))
+        r.fail("pre_tokenizer Split other than behavior Isolated, invert false is not supported");
+      const std::string& re = regex->get_ref<const std::string&>();
+      const auto known = std::find_if(std::begin(kSplits), std::end(kSplits),
+                                      [&](const KnownSplit& s) { return s.regex == re; });
+      if (known == std::end(kSplits))
+        r.fail("pre_tokenizer Split regex " + shown(re) +
+               " is not one fathom implements (Llama 3's, Qwen 2's or GPT-2's)");
+      if (ignore_merges && !known->pre_ignore)
+        r.fail("ignore_merges with the " + std::string(known->pre) + " pre-tokenizer is not supported");
+      return ignore_merges ? known->pre_ignore : known->pre;
+    } else {
+      r.fail("pre_tokenizer Sequence " + shown(*p) + " is not one fathom implements");
+    }
+  } else {
+    r.fail("pre_tokenizer " + shown(*p) + " is not one fathom implements");
+  }
+  if (ignore_merges) r.fail("ignore_merges with the " + pre + " pre-tokenizer is not supported");
+  return pre;
+}
+
+void check_model(const Reader& r, const Json& model) {
+  if (!model.is_object()) r.fail("no model object");
+  const std::string type = r.type_of(model, "model");
+  if (type != "BPE") r.fail("model type " + shown(type) + " is not supported (byte-level BPE only)");
+  if (r.flag(model, "byte_fallback", false, "model"))
+    r.fail("model byte_fallback = true (a SentencePiece-style BPE) is not supported from tokenizer.json; "
+           "use the model's GGUF");
+  if (const Json* d = r.field(model, "dropout"); d && *d != Json(0) && *d != Json(0.0))
+    r.fail("model dropout = " + shown(*d) + " is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (const Json* v = r.field(model, key); v && *v != Json(""))
+      r.fail(std::string("model ") + key + " = " + shown(*v) + " is not supported");
+}
+
+// Whether the text is put in NFC (Qwen 2/3) before pre-tokenization; any other normalizer is refused.
+bool check_normalizer_and_decoder(const Reader& r, const Json& tok) {
+  bool nfc = false;
+  if (const Json* n = r.field(tok, "normalizer")) {
+    const std::string type = r.type_of(*n, "normalizer");
+    const Json* steps = r.field(*n, "normalizers");
+    nfc = type == "NFC";
+    if (!(nfc || (type == "Sequence" && steps && steps->is_array() && steps->empty())))
+      r.fail("normalizer " + shown(*n) + " is not supported (none or NFC)");
+  }
+  if (const Json* d = r.field(tok, "decoder"); d && r.type_of(*d, "decoder") != "ByteLevel")
+    r.fail("decoder " + shown(*d) + " is not supported (ByteLevel)");
+  return nfc;
+}
+
+// The token a TemplateProcessing post-processor puts before the text (Llama 3's BOS), "" when none;
+// one that adds tokens after the text (an EOS) is refused: fathom's prompts would lack it.
+std::string template_prefix(const Reader& r, const Json& tok) {
+  const Json* pp = r.field(tok, "post_processor");
+  if (!pp) return "";
+  std::string type = r.type_of(*pp, "post_processor");
+  const Json* steps = r.field(*pp, "processors");
+  const Json* templ = nullptr;
+  if (type == "TemplateProcessing") templ = pp;
+  if (type == "Sequence" && steps && steps->is_array()) {
+    for (const Json& s : *steps) {
+      if (s.is_object() && r.type_of(s, "post_processor") == "TemplateProcessing") {
+        templ = &s;
+      } else if (!s.is_object() || r.type_of(s, "post_processor") != "ByteLevel") {
+        r.fail("post_processor step " + shown(s) + " is not supported");
+      }
+    }
+  }
+  if (!templ) {
+    if (type == "ByteLevel" || type == "Sequence") return "";
+    r.fail("post_processor " + shown(*pp) + " is not supported");
+  }
+  const Json* single = r.field(*templ, "single");
+  if (!single || !single->is_array()) r.fail("post_processor TemplateProcessing has no single template");
+  std::string prefix;
+  bool seen_text = false;
+  for (const Json& piece : *single) {
+    if (r.field(piece, "Sequence")) {
+      seen_text = true;
+      continue;
+    }
+    const Json* special = r.field(piece, "SpecialToken");
+    const Json* id = special ? r.field(*special, "id") : nullptr;
+    if (!id || !id->is_string() || seen_text || !prefix.empty())
+      r.fail("post_processor template " + shown(*single) + " is not supported (at most one token before the text)");
+    prefix = id->get<std::string>();
+  }
+  return prefix;
+}
+
+// A token string of tokenizer_config.json: "..." or {"content": "..."} (an AddedToken).
+std::optional<std::string> token_text(const Reader& r, const Json& cfg, const char* key) {
+  const Json* v = r.field(cfg, key);
+  if (!v) return std::nullopt;
+  if (v->is_string()) return v->get<std::string>();
+  const Json* c = r.field(*v, "content");
+  if (!c || !c->is_string()) r.fail(std::string(key) + " = " + shown(*v) + " is not a token");
+  return c->get<std::string>();
+}
+
+std::vector<int64_t> ids_of(const Reader& r, const Json* v, const char* key) {
+  std::vector<int64_t> ids;
+  if (!v) return ids;
+  auto one = [&](const Json& x) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0) r.fail(std::string(key) + " = " + shown(x) + " is not a token id");
+    ids.push_back(x.get<int64_t>());
+  };
+  if (v->is_array()) {
+    for (const Json& x : *v) one(x);
+  } else {
+    one(*v);
+  }
+  return ids;
+}
+
+GgufValue string_array(std::vector<std::string> v) {
+  auto a = std::make_shared<GgufArray>();
+  a->type = GgufValueType::STRING;
+  a->values.reserve(v.size());
+  for (std::string& s : v) a->values.emplace_back(std::in_place_type<std::string>, std::move(s));
+  return GgufValue{a};
+}
+
+GgufValue int_array(const std::vector<int32_t>& v) {
+  auto a = std::make_shared<GgufArray>();
+  a->type = GgufValueType::INT32;
+  a->values.reserve(v.size());
+  for (int32_t x : v) a->values.emplace_back(std::in_place_type<int32_t>, x);
+  return GgufValue{a};
+}
+
+}  // namespace
+
+void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, const std::vector<int64_t>& config_eos,
+                           std::optional<int64_t> config_bos, std::map<std::string, GgufValue>& metadata) {
+  const Reader r(files.dir + "/tokenizer.json");
+  const Json tok = hf::parse_json(files.tokenizer_json, r.path(), kMaxDepth);
+  if (!tok.is_object()) r.fail("not a JSON object");
+  const Json* model = r.field(tok, "model");
+  if (!model) r.fail("no model");
+  check_model(r, *model);
+  const bool nfc = check_normalizer_and_decoder(r, tok);
+  const bool ignore_merges = r.flag(*model, "ignore_merges", false, "model");
+  const std::string pre = pre_tokenizer_name(r, tok, ignore_merges);
+
+  // Tokens by id: the model's vocabulary, then the added tokens; holes and the rows the embedding
+  // has beyond them are unused "[PAD<i>]" tokens (as llama.cpp's converter fills them).
+  const Json* vocab = r.field(*model, "vocab");
+  if (!vocab || !vocab->is_object() || vocab->empty()) r.fail("model vocab is not a non-empty object");
+  std::vector<std::string> tokens(static_cast<size_t>(vocab_rows));
+  std::vector<int32_t> types(static_cast<size_t>(vocab_rows), 0);
+  auto place = [&](int64_t id, const std::string& text, int32_t type, const char* what) {
+    if (id < 0 || id >= vocab_rows)
+      r.fail(std::string(what) + " " + shown(text) + " has id " + std::to_string(id) + ", outside the model's " +
+             std::to_string(vocab_rows) + " embedding rows (config.json vocab_size)");
+    if (types[id] != 0 && tokens[id] != text)
+      r.fail(std::string(what) + " " + shown(text) + " and " + shown(tokens[id]) + " share id " + std::to_string(id));
+    tokens[id] = text;
+    types[id] = type;
+  };
+  for (const auto& [text, id] : vocab->items()) {
+    if (!id.is_number_integer()) r.fail("vocab entry " + shown(text) + " has id " + shown(id));
+    place(id.get<int64_t>(), text, kNormal, "vocab token");
+  }
+  std::unordered_map<std::string, int64_t> added_ids;
+  if (const Json* added = r.field(tok, "added_tokens")) {
+    if (!added->is_array()) r.fail("added_tokens is not a list");
+    for (const Json& t : *added) {
+      const Json* id = r.field(t, "id");
+      const Json* content = r.field(t, "content");
+      if (!id || !id->is_number_integer() || !content || !content->is_string() || content->get_ref<const std::string&>().empty())
+        r.fail("added token " + shown(t) + " lacks an id or content");
+      const std::string& text = content->get_ref<const std::string&>();
+      // lstrip/rstrip/single_word change where an added token matches: not implemented.
+      for (const char* key : {"lstrip", "rstrip", "single_word"})
+        if (r.flag(t, key, false, "added token " + shown(text)))
+          r.fail("added token " + shown(text) + " has " + key + " = true, which fathom does not implement");
+      place(id->get<int64_t>(), text, r.flag(t, "special", false, "added token") ? kControl : kUserDefined,
+            "added token");
+      added_ids[text] = id->get<int64_t>();
+    }
+  }
+  for (size_t id = 0; id < tokens.size(); ++id)
+    if (types[id] == 0) tokens[id] = "[PAD" + std::to_string(id) + "]", types[id] = kUnused;
+
+  const Json* merges = r.field(*model, "merges");
+  if (!merges || !merges->is_array()) r.fail("model merges is not a list");
+  std::vector<std::string> merge_strings;
+  merge_strings.reserve(merges->size());
+  for (const Json& m : *merges) {
+    if (m.is_string()) {
+      merge_strings.push_back(m.get<std::string>());
+      continue;
+    }
+    // tokenizers >= 0.20 writes [left, right]; the GGUF form is "left right".
+    if (!m.is_array() || m.size() != 2 || !m[0].is_string() || !m[1].is_string())
+      r.fail("merge " + shown(m) + " is neither \"left right\" nor [left, right]");
+    const std::string& left = m[0].get_ref<const std::string&>();
+    const std::string& right = m[1].get_ref<const std::string&>();
+    if (left.empty() || right.empty() || left.find(' ') != std::string::npos || right.find(' ') != std::string::npos)
+      r.fail("merge " + shown(m) + " has an empty part or a space in a part");
+    merge_strings.push_back(left + " " + right);
+  }
+
+  // tokenizer_config.json, generation_config.json, config.json: BOS, EOS and what else ends a turn.
+  const std::string cfg_path = files.dir + "/tokenizer_config.json";
+  const Reader rc(cfg_path);
+  const Json cfg = files.tokenizer_config_json ? hf::parse_json(*files.tokenizer_config_json, cfg_path, kMaxDepth)
+                                               : Json::object();
+  const Reader rg(files.dir + "/generation_config.json");
+  const Json gen = files.generation_config_json
+                       ? hf::parse_json(*files.generation_config_json, rg.path(), kMaxDepth)
+                       : Json::object();
+  auto id_of = [&](const std::string& text, const Reader& from, const char* key) -> int64_t {
+    if (const auto it = added_ids.find(text); it != added_ids.end()) return it->second;
+    if (const auto it = vocab->find(text); it != vocab->end()) return it->get<int64_t>();
+    from.fail(std::string(key) + " " + shown(text) + " is not a token of tokenizer.json");
+  };
+  std::vector<int64_t> eos = ids_of(rg, rg.field(gen, "eos_token_id"), "eos_token_id");
+  if (eos.empty()) eos = config_eos;
+  std::optional<int64_t> eos_id;
+  if (const auto t = token_text(rc, cfg, "eos_token")) eos_id = id_of(*t, rc, "eos_token");
+  else if (!eos.empty()) eos_id = eos[0];
+  std::optional<int64_t> bos_id;
+  const std::vector<int64_t> gen_bos = ids_of(rg, rg.field(gen, "bos_token_id"), "bos_token_id");
+  if (const auto t = token_text(rc, cfg, "bos_token")) bos_id = id_of(*t, rc, "bos_token");
+  else if (!gen_bos.empty()) bos_id = gen_bos[0];
+  else bos_id = config_bos;
+  const std::string prefix = template_prefix(r, tok);
+  bool add_bos = !prefix.empty();
+  if (!prefix.empty() && (!bos_id || id_of(prefix, r, "post_processor token") != *bos_id))
+    r.fail("post_processor puts " + shown(prefix) + " before the text, which is not the BOS token");
+  if (rc.field(cfg, "add_bos_token")) add_bos = rc.flag(cfg, "add_bos_token", false, "");
+  if (rc.flag(cfg, "add_eos_token", false, "")) rc.fail("add_eos_token = true is not supported");
+  for (int64_t id : eos)
+    if (id >= vocab_rows) rg.fail("eos_token_id " + std::to_string(id) + " is outside the vocabulary");
+  if (eos_id && *eos_id >= vocab_rows) rg.fail("eos token id is outside the vocabulary");
+  if (bos_id && (*bos_id < 0 || *bos_id >= vocab_rows)) rg.fail("bos token id is outside the vocabulary");
+
+  std::optional<std::string> chat_template, tool_use;
+  if (const Json* t = rc.field(cfg, "chat_template")) {
+    if (t->is_string()) {
+      chat_template = t->get<std::string>();
+    } else if (t->is_array()) {  // [{"name": "default" | "tool_use" | ..., "template": "..."}]
+      for (const Json& e : *t) {
+        const Json* name = rc.field(e, "name");
+        const Json* text = rc.field(e, "template");
+        if (!name || !name->is_string() || !text || !text->is_string())
+          rc.fail("chat_template entry " + shown(e) + " lacks a name or template");
+        if (*name == Json("default")) chat_template = text->get<std::string>();
+        if (*name == Json("tool_use")) tool_use = text->get<std::string>();
+      }
+    } else {
+      rc.fail("chat_template is neither a string nor a list of named templates");
+    }
+  }
+  if (files.chat_template_jinja) chat_template = files.chat_template_jinja;
+
+  metadata["tokenizer.ggml.model"] = GgufValue{std::in_place_type<std::string>, "gpt2"};
+  metadata["tokenizer.ggml.pre"] = GgufValue{std::in_place_type<std::string>, pre};
+  if (nfc) metadata["fathom.normalizer"] = GgufValue{std::in_place_type<std::string>, "NFC"};
+  metadata["tokenizer.ggml.tokens"] = string_array(std::move(tokens));
+  metadata["tokenizer.ggml.token_type"] = int_array(types);
+  metadata["tokenizer.ggml.merges"] = string_array(std::move(merge_strings));
+  if (bos_id) metadata["tokenizer.ggml.bos_token_id"] = GgufValue{std::in_place_type<uint32_t>, static_cast<uint32_t>(*bos_id)};
+  if (eos_id) metadata["tokenizer.ggml.eos_token_id"] = GgufValue{std::in_place_type<uint32_t>, static_cast<uint32_t>(*eos_id)};
+  metadata["tokenizer.ggml.add_bos_token"] = GgufValue{std::in_place_type<bool>, add_bos && bos_id.has_value()};
+  std::vector<int32_t> eog;
+  for (int64_t id : eos) eog.push_back(static_cast<int32_t>(id));
+  if (!eog.empty()) metadata["fathom.eog_token_ids"] = int_array(eog);
+  // Sampling defaults, as vLLM reads them (do_sample aside): llama.cpp's general.sampling.* keys.
+  for (const auto& [key, name] : {std::pair<const char*, const char*>{"temperature", "temp"}, {"top_p", "top_p"},
+                                  {"min_p", "min_p"}, {"repetition_penalty", "penalty_repeat"}, {"top_k", "top_k"}}) {
+    const Json* v = rg.field(gen, key);
+    if (!v) continue;
+    if (!v->is_number()) rg.fail(std::string(key) + " = " + shown(*v) + " is not a number");
+    const std::string gguf_key = std::string("general.sampling.") + name;
+    if (std::string_view(key) == "top_k") {
+      if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > vocab_rows)
+        rg.fail("top_k = " + shown(*v) + " is not a count of tokens");
+      metadata[gguf_key] = GgufValue{std::in_place_type<int32_t>, static_cast<int32_t>(v->get<int64_t>())};
+    } else {
+      metadata[gguf_key] = GgufValue{std::in_place_type<float>, v->get<float>()};
+    }
+  }
+  if (chat_template) metadata["tokenizer.chat_template"] = GgufValue{std::in_place_type<std::string>, *chat_template};
+  if (tool_use) metadata["tokenizer.chat_template.tool_use"] = GgufValue{std::in_place_type<std::string>, *tool_use};
+}
+
+}  // namespace fathom

@@ -1,0 +1,320 @@
+// Hugging Face directories (engine/model/hf_dir.h): the safetensors reader against hostile headers,
+// config.json's translation and what it refuses by name, shards and their index, and a directory
+// loading as the GGUF of the same checkpoint (the logits: tests/kernel/test_cuda_arch_fixtures.cpp).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "base/error.h"
+#include "engine/model/hf_config.h"
+#include "engine/model/hf_dir.h"
+#include "engine/model/model.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/unicode_nfc.h"
+
+namespace fathom {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kArch = std::string(FATHOM_SOURCE_DIR) + "/tests/fixtures/arch/";
+
+// A safetensors image: the 8-byte header length, the header text (padded with spaces to 8 bytes as
+// the format's writer does), then `data`.
+std::vector<uint8_t> image(const std::string& header, const std::vector<uint8_t>& data) {
+  std::string h = header;
+  while ((8 + h.size()) % 8 != 0) h += ' ';
+  std::vector<uint8_t> out(8 + h.size());
+  const uint64_t n = h.size();
+  std::memcpy(out.data(), &n, 8);
+  std::memcpy(out.data() + 8, h.data(), h.size());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+std::string error_of(const std::vector<uint8_t>& img) {
+  try {
+    parse_safetensors(img.data(), img.size(), "x.safetensors");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Safetensors, ReadsTensorsInDataOrder) {
+  const auto img = image(R"({"b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},
+                             "a": {"dtype": "BF16", "shape": [1, 2], "data_offsets": [0, 4]},
+                             "__metadata__": {"format": "pt"}})",
+                         std::vector<uint8_t>(12, 1));
+  const auto t = parse_safetensors(img.data(), img.size(), "x");
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].name, "a");
+  EXPECT_EQ(t[0].dtype, "BF16");
+  EXPECT_EQ(t[0].shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(t[0].nbytes, 4u);
+  EXPECT_EQ(t[1].data, t[0].data + 4);
+}
+
+TEST(Safetensors, RefusesHostileHeaders) {
+  const std::vector<uint8_t> d8(8);
+  auto one = [](const std::string& fields) { return "{\"t\": {" + fields + "}}"; };
+  const std::pair<std::vector<uint8_t>, const char*> cases[] = {
+      {{1, 2, 3}, "not a safetensors file"},
+      {image(one(R"("dtype": "F32", "shape": [2], "data_offsets": [0, 8])"), {1, 2}), "extends past"},
+      {image(one(R"("dtype": "F32", "shape": [3], "data_offsets": [0, 8])"), d8), "need 12"},
+      {image(one(R"("dtype": "Q4", "shape": [2], "data_offsets": [0, 8])"), d8), "unknown dtype"},
+      {image(one(R"("dtype": "F32", "shape": [-2], "data_offsets": [0, 8])"), d8), "non-negative"},
+      {image(one(R"("dtype": "F32", "shape": [2], "data_offsets": [8, 0])"), d8), "begin after"},
+      {image(one(R"("dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8])"), d8), "overflows"},
+      {image(one(R"("dtype": "F32", "shape": [2], "data_offsets": [0, 8], "extra": 1)"), d8), "exactly"},
+      {image(one(R"("dtype": "F32", "shape": [1], "data_offsets": [0, 4])"), d8), "belong to none"},
+      {image(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                 "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", d8), "overlaps"},
+      {image(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", d8), "gap"},
+      {image(one(R"("dtype": "F16", "shape": [1], "data_offsets": [1, 3])"), {0, 0, 0, 0}), "aligned"},
+      {image(R"({"t": [[[[[1]]]]]})", {}), "nests deeper"},
+      {image(R"({"t": )", {}), "not valid JSON"},
+      {image(R"([1, 2])", {}), "not a JSON object"},
+  };
+  for (const auto& [img, want] : cases) EXPECT_NE(error_of(img).find(want), std::string::npos) << want << ": " << error_of(img);
+  std::vector<uint8_t> huge(16);
+  const uint64_t n = kMaxSafetensorsHeader + 1;
+  std::memcpy(huge.data(), &n, 8);
+  EXPECT_NE(error_of(huge).find("exceeds the limit"), std::string::npos);
+  const uint64_t max = UINT64_MAX;
+  std::memcpy(huge.data(), &max, 8);
+  EXPECT_NE(error_of(huge).find("exceeds the limit"), std::string::npos);
+}
+
+json fixture_config(const std::string& name) {
+  std::ifstream in(kArch + name + "-hf/config.json");
+  return json::parse(in);
+}
+
+std::string config_error(const json& config) {
+  try {
+    hf_config_from_json(config.dump(), "config.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HfConfig, TranslatesAsLlamaCppsConverter) {
+  const HfConfig c = hf_config_from_json(fixture_config("qwen3").dump(), "config.json");
+  EXPECT_EQ(c.arch, "qwen3");
+  EXPECT_EQ(std::get<uint32_t>(c.metadata.at("qwen3.attention.key_length")), 48u);
+  EXPECT_EQ(std::get<float>(c.metadata.at("qwen3.rope.freq_base")), 1e6f);
+  EXPECT_EQ(c.tie_word_embeddings, false);
+  const HfConfig p = hf_config_from_json(fixture_config("phi3-longrope").dump(), "config.json");
+  EXPECT_EQ(std::get<uint32_t>(p.metadata.at("phi3.rope.dimension_count")), 24u);
+  EXPECT_EQ(std::get<std::string>(p.metadata.at("phi3.rope.scaling.type")), "longrope");
+  EXPECT_EQ(p.extra_tensors.at("rope_factors_long.weight").size(), 12u);
+}
+
+TEST(HfConfig, LlamaRotatesTheCheckpointsRowsNeoxStyle) {
+  json c = fixture_config("qwen3");
+  c["architectures"] = {"LlamaForCausalLM"};
+  c["model_type"] = "llama";
+  for (const char* k : {"layer_types", "use_sliding_window", "max_window_layers"}) c.erase(k);
+  // transformers 4's keys: rope_theta and rope_scaling at the top.
+  c.erase("rope_parameters");
+  c["rope_theta"] = 500000.0;
+  c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  const HfConfig h = hf_config_from_json(c.dump(), "config.json");
+  EXPECT_EQ(h.arch, "llama");
+  EXPECT_TRUE(std::get<bool>(h.metadata.at("fathom.rope_neox")));
+  EXPECT_EQ(std::get<std::string>(h.metadata.at("llama.rope.scaling.type")), "llama3");
+  EXPECT_EQ(std::get<float>(h.metadata.at("llama.rope.freq_base")), 500000.0f);
+}
+
+TEST(HfConfig, RefusesWhatItDoesNotImplementByName) {
+  const json base = fixture_config("qwen2");
+  auto with = [&](const char* key, json value) {
+    json c = base;
+    c[key] = std::move(value);
+    return config_error(c);
+  };
+  EXPECT_NE(with("quantization_config", json::object()).find("'quantization_config'"), std::string::npos);
+  EXPECT_NE(with("hidden_act", "gelu").find("hidden_act 'gelu'"), std::string::npos);
+  EXPECT_NE(with("use_sliding_window", true).find("use_sliding_window"), std::string::npos);
+  EXPECT_NE(with("rope_parameters", {{"rope_type", "dynamic"}, {"factor", 2.0}}).find("'dynamic'"), std::string::npos);
+  EXPECT_NE(with("rope_parameters", {{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 64},
+                                     {"mscale", 0.7}})
+                .find("mscale"),
+            std::string::npos);
+  EXPECT_NE(with("rope_parameters", {{"rope_type", "linear"}, {"factor", 2.0}, {"beta", 1}}).find("'beta'"),
+            std::string::npos);
+  EXPECT_NE(with("layer_types", {"full_attention", "sliding_attention"}).find("sliding_attention"), std::string::npos);
+  EXPECT_NE(with("architectures", {"Gemma2ForCausalLM"}).find("Gemma2ForCausalLM"), std::string::npos);
+  EXPECT_NE(with("num_attention_heads", "2").find("not an integer"), std::string::npos);
+  EXPECT_NE(with("hidden_size", 0).find("out of range"), std::string::npos);
+  json llama = base;
+  llama["architectures"] = {"MistralForCausalLM"};
+  llama["model_type"] = "mistral";
+  llama["sliding_window"] = 4096;
+  llama.erase("layer_types");
+  EXPECT_NE(config_error(llama).find("sliding_window = 4096"), std::string::npos) << config_error(llama);
+  EXPECT_NE(config_error(json::array()).find("not a JSON object"), std::string::npos);
+}
+
+// A scratch copy of a fixture directory, removed at the end.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& fixture) {
+    path_ = fs::temp_directory_path() / ("fathom-hf-" + std::to_string(getpid()) + "-" + fixture);
+    fs::remove_all(path_);
+    fs::copy(kArch + fixture + "-hf", path_);
+  }
+  ~ScratchDir() { fs::remove_all(path_); }
+  std::string path() const { return path_.string(); }
+  void write(const std::string& name, const std::string& text) const { std::ofstream(path_ / name) << text; }
+
+ private:
+  fs::path path_;
+};
+
+std::string load_error(const std::string& dir) {
+  try {
+    Model::load(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(HfDir, LoadsAsTheGgufOfTheSameCheckpoint) {
+  const auto hf = Model::load(kArch + "qwen2-hf/");
+  const auto gguf = Model::load(kArch + "qwen2.gguf");
+  EXPECT_EQ(hf->config().n_layers, gguf->config().n_layers);
+  EXPECT_EQ(hf->config().rope_neox, gguf->config().rope_neox);
+  EXPECT_EQ(hf->vocab(), gguf->vocab());
+  EXPECT_EQ(hf->tokenizer().eos_id(), gguf->tokenizer().eos_id());
+  const WeightMatrix &a = hf->weights().layers[1].wq, &b = gguf->weights().layers[1].wq;
+  ASSERT_EQ(a.bytes(), b.bytes());
+  EXPECT_EQ(std::memcmp(a.data, b.data, a.bytes()), 0);
+  EXPECT_EQ(hf->weights().layers[1].bq, gguf->weights().layers[1].bq);
+}
+
+TEST(HfDir, ShardsThroughTheirIndex) {
+  ScratchDir dir("qwen3");
+  // Two shards: the file's tensors split in two halves, written as two safetensors files.
+  std::ifstream in(dir.path() + "/model.safetensors", std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto tensors = parse_safetensors(bytes.data(), bytes.size(), "model.safetensors");
+  json map = json::object();
+  for (int shard = 0; shard < 2; ++shard) {
+    json header = json::object();
+    std::vector<uint8_t> data;
+    for (size_t i = shard; i < tensors.size(); i += 2) {
+      const auto& t = tensors[i];
+      header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.nbytes}}};
+      data.insert(data.end(), t.data, t.data + t.nbytes);
+      map[t.name] = "model-0000" + std::to_string(shard + 1) + "-of-00002.safetensors";
+    }
+    const auto img = image(header.dump(), data);
+    std::ofstream(dir.path() + "/model-0000" + std::to_string(shard + 1) + "-of-00002.safetensors", std::ios::binary)
+        .write(reinterpret_cast<const char*>(img.data()), static_cast<std::streamsize>(img.size()));
+  }
+  fs::remove(dir.path() + "/model.safetensors");
+  dir.write("model.safetensors.index.json", json{{"metadata", json::object()}, {"weight_map", map}}.dump());
+  const auto sharded = Model::load(dir.path());
+  const auto single = Model::load(kArch + "qwen3-hf");
+  const WeightMatrix &a = sharded->weights().layers[0].w_down, &b = single->weights().layers[0].w_down;
+  EXPECT_EQ(std::memcmp(a.data, b.data, a.bytes()), 0);
+
+  // A shard outside the directory, and a tensor the index puts in another shard, are refused.
+  json evil = map;
+  evil[tensors[0].name] = "../qwen3-hf/model.safetensors";
+  dir.write("model.safetensors.index.json", json{{"weight_map", evil}}.dump());
+  EXPECT_NE(load_error(dir.path()).find("not a file name inside the directory"), std::string::npos);
+  json swapped = map;
+  swapped[tensors[0].name] = map[tensors[1].name];
+  dir.write("model.safetensors.index.json", json{{"weight_map", swapped}}.dump());
+  EXPECT_NE(load_error(dir.path()).find("not listed under this shard"), std::string::npos);
+}
+
+TEST(HfDir, RefusesWhatItCannotServe) {
+  {
+    ScratchDir dir("qwen3");  // untied, but no lm_head: transformers would have a random head
+    json c = fixture_config("qwen3");
+    std::ifstream in(dir.path() + "/model.safetensors", std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json header = json::object();
+    std::vector<uint8_t> data;
+    for (const auto& t : parse_safetensors(bytes.data(), bytes.size(), "m")) {
+      if (t.name == "lm_head.weight") continue;
+      header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.nbytes}}};
+      data.insert(data.end(), t.data, t.data + t.nbytes);
+    }
+    const auto img = image(header.dump(), data);
+    std::ofstream(dir.path() + "/model.safetensors", std::ios::binary)
+        .write(reinterpret_cast<const char*>(img.data()), static_cast<std::streamsize>(img.size()));
+    EXPECT_NE(load_error(dir.path()).find("no lm_head.weight"), std::string::npos);
+  }
+  {
+    ScratchDir dir("qwen2");  // an extra tensor (an o_proj bias) is refused by its GGUF name
+    std::ifstream in(dir.path() + "/model.safetensors", std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json header = json::object();
+    std::vector<uint8_t> data;
+    for (const auto& t : parse_safetensors(bytes.data(), bytes.size(), "m")) {
+      header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.nbytes}}};
+      data.insert(data.end(), t.data, t.data + t.nbytes);
+    }
+    header["model.layers.0.self_attn.o_proj.bias"] = {{"dtype", "BF16"}, {"shape", {64}},
+                                                      {"data_offsets", {data.size(), data.size() + 128}}};
+    data.resize(data.size() + 128);
+    const auto img = image(header.dump(), data);
+    std::ofstream(dir.path() + "/model.safetensors", std::ios::binary)
+        .write(reinterpret_cast<const char*>(img.data()), static_cast<std::streamsize>(img.size()));
+    EXPECT_NE(load_error(dir.path()).find("'blk.0.attn_output.bias'"), std::string::npos);
+  }
+  {
+    ScratchDir dir("qwen2");  // an embedding of other rows than vocab_size
+    json c = fixture_config("qwen2");
+    c["vocab_size"] = 130;
+    dir.write("config.json", c.dump());
+    EXPECT_NE(load_error(dir.path()).find("vocab_size is 130"), std::string::npos) << load_error(dir.path());
+  }
+  EXPECT_NE(load_error(kArch).find("config.json"), std::string::npos);  // a directory that is no checkpoint
+}
+
+TEST(HfDir, NamesTensorsAsLlamaCpp) {
+  EXPECT_EQ(gguf_tensor_name("model.layers.1.self_attn.qkv_proj.weight", 2), "blk.1.attn_qkv.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.1.mlp.gate_up_proj.weight", 2), "blk.1.ffn_up.weight");
+  EXPECT_EQ(gguf_tensor_name("model.embed_tokens.weight", 2), "token_embd.weight");
+  // Out of range or malformed layer numbers keep their name (and are refused as unused).
+  EXPECT_EQ(gguf_tensor_name("model.layers.2.mlp.up_proj.weight", 2), "model.layers.2.mlp.up_proj.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.01.mlp.up_proj.weight", 2), "model.layers.01.mlp.up_proj.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.99999999999.x", 2), "model.layers.99999999999.x");
+}
+
+// Against Python's unicodedata.normalize("NFC", ...) (tests/e2e/test_hf_tokenizer.py compares the
+// tokenizer with `tokenizers` on thousands of random strings).
+TEST(Nfc, ComposesAsUax15) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"e\u0301", "\u00e9"},
+      {"A\u030a \u212b", "\u00c5 \u00c5"},                   // the Angstrom sign is a singleton
+      {"\u1100\u1161\u11a8", "\uac01"},                      // Hangul jamo L V T
+      {"\uac00\u11a8", "\uac01"},                             // LV syllable + T
+      {"a\u0301\u0327", "\u00e1\u0327"},                      // reordered: cedilla (202) before acute (230)
+      {"C\u0301\u0327", "\u1e08"},                            // C + cedilla + acute -> one composite
+      {"\u0f73", "\u0f71\u0f72"},                             // composition-excluded
+      {"plain ascii", "plain ascii"},
+      {"\xff invalid", "\xff invalid"},                        // not UTF-8: unchanged
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(nfc(in), want) << in;
+}
+
+}  // namespace
+}  // namespace fathom
