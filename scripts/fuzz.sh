@@ -9,6 +9,7 @@
 #                 chat messages, tokenize/detokenize), over the real SmolLM2 model
 #   fuzz_chat     chat messages -> every chat template family -> the tokenizer (content can never
 #                 forge a control token; valid UTF-8 survives encode/decode)
+#   fuzz_pretok   any bytes -> every BPE pre-tokenizer (the words cover the input exactly)
 #   fuzz_jinja    the Jinja interpreter (base/jinja): fuzzed template text over a fixed context, and
 #                 the real fixture templates over fuzzed conversations (content stays inside the
 #                 content ranges; every limit holds)
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-15}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_jinja fuzz_schema)
+((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_pretok fuzz_jinja fuzz_schema)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 # xgrammar (scripts/setup_xgrammar.sh) for fuzz_schema: its headers here, its library at the link.
@@ -35,11 +36,12 @@ flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3
   -isystem "$xgrammar/src/3rdparty/picojson" -DXGRAMMAR_ENABLE_CPPTRACE=0 -O1 -gline-tables-only -fno-omit-frame-pointer -Wall -Wextra -Werror
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
 
+pretok_sources=(engine/model/bpe_pretokenizer.cpp engine/model/bpe_pretokenizer_split.cpp engine/model/unicode_chars.cpp)
 gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp engine/model/mapped_file.cpp base/error.cpp kernels/ggml_type.cpp)
 hf_sources=("${gguf_sources[@]}" engine/model/hf_dir.cpp engine/model/hf_config.cpp engine/model/hf_json.cpp
   engine/model/hf_tokenizer.cpp engine/model/safetensors.cpp)
 model_sources=("${hf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
-  engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp engine/model/bpe_pretokenizer.cpp engine/model/unicode_nfc.cpp
+  engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp "${pretok_sources[@]}" engine/model/unicode_nfc.cpp
   engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
   engine/model/chat_template.cpp engine/model/chat_families.cpp base/jinja/*.cpp kernels/ref/dequant.cpp)
 request_sources=("${model_sources[@]}" server/openai_request.cpp server/chat_input.cpp server/reasoning.cpp server/known_fields.cpp server/prompt_input.cpp
@@ -59,9 +61,10 @@ sources_of() {
     fuzz_hf) echo "${model_sources[@]}" ;;
     fuzz_request) echo "${request_sources[@]}" ;;
     fuzz_chat) echo "${model_sources[@]}" ;;
+    fuzz_pretok) echo "${pretok_sources[@]}" base/error.cpp ;;
     fuzz_jinja) echo "${jinja_sources[@]}" ;;
     fuzz_schema) echo "${schema_sources[@]}" ;;
-    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_jinja, fuzz_schema)" >&2; exit 2 ;;
+    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_pretok, fuzz_jinja, fuzz_schema)" >&2; exit 2 ;;
   esac
 }
 

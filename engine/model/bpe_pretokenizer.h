@@ -3,10 +3,11 @@
 // exactly as the regular expression of the vocabulary's tokenizer.json / llama.cpp's
 // tokenizer.ggml.pre would, but matched by hand (no std::regex) over Unicode categories from a
 // generated table (engine/model/unicode_categories.inc).
-#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/model/unicode_chars.h"
 
 namespace fathom {
 
@@ -20,6 +21,19 @@ enum class PreTokenizer {
   kLlama3,
   // Qwen 2: as Llama 3 with \p{N} (single digits) in place of \p{N}{1,3}.
   kQwen2,
+  // The rest are sequences of regexes, each splitting every piece the previous one produced (the
+  // matches and the text between them both kept, HF's Split "isolated"):
+  // DeepSeek LLM: [\r\n], \s?<cased letters>+, \s?[!-/:-~！-／：-～‘-‟　-。]+, \s+$,
+  //               [一-龥ࠀ-一가-퟿]+, \p{N}+
+  kDeepseekLlm,
+  // DeepSeek Coder: [\r\n], \s?\p{L}+, \s?\p{P}+, [一-龥ࠀ-一가-퟿]+, \p{N}
+  kDeepseekCoder,
+  // DeepSeek V3: \p{N}{1,3}, [一-龥぀-ゟ゠-ヿ]+, then
+  //   [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
+  //   | ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kDeepseekV3,
+  // Falcon: [\p{P}\$\+<=>\^~\|`]+ (HF's Punctuation), the GPT-2 regex, [0-9][0-9][0-9]
+  kFalcon,
 };
 
 // The pre-tokenizer for a tokenizer.ggml.pre value; fathom::Error for one we do not implement
@@ -28,9 +42,5 @@ PreTokenizer pre_tokenizer_for(const std::string& pre_name);
 
 // Appends the words of `text` to `words` (views into `text`, in order, covering it exactly).
 void pre_tokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view>& words);
-
-// Unicode general category class of a code point, as the regexes above need it.
-enum class CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
-CharClass char_class(uint32_t cp);
 
 }  // namespace fathom

@@ -7,8 +7,8 @@ without BOS). scripts/setup.sh takes them from the llama-cpp-python sdist on PyP
 
 Every family whose pre-tokenizer fathom implements must tokenize every line as the reference does:
 Llama 3's BPE with `ignore_merges` (a word that is itself a token stays one: 'Cửa Việt'), GPT-2,
-Qwen 2, StarCoder, Refact, Command-R and MPT BPE, and Llama's and Phi-3's SentencePiece. The
-others are refused at load with an error naming the pre-tokenizer, never tokenized some other way.
+Qwen 2, StarCoder, Refact, Command-R, MPT, DeepSeek LLM, DeepSeek Coder and Falcon BPE, and Llama's
+and Phi-3's SentencePiece. The others (Qwen 3.5's pre-tokenizer) are refused at load with an error naming the pre-tokenizer, never tokenized some other way.
 """
 import json
 import os
@@ -22,8 +22,9 @@ TOKENIZE = ROOT / os.environ.get("FATHOM_BUILD", "build") / "tokenize"
 CACHE = Path(os.environ.get("FATHOM_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fathom")
 VOCABS = CACHE / "llama-cpp-python-0.3.36" / "src" / "vendor" / "llama.cpp" / "models"
 
-SUPPORTED = ["llama-bpe", "gpt-2", "qwen2", "starcoder", "refact", "command-r", "mpt", "llama-spm", "phi-3"]
-REFUSED = {"deepseek-llm": "deepseek-llm", "deepseek-coder": "deepseek-coder", "falcon": "falcon"}
+SUPPORTED = ["llama-bpe", "gpt-2", "qwen2", "starcoder", "refact", "command-r", "mpt", "deepseek-llm",
+             "deepseek-coder", "falcon", "llama-spm", "phi-3"]
+REFUSED = {"qwen35": "qwen35"}
 
 
 def vocab(name):

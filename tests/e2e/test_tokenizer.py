@@ -315,10 +315,46 @@ GPT2_REGEX = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s
 LLAMA3_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
                 r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+# DeepSeek LLM's letter class (cased letters), from its tokenizer.json, as code points: the
+# characters themselves would not survive Unicode normalization of this file (Ω, K, ώ, ...).
+DEEPSEEK_CASED = [
+    (0x41, 0x5A), (0x61, 0x7A), (0xB5, 0xB5), (0xC0, 0xD6), (0xD8, 0xF6), (0xF8, 0x1BA), (0x1BC, 0x1BF),
+    (0x1C4, 0x293), (0x295, 0x2AF), (0x370, 0x373), (0x376, 0x377), (0x37B, 0x37D), (0x37F, 0x37F),
+    (0x386, 0x386), (0x388, 0x38A), (0x38C, 0x38C), (0x38E, 0x3A1), (0x3A3, 0x3F5), (0x3F7, 0x481),
+    (0x48A, 0x52F), (0x531, 0x556), (0x10A0, 0x10C5), (0x13A0, 0x13F5), (0x13F8, 0x13FD), (0x1C90, 0x1CBA),
+    (0x1CBD, 0x1CBF), (0x1D00, 0x1D2B), (0x1D6B, 0x1D77), (0x1D79, 0x1D9A), (0x1E00, 0x1F15), (0x1F18, 0x1F1D),
+    (0x1F20, 0x1F45), (0x1F48, 0x1F4D), (0x1F50, 0x1F57), (0x1F59, 0x1F59), (0x1F5B, 0x1F5B), (0x1F5D, 0x1F5D),
+    (0x1F5F, 0x1F7D), (0x1F80, 0x1FB4), (0x1FB6, 0x1FBC), (0x1FBE, 0x1FBE), (0x1FC2, 0x1FC4), (0x1FC6, 0x1FCC),
+    (0x1FD0, 0x1FD3), (0x1FD6, 0x1FDB), (0x1FE0, 0x1FEC), (0x1FF2, 0x1FF4), (0x1FF6, 0x1FFC), (0x2102, 0x2102),
+    (0x2107, 0x2107), (0x210A, 0x2113), (0x2115, 0x2115), (0x2119, 0x211D), (0x2124, 0x2124), (0x2126, 0x2126),
+    (0x2128, 0x2128), (0x212A, 0x212D), (0x212F, 0x2134), (0x2139, 0x2139), (0x213C, 0x213F), (0x2145, 0x2149),
+    (0x214E, 0x214E), (0x2183, 0x2184), (0x2C00, 0x2C7B), (0x2C7E, 0x2CE4), (0x2CEB, 0x2CEE), (0x2CF2, 0x2CF3),
+    (0xA640, 0xA66D), (0xA680, 0xA69B), (0xA722, 0xA76F), (0xA771, 0xA787), (0xA78B, 0xA78E), (0xAB70, 0xABBF),
+    (0xFB00, 0xFB06), (0xFB13, 0xFB17), (0xFF21, 0xFF3A), (0xFF41, 0xFF5A), (0x10400, 0x1044F), (0x104B0, 0x104D3),
+    (0x104D8, 0x104FB), (0x10C80, 0x10CB2), (0x10CC0, 0x10CF2), (0x118A0, 0x118DF), (0x1E900, 0x1E943),
+]
+DEEPSEEK_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# The regexes of each tokenizer.json's pre-tokenizer Sequence (Splits, "isolated"), as llama.cpp
+# lists them.
+SEQUENCES = {
+    "deepseek-llm": ["[\r\n]", r"\s?[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in DEEPSEEK_CASED) + "]+",
+                     r"\s?[!-/:-~" + "\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", r"\s+$", DEEPSEEK_CJK,
+                     r"\p{N}+"],
+    "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DEEPSEEK_CJK, r"\p{N}"],
+    "deepseek-v3": [r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+                    r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"""
+                    r"""| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""],
+}
 PRE_TOKENIZER_CORPUS = CORPUS + [
     "  \n\n  x\r\n\r\n\ty  ", "'S 'T 'RE 'Ll 'D''' ' s", "A1b22c333d4444 ５６７", "x\u2028y\u0085z\u000bw",
     ".\n\n(\r\n", "   \n", "\u00a0\u00a0a", "a\u0301b\u0308 ﬁ ǅ",
+    "\u03a9mega \u2126 \u212a \u03ce\u1f7d \u0390\u1fd3 \u03b9\u1fbe ʔʕ ǀ", "\u3000\u3000。x\u3000 ‘q’ “Ｆｕｌｌ！” ：～",
+    "ひらがな カタカナ 漢字123456 한국어 ไทย हिन्दी", ".abc _x 'hello' $9 x+y a<b>=c ^~| `q`", "  \t ", "x \t\u3000",
+    "1234567 12 1 ١٢٣٤ ½⅓ Ⅻ", "ò ó ù ü ý þ", "a\u200db\u00adc\ue000d\x00e\x7f", " \u0301a \u0301 .\u0301",
 ] + random_corpus(300, seed=11)
+
+
+PRE_TOKENIZERS = ["gpt2", "smollm", "llama3", "qwen2", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon"]
 
 
 def reference_pre_tokenize(name, text):
@@ -327,13 +363,19 @@ def reference_pre_tokenize(name, text):
     if name == "smollm":
         pre = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
                                        pre_tokenizers.Split(Regex(GPT2_REGEX), behavior="isolated")])
+    elif name == "falcon":  # HF's Punctuation is llama.cpp's [\p{P}\$\+<=>\^~\|`]+
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Punctuation(behavior="contiguous"),
+                                       pre_tokenizers.Split(Regex(GPT2_REGEX), behavior="isolated"),
+                                       pre_tokenizers.Split(Regex("[0-9][0-9][0-9]"), behavior="isolated")])
+    elif name in SEQUENCES:
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r), behavior="isolated") for r in SEQUENCES[name]])
     else:
         pattern = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX}[name]
         pre = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     return [w for w, _ in pre.pre_tokenize_str(text)]
 
 
-@pytest.mark.parametrize("name", ["gpt2", "smollm", "llama3", "qwen2"])
+@pytest.mark.parametrize("name", PRE_TOKENIZERS)
 def test_pre_tokenizer_matches_reference_regex(name):
     assert TOKENIZE.exists(), f"{TOKENIZE} is not built"
     r = subprocess.run([str(TOKENIZE), "--pretokenize", name], input=json.dumps(PRE_TOKENIZER_CORPUS).encode(),
@@ -343,6 +385,18 @@ def test_pre_tokenizer_matches_reference_regex(name):
     bad = [(t, g, reference_pre_tokenize(name, t)) for t, g in zip(PRE_TOKENIZER_CORPUS, got)
            if g != reference_pre_tokenize(name, t)]
     assert not bad, "\n".join(f"{t!r}:\n  fathom {g}\n  ref    {w}" for t, g, w in bad[:5])
+
+
+@pytest.mark.parametrize("name", PRE_TOKENIZERS)
+def test_pre_tokenizer_time_is_linear(name):
+    # Long runs of one class, where a matcher that rescans a run at each of its characters (as
+    # \p{N}{1,3} once did over a run of digits) takes minutes instead of well under a second.
+    texts = ["7" * 200_000, " " * 200_000 + "x", "x" + " " * 200_000, "\u3000" * 200_000 + "。", ".a" * 100_000,
+             "\u0301" * 200_000, " \t" * 100_000 + "y", "\n " * 100_000 + "z"]
+    r = subprocess.run([str(TOKENIZE), "--pretokenize", name], input=json.dumps(texts).encode(),
+                       capture_output=True, timeout=20)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    assert ["".join(w) for w in json.loads(r.stdout)["words"]] == texts
 
 
 # --- chat templates -------------------------------------------------------------------------------
