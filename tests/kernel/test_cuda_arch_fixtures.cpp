@@ -167,7 +167,9 @@ TEST_P(ArchFixture, GreedyTokensMatchTransformers) {
 
 // The MoE families: a step reads each active expert's three matrices once, however many of its
 // tokens go to it. A one-token step: n_layers · k experts; a 120-token prefill (240 pairs over 4
-// experts: every expert active): n_layers · n_experts, where reading them per token would be 60×.
+// experts: every expert active): n_layers · n_experts on the CPU, where reading them per token
+// would be 60×. The CUDA backend's grouped GEMV reads an expert once per run of <= 4 of its pairs:
+// the same for a decode step; for the prefill at most n_layers · (pairs / 4 + n_experts).
 using MoeFixture = ArchFixture;
 TEST_P(MoeFixture, ExpertWeightsAreReadOncePerStep) {
   const ModelConfig& c = model_->config();
@@ -175,6 +177,7 @@ TEST_P(MoeFixture, ExpertWeightsAreReadOncePerStep) {
   const LayerWeights& L = model_->weights().layers[0];
   const int64_t expert = static_cast<int64_t>(L.gate_exps[0].bytes() + L.up_exps[0].bytes() + L.down_exps[0].bytes());
   const std::vector<int32_t>& prompt = f_.prompts[1];
+  const int64_t pairs = static_cast<int64_t>(prompt.size()) * c.n_experts_used;
   const ModelOptions o = options();
   CpuBackend cpu(*model_, o);
   std::unique_ptr<Backend> cuda = make_cuda_backend(*model_, o);
@@ -184,7 +187,13 @@ TEST_P(MoeFixture, ExpertWeightsAreReadOncePerStep) {
     std::vector<float> logits;
     BatchPlan prefill;
     prefill.seqs.push_back(SeqStep{std::span<const int32_t>(prompt), 0, &table, LogitsWanted::kLast});
-    EXPECT_EQ(b->forward(prefill, logits).expert_bytes, c.n_layers * c.n_experts * expert) << b->name();
+    const int64_t prefill_bytes = b->forward(prefill, logits).expert_bytes;
+    if (b == &cpu) {
+      EXPECT_EQ(prefill_bytes, c.n_layers * c.n_experts * expert);
+    } else {
+      EXPECT_GE(prefill_bytes, c.n_layers * c.n_experts * expert);
+      EXPECT_LE(prefill_bytes, c.n_layers * (pairs / 4 + c.n_experts) * expert);
+    }
     BatchPlan decode;
     decode.seqs.push_back(
         SeqStep{std::span<const int32_t>(prompt.data(), 1), static_cast<int32_t>(prompt.size()), &table,

@@ -436,15 +436,21 @@ void CpuBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> o
   FATHOM_CHECK(!outs.empty() && outs.size() <= 3 && (in == Act::kXn || in == Act::kGate));
   const LayerWeights& L = weights_.layers[layer];
   const int64_t K = expert_matrices(L, outs[0].w)[0].cols;
+  // One token (a single sequence's decode step): every active expert reads the same row, so all
+  // their matrices go out as one pool job, in groups of kMaxGroup (bitwise what one job per expert gives).
+  constexpr size_t kMaxGroup = 8;
+  std::vector<cpu::MatmulTarget> shared;
   for (int32_t e = 0; e < routing_.experts; ++e) {
     const int32_t first = routing_.expert_begin[e], n = routing_.expert_begin[e + 1] - first;
     if (n == 0) continue;
     const float* x = act(in) + first * K;
-    if (in == Act::kXn) {  // the pairs' token rows, gathered
+    if (in == Act::kXn && routing_.tokens > 1) {  // the pairs' token rows, gathered
       expert_in_.resize(static_cast<size_t>(n) * K);
       for (int32_t i = 0; i < n; ++i)
         std::copy_n(act(in) + routing_.pair_token[first + i] * K, K, &expert_in_[static_cast<size_t>(i) * K]);
       x = expert_in_.data();
+    } else if (in == Act::kXn) {
+      x = act(in);
     }
     std::array<cpu::MatmulTarget, 3> targets{};
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -453,12 +459,19 @@ void CpuBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> o
       targets[i] = cpu::MatmulTarget{w.type, w.data, w.rows, act(outs[i].out) + first * w.rows, w.packed.get()};
       step_.expert_bytes += static_cast<int64_t>(w.bytes());
     }
+    if (in == Act::kXn && routing_.tokens == 1) {
+      shared.insert(shared.end(), targets.begin(), targets.begin() + static_cast<std::ptrdiff_t>(outs.size()));
+      continue;
+    }
     if (outs.size() == 1)
       cpu::matmul(*threads_, targets[0].type, targets[0].W, targets[0].N, K, x, n, targets[0].y, options_.precision,
                   targets[0].packed);
     else
       cpu::matmul_group(*threads_, targets.data(), static_cast<int>(outs.size()), K, x, n, options_.precision);
   }
+  for (size_t i = 0; i < shared.size(); i += kMaxGroup)
+    cpu::matmul_group(*threads_, shared.data() + i, static_cast<int>(std::min(kMaxGroup, shared.size() - i)), K,
+                      act(in), 1, options_.precision);
 }
 
 void CpuBackend::combine_experts(Act out) {

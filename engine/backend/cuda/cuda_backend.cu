@@ -236,7 +236,6 @@ class CudaBackend final : public Backend {
   const int32_t* token_pair_ = nullptr;
   const cuda::ExpertRows* expert_items_ = nullptr;
   int32_t n_expert_items_ = 0;
-  int32_t active_experts_ = 0;
   DeviceArray<float> attn_workspace_;
   DeviceArray<__half> act16_;        // (T, max in-features): the GEMM's f16 activations
   DeviceArray<float> w32_;           // (kDequantChunk): a dequantized chunk of W, f32 ...
@@ -755,10 +754,8 @@ void CudaBackend::route_experts(int32_t layer) {
                                     cudaMemcpyDeviceToHost));
   route_tokens(router_host_.data(), T_, E, c.n_experts_used, routing_);
   std::vector<cuda::ExpertRows> items;
-  active_experts_ = 0;
   for (int32_t e = 0; e < E; ++e) {
     const int32_t begin = routing_.expert_begin[e], end = routing_.expert_begin[e + 1];
-    active_experts_ += end > begin ? 1 : 0;
     for (int32_t p = begin; p < end; p += 4) items.push_back({e, p, std::min(4, end - p)});
   }
   pair_token_ = uploads_.put(routing_.pair_token);
@@ -783,7 +780,7 @@ void CudaBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> 
     const int64_t rows = m.rows / config_.n_experts, stride = rows * static_cast<int64_t>(ggml_row_size(m.type, m.cols));
     FATHOM_CUDA_BACKEND_OK(cuda::grouped_gemv(m.type, m.data, stride, rows, m.cols, x, act(o.out), expert_items_,
                                               n_expert_items_, stream_));
-    step_.expert_bytes += stride * active_experts_;
+    step_.expert_bytes += stride * n_expert_items_;  // each run of <= 4 pairs reads its expert's rows
   }
 }
 
