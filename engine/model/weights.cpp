@@ -146,6 +146,10 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
     }
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.dim);
     if (c.moe()) {  // llama.cpp's names and layout of qwen3moe's and Mixtral's experts
+      if (!load.find(p + "ffn_gate_exps.weight") && load.find(p + "ffn_gate.0.weight"))
+        throw Error(f.path() + ": experts stored one tensor each ('" + p +
+                    "ffn_gate.0.weight', llama.cpp's layout before 2024) are not read by fathom: convert the model "
+                    "again (stacked ffn_gate_exps, ffn_up_exps, ffn_down_exps)");
       L.router = load.matrix(p + "ffn_gate_inp.weight", c.n_experts, c.dim);
       L.gate_exps = load.stacked(p + "ffn_gate_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
       L.up_exps = load.stacked(p + "ffn_up_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
