@@ -202,6 +202,33 @@ TEST_P(MoeFixture, ExpertWeightsAreReadOncePerStep) {
   }
 }
 
+// qwen3 with Q8_0 matrices, and the same tensors as a qwen3moe of one expert that every token uses
+// with weight 1 (scripts/moe_identity_fixtures.py): the MoE layer is the dense MLP. On the CPU the
+// logits are bitwise the dense model's at both precisions (kQ8: the experts' packed Q8_0 panels);
+// on CUDA within its tolerance of the CPU's (its dense MLP rounds activations to f16 for the bf16
+// down projection's GEMM, the grouped GEMV reads them in f32).
+TEST(OneExpert, IsTheDenseModel) {
+  const Fixture f = logits_fixture::load(kDir, "qwen3");
+  const std::unique_ptr<Model> dense = Model::load(kDir + "qwen3-q8.gguf");
+  const std::unique_ptr<Model> moe = Model::load(kDir + "qwen3-q8-as-moe.gguf");
+  ASSERT_TRUE(moe->config().moe());
+  for (const cpu::Precision precision : {cpu::Precision::kF32, cpu::Precision::kQ8}) {
+    ModelOptions o = options();
+    o.precision = precision;
+    CpuBackend a(*dense, o), b(*moe, o);
+    const std::vector<float> want = logits_fixture::run_prompts(a, f, o.block_size, kChunk);
+    EXPECT_EQ(worst_row_error(logits_fixture::run_prompts(b, f, o.block_size, kChunk), want, f.vocab,
+                              precision == cpu::Precision::kQ8 ? "one expert cpu q8" : "one expert cpu f32"),
+              0.0);
+    if (precision == cpu::Precision::kF32) {
+      std::unique_ptr<Backend> cuda = make_cuda_backend(*moe, o);
+      EXPECT_LE(worst_row_error(logits_fixture::run_prompts(*cuda, f, o.block_size, kChunk), want, f.vocab,
+                                "one expert cuda-emu"),
+                kCudaTol);
+    }
+  }
+}
+
 std::string param_name(const ::testing::TestParamInfo<std::tuple<const char*, bool>>& info) {
   std::string s = std::get<0>(info.param);
   std::replace(s.begin(), s.end(), '-', '_');
