@@ -151,7 +151,8 @@ class ForwardOps {
   virtual void route_experts(int32_t /*layer*/) { FATHOM_CHECK(false, "this backend runs no experts"); }
   // Per active expert e, out rows of e's pairs = in rows · W_eᵀ, several matrices sharing the
   // input as one job; `in` is kXn (token rows: a pair reads its token's) or kGate (pair rows).
-  // Each active expert's matrices are read once; their stored bytes go to StepStats::expert_bytes.
+  // A backend reads each active expert's matrices once a step (the CPU) or once per few of its
+  // pairs (CUDA's grouped GEMV: 4) and adds the bytes it read to StepStats::expert_bytes.
   virtual void expert_matmul(int32_t /*layer*/, std::span<const ExpertMatmulOut> /*outs*/, Act /*in*/) {
     FATHOM_CHECK(false, "this backend runs no experts");
   }

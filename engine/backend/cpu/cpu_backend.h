@@ -77,7 +77,8 @@ class CpuBackend final : public Backend {
   // and kept in break_evens_.
   int32_t sparse_break_even(const AttentionPolicy& policy) override;
   // Experts: the router's logits through route_tokens; each active expert's matrices as one
-  // matmul (group) over its pairs' rows (gathered from kXn when the input is per token).
+  // matmul (group) over its pairs' rows (gathered from kXn when the input is per token); a
+  // one-token step's gate and up matrices of every active expert as one job (they share the row).
   void route_experts(int32_t layer) override;
   void expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> outs, Act in) override;
   void combine_experts(Act out) override;
