@@ -130,7 +130,7 @@ class CudaBackend final : public Backend {
   int64_t attend_group(int32_t layer, const AttentionGroup& group) override;
   // Experts: the router's logits on the device (grouped_gemv over f32), copied to the host, which
   // picks the top-k (route_tokens: the CPU's code, so both backends route alike) and uploads the
-  // pair tables; one grouped_gemv launch per projection over every active expert.
+  // pair tables; one grouped_gemv launch per projection over every active expert (per 65535 runs of pairs).
   void route_experts(int32_t layer) override;
   void expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> outs, Act in) override;
   void combine_experts(Act out) override;
@@ -172,6 +172,9 @@ class CudaBackend final : public Backend {
   void reset_row_cache();
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
+  // cuda::grouped_gemv over any number of items (launches of at most 65535: the grid's y).
+  void grouped_gemv(GgmlType type, const void* w, int64_t stride, int64_t n_out, int64_t k, const float* x, float* y,
+                    const cuda::ExpertRows* items, int32_t n_items);
 
   ModelConfig config_;
   int32_t num_blocks_;
@@ -746,9 +749,8 @@ void CudaBackend::route_experts(int32_t layer) {
   for (int64_t t = 0; t < T_; t += 4)
     token_runs.push_back({0, static_cast<int32_t>(t), static_cast<int32_t>(std::min<int64_t>(4, T_ - t))});
   router_logits_.reserve(static_cast<size_t>(T_ * E));
-  FATHOM_CUDA_BACKEND_OK(cuda::grouped_gemv(GgmlType::F32, layers_[layer].router.get(), 0, E, c.dim, act(Act::kXn),
-                                            router_logits_.get(), uploads_.put(token_runs),
-                                            static_cast<int32_t>(token_runs.size()), stream_));
+  grouped_gemv(GgmlType::F32, layers_[layer].router.get(), 0, E, c.dim, act(Act::kXn), router_logits_.get(),
+               uploads_.put(token_runs), static_cast<int32_t>(token_runs.size()));
   router_host_.resize(static_cast<size_t>(T_ * E));
   FATHOM_CUDA_BACKEND_OK(cudaMemcpy(router_host_.data(), router_logits_.get(), router_host_.size() * sizeof(float),
                                     cudaMemcpyDeviceToHost));
@@ -765,6 +767,14 @@ void CudaBackend::route_experts(int32_t layer) {
   n_expert_items_ = static_cast<int32_t>(items.size());
 }
 
+void CudaBackend::grouped_gemv(GgmlType type, const void* w, int64_t stride, int64_t n_out, int64_t k, const float* x,
+                               float* y, const cuda::ExpertRows* items, int32_t n_items) {
+  constexpr int32_t kMaxItems = 65535;  // a launch's grid.y
+  for (int32_t i = 0; i < n_items; i += kMaxItems)
+    FATHOM_CUDA_BACKEND_OK(
+        cuda::grouped_gemv(type, w, stride, n_out, k, x, y, items + i, std::min(kMaxItems, n_items - i), stream_));
+}
+
 void CudaBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> outs, Act in) {
   FATHOM_CHECK(!outs.empty() && (in == Act::kXn || in == Act::kGate));
   const DevLayer& D = layers_[layer];
@@ -778,8 +788,7 @@ void CudaBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> 
   for (const ExpertMatmulOut& o : outs) {
     const DevMatrix& m = expert_matrices(D, o.w);
     const int64_t rows = m.rows / config_.n_experts, stride = rows * static_cast<int64_t>(ggml_row_size(m.type, m.cols));
-    FATHOM_CUDA_BACKEND_OK(cuda::grouped_gemv(m.type, m.data, stride, rows, m.cols, x, act(o.out), expert_items_,
-                                              n_expert_items_, stream_));
+    grouped_gemv(m.type, m.data, stride, rows, m.cols, x, act(o.out), expert_items_, n_expert_items_);
     step_.expert_bytes += stride * n_expert_items_;  // each run of <= 4 pairs reads its expert's rows
   }
 }
