@@ -8,6 +8,7 @@ namespace fathom {
 
 void EngineMetrics::record_step(const StepStats& step, const std::vector<MeasuredBreakEven>& break_evens) {
   swap_in.inc(static_cast<double>(step.staged_bytes));
+  if (step.expert_bytes > 0) expert_bytes.inc(static_cast<double>(step.expert_bytes));
   const HotRowCounts& hot = step.hot_rows;
   for (PolicyKind k = 0; k < policy_count(); ++k) {
     if (hot.hits[k] > 0) hot_rows(k, "hit").inc(static_cast<double>(hot.hits[k]));

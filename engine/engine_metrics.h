@@ -52,6 +52,8 @@ struct EngineMetrics {
                              "(prefix-cache hits excluded)")),
         demoted(r.counter("fathom_kv_blocks_demoted_total",
                           "KV blocks moved from the device tier to the host tier to make room for a step's writes")),
+        expert_bytes(r.counter("fathom_expert_weight_bytes_total",
+                               "Expert weight bytes mixture-of-experts layers read (each active expert once a step)")),
         dropped_blocks(r.counter("fathom_kv_blocks_dropped_total",
                                  "KV blocks of running sequences dropped from both tiers (cache-or-recompute)")),
         dropped_recomputed(r.counter("fathom_kv_dropped_tokens_recomputed_total",
@@ -103,6 +105,7 @@ struct EngineMetrics {
   Histogram &ttft, &itl, &e2e, &queue, &prefill_time, &decode_time, &step_tokens, &step_time;
   Gauge &blocks_device, &blocks_host, &usage_device, &usage_host;
   Counter &prefix_queries, &prefix_hits, &preempt_recompute, &swap_out, &swap_in, &hot_fallback, &recomputed, &demoted;
+  Counter& expert_bytes;
   Counter &dropped_blocks, &dropped_recomputed, &restored_blocks;
   Gauge &dropped_now, &recompute_cost, &transfer_cost;
   MetricsRegistry& registry;

@@ -86,7 +86,26 @@ void attention_block(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, 
   ops.add(Act::kX, Act::kProj);
 }
 
+// Mixture of experts: the router picks each token's k experts; the gated MLP runs over the
+// (token, slot) pairs grouped by expert (each active expert's weights read once), and each token
+// sums its pairs' outputs by the router's weights.
+void moe_block(const ModelConfig& c, ForwardOps& ops, int64_t T, int32_t il) {
+  ops.rms_norm(Act::kX, Act::kXn, il, LayerVector::kFfnNorm, T, c.dim);
+  ops.route_experts(il);
+  const ExpertMatmulOut gate_up[] = {{ExpertMatrix::kGate, Act::kGate}, {ExpertMatrix::kUp, Act::kUp}};
+  ops.expert_matmul(il, gate_up, Act::kXn);
+  ops.glu(c.activation);
+  const ExpertMatmulOut down[] = {{ExpertMatrix::kDown, Act::kExpertOut}};
+  ops.expert_matmul(il, down, Act::kGate);
+  ops.combine_experts(Act::kProj);
+  ops.add(Act::kX, Act::kProj);
+}
+
 void mlp_block(const ModelConfig& c, ForwardOps& ops, int64_t T, int32_t il) {
+  if (c.moe()) {
+    moe_block(c, ops, T, il);
+    return;
+  }
   ops.rms_norm(Act::kX, Act::kXn, il, LayerVector::kFfnNorm, T, c.dim);
   const MatmulOut gate_up[] = {{LayerMatrix::kGate, Act::kGate}, {LayerMatrix::kUp, Act::kUp}};
   ops.matmul(il, gate_up, Act::kXn);

@@ -7,22 +7,27 @@
 //   kX, kXn, kProj: (T, dim)     residual stream, its normalised copy, a sublayer's output
 //   kQ, kAttn:      (T, q_dim)   queries, attention output
 //   kK, kV:         (T, kv_dim)  the new tokens' keys and values (before they enter the cache)
-//   kGate, kUp:     (T, ffn_dim) the gated MLP's two projections
+//   kGate, kUp:     (T, ffn_dim) the gated MLP's two projections; with experts (ModelConfig::moe())
+//                   (T · k, expert_ffn_dim): a row per (token, slot) pair in ExpertRouting's order
+//   kExpertOut:     (T · k, dim) each pair's expert output (experts only; dense models: empty)
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "base/error.h"
 #include "engine/attention/decode_attention.h"
 #include "engine/batch_plan.h"
 #include "engine/model/model_config.h"
 
 namespace fathom {
 
-enum class Act { kX, kXn, kQ, kK, kV, kAttn, kProj, kGate, kUp };
+enum class Act { kX, kXn, kQ, kK, kV, kAttn, kProj, kGate, kUp, kExpertOut };
 // Per-layer vectors of ModelWeights' LayerWeights (f32): norm weights and biases.
 enum class LayerVector { kAttnNorm, kFfnNorm, kQNorm, kKNorm, kPostAttnNorm, kPostFfnNorm, kBq, kBk, kBv };
 // Per-layer matrices, y = x · Wᵀ.
 enum class LayerMatrix { kWq, kWk, kWv, kWo, kGate, kUp, kDown };
+// Each expert's matrices of an MoE layer (LayerWeights::gate_exps, up_exps, down_exps).
+enum class ExpertMatrix { kGate, kUp, kDown };
 
 // Row width of an activation buffer (see the table above).
 inline int64_t act_width(const ModelConfig& c, Act a) {
@@ -35,7 +40,8 @@ inline int64_t act_width(const ModelConfig& c, Act a) {
     case Act::kK:
     case Act::kV: return c.kv_dim();
     case Act::kGate:
-    case Act::kUp: return c.ffn_dim;
+    case Act::kUp: return c.moe() ? c.n_experts_used * c.expert_ffn_dim : c.ffn_dim;
+    case Act::kExpertOut: return c.moe() ? c.n_experts_used * c.dim : 0;
   }
   return 0;
 }
@@ -71,8 +77,22 @@ auto& layer_matrix(Layer& l, LayerMatrix m) {
   return l.wq;  // unreachable
 }
 
+template <typename Layer>
+auto& expert_matrices(Layer& l, ExpertMatrix m) {
+  switch (m) {
+    case ExpertMatrix::kGate: return l.gate_exps;
+    case ExpertMatrix::kUp: return l.up_exps;
+    case ExpertMatrix::kDown: return l.down_exps;
+  }
+  return l.gate_exps;  // unreachable
+}
+
 struct MatmulOut {
   LayerMatrix w;
+  Act out;
+};
+struct ExpertMatmulOut {
+  ExpertMatrix w;
   Act out;
 };
 
@@ -126,7 +146,19 @@ class ForwardOps {
   // Bifurcated attention of a group's one-token steps (engine/batch_plan.h AttentionGroup): each
   // shared segment read once for all members; returns the KV bytes read.
   virtual int64_t attend_group(int32_t layer, const AttentionGroup& group) = 0;
-  // kGate = act(kGate) · kUp, elementwise.
+  // Mixture of experts (ModelConfig::moe()). Routes kXn's rows through `layer`'s router (n_experts
+  // logits each; engine/expert_routing.h): the step's (token, slot) pairs grouped by expert.
+  virtual void route_experts(int32_t /*layer*/) { FATHOM_CHECK(false, "this backend runs no experts"); }
+  // Per active expert e, out rows of e's pairs = in rows · W_eᵀ, several matrices sharing the
+  // input as one job; `in` is kXn (token rows: a pair reads its token's) or kGate (pair rows).
+  // A backend reads each active expert's matrices once a step (the CPU) or once per few of its
+  // pairs (CUDA's grouped GEMV: 4) and adds the bytes it read to StepStats::expert_bytes.
+  virtual void expert_matmul(int32_t /*layer*/, std::span<const ExpertMatmulOut> /*outs*/, Act /*in*/) {
+    FATHOM_CHECK(false, "this backend runs no experts");
+  }
+  // out (T, dim) = Σ over each token's pairs of weight · kExpertOut row.
+  virtual void combine_experts(Act /*out*/) { FATHOM_CHECK(false, "this backend runs no experts"); }
+  // kGate = act(kGate) · kUp, elementwise over (T, act_width(kGate)).
   virtual void glu(Activation act) = 0;
   // x += y, elementwise over (T, width of x).
   virtual void add(Act x, Act y) = 0;

@@ -1,4 +1,4 @@
-"""Tiny random-weight Qwen2, Qwen3, Phi-3 and Llama 3.1 models, and transformers' logits for them.
+"""Tiny random-weight Qwen2, Qwen3, Phi-3, Llama 3.1, Qwen3-MoE and Mixtral models, and transformers' logits for them.
 
 Part of `make fixtures` (scripts/make_fixtures.py calls make_all; .venv-fixtures). For each family it
 
@@ -9,8 +9,9 @@ Part of `make fixtures` (scripts/make_fixtures.py calls make_all; .venv-fixtures
   3. writes it as GGUF with the `gguf` package the way llama.cpp's converter lays these
      architectures out (tensor names from gguf's own tables; qwen2/qwen3/phi3 unpermuted, rotating
      NEOX-style; llama's Q and K rows permuted for adjacent-pair rotation and its llama3 scaling as
-     the rope_freqs tensor, as the converter writes them; phi3's fused attn_qkv and gate/up ffn_up as
-     the checkpoint stores them),
+     the rope_freqs tensor, as the converter writes them (Mixtral too: a `llama` with experts); phi3's
+     fused attn_qkv and gate/up ffn_up as the checkpoint stores them; the MoE families' experts as the
+     stacked ffn_{gate,up,down}_exps and their router ffn_gate_inp in f32, as the converter writes them),
   4. converts the Hugging Face directory with llama.cpp's own convert_hf_to_gguf.py (the pinned
      llama-cpp-python sdist's vendor/llama.cpp, fetched once into .venv-fixtures/) into
      <name>.llamacpp.gguf: an independent writer of the same model,
@@ -22,6 +23,12 @@ Part of `make fixtures` (scripts/make_fixtures.py calls make_all; .venv-fixtures
 Output: tests/fixtures/arch/<name>.{gguf,llamacpp.gguf,logits.f32,json} and <name>-hf/. The test is
 tests/kernel/test_cuda_arch_fixtures.cpp (CPU backend and the CUDA backend under emulation).
 `python scripts/arch_fixtures.py NAME...` makes only the families named.
+
+The MoE families' seeds are chosen so that no token of the two prompts is near a routing tie: the
+gap between the k-th and (k+1)-th router logit is at least the family's min_router_gap (0.01-0.02
+logits, against the CUDA backend's ~2e-3 error in them) everywhere, so that an implementation's
+rounding does not change which experts a token takes (the seed found is kept in FAMILIES); the
+smallest gap, also over the greedy run, is in the JSON (router_min_gap).
 """
 import copy
 import json
@@ -36,8 +43,9 @@ import gguf
 import numpy as np
 import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-from transformers import (LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 from fixture_lib import (INITIALIZER_RANGE, VOCAB, add_bpe_vocab, f32_vs_f64, finish_gguf, gpt2_byte_chars,
                          logits_of, made_with, randomize_norms, rel_error)
@@ -102,12 +110,32 @@ FAMILIES = {
                           rope_parameters=dict(rope_type="llama3", rope_theta=5e5, factor=8.0, low_freq_factor=1.0,
                                                high_freq_factor=4.0, original_max_position_embeddings=64)),
                   ablation="the llama3 scaling left out"),
+    # Qwen3-30B-A3B-style: Qwen3's attention (QK norm, head_dim 48), every layer 4 experts of width
+    # 48 with top-2 routing, the top-2 probabilities renormalised (norm_topk_prob, as the released
+    # models and llama.cpp's qwen3moe do).
+    "qwen3moe": dict(arch="qwen3moe", model=Qwen3MoeForCausalLM, config=Qwen3MoeConfig, pre="qwen2",
+                     tokenizer="Qwen2Tokenizer",
+                     hf=dict(num_attention_heads=2, num_key_value_heads=1, head_dim=48, rms_norm_eps=1e-6,
+                             tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=1e6),
+                             num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True,
+                             decoder_sparse_step=1, mlp_only_layers=[]),
+                     ablation="the top-2 weights not renormalised", min_router_gap=0.02, seed=41104),
+    # Mixtral-8x7B-style: a llama (GGUF `llama`, Q/K permuted) whose every MLP is 4 experts of
+    # intermediate_size with top-2 routing (softmax over the top-2 logits), no sliding window.
+    "mixtral": dict(arch="llama", model=MixtralForCausalLM, config=MixtralConfig, pre="gpt2", tokenizer="GPT2Tokenizer",
+                    hf=dict(num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                            sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=1e6),
+                            num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0),
+                    ablation="top-1 routing instead of top-2", min_router_gap=0.01, seed=8105),
 }
+MOE = ("qwen3moe", "mixtral")
 
 
 def build_model(spec, seed, hf_overrides=None):
     cfg = spec["config"](**COMMON, **{**spec["hf"], **(hf_overrides or {})})
     cfg._attn_implementation = "eager"
+    if hasattr(cfg, "num_experts_per_tok"):  # the per-expert loop (the grouped_mm one refuses f64)
+        cfg._experts_implementation = "eager"
     torch.manual_seed(seed)
     model = spec["model"](cfg).eval()
     randomize_norms(model)
@@ -211,9 +239,18 @@ def write_gguf(path, model, spec):
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_rope_freq_base(rope["rope_theta"])
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    if arch == "qwen3":
+    if arch in ("qwen3", "qwen3moe"):
         w.add_key_length(cfg.head_dim)
         w.add_value_length(cfg.head_dim)
+    experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    if arch == "llama" and experts:  # Mixtral: what llama.cpp's converter writes for it
+        w.add_vocab_size(cfg.vocab_size)
+        w.add_rope_dimension_count(rope_dims(cfg))
+    if experts:
+        w.add_expert_count(experts)
+        w.add_expert_used_count(cfg.num_experts_per_tok)
+    if arch == "qwen3moe":
+        w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     if arch == "phi3":
         w.add_rope_scaling_orig_ctx_len(rope.get("original_max_position_embeddings",
                                                  cfg.original_max_position_embeddings))
@@ -223,7 +260,7 @@ def write_gguf(path, model, spec):
             w.add_rope_scaling_attn_factors(longrope_attn_factor(cfg))
             w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
             w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
-    if arch == "llama":
+    if arch == "llama" and not experts:  # the Llama 3.1 family
         w.add_vocab_size(cfg.vocab_size)
         w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
         w.add_key_length(cfg.hidden_size // cfg.num_attention_heads)
@@ -234,6 +271,9 @@ def write_gguf(path, model, spec):
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
     for hf_name, t in model.state_dict().items():
         if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        if ".mlp.gate." in hf_name or ".mlp.experts." in hf_name:
+            add_moe_tensor(w, hf_name, t)
             continue
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
@@ -249,6 +289,47 @@ def write_gguf(path, model, spec):
         else:
             w.add_tensor(name, data)
     finish_gguf(w)
+
+
+def add_moe_tensor(w, hf_name, t):
+    """transformers' MoE layout -> llama.cpp's: the router (n_experts, dim) as f32 ffn_gate_inp; the
+    experts' gate_up_proj (n_experts, 2 ffn, dim) split into ffn_gate_exps and ffn_up_exps, down_proj
+    (n_experts, dim, ffn) as ffn_down_exps, bf16 (GGUF dims reversed: [dim, ffn, n_experts])."""
+    bid = int(hf_name.split(".")[2])
+    data = t.detach().to(torch.float32).numpy()
+
+    def bf16(name, x):
+        w.add_tensor(f"blk.{bid}.{name}.weight", gguf.quants.quantize(np.ascontiguousarray(x), gguf.GGMLQuantizationType.BF16),
+                     raw_dtype=gguf.GGMLQuantizationType.BF16)
+    if hf_name.endswith(".mlp.gate.weight"):
+        w.add_tensor(f"blk.{bid}.ffn_gate_inp.weight", data)
+    elif hf_name.endswith(".mlp.experts.gate_up_proj"):
+        ffn = data.shape[1] // 2
+        bf16("ffn_gate_exps", data[:, :ffn, :])
+        bf16("ffn_up_exps", data[:, ffn:, :])
+    elif hf_name.endswith(".mlp.experts.down_proj"):
+        bf16("ffn_down_exps", data)
+    else:
+        raise KeyError(f"{hf_name}: an MoE tensor the fixture does not lay out")
+
+
+def router_min_gap(model, sequences):
+    """The smallest gap between the k-th and (k+1)-th router logit over every token of `sequences`
+    and every layer: how close a routing is to a tie."""
+    gaps, hooks = [], []
+    k = model.config.num_experts_per_tok
+
+    def hook(_module, _inputs, output):
+        top = torch.topk(output[0].to(torch.float64), k + 1, dim=-1).values
+        gaps.append(float((top[:, k - 1] - top[:, k]).min()))
+    for layer in model.model.layers:
+        hooks.append(layer.mlp.gate.register_forward_hook(hook))
+    try:
+        logits_of(model, sequences)
+    finally:
+        for h in hooks:
+            h.remove()
+    return min(gaps)
 
 
 def llama_cpp_converter():
@@ -360,12 +441,24 @@ def ablated(name, spec, model):
         return same_weights(spec, model, dict(sliding_window=None))
     if name == "llama":
         return same_weights(spec, model, dict(rope_parameters=dict(rope_type="default", rope_theta=5e5)))
+    if name == "qwen3moe":
+        return same_weights(spec, model, dict(norm_topk_prob=False))
+    if name == "mixtral":
+        return same_weights(spec, model, dict(num_experts_per_tok=1))
     rope = dict(spec["hf"]["rope_parameters"], long_factor=SHORT_FACTORS)
     return same_weights(spec, model, dict(rope_parameters=rope))
 
 
 def make(name, spec, seed, prompts, out):
     model = build_model(spec, seed)
+    if name in MOE:  # a seed whose prompts' routings are clear of ties
+        for attempt in range(1, 100):
+            if router_min_gap(model, prompts) >= spec["min_router_gap"]:
+                break
+            seed += 1000
+            model = build_model(spec, seed)
+        else:
+            raise RuntimeError(f"{name}: no seed with router gaps >= {spec['min_router_gap']}")
     hf_dir = out / f"{name}-hf"
     save_hf(model, spec, hf_dir)
     write_gguf(out / f"{name}.gguf", model, spec)
@@ -396,6 +489,9 @@ def make(name, spec, seed, prompts, out):
         greedy=dict(prompt=greedy_prompt, ids=ids, margins=margins),
         llamacpp=dict(llama_cpp_python=LLAMA_CPP_PYTHON, **converter),
         made_with=made_with())
+    if name in MOE:
+        meta.update(seed=seed, router_min_gap=dict(prompts=router_min_gap(reference, prompts),
+                                                   greedy=router_min_gap(reference, [greedy_prompt + ids])))
     (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"{name}: f32 vs f64 {noise:.2e}, {spec['ablation']} {ablation:.2e}, greedy min margin "
           f"{min(margins):.3f}, llama.cpp's GGUF differs in {converter}")
@@ -407,7 +503,7 @@ def make_all(out=OUT, only=None):
     prompts = [rng.integers(0, VOCAB - 2, n).tolist() for n in PROMPT_LENGTHS]
     for seed, (name, spec) in enumerate(FAMILIES.items()):  # a family's seed is its place in FAMILIES
         if not only or name in only:
-            make(name, spec, 100 + seed, prompts, out)
+            make(name, spec, spec.get("seed", 100 + seed), prompts, out)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import arch_fixtures
 import embedding_fixtures
+import moe_identity_fixtures
 from fixture_lib import (INITIALIZER_RANGE, VOCAB, add_bpe_vocab, f32_vs_f64, finish_gguf, gpt2_byte_chars,
                          logits_of, made_with, randomize_norms, rel_error)
 
@@ -191,6 +192,7 @@ def main():
         make_rope_fixtures(args.out)
     if args.only in (None, "arch"):
         arch_fixtures.make_all(arch_fixtures.OUT)
+        moe_identity_fixtures.main()  # reads the arch step's qwen3.gguf
     if args.only in (None, "embed"):  # after arch: it reads the arch fixtures' Hugging Face directories
         embedding_fixtures.make_all(embedding_fixtures.OUT)
 

@@ -60,6 +60,7 @@ void Backend::exchange_slots(int32_t device_slot, int32_t host_slot) {
 
 StepStats& StepStats::operator+=(const StepStats& o) {
   staged_bytes += o.staged_bytes;
+  expert_bytes += o.expert_bytes;
   for (int k = 0; k < kMaxPolicies; ++k) {
     hot_rows.hits[k] += o.hot_rows.hits[k];
     hot_rows.misses[k] += o.hot_rows.misses[k];

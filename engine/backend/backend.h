@@ -41,6 +41,9 @@ struct StepStats {
   HotRowCounts hot_rows;
   KvReadBytes kv_read{};
   AttentionSteps attention_steps{};
+  // Expert weight bytes the MoE layers read (stored form): Σ over layers and distinct active
+  // experts of their three matrices' bytes (ForwardOps::expert_matmul).
+  int64_t expert_bytes = 0;
   StepStats& operator+=(const StepStats& o);  // summing passes
 };
 

@@ -15,12 +15,29 @@ struct ArchInfo {
   const char* name;  // general.architecture, and the prefix of its keys
   Architecture arch;
   bool reads_sliding_window;  // <arch>.attention.sliding_window: gemma3's local layers, phi3's every layer
+  bool reads_experts;         // <arch>.expert_count, expert_used_count: qwen3moe, and llama as Mixtral
 };
-constexpr ArchInfo kArchs[] = {{"llama", Architecture::kLlama, false},
-                               {"gemma3", Architecture::kGemma3, true},
-                               {"qwen2", Architecture::kQwen2, false},
-                               {"qwen3", Architecture::kQwen3, false},
-                               {"phi3", Architecture::kPhi3, true}};
+constexpr ArchInfo kArchs[] = {{"llama", Architecture::kLlama, false, true},
+                               {"gemma3", Architecture::kGemma3, true, false},
+                               {"qwen2", Architecture::kQwen2, false, false},
+                               {"qwen3", Architecture::kQwen3, false, false},
+                               {"phi3", Architecture::kPhi3, true, false},
+                               {"qwen3moe", Architecture::kQwen3Moe, false, true}};
+
+// Mixture-of-experts architectures fathom does not load, and the part of them it lacks.
+struct RefusedMoe {
+  const char* name;
+  const char* lacks;
+};
+constexpr RefusedMoe kRefusedMoe[] = {
+    {"qwen2moe", "shared experts (ffn_*_shexp) and their sigmoid gate"},
+    {"deepseek", "shared experts"},
+    {"deepseek2", "shared experts, grouped top-k routing and multi-head latent attention"},
+    {"grok", "expert and attention soft-capping"},
+    {"dbrx", "fused QKV clipping and its expert layout"},
+    {"olmoe", "its QK norm over the whole projection"},
+    {"gpt-oss", "attention sinks, biased routers and MXFP4 experts"},
+};
 
 // The <arch>.* keys from_gguf reads (and `vocab_size`, which the embedding's rows restate), besides
 // the rope.scaling.* keys rope_scaling.cpp reads. Any other key of the architecture — a sliding
@@ -43,7 +60,8 @@ void refuse_unknown_keys(const GgufFile& f, const ArchInfo& a) {
     if (k == kWindow && (a.reads_sliding_window || f.get_int(key) == 0)) continue;  // 0: no window
     // Dense files of some converters say they have no experts; old llama conversions record how
     // they permuted Q and K (informational: llama.cpp reads neither).
-    if ((k == "expert_count" || k == "expert_used_count") && f.get_int(key) == 0) continue;
+    if ((k == "expert_count" || k == "expert_used_count") && (a.reads_experts || f.get_int(key) == 0)) continue;
+    if (k == "expert_feed_forward_length" && a.arch == Architecture::kQwen3Moe) continue;
     if (k == "tensor_data_layout") continue;
     throw Error(f.path() + ": metadata " + key + " is not supported by fathom's " + a.name +
                 (k == kWindow ? " (sliding-window attention)" : "") +
@@ -78,6 +96,19 @@ Pooling pooling_from_gguf(const GgufFile& f, const std::string& key) {
   }
 }
 
+// <arch>.expert_count (0 or absent: dense), expert_used_count (the router's top-k) and, for
+// qwen3moe, expert_feed_forward_length (each expert's ffn width; Mixtral's experts are
+// feed_forward_length wide).
+void read_experts(const GgufFile& f, const std::string& a, ModelConfig& c) {
+  constexpr int64_t kMaxExperts = 1024;
+  const int64_t n = f.get_int(a + "expert_count").value_or(0);
+  if (n == 0) return;
+  c.n_experts = require_positive(f, a + "expert_count", kMaxExperts);
+  c.n_experts_used = require_positive(f, a + "expert_used_count", c.n_experts);
+  c.expert_ffn_dim = c.arch == Architecture::kQwen3Moe ? require_positive(f, a + "expert_feed_forward_length", 1 << 20)
+                                                       : c.ffn_dim;
+}
+
 }  // namespace
 
 const char* pooling_name(Pooling p) {
@@ -95,9 +126,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.arch_name = f.require_string("general.architecture");
   const auto info =
       std::find_if(std::begin(kArchs), std::end(kArchs), [&](const ArchInfo& a) { return c.arch_name == a.name; });
-  if (info == std::end(kArchs))
-    throw Error(f.path() + ": unsupported architecture '" + c.arch_name +
-                "' (supported: llama, gemma3, qwen2, qwen3, phi3)");
+  if (info == std::end(kArchs)) {
+    const auto moe = std::find_if(std::begin(kRefusedMoe), std::end(kRefusedMoe),
+                                  [&](const RefusedMoe& m) { return c.arch_name == m.name; });
+    throw Error(f.path() + ": unsupported architecture '" + c.arch_name + "'" +
+                (moe != std::end(kRefusedMoe) ? std::string(" (a mixture of experts with ") + moe->lacks +
+                                                    ", which fathom does not implement)"
+                                              : std::string()) +
+                " (supported: llama and Mixtral-style llama with experts, gemma3, qwen2, qwen3, qwen3moe, phi3)");
+  }
   c.arch = info->arch;
   refuse_unknown_keys(f, *info);
   const std::string a = c.arch_name + ".";
@@ -132,7 +169,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   // architectures keep the checkpoint's rotate-half (NEOX) layout. fathom.rope_neox says which a
   // file holds where that differs: a Hugging Face llama's rows as the checkpoint has them (hf_config.cpp).
   c.rope_neox = f.get_bool("fathom.rope_neox").value_or(c.arch != Architecture::kLlama);
-  if (c.arch == Architecture::kQwen3) c.qk_norm = true;
+  if (c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe) c.qk_norm = true;
+  if (info->reads_experts) read_experts(f, a, c);
   if (c.arch == Architecture::kPhi3) {
     c.fused_gate_up = true;
     // Phi-3-mini's window (2047 of 4096) on every layer, as transformers applies it (llama.cpp

@@ -10,7 +10,7 @@ namespace fathom {
 
 class GgufFile;
 
-enum class Architecture { kLlama, kGemma3, kQwen2, kQwen3, kPhi3 };
+enum class Architecture { kLlama, kGemma3, kQwen2, kQwen3, kPhi3, kQwen3Moe };
 enum class Activation { kSilu, kGeluTanh };  // gate activation of the gated MLP (SwiGLU / GeGLU)
 // How an embedding is pooled from the final hidden states (after the final norm) of a prompt's
 // positions: their mean, the first (CLS) or the last position's. GGUF's <arch>.pooling_type.
@@ -48,12 +48,20 @@ struct ModelConfig {
   bool post_norms = false;   // RMSNorm on the attention and MLP outputs before the residual add
   Activation activation = Activation::kSilu;
   Pooling pooling = Pooling::kNone;  // an embedding model's pooling (<arch>.pooling_type); none for generative models
+  // Mixture of experts (qwen3moe; llama with <arch>.expert_count > 0, i.e. Mixtral): every layer's
+  // MLP is n_experts gated MLPs of expert_ffn_dim; per token a router (softmax over n_experts
+  // logits) picks the n_experts_used most probable and weighs their outputs by those
+  // probabilities renormalised to sum 1 (both families' transformers code). 0: a dense MLP.
+  int32_t n_experts = 0;
+  int32_t n_experts_used = 0;
+  int32_t expert_ffn_dim = 0;
   RopeScaling rope_scaling;  // of the global layers (gemma3's local layers rotate unscaled)
   std::vector<LayerConfig> layers;
 
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
   int32_t group_size() const { return n_heads / n_kv_heads; }
+  bool moe() const { return n_experts > 0; }
 
   // Throws fathom::Error for an unknown architecture, missing/inconsistent metadata, or an <arch>.*
   // key fathom does not implement (docs/models.md).

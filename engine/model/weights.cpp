@@ -34,6 +34,19 @@ class Loader {
     return WeightMatrix{t.type, t.data, rows, cols, nullptr};
   }
 
+  // A 3-D tensor of `n` stacked (rows, cols) matrices (GGUF dims [cols, rows, n]), one view each.
+  std::vector<WeightMatrix> stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols) {
+    const GgufTensorInfo& t = require(name);
+    if (t.dims.size() != 3 || t.dims[0] != cols || t.dims[1] != rows || t.dims[2] != n)
+      throw Error(f_.path() + ": tensor '" + name + "' has shape " + shape(t) + ", expected [" + std::to_string(cols) +
+                  ", " + std::to_string(rows) + ", " + std::to_string(n) + "]");
+    std::vector<WeightMatrix> out;
+    const size_t bytes = ggml_row_size(t.type, cols) * static_cast<size_t>(rows);
+    for (int64_t e = 0; e < n; ++e)
+      out.push_back(WeightMatrix{t.type, static_cast<const uint8_t*>(t.data) + e * bytes, rows, cols, nullptr});
+    return out;
+  }
+
   std::vector<float> vector(const std::string& name, int64_t n) {
     const GgufTensorInfo& t = require(name);
     if (t.elements() != n)
@@ -132,7 +145,16 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
       L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
     }
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.dim);
-    if (c.fused_gate_up) {  // phi3: the gate rows, then the up rows (transformers' gate_up_proj)
+    if (c.moe()) {  // llama.cpp's names and layout of qwen3moe's and Mixtral's experts
+      if (!load.find(p + "ffn_gate_exps.weight") && load.find(p + "ffn_gate.0.weight"))
+        throw Error(f.path() + ": experts stored one tensor each ('" + p +
+                    "ffn_gate.0.weight', llama.cpp's layout before 2024) are not read by fathom: convert the model "
+                    "again (stacked ffn_gate_exps, ffn_up_exps, ffn_down_exps)");
+      L.router = load.matrix(p + "ffn_gate_inp.weight", c.n_experts, c.dim);
+      L.gate_exps = load.stacked(p + "ffn_gate_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
+      L.up_exps = load.stacked(p + "ffn_up_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
+      L.down_exps = load.stacked(p + "ffn_down_exps.weight", c.n_experts, c.dim, c.expert_ffn_dim);
+    } else if (c.fused_gate_up) {  // phi3: the gate rows, then the up rows (transformers' gate_up_proj)
       const WeightMatrix gate_up = load.matrix(p + "ffn_up.weight", 2 * static_cast<int64_t>(c.ffn_dim), c.dim);
       L.w_gate = row_view(gate_up, 0, c.ffn_dim);
       L.w_up = row_view(gate_up, c.ffn_dim, c.ffn_dim);
@@ -140,7 +162,7 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
       L.w_gate = load.matrix(p + "ffn_gate.weight", c.ffn_dim, c.dim);
       L.w_up = load.matrix(p + "ffn_up.weight", c.ffn_dim, c.dim);
     }
-    L.w_down = load.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
+    if (!c.moe()) L.w_down = load.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
     if (c.post_norms) {
       L.post_attn_norm = load.vector(p + "post_attention_norm.weight", c.dim);
       L.post_ffn_norm = load.vector(p + "post_ffw_norm.weight", c.dim);
@@ -150,6 +172,10 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
   for (const std::string& t : c.rope_scaling.tensors) load.consumed(t);
   load.check_all_consumed(c.arch_name);
   w.for_each_matrix([&](const WeightMatrix& m) { w.matrix_bytes += m.bytes(); });
+  for (const LayerWeights& L : w.layers)
+    if (!L.gate_exps.empty())
+      w.matrix_bytes += static_cast<size_t>(c.n_experts_used) *
+                        (L.gate_exps[0].bytes() + L.up_exps[0].bytes() + L.down_exps[0].bytes());
   return w;
 }
 

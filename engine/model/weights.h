@@ -36,8 +36,13 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;           // (head_dim), gemma3 and qwen3 QK-norm
   std::vector<float> post_attn_norm;           // (dim), gemma3
   std::vector<float> ffn_norm;                 // (dim)
-  WeightMatrix w_gate, w_up, w_down;           // (ffn, dim) (ffn, dim) (dim, ffn)
+  WeightMatrix w_gate, w_up, w_down;           // (ffn, dim) (ffn, dim) (dim, ffn); empty in an MoE model
   std::vector<float> post_ffn_norm;            // (dim), gemma3
+  // Mixture of experts (ModelConfig::moe()): the router ffn_gate_inp (n_experts, dim) and each
+  // expert's matrices, views into the stacked 3-D tensors ffn_{gate,up,down}_exps (expert e's
+  // rows follow expert e - 1's): (expert_ffn, dim) (expert_ffn, dim) (dim, expert_ffn).
+  WeightMatrix router;
+  std::vector<WeightMatrix> gate_exps, up_exps, down_exps;  // (n_experts) each
 };
 
 struct ModelWeights {
@@ -45,23 +50,35 @@ struct ModelWeights {
   WeightMatrix output;       // (vocab, dim); the embedding when tied
   std::vector<float> output_norm;  // (dim)
   std::vector<LayerWeights> layers;
-  size_t matrix_bytes = 0;   // bytes of every matrix read per decoded token (embedding row excluded)
+  // Bytes of every matrix read per decoded token (embedding row excluded); with experts, the
+  // router and n_experts_used experts' three matrices per layer.
+  size_t matrix_bytes = 0;
   std::shared_ptr<HugePageBuffer> packed_arena;  // every WeightMatrix::packed's panels (CPU backend)
 
   // Throws fathom::Error for a missing tensor, wrong shape, or a type the kernels cannot read.
   static ModelWeights from_gguf(const GgufFile& file, const ModelConfig& config);
 
-  // f(matrix) for every matrix read per decoded token: each layer's seven, then the output.
+  // f(matrix) for every matrix every decoded token reads: each layer's seven (empty in an MoE
+  // model) and router (empty in a dense one), then the output.
   template <typename F> void for_each_matrix(F&& f) { visit_matrices(*this, f); }
   template <typename F> void for_each_matrix(F&& f) const { visit_matrices(*this, f); }
+  // f(matrix) for every expert's three matrices of every layer (none in a dense model).
+  template <typename F> void for_each_expert_matrix(F&& f) { visit_experts(*this, f); }
+  template <typename F> void for_each_expert_matrix(F&& f) const { visit_experts(*this, f); }
 
 
  private:
   template <typename Self, typename F>
   static void visit_matrices(Self& self, F& f) {
     for (auto& L : self.layers)
-      for (auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) f(*m);
+      for (auto* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router}) f(*m);
     f(self.output);
+  }
+  template <typename Self, typename F>
+  static void visit_experts(Self& self, F& f) {
+    for (auto& L : self.layers)
+      for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})
+        for (auto& m : *v) f(m);
   }
 };
 

@@ -42,6 +42,7 @@ REQUIRED = {
     "fathom_kv_hot_rows_total": ("counter", {"policy": ["hip", "alisa"], "result": ["hit", "miss"]}),
     "fathom_kv_hot_row_fallbacks_total": ("counter", {}),
     "fathom_swap_bytes_total": ("counter", {"direction": ["in", "out"]}),
+    "fathom_expert_weight_bytes_total": ("counter", {}),
 }
 
 SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')

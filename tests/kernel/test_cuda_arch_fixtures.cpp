@@ -1,6 +1,7 @@
-// qwen2, qwen3 and phi3 against Hugging Face transformers, on the CPU backend and the CUDA backend
-// under emulation, loaded from our GGUF and from the Hugging Face directory itself (translated at
-// load: engine/model/hf_dir.h); and llama.cpp's own converter's GGUF of the same checkpoints.
+// qwen2, qwen3, phi3, llama, qwen3moe and Mixtral against Hugging Face transformers, on the CPU
+// backend and the CUDA backend under emulation, loaded from our GGUF and (the dense families) from
+// the Hugging Face directory itself (translated at load: engine/model/hf_dir.h); and llama.cpp's own
+// converter's GGUF of the same checkpoints.
 //
 // Fixtures: tests/fixtures/arch/<name>.{gguf,llamacpp.gguf,json} and the logits file the JSON names,
 // made by scripts/arch_fixtures.py (`make fixtures`): 2-layer random-weight models (hidden 64, GQA,
@@ -16,6 +17,11 @@
 // All rotate NEOX-style but llama's GGUF, whose Q/K rows llama.cpp's converter permutes for
 // adjacent-pair rotation and whose scaling it writes as the rope_freqs tensor; its Hugging Face
 // directory keeps the checkpoint's rows (rope_neox) and scaling keys (the llama3 rule).
+//   qwen3moe       qwen3's attention; 4 experts of 48, top-2, the top-2 weights renormalised
+//   mixtral        a `llama` (Q/K permuted like llama's) with 4 experts of 80, top-2; no llama3 scaling
+// The MoE fixtures' prompts route no token near a tie (the k-th and (k+1)-th router logits >= 0.01
+// apart: router_min_gap in the JSON), so rounding does not change which experts run. Their Hugging
+// Face directories are not loaded yet (hf_dir.h translates dense families only).
 //
 // Measure, per row: max|fathom − ref| / max|ref|; the worst row counts (as test_cuda_rope_scaling).
 // - CPU, f32 activations and f32 KV: transformers' own f32 logits are 1e-6 to 5e-6 from its f64
@@ -30,8 +36,9 @@
 //   frequencies are computed, not read from rope_freqs); and every test above on it too.
 // What the tolerances must catch (ablation.rel in each JSON, transformers without the feature):
 // 1.7 to 2.0 — qwen2 without its biases, qwen3 without its QK norms, phi3 without its window,
-// phi3-longrope with the short factors, llama without its llama3 scaling (1.8); and fathom rotating adjacent pairs instead of NEOX's: 1.6
-// to 2.2.
+// phi3-longrope with the short factors, llama without its llama3 scaling (1.8); 1.03 — qwen3moe
+// without renormalising the top-2 weights; 1.65 — mixtral routing each token to its top-1 expert
+// only; and fathom rotating adjacent pairs instead of NEOX's: 1.6 to 2.2.
 // Greedy: 32 tokens after a prompt the fixture chose for clear margins (every step's top-1 minus
 // top-2 logit is ≥ 1.5% of max|logit|): the CPU's and CUDA's ids equal transformers'.
 #include "tests/kernel/cuda_backend_headers.h"
@@ -102,9 +109,9 @@ std::vector<int32_t> greedy(Backend& backend, const std::vector<int32_t>& prompt
 
 TEST_P(ArchFixture, RopeFrequenciesMatchTransformers) {
   const ModelConfig& c = model_->config();
-  // llama's GGUF holds Q and K rows permuted for adjacent pairs (llama.cpp's converter); its
-  // directory, like every other family's file, the checkpoint's rotate-half rows.
-  EXPECT_EQ(c.rope_neox, hf() || std::string(name()) != "llama");
+  // llama's and Mixtral's GGUFs hold Q and K rows permuted for adjacent pairs (llama.cpp's
+  // converter); llama's directory, like every other family's file, the checkpoint's rotate-half rows.
+  EXPECT_EQ(c.rope_neox, hf() || c.arch != Architecture::kLlama);
   logits_fixture::expect_rope_matches(c, f_);
 }
 
@@ -158,14 +165,86 @@ TEST_P(ArchFixture, GreedyTokensMatchTransformers) {
             std::vector<int32_t>(want.begin(), want.begin() + clear));
 }
 
+// The MoE families: a step reads each active expert's three matrices once, however many of its
+// tokens go to it. A one-token step: n_layers · k experts; a 120-token prefill (240 pairs over 4
+// experts: every expert active): n_layers · n_experts on the CPU, where reading them per token
+// would be 60×. The CUDA backend's grouped GEMV reads an expert once per run of <= 4 of its pairs:
+// the same for a decode step; for the prefill at most n_layers · (pairs / 4 + n_experts).
+using MoeFixture = ArchFixture;
+TEST_P(MoeFixture, ExpertWeightsAreReadOncePerStep) {
+  const ModelConfig& c = model_->config();
+  ASSERT_TRUE(c.moe());
+  const LayerWeights& L = model_->weights().layers[0];
+  const int64_t expert = static_cast<int64_t>(L.gate_exps[0].bytes() + L.up_exps[0].bytes() + L.down_exps[0].bytes());
+  const std::vector<int32_t>& prompt = f_.prompts[1];
+  const int64_t pairs = static_cast<int64_t>(prompt.size()) * c.n_experts_used;
+  const ModelOptions o = options();
+  CpuBackend cpu(*model_, o);
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*model_, o);
+  for (Backend* b : {static_cast<Backend*>(&cpu), cuda.get()}) {
+    BlockAllocator pool(b->kv_blocks(), o.block_size);
+    std::vector<int32_t> table = logits_fixture::blocks_for(pool, static_cast<int64_t>(prompt.size()) + 1, o.block_size);
+    std::vector<float> logits;
+    BatchPlan prefill;
+    prefill.seqs.push_back(SeqStep{std::span<const int32_t>(prompt), 0, &table, LogitsWanted::kLast});
+    const int64_t prefill_bytes = b->forward(prefill, logits).expert_bytes;
+    if (b == &cpu) {
+      EXPECT_EQ(prefill_bytes, c.n_layers * c.n_experts * expert);
+    } else {
+      EXPECT_GE(prefill_bytes, c.n_layers * c.n_experts * expert);
+      EXPECT_LE(prefill_bytes, c.n_layers * (pairs / 4 + c.n_experts) * expert);
+    }
+    BatchPlan decode;
+    decode.seqs.push_back(
+        SeqStep{std::span<const int32_t>(prompt.data(), 1), static_cast<int32_t>(prompt.size()), &table,
+                LogitsWanted::kLast});
+    EXPECT_EQ(b->forward(decode, logits).expert_bytes, c.n_layers * c.n_experts_used * expert) << b->name();
+  }
+}
+
+// qwen3 with Q8_0 matrices, and the same tensors as a qwen3moe of one expert that every token uses
+// with weight 1 (scripts/moe_identity_fixtures.py): the MoE layer is the dense MLP. On the CPU the
+// logits are bitwise the dense model's at both precisions (kQ8: the experts' packed Q8_0 panels);
+// on CUDA within its tolerance of the CPU's (its dense MLP rounds activations to f16 for the bf16
+// down projection's GEMM, the grouped GEMV reads them in f32).
+TEST(OneExpert, IsTheDenseModel) {
+  const Fixture f = logits_fixture::load(kDir, "qwen3");
+  const std::unique_ptr<Model> dense = Model::load(kDir + "qwen3-q8.gguf");
+  const std::unique_ptr<Model> moe = Model::load(kDir + "qwen3-q8-as-moe.gguf");
+  ASSERT_TRUE(moe->config().moe());
+  for (const cpu::Precision precision : {cpu::Precision::kF32, cpu::Precision::kQ8}) {
+    ModelOptions o = options();
+    o.precision = precision;
+    CpuBackend a(*dense, o), b(*moe, o);
+    const std::vector<float> want = logits_fixture::run_prompts(a, f, o.block_size, kChunk);
+    EXPECT_EQ(worst_row_error(logits_fixture::run_prompts(b, f, o.block_size, kChunk), want, f.vocab,
+                              precision == cpu::Precision::kQ8 ? "one expert cpu q8" : "one expert cpu f32"),
+              0.0);
+    if (precision == cpu::Precision::kF32) {
+      std::unique_ptr<Backend> cuda = make_cuda_backend(*moe, o);
+      EXPECT_LE(worst_row_error(logits_fixture::run_prompts(*cuda, f, o.block_size, kChunk), want, f.vocab,
+                                "one expert cuda-emu"),
+                kCudaTol);
+    }
+  }
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::tuple<const char*, bool>>& info) {
+  std::string s = std::get<0>(info.param);
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s + (std::get<1>(info.param) ? "_hf" : "_gguf");
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, ArchFixture,
                          ::testing::Combine(::testing::Values("qwen2", "qwen3", "phi3", "phi3-longrope", "llama"),
                                             ::testing::Bool()),
-                         [](const auto& info) {
-                           std::string s = std::get<0>(info.param);
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s + (std::get<1>(info.param) ? "_hf" : "_gguf");
-                         });
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(Moe, ArchFixture,
+                         ::testing::Combine(::testing::Values("qwen3moe", "mixtral"), ::testing::Values(false)),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(Families, MoeFixture,
+                         ::testing::Combine(::testing::Values("qwen3moe", "mixtral"), ::testing::Values(false)),
+                         param_name);
 
 }  // namespace
 }  // namespace fathom

@@ -89,7 +89,8 @@ ModelImage tiny(const std::string& arch) {
   m.set(a + "attention.head_count", 2u).set(a + "attention.head_count_kv", 1u);
   m.set(a + "attention.layer_norm_rms_epsilon", 1e-6f).set(a + "rope.freq_base", 10000.0f);
   uint64_t head_dim = 4;
-  if (arch == "qwen3") {
+  const bool qwen3 = arch == "qwen3" || arch == "qwen3moe";
+  if (qwen3) {
     head_dim = 6;
     m.set(a + "attention.key_length", 6u).set(a + "attention.value_length", 6u);
   }
@@ -108,7 +109,7 @@ ModelImage tiny(const std::string& arch) {
   }
   if (arch == "qwen2")
     m.tensor("blk.0.attn_q.bias", {q}).tensor("blk.0.attn_k.bias", {kv}).tensor("blk.0.attn_v.bias", {kv});
-  if (arch == "qwen3") m.tensor("blk.0.attn_q_norm.weight", {head_dim}).tensor("blk.0.attn_k_norm.weight", {head_dim});
+  if (qwen3) m.tensor("blk.0.attn_q_norm.weight", {head_dim}).tensor("blk.0.attn_k_norm.weight", {head_dim});
   return m;
 }
 
@@ -274,6 +275,71 @@ TEST(ArchConfig, KeysFathomDoesNotImplementAreRefusedByName) {
   benign.set("qwen2.tensor_data_layout", std::string("Meta AI original pth"));
   EXPECT_EQ(refusal(benign), "(loaded)");
   EXPECT_TRUE(has(refusal(benign.set("qwen2.expert_count", 8u)), "qwen2.expert_count")) << refusal(benign);
+}
+
+// 4 experts, 2 per token: qwen3moe's of expert_feed_forward_length 5, Mixtral's (a llama with
+// experts) of feed_forward_length.
+constexpr uint64_t kExperts = 4, kQwenExpertFfn = 5;
+ModelImage tiny_moe(const std::string& arch) {
+  ModelImage m = tiny(arch);
+  const uint64_t ffn = arch == "qwen3moe" ? kQwenExpertFfn : kFfn;
+  m.drop("blk.0.ffn_gate.weight").drop("blk.0.ffn_up.weight").drop("blk.0.ffn_down.weight");
+  m.set(arch + ".expert_count", static_cast<uint32_t>(kExperts)).set(arch + ".expert_used_count", 2u);
+  if (arch == "qwen3moe") m.set(arch + ".expert_feed_forward_length", static_cast<uint32_t>(ffn));
+  m.tensor("blk.0.ffn_gate_inp.weight", {kDim, kExperts});
+  m.tensor("blk.0.ffn_gate_exps.weight", {kDim, ffn, kExperts}).tensor("blk.0.ffn_up_exps.weight", {kDim, ffn, kExperts});
+  m.tensor("blk.0.ffn_down_exps.weight", {ffn, kDim, kExperts});
+  return m;
+}
+
+TEST(ArchConfig, ExpertsAreOneViewPerExpertOfTheStackedTensors) {
+  for (const std::string arch : {"qwen3moe", "llama"}) {
+    ModelImage m = tiny_moe(arch);
+    const GgufFile& f = m.file();
+    const ModelConfig c = ModelConfig::from_gguf(f);
+    const uint64_t ffn = arch == "qwen3moe" ? kQwenExpertFfn : kFfn;
+    EXPECT_TRUE(c.moe());
+    EXPECT_EQ(c.n_experts, 4);
+    EXPECT_EQ(c.n_experts_used, 2);
+    EXPECT_EQ(c.expert_ffn_dim, static_cast<int32_t>(ffn)) << arch;
+    EXPECT_EQ(c.qk_norm, arch == "qwen3moe");
+    const ModelWeights w = ModelWeights::from_gguf(f, c);
+    const LayerWeights& L = w.layers[0];
+    EXPECT_EQ(L.w_gate.data, nullptr);
+    EXPECT_EQ(L.router.rows, 4);
+    ASSERT_EQ(L.gate_exps.size(), kExperts);
+    const size_t gate_bytes = ffn * kDim * sizeof(float);
+    for (size_t e = 0; e < kExperts; ++e) {
+      EXPECT_EQ(bytes(L.gate_exps[e]), bytes(L.gate_exps[0]) + e * gate_bytes);
+      EXPECT_EQ(L.down_exps[e].rows, static_cast<int64_t>(kDim));
+      EXPECT_EQ(L.down_exps[e].cols, static_cast<int64_t>(ffn));
+    }
+    // Per token, in rows of dim floats: Q, K, V, O (q_dim rows or columns), the router, 2 experts'
+    // three matrices (ffn rows or columns each), the output.
+    const size_t row = kDim * sizeof(float), q = arch == "qwen3moe" ? 12 : 8, kv = q / 2;
+    EXPECT_EQ(w.matrix_bytes, (q + 2 * kv + q + kExperts + 2 * 3 * ffn + kVocab) * row) << arch;
+  }
+}
+
+TEST(ArchConfig, MixtureOfExpertsFathomLacksIsRefusedByName) {
+  ModelImage m = tiny_moe("qwen3moe");
+  m.set("general.architecture", std::string("qwen2moe"));
+  const std::string r = refusal(m);
+  EXPECT_TRUE(has(r, "unsupported architecture 'qwen2moe'") && has(r, "shared experts")) << r;
+  // A qwen3moe file with a shared expert: its key and tensors are refused by name.
+  ModelImage shared = tiny_moe("qwen3moe");
+  shared.set("qwen3moe.expert_shared_feed_forward_length", 6u);
+  EXPECT_TRUE(has(refusal(shared), "qwen3moe.expert_shared_feed_forward_length")) << refusal(shared);
+  shared.drop("qwen3moe.expert_shared_feed_forward_length").tensor("blk.0.ffn_up_shexp.weight", {kDim, 6});
+  EXPECT_TRUE(has(refusal(shared), "'blk.0.ffn_up_shexp.weight'")) << refusal(shared);
+  // Mixtral's per-expert tensors of old conversions (blk.N.ffn_gate.E.weight) instead of the stacked ones.
+  ModelImage old = tiny_moe("llama");
+  old.drop("blk.0.ffn_gate_exps.weight").tensor("blk.0.ffn_gate.0.weight", {kDim, kFfn});
+  EXPECT_TRUE(has(refusal(old), "'blk.0.ffn_gate.0.weight'") && has(refusal(old), "convert the model again"))
+      << refusal(old);
+  ModelImage too_many = tiny_moe("llama");
+  EXPECT_TRUE(has(refusal(too_many.set("llama.expert_used_count", 5u)), "llama.expert_used_count = 5 is out of range"))
+      << refusal(too_many);
 }
 
 }  // namespace

@@ -34,12 +34,14 @@ size_t pack_for_cpu(ModelWeights& weights) {
   // per matrix (about 200 MB on SmolLM2's 210 matrices).
   size_t total = 0;
   std::vector<WeightMatrix*> packable;
-  weights.for_each_matrix([&](WeightMatrix& w) {
-    if (!w.packed && cpu::PackedWeights::supported(w.type)) {
+  const auto add = [&](WeightMatrix& w) {
+    if (w.data != nullptr && !w.packed && cpu::PackedWeights::supported(w.type)) {
       packable.push_back(&w);
       total += cpu::PackedWeights::bytes_for(w.type, w.rows, w.cols);
     }
-  });
+  };
+  weights.for_each_matrix(add);
+  weights.for_each_expert_matrix(add);  // each expert packed as a matrix of its own
   if (packable.empty()) return 0;
   weights.packed_arena = std::make_shared<HugePageBuffer>(total);
   auto* dst = reinterpret_cast<uint8_t*>(weights.packed_arena->data());
@@ -66,9 +68,11 @@ CpuBackend::CpuBackend(const Model& model, const ModelOptions& options)
     pack_for_cpu(weights_);
     // The mapped bytes of a packed matrix are no longer read (packing read them all in): give the
     // pages back. A tied embedding too: its rows fault back in one page per looked-up token.
-    std::as_const(weights_).for_each_matrix([&](const WeightMatrix& w) {
+    const auto release = [&](const WeightMatrix& w) {
       if (w.packed) model.file().release_pages(w.data, w.bytes());
-    });
+    };
+    std::as_const(weights_).for_each_matrix(release);
+    std::as_const(weights_).for_each_expert_matrix(release);
   }
 }
 
@@ -418,8 +422,76 @@ int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {
   return bytes;
 }
 
+void CpuBackend::route_experts(int32_t layer) {
+  const ModelConfig& c = model_.config();
+  const int64_t T = static_cast<int64_t>(positions_.size());
+  const WeightMatrix& r = weights_.layers[layer].router;
+  router_logits_.resize(T * c.n_experts);
+  cpu::matmul(*threads_, r.type, r.data, r.rows, r.cols, act(Act::kXn), T, router_logits_.data(), options_.precision,
+              r.packed.get());
+  route_tokens(router_logits_.data(), T, c.n_experts, c.n_experts_used, routing_);
+}
+
+void CpuBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> outs, Act in) {
+  FATHOM_CHECK(!outs.empty() && outs.size() <= 3 && (in == Act::kXn || in == Act::kGate));
+  const LayerWeights& L = weights_.layers[layer];
+  const int64_t K = expert_matrices(L, outs[0].w)[0].cols;
+  // One token (a single sequence's decode step): every active expert reads the same row, so all
+  // their matrices go out as one pool job, in groups of kMaxGroup (bitwise what one job per expert gives).
+  constexpr size_t kMaxGroup = 8;
+  std::vector<cpu::MatmulTarget> shared;
+  for (int32_t e = 0; e < routing_.experts; ++e) {
+    const int32_t first = routing_.expert_begin[e], n = routing_.expert_begin[e + 1] - first;
+    if (n == 0) continue;
+    const float* x = act(in) + first * K;
+    if (in == Act::kXn && routing_.tokens > 1) {  // the pairs' token rows, gathered
+      expert_in_.resize(static_cast<size_t>(n) * K);
+      for (int32_t i = 0; i < n; ++i)
+        std::copy_n(act(in) + routing_.pair_token[first + i] * K, K, &expert_in_[static_cast<size_t>(i) * K]);
+      x = expert_in_.data();
+    } else if (in == Act::kXn) {
+      x = act(in);
+    }
+    std::array<cpu::MatmulTarget, 3> targets{};
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const WeightMatrix& w = expert_matrices(L, outs[i].w)[e];
+      FATHOM_CHECK(w.cols == K);
+      targets[i] = cpu::MatmulTarget{w.type, w.data, w.rows, act(outs[i].out) + first * w.rows, w.packed.get()};
+      step_.expert_bytes += static_cast<int64_t>(w.bytes());
+    }
+    if (in == Act::kXn && routing_.tokens == 1) {
+      shared.insert(shared.end(), targets.begin(), targets.begin() + static_cast<std::ptrdiff_t>(outs.size()));
+      continue;
+    }
+    if (outs.size() == 1)
+      cpu::matmul(*threads_, targets[0].type, targets[0].W, targets[0].N, K, x, n, targets[0].y, options_.precision,
+                  targets[0].packed);
+    else
+      cpu::matmul_group(*threads_, targets.data(), static_cast<int>(outs.size()), K, x, n, options_.precision);
+  }
+  for (size_t i = 0; i < shared.size(); i += kMaxGroup)
+    cpu::matmul_group(*threads_, shared.data() + i, static_cast<int>(std::min(kMaxGroup, shared.size() - i)), K,
+                      act(in), 1, options_.precision);
+}
+
+void CpuBackend::combine_experts(Act out) {
+  const int64_t dim = model_.config().dim;
+  const float* y = act(Act::kExpertOut);
+  float* o = act(out);
+  for (int64_t t = 0; t < routing_.tokens; ++t) {
+    float* row = o + t * dim;
+    std::fill_n(row, dim, 0.0f);
+    for (int32_t j = 0; j < routing_.used; ++j) {
+      const int32_t p = routing_.token_pair[t * routing_.used + j];
+      const float w = routing_.pair_weight[p];
+      const float* yr = y + static_cast<int64_t>(p) * dim;
+      for (int64_t d = 0; d < dim; ++d) row[d] += w * yr[d];
+    }
+  }
+}
+
 void CpuBackend::glu(Activation a) {
-  const int64_t n = static_cast<int64_t>(positions_.size()) * model_.config().ffn_dim;
+  const int64_t n = static_cast<int64_t>(positions_.size()) * act_width(model_.config(), Act::kGate);
   if (a == Activation::kSilu)
     cpu::silu_mul(act(Act::kGate), act(Act::kUp), n);
   else

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/expert_routing.h"
 #include "engine/backend/cpu/hot_rows.h"
 #include "engine/backend/cpu/kv_storage.h"
 #include "engine/model/weights.h"
@@ -75,6 +76,12 @@ class CpuBackend final : public Backend {
   // Measured once per break_even_probe(policy) (engine/backend/cpu/break_even.h), on first use,
   // and kept in break_evens_.
   int32_t sparse_break_even(const AttentionPolicy& policy) override;
+  // Experts: the router's logits through route_tokens; each active expert's matrices as one
+  // matmul (group) over its pairs' rows (gathered from kXn when the input is per token); a
+  // one-token step's gate and up matrices of every active expert as one job (they share the row).
+  void route_experts(int32_t layer) override;
+  void expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> outs, Act in) override;
+  void combine_experts(Act out) override;
   void glu(Activation act) override;
   void add(Act x, Act y) override;
   void hidden(std::span<const int64_t> rows, std::vector<float>& hidden) override;
@@ -115,7 +122,10 @@ class CpuBackend final : public Backend {
   const BatchPlan* plan_ = nullptr;
   std::vector<int64_t> first_;
   std::vector<int32_t> positions_;                   // (T)
-  std::array<std::vector<float>, 9> acts_;           // indexed by Act, (T, act_width(Act))
+  std::array<std::vector<float>, 10> acts_;          // indexed by Act, (T, act_width(Act))
+  std::vector<float> router_logits_;                 // (T, n_experts)
+  ExpertRouting routing_;                            // the current MoE layer's
+  std::vector<float> expert_in_;                     // (pairs of one expert, dim) gathered kXn rows
   std::vector<float> rope_cos_, rope_sin_;           // (T, rope_dim/2), global layers' RoPE
   std::vector<float> rope_cos_local_, rope_sin_local_;  // sliding layers' (gemma3)
   std::vector<float> picked_;                        // (rows, dim) rows whose logits or hidden states are wanted

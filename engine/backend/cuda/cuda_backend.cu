@@ -26,6 +26,7 @@
 #include "engine/backend/cuda/device_array.h"
 #include "engine/backend/cuda/kv_storage.h"
 #include "engine/backend/cuda/pass_uploads.h"
+#include "engine/expert_routing.h"
 #include "engine/kv/row_cache.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/matmul.h"
@@ -35,6 +36,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_append.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/paged_decode_attention.h"
 #include "kernels/cuda/quant_gemv.h"
 #include "kernels/cuda/rms_norm.h"
@@ -65,7 +67,12 @@ struct DevLayer {
   DeviceArray<float> bq, bk, bv;                     // (q_dim) (kv_dim) (kv_dim), or null
   DeviceArray<float> q_norm, k_norm;                 // (head_dim), gemma3
   DeviceArray<float> post_attn_norm, post_ffn_norm;  // (dim), gemma3
-  DevMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  DevMatrix wq, wk, wv, wo, w_gate, w_up, w_down;  // empty (null data) where the model has none
+  // Experts (ModelConfig::moe()): the router, dequantized to f32 (its top-k must not move with f16
+  // rounding), and each of the three stacked: n_experts · rows of one expert, expert e's rows at
+  // e · (bytes / n_experts).
+  DeviceArray<float> router;  // (n_experts, dim)
+  DevMatrix gate_exps, up_exps, down_exps;
 };
 
 // Decode-sized batches (<= kGemvMaxRows rows) read quantized weights through quant_gemv in
@@ -121,6 +128,12 @@ class CudaBackend final : public Backend {
   void attend_dense(int32_t layer, int32_t seq, int32_t window) override;
   int64_t attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) override;
   int64_t attend_group(int32_t layer, const AttentionGroup& group) override;
+  // Experts: the router's logits on the device (grouped_gemv over f32), copied to the host, which
+  // picks the top-k (route_tokens: the CPU's code, so both backends route alike) and uploads the
+  // pair tables; one grouped_gemv launch per projection over every active expert (per 65535 runs of pairs).
+  void route_experts(int32_t layer) override;
+  void expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> outs, Act in) override;
+  void combine_experts(Act out) override;
   void glu(Activation act) override;
   void add(Act x, Act y) override;
   void hidden(std::span<const int64_t> rows, std::vector<float>& hidden) override;
@@ -159,6 +172,9 @@ class CudaBackend final : public Backend {
   void reset_row_cache();
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
+  // cuda::grouped_gemv over any number of items (launches of at most 65535: the grid's y).
+  void grouped_gemv(GgmlType type, const void* w, int64_t stride, int64_t n_out, int64_t k, const float* x, float* y,
+                    const cuda::ExpertRows* items, int32_t n_items);
 
   ModelConfig config_;
   int32_t num_blocks_;
@@ -211,7 +227,18 @@ class CudaBackend final : public Backend {
   const int32_t* seq_table(int32_t layer, int32_t seq) const {
     return layer_tables(layer) + static_cast<size_t>(seq) * table_stride_;
   }
-  std::array<DeviceArray<float>, 9> acts_;  // indexed by Act, (T, act_width(Act))
+  std::array<DeviceArray<float>, 10> acts_;  // indexed by Act, (T, act_width(Act))
+  // The current MoE layer's routing (host) and its tables in uploads_: pair_token, pair_weight,
+  // token_pair (ExpertRouting's), items (runs of <= 4 pairs of one expert: grouped_gemv's rows).
+  ExpertRouting routing_;
+  std::vector<float> router_host_;   // (T, n_experts)
+  DeviceArray<float> router_logits_;  // (T, n_experts)
+  DeviceArray<float> expert_in_;      // (pairs, dim): kXn's rows gathered in pair order
+  const int32_t* pair_token_ = nullptr;
+  const float* pair_weight_ = nullptr;
+  const int32_t* token_pair_ = nullptr;
+  const cuda::ExpertRows* expert_items_ = nullptr;
+  int32_t n_expert_items_ = 0;
   DeviceArray<float> attn_workspace_;
   DeviceArray<__half> act16_;        // (T, max in-features): the GEMM's f16 activations
   DeviceArray<float> w32_;           // (kDequantChunk): a dequantized chunk of W, f32 ...
@@ -254,6 +281,19 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
     D.w_gate = upload_matrix(L.w_gate);
     D.w_up = upload_matrix(L.w_up);
     D.w_down = upload_matrix(L.w_down);
+    if (c.moe()) {
+      std::vector<float> router(static_cast<size_t>(L.router.rows * L.router.cols));
+      for (int64_t r = 0; r < L.router.rows; ++r)
+        cpu::dequantize_row(L.router.type, L.router.data, L.router.cols, r, &router[r * L.router.cols]);
+      D.router.upload(router);
+      // The experts' views are consecutive in the mapping: one matrix of all their rows.
+      const auto stacked = [](const std::vector<WeightMatrix>& v) {
+        return WeightMatrix{v[0].type, v[0].data, v[0].rows * static_cast<int64_t>(v.size()), v[0].cols, nullptr};
+      };
+      D.gate_exps = upload_matrix(stacked(L.gate_exps));
+      D.up_exps = upload_matrix(stacked(L.up_exps));
+      D.down_exps = upload_matrix(stacked(L.down_exps));
+    }
     for (const DevMatrix* m : {&D.wq, &D.wk, &D.wv, &D.wo, &D.w_gate, &D.w_up, &D.w_down})
       max_rows = std::max(max_rows, m->rows);
   }
@@ -461,6 +501,7 @@ const float* CudaBackend::vector(int32_t layer, LayerVector v) const {
 const DevMatrix& CudaBackend::matrix(int32_t layer, LayerMatrix m) const { return layer_matrix(layers_[layer], m); }
 
 DevMatrix CudaBackend::upload_matrix(const WeightMatrix& w) {
+  if (w.data == nullptr) return DevMatrix{};  // a matrix the model does not have (MoE: the dense MLP's)
   if (const auto it = uploaded_.find(w.data); it != uploaded_.end()) {
     // The same rows again (a tied embedding); a fused tensor's parts start at different rows.
     FATHOM_CHECK(it->second.rows == w.rows && it->second.cols == w.cols, "two matrices at one address");
@@ -700,10 +741,67 @@ void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   FATHOM_CUDA_BACKEND_OK(cuda::paged_decode_attention(view, args, ap, attn_workspace_.get(), stream_));
 }
 
+void CudaBackend::route_experts(int32_t layer) {
+  const ModelConfig& c = config_;
+  const int32_t E = c.n_experts;
+  // The router's logits: token rows in runs of 4, "expert" 0 of stride 0.
+  std::vector<cuda::ExpertRows> token_runs;
+  for (int64_t t = 0; t < T_; t += 4)
+    token_runs.push_back({0, static_cast<int32_t>(t), static_cast<int32_t>(std::min<int64_t>(4, T_ - t))});
+  router_logits_.reserve(static_cast<size_t>(T_ * E));
+  grouped_gemv(GgmlType::F32, layers_[layer].router.get(), 0, E, c.dim, act(Act::kXn), router_logits_.get(),
+               uploads_.put(token_runs), static_cast<int32_t>(token_runs.size()));
+  router_host_.resize(static_cast<size_t>(T_ * E));
+  FATHOM_CUDA_BACKEND_OK(cudaMemcpy(router_host_.data(), router_logits_.get(), router_host_.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost));
+  route_tokens(router_host_.data(), T_, E, c.n_experts_used, routing_);
+  std::vector<cuda::ExpertRows> items;
+  for (int32_t e = 0; e < E; ++e) {
+    const int32_t begin = routing_.expert_begin[e], end = routing_.expert_begin[e + 1];
+    for (int32_t p = begin; p < end; p += 4) items.push_back({e, p, std::min(4, end - p)});
+  }
+  pair_token_ = uploads_.put(routing_.pair_token);
+  pair_weight_ = uploads_.put(routing_.pair_weight);
+  token_pair_ = uploads_.put(routing_.token_pair);
+  expert_items_ = uploads_.put(items);
+  n_expert_items_ = static_cast<int32_t>(items.size());
+}
+
+void CudaBackend::grouped_gemv(GgmlType type, const void* w, int64_t stride, int64_t n_out, int64_t k, const float* x,
+                               float* y, const cuda::ExpertRows* items, int32_t n_items) {
+  constexpr int32_t kMaxItems = 65535;  // a launch's grid.y
+  for (int32_t i = 0; i < n_items; i += kMaxItems)
+    FATHOM_CUDA_BACKEND_OK(
+        cuda::grouped_gemv(type, w, stride, n_out, k, x, y, items + i, std::min(kMaxItems, n_items - i), stream_));
+}
+
+void CudaBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> outs, Act in) {
+  FATHOM_CHECK(!outs.empty() && (in == Act::kXn || in == Act::kGate));
+  const DevLayer& D = layers_[layer];
+  const int64_t pairs = routing_.pairs();
+  const float* x = act(in);
+  if (in == Act::kXn) {  // the pairs' token rows, gathered in pair order
+    expert_in_.reserve(static_cast<size_t>(pairs * config_.dim));
+    FATHOM_CUDA_BACKEND_OK(cuda::gather_rows(x, pair_token_, pairs, config_.dim, expert_in_.get(), stream_));
+    x = expert_in_.get();
+  }
+  for (const ExpertMatmulOut& o : outs) {
+    const DevMatrix& m = expert_matrices(D, o.w);
+    const int64_t rows = m.rows / config_.n_experts, stride = rows * static_cast<int64_t>(ggml_row_size(m.type, m.cols));
+    grouped_gemv(m.type, m.data, stride, rows, m.cols, x, act(o.out), expert_items_, n_expert_items_);
+    step_.expert_bytes += stride * n_expert_items_;  // each run of <= 4 pairs reads its expert's rows
+  }
+}
+
+void CudaBackend::combine_experts(Act out) {
+  FATHOM_CUDA_BACKEND_OK(cuda::combine_experts(act(Act::kExpertOut), token_pair_, pair_weight_, T_,
+                                               config_.n_experts_used, config_.dim, act(out), stream_));
+}
+
 void CudaBackend::glu(Activation a) {
   const cuda::GluKind kind = a == Activation::kSilu ? cuda::GluKind::kSwiGlu : cuda::GluKind::kGeGluTanh;
-  FATHOM_CUDA_BACKEND_OK(
-      cuda::glu(kind, act(Act::kGate), act(Act::kUp), act(Act::kGate), T_ * config_.ffn_dim, stream_));
+  FATHOM_CUDA_BACKEND_OK(cuda::glu(kind, act(Act::kGate), act(Act::kUp), act(Act::kGate),
+                                   T_ * act_width(config_, Act::kGate), stream_));
 }
 
 void CudaBackend::add(Act x, Act y) {

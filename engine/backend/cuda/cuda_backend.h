@@ -9,6 +9,10 @@
 // (cuBLAS under nvcc). Every other format (F32, F16, BF16, Q4_0, Q4_1, Q5_0, ...) has no CUDA
 // GEMV: it is dequantized to f16 once at load and always goes through gemm_f16 (activations
 // converted to f16 per matmul, f32 accumulation). Norm weights and biases stay f32.
+// Experts (qwen3moe, Mixtral): the stacked expert tensors uploaded like any matrix (as stored or
+// f16), read by kernels/cuda/moe.h's grouped_gemv at every batch size (one launch per projection,
+// runs of <= 4 pairs of an expert); the router f32, its logits copied to the host for the top-k
+// (engine/expert_routing.h: a device-to-host copy and sync per MoE layer).
 // Attention: dense (paged_decode_attention for decode tokens and prefill chunks alike, a causal
 // key range per query), every registered policy with a CUDA step (cuda_policies.h), bifurcated groups
 // (bifurcated_attention): every policy the CPU backend has. KV (kv_storage.h): every plane of the KvLayout — K, V, the transposed
