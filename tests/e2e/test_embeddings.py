@@ -80,7 +80,9 @@ def test_float_and_base64_agree_and_batches_are_invariant(pooled_qwen3, repo_roo
         as_b64 = client.embeddings.create(model="qwen3", input=prompts)
         alone = [client.embeddings.create(model="qwen3", input=[p], encoding_format="float").data[0].embedding
                  for p in prompts]
-    assert [d.embedding for d in as_float.data] == [d.embedding for d in as_b64.data]
+    # Two requests, not bit-identical: a repeated last-token input starts from its cached prefix, and a
+    # step's matmuls round by its row count. A misread base64 would be off by far more than 1e-6.
+    np.testing.assert_allclose([d.embedding for d in as_float.data], [d.embedding for d in as_b64.data], atol=1e-6)
     np.testing.assert_allclose([d.embedding for d in as_float.data], alone, atol=1e-5)
 
 

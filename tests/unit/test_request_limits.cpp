@@ -11,6 +11,7 @@
 #include "engine/model/model.h"
 #include "server/bounded_json.h"
 #include "server/config.h"
+#include "server/embeddings.h"
 #include "server/openai_request.h"
 #include "server/responses_api.h"
 
@@ -93,6 +94,14 @@ TEST(RequestLimits, ResponsesToolsKeepTheClientsKeyOrder) {
   EXPECT_EQ(r.engine.prompt, c.engine.prompt);
   const auto sorted = parse_responses_request(nlohmann::json::parse(responses), *model, config);
   EXPECT_NE(sorted.engine.prompt, c.engine.prompt) << "the test cannot tell the orders apart";
+}
+
+// OpenAI's base64 encoding_format: float32 bytes, little-endian (expected strings from Python's
+// base64.b64encode(struct.pack("<nf", ...))), padding included.
+TEST(RequestLimits, EmbeddingsBase64IsLittleEndianFloat32) {
+  EXPECT_EQ(base64_floats({1.0f, -2.5f}), "AACAPwAAIMA=");
+  EXPECT_EQ(base64_floats({0.1f, 1e-30f, 3.4e38f}), "zczMPWBCog2eyX9/");
+  EXPECT_EQ(base64_floats({}), "");
 }
 
 }  // namespace
