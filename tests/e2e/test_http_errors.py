@@ -161,7 +161,7 @@ def test_unknown_model(server):
 
 
 def test_unknown_route(server):
-    assert_error(send(server, "/v1/embeddings", {"input": "x"}), 404)
+    assert_error(send(server, "/v1/audio/speech", {"input": "x"}), 404)
     assert_error(send(server, "/nothing/here", method="GET"), 404)
 
 
