@@ -18,12 +18,16 @@ struct ArchName {
   const char* hf_class;    // config.json "architectures"
   const char* model_type;  // config.json "model_type"
   const char* gguf;        // general.architecture
+  bool experts = false;    // a mixture of experts
 };
-// Mistral is llama without a sliding window (refused below when it has one).
+// Mistral is llama without a sliding window (refused below when it has one); Mixtral is llama with
+// experts, as llama.cpp writes it.
 constexpr ArchName kArchs[] = {{"LlamaForCausalLM", "llama", "llama"},
                                {"MistralForCausalLM", "mistral", "llama"},
+                               {"MixtralForCausalLM", "mixtral", "llama", true},
                                {"Qwen2ForCausalLM", "qwen2", "qwen2"},
                                {"Qwen3ForCausalLM", "qwen3", "qwen3"},
+                               {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe", true},
                                {"Phi3ForCausalLM", "phi3", "phi3"}};
 
 // Keys that change nothing at inference: the checkpoint's bookkeeping, training-only settings
@@ -33,7 +37,8 @@ constexpr std::string_view kInformational[] = {
     "_name_or_path", "architectures", "model_type", "torch_dtype", "dtype", "transformers_version",
     "use_cache", "pad_token_id", "initializer_range", "attention_dropout", "embd_pdrop", "resid_pdrop",
     "auto_map", "output_attentions", "output_hidden_states", "return_dict", "pretraining_tp",
-    "tokenizer_class", "bos_token_id", "eos_token_id", "_attn_implementation_autoset", "max_window_layers"};
+    "tokenizer_class", "bos_token_id", "eos_token_id", "_attn_implementation_autoset", "max_window_layers",
+    "output_router_logits", "router_aux_loss_coef"};
 
 // Every rope parameter a scaling type reads; any other in rope_scaling / rope_parameters is refused.
 constexpr std::string_view kRopeCommon[] = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
@@ -138,7 +143,7 @@ const ArchName& find_arch(Keys& k, const std::string& path) {
   throw Error(path + ": unsupported architecture " + shown(cls.value_or(type.value_or(""))) +
               (type ? " (model_type " + shown(*type) + ")" : "") +
               " (fathom loads from a Hugging Face directory: LlamaForCausalLM, MistralForCausalLM, "
-              "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)");
+              "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM)");
   return kArchs[0];  // unreachable
 }
 
@@ -293,6 +298,26 @@ void translate_rope(Keys& k, const Json& rope, const std::string& path, HfConfig
 
 }  // namespace
 
+// A mixture of experts' keys: the expert count (transformers 5's num_local_experts, 4's num_experts),
+// the router's top-k and, for qwen3moe, the experts' width; what fathom's routing does not do is
+// refused (Qwen3-MoE without top-k renormalisation, dense layers among the MoE ones).
+void translate_experts(Keys& k, const std::string& arch, const std::string& path, HfConfig& out) {
+  const std::string a = arch + ".";
+  constexpr int64_t kMaxExperts = 1024;
+  const int64_t experts = k.get("num_local_experts") ? k.integer("num_local_experts", std::nullopt, kMaxExperts)
+                                                     : k.integer("num_experts", std::nullopt, kMaxExperts);
+  out.metadata[a + "expert_count"] = u32(experts);
+  out.metadata[a + "expert_used_count"] = u32(k.integer("num_experts_per_tok", std::nullopt, experts));
+  k.number("router_jitter_noise", 0.0);  // training only
+  if (arch != "qwen3moe") return;
+  out.metadata[a + "expert_feed_forward_length"] = u32(k.integer("moe_intermediate_size", std::nullopt, 1 << 20));
+  if (!k.boolean("norm_topk_prob").value_or(false))
+    throw Error(path + ": norm_topk_prob false (top-k router weights not renormalised) is not supported by fathom's "
+                "qwen3moe");
+  k.neutral_only("decoder_sparse_step", 1, "experts on every layer only");
+  k.neutral_only("mlp_only_layers", Json::array(), "dense MLP layers among the experts' ones");
+}
+
 HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   const Json j = hf::parse_json(text, path, 8);
   if (!j.is_object()) throw Error(path + ": not a JSON object");
@@ -324,6 +349,7 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   if (!(eps > 0 && eps < 1)) throw Error(path + ": rms_norm_eps must be in (0, 1)");
   out.metadata[a + "attention.layer_norm_rms_epsilon"] = f32(eps);
   translate_rope(k, rope_parameters(k, path), path, out, static_cast<int32_t>(head_dim), context);
+  if (arch.experts) translate_experts(k, out.arch, path, out);
 
   if (const auto act = k.string("hidden_act"); act && *act != "silu")
     throw Error(path + ": hidden_act " + shown(*act) + " is not supported by fathom's " + out.arch + " (silu only)");

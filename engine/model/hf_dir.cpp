@@ -45,7 +45,24 @@ constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
     {"mlp.gate_proj.bias", "ffn_gate.bias"},
     {"mlp.up_proj.bias", "ffn_up.bias"},
     {"mlp.down_proj.bias", "ffn_down.bias"},
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},               // qwen3moe's router
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},  // Mixtral's
 };
+// An expert's matrices: HF suffix after "<prefix><e>." -> GGUF "ffn_<part>.<e>.weight" (one tensor
+// per expert, which the weights loader reads as it reads llama.cpp's stacked ones).
+constexpr std::string_view kExpertPrefixes[] = {"mlp.experts.", "block_sparse_moe.experts."};
+constexpr std::pair<std::string_view, std::string_view> kExpertNames[] = {
+    {"gate_proj.weight", "ffn_gate"}, {"up_proj.weight", "ffn_up"}, {"down_proj.weight", "ffn_down"},  // qwen3moe
+    {"w1.weight", "ffn_gate"}, {"w3.weight", "ffn_up"}, {"w2.weight", "ffn_down"},                     // Mixtral
+};
+
+// The decimal number at the start of `s` (at most 6 digits, no leading zero) and its length; 0 when none.
+size_t leading_number(std::string_view s, int64_t& value) {
+  size_t i = 0;
+  value = 0;
+  while (i < s.size() && i < 6 && s[i] >= '0' && s[i] <= '9') value = value * 10 + (s[i++] - '0');
+  return i == 0 || (s[0] == '0' && i > 1) ? 0 : i;
+}
 constexpr std::pair<std::string_view, std::string_view> kGlobalNames[] = {
     {"model.embed_tokens.weight", "token_embd.weight"},
     {"model.norm.weight", "output_norm.weight"},
@@ -157,8 +174,18 @@ std::string gguf_tensor_name(const std::string& hf_name, int64_t n_layers) {
       (hf_name[digits_begin] == '0' && i - digits_begin > 1))
     return hf_name;
   const std::string_view suffix = std::string_view(hf_name).substr(i + 1);
+  const std::string blk = "blk." + std::to_string(layer) + ".";
   for (const auto& [hf, gguf] : kLayerNames)
-    if (suffix == hf) return "blk." + std::to_string(layer) + "." + std::string(gguf);
+    if (suffix == hf) return blk + std::string(gguf);
+  for (std::string_view prefix : kExpertPrefixes) {
+    if (!suffix.starts_with(prefix)) continue;
+    const std::string_view rest = suffix.substr(prefix.size());
+    int64_t expert = 0;
+    const size_t n = leading_number(rest, expert);
+    if (n == 0 || n >= rest.size() || rest[n] != '.') return hf_name;
+    for (const auto& [hf, gguf] : kExpertNames)
+      if (rest.substr(n + 1) == hf) return blk + std::string(gguf) + "." + std::to_string(expert) + ".weight";
+  }
   return hf_name;
 }
 

@@ -145,15 +145,24 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
       L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
     }
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.dim);
-    if (c.moe()) {  // llama.cpp's names and layout of qwen3moe's and Mixtral's experts
-      if (!load.find(p + "ffn_gate_exps.weight") && load.find(p + "ffn_gate.0.weight"))
-        throw Error(f.path() + ": experts stored one tensor each ('" + p +
-                    "ffn_gate.0.weight', llama.cpp's layout before 2024) are not read by fathom: convert the model "
-                    "again (stacked ffn_gate_exps, ffn_up_exps, ffn_down_exps)");
+    if (c.moe()) {  // qwen3moe's and Mixtral's experts
       L.router = load.matrix(p + "ffn_gate_inp.weight", c.n_experts, c.dim);
-      L.gate_exps = load.stacked(p + "ffn_gate_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
-      L.up_exps = load.stacked(p + "ffn_up_exps.weight", c.n_experts, c.expert_ffn_dim, c.dim);
-      L.down_exps = load.stacked(p + "ffn_down_exps.weight", c.n_experts, c.dim, c.expert_ffn_dim);
+      // llama.cpp's stacked ffn_*_exps, or one tensor per expert (ffn_gate.<e>: llama.cpp's layout
+      // before 2024, and what a Hugging Face checkpoint's experts.<e>.* become).
+      const bool per_expert = !load.find(p + "ffn_gate_exps.weight") && load.find(p + "ffn_gate.0.weight");
+      auto experts = [&](const char* part, int64_t rows, int64_t cols) {
+        if (!per_expert) return load.stacked(p + part + "_exps.weight", c.n_experts, rows, cols);
+        std::vector<WeightMatrix> out;
+        for (int32_t e = 0; e < c.n_experts; ++e) {
+          out.push_back(load.matrix(p + part + "." + std::to_string(e) + ".weight", rows, cols));
+          if (out.back().type != out[0].type)
+            throw Error(f.path() + ": the experts of '" + p + part + "' have different types");
+        }
+        return out;
+      };
+      L.gate_exps = experts("ffn_gate", c.expert_ffn_dim, c.dim);
+      L.up_exps = experts("ffn_up", c.expert_ffn_dim, c.dim);
+      L.down_exps = experts("ffn_down", c.dim, c.expert_ffn_dim);
     } else if (c.fused_gate_up) {  // phi3: the gate rows, then the up rows (transformers' gate_up_proj)
       const WeightMatrix gate_up = load.matrix(p + "ffn_up.weight", 2 * static_cast<int64_t>(c.ffn_dim), c.dim);
       L.w_gate = row_view(gate_up, 0, c.ffn_dim);

@@ -18,9 +18,9 @@ def metric(server, name):
     raise AssertionError(f"{name} not in /metrics")
 
 
-@pytest.fixture(scope="module", params=["qwen3moe", "mixtral"])
+@pytest.fixture(scope="module", params=["qwen3moe.gguf", "mixtral.gguf", "qwen3moe-hf", "mixtral-hf"])
 def moe_server(request, fathom_bin, repo_root):
-    with ServerProcess(fathom_bin, repo_root / ARCH / f"{request.param}.gguf", extra_args=["--grpc-port", "-1"]) as s:
+    with ServerProcess(fathom_bin, repo_root / ARCH / request.param, extra_args=["--grpc-port", "-1"]) as s:
         yield s
 
 

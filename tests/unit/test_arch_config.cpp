@@ -332,11 +332,22 @@ TEST(ArchConfig, MixtureOfExpertsFathomLacksIsRefusedByName) {
   EXPECT_TRUE(has(refusal(shared), "qwen3moe.expert_shared_feed_forward_length")) << refusal(shared);
   shared.drop("qwen3moe.expert_shared_feed_forward_length").tensor("blk.0.ffn_up_shexp.weight", {kDim, 6});
   EXPECT_TRUE(has(refusal(shared), "'blk.0.ffn_up_shexp.weight'")) << refusal(shared);
-  // Mixtral's per-expert tensors of old conversions (blk.N.ffn_gate.E.weight) instead of the stacked ones.
+  // One tensor per expert (blk.N.ffn_gate.E.weight: old Mixtral conversions, and what a Hugging Face
+  // directory's experts.E.* become) loads as the stacked layout does; a missing expert is named.
   ModelImage old = tiny_moe("llama");
-  old.drop("blk.0.ffn_gate_exps.weight").tensor("blk.0.ffn_gate.0.weight", {kDim, kFfn});
-  EXPECT_TRUE(has(refusal(old), "'blk.0.ffn_gate.0.weight'") && has(refusal(old), "convert the model again"))
-      << refusal(old);
+  old.drop("blk.0.ffn_gate_exps.weight").drop("blk.0.ffn_up_exps.weight").drop("blk.0.ffn_down_exps.weight");
+  for (uint64_t e = 0; e < kExperts; ++e) {
+    const std::string n = std::to_string(e);
+    old.tensor("blk.0.ffn_gate." + n + ".weight", {kDim, kFfn}).tensor("blk.0.ffn_up." + n + ".weight", {kDim, kFfn});
+    old.tensor("blk.0.ffn_down." + n + ".weight", {kFfn, kDim});
+  }
+  EXPECT_EQ(refusal(old), "(loaded)");
+  const GgufFile& per_expert = old.file();
+  const ModelWeights w = ModelWeights::from_gguf(per_expert, ModelConfig::from_gguf(per_expert));
+  ASSERT_EQ(w.layers[0].down_exps.size(), kExperts);
+  EXPECT_EQ(w.layers[0].down_exps[3].data, per_expert.find_tensor("blk.0.ffn_down.3.weight")->data);
+  old.drop("blk.0.ffn_up.2.weight");
+  EXPECT_TRUE(has(refusal(old), "missing tensor 'blk.0.ffn_up.2.weight'")) << refusal(old);
   ModelImage too_many = tiny_moe("llama");
   EXPECT_TRUE(has(refusal(too_many.set("llama.expert_used_count", 5u)), "llama.expert_used_count = 5 is out of range"))
       << refusal(too_many);

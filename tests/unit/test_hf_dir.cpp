@@ -289,10 +289,40 @@ TEST(HfDir, RefusesWhatItCannotServe) {
   EXPECT_NE(load_error(kArch).find("config.json"), std::string::npos);  // a directory that is no checkpoint
 }
 
+// Mixtures of experts: the counts become llama.cpp's keys; what the routing does not do is refused.
+TEST(HfConfig, ExpertsOfQwen3MoeAndMixtral) {
+  const HfConfig q = hf_config_from_json(fixture_config("qwen3moe").dump(), "config.json");
+  EXPECT_EQ(q.arch, "qwen3moe");
+  EXPECT_EQ(std::get<uint32_t>(q.metadata.at("qwen3moe.expert_count")), 4u);
+  EXPECT_EQ(std::get<uint32_t>(q.metadata.at("qwen3moe.expert_used_count")), 2u);
+  EXPECT_EQ(std::get<uint32_t>(q.metadata.at("qwen3moe.expert_feed_forward_length")), 48u);
+  const HfConfig m = hf_config_from_json(fixture_config("mixtral").dump(), "config.json");
+  EXPECT_EQ(m.arch, "llama");
+  EXPECT_EQ(std::get<uint32_t>(m.metadata.at("llama.expert_count")), 4u);
+  const std::pair<const char*, json> refused[] = {
+      {"norm_topk_prob", false}, {"decoder_sparse_step", 2}, {"mlp_only_layers", json::array({0})},
+      {"shared_expert_intermediate_size", 64}};
+  for (const auto& [key, value] : refused) {
+    json c = fixture_config("qwen3moe");
+    c[key] = value;
+    EXPECT_NE(config_error(c).find(key), std::string::npos) << key << ": " << config_error(c);
+  }
+  json mixtral = fixture_config("mixtral");
+  mixtral["num_experts_per_tok"] = 5;  // more than its 4 experts
+  EXPECT_NE(config_error(mixtral).find("num_experts_per_tok"), std::string::npos) << config_error(mixtral);
+}
+
 TEST(HfDir, NamesTensorsAsLlamaCpp) {
   EXPECT_EQ(gguf_tensor_name("model.layers.1.self_attn.qkv_proj.weight", 2), "blk.1.attn_qkv.weight");
   EXPECT_EQ(gguf_tensor_name("model.layers.1.mlp.gate_up_proj.weight", 2), "blk.1.ffn_up.weight");
   EXPECT_EQ(gguf_tensor_name("model.embed_tokens.weight", 2), "token_embd.weight");
+  // Experts, one tensor each: qwen3moe's and Mixtral's names.
+  EXPECT_EQ(gguf_tensor_name("model.layers.1.mlp.gate.weight", 2), "blk.1.ffn_gate_inp.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.0.mlp.experts.12.up_proj.weight", 2), "blk.0.ffn_up.12.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.0.block_sparse_moe.experts.3.w2.weight", 2), "blk.0.ffn_down.3.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.0.block_sparse_moe.gate.weight", 2), "blk.0.ffn_gate_inp.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.0.mlp.experts.07.up_proj.weight", 2), "model.layers.0.mlp.experts.07.up_proj.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.0.mlp.experts.1.w9.weight", 2), "model.layers.0.mlp.experts.1.w9.weight");
   // Out of range or malformed layer numbers keep their name (and are refused as unused).
   EXPECT_EQ(gguf_tensor_name("model.layers.2.mlp.up_proj.weight", 2), "model.layers.2.mlp.up_proj.weight");
   EXPECT_EQ(gguf_tensor_name("model.layers.01.mlp.up_proj.weight", 2), "model.layers.01.mlp.up_proj.weight");

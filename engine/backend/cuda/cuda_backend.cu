@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <span>
@@ -262,6 +263,7 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
   int64_t max_rows = std::max(token_embd_.rows, output_.rows);
   kv_ = std::make_unique<CudaKvStorage>(kv_layout(), num_blocks_);
   layers_.resize(c.n_layers);
+  std::deque<std::vector<std::byte>> expert_copies;  // experts stored one tensor each, stacked for upload
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& L = w.layers[il];
     DevLayer& D = layers_[il];
@@ -286,9 +288,22 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
       for (int64_t r = 0; r < L.router.rows; ++r)
         cpu::dequantize_row(L.router.type, L.router.data, L.router.cols, r, &router[r * L.router.cols]);
       D.router.upload(router);
-      // The experts' views are consecutive in the mapping: one matrix of all their rows.
-      const auto stacked = [](const std::vector<WeightMatrix>& v) {
-        return WeightMatrix{v[0].type, v[0].data, v[0].rows * static_cast<int64_t>(v.size()), v[0].cols, nullptr};
+      // One matrix of all the experts' rows: their views where they are consecutive in the mapping
+      // (stacked ffn_*_exps), else a host copy of them in order (one tensor per expert), kept until
+      // the uploads are done (upload_matrix knows a matrix by its address).
+      const auto stacked = [&](const std::vector<WeightMatrix>& v) {
+        const size_t bytes = v[0].bytes();
+        bool consecutive = true;
+        for (size_t e = 0; e < v.size(); ++e)
+          consecutive = consecutive && v[e].data == static_cast<const std::byte*>(v[0].data) + e * bytes;
+        const void* data = v[0].data;
+        if (!consecutive) {
+          std::vector<std::byte>& copy = expert_copies.emplace_back(bytes * v.size());
+          for (size_t e = 0; e < v.size(); ++e)
+            std::memcpy(copy.data() + e * bytes, v[e].data, bytes);
+          data = copy.data();
+        }
+        return WeightMatrix{v[0].type, data, v[0].rows * static_cast<int64_t>(v.size()), v[0].cols, nullptr};
       };
       D.gate_exps = upload_matrix(stacked(L.gate_exps));
       D.up_exps = upload_matrix(stacked(L.up_exps));
