@@ -1,7 +1,8 @@
 #pragma once
-// UTF-8 checks on raw bytes (tokens, client text).
+// UTF-8 checks on raw bytes (tokens, client text), and encoding a code point.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace fathom {
@@ -25,6 +26,25 @@ inline bool is_valid_utf8(std::string_view s) {
     i += n;
   }
   return true;
+}
+
+// Appends code point `cp` (<= U+10FFFF) to `out` in UTF-8.
+inline void append_utf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | ((cp >> 18) & 0x07));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
 }
 
 // Character offsets in a text that arrives as byte pieces (tokens) which may end inside a

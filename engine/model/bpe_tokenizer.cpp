@@ -3,6 +3,7 @@
 #include <queue>
 
 #include "base/error.h"
+#include "base/utf8.h"
 #include "engine/model/gguf.h"
 #include "engine/model/unicode_nfc.h"
 
@@ -28,18 +29,6 @@ const ByteAlphabet& byte_alphabet() {
   return alphabet;
 }
 
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // The bytes a vocabulary string stands for: each character of the byte alphabet is one byte.
 // Strings with characters outside the alphabet (added tokens stored verbatim) are their own text.
