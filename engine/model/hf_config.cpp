@@ -147,22 +147,6 @@ const ArchName& find_arch(Keys& k, const std::string& path) {
   return kArchs[0];  // unreachable
 }
 
-std::vector<int64_t> token_ids(const Json* v, const std::string& path, const char* key) {
-  std::vector<int64_t> ids;
-  if (!v) return ids;
-  auto one = [&](const Json& x) {
-    if (!x.is_number_integer() || x.get<int64_t>() < 0)
-      throw Error(path + ": " + key + " = " + shown(x) + " is not a token id");
-    ids.push_back(x.get<int64_t>());
-  };
-  if (v->is_array()) {
-    for (const Json& x : *v) one(x);
-  } else {
-    one(*v);
-  }
-  return ids;
-}
-
 std::vector<float> factor_list(const Json& rope, const char* key, int32_t rope_dim, const std::string& path) {
   const auto it = rope.find(key);
   if (it == rope.end() || !it->is_array() || it->size() != static_cast<size_t>(rope_dim / 2))
@@ -390,8 +374,8 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   // rows are rotate-half (NEOX), which fathom rotates as they are (no copy of the weights).
   if (out.arch == "llama") out.metadata["fathom.rope_neox"] = GgufValue{std::in_place_type<bool>, true};
 
-  out.eos_ids = token_ids(k.get("eos_token_id"), path, "eos_token_id");
-  const std::vector<int64_t> bos = token_ids(k.get("bos_token_id"), path, "bos_token_id");
+  out.eos_ids = hf::token_ids(k.get("eos_token_id"), path, "eos_token_id");
+  const std::vector<int64_t> bos = hf::token_ids(k.get("bos_token_id"), path, "bos_token_id");
   if (!bos.empty()) out.bos_id = bos[0];
   k.check_all_read(out.arch);
   return out;

@@ -165,15 +165,11 @@ std::string gguf_tensor_name(const std::string& hf_name, int64_t n_layers) {
     if (hf_name == hf) return std::string(gguf);
   constexpr std::string_view kLayers = "model.layers.";
   if (!hf_name.starts_with(kLayers)) return hf_name;
-  const size_t digits_begin = kLayers.size();
-  size_t i = digits_begin;
+  const std::string_view after = std::string_view(hf_name).substr(kLayers.size());
   int64_t layer = 0;
-  while (i < hf_name.size() && i - digits_begin < 6 && hf_name[i] >= '0' && hf_name[i] <= '9')
-    layer = layer * 10 + (hf_name[i++] - '0');
-  if (i == digits_begin || i >= hf_name.size() || hf_name[i] != '.' || layer >= n_layers ||
-      (hf_name[digits_begin] == '0' && i - digits_begin > 1))
-    return hf_name;
-  const std::string_view suffix = std::string_view(hf_name).substr(i + 1);
+  const size_t digits = leading_number(after, layer);
+  if (digits == 0 || digits >= after.size() || after[digits] != '.' || layer >= n_layers) return hf_name;
+  const std::string_view suffix = after.substr(digits + 1);
   const std::string blk = "blk." + std::to_string(layer) + ".";
   for (const auto& [hf, gguf] : kLayerNames)
     if (suffix == hf) return blk + std::string(gguf);

@@ -49,4 +49,20 @@ std::string shown(const Json& v) {
   return s.substr(1, s.size() - 2);
 }
 
+std::vector<int64_t> token_ids(const Json* v, const std::string& path, const char* key) {
+  std::vector<int64_t> ids;
+  if (!v) return ids;
+  auto one = [&](const Json& x) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0)
+      throw Error(path + ": " + key + " = " + shown(x) + " is not a token id");
+    ids.push_back(x.get<int64_t>());
+  };
+  if (v->is_array()) {
+    for (const Json& x : *v) one(x);
+  } else {
+    one(*v);
+  }
+  return ids;
+}
+
 }  // namespace fathom::hf

@@ -3,9 +3,11 @@
 // bounded in size and nesting before nlohmann parses them, errors naming the file. Shared by the
 // config and tokenizer translations (hf_config.h, hf_tokenizer.h).
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,5 +26,9 @@ std::optional<std::string> read_text_file(const std::string& path, size_t max_by
 std::string shown(const Json& v);
 std::string shown(std::string_view s);
 inline std::string shown(const std::string& s) { return shown(std::string_view(s)); }
+
+// A token id or a list of them (config.json's and generation_config.json's eos/bos_token_id);
+// none for null or absent. fathom::Error "<path>: <key> = ... is not a token id" otherwise.
+std::vector<int64_t> token_ids(const Json* v, const std::string& path, const char* key);
 
 }  // namespace fathom::hf

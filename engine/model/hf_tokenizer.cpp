@@ -188,21 +188,6 @@ std::optional<std::string> token_text(const Reader& r, const Json& cfg, const ch
   return c->get<std::string>();
 }
 
-std::vector<int64_t> ids_of(const Reader& r, const Json* v, const char* key) {
-  std::vector<int64_t> ids;
-  if (!v) return ids;
-  auto one = [&](const Json& x) {
-    if (!x.is_number_integer() || x.get<int64_t>() < 0) r.fail(std::string(key) + " = " + shown(x) + " is not a token id");
-    ids.push_back(x.get<int64_t>());
-  };
-  if (v->is_array()) {
-    for (const Json& x : *v) one(x);
-  } else {
-    one(*v);
-  }
-  return ids;
-}
-
 GgufValue string_array(std::vector<std::string> v) {
   auto a = std::make_shared<GgufArray>();
   a->type = GgufValueType::STRING;
@@ -306,13 +291,13 @@ void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, co
     if (const auto it = vocab->find(text); it != vocab->end()) return it->get<int64_t>();
     from.fail(std::string(key) + " " + shown(text) + " is not a token of tokenizer.json");
   };
-  std::vector<int64_t> eos = ids_of(rg, rg.field(gen, "eos_token_id"), "eos_token_id");
+  std::vector<int64_t> eos = hf::token_ids(rg.field(gen, "eos_token_id"), rg.path(), "eos_token_id");
   if (eos.empty()) eos = config_eos;
   std::optional<int64_t> eos_id;
   if (const auto t = token_text(rc, cfg, "eos_token")) eos_id = id_of(*t, rc, "eos_token");
   else if (!eos.empty()) eos_id = eos[0];
   std::optional<int64_t> bos_id;
-  const std::vector<int64_t> gen_bos = ids_of(rg, rg.field(gen, "bos_token_id"), "bos_token_id");
+  const std::vector<int64_t> gen_bos = hf::token_ids(rg.field(gen, "bos_token_id"), rg.path(), "bos_token_id");
   if (const auto t = token_text(rc, cfg, "bos_token")) bos_id = id_of(*t, rc, "bos_token");
   else if (!gen_bos.empty()) bos_id = gen_bos[0];
   else bos_id = config_bos;
