@@ -163,7 +163,7 @@ json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::v
     json finish = finish_json(choices[i].finish);
     std::string content;
     const std::vector<ToolCall> calls =
-        answer_tool_calls(req.tools, split.content, choices[i].finish, content, tool_call_id(meta, i));
+        answer_tool_calls(req.tools, split.content, choices[i].finish, content, tool_call_id_prefix(meta, i));
     if (!calls.empty()) {
       message["content"] = content.empty() ? json(nullptr) : json(content);
       message["tool_calls"] = tool_calls_json(calls, false);
@@ -179,7 +179,7 @@ json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::v
   return out;
 }
 
-std::string tool_call_id(const ResponseMeta& meta, size_t choice) {
+std::string tool_call_id_prefix(const ResponseMeta& meta, size_t choice) {
   return "call_" + meta.id.substr(meta.id.rfind('-') + 1) + "_" + std::to_string(choice) + "_";
 }
 

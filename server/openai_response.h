@@ -65,8 +65,9 @@ nlohmann::json usage_chunk(const ApiRequest& req, const ResponseMeta& meta, cons
 nlohmann::json chat_delta_chunk(const ApiRequest& req, const ResponseMeta& meta, int32_t choice, nlohmann::json delta,
                                 bool first, const nlohmann::json& finish_reason);
 
-// The id prefix of choice `choice`'s tool calls ("call_<response id>_<choice>_", + the call's index).
-std::string tool_call_id(const ResponseMeta& meta, size_t choice);
+// The prefix choice `choice`'s tool-call ids derive from ("call_<response id>_<choice>_"; tool_call_id in
+// server/tools.h appends the call's index, or makes Mistral's 9 characters of it).
+std::string tool_call_id_prefix(const ResponseMeta& meta, size_t choice);
 
 // "data: <json>\n\n" and the terminating "data: [DONE]\n\n".
 std::string sse_frame(const nlohmann::json& j);

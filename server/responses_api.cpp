@@ -183,7 +183,7 @@ json output_items(const ApiRequest& req, const ResponseMeta& meta, const std::st
   if (!split.reasoning.empty()) items.push_back(reasoning_item(meta, split.reasoning));
   const std::string& text = split.content;
   std::string content;
-  const std::vector<ToolCall> calls = answer_tool_calls(req.tools, text, finish, content, tool_call_id(meta, 0));
+  const std::vector<ToolCall> calls = answer_tool_calls(req.tools, text, finish, content, tool_call_id_prefix(meta, 0));
   if (calls.empty() || !content.empty()) items.push_back(output_message(message_id(meta), content, status));
   for (const ToolCall& call : calls) items.push_back(function_call_item(call, "completed"));
   return items;

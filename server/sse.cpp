@@ -190,7 +190,7 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
   std::vector<Utf8Offset> text_offset(static_cast<size_t>(req_.choices()));
   std::vector<ToolCallStream> tool_streams;  // chat with tools: per choice
   if (req_.tools.offered() && req_.responses.is_null())
-    for (int32_t c = 0; c < req_.choices(); ++c) tool_streams.emplace_back(req_.tools, tool_call_id(meta_, c));
+    for (int32_t c = 0; c < req_.choices(); ++c) tool_streams.emplace_back(req_.tools, tool_call_id_prefix(meta_, c));
   std::vector<ReasoningSplit> reasoning;  // chat with a reasoning model: per choice (server/reasoning.h)
   if (req_.reasoning.on && req_.responses.is_null())
     for (int32_t c = 0; c < req_.choices(); ++c) reasoning.emplace_back(req_.reasoning.open);
