@@ -31,6 +31,10 @@ struct SeqStep {
   SeqPolicyState* policy_state = nullptr;
   // Rows of final hidden states (after the final norm: what an embedding pools), none by default.
   LogitsWanted hidden = LogitsWanted::kNone;
+  // Speculative decoding's verify step (the sequence's last token, then its drafts; dense, every
+  // row's logits): the sequence may keep only its first rows, and the backend keeps what
+  // Backend::rollback_kv needs to take the others back.
+  bool verify = false;
 };
 
 // One-token dense decode steps whose sequences hold the same physical blocks for leading

@@ -43,6 +43,9 @@ struct SchedulerConfig {
   bool bifurcated = true;
   int32_t bifurcated_min_seqs = 4;
   int32_t bifurcated_min_prefix = 256;
+  // Speculative decoding (Request::speculative): the most draft tokens one sequence's step
+  // verifies (its step computes 1 + that many positions). 0: no request speculates.
+  int32_t max_draft_tokens = 4;
   // Output constraints (engine/constraint/grammar.h): how long a request waits for its
   // constraint to compile, and how many compile at once before further ones are refused (429).
   int32_t constraint_compile_ms = 10000;

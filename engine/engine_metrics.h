@@ -88,6 +88,26 @@ struct EngineMetrics {
                             {{"policy", policy_name(requested)}, {"kernel", policy_name(ran)}});
   }
 
+  // Speculative decoding, by drafter (docs/speculative.md): tokens drafted, drafts kept (each
+  // equal to what the verify step's row produced), verify steps, and drafts kept per verify step.
+  Counter& spec_drafted(Speculation d) {
+    return registry.counter("fathom_spec_decode_draft_tokens_total", "Draft tokens proposed for verification, by drafter",
+                            {{"drafter", speculation_name(d)}});
+  }
+  Counter& spec_accepted(Speculation d) {
+    return registry.counter("fathom_spec_decode_accepted_tokens_total",
+                            "Draft tokens the dense verify step kept, by drafter", {{"drafter", speculation_name(d)}});
+  }
+  Counter& spec_verify_steps(Speculation d) {
+    return registry.counter("fathom_spec_decode_verify_steps_total",
+                            "Sequence steps that verified drafts (one dense pass over the last token and the drafts)",
+                            {{"drafter", speculation_name(d)}});
+  }
+  Histogram& spec_accepted_length(Speculation d) {
+    return registry.histogram("fathom_spec_decode_accepted_length", "Draft tokens kept per verify step, by drafter",
+                              {0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16}, {{"drafter", speculation_name(d)}});
+  }
+
   Counter& finished(FinishReason reason) {
     return registry.counter("fathom_request_finished_total", "Requests finished, by finish reason",
                             {{"reason", finish_reason_name(reason)}});

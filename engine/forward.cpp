@@ -41,6 +41,11 @@ void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const 
     const int32_t seq = static_cast<int32_t>(si);
     if (s.tokens.size() != 1 || s.policy == nullptr) {
       ops.attend_dense(il, seq, lc.window);
+      if (s.verify) {  // decode rows: one pass over the keys of its last (at most 8 rows share a pass)
+        const int64_t last = s.pos0 + static_cast<int64_t>(s.tokens.size());
+        kv_read[kDensePolicy] += dense_kv_bytes(kv, lc.window > 0 ? std::min<int64_t>(last, lc.window) : last);
+        ++steps[kDensePolicy][kDensePolicy];
+      }
       continue;
     }
     const int requested = static_cast<int>(s.policy->kind);

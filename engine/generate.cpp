@@ -61,6 +61,7 @@ std::vector<GenerateResult> generate(const Model& model, Backend& backend, const
     r.max_tokens = std::min(g.max_tokens, room);
     r.stop.ignore_eos = !g.stop_at_end_of_generation;
     r.attention = g.attention;
+    r.speculative = g.speculative;
     handles[i] = engine.submit(std::move(r));
   }
 

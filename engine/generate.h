@@ -8,6 +8,7 @@
 
 #include "engine/attention/policy.h"
 #include "engine/sampler.h"
+#include "engine/speculative/drafter.h"
 
 namespace fathom {
 
@@ -20,6 +21,7 @@ struct GenerateRequest {
   int32_t max_tokens = 128;               // clamped to the context; 0 generates nothing
   bool stop_at_end_of_generation = true;  // stop on EOS / end-of-turn tokens (not emitted)
   AttentionPolicy attention;              // decode attention policy (prefill is dense)
+  Speculation speculative = Speculation::kOff;  // Request::speculative
 };
 
 struct GenerateResult {

@@ -97,6 +97,15 @@ void KvPlacement::release_blocks(Sequence& s) {
   s.restoring = false;
 }
 
+void KvPlacement::trim_blocks(Sequence& s) {
+  const int32_t bs = allocator_.block_size();
+  const auto need = static_cast<size_t>((static_cast<int32_t>(s.tokens.size()) + bs - 1) / bs);
+  while (s.blocks.size() > std::max(need, static_cast<size_t>(s.dropped_blocks))) {
+    allocator_.release(s.blocks.back());
+    s.blocks.pop_back();
+  }
+}
+
 void KvPlacement::register_full_blocks(Sequence& s) {
   if (!config_.prefix_caching) return;
   const int32_t bs = allocator_.block_size();

@@ -41,6 +41,8 @@ class KvPlacement {
   // there is no room (the blocks it took stay with `s`).
   bool ensure_room(Sequence& s, int32_t tokens);
   void release_blocks(Sequence& s);
+  // Gives back `s`'s blocks past those its tokens need (a verify step's dropped drafts).
+  void trim_blocks(Sequence& s);
   // Offers `s`'s newly full blocks to the prefix cache.
   void register_full_blocks(Sequence& s);
   // Gives `s` its longest cached prefix (`use_cache`: the request may use it) and sets n_computed.

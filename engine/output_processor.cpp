@@ -45,22 +45,26 @@ std::vector<OutputProcessor::Draw> OutputProcessor::draw(const std::vector<Seque
   const int32_t vocab = model_.vocab();
   std::vector<Draw> draws(seqs.size());
   backend_.host_parallel_for(static_cast<int64_t>(seqs.size()), [&](int64_t i) {
-    Sequence& s = *seqs[i];
-    if (rows[i] < 0 || s.state == SeqState::kFinished || forks_now(s)) return;
-    Draw& d = draws[i];
-    try {
-      float* row = logits.data() + rows[i] * vocab;
-      if (s.matcher) s.matcher->mask_logits(row, vocab);
-      const std::vector<int32_t>& prompt = s.request->request.prompt;
-      const std::vector<int32_t> generated(s.tokens.begin() + static_cast<std::ptrdiff_t>(prompt.size()), s.tokens.end());
-      d.token = s.sampler->sample(row, vocab, prompt, generated);
-      if (s.matcher) d.constraint_done = s.matcher->accept(d.token.id) && s.matcher->complete();
-      d.drawn = true;
-    } catch (const std::exception& e) {
-      d.error = e.what();
-    }
+    if (rows[i] >= 0) draws[i] = draw_one(*seqs[i], logits.data() + rows[i] * vocab);
   });
   return draws;
+}
+
+OutputProcessor::Draw OutputProcessor::draw_one(Sequence& s, float* row) {
+  Draw d;
+  if (s.state == SeqState::kFinished || forks_now(s)) return d;
+  try {
+    const int32_t vocab = model_.vocab();
+    if (s.matcher) s.matcher->mask_logits(row, vocab);
+    const std::vector<int32_t>& prompt = s.request->request.prompt;
+    const std::vector<int32_t> generated(s.tokens.begin() + static_cast<std::ptrdiff_t>(prompt.size()), s.tokens.end());
+    d.token = s.sampler->sample(row, vocab, prompt, generated);
+    if (s.matcher) d.constraint_done = s.matcher->accept(d.token.id) && s.matcher->complete();
+    d.drawn = true;
+  } catch (const std::exception& e) {
+    d.error = e.what();
+  }
+  return d;
 }
 
 void OutputProcessor::hand_over(Sequence& s, const Draw& d, float* row) {

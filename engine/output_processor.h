@@ -40,6 +40,8 @@ class OutputProcessor {
   // 49k-entry row costs ~40 µs, a constraint's accept 10-40 µs: at batch 16 a serial loop would be
   // ~1 ms of every step.
   std::vector<Draw> draw(const std::vector<Sequence*>& seqs, const std::vector<int64_t>& rows, std::vector<float>& logits);
+  // The same for one sequence and its logits row `row` (vocab floats), on this thread.
+  Draw draw_one(Sequence& s, float* row);
   // Gives `s` its drawn token: an event, or its finish. For the first sample of n > 1 choices (not
   // drawn), masks `row` (its logits), forks the other choices from it and samples each.
   void hand_over(Sequence& s, const Draw& d, float* row);

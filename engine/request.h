@@ -9,6 +9,7 @@
 #include "engine/attention/policy.h"
 #include "engine/model/model_config.h"
 #include "engine/sampler.h"
+#include "engine/speculative/drafter.h"
 
 namespace fathom {
 
@@ -46,6 +47,10 @@ struct Request {
   int32_t priority = 0;          // higher is scheduled first; FCFS within a priority
   StopConditions stop;
   AttentionPolicy attention;     // decode attention policy (prefill is dense)
+  // Speculative decoding (docs/speculative.md): drafts verified by one dense pass. Anything but
+  // kOff makes the output exactly the dense model's: every decode step is dense (`attention` is
+  // not used to decode) and drafts are kept only where they equal what that step would emit.
+  Speculation speculative = Speculation::kOff;
   OutputConstraint constraint;   // none by default
   ThinkingSpan thinking;         // a reasoning model's (none by default)
   // Control tokens whose text the output shows (detokenizing drops control tokens otherwise): a

@@ -12,6 +12,7 @@
 #include "engine/model/model.h"
 #include "engine/output_processor.h"
 #include "engine/prefill_budget.h"
+#include "engine/speculative/speculator.h"
 
 namespace fathom {
 namespace {
@@ -29,6 +30,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
       metrics_(std::make_unique<EngineMetrics>(metrics)),
       kv_(std::make_unique<KvPlacement>(model, backend, config_, *metrics_)),
       out_(std::make_unique<OutputProcessor>(model, backend, *kv_, *metrics_)),
+      spec_(std::make_unique<Speculator>(model, backend, *kv_, *out_, *metrics_, config_)),
       step_cost_(attention_equivalent_positions(model.config())) {
   for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
     metrics_->finished(r);  // export every reason from the start, at 0
@@ -247,10 +249,16 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
                     : how == Pooling::kLast && last              ? LogitsWanted::kLast
                                                                  : LogitsWanted::kNone;
     }
-    // A generated token's step decodes through the request's policy; prompt tokens prefill densely.
+    // A generated token's step decodes through the request's policy (dense when it speculates: its
+    // output is the dense model's); prompt tokens prefill densely. A token with drafts is a verify step.
     if (chunk == 1 && s->n_computed >= static_cast<int32_t>(s->request->request.prompt.size())) {
-      plan.seqs.back().policy = &s->request->request.attention;
+      const Request& r = s->request->request;
+      plan.seqs.back().policy = r.speculative != Speculation::kOff ? &dense_ : &r.attention;
       plan.seqs.back().policy_state = &s->policy_state;
+    }
+    if (s->drafted > 0) {
+      plan.seqs.back().logits = LogitsWanted::kAll;
+      plan.seqs.back().verify = true;
     }
     planned.push_back(s);
     chunk_of.push_back(chunk);
@@ -259,10 +267,16 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
   const int32_t max_seqs = config_.max_num_seqs;
   // A sequence with dropped blocks also computes them again (half a step's budget at most).
   std::vector<int32_t> recomputes;
+  auto decodes_now = [&](const Sequence* s) {
+    return s->state == SeqState::kRunning && s->pending() == 1 && static_cast<int32_t>(planned.size()) < max_seqs &&
+           budget > s->dropped_blocks * bs;
+  };
+  int32_t decodes_left = static_cast<int32_t>(std::count_if(seqs.begin(), seqs.end(), decodes_now));
   for (Sequence* s : seqs)
-    if (s->state == SeqState::kRunning && s->pending() == 1 && static_cast<int32_t>(planned.size()) < max_seqs &&
-        budget > s->dropped_blocks * bs) {
-      add_to_plan(s, 1);
+    if (decodes_now(s)) {
+      // Drafts take what the budget has beyond one token for every decode still to plan.
+      spec_->draft(*s, budget - decodes_left--);
+      add_to_plan(s, 1 + s->drafted);
       if (s->dropped_blocks > 0) {
         budget -= s->dropped_blocks * bs;
         recomputes.push_back(static_cast<int32_t>(planned.size()) - 1);
@@ -316,6 +330,7 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
   const int32_t vocab = model_.vocab();
   std::vector<int64_t> rows(planned.size(), -1);  // the row each sequence samples from, -1: none
   std::vector<int64_t> hidden_rows(planned.size(), -1);  // an embedding's first row of hidden_, -1: none
+  std::vector<int64_t> verify_rows(planned.size(), -1);  // a verify step's first row, -1: none
   int64_t row = 0, hidden_row = 0;
   for (size_t i = 0; i < planned.size(); ++i) {
     const SeqStep& step = plan.seqs[i];
@@ -323,7 +338,10 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
       hidden_rows[i] = hidden_row;
       hidden_row += wanted_rows(step.hidden, static_cast<int64_t>(step.tokens.size()));
     }
-    if (step.logits == LogitsWanted::kAll) {
+    if (step.verify) {
+      verify_rows[i] = row;
+      row += static_cast<int64_t>(step.tokens.size());
+    } else if (step.logits == LogitsWanted::kAll) {
       const auto n = static_cast<int64_t>(step.tokens.size());
       out_->score_prompt(*planned[i], step.pos0, logits_.data() + row * vocab, n);
       row += n;
@@ -341,6 +359,7 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
     if (s.state == SeqState::kFinished) continue;  // its request failed earlier in this update
     out_->guarded(*s.request, [&] {
       const SeqStep& step = plan.seqs[i];
+      if (verify_rows[i] >= 0) return spec_->verify(s, static_cast<int32_t>(i), logits_.data() + verify_rows[i] * vocab);
       kv_->computed(s, chunk_of[i], step.tokens.size() == 1);
       if (rows[i] >= 0) out_->hand_over(s, draws[i], logits_.data() + rows[i] * vocab);
       if (!s.request->embeds()) return;

@@ -20,6 +20,8 @@
 // event); their blocks are freed and every other request goes on.
 // n > 1 requests prefill once; at the first sample the other choices fork off, sharing the full
 // prompt blocks and copying the partial last one (copy-on-write).
+// A speculating sequence's decode token comes with its drafts as one verify step
+// (engine/speculative/speculator.h), planned with the decode tokens.
 // The Scheduler plans and runs steps; two parts it drives own the rest: KvPlacement
 // (engine/kv_placement.h) every move of KV blocks, OutputProcessor (engine/output_processor.h)
 // what logits become for the client.
@@ -40,6 +42,7 @@ namespace fathom {
 class Backend;
 class Model;
 class OutputProcessor;
+class Speculator;
 struct EngineMetrics;
 
 class Scheduler {
@@ -84,6 +87,8 @@ class Scheduler {
   std::unique_ptr<EngineMetrics> metrics_;
   std::unique_ptr<KvPlacement> kv_;       // where blocks live: tiers, prefix cache, cache-or-recompute
   std::unique_ptr<OutputProcessor> out_;  // sampling, detokenizing, stops, events
+  std::unique_ptr<Speculator> spec_;      // drafts and their verification (speculative decoding)
+  const AttentionPolicy dense_;           // the decode policy of requests that speculate (exact output)
   std::vector<std::unique_ptr<RequestState>> requests_;
   std::vector<float> logits_;
   std::vector<float> hidden_;  // the step's final hidden states of embedding requests (rows, dim)

@@ -46,9 +46,14 @@ struct Sequence {
   Clock::time_point last_token_time;
   bool prompt_logprobs_sent = false;  // its first event carried the request's prompt logprobs
   bool thinking = false;              // inside the request's thinking span (reasoning tokens counted)
+  // Speculative decoding: draft tokens at the end of `tokens` that this step verifies (they are
+  // never computed as the sequence's own: the verify step keeps or drops them).
+  int32_t drafted = 0;
+  int32_t draft_limit = 0;  // the most it drafts next (adapted to what its drafts kept; 0: not yet)
 
   int32_t generated() const;
-  int32_t pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+  // Tokens of its own not computed yet (drafts excluded).
+  int32_t pending() const { return static_cast<int32_t>(tokens.size()) - drafted - n_computed; }
 };
 
 struct RequestState {

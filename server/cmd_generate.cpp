@@ -59,7 +59,7 @@ nlohmann::json result_json(const Model& model, const std::vector<int32_t>& promp
 
 int run_generate(int argc, char** argv) {
   CliArgs args(with({"prompt", "chat", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
-                     "logprobs", "repetition-penalty", "presence-penalty", "frequency-penalty"},
+                     "logprobs", "repetition-penalty", "presence-penalty", "frequency-penalty", "speculative"},
                     kModelOptionNames),
                with({"json", "ignore-eos"}, kModelFlagNames));
   args.parse(argc, argv, 2);
@@ -76,6 +76,11 @@ int run_generate(int argc, char** argv) {
     if (r.max_tokens < 0) throw Error("--max-tokens must not be negative");
     r.stop_at_end_of_generation = !args.flag("ignore-eos");
     r.attention = attention_from_args(args);
+    if (auto v = args.get("speculative")) {
+      const std::optional<Speculation> m = parse_speculation(*v);
+      if (!m) throw Error("--speculative must be one of " + std::string(kSpeculationNames) + ", got '" + *v + "'");
+      r.speculative = *m;
+    }
     requests.push_back(std::move(r));
   }
   const bool json = args.flag("json");

@@ -74,6 +74,12 @@ ServerConfig config_from_args(const CliArgs& args) {
   int64_t host_kv_mib = 0;
   int_option(args, "host-kv-mib", 0, int64_t{1} << 24, host_kv_mib);
   if (args.has("host-kv-mib")) c.scheduler.host_kv_bytes = host_kv_mib << 20;
+  if (auto v = args.get("speculative")) {
+    const std::optional<Speculation> m = parse_speculation(*v);
+    if (!m) throw Error("--speculative must be one of " + std::string(kSpeculationNames) + ", got '" + *v + "'");
+    c.speculative = *m;
+  }
+  int_option(args, "max-draft-tokens", 0, 16, c.scheduler.max_draft_tokens);
   int_option(args, "max-num-seqs", 1, 4096, c.scheduler.max_num_seqs);
   int_option(args, "max-batched-tokens", 1, 1 << 20, c.scheduler.max_batched_tokens);
   int_option(args, "max-queue", 0, 1 << 20, c.scheduler.max_queue);
@@ -173,7 +179,7 @@ int run_serve(int argc, char** argv) {
   std::set<std::string> names = {"config",    "model-name",       "host",           "port",      "grpc-port",
                                  "api-key",   "api-key-file",     "host-kv-mib",      "max-num-seqs",   "max-queue", "max-batched-tokens",
                                  "log-level", "log-format", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms",
-                                 "embedding-pooling"};
+                                 "embedding-pooling", "speculative", "max-draft-tokens"};
   names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
   std::set<std::string> flags = {"no-prefix-caching", "no-bifurcated"};
   flags.insert(kModelFlagNames.begin(), kModelFlagNames.end());

@@ -110,7 +110,7 @@ const std::set<std::string> kLogLevels = {"trace", "debug", "info", "warn", "err
 // belong to other features.
 const std::set<std::string> kTopLevelKeys = {"model",     "model_name", "threads",   "precision", "pack_weights",
                                              "chat_template", "embedding_pooling", "log_level", "log_format", "drain_timeout_ms", "kv_cache",
-                                             "attention", "scheduler",  "http",      "grpc",      "limits"};
+                                             "attention", "speculative", "scheduler",  "http",      "grpc",      "limits"};
 
 // FATHOM_HTTP__MAX_CONNECTIONS=4096 -> root["http"]["max_connections"] = 4096.
 void apply_env_overrides(json& root, const EnvVars& env, const std::string& origin) {
@@ -212,6 +212,17 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
         a->fail(it.key(), "is not an attention option (" + attention_option_keys("policy") + ")");
     }
     a->finish();
+  }
+  if (auto s = top.object("speculative")) {
+    std::string mode;
+    s->read("mode", mode);
+    if (!mode.empty()) {
+      const std::optional<Speculation> m = parse_speculation(mode);
+      if (!m) s->fail("mode", "must be one of " + std::string(kSpeculationNames) + ", got \"" + mode + "\"");
+      c.speculative = *m;
+    }
+    s->read_int("max_draft_tokens", c.scheduler.max_draft_tokens, 0, 16);
+    s->finish();
   }
   if (auto s = top.object("scheduler")) {
     s->read_int("max_num_seqs", c.scheduler.max_num_seqs, 1, 4096);

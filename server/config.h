@@ -25,6 +25,9 @@ struct ServerConfig {
   // answers on Gemma 3, 95% of them on SmolLM2 at 4k and 8k over three prompt sets (docs/attention.md,
   // "Sparse decode attention"; at 1/8 it missed 2 of 15 at SmolLM2 8k).
   AttentionPolicy attention = AttentionPolicy::named("auto", 0.25);
+  // Default speculative decoding of requests (config "speculative": {"mode"}; docs/speculative.md):
+  // off, or a drafter whose drafts a dense pass verifies (the output is then the dense model's).
+  Speculation speculative = Speculation::kOff;
   std::string host = "127.0.0.1";
   int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
   int32_t grpc_port = 0;            // 0 = gRPC off; -1 = pick a free port

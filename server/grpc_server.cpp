@@ -193,6 +193,12 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
     if (!(in.kv_read_ratio() > 0.0 && in.kv_read_ratio() <= 1.0)) invalid("kv_read_ratio must be in (0, 1]");
     r.attention.kv_read_ratio = in.kv_read_ratio();
   }
+  r.speculative = config.speculative;
+  if (!in.speculative().empty()) {
+    const std::optional<Speculation> m = parse_speculation(in.speculative());
+    if (!m) invalid("speculative must be one of " + std::string(kSpeculationNames));
+    r.speculative = *m;
+  }
   const int32_t vocab = model.vocab();
   switch (in.input_case()) {
     case pb::GenerateRequest::kText:

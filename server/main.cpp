@@ -21,14 +21,15 @@ void usage() {
       "           [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--logprobs N]\n"
       "           [--threads N] [--kv-dtype f16|f32|int8] [--precision q8|f32] [--no-pack-weights] [--backend cpu|cuda]\n"
       "           [--attention dense|sparq|hip|alisa|auto] [--kv-read-ratio X] [--attention-min-keys N|measured]\n"
-      "           [--ignore-eos] [--json]                                        (attention default: dense)\n"
+      "           [--ignore-eos] [--json] [--speculative off|ngram]              (attention default: dense)\n"
       "  logits   --model PATH (--prompt TEXT | --prompt-ids 1,2,3) --out FILE   (f32 logits of every position)\n"
       "  chat     --model PATH [--max-tokens N] [--temperature T]                 (interactive)\n"
       "  serve    [--config FILE] [--model PATH] [--host H] [--port P] [--grpc-port P] [--threads N]\n"
       "           [--api-key K]... [--api-key-file F] [--kv-cache-mib N] [--host-kv-mib N] [--hot-rows-percent N]\n"
       "           [--max-num-seqs N] [--max-batched-tokens N] [--log-level L]   (OpenAI HTTP + gRPC; configs/README.md)\n"
       "           [--attention dense|sparq|hip|alisa|auto] [--kv-read-ratio X]      (default: auto at 0.25)\n"
-      "           [--embedding-pooling mean|cls|last|none]                       (/v1/embeddings; default: the model's)\n",
+      "           [--embedding-pooling mean|cls|last|none]                       (/v1/embeddings; default: the model's)\n"
+      "           [--speculative off|ngram] [--max-draft-tokens N]                (docs/speculative.md; default: off, 4)\n",
       stderr);
 }
 

@@ -189,7 +189,7 @@ void parse_logit_bias(const json& body, const Model& model, SamplingParams& samp
 
 // "fathom": {"attention": policy, "kv_read_ratio": x, "sparq"/"hip"/"alisa": {...} (see
 // server/attention_options.h), "priority": int (clamped to ±limits.max_priority), "ignore_eos":
-// bool}. The policy starts from the server's default (config "attention").
+// bool, "speculative": "off" | "ngram" (docs/speculative.md)}. The policy starts from the server's default (config "attention").
 void parse_extension(const json& body, const ServerConfig& config, Request& request) {
   const json* f = field(body, "fathom");
   if (!f) return;
@@ -213,8 +213,13 @@ void parse_extension(const json& body, const ServerConfig& config, Request& requ
     } else if (it.key() == "ignore_eos") {
       if (!it->is_boolean()) bad_type(param, "true or false");
       request.stop.ignore_eos = it->get<bool>();
+    } else if (it.key() == "speculative") {
+      const std::optional<Speculation> m = it->is_string() ? parse_speculation(it->get<std::string>()) : std::nullopt;
+      if (!m) bad_type(param, "one of off, ngram");
+      request.speculative = *m;
     } else {
-      bad(param, "unknown fathom option '" + it.key() + "' (" + attention_option_keys("attention") + ", priority, ignore_eos, grammar)");
+      bad(param, "unknown fathom option '" + it.key() + "' (" + attention_option_keys("attention") +
+                     ", priority, ignore_eos, grammar, speculative)");
     }
   }
 }
@@ -317,6 +322,7 @@ void parse_common(const json& body, const Model& model, const ServerConfig& conf
   parse_response_format(body, r.constraint);
   parse_peer_constraint(body, r.constraint);
   r.attention = config.attention;
+  r.speculative = config.speculative;
   parse_extension(body, config, r);
   reject_unsupported(body, out.kind);
   if (const json* u = field(body, "user"); u && !u->is_string()) bad_type("user", "a string");

@@ -113,6 +113,18 @@ class Backend : protected ForwardOps {
   // end of a measurement of them.
   virtual void finish_moves() {}
 
+  // ---- Speculative decoding (docs/speculative.md) ----
+  // A verify step (SeqStep::verify) may keep only its first rows. The dropped rows' K and V (and
+  // their transposed-K slots and INT8 row parameters) are read by nothing before the sequence
+  // writes those positions again; the running planes (V sums, K moments: over every position so
+  // far) would be, so the backend keeps each verify row's running planes as its append left them
+  // and rollback_kv puts back those of the last row kept. False: it keeps none, and no request
+  // speculates on it.
+  virtual bool implements_rollback() const { return false; }
+  // After forward(plan): plan.seqs[seq] (a verify step) keeps its first `kept_rows` rows (>= 1).
+  // Valid until the next forward.
+  virtual void rollback_kv(int32_t /*seq*/, int32_t /*kept_rows*/) { FATHOM_CHECK(false, "no KV rollback on this backend"); }
+
   // ---- The forward pass ----
   // True when forward() keeps the host's cores busy (the CPU backend's thread pool): host-side
   // work overlapped with it (constraint masks) would only compete for the same cores. A device

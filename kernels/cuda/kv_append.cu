@@ -159,6 +159,12 @@ __global__ void __launch_bounds__(kThreads) kv_sums_kernel(KvCacheLayer cache, K
       const int32_t pos = batch.positions[i];
       v_run += batch.v[static_cast<int64_t>(i) * batch.v_token_stride + static_cast<int64_t>(h) * d + c];
       key_moments_update(batch.k[static_cast<int64_t>(i) * batch.k_token_stride + static_cast<int64_t>(h) * d + c], pos, mean, m2);
+      if (batch.running != nullptr && batch.running_row[s] >= 0) {
+        float* out = batch.running + ((static_cast<int64_t>(batch.running_row[s]) + (i - first)) * cache.n_kv_heads + h) * 3 * d;
+        out[c] = v_run;
+        out[d + c] = mean;
+        out[2 * d + c] = m2;
+      }
       if (i + 1 < last && (pos + 1) % bs != 0) continue;  // not the block's last new row
       const int64_t tile = static_cast<int64_t>(table[pos / bs]) * cache.n_kv_heads + h;
       if (cache.v_sum) cache.v_sum[tile * d + c] = v_run;
@@ -170,7 +176,31 @@ __global__ void __launch_bounds__(kThreads) kv_sums_kernel(KvCacheLayer cache, K
   }
 }
 
+// grid (n_kv_heads), block (kThreads): block `block`'s running planes from `running`.
+__global__ void __launch_bounds__(kThreads) kv_set_running_kernel(KvCacheLayer cache, int32_t block, const float* running) {
+  const int h = static_cast<int>(blockIdx.x), d = cache.head_dim;
+  const int64_t tile = static_cast<int64_t>(block) * cache.n_kv_heads + h;
+  const float* in = running + static_cast<int64_t>(h) * 3 * d;
+  for (int c = static_cast<int>(threadIdx.x); c < d; c += kThreads) {
+    if (cache.v_sum) cache.v_sum[tile * d + c] = in[c];
+    if (cache.k_moments) {
+      cache.k_moments[tile * 2 * d + c] = in[d + c];
+      cache.k_moments[tile * 2 * d + d + c] = in[2 * d + c];
+    }
+  }
+}
+
 }  // namespace kv_append_detail
+
+cudaError_t kv_set_running(const KvCacheLayer& cache, int32_t block, const float* running, cudaStream_t stream) {
+  using namespace kv_append_detail;
+  if (block < 0 || !running || cache.n_kv_heads <= 0 || cache.n_kv_heads > 65535 || cache.head_dim <= 0)
+    return cudaErrorInvalidValue;
+  if (!cache.v_sum && !cache.k_moments) return cudaSuccess;
+  FATHOM_LAUNCH(kv_set_running_kernel, dim3(static_cast<unsigned>(cache.n_kv_heads)), dim3(kThreads), 0, stream, cache,
+                block, running);
+  return cudaGetLastError();
+}
 
 cudaError_t kv_append(const KvCacheLayer& cache, const KvAppendBatch& batch, cudaStream_t stream) {
   using namespace kv_append_detail;
@@ -179,7 +209,7 @@ cudaError_t kv_append(const KvCacheLayer& cache, const KvAppendBatch& batch, cud
   if (batch.n_tokens < 0 || batch.n_seqs <= 0 || cache.block_size <= 0 || cache.n_kv_heads <= 0 ||
       cache.n_kv_heads > 65535 || cache.head_dim <= 0 || batch.k_token_stride < row_elems ||
       batch.v_token_stride < row_elems || !cache.k || !cache.v ||
-      (cache.dtype == KvStoreType::kI8 && (!cache.k_rows || !cache.v_rows)))
+      (cache.dtype == KvStoreType::kI8 && (!cache.k_rows || !cache.v_rows)) || (batch.running && !batch.running_row))
     return cudaErrorInvalidValue;
   const dim3 rows_grid(static_cast<unsigned>(batch.n_tokens), static_cast<unsigned>(cache.n_kv_heads));
   switch (cache.dtype) {

@@ -48,11 +48,21 @@ struct KvAppendBatch {
   const int32_t* block_tables = nullptr;     // [n_seqs][table_stride] logical -> physical block
   int32_t table_stride = 0;
   int32_t n_tokens = 0, n_seqs = 0;
+  // Optional, for speculative decoding's rollback (engine/backend/backend.h rollback_kv): every
+  // token of sequence s with running_row[s] >= 0 writes its running planes after its append — V
+  // sum, K mean, K M2, head_dim floats each, per kv head — to
+  // running + ((running_row[s] + i - seq_token_start[s]) * n_kv_heads + h) * 3 * head_dim.
+  float* running = nullptr;
+  const int32_t* running_row = nullptr;  // [n_seqs]
 };
 
 // Writes every token's K/V rows (and INT8 row parameters, transposed K, V sums and K moments when
 // present). The V sums and K moments equal n_tokens one-by-one appends exactly (same f32
 // operations, same order: key_moments_update).
 cudaError_t kv_append(const KvCacheLayer& cache, const KvAppendBatch& batch, cudaStream_t stream);
+
+// Sets block `block`'s running planes (V sum, K moments; those the layer has) from `running`
+// ([n_kv_heads][3][head_dim]: V sum, K mean, K M2, as KvAppendBatch::running holds them).
+cudaError_t kv_set_running(const KvCacheLayer& cache, int32_t block, const float* running, cudaStream_t stream);
 
 }  // namespace fathom::cuda

@@ -365,11 +365,37 @@ TEST(CudaOps, KvAppendMatchesOneByOne) {
       batch.table_stride = stride;
       batch.n_tokens = n_tokens;
       batch.n_seqs = n_seqs;
+      // The running planes after each token of every other sequence (a verify step's journal).
+      std::vector<int32_t> running_row(n_seqs, -1);
+      int32_t journaled = 0;
+      for (int32_t s = 0; s < n_seqs; ++s)
+        if (s % 2 == 1 || n_seqs == 1) {
+          running_row[s] = journaled;
+          journaled += c.seqs[s].n_new;
+        }
+      const size_t per_row = static_cast<size_t>(c.n_kv_heads) * 3 * c.d;
+      DeviceBuffer<float> djournal(std::vector<float>(journaled * per_row, -1.0f));
+      DeviceBuffer<int32_t> drunning_row(running_row);
+      batch.running = djournal.ptr;
+      batch.running_row = drunning_row.ptr;
       ASSERT_EQ(cuda::kv_append(layer, batch, nullptr), cudaSuccess);
 
+      std::vector<float> journal(journaled * per_row);
+      std::vector<int32_t> journal_block(journaled);
       for (int32_t s = 0; s < n_seqs; ++s)
-        for (int32_t i = starts[s]; i < starts[s + 1]; ++i)
+        for (int32_t i = starts[s]; i < starts[s + 1]; ++i) {
           host.append(&tables[s * stride], positions[i], &kv[i * token_stride], &kv[i * token_stride + row]);
+          if (running_row[s] < 0) continue;
+          const int32_t j = running_row[s] + i - starts[s], block = tables[s * stride + positions[i] / c.bs];
+          journal_block[j] = block;
+          for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+            const size_t tile = static_cast<size_t>(block) * c.n_kv_heads + h;
+            float* out = &journal[j * per_row + h * 3 * c.d];
+            std::copy_n(&host.v_sum[tile * c.d], c.d, out);
+            std::copy_n(&host.k_moments[tile * 2 * c.d], 2 * c.d, out + c.d);
+          }
+        }
+      EXPECT_EQ(first_mismatch(djournal.download(), journal), -1) << "running planes after each journaled token";
       const char* name = t == cuda::KvStoreType::kF32 ? "f32" : t == cuda::KvStoreType::kF16 ? "f16"
                          : t == cuda::KvStoreType::kBF16 ? "bf16" : "int8";
       std::printf("kv_append %s d=%d heads=%d bs=%d seqs=%d tokens=%d\n", name, c.d, c.n_kv_heads, c.bs, n_seqs,
@@ -383,6 +409,17 @@ TEST(CudaOps, KvAppendMatchesOneByOne) {
         EXPECT_EQ(first_mismatch(dkr.download(), host.k_rows), -1) << "k_rows, d=" << c.d;
         EXPECT_EQ(first_mismatch(dvr.download(), host.v_rows), -1) << "v_rows, d=" << c.d;
       }
+      // A rollback to the first journaled token: its block's planes as they were after it.
+      if (journaled == 0) continue;
+      ASSERT_EQ(cuda::kv_set_running(layer, journal_block[0], djournal.ptr, nullptr), cudaSuccess);
+      std::vector<float> want_sum = host.v_sum, want_moments = host.k_moments;
+      for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+        const size_t tile = static_cast<size_t>(journal_block[0]) * c.n_kv_heads + h;
+        std::copy_n(&journal[h * 3 * c.d], c.d, &want_sum[tile * c.d]);
+        std::copy_n(&journal[h * 3 * c.d + c.d], 2 * c.d, &want_moments[tile * 2 * c.d]);
+      }
+      EXPECT_EQ(first_mismatch(dsum.download(), want_sum), -1) << "v_sum after kv_set_running";
+      EXPECT_EQ(first_mismatch(dmoments.download(), want_moments), -1) << "k_moments after kv_set_running";
     }
   }
 }

@@ -174,10 +174,21 @@ void CpuBackend::begin_pass(const BatchPlan& plan) {
   plan_ = &plan;
   first_.clear();
   positions_.clear();
+  verify_first_.clear();
+  verify_rows_.clear();
+  verify_blocks_.clear();
+  const int32_t bs = kv_layout().block_size;
   for (const SeqStep& s : plan.seqs) {
     first_.push_back(static_cast<int64_t>(positions_.size()));
-    for (size_t i = 0; i < s.tokens.size(); ++i) positions_.push_back(s.pos0 + static_cast<int32_t>(i));
+    verify_first_.push_back(s.verify ? static_cast<int32_t>(verify_blocks_.size()) : -1);
+    verify_rows_.push_back(s.verify ? static_cast<int32_t>(s.tokens.size()) : 0);
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      const int32_t pos = s.pos0 + static_cast<int32_t>(i);
+      positions_.push_back(pos);
+      if (s.verify) verify_blocks_.push_back((*s.blocks)[pos / bs]);
+    }
   }
+  verify_running_.resize(verify_blocks_.size() * c.n_layers * kv_->running_floats());
   const int64_t T = static_cast<int64_t>(positions_.size());
   for (int a = 0; a < static_cast<int>(acts_.size()); ++a)
     acts_[a].resize(T * act_width(model_.config(), static_cast<Act>(a)));
@@ -251,10 +262,28 @@ void CpuBackend::append_kv(int32_t layer) {
   const int64_t kv_dim = model_.config().kv_dim();
   const float* k = act(Act::kK);
   const float* v = act(Act::kV);
+  const size_t running = kv_->running_floats();
   int64_t t = 0;
-  for (const SeqStep& s : plan_->seqs)  // append checks the blocks it writes and reads are device-tier ones
-    for (size_t i = 0; i < s.tokens.size(); ++i, ++t)
-      kv_->append(layer, s.blocks->data(), s.pos0 + static_cast<int32_t>(i), k + t * kv_dim, v + t * kv_dim);
+  for (size_t si = 0; si < plan_->seqs.size(); ++si) {  // append checks the blocks it writes and reads are device-tier ones
+    const SeqStep& s = plan_->seqs[si];
+    for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
+      float* saved = verify_first_[si] < 0 ? nullptr
+                                           : verify_running_.data() +
+                                                 ((verify_first_[si] + i) * model_.config().n_layers + layer) * running;
+      kv_->append(layer, s.blocks->data(), s.pos0 + static_cast<int32_t>(i), k + t * kv_dim, v + t * kv_dim, saved);
+    }
+  }
+}
+
+void CpuBackend::rollback_kv(int32_t seq, int32_t kept_rows) {
+  FATHOM_CHECK(seq >= 0 && seq < static_cast<int32_t>(verify_first_.size()) && verify_first_[seq] >= 0 && kept_rows >= 1,
+               "rollback of a step that is not a verify step");
+  const size_t row = static_cast<size_t>(verify_first_[seq] + kept_rows - 1);
+  FATHOM_CHECK(kept_rows <= verify_rows_[seq], "rollback keeps more rows than the step has");
+  const int32_t n_layers = model_.config().n_layers;
+  const size_t running = kv_->running_floats();
+  for (int32_t l = 0; l < n_layers; ++l)
+    kv_->set_running(l, verify_blocks_[row], verify_running_.data() + (row * n_layers + l) * running);
 }
 
 DecodeArgs CpuBackend::decode_args(int32_t seq) {

@@ -27,6 +27,8 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   bool implements(PolicyKind kind) const override;
   bool implements_groups() const override { return true; }
+  bool implements_rollback() const override { return true; }
+  void rollback_kv(int32_t seq, int32_t kept_rows) override;
   bool forward_occupies_host() const override { return true; }
   void host_parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override;
   size_t block_bytes() const override { return kv_->layout().block_bytes(); }
@@ -129,6 +131,12 @@ class CpuBackend final : public Backend {
   std::vector<float> rope_cos_, rope_sin_;           // (T, rope_dim/2), global layers' RoPE
   std::vector<float> rope_cos_local_, rope_sin_local_;  // sliding layers' (gemma3)
   std::vector<float> picked_;                        // (rows, dim) rows whose logits or hidden states are wanted
+  // Verify steps' running planes after each row's append (rollback_kv): row r of the pass's
+  // verify rows holds n_layers x running_floats() floats at r * that; its block in
+  // verify_blocks_. verify_first_[i]: plan.seqs[i]'s first verify row, -1 when not a verify step;
+  // verify_rows_[i]: its rows.
+  std::vector<float> verify_running_;
+  std::vector<int32_t> verify_blocks_, verify_first_, verify_rows_;
 };
 
 }  // namespace fathom

@@ -139,7 +139,8 @@ void* CpuKvStorage::v_tile(int32_t layer, int32_t block, int32_t head) {
   return at(KvPlane::kV, layer, block) + head * layout_.tile_elems() * kv_dtype_bytes(layout_.dtype);
 }
 
-void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v) {
+void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v,
+                          float* running) {
   const KvLayout& L = layout_;
   const int32_t bs = L.block_size, d = L.head_dim, slot = pos % bs, block = table[pos / bs];
   // The running sums carry over from the previous position: this block's tile, or at a block's
@@ -177,6 +178,21 @@ void CpuKvStorage::append(int32_t layer, const int32_t* table, int32_t pos, cons
       std::memcpy(moments, reinterpret_cast<const float*>(at(KvPlane::kKMoments, layer, prev_block)) + static_cast<size_t>(h) * 2 * d,
                   2 * d * sizeof(float));
     for (int32_t c = 0; c < d; ++c) key_moments_update(kh[c], pos, moments[c], moments[d + c]);
+    if (running != nullptr) {
+      std::memcpy(running + static_cast<size_t>(h) * 3 * d, sum, d * sizeof(float));
+      std::memcpy(running + (static_cast<size_t>(h) * 3 + 1) * d, moments, 2 * d * sizeof(float));
+    }
+  }
+}
+
+void CpuKvStorage::set_running(int32_t layer, int32_t block, const float* running) {
+  check_block(block);
+  const int32_t d = layout_.head_dim;
+  for (int32_t h = 0; h < layout_.n_kv_heads; ++h) {
+    std::memcpy(reinterpret_cast<float*>(at(KvPlane::kVSum, layer, block)) + static_cast<size_t>(h) * d,
+                running + static_cast<size_t>(h) * 3 * d, d * sizeof(float));
+    std::memcpy(reinterpret_cast<float*>(at(KvPlane::kKMoments, layer, block)) + static_cast<size_t>(h) * 2 * d,
+                running + (static_cast<size_t>(h) * 3 + 1) * d, 2 * d * sizeof(float));
   }
 }
 

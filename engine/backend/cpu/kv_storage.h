@@ -49,8 +49,16 @@ class CpuKvStorage {
   // position `pos` of the sequence with block table `table`: stores them as the layout's dtype,
   // fills the transposed-K slot and carries the running V sum and K moments (from the previous
   // block's when `pos` opens a block, which must then be in this storage: a non-negative table
-  // entry). Positions of a sequence must be appended in order.
-  void append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v);
+  // entry). Positions of a sequence must be appended in order. `running` (optional,
+  // running_floats()): receives the block's running planes after this append, for set_running.
+  void append(int32_t layer, const int32_t* table, int32_t pos, const float* k, const float* v,
+              float* running = nullptr);
+  // Floats of one block's running planes of one layer: per kv head, V sum then K mean and M2
+  // (head_dim each).
+  size_t running_floats() const { return static_cast<size_t>(layout_.n_kv_heads) * 3 * layout_.head_dim; }
+  // Puts back a block's running planes of `layer` as append() reported them (speculative
+  // decoding's rollback: Backend::rollback_kv).
+  void set_running(int32_t layer, int32_t block, const float* running);
 
   // Copies the K row (and its INT8 parameters) and/or the V row of (layer, block, head, slot) to
   // row `dst_row` of `to`'s planes (a row index as PagedKvView::row_index gives). Returns bytes.

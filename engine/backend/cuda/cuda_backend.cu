@@ -96,6 +96,8 @@ class CudaBackend final : public Backend {
   bool implements(PolicyKind kind) const override { return kind == kDensePolicy || cuda_step_of(kind) != nullptr; }
   bool implements_groups() const override { return true; }
   size_t block_bytes() const override { return kv_layout().block_bytes(); }
+  bool implements_rollback() const override { return true; }
+  void rollback_kv(int32_t seq, int32_t kept_rows) override;
 
  protected:
   void copy_block_impl(int32_t src, int32_t dst) override {
@@ -218,6 +220,15 @@ class CudaBackend final : public Backend {
   std::vector<int64_t> first_;            // plan.seqs[i] owns rows [first_[i], first_[i] + n)
   DeviceArray<int32_t> ids_, positions_;  // (T)
   DeviceArray<int32_t> seq_start_;        // (S + 1) token CSR
+  // Verify steps (SeqStep::verify; rollback_kv): the running planes after each verify row's append,
+  // [n_layers][verify_total_][n_kv_heads][3][head_dim]; plan.seqs[i]'s first row verify_first_[i]
+  // (-1: not a verify step; also on the device for kv_append), its rows verify_rows_[i], each row's
+  // block verify_blocks_.
+  DeviceArray<float> verify_running_;
+  DeviceArray<int32_t> verify_first_dev_;
+  std::vector<int32_t> verify_first_, verify_rows_, verify_blocks_;
+  int64_t verify_total_ = 0;
+  size_t running_floats() const { return static_cast<size_t>(config_.n_kv_heads) * 3 * config_.head_dim; }
   DeviceArray<int32_t> tables_;           // (S, table_stride_) block tables, padded with 0 ...
   int32_t table_stride_ = 0;
   bool tables_per_layer_ = false;         // ... (n_layers, S, table_stride_) when they name the scratch
@@ -652,6 +663,21 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
   ids_.upload(ids);
   positions_.upload(pos);
   seq_start_.upload(start);
+  verify_first_.clear();
+  verify_rows_.clear();
+  verify_blocks_.clear();
+  for (const SeqStep& s : plan.seqs) {
+    verify_first_.push_back(s.verify ? static_cast<int32_t>(verify_blocks_.size()) : -1);
+    verify_rows_.push_back(s.verify ? static_cast<int32_t>(s.tokens.size()) : 0);
+    if (s.verify)
+      for (size_t i = 0; i < s.tokens.size(); ++i)
+        verify_blocks_.push_back((*s.blocks)[(s.pos0 + static_cast<int32_t>(i)) / kv_layout().block_size]);
+  }
+  verify_total_ = static_cast<int64_t>(verify_blocks_.size());
+  if (verify_total_ > 0) {
+    verify_running_.reserve_grow(static_cast<size_t>(verify_total_) * c.n_layers * running_floats());
+    verify_first_dev_.upload(verify_first_);
+  }
   tables_per_layer_ = names_scratch;
   if (names_scratch) {  // each layer's copy names the scratch where that layer's view finds it
     std::vector<int32_t> layered(tables.size() * c.n_layers);
@@ -715,7 +741,22 @@ void CudaBackend::append_kv(int32_t layer) {
   batch.table_stride = table_stride_;
   batch.n_tokens = static_cast<int32_t>(T_);
   batch.n_seqs = static_cast<int32_t>(plan_->seqs.size());
+  if (verify_total_ > 0) {
+    batch.running = verify_running_.get() + static_cast<size_t>(layer) * verify_total_ * running_floats();
+    batch.running_row = verify_first_dev_.get();
+  }
   FATHOM_CUDA_BACKEND_OK(cuda::kv_append(kv_->append_target(layer), batch, stream_));
+}
+
+void CudaBackend::rollback_kv(int32_t seq, int32_t kept_rows) {
+  FATHOM_CHECK(seq >= 0 && seq < static_cast<int32_t>(verify_first_.size()) && verify_first_[seq] >= 0 && kept_rows >= 1,
+               "rollback of a step that is not a verify step");
+  FATHOM_CHECK(kept_rows <= verify_rows_[seq], "rollback keeps more rows than the step has");
+  const int64_t row = verify_first_[seq] + kept_rows - 1;
+  for (int32_t l = 0; l < config_.n_layers; ++l)
+    FATHOM_CUDA_BACKEND_OK(cuda::kv_set_running(kv_->append_target(l), verify_blocks_[row],
+                                                verify_running_.get() + (static_cast<size_t>(l) * verify_total_ + row) * running_floats(),
+                                                stream_));
 }
 
 DecodeArgs CudaBackend::decode_args(int32_t seq) {

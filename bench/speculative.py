@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Decode speed of speculative decoding (docs/speculative.md) against one token a step, on the same
+binary, model, prompt and settings, alternating off / on within each round (the order flipped every
+round), greedy. Each run is one `fathom generate --json`: decode tok/s is its generated tokens over
+the time from every first token to the last (prefill excluded). Every pair's texts must be identical
+(the bench stops otherwise): speculation may not change a token.
+
+Tasks: `edit` — copy a ~1k-token text (the answer repeats the prompt: what prompt lookup is for, like
+code editing or quoting a document); `story` — free writing (little repeats: what speculation costs
+when drafts fail).
+
+    .venv/bin/python bench/speculative.py --rounds 3 --out bench/results/speculative.md
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from policy_speed import machine  # noqa: E402
+
+MODELS = {
+    "SmolLM2 135M Q4_1": ROOT / "models/smollm2-135m-instruct-q4_1.gguf",
+    "Gemma 3 270M Q4_K_M": ROOT / "models/gemma-3-270m-q4_k_m.gguf",
+}
+PARAGRAPH = ("The lighthouse keeper climbed the stairs every evening at six. He wound the clock, trimmed the "
+             "wick and wrote the weather in his book. Ships passed in the night and never knew his name, but "
+             "they knew his light. In winter the stairs were cold and the wind sang through the windows. ")
+SECTIONS = ["Harbour", "Keeper", "Winter", "Ships", "Lamp", "Storm", "Spring", "Book", "Clock", "Stairs", "Light",
+            "Night"]
+DOCUMENT = "".join(f"## {name}\n{PARAGRAPH}\n" for name in SECTIONS)  # ~1k tokens
+TASKS = {
+    "edit": ("Copy the following document exactly, keeping every heading:\n\n" + DOCUMENT, 256),
+    "story": ("Write a short story about a cat who learns to play the piano.", 128),
+}
+
+
+def run(binary, model, prompt, max_tokens, speculative, threads):
+    out = subprocess.run([str(binary), "generate", "--model", str(model), "--chat",
+                          json.dumps([{"role": "user", "content": prompt}]), "--max-tokens", str(max_tokens),
+                          "--temperature", "0", "--threads", str(threads), "--speculative", speculative, "--json"],
+                         capture_output=True, text=True, check=True)
+    j = json.loads(out.stdout)
+    return j["decode_tokens_per_second"], j["text"], j["completion_tokens"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=str(ROOT / "build"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    binary = Path(a.build) / "fathom"
+    lines = [f"Machine: {machine()}. `{' '.join(sys.argv)}`; greedy, {a.threads} threads, alternating "
+             f"off / ngram, {a.rounds} rounds; decode tok/s (median over rounds); texts identical in every pair.",
+             "", "| model | task | tokens | off tok/s | ngram tok/s | speed-up |", "|---|---|---:|---:|---:|---:|"]
+    for name in a.models.split(","):
+        for task in a.tasks.split(","):
+            prompt, max_tokens = TASKS[task]
+            speeds = {"off": [], "ngram": []}
+            tokens = 0
+            for r in range(a.rounds):
+                order = ["off", "ngram"] if r % 2 == 0 else ["ngram", "off"]
+                texts = {}
+                for mode in order:
+                    tps, texts[mode], tokens = run(binary, MODELS[name], prompt, max_tokens, mode, a.threads)
+                    speeds[mode].append(tps)
+                if texts["off"] != texts["ngram"]:
+                    sys.exit(f"{name} {task}: speculative text differs from one token a step")
+                print(f"{name} {task} round {r}: off {speeds['off'][-1]:.1f} ngram {speeds['ngram'][-1]:.1f} tok/s",
+                      flush=True)
+            off, ngram = statistics.median(speeds["off"]), statistics.median(speeds["ngram"])
+            lines.append(f"| {name} | {task} | {tokens} | {off:.1f} | {ngram:.1f} | {ngram / off:.2f}× |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
