@@ -28,7 +28,8 @@ void usage() {
       "           [--api-key K]... [--api-key-file F] [--kv-cache-mib N] [--host-kv-mib N] [--hot-rows-percent N]\n"
       "           [--max-num-seqs N] [--max-batched-tokens N] [--log-level L]   (OpenAI HTTP + gRPC; configs/README.md)\n"
       "           [--attention dense|sparq|hip|alisa|auto] [--kv-read-ratio X]      (default: auto at 0.25)\n"
-      "           [--embedding-pooling mean|cls|last|none]                       (/v1/embeddings; default: the model's)\n",
+      "           [--embedding-pooling mean|cls|last|none]                       (/v1/embeddings; default: the model's)\n"
+      "           [--no-playground]                                              (the web page at /)\n",
       stderr);
 }
 
