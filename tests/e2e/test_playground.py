@@ -198,10 +198,10 @@ def test_with_keys_the_page_asks_for_one_and_the_api_stays_closed(keyed_server, 
     assert "needs an API key" in by_id(d, "status").text
     assert by_id(d, "send").get_attribute("disabled")
     set_field(d, "api-key", "wrong")
-    by_id(d, "api-key").submit()
+    d.find_element("css selector", "#key-form button").click()
     wait_for(lambda: "refused" in by_id(d, "status").text, "the wrong key to be refused")
     set_field(d, "api-key", KEY)
-    by_id(d, "api-key").submit()
+    d.find_element("css selector", "#key-form button").click()
     wait_for(lambda: not by_id(d, "send").get_attribute("disabled"), "the key to be accepted")
     d.execute_script(RECORD_FETCH)
     set_field(d, "max_tokens", "4")
