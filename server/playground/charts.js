@@ -43,7 +43,7 @@ export class LineChart {
     this.render();
   }
 
-  // One sample per series (null: no value this time, drawn as 0).
+  // One sample per series (null: no value this time).
   push(values) {
     this.series.forEach((s, i) => {
       s.values.push(values[i] === null || values[i] === undefined ? null : values[i]);
@@ -59,7 +59,11 @@ export class LineChart {
     const step = W / (this.capacity - 1);
     this.series.forEach((s, i) => {
       const offset = this.capacity - s.values.length;
-      const points = s.values.map((v, j) => `${((offset + j) * step).toFixed(1)},${(H - 1 - ((v || 0) / max) * (H - 4)).toFixed(1)}`);
+      // A sample without a value (no rate yet, no lookups in the interval) is left out, not drawn as 0.
+      const points = [];
+      s.values.forEach((v, j) => {
+        if (v !== null) points.push(`${((offset + j) * step).toFixed(1)},${(H - 1 - (v / max) * (H - 4)).toFixed(1)}`);
+      });
       this.lines[i].setAttribute("points", points.join(" "));
       const last = s.values.length ? s.values[s.values.length - 1] : null;
       this.items[i].textContent = `${s.name}: ${last === null ? "—" : s.format(last)}`;
