@@ -136,7 +136,7 @@ def test_page_streams_a_chat_with_the_settings_and_charts_the_metrics(open_serve
 
     stats = wait_for(lambda: "finish:" in by_id(d, "log").text and by_id(d, "cancel").get_attribute("disabled")
                      and d.find_element("css selector", ".msg.assistant .stats").text, "the answer to finish")
-    answer = d.find_element("css selector", ".msg.assistant .choice .text").text
+    answer = d.find_element("css selector", ".msg.assistant .choice .text").get_attribute("textContent")
     assert answer.strip(), stats
     snapshots = d.execute_script("return window.__snapshots")
     growing = sorted(set(n for n in snapshots if n > 0))
@@ -162,6 +162,32 @@ def test_page_streams_a_chat_with_the_settings_and_charts_the_metrics(open_serve
     tip = wait_for(lambda: by_id(d, "tip").is_displayed() and by_id(d, "tip"), "the token tooltip")
     assert "p =" in tip.text and "%" in tip.text, tip.text
     assert len(tip.find_elements("css selector", "tr")) >= 2, tip.text  # the top_logprobs alternatives
+
+    # From the keyboard: an answer takes focus and the arrow keys walk its tokens, announced.
+    from selenium.webdriver.common.keys import Keys
+    d.find_element("css selector", ".msg.assistant .choice .text").send_keys(Keys.ARROW_RIGHT, Keys.ARROW_RIGHT)
+    assert "probability" in wait_for(lambda: by_id(d, "announce").get_attribute("textContent"), "the announcement")
+
+    # A second turn: two choices, a JSON schema and an attention policy; the history goes along.
+    set_field(d, "n", "2")
+    from selenium.webdriver.support.ui import Select
+    Select(by_id(d, "attention")).select_by_value("dense")
+    set_field(d, "kv_read_ratio", "0.5")
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"]}
+    set_field(d, "schema", json.dumps(schema))
+    by_id(d, "prompt").send_keys("Pick a color.")
+    by_id(d, "send").click()
+    wait_for(lambda: len(d.find_elements("css selector", ".msg.assistant .stats")) == 2
+             and "finish:" in d.find_elements("css selector", ".msg.assistant .stats")[1].text, "the second answer")
+    second = json.loads(chat_posts(d)[1]["body"])
+    assert second["n"] == 2 and second["fathom"] == {"attention": "dense", "kv_read_ratio": 0.5}, second
+    assert second["response_format"]["json_schema"]["schema"] == schema, second
+    assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"], second
+    assert second["messages"][2]["content"] == answer, second["messages"][2]
+    choices = d.find_elements("css selector", ".msg.assistant")[1].find_elements("css selector", ".choice .text")
+    assert len(choices) == 2
+    for c in choices:
+        assert json.loads(c.get_attribute("textContent"))["color"] in ("red", "green", "blue"), c.text
 
     # The tokens/s chart shows the generation (a point above the baseline), polled from /metrics.
     def generated_line_rose():
