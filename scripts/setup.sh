@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(cmake g++ clang libclang-rt-14-dev pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libspdlog-dev libsentencepiece-dev libboost1.81-dev
-  libgtest-dev libgmock-dev libbenchmark-dev prometheus)
+  libgtest-dev libgmock-dev libbenchmark-dev prometheus
+  chromium chromium-driver)  # the playground's browser test
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

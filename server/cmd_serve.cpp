@@ -85,6 +85,7 @@ ServerConfig config_from_args(const CliArgs& args) {
   int_option(args, "max-queue", 0, 1 << 20, c.scheduler.max_queue);
   if (args.flag("no-prefix-caching")) c.scheduler.prefix_caching = false;
   if (args.flag("no-bifurcated")) c.scheduler.bifurcated = false;
+  if (args.flag("no-playground")) c.playground = false;
   c.attention = attention_from_args(args, c.attention);
   int_option(args, "max-body-bytes", 1024, int64_t{1} << 30, c.max_body_bytes);
   int_option(args, "max-tokens-limit", 1, 1 << 24, c.max_tokens_limit);
@@ -181,7 +182,7 @@ int run_serve(int argc, char** argv) {
                                  "log-level", "log-format", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms",
                                  "embedding-pooling", "speculative", "max-draft-tokens"};
   names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
-  std::set<std::string> flags = {"no-prefix-caching", "no-bifurcated"};
+  std::set<std::string> flags = {"no-prefix-caching", "no-bifurcated", "no-playground"};
   flags.insert(kModelFlagNames.begin(), kModelFlagNames.end());
   CliArgs args(names, flags);
   args.parse(argc, argv, 2);

@@ -246,6 +246,7 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     if (unknown != "reject" && unknown != "ignore") h->fail("unknown_fields", "must be \"reject\" or \"ignore\"");
     c.reject_unknown_fields = unknown == "reject";
     h->read("cors_origins", c.cors_origins);
+    h->read("playground", c.playground);
     HttpLimits& l = c.http_limits;
     h->read_int("max_header_bytes", l.max_header_bytes, 1024, 1 << 20);
     h->read_int("max_connections", l.max_connections, 1, 1 << 20);

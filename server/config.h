@@ -51,6 +51,8 @@ struct ServerConfig {
   bool reject_unknown_fields = true;
   // Origins whose browser pages may call the server ("*": any; server/cors.h); empty: none.
   std::vector<std::string> cors_origins;
+  // The web playground at `/` (server/playground.h); false: `/` is a 404 like any unknown route.
+  bool playground = true;
 };
 
 // ServerConfig::embedding_pooling's values ("" included).

@@ -19,6 +19,7 @@
 #include "server/http_transport.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/playground.h"
 #include "server/request_rules.h"
 #include "server/responses_api.h"
 #include "server/sse.h"
@@ -63,7 +64,7 @@ struct Route {
   const char* method;
   const char* path;
   bool runs_inline;  // answers on the I/O thread: must be quick and never block
-  bool open;         // no API key needed (probes and scrapers)
+  bool open;         // no API key needed (probes, scrapers, the playground's static files)
 };
 
 constexpr Route kRoutes[] = {
@@ -75,16 +76,23 @@ constexpr Route kRoutes[] = {
     {"GET", "/metrics", true, true},
 };
 
-const Route* find_route(const HttpRequest& req) {
+// The playground's page and files (server/playground.h) when http.playground is on: open, since
+// the page must load before the user has typed a key; what it calls needs one.
+constexpr Route kPlaygroundPage = {"GET", "/", true, true};
+constexpr Route kPlaygroundFiles = {"GET", "/playground/", true, true};
+
+const Route* find_route(const HttpRequest& req, bool playground) {
   for (const Route& r : kRoutes)
     if (req.path == r.path && req.method == r.method) return &r;
+  if (playground && req.method == "GET" && is_playground_path(req.path))
+    return req.path == "/" ? &kPlaygroundPage : &kPlaygroundFiles;
   return nullptr;
 }
 
-// Label for the per-route request counter: known routes by name, everything else "other"
-// (a scanner must not create unbounded label values).
-std::string route_label(const HttpRequest& req) {
-  const Route* r = find_route(req);
+// Label for the per-route request counter: known routes by name (the playground's files as one),
+// everything else "other" (a scanner must not create unbounded label values).
+std::string route_label(const HttpRequest& req, bool playground) {
+  const Route* r = find_route(req, playground);
   return r ? r->path : "other";
 }
 
@@ -146,7 +154,7 @@ std::optional<HttpResponse> HttpServer::Impl::check_head(const HttpRequest& req)
 }
 
 std::optional<HttpResponse> HttpServer::Impl::answer_head(const HttpRequest& req) const {
-  const Route* r = find_route(req);
+  const Route* r = find_route(req, config.playground);
   // API keys before anything else: an unauthenticated client learns nothing, not even routes.
   if (!(r && r->open) && !config.api_keys.empty() &&
       !api_key_accepted(req.header("authorization"), config.api_keys))
@@ -297,14 +305,16 @@ HttpResponse HttpServer::Impl::route(const HttpRequest& req, HttpClient& client)
     r.body = metrics.render();
     return r;
   }
+  if (config.playground && req.method == "GET" && is_playground_path(req.path))
+    return playground_response(req.path);
   throw ApiError(404, "no route " + req.method + " " + req.path, "", "not_found");
 }
 
 HttpRoutes HttpServer::Impl::routes() {
   HttpRoutes r;
   r.check_head = [this](const HttpRequest& req) { return check_head(req); };
-  r.runs_inline = [](const HttpRequest& req) {
-    const Route* route = find_route(req);
+  r.runs_inline = [this](const HttpRequest& req) {
+    const Route* route = find_route(req, config.playground);
     return route && route->runs_inline;
   };
   r.handle = [this](const HttpRequest& req, HttpClient& client) { return handle(req, client); };
@@ -314,7 +324,7 @@ HttpRoutes HttpServer::Impl::routes() {
   r.done = [this](const HttpRequest& req, int status) {
     metrics
         .counter("fathom_http_requests_total", "HTTP requests by route and status",
-                 {{"route", route_label(req)}, {"status", std::to_string(status)}})
+                 {{"route", route_label(req, config.playground)}, {"status", std::to_string(status)}})
         .inc();
   };
   return r;

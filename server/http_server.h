@@ -1,6 +1,7 @@
 #pragma once
 // The OpenAI-compatible HTTP routes over HttpTransport (server/http_transport.h): /v1/completions, /v1/chat/completions,
-// /v1/models, /tokenize, /detokenize, /health, /metrics. It listens before the model is
+// /v1/models, /tokenize, /detokenize, /health, /metrics, and the web playground at / when
+// http.playground is on (server/playground.h). It listens before the model is
 // loaded so that /health can say "loading"; generation routes answer 503 until set_ready().
 #include <memory>
 

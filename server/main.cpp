@@ -29,7 +29,8 @@ void usage() {
       "           [--max-num-seqs N] [--max-batched-tokens N] [--log-level L]   (OpenAI HTTP + gRPC; configs/README.md)\n"
       "           [--attention dense|sparq|hip|alisa|auto] [--kv-read-ratio X]      (default: auto at 0.25)\n"
       "           [--embedding-pooling mean|cls|last|none]                       (/v1/embeddings; default: the model's)\n"
-      "           [--speculative off|ngram] [--max-draft-tokens N]                (docs/speculative.md; default: off, 4)\n",
+      "           [--speculative off|ngram] [--max-draft-tokens N]                (docs/speculative.md; default: off, 4)\n"
+      "           [--no-playground]                                              (the web page at /)\n",
       stderr);
 }
 
