@@ -68,6 +68,11 @@ export class MetricsPanel {
     this.hot.card.append(this.hotNote);
     this.kvRead = new LineChart(root, "KV bytes read by decode attention, per policy",
       POLICIES.map((p) => ({ name: p, format: bytesPerSecond })), { summary: "KV bytes read per second" });
+    this.spec = new LineChart(root, "Speculative decoding: draft tokens",
+      [{ name: "drafted", format: perSecond }, { name: "kept", format: perSecond }], { summary: "draft tokens per second" });
+    this.specNote = document.createElement("p");
+    this.specNote.className = "note";
+    this.spec.card.append(this.specNote);
   }
 
   start() {
@@ -94,6 +99,9 @@ export class MetricsPanel {
       misses: sum(metrics, "fathom_kv_hot_rows_total", { result: "miss" }),
     };
     for (const p of POLICIES) counters["read_" + p] = sum(metrics, "fathom_kv_read_bytes_total", { policy: p });
+    counters.drafted = sum(metrics, "fathom_spec_decode_draft_tokens_total");
+    counters.kept = sum(metrics, "fathom_spec_decode_accepted_tokens_total");
+    counters.verifies = sum(metrics, "fathom_spec_decode_verify_steps_total");
     const before = this.previous ? this.previous.counters : {};
     const dt = this.previous ? t - this.previous.t : 0;
     this.previous = { t, counters };
@@ -121,6 +129,11 @@ export class MetricsPanel {
       : "No lookups yet: HiP and ALISA read host-tier KV rows through this cache (needs kv_cache.host_mib).";
 
     this.kvRead.push(POLICIES.map((p) => rate(counters["read_" + p], before["read_" + p], dt)));
+    this.spec.push([rate(counters.drafted, before.drafted, dt), rate(counters.kept, before.kept, dt)]);
+    this.specNote.textContent = counters.verifies > 0
+      ? `${pct(counters.kept / Math.max(1, counters.drafted))} of drafts kept; ` +
+        `${(1 + counters.kept / counters.verifies).toFixed(2)} tokens per verify step since start`
+      : "No drafts yet: requests with speculative decoding on (n-gram lookup) draft several tokens a step.";
     this.status.textContent = "Updated " + new Date().toLocaleTimeString();
   }
 }

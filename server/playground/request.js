@@ -69,6 +69,8 @@ export function buildChatRequest(model, history, maxN) {
   if (policy) fathom.attention = policy;
   const ratio = number("kv_read_ratio", { min: 0.001, max: 1 });
   if (ratio !== undefined) fathom.kv_read_ratio = ratio;
+  const speculative = value("speculative");
+  if (speculative) fathom.speculative = speculative;
   if (Object.keys(fathom).length) body.fathom = fathom;
   return body;
 }

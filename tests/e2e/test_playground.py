@@ -172,6 +172,7 @@ def test_page_streams_a_chat_with_the_settings_and_charts_the_metrics(open_serve
     set_field(d, "n", "2")
     from selenium.webdriver.support.ui import Select
     Select(by_id(d, "attention")).select_by_value("dense")
+    Select(by_id(d, "speculative")).select_by_value("ngram")
     set_field(d, "kv_read_ratio", "0.5")
     schema = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"]}
     set_field(d, "schema", json.dumps(schema))
@@ -180,7 +181,8 @@ def test_page_streams_a_chat_with_the_settings_and_charts_the_metrics(open_serve
     wait_for(lambda: len(d.find_elements("css selector", ".msg.assistant .stats")) == 2
              and "finish:" in d.find_elements("css selector", ".msg.assistant .stats")[1].text, "the second answer")
     second = json.loads(chat_posts(d)[1]["body"])
-    assert second["n"] == 2 and second["fathom"] == {"attention": "dense", "kv_read_ratio": 0.5}, second
+    assert second["n"] == 2 and second["fathom"] == {"attention": "dense", "kv_read_ratio": 0.5,
+                                                  "speculative": "ngram"}, second
     assert second["response_format"]["json_schema"]["schema"] == schema, second
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"], second
     assert second["messages"][2]["content"] == answer, second["messages"][2]
