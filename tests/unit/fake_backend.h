@@ -5,6 +5,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -24,6 +25,11 @@ class FakeBackend final : public Backend {
   std::string name() const override { return "fake"; }
   bool implements(PolicyKind kind) const override { return kind == kDensePolicy; }
   bool implements_groups() const override { return false; }
+  // Speculative decoding: rollback_kv is recorded as (plan index, kept rows), on when `rollback`.
+  bool rollback = false;
+  std::vector<std::pair<int32_t, int32_t>> rollbacks;
+  bool implements_rollback() const override { return rollback; }
+  void rollback_kv(int32_t seq, int32_t kept) override { rollbacks.emplace_back(seq, kept); }
   size_t block_bytes() const override { return 64; }
 
   std::function<bool(const BatchPlan&)> fail;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
@@ -36,10 +37,13 @@ struct Harness {
       : backend(*model, blocks, host_blocks, 16, scratch), scheduler(*model, backend, config, metrics) {}
 
   std::shared_ptr<RequestHandle> add(int32_t prompt_tokens, int32_t max_tokens, int32_t n = 1,
-                                     Pooling embedding = Pooling::kNone, ThinkingSpan thinking = {}) {
+                                     Pooling embedding = Pooling::kNone, ThinkingSpan thinking = {},
+                                     Speculation speculative = Speculation::kOff, std::vector<int32_t> tail = {}) {
     auto r = std::make_unique<RequestState>();
+    r->request.speculative = speculative;
     r->request.thinking = thinking;
     r->request.prompt.assign(prompt_tokens, 300);
+    std::copy(tail.begin(), tail.end(), r->request.prompt.end() - static_cast<std::ptrdiff_t>(tail.size()));
     r->request.max_tokens = max_tokens;
     r->request.embedding = embedding;
     r->request.n = n;
@@ -261,6 +265,54 @@ TEST(Scheduler, SequencesLargerThanTheDeviceTierRunFromBothTiers) {
   EXPECT_GT(h.metrics.counter("fathom_kv_blocks_demoted_total", "").value(), 0);
   EXPECT_GT(h.metrics.counter("fathom_swap_bytes_total", "", {{"direction", "out"}}).value(), 0);
   EXPECT_EQ(h.scheduler.allocator().used_blocks(), 0);
+}
+
+// Speculative decoding over both tiers and beside plain requests: the fake's logits give token
+// 100 + position % 50 whatever the input, so prompt lookup's drafts are kept once the output has
+// gone round its 50-token cycle, and rejected where the prompt continues "121 122" otherwise. Every sequence's
+// output is what plain decoding gives, verify steps roll back exactly the rows not kept (each step
+// a sequence verifies keeps at least its first row), and every block comes back.
+TEST(Scheduler, SpeculatingSequencesEmitThePlainOutputAndGiveEveryBlockBack) {
+  SchedulerConfig cfg = small_steps();
+  cfg.prefix_caching = true;
+  Harness h(8, cfg, 8);
+  h.backend.rollback = true;
+  int verify_steps = 0, verify_rows = 0;
+  h.backend.fail = [&](const BatchPlan& p) {
+    for (const SeqStep& s : p.seqs)
+      if (s.verify) {
+        ++verify_steps;
+        verify_rows += static_cast<int>(s.tokens.size());
+        EXPECT_EQ(s.logits, LogitsWanted::kAll);
+        EXPECT_GE(s.tokens.size(), 2u);
+        EXPECT_LE(s.tokens.size(), 5u) << "1 + max_draft_tokens";
+      }
+    return false;
+  };
+  auto a = h.add(40, 120, 1, Pooling::kNone, {}, Speculation::kNgram), b = h.add(40, 30),
+       c = h.add(20, 100, 1, Pooling::kNone, {}, Speculation::kNgram, {121, 122, 7, 8, 9});
+  h.run();
+  const Outcome oa = drain(*a), ob = drain(*b), oc = drain(*c);
+  for (const auto& [o, prompt, n] : {std::tuple{&oa, 40, 120}, std::tuple{&ob, 40, 30}, std::tuple{&oc, 20, 100}}) {
+    ASSERT_EQ(o->finish, FinishReason::kLength) << o->error;
+    ASSERT_EQ(o->tokens.size(), static_cast<size_t>(n));
+    for (size_t i = 0; i < o->tokens.size(); ++i) EXPECT_EQ(o->tokens[i], 100 + static_cast<int32_t>(prompt - 1 + i) % 50);
+  }
+  const double drafted = h.metrics.counter("fathom_spec_decode_draft_tokens_total", "", {{"drafter", "ngram"}}).value();
+  const double kept = h.metrics.counter("fathom_spec_decode_accepted_tokens_total", "", {{"drafter", "ngram"}}).value();
+  const double verifies = h.metrics.counter("fathom_spec_decode_verify_steps_total", "", {{"drafter", "ngram"}}).value();
+  EXPECT_EQ(verifies, verify_steps);
+  EXPECT_EQ(drafted, verify_rows - verify_steps);
+  EXPECT_GT(kept, 60) << "the second round of the cycle is drafted and kept";
+  EXPECT_LT(kept, drafted) << "\"121 122\" drafts the prompt's 7 8 9, rejected";
+  // A rollback for every verify step that dropped rows (none for a step that kept every row or
+  // ended its sequence), never of the first row.
+  EXPECT_GT(h.backend.rollbacks.size(), 0u);
+  for (const auto& [seq, kept_rows] : h.backend.rollbacks) EXPECT_GE(kept_rows, 1);
+  EXPECT_EQ(h.scheduler.allocator().used_blocks(),
+            h.metrics.gauge("fathom_kv_blocks_used", "", {{"tier", "device"}}).value() +
+                h.metrics.gauge("fathom_kv_blocks_used", "", {{"tier", "host"}}).value());
+  h.scheduler.cancel_all();
 }
 
 // Cache-or-recompute: a sequence larger than both tiers (22 blocks; 16 + 4 hold 20) runs alone, so it
