@@ -42,6 +42,12 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
       metrics_->hot_rows(k, "miss");
     }
   }
+  for (const Speculation d : {Speculation::kNgram}) {  // every drafter's series, at 0
+    metrics_->spec_drafted(d);
+    metrics_->spec_accepted(d);
+    metrics_->spec_verify_steps(d);
+    metrics_->spec_accepted_length(d);
+  }
   metrics_->export_break_evens(backend_.measured_break_evens());  // measured at start-up (Backend::prepare_break_even)
   update_gauges();
 }
