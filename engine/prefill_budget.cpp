@@ -42,13 +42,13 @@ void StepCostModel::observe(double tokens, double attention_positions, double se
   ++n_;
 }
 
-double StepCostModel::equivalent_positions() const {
-  if (n_ < 16) return prior_;
+std::optional<StepCostModel::Fit> StepCostModel::fit() const {
+  if (n_ < 16) return std::nullopt;
   // Solve m·(o, a, b) = v by Gaussian elimination with partial pivoting, on columns scaled to
   // unit diagonal (T and A differ by orders of magnitude).
   double scale[3];
   for (int i = 0; i < 3; ++i) scale[i] = m_[i][i] > 0 ? 1.0 / std::sqrt(m_[i][i]) : 0.0;
-  if (scale[2] == 0.0 || scale[1] == 0.0) return prior_;
+  if (scale[2] == 0.0 || scale[1] == 0.0) return std::nullopt;
   double a[3][4];
   for (int i = 0; i < 3; ++i) {
     for (int j = 0; j < 3; ++j) a[i][j] = m_[i][j] * scale[i] * scale[j];
@@ -58,7 +58,7 @@ double StepCostModel::equivalent_positions() const {
     int pivot = c;
     for (int r = c + 1; r < 3; ++r)
       if (std::fabs(a[r][c]) > std::fabs(a[pivot][c])) pivot = r;
-    if (std::fabs(a[pivot][c]) < 1e-9) return prior_;  // degenerate: all steps alike
+    if (std::fabs(a[pivot][c]) < 1e-9) return std::nullopt;  // degenerate: all steps alike
     for (int k = 0; k < 4; ++k) std::swap(a[c][k], a[pivot][k]);
     for (int r = 0; r < 3; ++r) {
       if (r == c) continue;
@@ -66,10 +66,13 @@ double StepCostModel::equivalent_positions() const {
       for (int k = c; k < 4; ++k) a[r][k] -= f * a[c][k];
     }
   }
-  const double per_token = a[1][3] / a[1][1] * scale[1];
-  const double per_position = a[2][3] / a[2][2] * scale[2];
-  if (!(per_token > 0) || !(per_position > 0)) return prior_;
-  const double e = per_token / per_position;
+  return Fit{a[0][3] / a[0][0] * scale[0], a[1][3] / a[1][1] * scale[1], a[2][3] / a[2][2] * scale[2]};
+}
+
+double StepCostModel::equivalent_positions() const {
+  const std::optional<Fit> f = fit();
+  if (!f || !(f->token_s > 0) || !(f->position_s > 0)) return prior_;
+  const double e = f->token_s / f->position_s;
   return e >= prior_ / 8 && e <= prior_ * 8 ? e : prior_;
 }
 

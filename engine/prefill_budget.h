@@ -14,6 +14,7 @@
 //    short while a long prompt is prefilling. The long prompt loses a little throughput per
 //    arriving request, never all of it.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace fathom {
@@ -42,6 +43,12 @@ class StepCostModel {
   explicit StepCostModel(double prior_positions) : prior_(prior_positions) {}
   void observe(double tokens, double attention_positions, double seconds);
   double equivalent_positions() const;
+  // The fitted costs (seconds: o a step, a a token, b an attention position), once at least 16
+  // steps determine them; nullopt before, or when the steps did not vary enough.
+  struct Fit {
+    double step_s, token_s, position_s;
+  };
+  std::optional<Fit> fit() const;
 
  private:
   static constexpr double kForget = 0.995;  // weight of a step 140 steps ago: 1/2

@@ -278,10 +278,11 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
            budget > s->dropped_blocks * bs;
   };
   int32_t decodes_left = static_cast<int32_t>(std::count_if(seqs.begin(), seqs.end(), decodes_now));
+  const Speculator::StepCosts costs{step_cost_.fit(), decodes_left};
   for (Sequence* s : seqs)
     if (decodes_now(s)) {
       // Drafts take what the budget has beyond one token for every decode still to plan.
-      spec_->draft(*s, budget - decodes_left--);
+      spec_->draft(*s, budget - decodes_left--, costs);
       add_to_plan(s, 1 + s->drafted);
       if (s->dropped_blocks > 0) {
         budget -= s->dropped_blocks * bs;

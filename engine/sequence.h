@@ -49,7 +49,9 @@ struct Sequence {
   // Speculative decoding: draft tokens at the end of `tokens` that this step verifies (they are
   // never computed as the sequence's own: the verify step keeps or drops them).
   int32_t drafted = 0;
-  int32_t draft_limit = 0;  // the most it drafts next (adapted to what its drafts kept; 0: not yet)
+  // Its drafts' record, for the chance that the next draft is kept (hits / (hits + misses)): kept
+  // drafts, and verify steps that rejected one; recent steps weigh most. Starts at 2/3.
+  double draft_hits = 2, draft_misses = 1;
 
   int32_t generated() const;
   // Tokens of its own not computed yet (drafts excluded).

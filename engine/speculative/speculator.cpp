@@ -14,7 +14,7 @@ Speculator::Speculator(const Model& model, Backend& backend, KvPlacement& kv, Ou
                        EngineMetrics& metrics, const SchedulerConfig& config)
     : model_(model), backend_(backend), kv_(kv), out_(out), metrics_(metrics), config_(config) {}
 
-int32_t Speculator::draft(Sequence& s, int32_t budget) {
+int32_t Speculator::draft(Sequence& s, int32_t budget, const StepCosts& costs) {
   const Request& r = s.request->request;
   s.drafted = 0;
   if (r.speculative == Speculation::kOff || !backend_.implements_rollback() || s.pending() != 1 ||
@@ -24,7 +24,18 @@ int32_t Speculator::draft(Sequence& s, int32_t budget) {
   const auto len = static_cast<int32_t>(s.tokens.size());
   int32_t k = std::min({config_.max_draft_tokens, budget, r.max_tokens - s.generated() - 1,
                         model_.config().context_length - len - 1});
-  if (s.draft_limit > 0) k = std::min(k, s.draft_limit);
+  double threshold = 0.5;
+  if (costs.fit && costs.fit->step_s > 0 && costs.fit->token_s > 0) {
+    const double row = costs.fit->token_s + std::max(0.0, costs.fit->position_s) * len;
+    threshold = row / (costs.fit->step_s / std::max(1, costs.decoding) + row);
+  }
+  const double alpha = s.draft_hits / (s.draft_hits + s.draft_misses);
+  int32_t worth = 0;
+  for (double p = alpha; worth < k && p > threshold; p *= alpha) ++worth;
+  // A sequence whose record says no still tries one draft every 16th token: text that starts to
+  // repeat itself (an answer quoting its prompt after an introduction) gets its drafts back.
+  if (worth == 0 && s.generated() % 16 == 0) worth = 1;
+  k = std::min(k, worth);
   if (k <= 0) return 0;
   const std::vector<int32_t> drafts = ngram_draft(s.tokens, k);
   if (drafts.empty()) return 0;
@@ -61,12 +72,10 @@ void Speculator::verify(Sequence& s, int32_t seq, float* rows) {
   metrics_.spec_accepted(drafter).inc(accepted);
   metrics_.spec_verify_steps(drafter).inc();
   metrics_.spec_accepted_length(drafter).observe(accepted);
-  // k adapts to what is kept: one more after a step that kept every draft, half after one that
-  // kept none (a draft costs a row of the step's compute).
-  const int32_t limit = s.draft_limit > 0 ? s.draft_limit : config_.max_draft_tokens;
-  s.draft_limit = accepted == k ? std::min(limit + 1, config_.max_draft_tokens)
-                  : accepted == 0 ? std::max(1, limit / 2)
-                                  : limit;
+  // The record: each kept draft a hit, a rejected one a miss (a step that kept all has none).
+  constexpr double kForget = 0.9;  // a verify step 7 steps ago weighs 1/2
+  s.draft_hits = kForget * s.draft_hits + accepted;
+  s.draft_misses = kForget * s.draft_misses + (accepted < k ? 1 : 0);
   if (s.state == SeqState::kFinished) return;  // its blocks are gone
   if (kept <= k) backend_.rollback_kv(seq, kept);
   kv_.trim_blocks(s);

@@ -9,6 +9,7 @@
 // rows not kept is taken back (Backend::rollback_kv); none of it reaches the prefix cache.
 #include <cstdint>
 
+#include "engine/prefill_budget.h"
 #include "engine/sequence.h"
 
 namespace fathom {
@@ -25,10 +26,22 @@ class Speculator {
   Speculator(const Model& model, Backend& backend, KvPlacement& kv, OutputProcessor& out, EngineMetrics& metrics,
              const SchedulerConfig& config);
 
+  // What drafts cost in this step: the engine's fitted step costs (none yet: unknown) and the
+  // step's decoding sequences.
+  struct StepCosts {
+    std::optional<StepCostModel::Fit> fit;
+    int32_t decoding = 1;
+  };
   // Appends up to min(max_draft_tokens, `budget`) draft tokens to running sequence `s` (its
-  // last token pending) when its request speculates, its drafter proposes any and the KV has room
-  // for them; returns how many (Sequence::drafted).
-  int32_t draft(Sequence& s, int32_t budget);
+  // last token pending) when its request speculates, its drafter proposes any, they are worth
+  // their cost (below) and the KV has room for them; returns how many (Sequence::drafted).
+  // Draft i is kept with chance α^i (α: the sequence's record) and then saves one token of plain
+  // decoding, worth o/T + c (o: a step's fixed cost, T: the sequences decoding, c = a + b·len: one
+  // row's matmuls and attention); its row costs c. So drafts go on while α^i > c / (o/T + c):
+  // at batch 1, where o (reading the weights) dominates, at a modest α; at large batches, where
+  // rows dominate, only for a sequence whose drafts are nearly always kept. Without a fit yet the
+  // threshold is 1/2. Below it, one draft every 16th token keeps the record current.
+  int32_t draft(Sequence& s, int32_t budget, const StepCosts& costs);
   // `s`'s verify step ran as plan.seqs[seq], its 1 + drafted rows of logits at `rows` (vocab
   // floats each): emits the tokens drawn from the rows up to the first that differs from its
   // draft (or ends the sequence), then takes back the KV of the rows not kept.
