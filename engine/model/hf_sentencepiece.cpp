@@ -43,7 +43,7 @@ void read_normalizer(const Reader& r, const Json& tok, bool& escapes, bool& prep
       prepends = true;
     } else {
       r.fail("normalizer step " + shown(*s) +
-             " is not supported for a SentencePiece-style BPE (Replace ' ' with U+2581, Prepend U+2581)");
+             " is not supported for a SentencePiece-style BPE with byte_fallback (Replace ' ' with U+2581, Prepend U+2581)");
     }
   }
 }
@@ -54,7 +54,7 @@ bool read_decoder(const Reader& r, const Json& tok) {
   const Json* steps = d ? r.field(*d, "decoders") : nullptr;
   auto fail = [&] {
     r.fail("decoder " + (d ? shown(*d) : std::string("(none)")) +
-           " is not supported for a SentencePiece-style BPE (Sequence: Replace U+2581 with ' ', ByteFallback, Fuse, "
+           " is not supported for a SentencePiece-style BPE with byte_fallback (Sequence: Replace U+2581 with ' ', ByteFallback, Fuse, "
            "optionally Strip one leading space)");
   };
   if (!d || r.type_of(*d, "decoder") != "Sequence" || !steps || !steps->is_array() || steps->size() < 3 ||
@@ -118,12 +118,12 @@ SpmText spm_text(const Reader& r, const Json& tok) {
         r.fail("pre_tokenizer " + shown(*p) + " is not supported");
     } else {
       r.fail("pre_tokenizer " + shown(*p) +
-             " is not supported for a SentencePiece-style BPE (none; Metaspace without a space-escaping normalizer; "
+             " is not supported for a SentencePiece-style BPE with byte_fallback (none; Metaspace without a space-escaping normalizer; "
              "Split at ' ' after one)");
     }
   }
   if (!escapes)
-    r.fail("a SentencePiece-style BPE whose normalizer or pre-tokenizer does not write spaces as U+2581 is not supported");
+    r.fail("a SentencePiece-style BPE (byte_fallback) whose normalizer or pre-tokenizer does not write spaces as U+2581 is not supported");
   const bool prefix = out.prepend_each || !out.metaspace.empty();
   if (read_decoder(r, tok) != prefix)
     r.fail(std::string("decoder ") + (prefix ? "lacks" : "has") + " Strip of the leading space, but the text " +

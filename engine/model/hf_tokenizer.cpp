@@ -31,6 +31,8 @@ constexpr KnownSplit kSplits[] = {
      "smaug-bpe", "llama3"},
     {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
      "qwen2", nullptr},
+    {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     "qwen35", nullptr},
     {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "gpt2", nullptr},
 };
 
@@ -71,7 +73,7 @@ std::string pre_tokenizer_name(const Reader& r, const Json& tok, bool ignore_mer
                                       [&](const KnownSplit& s) { return s.regex == re; });
       if (known == std::end(kSplits))
         r.fail("pre_tokenizer Split regex " + shown(re) +
-               " is not one fathom implements (Llama 3's, Qwen 2's or GPT-2's)");
+               " is not one fathom implements (Llama 3's, Qwen 2's, Qwen 3.5's or GPT-2's)");
       if (ignore_merges && !known->pre_ignore)
         r.fail("ignore_merges with the " + std::string(known->pre) + " pre-tokenizer is not supported");
       return ignore_merges ? known->pre_ignore : known->pre;
