@@ -36,12 +36,60 @@ constexpr KnownSplit kSplits[] = {
     {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "gpt2", nullptr},
 };
 
+// The Split sequences of DeepSeek's tokenizer.json (each Split "Isolated", then ByteLevel without
+// its regex), as the published files write them ("\r\n" as the characters CR LF), and the
+// tokenizer.ggml.pre name each becomes. CJK ranges: U+4E00-9FA5, U+3040-309F, U+30A0-30FF (V3);
+// U+4E00-9FA5, U+0800-4E00, U+AC00-D7FF (Coder).
+struct KnownSequence {
+  std::vector<std::string_view> regexes;
+  const char* pre;
+};
+const KnownSequence kSequences[] = {
+    {{R"(\p{N}{1,3})", "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+      "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"},
+     "deepseek-v3"},
+    {{"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"},
+     "deepseek-coder"},
+};
+
 // A ByteLevel step with the only settings fathom implements: no prefix space; `use_regex` as given.
 bool is_byte_level(const Reader& r, const Json& p, bool use_regex) {
   if (!p.is_object() || r.type_of(p, "pre_tokenizer") != "ByteLevel") return false;
   if (r.flag(p, "add_prefix_space", false, "ByteLevel"))
     r.fail("pre_tokenizer ByteLevel add_prefix_space = true is not supported (a space before the text)");
   return r.flag(p, "use_regex", true, "ByteLevel") == use_regex;
+}
+
+// The regex of a Split step, "Isolated" and not inverted.
+const std::string& split_regex(const Reader& r, const Json& step) {
+  const Json* pattern = r.field(step, "pattern");
+  const Json* regex = pattern ? r.field(*pattern, "Regex") : nullptr;
+  if (!regex || !regex->is_string()) r.fail("pre_tokenizer Split without a Regex pattern is not supported");
+  const Json* behavior = r.field(step, "behavior");
+  if (!behavior || *behavior != Json("Isolated") || r.flag(step, "invert", false, "Split"))
+    r.fail("pre_tokenizer Split other than behavior Isolated, invert false is not supported");
+  return regex->get_ref<const std::string&>();
+}
+
+// tokenizer.ggml.pre for a Sequence of several Splits then ByteLevel(use_regex=false): DeepSeek's.
+std::string split_sequence_name(const Reader& r, const Json& steps, bool ignore_merges) {
+  std::vector<std::string> regexes;
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    if (!steps[i].is_object() || r.type_of(steps[i], "pre_tokenizer") != "Split")
+      r.fail("pre_tokenizer Sequence step " + shown(steps[i]) + " is not supported (Splits, then ByteLevel)");
+    regexes.push_back(split_regex(r, steps[i]));
+  }
+  if (!is_byte_level(r, steps[steps.size() - 1], false))
+    r.fail("pre_tokenizer Sequence of Splits does not end in ByteLevel without its regex");
+  for (const KnownSequence& known : kSequences) {
+    if (!std::equal(regexes.begin(), regexes.end(), known.regexes.begin(), known.regexes.end())) continue;
+    if (ignore_merges) r.fail("ignore_merges with the " + std::string(known.pre) + " pre-tokenizer is not supported");
+    return known.pre;
+  }
+  std::string list;
+  for (const std::string& re : regexes) list += (list.empty() ? "" : ", ") + shown(re);
+  r.fail("pre_tokenizer Split regexes " + list + " are not a sequence fathom implements (DeepSeek V3's or Coder's)");
 }
 
 // tokenizer.ggml.pre for the pre_tokenizer of tokenizer.json.
@@ -53,6 +101,7 @@ std::string pre_tokenizer_name(const Reader& r, const Json& tok, bool ignore_mer
     pre = "gpt2";  // ByteLevel's own regex is GPT-2's
   } else if (r.type_of(*p, "pre_tokenizer") == "Sequence") {
     const Json* steps = r.field(*p, "pretokenizers");
+    if (steps && steps->is_array() && steps->size() > 2) return split_sequence_name(r, *steps, ignore_merges);
     if (!steps || !steps->is_array() || steps->size() != 2)
       r.fail("pre_tokenizer Sequence " + shown(*p) + " is not one fathom implements");
     const Json& first = (*steps)[0];
@@ -62,13 +111,7 @@ std::string pre_tokenizer_name(const Reader& r, const Json& tok, bool ignore_mer
         r.fail("pre_tokenizer Digits without individual_digits is not supported");
       pre = "smollm";
     } else if (first.is_object() && r.type_of(first, "pre_tokenizer") == "Split" && is_byte_level(r, second, false)) {
-      const Json* pattern = r.field(first, "pattern");
-      const Json* regex = pattern ? r.field(*pattern, "Regex") : nullptr;
-      if (!regex || !regex->is_string()) r.fail("pre_tokenizer Split without a Regex pattern is not supported");
-      const Json* behavior = r.field(first, "behavior");
-      if (!behavior || *behavior != Json("Isolated") || r.flag(first, "invert", false, "Split"))
-        r.fail("pre_tokenizer Split other than behavior Isolated, invert false is not supported");
-      const std::string& re = regex->get_ref<const std::string&>();
+      const std::string& re = split_regex(r, first);
       const auto known = std::find_if(std::begin(kSplits), std::end(kSplits),
                                       [&](const KnownSplit& s) { return s.regex == re; });
       if (known == std::end(kSplits))
