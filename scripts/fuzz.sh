@@ -39,7 +39,7 @@ flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3
 pretok_sources=(engine/model/bpe_pretokenizer.cpp engine/model/bpe_pretokenizer_split.cpp engine/model/unicode_chars.cpp)
 gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp engine/model/mapped_file.cpp base/error.cpp kernels/ggml_type.cpp)
 hf_sources=("${gguf_sources[@]}" engine/model/hf_dir.cpp engine/model/hf_config.cpp engine/model/hf_json.cpp
-  engine/model/hf_tokenizer.cpp engine/model/safetensors.cpp)
+  engine/model/hf_tokenizer.cpp engine/model/hf_sentencepiece.cpp engine/model/safetensors.cpp)
 model_sources=("${hf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
   engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp "${pretok_sources[@]}" engine/model/unicode_nfc.cpp
   engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
@@ -140,6 +140,11 @@ if [[ " ${targets[*]} " == *" fuzz_hf "* ]]; then
       > "$out/seeds-fuzz_hf/tokenizer-config-$n"
     header=$(od -An -tu8 -N8 "$d/model.safetensors" | tr -d ' ')
     { printf '\000'; head -c $((8 + header + 64)) "$d/model.safetensors"; } > "$out/seeds-fuzz_hf/shard-$n"
+  done
+  # The SentencePiece-style fixtures without their post-processor (whose BOS this mode cannot name).
+  for d in tests/fixtures/sp_tokenizers/*/; do
+    python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); j["post_processor"] = None
+sys.stdout.write("\002" + json.dumps(j))' "$d/tokenizer.json" > "$out/seeds-fuzz_hf/tokenizer-sp-$(basename "$d")"
   done
   # A whole valid shard: one F32 tensor of 2 elements (a 56-byte header, space-padded).
   printf '\000\070\0\0\0\0\0\0\0{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}  12345678' \

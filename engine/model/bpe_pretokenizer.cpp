@@ -47,18 +47,27 @@ size_t match_gpt2(const Chars& c, size_t i, size_t end) {
 
 namespace {
 
-size_t match_llama3(const Chars& c, size_t i, size_t end, size_t max_digits) {
+bool is_mark(const Chars& c, size_t i) { return c.cls[i] == CharClass::kMark; }
+bool is_letter_or_mark(const Chars& c, size_t i) { return is_letter(c, i) || is_mark(c, i); }
+// [^\s\p{L}\p{M}\p{N}]
+bool is_other_not_mark(const Chars& c, size_t i) { return is_other(c, i) && !is_mark(c, i); }
+
+// Llama 3's regex with \p{N}{1,max_digits}; with `marks` (Qwen 3.5) the word class is [\p{L}\p{M}]
+// and the punctuation class leaves marks out.
+size_t match_llama3(const Chars& c, size_t i, size_t end, size_t max_digits, bool marks = false) {
   if (size_t n = match_contraction(c, i, end, /*ignore_case=*/true)) return n;
-  // [^\r\n\p{L}\p{N}]?\p{L}+
-  if (!is_letter(c, i) && !is_number(c, i) && !is_crlf(c, i) && i + 1 < end && is_letter(c, i + 1))
-    return 1 + run(c, i + 1, end, is_letter);
-  if (is_letter(c, i)) return run(c, i, end, is_letter);
+  const auto word = marks ? is_letter_or_mark : is_letter;
+  const auto other = marks ? is_other_not_mark : is_other;
+  // [^\r\n\p{L}\p{N}]?\p{L}+ (or [\p{L}\p{M}]+)
+  if (!is_letter(c, i) && !is_number(c, i) && !is_crlf(c, i) && i + 1 < end && word(c, i + 1))
+    return 1 + run(c, i + 1, end, word);
+  if (word(c, i)) return run(c, i, end, word);
   // \p{N}{1,max}
   if (is_number(c, i)) return run(c, i, end, is_number, max_digits);
-  // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
-  const size_t j = (c.cp[i] == ' ' && i + 1 < end && is_other(c, i + 1)) ? i + 1 : i;
-  if (is_other(c, j)) {
-    size_t k = j + run(c, j, end, is_other);
+  // ' ?[^\s\p{L}\p{N}]+[\r\n]*' (or [^\s\p{L}\p{M}\p{N}])
+  const size_t j = (c.cp[i] == ' ' && i + 1 < end && other(c, i + 1)) ? i + 1 : i;
+  if (other(c, j)) {
+    size_t k = j + run(c, j, end, other);
     return k - i + run(c, k, end, is_crlf);
   }
   // \s*[\r\n]+ : up to and including the last CR/LF of the white-space run.
@@ -94,6 +103,7 @@ PreTokenizer pre_tokenizer_for(const std::string& pre) {
   if (pre == "llama3" || pre == "llama-bpe" || pre == "llama-v3" || pre == "smaug-bpe" || pre == "dbrx")
     return PreTokenizer::kLlama3;
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2") return PreTokenizer::kQwen2;
+  if (pre == "qwen35") return PreTokenizer::kQwen35;
   if (pre == "deepseek-llm") return PreTokenizer::kDeepseekLlm;
   if (pre == "deepseek-coder") return PreTokenizer::kDeepseekCoder;
   if (pre == "deepseek-v3" || pre == "hunyuan-dense") return PreTokenizer::kDeepseekV3;  // llama.cpp: same regexes
@@ -127,6 +137,10 @@ void pre_tokenize(PreTokenizer kind, std::string_view text, std::vector<std::str
       return;
     case PreTokenizer::kQwen2:
       split_segment(c, text, 0, n, [](const Chars& ch, size_t i, size_t e) { return match_llama3(ch, i, e, 1); }, words);
+      return;
+    case PreTokenizer::kQwen35:
+      split_segment(c, text, 0, n, [](const Chars& ch, size_t i, size_t e) { return match_llama3(ch, i, e, 1, true); },
+                    words);
       return;
     case PreTokenizer::kDeepseekLlm:
     case PreTokenizer::kDeepseekCoder:

@@ -21,6 +21,10 @@ enum class PreTokenizer {
   kLlama3,
   // Qwen 2: as Llama 3 with \p{N} (single digits) in place of \p{N}{1,3}.
   kQwen2,
+  // Qwen 3.5: as Qwen 2 with combining marks kept with letters and out of the punctuation runs:
+  //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}
+  //   | ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kQwen35,
   // The rest are sequences of regexes, each splitting every piece the previous one produced (the
   // matches and the text between them both kept, HF's Split "isolated"):
   // DeepSeek LLM: [\r\n], \s?<cased letters>+, \s?[!-/:-~！-／：-～‘-‟　-。]+, \s+$,

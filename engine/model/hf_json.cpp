@@ -65,4 +65,43 @@ std::vector<int64_t> token_ids(const Json* v, const std::string& path, const cha
   return ids;
 }
 
+void Reader::fail(const std::string& what) const { throw Error(path_ + ": " + what); }
+
+const Json* Reader::field(const Json& obj, const char* key) const {
+  if (!obj.is_object()) return nullptr;
+  const auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+bool Reader::flag(const Json& obj, const char* key, bool fallback, const std::string& where) const {
+  const Json* v = field(obj, key);
+  if (!v) return fallback;
+  if (!v->is_boolean()) fail(where + " " + key + " = " + shown(*v) + " is not true or false");
+  return v->get<bool>();
+}
+
+std::string Reader::type_of(const Json& obj, const std::string& where) const {
+  const Json* t = field(obj, "type");
+  if (!t || !t->is_string()) fail(where + " has no type");
+  return t->get<std::string>();
+}
+
+std::pair<std::string, std::string> merge_parts(const Reader& r, const Json& m) {
+  std::pair<std::string, std::string> parts;
+  if (m.is_string()) {
+    const std::string& s = m.get_ref<const std::string&>();
+    const size_t space = s.find(' ');
+    if (space == std::string::npos) r.fail("merge " + shown(m) + " is not \"left right\"");
+    parts = {s.substr(0, space), s.substr(space + 1)};
+  } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+    parts = {m[0].get<std::string>(), m[1].get<std::string>()};
+  } else {
+    r.fail("merge " + shown(m) + " is neither \"left right\" nor [left, right]");
+  }
+  if (parts.first.empty() || parts.second.empty() || parts.first.find(' ') != std::string::npos ||
+      parts.second.find(' ') != std::string::npos)
+    r.fail("merge " + shown(m) + " has an empty part or a space in a part");
+  return parts;
+}
+
 }  // namespace fathom::hf

@@ -1,16 +1,19 @@
 #include "engine/model/hf_tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <iterator>
 #include <unordered_map>
 
 #include "base/error.h"
 #include "engine/model/hf_json.h"
+#include "engine/model/hf_sentencepiece.h"
 
 namespace fathom {
 namespace {
 
 using hf::Json;
+using hf::Reader;
 using hf::shown;
 
 constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;  // llama.cpp's token types
@@ -28,34 +31,26 @@ constexpr KnownSplit kSplits[] = {
      "smaug-bpe", "llama3"},
     {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
      "qwen2", nullptr},
+    {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     "qwen35", nullptr},
     {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "gpt2", nullptr},
 };
 
-class Reader {
- public:
-  explicit Reader(std::string path) : path_(std::move(path)) {}
-  const std::string& path() const { return path_; }
-  [[noreturn]] void fail(const std::string& what) const { throw Error(path_ + ": " + what); }
-
-  const Json* field(const Json& obj, const char* key) const {
-    if (!obj.is_object()) return nullptr;
-    const auto it = obj.find(key);
-    return it == obj.end() || it->is_null() ? nullptr : &*it;
-  }
-  bool flag(const Json& obj, const char* key, bool fallback, const std::string& where) const {
-    const Json* v = field(obj, key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) fail(where + " " + key + " = " + shown(*v) + " is not true or false");
-    return v->get<bool>();
-  }
-  std::string type_of(const Json& obj, const std::string& where) const {
-    const Json* t = field(obj, "type");
-    if (!t || !t->is_string()) fail(where + " has no type");
-    return t->get<std::string>();
-  }
-
- private:
-  std::string path_;
+// The Split sequences of DeepSeek's tokenizer.json (each Split "Isolated", then ByteLevel without
+// its regex), as the published files write them ("\r\n" as the characters CR LF), and the
+// tokenizer.ggml.pre name each becomes. CJK ranges: U+4E00-9FA5, U+3040-309F, U+30A0-30FF (V3);
+// U+4E00-9FA5, U+0800-4E00, U+AC00-D7FF (Coder).
+struct KnownSequence {
+  std::vector<std::string_view> regexes;
+  const char* pre;
+};
+const KnownSequence kSequences[] = {
+    {{R"(\p{N}{1,3})", "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+      "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"},
+     "deepseek-v3"},
+    {{"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", R"(\p{N})"},
+     "deepseek-coder"},
 };
 
 // A ByteLevel step with the only settings fathom implements: no prefix space; `use_regex` as given.
@@ -64,6 +59,37 @@ bool is_byte_level(const Reader& r, const Json& p, bool use_regex) {
   if (r.flag(p, "add_prefix_space", false, "ByteLevel"))
     r.fail("pre_tokenizer ByteLevel add_prefix_space = true is not supported (a space before the text)");
   return r.flag(p, "use_regex", true, "ByteLevel") == use_regex;
+}
+
+// The regex of a Split step, "Isolated" and not inverted.
+const std::string& split_regex(const Reader& r, const Json& step) {
+  const Json* pattern = r.field(step, "pattern");
+  const Json* regex = pattern ? r.field(*pattern, "Regex") : nullptr;
+  if (!regex || !regex->is_string()) r.fail("pre_tokenizer Split without a Regex pattern is not supported");
+  const Json* behavior = r.field(step, "behavior");
+  if (!behavior || *behavior != Json("Isolated") || r.flag(step, "invert", false, "Split"))
+    r.fail("pre_tokenizer Split other than behavior Isolated, invert false is not supported");
+  return regex->get_ref<const std::string&>();
+}
+
+// tokenizer.ggml.pre for a Sequence of several Splits then ByteLevel(use_regex=false): DeepSeek's.
+std::string split_sequence_name(const Reader& r, const Json& steps, bool ignore_merges) {
+  std::vector<std::string> regexes;
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    if (!steps[i].is_object() || r.type_of(steps[i], "pre_tokenizer") != "Split")
+      r.fail("pre_tokenizer Sequence step " + shown(steps[i]) + " is not supported (Splits, then ByteLevel)");
+    regexes.push_back(split_regex(r, steps[i]));
+  }
+  if (!is_byte_level(r, steps[steps.size() - 1], false))
+    r.fail("pre_tokenizer Sequence of Splits does not end in ByteLevel without its regex");
+  for (const KnownSequence& known : kSequences) {
+    if (!std::equal(regexes.begin(), regexes.end(), known.regexes.begin(), known.regexes.end())) continue;
+    if (ignore_merges) r.fail("ignore_merges with the " + std::string(known.pre) + " pre-tokenizer is not supported");
+    return known.pre;
+  }
+  std::string list;
+  for (const std::string& re : regexes) list += (list.empty() ? "" : ", ") + shown(re);
+  r.fail("pre_tokenizer Split regexes " + list + " are not a sequence fathom implements (DeepSeek V3's or Coder's)");
 }
 
 // tokenizer.ggml.pre for the pre_tokenizer of tokenizer.json.
@@ -75,6 +101,7 @@ std::string pre_tokenizer_name(const Reader& r, const Json& tok, bool ignore_mer
     pre = "gpt2";  // ByteLevel's own regex is GPT-2's
   } else if (r.type_of(*p, "pre_tokenizer") == "Sequence") {
     const Json* steps = r.field(*p, "pretokenizers");
+    if (steps && steps->is_array() && steps->size() > 2) return split_sequence_name(r, *steps, ignore_merges);
     if (!steps || !steps->is_array() || steps->size() != 2)
       r.fail("pre_tokenizer Sequence " + shown(*p) + " is not one fathom implements");
     const Json& first = (*steps)[0];
@@ -84,18 +111,12 @@ std::string pre_tokenizer_name(const Reader& r, const Json& tok, bool ignore_mer
         r.fail("pre_tokenizer Digits without individual_digits is not supported");
       pre = "smollm";
     } else if (first.is_object() && r.type_of(first, "pre_tokenizer") == "Split" && is_byte_level(r, second, false)) {
-      const Json* pattern = r.field(first, "pattern");
-      const Json* regex = pattern ? r.field(*pattern, "Regex") : nullptr;
-      if (!regex || !regex->is_string()) r.fail("pre_tokenizer Split without a Regex pattern is not supported");
-      const Json* behavior = r.field(first, "behavior");
-      if (!behavior || *behavior != Json("Isolated") || r.flag(first, "invert", false, "Split"))
-        r.fail("pre_tokenizer Split other than behavior Isolated, invert false is not supported");
-      const std::string& re = regex->get_ref<const std::string&>();
+      const std::string& re = split_regex(r, first);
       const auto known = std::find_if(std::begin(kSplits), std::end(kSplits),
                                       [&](const KnownSplit& s) { return s.regex == re; });
       if (known == std::end(kSplits))
         r.fail("pre_tokenizer Split regex " + shown(re) +
-               " is not one fathom implements (Llama 3's, Qwen 2's or GPT-2's)");
+               " is not one fathom implements (Llama 3's, Qwen 2's, Qwen 3.5's or GPT-2's)");
       if (ignore_merges && !known->pre_ignore)
         r.fail("ignore_merges with the " + std::string(known->pre) + " pre-tokenizer is not supported");
       return ignore_merges ? known->pre_ignore : known->pre;
@@ -109,18 +130,20 @@ std::string pre_tokenizer_name(const Reader& r, const Json& tok, bool ignore_mer
   return pre;
 }
 
-void check_model(const Reader& r, const Json& model) {
+// Whether the model is a SentencePiece-style BPE (byte_fallback: Llama 2, Mistral, Gemma) rather
+// than a byte-level one.
+bool check_model(const Reader& r, const Json& model) {
   if (!model.is_object()) r.fail("no model object");
   const std::string type = r.type_of(model, "model");
-  if (type != "BPE") r.fail("model type " + shown(type) + " is not supported (byte-level BPE only)");
-  if (r.flag(model, "byte_fallback", false, "model"))
-    r.fail("model byte_fallback = true (a SentencePiece-style BPE) is not supported from tokenizer.json; "
-           "use the model's GGUF");
+  if (type != "BPE")
+    r.fail("model type " + shown(type) + " is not supported (BPE only: byte-level, or SentencePiece-style with "
+           "byte_fallback)");
   if (const Json* d = r.field(model, "dropout"); d && *d != Json(0) && *d != Json(0.0))
     r.fail("model dropout = " + shown(*d) + " is not supported");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (const Json* v = r.field(model, key); v && *v != Json(""))
       r.fail(std::string("model ") + key + " = " + shown(*v) + " is not supported");
+  return r.flag(model, "byte_fallback", false, "model");
 }
 
 // Whether the text is put in NFC (Qwen 2/3) before pre-tokenization; any other normalizer is refused.
@@ -196,6 +219,14 @@ GgufValue string_array(std::vector<std::string> v) {
   return GgufValue{a};
 }
 
+GgufValue float_array(const std::vector<float>& v) {
+  auto a = std::make_shared<GgufArray>();
+  a->type = GgufValueType::FLOAT32;
+  a->values.reserve(v.size());
+  for (float x : v) a->values.emplace_back(std::in_place_type<float>, x);
+  return GgufValue{a};
+}
+
 GgufValue int_array(const std::vector<int32_t>& v) {
   auto a = std::make_shared<GgufArray>();
   a->type = GgufValueType::INT32;
@@ -213,10 +244,19 @@ void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, co
   if (!tok.is_object()) r.fail("not a JSON object");
   const Json* model = r.field(tok, "model");
   if (!model) r.fail("no model");
-  check_model(r, *model);
-  const bool nfc = check_normalizer_and_decoder(r, tok);
+  const bool spm = check_model(r, *model);
   const bool ignore_merges = r.flag(*model, "ignore_merges", false, "model");
-  const std::string pre = pre_tokenizer_name(r, tok, ignore_merges);
+  bool nfc = false;
+  std::string pre;
+  hf::SpmText spm_text;
+  if (spm) {
+    // A word that is itself a token is that token: libsentencepiece has no such rule.
+    if (ignore_merges) r.fail("ignore_merges with byte_fallback (a SentencePiece-style BPE) is not supported");
+    spm_text = hf::spm_text(r, tok);
+  } else {
+    nfc = check_normalizer_and_decoder(r, tok);
+    pre = pre_tokenizer_name(r, tok, ignore_merges);
+  }
 
   // Tokens by id: the model's vocabulary, then the added tokens; holes and the rows the embedding
   // has beyond them are unused "[PAD<i>]" tokens (as llama.cpp's converter fills them).
@@ -250,6 +290,10 @@ void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, co
       for (const char* key : {"lstrip", "rstrip", "single_word"})
         if (r.flag(t, key, false, "added token " + shown(text)))
           r.fail("added token " + shown(text) + " has " + key + " = true, which fathom does not implement");
+      // tokenizers matches a normalized added token in the escaped text, after the ▁ prefix.
+      if (spm && r.flag(t, "normalized", false, "added token " + shown(text)))
+        r.fail("added token " + shown(text) + " has normalized = true, which fathom does not implement for a "
+               "SentencePiece-style BPE");
       place(id->get<int64_t>(), text, r.flag(t, "special", false, "added token") ? kControl : kUserDefined,
             "added token");
       added_ids[text] = id->get<int64_t>();
@@ -257,12 +301,35 @@ void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, co
   }
   for (size_t id = 0; id < tokens.size(); ++id)
     if (types[id] == 0) tokens[id] = "[PAD" + std::to_string(id) + "]", types[id] = kUnused;
+  std::optional<int64_t> unk_id;
+  if (spm) {
+    // byte_fallback spells a character no token holds as its UTF-8 bytes, <0x00>..<0xFF>.
+    int bytes = 0;
+    for (size_t id = 0; id < tokens.size(); ++id) {
+      const std::string& t = tokens[id];
+      if (types[id] == kNormal && t.size() == 6 && t.starts_with("<0x") && t.back() == '>' &&
+          std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4])) &&
+          !std::islower(static_cast<unsigned char>(t[3])) && !std::islower(static_cast<unsigned char>(t[4])))
+        types[id] = hf::kSpmByte, ++bytes;
+    }
+    if (bytes != 256)
+      r.fail("model byte_fallback = true, but " + std::to_string(bytes) + " of the 256 byte tokens <0x00>..<0xFF> are "
+             "normal tokens of the vocabulary");
+    if (const Json* unk = r.field(*model, "unk_token")) {
+      const auto it = unk->is_string() ? vocab->find(unk->get<std::string>()) : vocab->end();
+      if (it == vocab->end()) r.fail("model unk_token " + shown(*unk) + " is not a token of the vocabulary");
+      unk_id = it->get<int64_t>();
+    }
+  }
 
   const Json* merges = r.field(*model, "merges");
   if (!merges || !merges->is_array()) r.fail("model merges is not a list");
   std::vector<std::string> merge_strings;
-  merge_strings.reserve(merges->size());
+  std::vector<float> scores;
+  if (spm) scores = hf::spm_scores(r, *merges, tokens, types);
+  else merge_strings.reserve(merges->size());
   for (const Json& m : *merges) {
+    if (spm) break;
     if (m.is_string()) {
       merge_strings.push_back(m.get<std::string>());
       continue;
@@ -331,12 +398,24 @@ void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, co
   }
   if (files.chat_template_jinja) chat_template = files.chat_template_jinja;
 
-  metadata["tokenizer.ggml.model"] = GgufValue{std::in_place_type<std::string>, "gpt2"};
-  metadata["tokenizer.ggml.pre"] = GgufValue{std::in_place_type<std::string>, pre};
+  if (spm) {
+    metadata["tokenizer.ggml.model"] = GgufValue{std::in_place_type<std::string>, "llama"};
+    metadata["tokenizer.ggml.scores"] = float_array(scores);
+    metadata["tokenizer.ggml.add_space_prefix"] = GgufValue{std::in_place_type<bool>, spm_text.prepend_each};
+    if (!spm_text.metaspace.empty())
+      metadata["fathom.metaspace_prefix"] = GgufValue{std::in_place_type<std::string>, spm_text.metaspace};
+    // Added tokens are matched in the text before it is escaped, as tokenizers matches them.
+    metadata["fathom.split_added_tokens"] = GgufValue{std::in_place_type<bool>, true};
+    if (unk_id)
+      metadata["tokenizer.ggml.unknown_token_id"] = GgufValue{std::in_place_type<uint32_t>, static_cast<uint32_t>(*unk_id)};
+  } else {
+    metadata["tokenizer.ggml.model"] = GgufValue{std::in_place_type<std::string>, "gpt2"};
+    metadata["tokenizer.ggml.pre"] = GgufValue{std::in_place_type<std::string>, pre};
+    metadata["tokenizer.ggml.merges"] = string_array(std::move(merge_strings));
+  }
   if (nfc) metadata["fathom.normalizer"] = GgufValue{std::in_place_type<std::string>, "NFC"};
   metadata["tokenizer.ggml.tokens"] = string_array(std::move(tokens));
   metadata["tokenizer.ggml.token_type"] = int_array(types);
-  metadata["tokenizer.ggml.merges"] = string_array(std::move(merge_strings));
   if (bos_id) metadata["tokenizer.ggml.bos_token_id"] = GgufValue{std::in_place_type<uint32_t>, static_cast<uint32_t>(*bos_id)};
   if (eos_id) metadata["tokenizer.ggml.eos_token_id"] = GgufValue{std::in_place_type<uint32_t>, static_cast<uint32_t>(*eos_id)};
   metadata["tokenizer.ggml.add_bos_token"] = GgufValue{std::in_place_type<bool>, add_bos && bos_id.has_value()};

@@ -123,6 +123,9 @@ std::string build_sentencepiece_model_proto(const std::vector<std::string>& piec
 
 struct SentencePieceTokenizer::Impl {
   std::unique_ptr<SentencePieceModule> processor;  // libsentencepiece, isolated in its own module
+  // fathom.metaspace_prefix of a tokenizer.json's Metaspace pre-tokenizer: "first" or "always" puts a
+  // space before a run of text (the run at offset 0 only, or every run) unless it starts with one.
+  std::string metaspace;
   std::vector<std::string> text_of;  // per token: its text (U+2581 -> space, byte tokens -> the byte)
 };
 
@@ -154,12 +157,20 @@ SentencePieceTokenizer::SentencePieceTokenizer(const GgufFile& file) : impl_(std
   add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token").value_or(true) && bos_id_ >= 0;
   add_eos_ = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false) && eos_id_ >= 0;
 
-  index_vocabulary(/*match_user_defined=*/false);
+  // A tokenizer.json's added tokens are matched in the raw text (hf_tokenizer.h), user-defined ones
+  // even without parse_special, as tokenizers matches them.
+  const bool split_added = file.get_bool("fathom.split_added_tokens").value_or(false);
+  index_vocabulary(/*match_user_defined=*/split_added);
   collect_end_of_generation(file);
 
   SentencePieceSpec spec;
   spec.add_dummy_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
-  strip_leading_space_ = spec.add_dummy_prefix;
+  impl_->metaspace = file.get_string("fathom.metaspace_prefix").value_or("");
+  if (!impl_->metaspace.empty() && impl_->metaspace != "first" && impl_->metaspace != "always")
+    throw Error(file.path() + ": fathom.metaspace_prefix '" + impl_->metaspace + "' is neither first nor always");
+  if (!impl_->metaspace.empty() && spec.add_dummy_prefix)
+    throw Error(file.path() + ": fathom.metaspace_prefix with tokenizer.ggml.add_space_prefix");
+  strip_leading_space_ = spec.add_dummy_prefix || !impl_->metaspace.empty();
   spec.unk_id = id_key("tokenizer.ggml.unknown_token_id");
   if (spec.unk_id < 0) {
     auto it = piece_ids_.find("<unk>");
@@ -175,7 +186,13 @@ SentencePieceTokenizer::SentencePieceTokenizer(const GgufFile& file) : impl_(std
   for (size_t id = 0; id < n && spec.bpe; ++id)
     if (token_types_[id] == kNormal && scores[id] != std::floor(scores[id])) spec.bpe = false;
 
-  const std::string proto = build_sentencepiece_model_proto(pieces_, scores, token_types_, spec);
+  // With split_added, a user-defined token some merge makes (score < 0) is a normal piece; one no
+  // merge makes is a control piece: libsentencepiece never makes it from text (hf_sentencepiece.h).
+  std::vector<int32_t> proto_types = token_types_;
+  if (split_added)
+    for (size_t id = 0; id < n; ++id)
+      if (proto_types[id] == 4) proto_types[id] = scores[id] < 0 ? kNormal : kControl;
+  const std::string proto = build_sentencepiece_model_proto(pieces_, scores, proto_types, spec);
   try {
     impl_->processor = std::make_unique<SentencePieceModule>(proto);
   } catch (const Error& e) {
@@ -212,12 +229,21 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text, const
   std::vector<int32_t> ids;
   if (opts.add_bos && add_bos_) ids.push_back(bos_id_);
   std::vector<int> piece_ids;
+  std::string prefixed;
   for (const TextSpan& span : split_special(text, opts)) {
     if (span.special_id >= 0) {
       ids.push_back(span.special_id);
       continue;
     }
-    piece_ids = impl_->processor->encode(span.text);
+    const std::string& scheme = impl_->metaspace;
+    if (!scheme.empty() && (scheme == "always" || span.text.data() == text.data()) && !span.text.starts_with(' ') &&
+        !span.text.starts_with(kSpaceMarker)) {
+      prefixed.assign(1, ' ');
+      prefixed.append(span.text);
+      piece_ids = impl_->processor->encode(prefixed);
+    } else {
+      piece_ids = impl_->processor->encode(span.text);
+    }
     ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
   }
   return ids;

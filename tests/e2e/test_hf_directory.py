@@ -90,3 +90,57 @@ def test_an_unsupported_directory_stops_start_up_naming_the_key(fathom_bin, mode
     assert proc.returncode != 0
     assert "unsupported rope scaling type 'dynamic'" in proc.stderr, proc.stderr
     assert "config.json" in proc.stderr
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> float32 numpy array, written as safetensors (F32)."""
+    import numpy as np
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def test_serves_a_directory_with_a_sentencepiece_tokenizer(fathom_bin, tmp_path):
+    """A Llama 2-style directory: a random 1-layer llama over the SentencePiece-style tokenizer.json
+    of tests/fixtures/sp_tokenizers/llama2-legacy (its ids checked against `tokenizers` in
+    test_hf_sp_tokenizer.py). The server counts the prompt as `tokenizers` does, BOS included, and
+    answers text."""
+    import numpy as np
+    from tokenizers import Tokenizer
+    sp = FIXTURE.parents[1] / "sp_tokenizers" / "llama2-legacy"
+    d = tmp_path / "tiny-llama2-sp"
+    d.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(sp / f, d / f)
+    vocab, hidden, inter, heads, kv, head_dim = 1000, 64, 80, 4, 2, 16
+    (d / "config.json").write_text(json.dumps(dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab, hidden_size=hidden,
+        intermediate_size=inter, num_hidden_layers=1, num_attention_heads=heads, num_key_value_heads=kv,
+        head_dim=head_dim, hidden_act="silu", max_position_embeddings=256, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2)))
+    rng = np.random.default_rng(48)
+    w = lambda *shape: rng.normal(0, 0.2, shape).astype(np.float32)  # noqa: E731
+    l = "model.layers.0."
+    write_safetensors(d / "model.safetensors", {
+        "model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": np.ones(hidden, np.float32),
+        "lm_head.weight": w(vocab, hidden), l + "input_layernorm.weight": np.ones(hidden, np.float32),
+        l + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
+        l + "self_attn.q_proj.weight": w(heads * head_dim, hidden), l + "self_attn.k_proj.weight": w(kv * head_dim, hidden),
+        l + "self_attn.v_proj.weight": w(kv * head_dim, hidden), l + "self_attn.o_proj.weight": w(hidden, heads * head_dim),
+        l + "mlp.gate_proj.weight": w(inter, hidden), l + "mlp.up_proj.weight": w(inter, hidden),
+        l + "mlp.down_proj.weight": w(hidden, inter)})
+    prompt = " Hello  world,\nGrüße 🙂 [INST]"
+    want = Tokenizer.from_file(str(d / "tokenizer.json")).encode(prompt).ids
+    assert want[0] == 1  # BOS, from the post-processor
+    with ServerProcess(fathom_bin, d) as server:
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", timeout=60)
+        r = client.completions.create(model=d.name, prompt=prompt, max_tokens=8, temperature=0)
+        assert r.usage.prompt_tokens == len(want)
+        assert isinstance(r.choices[0].text, str) and r.usage.completion_tokens >= 1

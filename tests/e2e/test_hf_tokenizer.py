@@ -145,6 +145,38 @@ def test_fixture_directory_matches_tokenizers(name):
         compare(path, tok, CORPUS + NFC_LINES + SPECIAL_LINES, parse_special)
 
 
+# DeepSeek's Split sequences as their published tokenizer.json files write them (CR and LF as the
+# characters): V3's (DeepSeek V3/R1) and Coder's.
+DEEPSEEK_SPLITS = {
+    "deepseek-v3": [r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+                    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+                    "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"],
+    "deepseek-coder": ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", r"\p{N}"],
+}
+
+
+@pytest.mark.parametrize("name", list(DEEPSEEK_SPLITS))
+def test_deepseek_split_sequences_match_tokenizers(name, tmp_path):
+    """A tokenizer.json whose pre-tokenizer is DeepSeek's Split sequence is read as llama.cpp's
+    deepseek-v3 / deepseek-coder pre-tokenizer and splits as `tokenizers` does."""
+    src = ARCH / "qwen2-hf"
+    tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    tok.normalizer = None
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in DEEPSEEK_SPLITS[name]] +
+        [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_bytes((src / "tokenizer_config.json").read_bytes())
+    compare(tmp_path, tok, CORPUS + NFC_LINES + SPECIAL_LINES + [
+        "1234567 12 ab3c 漢字かなカナ 한국어 x'Yz \"q\" a.b-c_d\r\n\r\n  x\ty", "ǅ ﬁ a\u0301b \u3000。"])
+    # One regex off (the CJK class of DeepSeek LLM's): refused, quoting the regexes.
+    j = json.loads((tmp_path / "tokenizer.json").read_text())
+    j["pre_tokenizer"]["pretokenizers"][1]["pattern"]["Regex"] = "[\u4e00-\u9fa5]+"
+    (tmp_path / "tokenizer.json").write_text(json.dumps(j))
+    r = subprocess.run([str(TOKENIZE), str(tmp_path), "--info"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "Split regexes" in r.stderr and "not a sequence fathom implements" in r.stderr, r.stderr
+
+
 def test_nfc_matches_tokenizers_on_random_text(tmp_path):
     """Strings of combining marks, composites, Hangul jamo and syllables, singletons: every one that
     NFC changes, through the NFC vocabulary (Qwen 2's), tokenizes as `tokenizers` does."""

@@ -315,6 +315,9 @@ GPT2_REGEX = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s
 LLAMA3_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"""
                 r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+# Qwen 3.5's tokenizer.json: combining marks join letters and leave the punctuation runs.
+QWEN35_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"""
+                r"""| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 # DeepSeek LLM's letter class (cased letters), from its tokenizer.json, as code points: the
 # characters themselves would not survive Unicode normalization of this file (Ω, K, ώ, ...).
 DEEPSEEK_CASED = [
@@ -354,7 +357,7 @@ PRE_TOKENIZER_CORPUS = CORPUS + [
 ] + random_corpus(300, seed=11)
 
 
-PRE_TOKENIZERS = ["gpt2", "smollm", "llama3", "qwen2", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon"]
+PRE_TOKENIZERS = ["gpt2", "smollm", "llama3", "qwen2", "qwen35", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon"]
 
 
 def reference_pre_tokenize(name, text):
@@ -370,7 +373,7 @@ def reference_pre_tokenize(name, text):
     elif name in SEQUENCES:
         pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r), behavior="isolated") for r in SEQUENCES[name]])
     else:
-        pattern = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX}[name]
+        pattern = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX, "qwen35": QWEN35_REGEX}[name]
         pre = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     return [w for w, _ in pre.pre_tokenize_str(text)]
 

@@ -3,7 +3,9 @@
 //   0  a safetensors shard -> parse_safetensors; every tensor's bytes touched (ASan checks the
 //      bounds the parser promised), sizes and order checked
 //   1  config.json -> hf_config_from_json; the metadata it makes -> ModelConfig::from_gguf
-//   2  tokenizer.json -> hf_tokenizer_metadata -> Tokenizer::from_gguf -> encode and decode
+//   2  tokenizer.json (byte-level or SentencePiece-style) -> hf_tokenizer_metadata ->
+//      Tokenizer::from_gguf -> encode and decode (a SentencePiece one stops at from_gguf: ASan
+//      cannot load the libsentencepiece module, which needs RTLD_DEEPBIND)
 //   3  tokenizer_config.json, then after a NUL byte generation_config.json, beside a fixed valid
 //      tokenizer.json
 // fathom::Error (one line, naming the file) is the expected outcome for bad input; any other
@@ -34,6 +36,9 @@ constexpr std::string_view kTokenizer = R"({"added_tokens": [{"id": 4, "content"
  "decoder": {"type": "ByteLevel"},
  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3}, "merges": [["a", "b"]]}})";
 constexpr int64_t kRows = 8;
+// Mode 2's embedding rows: room for a SentencePiece-style vocabulary (256 byte tokens and more) and
+// the fixtures' 1000 tokens, so that seeds reach the merges and the tokenizer.
+constexpr int64_t kTokenizerRows = 1024;
 
 void expect_error_line(const fathom::Error& e, std::string_view prefix) {
   const std::string msg = e.what();
@@ -68,10 +73,10 @@ void config(std::string_view text) {
   }
 }
 
-void tokenizer(const fathom::HfTokenizerFiles& files) {
+void tokenizer(const fathom::HfTokenizerFiles& files, int64_t rows) {
   std::map<std::string, fathom::GgufValue> metadata;
   try {
-    fathom::hf_tokenizer_metadata(files, kRows, {}, std::nullopt, metadata);
+    fathom::hf_tokenizer_metadata(files, rows, {}, std::nullopt, metadata);
     auto f = fathom::GgufFile::assemble("fuzz", std::move(metadata), {}, {}, {});
     auto tok = fathom::Tokenizer::from_gguf(*f);
     const auto ids = tok->encode("ab a<|end|>b 12 \xE2\x82\xAC");
@@ -98,14 +103,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 2:
       files.tokenizer_json = std::string(rest);
-      tokenizer(files);
+      tokenizer(files, kTokenizerRows);
       break;
     case 3: {
       files.tokenizer_json = std::string(kTokenizer);
       const size_t nul = rest.find('\0');
       files.tokenizer_config_json = std::string(rest.substr(0, nul));
       if (nul != std::string_view::npos) files.generation_config_json = std::string(rest.substr(nul + 1));
-      tokenizer(files);
+      tokenizer(files, kRows);
       break;
     }
   }
