@@ -5,17 +5,26 @@ round), greedy. Each run is one `fathom generate --json`: decode tok/s is its ge
 the time from every first token to the last (prefill excluded). Every pair's texts must be identical
 (the bench stops otherwise): speculation may not change a token.
 
+With --clients N it also serves N concurrent clients (each asking for the `edit` and the `story`
+task in turn, twice) from one `fathom serve --speculative M` per mode and reports the server's
+tokens/s (completion tokens over the wall time of the whole load): speculation under continuous
+batching, where a verify step's extra rows compete with other sequences' tokens.
+
 Tasks: `edit` — copy a ~1k-token text (the answer repeats the prompt: what prompt lookup is for, like
 code editing or quoting a document); `story` — free writing (little repeats: what speculation costs
 when drafts fail).
 
-    .venv/bin/python bench/speculative.py --rounds 3 --out bench/results/speculative.md
+    .venv/bin/python bench/speculative.py --rounds 3 --clients 16 --out bench/results/speculative.md
 """
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +56,47 @@ def run(binary, model, prompt, max_tokens, speculative, threads):
     return j["decode_tokens_per_second"], j["text"], j["completion_tokens"]
 
 
+def serve_throughput(binary, model, speculative, clients, threads):
+    """Completion tokens per second of `clients` concurrent clients against one server."""
+    proc = subprocess.Popen([str(binary), "serve", "--model", str(model), "--port", "0", "--threads", str(threads),
+                             "--speculative", speculative, "--max-num-seqs", str(max(clients, 1)), "--model-name", "m"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = None
+        for line in proc.stdout:
+            m = re.search(r"HTTP listening on [^:]+:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                if urllib.request.urlopen(url + "/health", timeout=5).status == 200:
+                    break
+            except Exception:
+                time.sleep(0.2)
+
+        def client(i):
+            done = 0
+            for j in range(2):
+                prompt, max_tokens = TASKS["edit" if (i + j) % 2 == 0 else "story"]
+                body = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt}],
+                                   "max_tokens": max_tokens // 2, "temperature": 0}).encode()
+                req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=900) as r:
+                    done += json.loads(r.read())["usage"]["completion_tokens"]
+            return done
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(clients) as pool:
+            tokens = sum(pool.map(client, range(clients)))
+        return tokens / (time.monotonic() - t0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=str(ROOT / "build"))
@@ -54,6 +104,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--clients", type=int, default=0, help="also N concurrent clients against the server (0: no)")
     ap.add_argument("--out")
     a = ap.parse_args()
     binary = Path(a.build) / "fathom"
@@ -77,6 +128,19 @@ def main():
                       flush=True)
             off, ngram = statistics.median(speeds["off"]), statistics.median(speeds["ngram"])
             lines.append(f"| {name} | {task} | {tokens} | {off:.1f} | {ngram:.1f} | {ngram / off:.2f}× |")
+    if a.clients:
+        lines += ["", f"{a.clients} concurrent clients (edit and story in turn, half the tokens each), server tokens/s, "
+                      f"alternating, median over {a.rounds} rounds:", "",
+                  "| model | off tok/s | ngram tok/s | ratio |", "|---|---:|---:|---:|"]
+        for name in a.models.split(","):
+            speeds = {"off": [], "ngram": []}
+            for r in range(a.rounds):
+                for mode in (["off", "ngram"] if r % 2 == 0 else ["ngram", "off"]):
+                    speeds[mode].append(serve_throughput(binary, MODELS[name], mode, a.clients, a.threads))
+                print(f"{name} {a.clients} clients round {r}: off {speeds['off'][-1]:.1f} "
+                      f"ngram {speeds['ngram'][-1]:.1f} tok/s", flush=True)
+            off, ngram = statistics.median(speeds["off"]), statistics.median(speeds["ngram"])
+            lines.append(f"| {name} | {off:.1f} | {ngram:.1f} | {ngram / off:.2f}× |")
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:
