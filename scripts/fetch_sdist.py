@@ -50,7 +50,14 @@ def main():
                 rel = m.name.split("/", 1)[1] if "/" in m.name else ""
                 return any(fnmatch.fnmatch(rel, g) for g in args.only)
             members = [m for m in members if keep(m)]
-        t.extractall(staging, members=members, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            t.extractall(staging, members=members, filter="data")
+        else:  # Python < 3.11.4 (Debian 12's own 3.11.2): no filters; plain files and dirs only
+            for m in members:
+                if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in m.name.split("/"):
+                    sys.exit(f"fetch_sdist: refusing tar member {m.name!r} ({m.type!r})")
+                m.mode &= 0o755
+            t.extractall(staging, members=members, numeric_owner=False)
     (top,) = list(staging.iterdir())  # the sdist's one top directory
     top.rename(args.out / "src")
     staging.rmdir()
