@@ -7,6 +7,7 @@
 // [a,c)), all within text. Operations that keep bytes (concatenation, substrings) map the ranges
 // exactly; a transformation that rewrites bytes taints its whole result when its input had any.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
