@@ -5,7 +5,7 @@ PY    := .venv/bin/python
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 FUZZ_SECONDS ?= 10
 
-.PHONY: all setup build test fuzz soak serve chat bench eval fixtures clean
+.PHONY: all setup build test fuzz soak serve chat bench eval fixtures image clean
 
 all: build
 
@@ -60,6 +60,12 @@ fixtures: .venv-fixtures/.stamp
 	@[ -x $(FIXTURES_PY) ] || python3 -m venv .venv-fixtures
 	.venv-fixtures/bin/pip install -q --disable-pip-version-check -r scripts/requirements-fixtures.txt
 	@touch $@
+
+# The CPU container image fathom:cpu (docker/Dockerfile.cpu) built with podman on a Debian 12 base
+# made by debootstrap (scripts/image.sh; ~20 min on 2 cores). tests/e2e/test_container_image.py
+# smoke-tests it when it exists.
+image:
+	@scripts/image.sh
 
 clean:
 	rm -rf $(BUILD) build-fuzz

