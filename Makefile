@@ -62,7 +62,7 @@ fixtures: .venv-fixtures/.stamp
 	@touch $@
 
 # The CPU container image fathom:cpu (docker/Dockerfile.cpu) built with podman on a Debian 12 base
-# made by debootstrap (scripts/image.sh; ~20 min on 2 cores). tests/e2e/test_container_image.py
+# made by debootstrap (scripts/image.sh; ~25 min on 2 cores). tests/e2e/test_container_image.py
 # smoke-tests it when it exists.
 image:
 	@scripts/image.sh

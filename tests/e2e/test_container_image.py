@@ -6,8 +6,8 @@ writable, one chat completion through the official `openai` client, /metrics, an
 draining a running stream (it finishes, new requests get 503) before the container exits 0.
 
 Skips, with the reason, when podman is not installed, the image is not built (the build takes
-~20 min, so `make test` never builds it) or podman cannot run containers on this machine
-(scripts/podman_flags.sh says why). ~10 s when it runs."""
+~25 min, so `make test` never builds it) or podman cannot run containers on this machine
+(scripts/podman_flags.sh says why). 12-15 s when it runs."""
 import os
 import shutil
 import subprocess
@@ -37,7 +37,7 @@ def container(repo_root):
     if shutil.which("podman") is None:
         pytest.skip("podman not installed: `make image` installs it and builds the image")
     if podman("image", "exists", IMAGE, check=False).returncode != 0:
-        pytest.skip(f"image {IMAGE} not built: run make image (~20 min on 2 cores)")
+        pytest.skip(f"image {IMAGE} not built: run make image (~25 min on 2 cores)")
     probe = subprocess.run([repo_root / "scripts" / "podman_flags.sh", IMAGE], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
         pytest.skip(f"podman cannot run containers on this machine: {probe.stderr.strip()}")
