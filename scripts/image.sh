@@ -8,7 +8,7 @@
 #      locales; dpkg told to keep them out), as a tarball in $FATHOM_CACHE (default
 #      ~/.cache/fathom) -> `podman import` as localhost/fathom-debian:12-r2
 #   3. podman build, that base as both BASE_IMAGE and RUNTIME_IMAGE, with the options this machine
-#      needs (scripts/podman_flags.sh), niced: the compile inside takes ~25 min on 2 busy cores.
+#      needs (scripts/podman_flags.sh), niced: the compile inside takes 13-26 min on 2 shared cores.
 # Needs root for debootstrap (sudo when not root). The smoke test: tests/e2e/test_container_image.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
