@@ -46,7 +46,7 @@ model_sources=("${hf_sources[@]}" engine/model/model.cpp engine/model/model_conf
   engine/model/chat_template.cpp engine/model/chat_families.cpp base/jinja/*.cpp kernels/ref/dequant.cpp)
 request_sources=("${model_sources[@]}" server/openai_request.cpp server/chat_input.cpp server/reasoning.cpp server/known_fields.cpp server/prompt_input.cpp
   server/embeddings.cpp server/attention_options.cpp server/request_rules.cpp server/schema_rules.cpp
-  engine/constraint/constraint_bounds.cpp server/tools.cpp server/responses_api.cpp server/openai_response.cpp server/cli_args.cpp engine/attention/policy.cpp engine/attention/policy_registry.cpp engine/attention/policies/sparq.cpp
+  engine/constraint/constraint_bounds.cpp server/tools.cpp server/responses_api.cpp server/openai_response.cpp server/cli_args.cpp engine/attention/policy.cpp engine/speculative/drafter.cpp engine/attention/policy_registry.cpp engine/attention/policies/sparq.cpp
   engine/attention/policies/hip.cpp engine/attention/policies/alisa.cpp engine/attention/policies/auto.cpp
   kernels/ref/sparq.cpp kernels/ref/attention_state.cpp)
 
