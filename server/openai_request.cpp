@@ -215,7 +215,7 @@ void parse_extension(const json& body, const ServerConfig& config, Request& requ
       request.stop.ignore_eos = it->get<bool>();
     } else if (it.key() == "speculative") {
       const std::optional<Speculation> m = it->is_string() ? parse_speculation(it->get<std::string>()) : std::nullopt;
-      if (!m) bad_type(param, "one of off, ngram");
+      if (!m) bad_type(param, ("one of " + std::string(kSpeculationNames)).c_str());
       request.speculative = *m;
     } else {
       bad(param, "unknown fathom option '" + it.key() + "' (" + attention_option_keys("attention") +
