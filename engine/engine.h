@@ -46,6 +46,12 @@ struct SchedulerConfig {
   // Speculative decoding (Request::speculative): the most draft tokens one sequence's step
   // verifies (its step computes 1 + that many positions). 0: no request speculates.
   int32_t max_draft_tokens = 4;
+  // The sparse drafter (Speculation::kSparse) reads this fraction of the KV cache per draft step,
+  // through the request's sparse policy (auto when the request decodes densely).
+  double draft_kv_read_ratio = 1.0 / 16;
+  // Drafts per step chosen by the cost rule (engine/speculative/speculator.h) from each sequence's
+  // kept-draft record; false: always max_draft_tokens (what fixed-k servers do; for measurements).
+  bool adaptive_drafts = true;
   // Output constraints (engine/constraint/grammar.h): how long a request waits for its
   // constraint to compile, and how many compile at once before further ones are refused (429).
   int32_t constraint_compile_ms = 10000;

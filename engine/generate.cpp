@@ -29,12 +29,12 @@ void check_prompt(const Model& model, const std::vector<int32_t>& prompt) {
 }  // namespace
 
 std::vector<GenerateResult> generate(const Model& model, Backend& backend, const std::vector<GenerateRequest>& requests,
-                                     GenerateStats* stats, const TokenCallback& on_token) {
+                                     GenerateStats* stats, const TokenCallback& on_token, const SchedulerConfig& base) {
   GenerateStats local_stats;
   GenerateStats& st = stats ? *stats : local_stats;
   std::vector<GenerateResult> results(requests.size());
   // Every prompt in one prefill step, as a batch (the scheduler's token budget allows it).
-  SchedulerConfig config;
+  SchedulerConfig config = base;
   int64_t prompt_tokens = 0;
   for (const GenerateRequest& r : requests) {
     check_prompt(model, r.prompt);

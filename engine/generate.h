@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/attention/policy.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/speculative/drafter.h"
 
@@ -40,8 +41,11 @@ using TokenCallback = std::function<void(size_t request, int32_t token)>;
 
 // Throws fathom::Error when a request is invalid (empty prompt, no room in the context or the KV
 // cache, a policy the backend lacks) or generation fails.
+// `base`: the engine's limits (speculative decoding's among them); its step sizes grow to take every
+// prompt in one step.
 std::vector<GenerateResult> generate(const Model& model, Backend& backend, const std::vector<GenerateRequest>& requests,
-                                     GenerateStats* stats = nullptr, const TokenCallback& on_token = {});
+                                     GenerateStats* stats = nullptr, const TokenCallback& on_token = {},
+                                     const SchedulerConfig& base = SchedulerConfig());
 
 // Logits of every prompt position: [prompt.size()][vocab], one prefill pass straight through the
 // backend (an analysis tool, not generation).

@@ -193,12 +193,14 @@ void KvPlacement::make_resident(BatchPlan& plan, const std::vector<Sequence*>& p
   ++steps_;
   for (size_t i = 0; i < planned.size(); ++i) {
     const Sequence& s = *planned[i];
+    // Its step writes from pos0: the sequence's own position, or past it for a sparse draft step.
+    const int32_t pos0 = plan.seqs[i].pos0;
     // A step that opens a block also reads the block before it (the running V sum and K moments carry over).
-    const int32_t first = s.n_computed % bs == 0 && s.n_computed > 0 ? s.n_computed / bs - 1 : s.n_computed / bs;
-    const int32_t last = (s.n_computed + chunk_of[i] - 1) / bs;
+    const int32_t first = pos0 % bs == 0 && pos0 > 0 ? pos0 / bs - 1 : pos0 / bs;
+    const int32_t last = (pos0 + chunk_of[i] - 1) / bs;
     FATHOM_CHECK(last < static_cast<int32_t>(s.blocks.size()), "a planned step writes past its block table");
     for (int32_t b = first; b <= last; ++b) {
-      writes.push_back({s.blocks[b], b * bs < s.n_computed});
+      writes.push_back({s.blocks[b], b * bs < pos0});
       written_step_[s.blocks[b]] = steps_;
     }
     if (s.restoring)  // its recompute writes the new blocks of its dropped prefix

@@ -208,6 +208,7 @@ void OutputProcessor::accept_token(Sequence& s, const SampledToken& tok, std::op
 void OutputProcessor::finish(Sequence& s, FinishReason reason, std::string tail, const std::string& error) {
   RequestState& r = *s.request;
   if (s.state == SeqState::kFinished) return;
+  s.drop_drafts();  // a sparse drafting round's, not the output's
   if (reason != FinishReason::kError) kv_.register_full_blocks(s);  // a failed step's blocks are not trusted
   kv_.release_blocks(s);
   s.state = SeqState::kFinished;

@@ -48,8 +48,8 @@ struct Request {
   StopConditions stop;
   AttentionPolicy attention;     // decode attention policy (prefill is dense)
   // Speculative decoding (docs/speculative.md): drafts verified by one dense pass. Anything but
-  // kOff makes the output exactly the dense model's: every decode step is dense (`attention` is
-  // not used to decode) and drafts are kept only where they equal what that step would emit.
+  // kOff makes the output exactly the dense model's: every decode step is dense (`attention` only
+  // picks kSparse's draft policy) and drafts are kept only where they equal what that step would emit.
   Speculation speculative = Speculation::kOff;
   OutputConstraint constraint;   // none by default
   ThinkingSpan thinking;         // a reasoning model's (none by default)

@@ -42,7 +42,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
       metrics_->hot_rows(k, "miss");
     }
   }
-  for (const Speculation d : {Speculation::kNgram}) {  // every drafter's series, at 0
+  for (const Speculation d : kDrafters) {  // every drafter's series, at 0
     metrics_->spec_drafted(d);
     metrics_->spec_accepted(d);
     metrics_->spec_verify_steps(d);
@@ -55,6 +55,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
 Scheduler::~Scheduler() { cancel_all(); }
 
 void Scheduler::add(std::unique_ptr<RequestState> r) {
+  r->draft_attention = spec_->draft_policy(r->request);
   out_->start(*r);
   requests_.push_back(std::move(r));
   update_gauges();
@@ -98,6 +99,8 @@ void Scheduler::preempt(Sequence& seq) {
   seq.n_registered = 0;
   seq.last_hash = 0;
   seq.policy_state = {};
+  seq.drop_drafts();
+  seq.running_before_drafts.clear();  // its blocks are gone: the prefill writes every position again
   seq.state = SeqState::kWaiting;
   seq.request->pooled.clear();  // an embedding pools its positions again
   metrics_->preempt_recompute.inc();
@@ -162,6 +165,7 @@ void Scheduler::step() {
   try {
     const auto t0 = Clock::now();
     kv_->make_resident(plan, planned, chunk_of);
+    spec_->prepare(plan, planned, kv_->allocator().block_size());
     stats = backend_.forward(plan, logits_, &hidden_);
     double tokens = 0, positions = 0;
     for (const SeqStep& s : plan.seqs) {
@@ -278,11 +282,24 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
            budget > s->dropped_blocks * bs;
   };
   int32_t decodes_left = static_cast<int32_t>(std::count_if(seqs.begin(), seqs.end(), decodes_now));
-  const Speculator::StepCosts costs{step_cost_.fit(), decodes_left};
+  const Speculator::StepCosts costs{step_cost_.fit(), decodes_left, step_cost_.equivalent_positions()};
   for (Sequence* s : seqs)
     if (decodes_now(s)) {
+      // A sparse drafting round that lost blocks to cache-or-recompute ends: a plain step follows.
+      if ((s->drafting > 0 || s->drafted > 0) && s->dropped_blocks > 0) s->drop_drafts();
       // Drafts take what the budget has beyond one token for every decode still to plan.
-      spec_->draft(*s, budget - decodes_left--, costs);
+      if (s->drafting == 0 && s->drafted == 0) spec_->draft(*s, budget - decodes_left, costs);
+      --decodes_left;
+      if (s->drafting > 0) {  // a sparse draft step: its latest token, through the draft policy
+        const int32_t pos = s->n_computed + s->drafted;
+        plan.seqs.push_back(SeqStep{std::span<const int32_t>(s->tokens).subspan(pos, 1), pos, &s->blocks});
+        plan.seqs.back().policy = &s->request->draft_attention;
+        plan.seqs.back().policy_state = &s->policy_state;
+        planned.push_back(s);
+        chunk_of.push_back(1);
+        --budget;
+        continue;
+      }
       add_to_plan(s, 1 + s->drafted);
       if (s->dropped_blocks > 0) {
         budget -= s->dropped_blocks * bs;
@@ -337,7 +354,7 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
   const int32_t vocab = model_.vocab();
   std::vector<int64_t> rows(planned.size(), -1);  // the row each sequence samples from, -1: none
   std::vector<int64_t> hidden_rows(planned.size(), -1);  // an embedding's first row of hidden_, -1: none
-  std::vector<int64_t> verify_rows(planned.size(), -1);  // a verify step's first row, -1: none
+  std::vector<int64_t> verify_rows(planned.size(), -1);  // a verify (or draft) step's first row, -1: none
   int64_t row = 0, hidden_row = 0;
   for (size_t i = 0; i < planned.size(); ++i) {
     const SeqStep& step = plan.seqs[i];
@@ -345,7 +362,7 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
       hidden_rows[i] = hidden_row;
       hidden_row += wanted_rows(step.hidden, static_cast<int64_t>(step.tokens.size()));
     }
-    if (step.verify) {
+    if (step.verify || planned[i]->drafting > 0) {  // a verify step's rows, or a sparse draft step's row
       verify_rows[i] = row;
       row += static_cast<int64_t>(step.tokens.size());
     } else if (step.logits == LogitsWanted::kAll) {
@@ -366,6 +383,7 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
     if (s.state == SeqState::kFinished) continue;  // its request failed earlier in this update
     out_->guarded(*s.request, [&] {
       const SeqStep& step = plan.seqs[i];
+      if (s.drafting > 0) return spec_->drafted(s, logits_.data() + verify_rows[i] * vocab);
       if (verify_rows[i] >= 0) return spec_->verify(s, static_cast<int32_t>(i), logits_.data() + verify_rows[i] * vocab);
       kv_->computed(s, chunk_of[i], step.tokens.size() == 1);
       if (rows[i] >= 0) out_->hand_over(s, draws[i], logits_.data() + rows[i] * vocab);

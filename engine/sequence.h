@@ -46,9 +46,17 @@ struct Sequence {
   Clock::time_point last_token_time;
   bool prompt_logprobs_sent = false;  // its first event carried the request's prompt logprobs
   bool thinking = false;              // inside the request's thinking span (reasoning tokens counted)
-  // Speculative decoding: draft tokens at the end of `tokens` that this step verifies (they are
-  // never computed as the sequence's own: the verify step keeps or drops them).
+  // Speculative decoding: draft tokens at the end of `tokens` that the next verify step verifies
+  // (they are never computed as the sequence's own: the verify step keeps or drops them).
   int32_t drafted = 0;
+  // Sparse drafting (Speculation::kSparse): drafts still to propose in this round, one sparse
+  // one-token step each; the verify step follows the last. Those steps append K/V at the drafts'
+  // positions, which the verify step writes again, and change the running planes (V sum, K
+  // moments) of the block holding its last own position: `running_before_drafts` keeps them as
+  // they were (Backend::read_running; empty: nothing to put back) for the next step at its own
+  // position to put back first.
+  int32_t drafting = 0;
+  std::vector<float> running_before_drafts;
   // Its drafts' record, for the chance that the next draft is kept (hits / (hits + misses)): kept
   // drafts, and verify steps that rejected one; recent steps weigh most. Starts at 2/3.
   double draft_hits = 2, draft_misses = 1;
@@ -56,6 +64,13 @@ struct Sequence {
   int32_t generated() const;
   // Tokens of its own not computed yet (drafts excluded).
   int32_t pending() const { return static_cast<int32_t>(tokens.size()) - drafted - n_computed; }
+  // Forgets its drafts (a preemption, or drafting that ran out of room); the running planes they
+  // changed are still put back by its next step.
+  void drop_drafts() {
+    tokens.resize(tokens.size() - static_cast<size_t>(drafted));
+    drafted = 0;
+    drafting = 0;
+  }
 };
 
 struct RequestState {
@@ -70,6 +85,7 @@ struct RequestState {
   int32_t unfinished = 0;
   RequestUsage usage;
   std::shared_ptr<const CompiledConstraint> constraint;  // compiled Request::constraint, or null
+  AttentionPolicy draft_attention;  // Speculation::kSparse: the policy its draft steps decode through
   std::vector<std::unique_ptr<Sequence>> seqs;
   // Request::prompt_logprobs >= 0: the prompt tokens scored so far (entry 0 has no logprob);
   // complete when it has prompt.size() entries.

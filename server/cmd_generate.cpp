@@ -59,9 +59,10 @@ nlohmann::json result_json(const Model& model, const std::vector<int32_t>& promp
 
 int run_generate(int argc, char** argv) {
   CliArgs args(with({"prompt", "chat", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
-                     "logprobs", "repetition-penalty", "presence-penalty", "frequency-penalty", "speculative"},
+                     "logprobs", "repetition-penalty", "presence-penalty", "frequency-penalty", "speculative",
+                     "max-draft-tokens", "draft-kv-read-ratio"},
                     kModelOptionNames),
-               with({"json", "ignore-eos"}, kModelFlagNames));
+               with({"json", "ignore-eos", "fixed-drafts"}, kModelFlagNames));
   args.parse(argc, argv, 2);
   const ModelOptions options = model_options_from_args(args);
   auto model = Model::load(args.require("model"), options.chat_template);
@@ -92,8 +93,16 @@ int run_generate(int argc, char** argv) {
       std::fputs(detok.push(id).c_str(), stdout);
       std::fflush(stdout);
     };
+  SchedulerConfig engine_config;
+  engine_config.max_draft_tokens = static_cast<int32_t>(args.get_int("max-draft-tokens", engine_config.max_draft_tokens));
+  if (engine_config.max_draft_tokens < 0 || engine_config.max_draft_tokens > 16)
+    throw Error("--max-draft-tokens must be between 0 and 16");
+  engine_config.draft_kv_read_ratio = args.get_double("draft-kv-read-ratio", engine_config.draft_kv_read_ratio);
+  if (!(engine_config.draft_kv_read_ratio > 0 && engine_config.draft_kv_read_ratio <= 1))
+    throw Error("--draft-kv-read-ratio must be in (0, 1]");
+  engine_config.adaptive_drafts = !args.flag("fixed-drafts");
   GenerateStats stats;
-  const auto results = generate(*model, *backend, requests, &stats, stream);
+  const auto results = generate(*model, *backend, requests, &stats, stream, engine_config);
   const double prefill_tps = stats.prefill_seconds > 0 ? stats.prefill_tokens / stats.prefill_seconds : 0;
   const double decode_tps = stats.decode_seconds > 0 ? stats.decode_tokens / stats.decode_seconds : 0;
   if (json) {

@@ -66,6 +66,14 @@ class ObjectReader {
     out = static_cast<Int>(x);
   }
 
+  // A number in (0, 1].
+  void read_ratio(const std::string& key, double& out) {
+    if (!has(key)) return;
+    const json& v = object_.at(key);
+    if (!v.is_number() || !(v.get<double>() > 0 && v.get<double>() <= 1)) fail(key, "must be a number in (0, 1]");
+    out = v.get<double>();
+  }
+
   void read(const std::string& key, std::vector<std::string>& out) {
     if (!has(key)) return;
     const json& v = object_.at(key);
@@ -222,6 +230,8 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
       c.speculative = *m;
     }
     s->read_int("max_draft_tokens", c.scheduler.max_draft_tokens, 0, 16);
+    s->read_ratio("draft_kv_read_ratio", c.scheduler.draft_kv_read_ratio);
+    s->read("adaptive", c.scheduler.adaptive_drafts);
     s->finish();
   }
   if (auto s = top.object("scheduler")) {

@@ -189,7 +189,7 @@ void parse_logit_bias(const json& body, const Model& model, SamplingParams& samp
 
 // "fathom": {"attention": policy, "kv_read_ratio": x, "sparq"/"hip"/"alisa": {...} (see
 // server/attention_options.h), "priority": int (clamped to ±limits.max_priority), "ignore_eos":
-// bool, "speculative": "off" | "ngram" (docs/speculative.md)}. The policy starts from the server's default (config "attention").
+// bool, "speculative": "off" | "ngram" | "sparse" (docs/speculative.md)}. The policy starts from the server's default (config "attention").
 void parse_extension(const json& body, const ServerConfig& config, Request& request) {
   const json* f = field(body, "fathom");
   if (!f) return;

@@ -124,6 +124,14 @@ class Backend : protected ForwardOps {
   // After forward(plan): plan.seqs[seq] (a verify step) keeps its first `kept_rows` rows (>= 1).
   // Valid until the next forward.
   virtual void rollback_kv(int32_t /*seq*/, int32_t /*kept_rows*/) { FATHOM_CHECK(false, "no KV rollback on this backend"); }
+  // The running planes of device slot `slot`, every layer: n_layers x running_floats() floats
+  // (per layer and KV head: V sum, K mean, K M2, head_dim each), copied out, and put back. Sparse
+  // drafting's steps append at positions a verify step writes again; these keep and restore
+  // what they changed. Every backend that implements_rollback() has them.
+  virtual void read_running(int32_t /*slot*/, std::vector<float>& /*out*/) { FATHOM_CHECK(false, "no KV rollback on this backend"); }
+  virtual void write_running(int32_t /*slot*/, const std::vector<float>& /*in*/) {
+    FATHOM_CHECK(false, "no KV rollback on this backend");
+  }
 
   // ---- The forward pass ----
   // True when forward() keeps the host's cores busy (the CPU backend's thread pool): host-side

@@ -8,12 +8,13 @@ const char* speculation_name(Speculation s) {
   switch (s) {
     case Speculation::kOff: return "off";
     case Speculation::kNgram: return "ngram";
+    case Speculation::kSparse: return "sparse";
   }
   return "off";
 }
 
 std::optional<Speculation> parse_speculation(std::string_view name) {
-  for (const Speculation s : {Speculation::kOff, Speculation::kNgram})
+  for (const Speculation s : {Speculation::kOff, Speculation::kNgram, Speculation::kSparse})
     if (name == speculation_name(s)) return s;
   return std::nullopt;
 }

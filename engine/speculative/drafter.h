@@ -10,12 +10,14 @@
 namespace fathom {
 
 // A request's speculative decoding. kOff: one token per step. kNgram: prompt lookup over the
-// sequence's own tokens (no model).
-enum class Speculation { kOff, kNgram };
+// sequence's own tokens (no model). kSparse: the same model decoding through a sparse attention
+// policy over the same KV cache (a few cheap steps per dense verify step).
+enum class Speculation { kOff, kNgram, kSparse };
+inline constexpr Speculation kDrafters[] = {Speculation::kNgram, Speculation::kSparse};
 
-const char* speculation_name(Speculation s);  // "off", "ngram"
+const char* speculation_name(Speculation s);  // "off", "ngram", "sparse"
 std::optional<Speculation> parse_speculation(std::string_view name);
-inline constexpr std::string_view kSpeculationNames = "off, ngram";
+inline constexpr std::string_view kSpeculationNames = "off, ngram, sparse";
 
 // Prompt lookup (n-gram matching, as vLLM's "ngram" and llama.cpp's lookup decoding): the longest
 // suffix of `tokens` of n_max down to n_min tokens that also occurs earlier, and the tokens that

@@ -7,6 +7,7 @@
 #include "engine/kv_placement.h"
 #include "engine/model/model.h"
 #include "engine/output_processor.h"
+#include "engine/model/tokenizer.h"
 
 namespace fathom {
 
@@ -24,6 +25,12 @@ int32_t Speculator::draft(Sequence& s, int32_t budget, const StepCosts& costs) {
   const auto len = static_cast<int32_t>(s.tokens.size());
   int32_t k = std::min({config_.max_draft_tokens, budget, r.max_tokens - s.generated() - 1,
                         model_.config().context_length - len - 1});
+  if (k <= 0) return 0;
+  if (r.speculative == Speculation::kSparse) {
+    s.drafting = sparse_draft_tokens(s, k, costs);
+    return 0;
+  }
+  if (!config_.adaptive_drafts) return append_ngram_drafts(s, k);
   double threshold = 0.5;
   if (costs.fit && costs.fit->step_s > 0 && costs.fit->token_s > 0) {
     const double row = costs.fit->token_s + std::max(0.0, costs.fit->position_s) * len;
@@ -35,8 +42,12 @@ int32_t Speculator::draft(Sequence& s, int32_t budget, const StepCosts& costs) {
   // A sequence whose record says no still tries one draft every 16th token: text that starts to
   // repeat itself (an answer quoting its prompt after an introduction) gets its drafts back.
   if (worth == 0 && s.generated() % 16 == 0) worth = 1;
-  k = std::min(k, worth);
+  return append_ngram_drafts(s, std::min(k, worth));
+}
+
+int32_t Speculator::append_ngram_drafts(Sequence& s, int32_t k) {
   if (k <= 0) return 0;
+  const auto len = static_cast<int32_t>(s.tokens.size());
   const std::vector<int32_t> drafts = ngram_draft(s.tokens, k);
   if (drafts.empty()) return 0;
   s.tokens.insert(s.tokens.end(), drafts.begin(), drafts.end());
@@ -47,6 +58,86 @@ int32_t Speculator::draft(Sequence& s, int32_t budget, const StepCosts& costs) {
   }
   s.drafted = static_cast<int32_t>(drafts.size());
   return s.drafted;
+}
+
+AttentionPolicy Speculator::draft_policy(const Request& r) const {
+  AttentionPolicy p = r.attention;
+  if (p.kind == kDensePolicy) p.kind = policy_kind("auto");
+  p.kv_read_ratio = config_.draft_kv_read_ratio;
+  return p;
+}
+
+int32_t Speculator::sparse_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const {
+  const AttentionPolicy& p = s.request->draft_attention;
+  const double len = static_cast<double>(s.tokens.size());
+  const int32_t min_keys = p.min_keys == AttentionPolicy::kMeasuredBreakEven ? backend_.prepare_break_even(p) : p.min_keys;
+  if (len < min_keys) return 0;  // the draft steps would read the whole KV: nothing to gain
+  if (!config_.adaptive_drafts) return k;
+  // A row's cost: dense (one plain step of this sequence), sparse (a draft step) and each row a
+  // verify step adds to the dense one. From the fitted step costs (o/T + a + b·positions); before a
+  // fit, in units of a token's matmuls with E positions of attention costing as much, and a verify
+  // row's matmuls a fifth of a step's (at batch 1 the weights are read once for all rows). A verify
+  // row's attention is nearly free where attention is bound by reading the KV (a GPU: the rows
+  // share the read), but on a CPU its FLOPs show: SmolLM2 at 7.4k keys on 2 cores, a 5-row verify
+  // step took 53 ms against 21 ms for a one-token step (9 ms for a 1/16 sparse one), i.e. each row
+  // adds about half a decode row's attention.
+  const double e = costs.equivalent_positions > 0 ? costs.equivalent_positions : 1e30;  // unknown: no gain
+  const double row_attention = backend_.forward_occupies_host() ? 0.5 : 0.0;
+  double dense = 1 + len / e, sparse = 1 + len * p.kv_read_ratio / e, extra_row = 0.2 + row_attention * len / e;
+  if (costs.fit && costs.fit->step_s > 0 && costs.fit->token_s > 0 && costs.fit->position_s > 0) {
+    const double fixed = costs.fit->step_s / std::max(1, costs.decoding) + costs.fit->token_s;
+    dense = fixed + costs.fit->position_s * len;
+    sparse = fixed + costs.fit->position_s * len * p.kv_read_ratio;
+    extra_row = costs.fit->token_s + row_attention * costs.fit->position_s * len;
+  }
+  // A round of j drafts emits Σ_{i<=j} α^i tokens (the verify step's own token and each kept draft)
+  // for j sparse rows and a verify step; a plain step emits one token for a dense row.
+  const double alpha = s.draft_hits / (s.draft_hits + s.draft_misses);
+  int32_t best = 0;
+  double best_gain = 1, tokens = 1, kept = 1;
+  for (int32_t j = 1; j <= k; ++j) {
+    kept *= alpha;
+    tokens += kept;
+    const double gain = tokens * dense / (j * sparse + dense + j * extra_row);
+    if (gain > best_gain) best = j, best_gain = gain;
+  }
+  // A sequence whose record says no still drafts once every 16th token: its record stays current.
+  if (best == 0 && s.generated() % 16 == 0) best = 1;
+  return best;
+}
+
+void Speculator::prepare(const BatchPlan& plan, const std::vector<Sequence*>& planned, int32_t block_size) {
+  for (size_t i = 0; i < planned.size(); ++i) {
+    Sequence& s = *planned[i];
+    const SeqStep& step = plan.seqs[i];
+    // Only a step at the sequence's own position, inside a block (one that opens a block carries
+    // the block before it, which no draft step changed).
+    if (step.pos0 != s.n_computed || step.pos0 % block_size == 0) continue;
+    const int32_t slot = (*step.blocks)[static_cast<size_t>(step.pos0 / block_size)];
+    const bool first_draft_step = s.drafting > 0 && s.drafted == 0;
+    if (!s.running_before_drafts.empty()) {  // an earlier round's steps changed them
+      backend_.write_running(slot, s.running_before_drafts);
+      if (!first_draft_step) s.running_before_drafts.clear();
+    } else if (first_draft_step) {
+      backend_.read_running(slot, s.running_before_drafts);
+    }
+  }
+}
+
+void Speculator::drafted(Sequence& s, const float* row) {
+  const int32_t vocab = model_.vocab();
+  const auto token = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+  s.tokens.push_back(token);
+  ++s.drafted;
+  --s.drafting;
+  const std::vector<int32_t>& eog = model_.tokenizer().end_of_generation_ids();
+  if (std::find(eog.begin(), eog.end(), token) != eog.end()) s.drafting = 0;  // the text would end: verify now
+  if (!kv_.ensure_room(s, static_cast<int32_t>(s.tokens.size()))) {  // no room: verify what there is
+    s.tokens.pop_back();
+    --s.drafted;
+    s.drafting = 0;
+    kv_.trim_blocks(s);
+  }
 }
 
 void Speculator::verify(Sequence& s, int32_t seq, float* rows) {

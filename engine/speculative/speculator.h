@@ -7,8 +7,17 @@
 // sampler, mask and RNG draw) and keeps drafts while they equal the drawn tokens. Every token
 // emitted is the one non-speculative decoding emits, greedy or sampled with a seed. The KV of the
 // rows not kept is taken back (Backend::rollback_kv); none of it reaches the prefix cache.
+//
+// Drafters: prompt lookup (kNgram) drafts at once, in the step it is verified. The sparse drafter
+// (kSparse) is the same model decoding through a sparse policy over the same KV cache: a round of
+// k one-token draft steps (greedy: each draft the argmax of its sparse row), planned with the
+// other sequences' steps like any decode token, then the verify step. The draft steps append K/V
+// at the drafts' positions, which the verify step writes again; the running planes they changed
+// are kept before the round's first draft step and put back before the verify step (prepare()).
 #include <cstdint>
+#include <vector>
 
+#include "engine/batch_plan.h"
 #include "engine/prefill_budget.h"
 #include "engine/sequence.h"
 
@@ -31,6 +40,7 @@ class Speculator {
   struct StepCosts {
     std::optional<StepCostModel::Fit> fit;
     int32_t decoding = 1;
+    double equivalent_positions = 0;  // StepCostModel::equivalent_positions() (0: unknown)
   };
   // Appends up to min(max_draft_tokens, `budget`) draft tokens to running sequence `s` (its
   // last token pending) when its request speculates, its drafter proposes any, they are worth
@@ -41,7 +51,22 @@ class Speculator {
   // at batch 1, where o (reading the weights) dominates, at a modest α; at large batches, where
   // rows dominate, only for a sequence whose drafts are nearly always kept. Without a fit yet the
   // threshold is 1/2. Below it, one draft every 16th token keeps the record current.
+  //
+  // kSparse starts a round instead (returns 0): sets s.drafting to the k whose expected tokens per
+  // cost is best and above a plain step's (draft i kept with chance α^i; a draft step costs a row
+  // reading kv_read_ratio of the KV, the verify step about one dense row); none where the policy
+  // runs densely at this length (below its break-even) or no k pays.
   int32_t draft(Sequence& s, int32_t budget, const StepCosts& costs);
+  // The policy a sparse draft step of request `r` decodes through: the request's sparse policy (auto
+  // when it decodes densely) at SchedulerConfig::draft_kv_read_ratio.
+  AttentionPolicy draft_policy(const Request& r) const;
+  // After the step's blocks are resident, before its forward: the first draft step of a round keeps
+  // the running planes of the block it appends to (unless it opens that block), and a sequence's
+  // next step at its own position puts them back.
+  void prepare(const BatchPlan& plan, const std::vector<Sequence*>& planned, int32_t block_size);
+  // `s`'s sparse draft step ran; `row` (vocab floats) proposes the next draft: its argmax. The round
+  // ends early at an end-of-generation draft, at the sequence's limits or without KV room.
+  void drafted(Sequence& s, const float* row);
   // `s`'s verify step ran as plan.seqs[seq], its 1 + drafted rows of logits at `rows` (vocab
   // floats each): emits the tokens drawn from the rows up to the first that differs from its
   // draft (or ends the sequence), then takes back the KV of the rows not kept.
@@ -54,6 +79,8 @@ class Speculator {
   OutputProcessor& out_;
   EngineMetrics& metrics_;
   const SchedulerConfig& config_;
+  int32_t sparse_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const;
+  int32_t append_ngram_drafts(Sequence& s, int32_t k);  // up to k prompt-lookup drafts (if room)
 };
 
 }  // namespace fathom

@@ -190,7 +190,32 @@ __global__ void __launch_bounds__(kThreads) kv_set_running_kernel(KvCacheLayer c
   }
 }
 
+// grid (n_kv_heads), block (kThreads): block `block`'s running planes into `running` (the
+// layout kv_set_running_kernel reads; planes the layer lacks are left as they are).
+__global__ void __launch_bounds__(kThreads) kv_get_running_kernel(KvCacheLayer cache, int32_t block, float* running) {
+  const int h = static_cast<int>(blockIdx.x), d = cache.head_dim;
+  const int64_t tile = static_cast<int64_t>(block) * cache.n_kv_heads + h;
+  float* out = running + static_cast<int64_t>(h) * 3 * d;
+  for (int c = static_cast<int>(threadIdx.x); c < d; c += kThreads) {
+    if (cache.v_sum) out[c] = cache.v_sum[tile * d + c];
+    if (cache.k_moments) {
+      out[d + c] = cache.k_moments[tile * 2 * d + c];
+      out[2 * d + c] = cache.k_moments[tile * 2 * d + d + c];
+    }
+  }
+}
+
 }  // namespace kv_append_detail
+
+cudaError_t kv_get_running(const KvCacheLayer& cache, int32_t block, float* running, cudaStream_t stream) {
+  using namespace kv_append_detail;
+  if (block < 0 || !running || cache.n_kv_heads <= 0 || cache.n_kv_heads > 65535 || cache.head_dim <= 0)
+    return cudaErrorInvalidValue;
+  if (!cache.v_sum && !cache.k_moments) return cudaSuccess;
+  FATHOM_LAUNCH(kv_get_running_kernel, dim3(static_cast<unsigned>(cache.n_kv_heads)), dim3(kThreads), 0, stream, cache,
+                block, running);
+  return cudaGetLastError();
+}
 
 cudaError_t kv_set_running(const KvCacheLayer& cache, int32_t block, const float* running, cudaStream_t stream) {
   using namespace kv_append_detail;

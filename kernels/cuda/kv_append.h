@@ -64,5 +64,8 @@ cudaError_t kv_append(const KvCacheLayer& cache, const KvAppendBatch& batch, cud
 // Sets block `block`'s running planes (V sum, K moments; those the layer has) from `running`
 // ([n_kv_heads][3][head_dim]: V sum, K mean, K M2, as KvAppendBatch::running holds them).
 cudaError_t kv_set_running(const KvCacheLayer& cache, int32_t block, const float* running, cudaStream_t stream);
+// Copies them out into `running` in the same layout (sparse drafting keeps them while its steps
+// append at positions a verify step writes again).
+cudaError_t kv_get_running(const KvCacheLayer& cache, int32_t block, float* running, cudaStream_t stream);
 
 }  // namespace fathom::cuda

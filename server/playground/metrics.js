@@ -133,7 +133,7 @@ export class MetricsPanel {
     this.specNote.textContent = counters.verifies > 0
       ? `${pct(counters.kept / Math.max(1, counters.drafted))} of drafts kept; ` +
         `${(1 + counters.kept / counters.verifies).toFixed(2)} tokens per verify step since start`
-      : "No drafts yet: requests with speculative decoding on (n-gram lookup) draft several tokens a step.";
+      : "No drafts yet: requests with speculative decoding on (n-gram lookup, sparse drafts) draft several tokens a step.";
     this.status.textContent = "Updated " + new Date().toLocaleTimeString();
   }
 }

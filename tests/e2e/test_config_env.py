@@ -38,6 +38,14 @@ def test_a_misspelt_key_in_the_environment_stops_start_up(fathom_bin, smollm2_pa
     assert "http.prot" in proc.stderr, proc.stderr
 
 
+def test_a_draft_ratio_out_of_range_stops_start_up(fathom_bin, smollm2_path):
+    proc = subprocess.run([str(fathom_bin), "serve", "--model", str(smollm2_path), "--port", "0"],
+                          env={"FATHOM_SPECULATIVE__DRAFT_KV_READ_RATIO": "0", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "speculative.draft_kv_read_ratio" in proc.stderr and "(0, 1]" in proc.stderr, proc.stderr
+
+
 def test_json_logs_carry_the_request_id(fathom_bin, smollm2_path):
     with ServerProcess(fathom_bin, smollm2_path, env={"FATHOM_LOG_FORMAT": "json"},
                        extra_args=["--grpc-port", "0"]) as server:

@@ -43,18 +43,18 @@ def oai(server):
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
-def chat(client, prompt, speculative, **kw):
+def chat(client, prompt, speculative, fathom=None, **kw):
     r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": prompt}], logprobs=True,
-                                       extra_body={"fathom": {"speculative": speculative}}, **kw)
+                                       extra_body={"fathom": {"speculative": speculative, **(fathom or {})}}, **kw)
     return [(c.message.content, c.finish_reason, [(t.token, t.logprob) for t in c.logprobs.content])
             for c in r.choices], r.usage
 
 
-def spec_counters(server):
+def spec_counters(server, drafter="ngram"):
     text = urllib.request.urlopen(f"{server.base_url}/metrics", timeout=30).read().decode()
     out = {}
     for name in ("draft_tokens", "accepted_tokens", "verify_steps"):
-        m = re.search(r'^fathom_spec_decode_%s_total\{drafter="ngram"\} (\S+)$' % name, text, re.M)
+        m = re.search(r'^fathom_spec_decode_%s_total\{drafter="%s"\} (\S+)$' % (name, drafter), text, re.M)
         out[name] = float(m.group(1)) if m else 0.0
     return out
 
@@ -85,6 +85,21 @@ def test_speculation_changes_no_token(servers, model, name, prompt, kw):
     if name in ("greedy edit", "stop string"):  # the copy repeats the prompt: drafts are kept
         assert after["accepted_tokens"] - before["accepted_tokens"] >= 10, (before, after)
         assert after["verify_steps"] > before["verify_steps"]
+
+
+@pytest.mark.parametrize("kw", [dict(max_tokens=64, temperature=0), dict(max_tokens=48, temperature=0.8, seed=3)],
+                         ids=["greedy", "seeded"])
+def test_sparse_drafts_change_no_token(servers, kw):
+    """Sparse drafts (SparQ over the same KV cache) verified densely: the dense model's output, not
+    SparQ's. min_keys 0 lets SparQ draft at this length; the cost rule still decides how often."""
+    server = servers("smollm2")
+    with oai(server) as client:
+        before = spec_counters(server, "sparse")
+        dense, _ = chat(client, EDIT, "off", {"attention": "dense"}, **kw)
+        spec, _ = chat(client, EDIT, "sparse", {"attention": "sparq", "min_keys": 0}, **kw)
+        after = spec_counters(server, "sparse")
+    assert spec == dense
+    assert after["verify_steps"] > before["verify_steps"]
 
 
 def test_an_output_schema_holds_under_speculation(servers):

@@ -420,6 +420,11 @@ TEST(CudaOps, KvAppendMatchesOneByOne) {
       }
       EXPECT_EQ(first_mismatch(dsum.download(), want_sum), -1) << "v_sum after kv_set_running";
       EXPECT_EQ(first_mismatch(dmoments.download(), want_moments), -1) << "k_moments after kv_set_running";
+      // kv_get_running copies out what kv_set_running wrote (sparse drafting keeps them so).
+      DeviceBuffer<float> dgot(journal.size() / static_cast<size_t>(journaled));
+      ASSERT_EQ(cuda::kv_get_running(layer, journal_block[0], dgot.ptr, nullptr), cudaSuccess);
+      const std::vector<float> got = dgot.download();
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), journal.begin())) << "kv_get_running";
     }
   }
 }

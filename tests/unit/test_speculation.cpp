@@ -38,6 +38,8 @@ TEST(NgramDraft, ProposesWhatFollowedTheLatestEarlierOccurrenceOfTheLongestSuffi
 TEST(Speculation, ParsesItsModes) {
   EXPECT_EQ(parse_speculation("ngram"), Speculation::kNgram);
   EXPECT_EQ(parse_speculation("off"), Speculation::kOff);
+  EXPECT_EQ(parse_speculation("sparse"), Speculation::kSparse);
+  for (const Speculation d : kDrafters) EXPECT_EQ(parse_speculation(speculation_name(d)), d);
   EXPECT_FALSE(parse_speculation("NGRAM"));
   EXPECT_FALSE(parse_speculation(""));
 }
@@ -138,6 +140,57 @@ TEST_P(VerifyStep, KeptRowsAndRolledBackPlanesAreTheOneTokenSteps) {
       EXPECT_FALSE(same_bits(a.data(), c.data(), V)) << "rejected rows left in the running planes change nothing?";
     }
   }
+}
+
+// A sparse drafting round (Speculator, Speculation::kSparse): draft steps through SparQ append K/V
+// at the drafts' positions and change the running planes of the block they write; the round's
+// first step keeps those planes (Backend::read_running), the verify step puts them back
+// (write_running) before writing every drafted position again. Its rows are then bitwise the
+// one-token dense steps', and so are the running planes and a later SparQ step, which without
+// the put-back they are not.
+TEST(SparseRound, LeavesWhatOneTokenStepsLeave) {
+  const auto model = Model::load(kModel);
+  const int32_t V = model->vocab();
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "The lighthouse keeper climbed the stairs every evening and trimmed the wick. ";
+  std::vector<int32_t> prompt = model->tokenizer().encode(text);
+  prompt.resize(kP);
+  const std::vector<int32_t> own = {411, 2137, 260, 30};  // the last token, two kept drafts, the next token
+  const std::vector<int32_t> drafted = {411, 1035, 7213};  // what the draft steps computed (wrong drafts)
+  AttentionPolicy sparq = AttentionPolicy::named("sparq", 0.25);
+  sparq.min_keys = 0;
+  std::unique_ptr<Backend> backends[3];
+  for (auto& b : backends) {
+    ModelOptions o;
+    o.threads = 2;
+    o.kv_dtype = KvDtype::kF16;
+    o.kv_cache_bytes = 16 << 20;
+    b = make_backend(*model, o);
+  }
+  SeqRun one(*backends[0]), round(*backends[1]), unrestored(*backends[2]);
+  std::vector<std::vector<float>> expected;  // (f16 KV; the rollback test above covers INT8's planes too)
+  one.step(prompt, 0);
+  for (int32_t i = 0; i < 3; ++i) expected.push_back(one.step({own[i]}, kP + i));
+  const int32_t block = kP / 16, slot = round.table.blocks()[block];
+  std::vector<float> kept;
+  for (SeqRun* r : {&round, &unrestored}) {
+    r->step(prompt, 0);
+    if (r == &round) r->backend->read_running(slot, kept);
+    SeqPolicyState draft_state;
+    for (int32_t i = 0; i < 3; ++i) r->step({drafted[i]}, kP + i, false, &sparq, &draft_state);
+    if (r == &round) r->backend->write_running(slot, kept);
+  }
+  const std::vector<float> verified = round.step({own[0], own[1], own[2]}, kP, true);
+  unrestored.step({own[0], own[1], own[2]}, kP, true);
+  for (int32_t i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(verified.data() + i * V, expected[i].data(), V)) << "row " << i;
+  EXPECT_EQ(round.running(block), one.running(block));
+  EXPECT_NE(unrestored.running(block), one.running(block));
+  SeqPolicyState s1, s2, s3;
+  const std::vector<float> a = one.step({own[3]}, kP + 3, false, &sparq, &s1);
+  const std::vector<float> b = round.step({own[3]}, kP + 3, false, &sparq, &s2);
+  const std::vector<float> c = unrestored.step({own[3]}, kP + 3, false, &sparq, &s3);
+  EXPECT_TRUE(same_bits(a.data(), b.data(), V));
+  EXPECT_FALSE(same_bits(a.data(), c.data(), V)) << "the draft steps' running planes change nothing?";
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDtypes, VerifyStep, ::testing::Values(KvDtype::kF16, KvDtype::kI8),

@@ -286,6 +286,18 @@ void CpuBackend::rollback_kv(int32_t seq, int32_t kept_rows) {
     kv_->set_running(l, verify_blocks_[row], verify_running_.data() + (row * n_layers + l) * running);
 }
 
+void CpuBackend::read_running(int32_t slot, std::vector<float>& out) {
+  const size_t running = kv_->running_floats();
+  out.resize(running * model_.config().n_layers);
+  for (int32_t l = 0; l < model_.config().n_layers; ++l) kv_->get_running(l, slot, out.data() + l * running);
+}
+
+void CpuBackend::write_running(int32_t slot, const std::vector<float>& in) {
+  const size_t running = kv_->running_floats();
+  FATHOM_CHECK(in.size() == running * model_.config().n_layers, "running planes of another shape");
+  for (int32_t l = 0; l < model_.config().n_layers; ++l) kv_->set_running(l, slot, in.data() + l * running);
+}
+
 DecodeArgs CpuBackend::decode_args(int32_t seq) {
   const ModelConfig& c = model_.config();
   const int64_t row = first_[seq] * c.q_dim();

@@ -29,6 +29,8 @@ class CpuBackend final : public Backend {
   bool implements_groups() const override { return true; }
   bool implements_rollback() const override { return true; }
   void rollback_kv(int32_t seq, int32_t kept_rows) override;
+  void read_running(int32_t slot, std::vector<float>& out) override;
+  void write_running(int32_t slot, const std::vector<float>& in) override;
   bool forward_occupies_host() const override { return true; }
   void host_parallel_for(int64_t n, const std::function<void(int64_t)>& fn) override;
   size_t block_bytes() const override { return kv_->layout().block_bytes(); }

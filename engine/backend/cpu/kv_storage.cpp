@@ -196,6 +196,18 @@ void CpuKvStorage::set_running(int32_t layer, int32_t block, const float* runnin
   }
 }
 
+void CpuKvStorage::get_running(int32_t layer, int32_t block, float* running) const {
+  check_block(block);
+  const int32_t d = layout_.head_dim;
+  for (int32_t h = 0; h < layout_.n_kv_heads; ++h) {
+    std::memcpy(running + static_cast<size_t>(h) * 3 * d,
+                reinterpret_cast<const float*>(at(KvPlane::kVSum, layer, block)) + static_cast<size_t>(h) * d, d * sizeof(float));
+    std::memcpy(running + (static_cast<size_t>(h) * 3 + 1) * d,
+                reinterpret_cast<const float*>(at(KvPlane::kKMoments, layer, block)) + static_cast<size_t>(h) * 2 * d,
+                2 * d * sizeof(float));
+  }
+}
+
 void CpuKvStorage::evict_layer_from_cache(int32_t layer, int32_t blocks, int part, int parts) const {
   FATHOM_CHECK(layer >= 0 && blocks >= 0 && blocks <= num_blocks_ && parts > 0 && part >= 0 && part < parts);
   for (int p = 0; p < kKvPlanes; ++p) {

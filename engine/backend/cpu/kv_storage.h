@@ -59,6 +59,8 @@ class CpuKvStorage {
   // Puts back a block's running planes of `layer` as append() reported them (speculative
   // decoding's rollback: Backend::rollback_kv).
   void set_running(int32_t layer, int32_t block, const float* running);
+  // Copies them out in the same form (running_floats() floats).
+  void get_running(int32_t layer, int32_t block, float* running) const;
 
   // Copies the K row (and its INT8 parameters) and/or the V row of (layer, block, head, slot) to
   // row `dst_row` of `to`'s planes (a row index as PagedKvView::row_index gives). Returns bytes.

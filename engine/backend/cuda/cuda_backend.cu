@@ -98,6 +98,8 @@ class CudaBackend final : public Backend {
   size_t block_bytes() const override { return kv_layout().block_bytes(); }
   bool implements_rollback() const override { return true; }
   void rollback_kv(int32_t seq, int32_t kept_rows) override;
+  void read_running(int32_t slot, std::vector<float>& out) override;
+  void write_running(int32_t slot, const std::vector<float>& in) override;
 
  protected:
   void copy_block_impl(int32_t src, int32_t dst) override {
@@ -229,6 +231,7 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> verify_first_, verify_rows_, verify_blocks_;
   int64_t verify_total_ = 0;
   size_t running_floats() const { return static_cast<size_t>(config_.n_kv_heads) * 3 * config_.head_dim; }
+  DeviceArray<float> running_io_;  // read_running / write_running: [n_layers][n_kv_heads][3][head_dim]
   DeviceArray<int32_t> tables_;           // (S, table_stride_) block tables, padded with 0 ...
   int32_t table_stride_ = 0;
   bool tables_per_layer_ = false;         // ... (n_layers, S, table_stride_) when they name the scratch
@@ -757,6 +760,26 @@ void CudaBackend::rollback_kv(int32_t seq, int32_t kept_rows) {
     FATHOM_CUDA_BACKEND_OK(cuda::kv_set_running(kv_->append_target(l), verify_blocks_[row],
                                                 verify_running_.get() + (static_cast<size_t>(l) * verify_total_ + row) * running_floats(),
                                                 stream_));
+}
+
+void CudaBackend::read_running(int32_t slot, std::vector<float>& out) {
+  const size_t rf = running_floats(), n = rf * config_.n_layers;
+  running_io_.reserve_grow(n);
+  for (int32_t l = 0; l < config_.n_layers; ++l)
+    FATHOM_CUDA_BACKEND_OK(cuda::kv_get_running(kv_->append_target(l), slot, running_io_.get() + l * rf, stream_));
+  FATHOM_CUDA_BACKEND_OK(cudaStreamSynchronize(stream_));
+  out.resize(n);
+  FATHOM_CUDA_BACKEND_OK(cudaMemcpy(out.data(), running_io_.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+void CudaBackend::write_running(int32_t slot, const std::vector<float>& in) {
+  const size_t rf = running_floats();
+  FATHOM_CHECK(in.size() == rf * config_.n_layers, "running planes of another shape");
+  FATHOM_CUDA_BACKEND_OK(cudaStreamSynchronize(stream_));  // an earlier write may still read running_io_
+  running_io_.reserve_grow(in.size());
+  FATHOM_CUDA_BACKEND_OK(cudaMemcpy(running_io_.get(), in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
+  for (int32_t l = 0; l < config_.n_layers; ++l)
+    FATHOM_CUDA_BACKEND_OK(cuda::kv_set_running(kv_->append_target(l), slot, running_io_.get() + l * rf, stream_));
 }
 
 DecodeArgs CudaBackend::decode_args(int32_t seq) {
