@@ -5,7 +5,17 @@ PY    := .venv/bin/python
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 FUZZ_SECONDS ?= 10
 
-.PHONY: all setup build test fuzz soak serve chat bench eval fixtures image clean
+.PHONY: all setup build test fuzz soak serve chat bench eval fixtures image image-test clean
+
+# Compiler cache (ccache, installed by setup) beside the other build caches (xgrammar, the
+# reference results): a clean clone rebuilds only what changed since any earlier build on this
+# machine. Paths under the checkout are hashed relative to it, so every clone shares it.
+FATHOM_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/fathom
+export CCACHE_DIR ?= $(FATHOM_CACHE)/ccache
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+export CCACHE_MAXSIZE ?= 4G
+LAUNCHER := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 
 all: build
 
@@ -13,7 +23,7 @@ setup:
 	@scripts/setup.sh
 
 build: setup
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
 # The OpenAI-compatible server on the default model: HTTP on 127.0.0.1:8080, gRPC on 50051.
@@ -66,6 +76,11 @@ fixtures: .venv-fixtures/.stamp
 # smoke-tests it when it exists.
 image:
 	@scripts/image.sh
+
+# The image's smoke test (tests/e2e/test_container_image.py; `make test` skips it: the image is
+# only as new as the last `make image`).
+image-test: build
+	FATHOM_IMAGE_TEST=1 FATHOM_BUILD=$(BUILD) $(PY) -m pytest -q tests/e2e/test_container_image.py
 
 clean:
 	rm -rf $(BUILD) build-fuzz

@@ -30,6 +30,10 @@ targets=("$@")
 ((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_pretok fuzz_jinja fuzz_schema)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
+# The compiler cache when there is one (the Makefile points it at the shared cache): relative paths
+# only, so clean clones reuse each other's objects.
+launcher=()
+command -v ccache >/dev/null && launcher=(ccache)
 # xgrammar (scripts/setup_xgrammar.sh) for fuzz_schema: its headers here, its library at the link.
 xgrammar=${FATHOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fathom}/xgrammar-0.2.8
 flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3rdparty/dlpack/include"
@@ -95,7 +99,7 @@ done
 if ((${#todo[@]})); then
   echo "fuzz: compiling ${#todo[@]} sources with $cxx + ASan/UBSan"
   printf '%s\n' "${todo[@]}" | xargs -P "$(nproc)" -I{} sh -c \
-    'src="$1"; shift; obj="'"$out"'/obj/$(echo "$src" | tr / _).o"; "$@" -c "$src" -o "$obj"' _ {} "$cxx" "${flags[@]}"
+    'src="$1"; shift; obj="'"$out"'/obj/$(echo "$src" | tr / _).o"; "$@" -c "$src" -o "$obj"' _ {} "${launcher[@]}" "$cxx" "${flags[@]}"
 fi
 touch "$stamp"
 

