@@ -247,9 +247,11 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
       if (chunk <= 0) return;
       scored_rows_left -= chunk;
     }
-    const bool last = s->n_computed + chunk == static_cast<int32_t>(s->tokens.size());
-    plan.seqs.push_back(SeqStep{std::span<const int32_t>(s->tokens).subspan(s->n_computed, chunk), s->n_computed,
-                                &s->blocks, scores ? LogitsWanted::kAll : last ? LogitsWanted::kLast : LogitsWanted::kNone});
+    // A sparse draft step computes the sequence's latest draft, past its own position.
+    const int32_t pos0 = s->n_computed + (s->drafting > 0 ? s->drafted : 0);
+    const bool last = pos0 + chunk == static_cast<int32_t>(s->tokens.size());
+    plan.seqs.push_back(SeqStep{std::span<const int32_t>(s->tokens).subspan(pos0, chunk), pos0, &s->blocks,
+                                scores ? LogitsWanted::kAll : last ? LogitsWanted::kLast : LogitsWanted::kNone});
     if (s->request->embeds()) {  // no logits: the hidden states its pooling reads
       SeqStep& step = plan.seqs.back();
       const Pooling how = s->request->request.embedding;
@@ -260,13 +262,16 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
                                                                  : LogitsWanted::kNone;
     }
     // A generated token's step decodes through the request's policy (dense when it speculates: its
-    // output is the dense model's); prompt tokens prefill densely. A token with drafts is a verify step.
+    // output is the dense model's; a sparse draft step through the draft policy); prompt tokens
+    // prefill densely. A token with drafts (and none still to draft) is a verify step.
     if (chunk == 1 && s->n_computed >= static_cast<int32_t>(s->request->request.prompt.size())) {
       const Request& r = s->request->request;
-      plan.seqs.back().policy = r.speculative != Speculation::kOff ? &dense_ : &r.attention;
+      plan.seqs.back().policy = s->drafting > 0                       ? &s->request->draft_attention
+                                : r.speculative != Speculation::kOff ? &dense_
+                                                                     : &r.attention;
       plan.seqs.back().policy_state = &s->policy_state;
     }
-    if (s->drafted > 0) {
+    if (s->drafted > 0 && s->drafting == 0) {
       plan.seqs.back().logits = LogitsWanted::kAll;
       plan.seqs.back().verify = true;
     }
@@ -290,17 +295,7 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
       // Drafts take what the budget has beyond one token for every decode still to plan.
       if (s->drafting == 0 && s->drafted == 0) spec_->draft(*s, budget - decodes_left, costs);
       --decodes_left;
-      if (s->drafting > 0) {  // a sparse draft step: its latest token, through the draft policy
-        const int32_t pos = s->n_computed + s->drafted;
-        plan.seqs.push_back(SeqStep{std::span<const int32_t>(s->tokens).subspan(pos, 1), pos, &s->blocks});
-        plan.seqs.back().policy = &s->request->draft_attention;
-        plan.seqs.back().policy_state = &s->policy_state;
-        planned.push_back(s);
-        chunk_of.push_back(1);
-        --budget;
-        continue;
-      }
-      add_to_plan(s, 1 + s->drafted);
+      add_to_plan(s, s->drafting > 0 ? 1 : 1 + s->drafted);  // a sparse draft step, or its token (+ drafts)
       if (s->dropped_blocks > 0) {
         budget -= s->dropped_blocks * bs;
         recomputes.push_back(static_cast<int32_t>(planned.size()) - 1);
