@@ -1,6 +1,7 @@
 #include "engine/forward.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/error.h"
 #include "base/failpoints.h"
@@ -51,7 +52,8 @@ void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const 
     const int requested = static_cast<int>(s.policy->kind);
     const AttentionPolicy& p = resolved[si] = resolve_auto(*s.policy);
     const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
-    if (layer_uses_policy(p, il, lc.sliding) && !selects_every_key(p, s.pos0 + 1, c.head_dim) &&
+    // A soft-capped model (gemma2) decodes densely: the sparse kernels do not cap their logits.
+    if (c.attn_softcap == 0.0f && layer_uses_policy(p, il, lc.sliding) && !selects_every_key(p, s.pos0 + 1, c.head_dim) &&
         s.pos0 + 1 >= min_sparse_keys(ops, p)) {
       LayerPolicyState& state = s.policy_state->layers[il];
       if (state.rank < 0)  // before its first sparse step
@@ -156,6 +158,8 @@ void run_forward(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, cons
   }
   if (hidden != nullptr) ops.hidden(hidden_rows, *hidden);
   ops.logits(logit_rows, logits);
+  if (c.final_softcap > 0.0f)  // gemma2: final·tanh(logit / final), as transformers computes it
+    for (float& x : logits) x = c.final_softcap * std::tanh(x / c.final_softcap);
 }
 
 }  // namespace fathom

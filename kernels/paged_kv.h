@@ -130,12 +130,32 @@ FATHOM_HOST_DEVICE inline float key_spread_of_m2(float m2, int32_t n) {
   return sqrtf(fmaxf(m2, 0.0f) / static_cast<float>(n));
 }
 
+// How a query·key dot product becomes a logit: (q·k)·scale, then, when cap > 0, soft-capped to
+// cap·tanh(logit / cap) (Gemma 2's attn_logit_softcapping: every logit inside (−cap, cap)).
+// Converts from a bare scale (cap 0), which is what every model without soft-capping passes.
+struct LogitScale {
+  float scale = 1.0f;
+  float cap = 0.0f;  // 0: none
+  FATHOM_HOST_DEVICE LogitScale(float s = 1.0f, float c = 0.0f) : scale(s), cap(c) {}  // NOLINT: implicit
+};
+// cap·tanh(x / cap) for cap > 0, with tanh(|y|) = (1 − e^(−2|y|)) / (1 + e^(−2|y|)): one exp of a
+// non-positive argument, the form every kernel (scalar, SIMD, CUDA) computes, so they agree to a few
+// ulps of cap (absolute), which is what a softmax is sensitive to.
+FATHOM_HOST_DEVICE inline float soft_cap(float x, float cap) {
+  const float t = expf(fabsf(x) * (-2.0f / cap));
+  return copysignf(cap * ((1.0f - t) / (1.0f + t)), x);
+}
+FATHOM_HOST_DEVICE inline float apply_logit_scale(float dot, const LogitScale& s) {
+  const float x = dot * s.scale;
+  return s.cap > 0.0f ? soft_cap(x, s.cap) : x;
+}
+
 // Causal attention for `n_q` consecutive query tokens of one sequence.
 //   q:   [n_q][n_heads][head_dim] f32, query i is at absolute position pos0 + i
 //   out: [n_q][n_heads][head_dim] f32
 // Query at position p attends keys [lo, p] with lo = max(0, p - window + 1) (window 0: lo = 0).
 // GQA: query head h reads kv head h / (n_heads / n_kv_heads). The cache must already hold
-// positions up to pos0 + n_q - 1. logits are (q·k) * scale.
+// positions up to pos0 + n_q - 1. logits are (q·k) * scale, soft-capped when softcap > 0 (LogitScale).
 struct AttentionArgs {
   const float* q = nullptr;
   float* out = nullptr;
@@ -144,6 +164,8 @@ struct AttentionArgs {
   int32_t pos0 = 0;
   int32_t window = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;
+  LogitScale logit_scale() const { return {scale, softcap}; }
 };
 
 // One decode query of one sequence: what every sparse decode policy (ref, cpu, cuda) takes.
@@ -153,6 +175,8 @@ struct DecodeArgs {
   int32_t n_heads = 0;       // GQA: query head h reads kv head h / (n_heads / n_kv_heads)
   int32_t pos = 0;           // query position; attends keys [0, pos] (the cache holds them)
   float scale = 1.0f;        // logit = (q·k)·scale, usually 1/√head_dim
+  float softcap = 0.0f;      // > 0: logits soft-capped (LogitScale); the sparse policies refuse it
+  LogitScale logit_scale() const { return {scale, softcap}; }
 };
 
 }  // namespace fathom

@@ -14,10 +14,11 @@ namespace {
 struct ArchInfo {
   const char* name;  // general.architecture, and the prefix of its keys
   Architecture arch;
-  bool reads_sliding_window;  // <arch>.attention.sliding_window: gemma3's local layers, phi3's every layer
+  bool reads_sliding_window;  // <arch>.attention.sliding_window: gemma2/3's local layers, phi3's every layer
   bool reads_experts;         // <arch>.expert_count, expert_used_count: qwen3moe, and llama as Mixtral
 };
 constexpr ArchInfo kArchs[] = {{"llama", Architecture::kLlama, false, true},
+                               {"gemma2", Architecture::kGemma2, true, false},
                                {"gemma3", Architecture::kGemma3, true, false},
                                {"qwen2", Architecture::kQwen2, false, false},
                                {"qwen3", Architecture::kQwen3, false, false},
@@ -63,6 +64,7 @@ void refuse_unknown_keys(const GgufFile& f, const ArchInfo& a) {
     if ((k == "expert_count" || k == "expert_used_count") && (a.reads_experts || f.get_int(key) == 0)) continue;
     if (k == "expert_feed_forward_length" && a.arch == Architecture::kQwen3Moe) continue;
     if (k == "tensor_data_layout") continue;
+    if ((k == "attn_logit_softcapping" || k == "final_logit_softcapping") && a.arch == Architecture::kGemma2) continue;
     throw Error(f.path() + ": metadata " + key + " is not supported by fathom's " + a.name +
                 (k == kWindow ? " (sliding-window attention)" : "") +
                 ": a hyperparameter it does not implement, refused rather than ignored");
@@ -76,9 +78,32 @@ int32_t require_positive(const GgufFile& f, const std::string& key, int64_t max_
   return static_cast<int32_t>(v);
 }
 
-// Gemma 3 interleaves 5 sliding-window layers with 1 global layer (llama.cpp: swa pattern 6).
+// Gemma 3 interleaves 5 sliding-window layers with 1 global layer (llama.cpp: swa pattern 6);
+// Gemma 2 alternates them, starting with a sliding one (pattern 2).
 constexpr int kGemma3SlidingPattern = 6;
+constexpr int kGemma2SlidingPattern = 2;
 constexpr float kGemma3LocalRopeBase = 10000.0f;
+// What llama.cpp assumes where a gemma2 file omits them (Gemma 2's released configs).
+constexpr int64_t kGemma2DefaultWindow = 4096;
+constexpr double kGemma2DefaultAttnSoftcap = 50.0, kGemma2DefaultFinalSoftcap = 30.0;
+
+// Gemma 2 and 3 scale attention logits by query_pre_attn_scalar^-1/2, which no GGUF key carries:
+// head_dim for every size but the 27B ones, where it is dim / n_heads (Gemma 2 27B: 144 with
+// head_dim 128; Gemma 3 27B: 168 with head_dim 128). llama.cpp tells the 27B models by their
+// layer count (46 and 62), and so does fathom: a GGUF of them means that.
+float gemma_attn_scale(const ModelConfig& c) {
+  const int32_t layers_27b = c.arch == Architecture::kGemma2 ? 46 : 62;
+  const int32_t scalar = c.n_layers == layers_27b ? c.dim / c.n_heads : c.head_dim;
+  return 1.0f / std::sqrt(static_cast<float>(scalar));
+}
+
+// A positive, finite soft cap from `key` (or `fallback` when the file has none).
+float softcap_from_gguf(const GgufFile& f, const std::string& key, double fallback) {
+  const double v = f.get_float(key).value_or(fallback);
+  if (!(v > 0.0) || !std::isfinite(v) || v > 1e6)
+    throw Error(f.path() + ": metadata " + key + " = " + std::to_string(v) + " is not a positive soft cap");
+  return static_cast<float>(v);
+}
 
 // llama.cpp's enum llama_pooling_type: 0 none, 1 mean, 2 cls, 3 last, 4 rank (a reranker's
 // classification head, which fathom does not have).
@@ -133,7 +158,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                 (moe != std::end(kRefusedMoe) ? std::string(" (a mixture of experts with ") + moe->lacks +
                                                     ", which fathom does not implement)"
                                               : std::string()) +
-                " (supported: llama and Mixtral-style llama with experts, gemma3, qwen2, qwen3, qwen3moe, phi3)");
+                " (supported: llama and Mixtral-style llama with experts, gemma2, gemma3, qwen2, qwen3, qwen3moe, phi3)");
   }
   c.arch = info->arch;
   refuse_unknown_keys(f, *info);
@@ -182,11 +207,28 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (window > 0 && window < c.context_length)
       for (LayerConfig& l : c.layers) l.sliding = true, l.window = static_cast<int32_t>(window);
   }
+  if (c.arch == Architecture::kGemma2) {
+    // Gemma 2: Gemma 3's layer layout without the QK norms, every other layer a sliding window
+    // (one RoPE base for all), attention and final logits soft-capped.
+    c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+    c.post_norms = true;
+    c.activation = Activation::kGeluTanh;
+    c.attn_scale = gemma_attn_scale(c);
+    c.attn_softcap = softcap_from_gguf(f, a + "attn_logit_softcapping", kGemma2DefaultAttnSoftcap);
+    c.final_softcap = softcap_from_gguf(f, a + "final_logit_softcapping", kGemma2DefaultFinalSoftcap);
+    const int64_t window = f.get_int(a + "attention.sliding_window").value_or(kGemma2DefaultWindow);
+    if (window <= 0 || window > (1 << 24))
+      throw Error(f.path() + ": metadata " + a + "attention.sliding_window = " + std::to_string(window) +
+                  " is out of range");
+    for (int32_t il = 0; il < c.n_layers; il += kGemma2SlidingPattern)
+      c.layers[il].sliding = true, c.layers[il].window = static_cast<int32_t>(window);
+  }
   if (c.arch == Architecture::kGemma3) {
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));
     c.qk_norm = true;
     c.post_norms = true;
     c.activation = Activation::kGeluTanh;
+    c.attn_scale = gemma_attn_scale(c);
     const int32_t window = require_positive(f, a + "attention.sliding_window", 1 << 24);
     const LayerConfig local{true, window, kGemma3LocalRopeBase,
                             rope_inv_freq(kGemma3LocalRopeBase, c.rope_dim, RopeScaling{}), 1.0f};

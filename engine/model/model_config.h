@@ -10,7 +10,7 @@ namespace fathom {
 
 class GgufFile;
 
-enum class Architecture { kLlama, kGemma3, kQwen2, kQwen3, kPhi3, kQwen3Moe };
+enum class Architecture { kLlama, kGemma2, kGemma3, kQwen2, kQwen3, kPhi3, kQwen3Moe };
 enum class Activation { kSilu, kGeluTanh };  // gate activation of the gated MLP (SwiGLU / GeGLU)
 // How an embedding is pooled from the final hidden states (after the final norm) of a prompt's
 // positions: their mean, the first (CLS) or the last position's. GGUF's <arch>.pooling_type.
@@ -43,6 +43,11 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   float embed_scale = 1.0f;  // gemma: sqrt(dim)
   float attn_scale = 0.0f;   // logit scale, 1/sqrt(head_dim) unless the model says otherwise
+  // Soft-capping (gemma2): attention logits become cap·tanh(logit / cap) (LogitScale), the output
+  // logits final·tanh(logit / final); 0: none. A capped model decodes densely (the sparse
+  // policies' kernels do not cap).
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
   bool qk_norm = false;      // RMSNorm over head_dim on q and k (gemma3, qwen3)
   bool fused_gate_up = false;  // the gate and up projections are one ffn_up tensor of 2·ffn_dim rows (phi3)
   bool post_norms = false;   // RMSNorm on the attention and MLP outputs before the residual add

@@ -132,7 +132,7 @@ void run_chunks(PartialAttentionFn kernel, ThreadPool& pool, const ChunkPlan& p,
         pr.next = p.next(kv_next, static_cast<int32_t>((w + 1) % p.base_items % kv_next.n_kv_heads), c_next);
       }
       const int64_t slot = (item * p.n_chunks + (c - p.chunk0)) * p.rows_per_item;
-      kernel(kv, head, pr, c * p.chunk, std::min(p.last_pos + 1, (c + 1) * p.chunk), a.scale, &out.acc[slot * p.d],
+      kernel(kv, head, pr, c * p.chunk, std::min(p.last_pos + 1, (c + 1) * p.chunk), a.logit_scale(), &out.acc[slot * p.d],
              &out.m[slot], &out.l[slot], scratch.data());
     }
   });
@@ -186,7 +186,7 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
           if (c < p.chunk1) pr.next = p.next(kv, head, c + 1);
           else if (w + 1 < end) pr.next = p.next(kv, static_cast<int32_t>((w + 1) % kv.n_kv_heads), p.chunk0);
           else pr.next = {};
-          kernel(kv, head, pr, c * p.chunk, std::min(p.last_pos + 1, (c + 1) * p.chunk), a.scale, acc_c.data(),
+          kernel(kv, head, pr, c * p.chunk, std::min(p.last_pos + 1, (c + 1) * p.chunk), a.logit_scale(), acc_c.data(),
                  m_c.data(), l_c.data(), scratch.data());
           for (int32_t r = 0; r < R; ++r)
             fold_partial(state[r], &acc_c[static_cast<int64_t>(r) * p.d], m_c[r], l_c[r], p.d);

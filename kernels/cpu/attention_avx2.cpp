@@ -44,7 +44,7 @@ void u8_to_f32(const uint8_t* src, float* dst, int64_t n) {
 namespace {
 // The Kᵀ kernel where the view has the plane (the engine's decode), else the row kernel.
 void partial_attention_any_layout(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                                  float scale, float* acc, float* m, float* l, float* scratch) {
+                                  LogitScale scale, float* acc, float* m, float* l, float* scratch) {
   if (partial_attention_kt_applies(kv)) partial_attention_kt_avx2(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
   else partial_attention(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
 }

@@ -137,7 +137,7 @@ void load_rows_f32(const PagedKvView& kv, const void* base, const KvInt8Row* par
 }
 
 void partial_attention_rows(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                            float scale_factor, float* acc, float* m, float* l, float* /*scratch*/) {
+                            LogitScale scale_factor, float* acc, float* m, float* l, float* /*scratch*/) {
   const int32_t d = kv.head_dim, bs = kv.block_size, R = rows.count;
   const int32_t n_vec = (R + 15) / 16, Rp = n_vec * 16;
   thread_local std::vector<float> buf;
@@ -154,7 +154,7 @@ void partial_attention_rows(const PagedKvView& kv, int32_t head, const PartialRo
   std::fill(mv, mv + Rp, -INFINITY);
   std::fill(lv, lv + Rp, 0.0f);
   const int32_t lo = std::max(t0, R > 0 ? rows.lo[0] : t1), hi = std::min(t1 - 1, R > 0 ? rows.hi[0] : t0 - 1);
-  const __m512 vscale = _mm512_set1_ps(scale_factor);
+  const __m512 vscale = _mm512_set1_ps(scale_factor.scale);
   for (int32_t g = lo; g <= hi;) {
     const int32_t b = g / bs;
     const int32_t n = std::min({kSubTile, hi - g + 1, (b + 1) * bs - g});  // keys [g, g + n), one block
@@ -172,6 +172,7 @@ void partial_attention_rows(const PagedKvView& kv, int32_t head, const PartialRo
       __m512 mx = _mm512_set1_ps(-INFINITY);
       for (int32_t t = 0; t < kSubTile; ++t) {
         s[t] = _mm512_mul_ps(s[t], vscale);
+        if (scale_factor.cap > 0.0f) s[t] = simd512::soft_cap(s[t], scale_factor.cap);
         if (t < n) mx = _mm512_max_ps(mx, s[t]);
       }
       const __m512 m_old = _mm512_loadu_ps(mv + rv * 16);
@@ -215,7 +216,7 @@ void partial_attention_rows(const PagedKvView& kv, int32_t head, const PartialRo
 
 namespace {
 void partial_attention_any_layout(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                                  float scale, float* acc, float* m, float* l, float* scratch) {
+                                  LogitScale scale, float* acc, float* m, float* l, float* scratch) {
   if (partial_attention_kt_applies(kv)) partial_attention_kt_avx512(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
   else partial_attention(kv, head, rows, t0, t1, scale, acc, m, l, scratch);
 }

@@ -100,7 +100,7 @@ inline void accumulate_v(const SuperTile& sp, int32_t d, int32_t c0, const float
 // logits (nullable): row r's logit of key j, for the keys it attends, to logits[r·ld + j − t_base].
 template <typename T, int N>
 void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const PartialRows& rows, int32_t r0,
-                         const float* q_sum, float scale_factor, float* acc, float* m, float* l, float* logits,
+                         const float* q_sum, LogitScale scale_factor, float* acc, float* m, float* l, float* logits,
                          int64_t ld, int32_t t_base) {
   constexpr bool kInt8 = std::is_same_v<T, uint8_t>;
   const T* kt[kSub];
@@ -156,7 +156,8 @@ void rows_over_supertile(const SuperTile& sp, int32_t d, int32_t bs, const Parti
     for (int u = 0; u < kSub; ++u) {
       __m256 x = s[i][u];
       if constexpr (kInt8) x = _mm256_fmadd_ps(sp.st[u].k_scale, x, _mm256_mul_ps(sp.st[u].k_min, _mm256_set1_ps(q_sum[r])));
-      x = _mm256_mul_ps(x, _mm256_set1_ps(scale_factor));
+      x = _mm256_mul_ps(x, _mm256_set1_ps(scale_factor.scale));
+      if (scale_factor.cap > 0.0f) x = simd256::soft_cap(x, scale_factor.cap);
       s[i][u] = _mm256_blendv_ps(neg_inf, x, live[u]);
       mx = _mm256_max_ps(mx, s[i][u]);
       if (logits != nullptr && _mm256_movemask_ps(live[u]) != 0) {  // the live keys, all at keys ≥ t_base
@@ -200,7 +201,7 @@ inline float q_row_sum(const float* q, int32_t d) {
 }  // namespace
 
 void partial_attention_kt_avx2(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                               float scale, float* acc, float* m, float* l, float* /*scratch*/) {
+                               LogitScale scale, float* acc, float* m, float* l, float* /*scratch*/) {
   switch (kv.dtype) {
     case KvDtype::kF32: kt_partial<float>(kv, head, rows, t0, t1, scale, acc, m, l); break;
     case KvDtype::kF16: kt_partial<uint16_t>(kv, head, rows, t0, t1, scale, acc, m, l); break;
@@ -209,7 +210,7 @@ void partial_attention_kt_avx2(const PagedKvView& kv, int32_t head, const Partia
 }
 
 void partial_attention_kt_logits_avx2(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
-                                      int32_t t1, float scale, float* acc, float* m, float* l, float* logits,
+                                      int32_t t1, LogitScale scale, float* acc, float* m, float* l, float* logits,
                                       int64_t ld) {
   switch (kv.dtype) {
     case KvDtype::kF32: kt_partial<float>(kv, head, rows, t0, t1, scale, acc, m, l, logits, ld); break;

@@ -51,7 +51,7 @@ inline KeyRange start_partial(const PartialRows& rows, int32_t t0, int32_t t1, i
 // (unnormalised Σ p·v), m[r] (max logit, -inf if the row saw no key), l[r] (Σ exp(logit - m)).
 // scratch: at least 2·block_size·head_dim + block_size floats.
 using PartialAttentionFn = void (*)(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
-                                    int32_t t1, float scale, float* acc, float* m, float* l, float* scratch);
+                                    int32_t t1, LogitScale scale, float* acc, float* m, float* l, float* scratch);
 
 PartialAttentionFn partial_attention_portable();
 // nullptr when this CPU lacks the ISA.
@@ -75,19 +75,19 @@ PartialAttentionFn best_partial_attention();
 // multiples of 16).
 bool partial_attention_kt_applies(const PagedKvView& kv);
 void partial_attention_kt_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                                 float scale, float* acc, float* m, float* l, float* scratch);
+                                 LogitScale scale, float* acc, float* m, float* l, float* scratch);
 // The same, also writing each row's scaled logits of the keys it attends: row r, key j to
 // logits[r·ld + j − t0] (other entries untouched). What a sparse policy that gathers a contiguous
 // run of keys uses to stream it (sparse::AttendTask's run) and still learn its attention weights.
 void partial_attention_kt_logits_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
-                                        int32_t t1, float scale, float* acc, float* m, float* l, float* logits,
+                                        int32_t t1, LogitScale scale, float* acc, float* m, float* l, float* logits,
                                         int64_t ld);
 
 // The same two on AVX2 + FMA + F16C (attention_kt_avx2.cpp: 8-key vectors, 32-key super-tiles).
 void partial_attention_kt_avx2(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                               float scale, float* acc, float* m, float* l, float* scratch);
+                               LogitScale scale, float* acc, float* m, float* l, float* scratch);
 void partial_attention_kt_logits_avx2(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
-                                      int32_t t1, float scale, float* acc, float* m, float* l, float* logits,
+                                      int32_t t1, LogitScale scale, float* acc, float* m, float* l, float* logits,
                                       int64_t ld);
 
 // Keys per split-K chunk (rounded up to whole blocks). Chunks start at absolute multiples of it, so

@@ -413,12 +413,13 @@ void rows_amx(const PagedKvView& kv, int32_t head, const PartialRows& rows, int3
 }
 
 void partial_attention_rows_amx_or_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0,
-                                          int32_t t1, float scale, float* acc, float* m, float* l, float* scratch) {
-  const bool fits = kv.k_t != nullptr && kv.head_dim % 64 == 0 && kv.block_size % kTile == 0 && scale > 0.0f;
+                                          int32_t t1, LogitScale scale, float* acc, float* m, float* l, float* scratch) {
+  const bool fits = kv.k_t != nullptr && kv.head_dim % 64 == 0 && kv.block_size % kTile == 0 && scale.scale > 0.0f &&
+                    scale.cap == 0.0f;  // soft-capped logits: the Kᵀ kernel
   if (fits && kv.dtype == KvDtype::kF16)
-    rows_amx<uint16_t>(kv, head, rows, t0, t1, scale, acc, m, l);
+    rows_amx<uint16_t>(kv, head, rows, t0, t1, scale.scale, acc, m, l);
   else if (fits && kv.dtype == KvDtype::kI8)
-    rows_amx<uint8_t>(kv, head, rows, t0, t1, scale, acc, m, l);
+    rows_amx<uint8_t>(kv, head, rows, t0, t1, scale.scale, acc, m, l);
   else
     // Not for AMX: the Kᵀ kernel when the plane is there (faster than the rows GEMM at every row
     // count measured), else the rows GEMM.

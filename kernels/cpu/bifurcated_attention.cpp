@@ -49,7 +49,7 @@ namespace {
 // and AMX beats the Kᵀ kernel from ~24 rows at d 128, ~48 at d 64 (R = 48: 5.4 vs 8.3 ms, d 128).
 constexpr int32_t kAmxMinRows = 32;
 void many_rows_avx512(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                      float scale, float* acc, float* m, float* l, float* scratch) {
+                      LogitScale scale, float* acc, float* m, float* l, float* scratch) {
   static const PartialAttentionFn amx = partial_attention_rows_amx();
   static const PartialAttentionFn gemm = partial_attention_rows_avx512();
   static const PartialAttentionFn per_row = partial_attention_avx512();  // the Kᵀ kernel when the plane is there
@@ -72,7 +72,7 @@ int64_t bifurcated_decode_with(PartialAttentionFn kernel, PartialAttentionFn man
   if (n_seqs == 0) return 0;
   const int32_t d = seq_kv[0].head_dim, n_kv = seq_kv[0].n_kv_heads;
   const int32_t group = seq_args[0].n_heads / n_kv;
-  const float scale = seq_args[0].scale;
+  const LogitScale scale = seq_args[0].logit_scale();
   const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(seq_kv[0].dtype, d));
 
   // Segments in position order (stable: equal begins keep their listed order), then the suffixes.

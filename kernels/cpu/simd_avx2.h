@@ -71,6 +71,15 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 
+// cap·tanh(x / cap) lane by lane: soft_cap() (kernels/paged_kv.h) with this exp.
+inline __m256 soft_cap(__m256 x, float cap) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 t = exp_nonpositive(_mm256_mul_ps(_mm256_andnot_ps(sign, x), _mm256_set1_ps(-2.0f / cap)));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 mag = _mm256_mul_ps(_mm256_set1_ps(cap), _mm256_div_ps(_mm256_sub_ps(one, t), _mm256_add_ps(one, t)));
+  return _mm256_or_ps(mag, _mm256_and_ps(x, sign));
+}
+
 // q · k over n elements of any KV type: two accumulators over 16-element steps, an 8-element
 // step, then a scalar tail added after the horizontal sum.
 template <typename T>

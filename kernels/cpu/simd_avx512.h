@@ -96,5 +96,15 @@ inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// cap·tanh(x / cap) lane by lane: soft_cap() (kernels/paged_kv.h) with this exp.
+inline __m512 soft_cap(__m512 x, float cap) {
+  const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(INT32_MIN));
+  const __m512 t = exp_nonpositive(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(-2.0f / cap)));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 mag = _mm512_mul_ps(_mm512_set1_ps(cap), _mm512_div_ps(_mm512_sub_ps(one, t), _mm512_add_ps(one, t)));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag),
+                                             _mm512_and_si512(_mm512_castps_si512(x), _mm512_castps_si512(sign))));
+}
+
 }  // namespace
 }  // namespace fathom::cpu::simd512

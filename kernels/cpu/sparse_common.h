@@ -60,7 +60,7 @@ struct Kernels {
   // partial (acc [R][head_dim] unnormalised, m [R], l [R]) and the scaled logits at
   // logits[r·ld + t − t0] (nullable). Null for an ISA without it; needs run_streamable(kv, ...).
   void (*run_partial)(const PagedKvView& kv, int32_t head, const PartialRows& rows, int32_t t0, int32_t t1,
-                      float scale, float* acc, float* m, float* l, float* logits, int64_t ld);
+                      LogitScale scale, float* acc, float* m, float* l, float* logits, int64_t ld);
 };
 
 // Order-preserving unsigned key of a float, branch-free (x + 0 turns −0 into +0: they compare

@@ -226,14 +226,14 @@ FATHOM_UNROLL
     }
   }
 
-  __device__ __forceinline__ void add(const float (&kx)[kDpl], const float (&vx)[kDpl], const float* q_s, float scale,
-                                      int lane) {
+  __device__ __forceinline__ void add(const float (&kx)[kDpl], const float (&vx)[kDpl], const float* q_s,
+                                      const LogitScale& scale, int lane) {
 FATHOM_UNROLL
     for (int r = 0; r < kRows; ++r) {
       float dot = 0.0f;
 FATHOM_UNROLL
       for (int j = 0; j < kDpl; ++j) dot += q_s[r * 32 * kDpl + lane + 32 * j] * kx[j];
-      const float logit = warp_sum(dot) * scale;
+      const float logit = apply_logit_scale(warp_sum(dot), scale);
       const float m_new = fmaxf(m[r], logit);
       const float correction = expf(m[r] - m_new);  // 0 on the first key (m = −inf)
       const float weight = expf(logit - m_new);
@@ -256,7 +256,7 @@ struct AttendParams {
   float* part_ml;     // [n_q · n_heads][n_splits][2]: max logit, Σ e^(logit − max)
   int32_t n_heads, group, head_tiles;
   int32_t keys_per_split, n_splits;
-  float scale;
+  LogitScale scale;
   bool partial_only;  // write (acc, m, l) even with one split (a merge epilogue follows)
 };
 

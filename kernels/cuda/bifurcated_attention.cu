@@ -23,7 +23,7 @@ struct UnitParams {
   const float* q;  // [n_seqs·n_heads][head_dim]
   float* part_acc;  // [n_slots][head_dim]
   float* part_ml;   // [n_slots][2]
-  float scale;
+  LogitScale scale;
 };
 
 // grid (n_units), kUnitThreads. Warp w owns rows w·kRpw .. of the unit (q in registers).
@@ -111,7 +111,7 @@ FATHOM_UNROLL
           float dot = 0.0f;
 FATHOM_UNROLL
           for (int j = 0; j < kDpl; ++j) dot += q[r][j] * kx[j];
-          const float logit = warp_sum(dot) * p.scale;
+          const float logit = apply_logit_scale(warp_sum(dot), p.scale);
           const float m_new = fmaxf(m[r], logit);
           const float correction = expf(m[r] - m_new);
           const float weight = expf(logit - m_new);
@@ -235,7 +235,7 @@ AttnBytes bifurcated_attention_bytes(const BifurcatedPlan& plan, const PagedKvVi
 }
 
 cudaError_t bifurcated_attention(const BifurcatedPlan& plan, const PagedKvView& kv, const float* q, float* out,
-                                 void* device_plan, float* workspace, float scale, cudaStream_t stream) {
+                                 void* device_plan, float* workspace, LogitScale scale, cudaStream_t stream) {
   using namespace attn_common;
   using namespace bifurcated_detail;
   if (plan.n_seqs == 0 || plan.n_heads == 0) return cudaSuccess;

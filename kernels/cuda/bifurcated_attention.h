@@ -59,7 +59,7 @@ BifurcatedPlan plan_bifurcated_attention(const std::vector<BifSegment>& segments
 // tiles of 16 keys staged in shared memory as f32, each warp runs its rows' online softmax over
 // the tile), then merge_kernel over each output row's slots.
 cudaError_t bifurcated_attention(const BifurcatedPlan& plan, const PagedKvView& kv_layout, const float* q, float* out,
-                                 void* device_plan, float* workspace, float scale, cudaStream_t stream);
+                                 void* device_plan, float* workspace, LogitScale scale, cudaStream_t stream);
 
 AttnBytes bifurcated_attention_bytes(const BifurcatedPlan& plan, const PagedKvView& kv_layout);
 

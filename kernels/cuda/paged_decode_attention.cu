@@ -89,7 +89,7 @@ cudaError_t paged_decode_attention(const PagedKvView& kv, const AttentionArgs& a
   p.head_tiles = plan.head_tiles;
   p.keys_per_split = plan.keys_per_split;
   p.n_splits = plan.n_splits;
-  p.scale = args.scale;
+  p.scale = args.logit_scale();
   const decode_attention_detail::RangePositions positions{args.pos0, args.window};
   cudaError_t err = launch_attend(kv.dtype, plan.rows_per_cta, p, positions, args.n_q, stream);
   if (err != cudaSuccess || plan.n_splits == 1) return err;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/ref/attention_state.h"
 #include "kernels/ref/dequant.h"
 
 namespace fathom::ref {
@@ -41,7 +42,7 @@ void paged_attention(const PagedKvView& kv, const AttentionArgs& a) {
         const int64_t base = kv.tile_offset(t / kv.block_size, g) + static_cast<int64_t>(t % kv.block_size) * d;
         double s = 0;
         for (int32_t c = 0; c < d; ++c) s += static_cast<double>(q[c]) * load(kv, kv.k, base + c);
-        logits[t - lo] = s * a.scale;
+        logits[t - lo] = reference_logit(s, a.logit_scale());
         max_logit = std::max(max_logit, logits[t - lo]);
       }
       double denom = 0;

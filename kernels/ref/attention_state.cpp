@@ -44,7 +44,7 @@ void load_kv_row(const PagedKvView& kv, const void* base, int32_t t, int32_t kv_
 }
 
 int64_t partial_attention(const PagedKvView& kv, int32_t kv_head, const float* q, int32_t n_rows,
-                          float scale, const int32_t* positions, int64_t n, AttentionState* states) {
+                          LogitScale scale, const int32_t* positions, int64_t n, AttentionState* states) {
   const int32_t d = kv.head_dim;
   for (int32_t r = 0; r < n_rows; ++r) states[r] = empty_state(d);
   if (n == 0) return 0;
@@ -55,7 +55,7 @@ int64_t partial_attention(const PagedKvView& kv, int32_t kv_head, const float* q
     for (int32_t r = 0; r < n_rows; ++r) {
       double dot = 0;
       for (int32_t c = 0; c < d; ++c) dot += static_cast<double>(q[static_cast<int64_t>(r) * d + c]) * row[c];
-      logits[r * n + j] = dot * scale;
+      logits[r * n + j] = reference_logit(dot, scale);
     }
   }
   std::vector<double> denom(n_rows), maxl(n_rows, -INFINITY);

@@ -34,12 +34,19 @@ void load_kv_row(const PagedKvView& kv, const void* base, int32_t t, int32_t kv_
 
 // Partial attention of `n_rows` query rows that share kv head `kv_head` over the positions
 // `positions[0..n)` (any order, no duplicates). Each K and V row is read once for all query
-// rows (the small [n_rows, d] × [d, n] GEMM of bifurcated attention). Softmax in double.
+// rows (the small [n_rows, d] × [d, n] GEMM of bifurcated attention). Softmax in double; a soft
+// cap (scale.cap > 0) as cap·tanh(logit / cap) in double.
 //   q:      [n_rows][head_dim] f32
 //   states: [n_rows] outputs
 // Returns the KV bytes read: 2 · n · head_dim · element size.
 int64_t partial_attention(const PagedKvView& kv, int32_t kv_head, const float* q, int32_t n_rows,
-                          float scale, const int32_t* positions, int64_t n, AttentionState* states);
+                          LogitScale scale, const int32_t* positions, int64_t n, AttentionState* states);
+
+// (q·k)·scale, soft-capped when scale.cap > 0, in double: the reference kernels' logit.
+inline double reference_logit(double dot, const LogitScale& scale) {
+  const double x = dot * scale.scale;
+  return scale.cap > 0.0f ? scale.cap * std::tanh(x / scale.cap) : x;
+}
 
 // [begin, end) as a position list.
 std::vector<int32_t> position_range(int32_t begin, int32_t end);

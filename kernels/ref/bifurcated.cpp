@@ -10,7 +10,7 @@ int64_t bifurcated_attention(const std::vector<SharedSegment>& segments, const P
   if (n_seqs == 0) return 0;
   const int32_t d = seq_kv[0].head_dim, n_kv = seq_kv[0].n_kv_heads;
   const int32_t n_heads = seq_args[0].n_heads, group = n_heads / n_kv;
-  const float scale = seq_args[0].scale;
+  const LogitScale scale = seq_args[0].logit_scale();
   // states[i][h]: running merged state of sequence i, query head h.
   std::vector<std::vector<AttentionState>> states(n_seqs, std::vector<AttentionState>(n_heads, empty_state(d)));
   std::vector<int32_t> covered(n_seqs, 0);  // Σ segment lengths per sequence

@@ -79,6 +79,7 @@ constexpr KvDtype kDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8};
 
 struct DenseCase {
   int32_t head_dim, group, seq_len, n_q, window, keys_per_split;
+  float softcap = 0.0f;  // > 0: soft-capped logits (Gemma 2)
 };
 
 void run_dense_case(const DenseCase& c, KvDtype dtype, std::mt19937& rng) {
@@ -95,6 +96,7 @@ void run_dense_case(const DenseCase& c, KvDtype dtype, std::mt19937& rng) {
   args.pos0 = c.seq_len - c.n_q;
   args.window = c.window;
   args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  args.softcap = c.softcap;
   ref::paged_attention(f.view(), args);
 
   DeviceKv dkv(f);
@@ -130,6 +132,15 @@ TEST(CudaAttention, DenseMatchesRef) {
       // Keys fewer than the block's 4 warps, and chunks of one key.
       {32, 1, 3, 1, 0, 1},      {32, 3, 2, 2, 0, 256},
   };
+  for (KvDtype dtype : kDtypes)
+    for (const DenseCase& c : cases) run_dense_case(c, dtype, rng);
+}
+
+// Soft-capped logits (cap 1 over logits ~ N(0, 1): most of them bent), one split and several,
+// prefill rows and a window.
+TEST(CudaAttention, DenseSoftCappedMatchesRef) {
+  std::mt19937 rng(12);
+  const DenseCase cases[] = {{64, 4, 83, 1, 0, 256, 1.0f}, {256, 2, 300, 1, 0, 64, 1.0f}, {128, 2, 45, 4, 20, 8, 1.0f}};
   for (KvDtype dtype : kDtypes)
     for (const DenseCase& c : cases) run_dense_case(c, dtype, rng);
 }
@@ -400,6 +411,7 @@ TEST(CudaAttention, HipMatchesRef) {
 struct BifCase {
   int32_t head_dim, group, n_seqs, prefix_blocks, nested_blocks, nested_members;
   std::vector<int32_t> suffix;  // per sequence, tokens after the shared blocks (>= 1)
+  float softcap = 0.0f;         // > 0: soft-capped logits (Gemma 2)
 };
 
 void run_bif_case(const BifCase& c, KvDtype dtype, std::mt19937& rng) {
@@ -435,7 +447,7 @@ void run_bif_case(const BifCase& c, KvDtype dtype, std::mt19937& rng) {
     seq_kv[i].block_table = tables[i].data();
     const int32_t pos = nested_end + c.suffix[i] - 1;
     seq_args[i] = DecodeArgs{q.data() + static_cast<size_t>(i) * n_heads * d,
-                             want.data() + static_cast<size_t>(i) * n_heads * d, n_heads, pos, scale};
+                             want.data() + static_cast<size_t>(i) * n_heads * d, n_heads, pos, scale, c.softcap};
     seqs[i] = cuda::BifSequence{dtables[i]->ptr, pos};
   }
   std::vector<int32_t> all(c.n_seqs), nested(c.nested_members);
@@ -460,7 +472,8 @@ void run_bif_case(const BifCase& c, KvDtype dtype, std::mt19937& rng) {
   DeviceBuffer<uint8_t> dplan(plan.device_bytes);
   DeviceBuffer<float> workspace(plan.workspace_floats);
   cuda::attn_common::reset_byte_counters();
-  ASSERT_EQ(cuda::bifurcated_attention(plan, kv, dq.ptr, dout.ptr, dplan.ptr, workspace.ptr, scale, nullptr),
+  ASSERT_EQ(cuda::bifurcated_attention(plan, kv, dq.ptr, dout.ptr, dplan.ptr, workspace.ptr,
+                                       LogitScale{scale, c.softcap}, nullptr),
             cudaSuccess);
   expect_bytes("bifurcated", cuda::bifurcated_attention_bytes(plan, kv));
   const double err = max_abs_diff(dout.download(), want);
@@ -482,6 +495,7 @@ TEST(CudaAttention, BifurcatedMatchesRef) {
       {256, 8, 5, 2, 2, 3, {3, 17, 1, 40, 9}},
       {64, 3, 4, 4, 2, 2, {1, 2, 33, 16}},
       {256, 1, 3, 0, 0, 0, {20, 1, 9}},  // no shared segment: per-sequence attention only
+      {128, 4, 3, 2, 1, 2, {16, 1, 83}, 1.0f},  // soft-capped logits (Gemma 2)
   };
   for (KvDtype dtype : kDtypes)
     for (const BifCase& c : cases) run_bif_case(c, dtype, rng);

@@ -301,7 +301,8 @@ void CpuBackend::write_running(int32_t slot, const std::vector<float>& in) {
 DecodeArgs CpuBackend::decode_args(int32_t seq) {
   const ModelConfig& c = model_.config();
   const int64_t row = first_[seq] * c.q_dim();
-  return DecodeArgs{act(Act::kQ) + row, act(Act::kAttn) + row, c.n_heads, plan_->seqs[seq].pos0, c.attn_scale};
+  return DecodeArgs{act(Act::kQ) + row, act(Act::kAttn) + row, c.n_heads, plan_->seqs[seq].pos0, c.attn_scale,
+                    c.attn_softcap};
 }
 
 void CpuBackend::observe(int32_t layer, int32_t seq, const PagedKvView& view) {
@@ -314,7 +315,7 @@ AttentionArgs CpuBackend::dense_args(int32_t seq, int32_t window) {
   const SeqStep& s = plan_->seqs[seq];
   const int64_t row = first_[seq] * c.q_dim();
   return AttentionArgs{act(Act::kQ) + row, act(Act::kAttn) + row, static_cast<int32_t>(s.tokens.size()),
-                       c.n_heads, s.pos0, window, c.attn_scale};
+                       c.n_heads, s.pos0, window, c.attn_scale, c.attn_softcap};
 }
 
 void CpuBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {

@@ -16,7 +16,7 @@ namespace fathom::cuda_backend_detail {
 // (its block_table unused).
 inline int64_t group_step(const PagedKvView& pool, const BatchPlan& plan, const AttentionGroup& g,
                           const int32_t* tables, int32_t table_stride, const float* q, float* out,
-                          const std::vector<int64_t>& first, int32_t n_heads, float scale, PolicyScratch& s,
+                          const std::vector<int64_t>& first, int32_t n_heads, LogitScale scale, PolicyScratch& s,
                           cudaStream_t stream) {
   const int32_t n = static_cast<int32_t>(g.members.size());
   const size_t row = static_cast<size_t>(n_heads) * pool.head_dim;

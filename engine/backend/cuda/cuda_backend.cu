@@ -785,7 +785,8 @@ void CudaBackend::write_running(int32_t slot, const std::vector<float>& in) {
 DecodeArgs CudaBackend::decode_args(int32_t seq) {
   const ModelConfig& c = config_;
   const int64_t row = first_[seq] * c.q_dim();
-  return DecodeArgs{act(Act::kQ) + row, act(Act::kAttn) + row, c.n_heads, plan_->seqs[seq].pos0, c.attn_scale};
+  return DecodeArgs{act(Act::kQ) + row, act(Act::kAttn) + row, c.n_heads, plan_->seqs[seq].pos0, c.attn_scale,
+                    c.attn_softcap};
 }
 
 int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
@@ -800,7 +801,7 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
 int64_t CudaBackend::attend_group(int32_t layer, const AttentionGroup& group) {
   const ModelConfig& c = config_;
   return group_step(view(layer, nullptr), *plan_, group, layer_tables(layer), table_stride_, act(Act::kQ),
-                    act(Act::kAttn), first_, c.n_heads, c.attn_scale, scratch_, stream_);
+                    act(Act::kAttn), first_, c.n_heads, LogitScale{c.attn_scale, c.attn_softcap}, scratch_, stream_);
 }
 
 void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
@@ -815,6 +816,7 @@ void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   args.pos0 = s.pos0;
   args.window = window;
   args.scale = c.attn_scale;
+  args.softcap = c.attn_softcap;
   const cuda::DecodeAttentionPlan ap = cuda::plan_paged_decode_attention(view, args);
   if (ap.workspace_floats > 0) attn_workspace_.reserve_grow(ap.workspace_floats);
   FATHOM_CUDA_BACKEND_OK(cuda::paged_decode_attention(view, args, ap, attn_workspace_.get(), stream_));
