@@ -1,4 +1,4 @@
-"""Tiny random-weight Qwen2, Qwen3, Phi-3, Llama 3.1, Qwen3-MoE and Mixtral models, and transformers' logits for them.
+"""Tiny random-weight Qwen2, Qwen3, Phi-3, Llama 3.1, Qwen3-MoE, Mixtral and Gemma 2 models, and transformers' logits for them.
 
 Part of `make fixtures` (scripts/make_fixtures.py calls make_all; .venv-fixtures). For each family it
 
@@ -43,7 +43,8 @@ import gguf
 import numpy as np
 import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-from transformers import (LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig,
+                          MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
                           Qwen3MoeForCausalLM)
 
@@ -127,6 +128,18 @@ FAMILIES = {
                             sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=1e6),
                             num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0),
                     ablation="top-1 routing instead of top-2", min_router_gap=0.01, seed=8105),
+    # Gemma-2-style: attention and final logit soft-capping (caps of 20 and 10 here, about twice and
+    # three times the spread of this model's logits, which they bend; 50 and 30 there), every other
+    # layer a 24-token sliding window starting with the first, head_dim 48 (q_dim 96 != hidden 64) and
+    # query_pre_attn_scalar = head_dim (all sizes but the 27B), post-attention/MLP norms, GeGLU, the
+    # embedding times sqrt(hidden), norms stored as w - 1 in the checkpoint (the GGUF adds 1, as
+    # llama.cpp's converter does). No Hugging Face directory test: fathom refuses Gemma's there.
+    "gemma2": dict(arch="gemma2", model=Gemma2ForCausalLM, config=Gemma2Config, pre="gpt2", tokenizer="GPT2Tokenizer",
+                   hf=dict(num_attention_heads=2, num_key_value_heads=1, head_dim=48, rms_norm_eps=1e-6,
+                           tie_word_embeddings=True, sliding_window=24, query_pre_attn_scalar=48,
+                           attn_logit_softcapping=20.0, final_logit_softcapping=10.0,
+                           rope_parameters=dict(rope_type="default", rope_theta=1e4)),
+                   ablation="the soft-capping left out", gguf_only=True),
 }
 MOE = ("qwen3moe", "mixtral")
 
@@ -139,12 +152,17 @@ def build_model(spec, seed, hf_overrides=None):
     torch.manual_seed(seed)
     model = spec["model"](cfg).eval()
     randomize_norms(model)
+    gemma = spec["arch"] == "gemma2"
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(".bias"):  # transformers starts them at 0: a bias read wrongly would not show
                 p.normal_(0.0, 0.5)
         for p in model.parameters():  # bf16 values: the bf16 files hold this model exactly
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
+        if gemma:  # Gemma scales by 1 + w, which the converters store: 1 + w a bf16 value too
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.copy_((p + 1).to(torch.bfloat16).to(torch.float32) - 1)
     return model
 
 
@@ -239,9 +257,13 @@ def write_gguf(path, model, spec):
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_rope_freq_base(rope["rope_theta"])
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    if arch in ("qwen3", "qwen3moe"):
+    if arch in ("qwen3", "qwen3moe", "gemma2"):
         w.add_key_length(cfg.head_dim)
         w.add_value_length(cfg.head_dim)
+    if arch == "gemma2":
+        w.add_sliding_window(cfg.sliding_window)
+        w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+        w.add_final_logit_softcapping(cfg.final_logit_softcapping)
     experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
     if arch == "llama" and experts:  # Mixtral: what llama.cpp's converter writes for it
         w.add_vocab_size(cfg.vocab_size)
@@ -283,6 +305,8 @@ def write_gguf(path, model, spec):
             data = llama_permute(data, cfg.num_attention_heads)
         if arch == "llama" and hf_name.endswith("k_proj.weight"):
             data = llama_permute(data, cfg.num_key_value_heads)
+        if arch == "gemma2" and hf_name.endswith("norm.weight"):  # Gemma scales by 1 + w
+            data = data + 1
         if data.ndim == 2:
             w.add_tensor(name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.BF16),
                          raw_dtype=gguf.GGMLQuantizationType.BF16)
@@ -363,6 +387,8 @@ def no_sentencepiece(self):
 
 
 conversion.base.TextModel._create_vocab_sentencepiece = no_sentencepiece
+# Gemma's vocabulary is SentencePiece only (no fallback): this fixture's byte-level one instead.
+conversion.base.TextModel._set_vocab_sentencepiece = lambda self, add_to_gguf=True: self._set_vocab_gpt2()
 conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
 sys.argv = ["convert_hf_to_gguf.py", hf_dir, "--outfile", out, "--outtype", "bf16"]
 runpy.run_path(src + "/convert_hf_to_gguf.py", run_name="__main__")
@@ -445,6 +471,8 @@ def ablated(name, spec, model):
         return same_weights(spec, model, dict(norm_topk_prob=False))
     if name == "mixtral":
         return same_weights(spec, model, dict(num_experts_per_tok=1))
+    if name == "gemma2":
+        return same_weights(spec, model, dict(attn_logit_softcapping=None, final_logit_softcapping=None))
     rope = dict(spec["hf"]["rope_parameters"], long_factor=SHORT_FACTORS)
     return same_weights(spec, model, dict(rope_parameters=rope))
 

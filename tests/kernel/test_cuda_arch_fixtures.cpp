@@ -1,4 +1,4 @@
-// qwen2, qwen3, phi3, llama, qwen3moe and Mixtral against Hugging Face transformers, on the CPU
+// qwen2, qwen3, phi3, llama, qwen3moe, Mixtral and gemma2 against Hugging Face transformers, on the CPU
 // backend and the CUDA backend under emulation, loaded from our GGUF and from
 // the Hugging Face directory itself (translated at load: engine/model/hf_dir.h); and llama.cpp's own
 // converter's GGUF of the same checkpoints.
@@ -19,6 +19,8 @@
 // directory keeps the checkpoint's rows (rope_neox) and scaling keys (the llama3 rule).
 //   qwen3moe       qwen3's attention; 4 experts of 48, top-2, the top-2 weights renormalised
 //   mixtral        a `llama` (Q/K permuted like llama's) with 4 experts of 80, top-2; no llama3 scaling
+//   gemma2         attention and final logit soft-capping (20 and 10), every other layer a 24-token
+//                  window, head_dim 48, post norms, GeGLU; GGUF only (fathom refuses Gemma's directories)
 // The MoE fixtures' prompts route no token near a tie (the k-th and (k+1)-th router logits >= 0.01
 // apart: router_min_gap in the JSON), so rounding does not change which experts run. Their Hugging
 // Face directories store one tensor per expert (experts.<e>.*), which load as llama.cpp's older
@@ -39,7 +41,8 @@
 // 1.7 to 2.0 — qwen2 without its biases, qwen3 without its QK norms, phi3 without its window,
 // phi3-longrope with the short factors, llama without its llama3 scaling (1.8); 1.03 — qwen3moe
 // without renormalising the top-2 weights; 1.65 — mixtral routing each token to its top-1 expert
-// only; and fathom rotating adjacent pairs instead of NEOX's: 1.6 to 2.2.
+// only; 0.93 — gemma2 without its soft-capping; and fathom rotating adjacent pairs instead of
+// NEOX's: 1.6 to 2.2.
 // Greedy: 32 tokens after a prompt the fixture chose for clear margins (every step's top-1 minus
 // top-2 logit is ≥ 1.5% of max|logit|): the CPU's and CUDA's ids equal transformers'.
 #include "tests/kernel/cuda_backend_headers.h"
@@ -53,6 +56,8 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/attention/policies/alisa.h"
+#include "engine/attention/policy.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/model.h"
 #include "tests/kernel/logits_fixture.h"
@@ -146,6 +151,42 @@ TEST_P(ArchFixture, OtherFormatGivesTheSameLogits) {
   // rule (in double), the GGUF's from the rope_freqs tensor (the converter's f32): 1.7e-6.
   const double tol = hf() && model_->config().arch == Architecture::kLlama ? kCpuTol : 0.0;
   EXPECT_LE(worst_row_error(b, a, f_.vocab, what(hf() ? "our gguf" : "llama.cpp's gguf")), tol);
+}
+
+// The sparse kernels do not soft-cap their logits: a soft-capped model decodes densely whatever
+// policy a step asks for (engine/forward.cpp), so an ALISA step's logits on the global layer are
+// dense attention's, bitwise. (Were it to run at 1/8 of the 120 keys, they would not be. SparQ and
+// HiP would select every key of so short a sequence, or keep this 2-layer model's layers dense.)
+TEST(Gemma2, SparsePolicyStepsDecodeDensely) {
+  const Fixture f = logits_fixture::load(kDir, "gemma2");
+  const std::unique_ptr<Model> model = Model::load(f.path("gguf"));
+  ASSERT_GT(model->config().attn_softcap, 0.0f);
+  const ModelOptions o = options();
+  CpuBackend cpu(*model, o);
+  AttentionPolicy alisa;
+  alisa.kind = policy_kind("alisa");
+  alisa.set(alisa::kRatio, 0.125);  // explicit: the derived ratio keeps at least 256 keys
+  alisa.min_keys = 0;
+  const auto prompt = f.meta["prompts"][1].get<std::vector<int32_t>>();
+  const int32_t n = static_cast<int32_t>(prompt.size());
+  BlockAllocator pool(cpu.kv_blocks(), o.block_size);
+  const std::vector<int32_t> table = logits_fixture::blocks_for(pool, n, o.block_size);
+  SeqPolicyState state;
+  auto step = [&](int32_t pos, const AttentionPolicy* policy, std::vector<float>& logits) {
+    BatchPlan plan;
+    plan.seqs.push_back(SeqStep{std::span<const int32_t>(&prompt[pos], 1), pos, &table, LogitsWanted::kLast, policy,
+                                policy ? &state : nullptr});
+    cpu.forward(plan, logits);
+  };
+  std::vector<float> dense, sparse;
+  BatchPlan prefill;
+  prefill.seqs.push_back(SeqStep{std::span<const int32_t>(prompt).first(n - 2), 0, &table, LogitsWanted::kLast});
+  cpu.forward(prefill, dense);
+  step(n - 2, &alisa, dense);  // ALISA's first step is dense: it seeds the attention mass
+  step(n - 1, nullptr, dense);
+  step(n - 1, &alisa, sparse);  // the same token again (its K/V do not depend on the last layer)
+  ASSERT_EQ(dense.size(), sparse.size());
+  for (size_t i = 0; i < dense.size(); ++i) ASSERT_EQ(dense[i], sparse[i]) << "logit " << i;
 }
 
 TEST_P(ArchFixture, GreedyTokensMatchTransformers) {
@@ -244,6 +285,8 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchFixture,
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Moe, ArchFixture,
                          ::testing::Combine(::testing::Values("qwen3moe", "mixtral"), ::testing::Bool()),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(GgufOnly, ArchFixture, ::testing::Combine(::testing::Values("gemma2"), ::testing::Values(false)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Families, MoeFixture,
                          ::testing::Combine(::testing::Values("qwen3moe", "mixtral"), ::testing::Bool()),

@@ -277,6 +277,39 @@ TEST(ArchConfig, KeysFathomDoesNotImplementAreRefusedByName) {
   EXPECT_TRUE(has(refusal(benign.set("qwen2.expert_count", 8u)), "qwen2.expert_count")) << refusal(benign);
 }
 
+// Gemma 2: every other layer a sliding window (the first one sliding), both soft caps from the file
+// or llama.cpp's defaults (50, 30; window 4096), and the 27B's logit scale by its layer count, as
+// llama.cpp tells it (46 layers; Gemma 3's 27B: 62): (dim / heads)^-1/2 instead of head_dim^-1/2.
+TEST(ArchConfig, Gemma2WindowsSoftCapsAndLogitScale) {
+  ModelImage m = tiny("gemma2");
+  m.set("gemma2.block_count", 3u).set("gemma2.attention.sliding_window", 16u);
+  m.set("gemma2.attn_logit_softcapping", 20.0f).set("gemma2.final_logit_softcapping", 10.0f);
+  m.set("gemma2.attention.key_length", 6u).set("gemma2.attention.value_length", 6u);
+  ModelConfig c = ModelConfig::from_gguf(m.file());
+  EXPECT_EQ(c.arch, Architecture::kGemma2);
+  ASSERT_EQ(c.layers.size(), 3u);
+  EXPECT_TRUE(c.layers[0].sliding && c.layers[2].sliding);
+  EXPECT_FALSE(c.layers[1].sliding);
+  EXPECT_EQ(c.layers[0].window, 16);
+  EXPECT_EQ(c.layers[1].window, 0);
+  EXPECT_EQ(c.attn_softcap, 20.0f);
+  EXPECT_EQ(c.final_softcap, 10.0f);
+  EXPECT_TRUE(c.post_norms && c.rope_neox && !c.qk_norm);
+  EXPECT_FLOAT_EQ(c.attn_scale, 1.0f / std::sqrt(6.0f));  // head_dim 6 (q_dim 12 != dim 8)
+  c = ModelConfig::from_gguf(m.drop("gemma2.attn_logit_softcapping").drop("gemma2.final_logit_softcapping")
+                                 .drop("gemma2.attention.sliding_window").file());
+  EXPECT_EQ(c.attn_softcap, 50.0f);
+  EXPECT_EQ(c.final_softcap, 30.0f);
+  EXPECT_EQ(c.layers[0].window, 4096);
+  EXPECT_FLOAT_EQ(ModelConfig::from_gguf(m.set("gemma2.block_count", 46u).file()).attn_scale, 1.0f / 2.0f);  // 8 / 2 heads
+  ModelImage g3 = tiny("gemma3");
+  g3.set("gemma3.attention.sliding_window", 16u).set("gemma3.attention.key_length", 6u);
+  g3.set("gemma3.attention.value_length", 6u);
+  EXPECT_FLOAT_EQ(ModelConfig::from_gguf(g3.file()).attn_scale, 1.0f / std::sqrt(6.0f));
+  EXPECT_FLOAT_EQ(ModelConfig::from_gguf(g3.set("gemma3.block_count", 62u).file()).attn_scale, 1.0f / 2.0f);
+  EXPECT_TRUE(has(refusal(m.set("gemma2.attn_logit_softcapping", -1.0f)), "is not a positive soft cap"));
+}
+
 // 4 experts, 2 per token: qwen3moe's of expert_feed_forward_length 5, Mixtral's (a llama with
 // experts) of feed_forward_length.
 constexpr uint64_t kExperts = 4, kQwenExpertFfn = 5;
