@@ -43,8 +43,8 @@ import gguf
 import numpy as np
 import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, MixtralConfig,
-                          MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
                           Qwen3MoeForCausalLM)
 
@@ -128,6 +128,13 @@ FAMILIES = {
                             sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=1e6),
                             num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0),
                     ablation="top-1 routing instead of top-2", min_router_gap=0.01, seed=8105),
+    # Mistral-7B-v0.1-style: a llama with one sliding window on every layer (24 here, 4096 there),
+    # GQA 4:2. llama.cpp's converter drops the window (its GGUF runs without one, so the other format
+    # the tests compare with is the Hugging Face directory); ours writes llama.attention.sliding_window.
+    "mistral": dict(arch="llama", model=MistralForCausalLM, config=MistralConfig, pre="gpt2", tokenizer="GPT2Tokenizer",
+                    hf=dict(num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                            sliding_window=24, rope_parameters=dict(rope_type="default", rope_theta=1e4)),
+                    ablation="the sliding window left out", converter_drops_window=True),
     # Gemma-2-style: attention and final logit soft-capping (caps of 20 and 10 here, about twice and
     # three times the spread of this model's logits, which they bend; 50 and 30 there), every other
     # layer a 24-token sliding window starting with the first, head_dim 48 (q_dim 96 != hidden 64) and
@@ -282,12 +289,15 @@ def write_gguf(path, model, spec):
             w.add_rope_scaling_attn_factors(longrope_attn_factor(cfg))
             w.add_tensor("rope_factors_long.weight", np.array(rope["long_factor"], dtype=np.float32))
             w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
-    if arch == "llama" and not experts:  # the Llama 3.1 family
+    if arch == "llama" and not experts:  # the Llama 3.1 and Mistral families
         w.add_vocab_size(cfg.vocab_size)
         w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
         w.add_key_length(cfg.hidden_size // cfg.num_attention_heads)
         w.add_value_length(cfg.hidden_size // cfg.num_attention_heads)
-        w.add_tensor("rope_freqs.weight", llama3_rope_freqs(cfg))
+        if rope.get("rope_type") == "llama3":
+            w.add_tensor("rope_freqs.weight", llama3_rope_freqs(cfg))
+    if getattr(cfg, "sliding_window", None) and arch == "llama":  # Mistral's, every layer
+        w.add_sliding_window(cfg.sliding_window)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
     add_bpe_vocab(w, byte_vocab(), {END}, ["a b"], spec["pre"], eos=END)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
@@ -471,6 +481,8 @@ def ablated(name, spec, model):
         return same_weights(spec, model, dict(norm_topk_prob=False))
     if name == "mixtral":
         return same_weights(spec, model, dict(num_experts_per_tok=1))
+    if name == "mistral":
+        return same_weights(spec, model, dict(sliding_window=None))
     if name == "gemma2":
         return same_weights(spec, model, dict(attn_logit_softcapping=None, final_logit_softcapping=None))
     rope = dict(spec["hf"]["rope_parameters"], long_factor=SHORT_FACTORS)
@@ -511,6 +523,7 @@ def make(name, spec, seed, prompts, out):
     meta = dict(
         arch=spec["arch"], gguf=f"{name}.gguf", llamacpp_gguf=f"{name}.llamacpp.gguf", hf_dir=f"{name}-hf",
         logits=f"{name}.logits.f32", vocab=VOCAB, prompts=prompts,
+        converter_drops_window=spec.get("converter_drops_window", False),
         hf_inv_freq=[float(x) for x in rot.inv_freq.to(torch.float64)],
         hf_attention_scaling=float(rot.attention_scaling), hf_short_inv_freq=short_inv_freq,
         f32_vs_f64_rel=noise, ablation=dict(what=spec["ablation"], rel=ablation),

@@ -20,7 +20,7 @@ struct ArchName {
   const char* gguf;        // general.architecture
   bool experts = false;    // a mixture of experts
 };
-// Mistral is llama without a sliding window (refused below when it has one); Mixtral is llama with
+// Mistral is llama, with its sliding window (on every layer) when it has one; Mixtral is llama with
 // experts, as llama.cpp writes it.
 constexpr ArchName kArchs[] = {{"LlamaForCausalLM", "llama", "llama"},
                                {"MistralForCausalLM", "mistral", "llama"},
@@ -346,8 +346,8 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   k.neutral_only("interpolate_factor", 1, "position interpolation");
   out.tie_word_embeddings = k.boolean("tie_word_embeddings");
 
-  // Sliding windows: phi3 applies `sliding_window` to every layer; Qwen 2/3 only with
-  // use_sliding_window (and per layer_types), which fathom does not implement; llama/mistral none.
+  // Sliding windows: phi3 and mistral apply `sliding_window` to every layer; Qwen 2/3 only with
+  // use_sliding_window (and per layer_types), which fathom does not implement; llama has none.
   const Json* window = k.get("sliding_window");
   if (const Json* types = k.get("layer_types")) {
     if (!types->is_array()) throw Error(path + ": layer_types is not a list");
@@ -358,7 +358,8 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   }
   if (k.boolean("use_sliding_window").value_or(false))
     throw Error(path + ": use_sliding_window (sliding-window attention) is not supported by fathom's " + out.arch);
-  if (out.arch == "phi3") {
+  const bool mistral = std::string_view(arch.model_type) == "mistral" || std::string_view(arch.model_type) == "mixtral";
+  if (out.arch == "phi3" || (mistral && window)) {
     int64_t w = 0;
     if (window) {
       if (!window->is_number_integer() || window->get<int64_t>() < 0 || window->get<int64_t>() > (1 << 24))
@@ -368,7 +369,7 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
     out.metadata[a + "attention.sliding_window"] = u32(w);
   } else if (window && out.arch == "llama") {
     throw Error(path + ": sliding_window = " + shown(*window) + " (sliding-window attention) is not supported by "
-                "fathom's llama");
+                "fathom's llama (Mistral's and Mixtral's, on every layer, are)");
   }
   // llama.cpp's converter permutes llama's Q and K rows for adjacent-pair rotation; the checkpoint's
   // rows are rotate-half (NEOX), which fathom rotates as they are (no copy of the weights).

@@ -14,10 +14,10 @@ namespace {
 struct ArchInfo {
   const char* name;  // general.architecture, and the prefix of its keys
   Architecture arch;
-  bool reads_sliding_window;  // <arch>.attention.sliding_window: gemma2/3's local layers, phi3's every layer
+  bool reads_sliding_window;  // <arch>.attention.sliding_window: gemma2/3's local layers, phi3's and llama's every layer
   bool reads_experts;         // <arch>.expert_count, expert_used_count: qwen3moe, and llama as Mixtral
 };
-constexpr ArchInfo kArchs[] = {{"llama", Architecture::kLlama, false, true},
+constexpr ArchInfo kArchs[] = {{"llama", Architecture::kLlama, true, true},
                                {"gemma2", Architecture::kGemma2, true, false},
                                {"gemma3", Architecture::kGemma3, true, false},
                                {"qwen2", Architecture::kQwen2, false, false},
@@ -196,10 +196,11 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.rope_neox = f.get_bool("fathom.rope_neox").value_or(c.arch != Architecture::kLlama);
   if (c.arch == Architecture::kQwen3 || c.arch == Architecture::kQwen3Moe) c.qk_norm = true;
   if (info->reads_experts) read_experts(f, a, c);
-  if (c.arch == Architecture::kPhi3) {
-    c.fused_gate_up = true;
-    // Phi-3-mini's window (2047 of 4096) on every layer, as transformers applies it (llama.cpp
-    // ignores it); 0 (Phi-4) or a window as long as the context changes nothing.
+  if (c.arch == Architecture::kPhi3) c.fused_gate_up = true;
+  if (c.arch == Architecture::kPhi3 || c.arch == Architecture::kLlama) {
+    // One window on every layer, as transformers applies Phi-3-mini's (2047 of 4096) and Mistral
+    // 7B v0.1's (4096; llama.cpp ignores both, and its converter does not write Mistral's); 0
+    // (Phi-4, every other llama) or a window as long as the context changes nothing.
     const int64_t window = f.get_int(a + "attention.sliding_window").value_or(0);
     if (window < 0 || window > (1 << 24))
       throw Error(f.path() + ": metadata " + a + "attention.sliding_window = " + std::to_string(window) +

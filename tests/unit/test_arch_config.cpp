@@ -277,6 +277,16 @@ TEST(ArchConfig, KeysFathomDoesNotImplementAreRefusedByName) {
   EXPECT_TRUE(has(refusal(benign.set("qwen2.expert_count", 8u)), "qwen2.expert_count")) << refusal(benign);
 }
 
+// Mistral 7B v0.1 as a GGUF with its window: every layer slides; 0 or the context's length is none.
+TEST(ArchConfig, LlamaWindowIsEveryLayers) {
+  ModelImage m = tiny("llama");
+  ModelConfig c = ModelConfig::from_gguf(m.set("llama.attention.sliding_window", 16u).file());
+  EXPECT_TRUE(c.layers[0].sliding);
+  EXPECT_EQ(c.layers[0].window, 16);
+  c = ModelConfig::from_gguf(m.set("llama.attention.sliding_window", 64u).file());  // = context_length
+  EXPECT_FALSE(c.layers[0].sliding);
+}
+
 // Gemma 2: every other layer a sliding window (the first one sliding), both soft caps from the file
 // or llama.cpp's defaults (50, 30; window 4096), and the 27B's logit scale by its layer count, as
 // llama.cpp tells it (46 layers; Gemma 3's 27B: 62): (dim / heads)^-1/2 instead of head_dim^-1/2.

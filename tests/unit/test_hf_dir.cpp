@@ -158,11 +158,17 @@ TEST(HfConfig, RefusesWhatItDoesNotImplementByName) {
   EXPECT_NE(with("architectures", {"Gemma2ForCausalLM"}).find("Gemma2ForCausalLM"), std::string::npos);
   EXPECT_NE(with("num_attention_heads", "2").find("not an integer"), std::string::npos);
   EXPECT_NE(with("hidden_size", 0).find("out of range"), std::string::npos);
-  json llama = base;
-  llama["architectures"] = {"MistralForCausalLM"};
-  llama["model_type"] = "mistral";
-  llama["sliding_window"] = 4096;
-  llama.erase("layer_types");
+  // Mistral's window is every layer's (llama.attention.sliding_window); Llama has none to give.
+  json mistral = base;
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = 4096;
+  mistral.erase("layer_types");
+  const HfConfig m = hf_config_from_json(mistral.dump(), "config.json");
+  EXPECT_EQ(std::get<uint32_t>(m.metadata.at("llama.attention.sliding_window")), 4096u);
+  json llama = mistral;
+  llama["architectures"] = {"LlamaForCausalLM"};
+  llama["model_type"] = "llama";
   EXPECT_NE(config_error(llama).find("sliding_window = 4096"), std::string::npos) << config_error(llama);
   EXPECT_NE(config_error(json::array()).find("not a JSON object"), std::string::npos);
 }
