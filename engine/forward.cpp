@@ -52,8 +52,9 @@ void attention(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, const 
     const int requested = static_cast<int>(s.policy->kind);
     const AttentionPolicy& p = resolved[si] = resolve_auto(*s.policy);
     const int64_t keys = lc.window > 0 ? std::min(s.pos0 + 1, lc.window) : s.pos0 + 1;
-    // A soft-capped model (gemma2) decodes densely: the sparse kernels do not cap their logits.
-    if (c.attn_softcap == 0.0f && layer_uses_policy(p, il, lc.sliding) && !selects_every_key(p, s.pos0 + 1, c.head_dim) &&
+    // A soft-capped model (gemma2) or one with sinks (gpt-oss) decodes densely: the sparse kernels
+    // neither cap their logits nor add sinks.
+    if (c.attn_softcap == 0.0f && !c.attn_sinks && layer_uses_policy(p, il, lc.sliding) && !selects_every_key(p, s.pos0 + 1, c.head_dim) &&
         s.pos0 + 1 >= min_sparse_keys(ops, p)) {
       LayerPolicyState& state = s.policy_state->layers[il];
       if (state.rank < 0)  // before its first sparse step
@@ -89,6 +90,7 @@ void attention_block(const ModelConfig& c, const KvLayout& kv, ForwardOps& ops, 
   attention(c, kv, ops, plan, il, kv_read, steps);
   const MatmulOut out[] = {{LayerMatrix::kWo, Act::kProj}};
   ops.matmul(il, out, Act::kAttn);
+  ops.add_bias(Act::kProj, il, LayerVector::kBo);
   if (c.post_norms) ops.rms_norm(Act::kProj, Act::kProj, il, LayerVector::kPostAttnNorm, T, c.dim);
   ops.add(Act::kX, Act::kProj);
 }

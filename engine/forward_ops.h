@@ -23,7 +23,7 @@ namespace fathom {
 
 enum class Act { kX, kXn, kQ, kK, kV, kAttn, kProj, kGate, kUp, kExpertOut };
 // Per-layer vectors of ModelWeights' LayerWeights (f32): norm weights and biases.
-enum class LayerVector { kAttnNorm, kFfnNorm, kQNorm, kKNorm, kPostAttnNorm, kPostFfnNorm, kBq, kBk, kBv };
+enum class LayerVector { kAttnNorm, kFfnNorm, kQNorm, kKNorm, kPostAttnNorm, kPostFfnNorm, kBq, kBk, kBv, kBo };
 // Per-layer matrices, y = x · Wᵀ.
 enum class LayerMatrix { kWq, kWk, kWv, kWo, kGate, kUp, kDown };
 // Each expert's matrices of an MoE layer (LayerWeights::gate_exps, up_exps, down_exps).
@@ -60,6 +60,7 @@ auto& layer_vector(Layer& l, LayerVector v) {
     case LayerVector::kBq: return l.bq;
     case LayerVector::kBk: return l.bk;
     case LayerVector::kBv: return l.bv;
+    case LayerVector::kBo: return l.bo;
   }
   return l.attn_norm;  // unreachable: every enumerator is handled above
 }
@@ -75,6 +76,16 @@ auto& layer_matrix(Layer& l, LayerMatrix m) {
     case LayerMatrix::kDown: return l.w_down;
   }
   return l.wq;  // unreachable
+}
+
+template <typename Layer>
+auto& expert_biases(Layer& l, ExpertMatrix m) {
+  switch (m) {
+    case ExpertMatrix::kGate: return l.gate_exps_bias;
+    case ExpertMatrix::kUp: return l.up_exps_bias;
+    case ExpertMatrix::kDown: return l.down_exps_bias;
+  }
+  return l.gate_exps_bias;  // unreachable
 }
 
 template <typename Layer>
@@ -147,10 +158,12 @@ class ForwardOps {
   // shared segment read once for all members; returns the KV bytes read.
   virtual int64_t attend_group(int32_t layer, const AttentionGroup& group) = 0;
   // Mixture of experts (ModelConfig::moe()). Routes kXn's rows through `layer`'s router (n_experts
-  // logits each; engine/expert_routing.h): the step's (token, slot) pairs grouped by expert.
+  // logits each, plus its bias where it has one; engine/expert_routing.h): the step's (token, slot)
+  // pairs grouped by expert.
   virtual void route_experts(int32_t /*layer*/) { FATHOM_CHECK(false, "this backend runs no experts"); }
-  // Per active expert e, out rows of e's pairs = in rows · W_eᵀ, several matrices sharing the
-  // input as one job; `in` is kXn (token rows: a pair reads its token's) or kGate (pair rows).
+  // Per active expert e, out rows of e's pairs = in rows · W_eᵀ (+ e's bias row where the layer
+  // has expert biases: gpt-oss), several matrices sharing the input as one job; `in` is kXn (token
+  // rows: a pair reads its token's) or kGate (pair rows).
   // A backend reads each active expert's matrices once a step (the CPU) or once per few of its
   // pairs (CUDA's grouped GEMV: 4) and adds the bytes it read to StepStats::expert_bytes.
   virtual void expert_matmul(int32_t /*layer*/, std::span<const ExpertMatmulOut> /*outs*/, Act /*in*/) {

@@ -165,8 +165,17 @@ struct AttentionArgs {
   int32_t window = 0;
   float scale = 1.0f;
   float softcap = 0.0f;
+  // gpt-oss's attention sinks: per query head a logit that joins the softmax's denominator and
+  // adds no value (out = Σ e^(l_j) v_j / (Σ e^(l_j) + e^(sink_h))); null: none. [n_heads] f32.
+  const float* sinks = nullptr;
   LogitScale logit_scale() const { return {scale, softcap}; }
 };
+
+// Σ e^(l_j − m) over a row's keys (its running sum `l` at max `m`) with head sink `sink` added:
+// the sink weighs e^(sink − m) (0 when the exponent underflows, +inf when it overflows: out = 0).
+FATHOM_HOST_DEVICE inline float with_sink(float l, float m, const float* sinks, int32_t head) {
+  return sinks == nullptr ? l : l + expf(sinks[head] - m);
+}
 
 // One decode query of one sequence: what every sparse decode policy (ref, cpu, cuda) takes.
 struct DecodeArgs {
@@ -176,6 +185,7 @@ struct DecodeArgs {
   int32_t pos = 0;           // query position; attends keys [0, pos] (the cache holds them)
   float scale = 1.0f;        // logit = (q·k)·scale, usually 1/√head_dim
   float softcap = 0.0f;      // > 0: logits soft-capped (LogitScale); the sparse policies refuse it
+  const float* sinks = nullptr;  // [n_heads] attention sinks (AttentionArgs); the sparse policies refuse them
   LogitScale logit_scale() const { return {scale, softcap}; }
 };
 

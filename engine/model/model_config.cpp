@@ -23,7 +23,8 @@ constexpr ArchInfo kArchs[] = {{"llama", Architecture::kLlama, true, true},
                                {"qwen2", Architecture::kQwen2, false, false},
                                {"qwen3", Architecture::kQwen3, false, false},
                                {"phi3", Architecture::kPhi3, true, false},
-                               {"qwen3moe", Architecture::kQwen3Moe, false, true}};
+                               {"qwen3moe", Architecture::kQwen3Moe, false, true},
+                               {"gpt-oss", Architecture::kGptOss, true, true}};
 
 // Mixture-of-experts architectures fathom does not load, and the part of them it lacks.
 struct RefusedMoe {
@@ -37,7 +38,6 @@ constexpr RefusedMoe kRefusedMoe[] = {
     {"grok", "expert and attention soft-capping"},
     {"dbrx", "fused QKV clipping and its expert layout"},
     {"olmoe", "its QK norm over the whole projection"},
-    {"gpt-oss", "attention sinks, biased routers and MXFP4 experts"},
 };
 
 // The <arch>.* keys from_gguf reads (and `vocab_size`, which the embedding's rows restate), besides
@@ -62,7 +62,8 @@ void refuse_unknown_keys(const GgufFile& f, const ArchInfo& a) {
     // Dense files of some converters say they have no experts; old llama conversions record how
     // they permuted Q and K (informational: llama.cpp reads neither).
     if ((k == "expert_count" || k == "expert_used_count") && (a.reads_experts || f.get_int(key) == 0)) continue;
-    if (k == "expert_feed_forward_length" && a.arch == Architecture::kQwen3Moe) continue;
+    if (k == "expert_feed_forward_length" && (a.arch == Architecture::kQwen3Moe || a.arch == Architecture::kGptOss))
+      continue;
     if (k == "tensor_data_layout") continue;
     if ((k == "attn_logit_softcapping" || k == "final_logit_softcapping") && a.arch == Architecture::kGemma2) continue;
     throw Error(f.path() + ": metadata " + key + " is not supported by fathom's " + a.name +
@@ -130,8 +131,9 @@ void read_experts(const GgufFile& f, const std::string& a, ModelConfig& c) {
   if (n == 0) return;
   c.n_experts = require_positive(f, a + "expert_count", kMaxExperts);
   c.n_experts_used = require_positive(f, a + "expert_used_count", c.n_experts);
-  c.expert_ffn_dim = c.arch == Architecture::kQwen3Moe ? require_positive(f, a + "expert_feed_forward_length", 1 << 20)
-                                                       : c.ffn_dim;
+  c.expert_ffn_dim = c.arch == Architecture::kQwen3Moe || c.arch == Architecture::kGptOss
+                         ? require_positive(f, a + "expert_feed_forward_length", 1 << 20)
+                         : c.ffn_dim;
 }
 
 }  // namespace
@@ -158,7 +160,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                 (moe != std::end(kRefusedMoe) ? std::string(" (a mixture of experts with ") + moe->lacks +
                                                     ", which fathom does not implement)"
                                               : std::string()) +
-                " (supported: llama and Mixtral-style llama with experts, gemma2, gemma3, qwen2, qwen3, qwen3moe, phi3)");
+                " (supported: llama and Mixtral-style llama with experts, gemma2, gemma3, qwen2, qwen3, qwen3moe, phi3, gpt-oss)");
   }
   c.arch = info->arch;
   refuse_unknown_keys(f, *info);
@@ -187,6 +189,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
 
   const float rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
   c.rope_scaling = rope_scaling_from_gguf(f, c.arch_name, c.rope_dim, c.context_length);
+  if (c.arch == Architecture::kGptOss) c.rope_scaling.yarn_truncate = false;  // as trained (rope_scaling.h)
   const LayerConfig global{false, 0, rope_base, rope_inv_freq(rope_base, c.rope_dim, c.rope_scaling),
                            rope_attention_factor(c.rope_scaling)};
   c.layers.assign(c.n_layers, global);
@@ -223,6 +226,16 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                   " is out of range");
     for (int32_t il = 0; il < c.n_layers; il += kGemma2SlidingPattern)
       c.layers[il].sliding = true, c.layers[il].window = static_cast<int32_t>(window);
+  }
+  if (c.arch == Architecture::kGptOss) {
+    // gpt-oss: every other layer a sliding window (the first one sliding; 128 tokens), attention
+    // sinks, biases (attention, router, experts), the clamped SwiGLU, experts of
+    // expert_feed_forward_length.
+    if (!c.moe()) throw Error(f.path() + ": gpt-oss without " + a + "expert_count");
+    c.attn_sinks = true;
+    c.activation = Activation::kSwigluOai;
+    const int32_t window = require_positive(f, a + "attention.sliding_window", 1 << 24);
+    for (int32_t il = 0; il < c.n_layers; il += 2) c.layers[il].sliding = true, c.layers[il].window = window;
   }
   if (c.arch == Architecture::kGemma3) {
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));

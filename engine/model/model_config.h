@@ -10,8 +10,10 @@ namespace fathom {
 
 class GgufFile;
 
-enum class Architecture { kLlama, kGemma2, kGemma3, kQwen2, kQwen3, kPhi3, kQwen3Moe };
-enum class Activation { kSilu, kGeluTanh };  // gate activation of the gated MLP (SwiGLU / GeGLU)
+enum class Architecture { kLlama, kGemma2, kGemma3, kQwen2, kQwen3, kPhi3, kQwen3Moe, kGptOss };
+// Gate activation of the gated MLP: SwiGLU, GeGLU, or gpt-oss's clamped SwiGLU
+// ((clamp(up, ±7) + 1) · g·σ(1.702·g) with g = min(gate, 7)).
+enum class Activation { kSilu, kGeluTanh, kSwigluOai };
 // How an embedding is pooled from the final hidden states (after the final norm) of a prompt's
 // positions: their mean, the first (CLS) or the last position's. GGUF's <arch>.pooling_type.
 enum class Pooling { kNone, kMean, kCls, kLast };
@@ -48,6 +50,10 @@ struct ModelConfig {
   // policies' kernels do not cap).
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
+  // gpt-oss: per layer and query head a sink logit in every attention softmax (LayerWeights::
+  // attn_sinks; a model with sinks decodes densely, like a capped one), and biases on the
+  // attention output, the router and every expert's three matrices.
+  bool attn_sinks = false;
   bool qk_norm = false;      // RMSNorm over head_dim on q and k (gemma3, qwen3)
   bool fused_gate_up = false;  // the gate and up projections are one ffn_up tensor of 2·ffn_dim rows (phi3)
   bool post_norms = false;   // RMSNorm on the attention and MLP outputs before the residual add

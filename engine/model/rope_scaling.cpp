@@ -207,8 +207,9 @@ std::vector<double> rope_inv_freq(double base, int32_t rope_dim, const RopeScali
       auto correction_dim = [&](double rotations) {
         return rope_dim * std::log(s.original_context / (rotations * kTwoPi)) / (2 * std::log(base));
       };
-      const double low = std::max(std::floor(correction_dim(s.beta_fast)), 0.0);
-      double high = std::min(std::ceil(correction_dim(s.beta_slow)), rope_dim - 1.0);
+      const double lo = correction_dim(s.beta_fast), hi = correction_dim(s.beta_slow);
+      const double low = std::max(s.yarn_truncate ? std::floor(lo) : lo, 0.0);
+      double high = std::min(s.yarn_truncate ? std::ceil(hi) : hi, rope_dim - 1.0);
       if (low == high) high += 0.001;
       for (int32_t i = 0; i < half; ++i) {
         // ramp 0 (pairs below low: fast, kept) .. 1 (above high: slow, interpolated by factor)

@@ -26,6 +26,9 @@ struct RopeScaling {
   double low_freq_factor = 1.0;    // llama3: wavelengths above original_context / low are divided by factor
   double high_freq_factor = 4.0;   // llama3: wavelengths below original_context / high are kept
   double beta_fast = 32, beta_slow = 1;  // yarn: rotations bounding the interpolation ramp
+  // yarn: the ramp's ends rounded out to whole pairs (floor, ceil), as transformers' `truncate`
+  // (default true) and llama.cpp always do; gpt-oss was trained without (transformers' truncate: false).
+  bool yarn_truncate = true;
   // Per rotated pair, the divisor of its frequency (rope_dim / 2 of them): llama3 from the file (the
   // `rope_freqs.weight` tensor as llama.cpp's converter writes it; empty: the rule above), or
   // longrope's long or short factors, whichever the context selects.

@@ -140,6 +140,8 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
     L.attn_norm = load.vector(p + "attn_norm.weight", c.dim);
     load_qkv(load, c, p, L);
     L.wo = load.matrix(p + "attn_output.weight", c.dim, c.q_dim());
+    L.bo = load.optional_vector(p + "attn_output.bias", c.dim);
+    if (c.attn_sinks) L.attn_sinks = load.vector(p + "attn_sinks.weight", c.n_heads);
     if (c.qk_norm) {
       L.q_norm = load.vector(p + "attn_q_norm.weight", c.head_dim);
       L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
@@ -163,6 +165,12 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
       L.gate_exps = experts("ffn_gate", c.expert_ffn_dim, c.dim);
       L.up_exps = experts("ffn_up", c.expert_ffn_dim, c.dim);
       L.down_exps = experts("ffn_down", c.dim, c.expert_ffn_dim);
+      if (c.arch == Architecture::kGptOss) {
+        L.router_bias = load.vector(p + "ffn_gate_inp.bias", c.n_experts);
+        L.gate_exps_bias = load.vector(p + "ffn_gate_exps.bias", int64_t{c.n_experts} * c.expert_ffn_dim);
+        L.up_exps_bias = load.vector(p + "ffn_up_exps.bias", int64_t{c.n_experts} * c.expert_ffn_dim);
+        L.down_exps_bias = load.vector(p + "ffn_down_exps.bias", int64_t{c.n_experts} * c.dim);
+      }
     } else if (c.fused_gate_up) {  // phi3: the gate rows, then the up rows (transformers' gate_up_proj)
       const WeightMatrix gate_up = load.matrix(p + "ffn_up.weight", 2 * static_cast<int64_t>(c.ffn_dim), c.dim);
       L.w_gate = row_view(gate_up, 0, c.ffn_dim);

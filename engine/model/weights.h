@@ -33,6 +33,8 @@ struct LayerWeights {
   std::vector<float> attn_norm;                // (dim)
   WeightMatrix wq, wk, wv, wo;                 // (q_dim, dim) (kv_dim, dim) (kv_dim, dim) (dim, q_dim)
   std::vector<float> bq, bk, bv;               // optional biases (q_dim) (kv_dim) (kv_dim) — Qwen2 style
+  std::vector<float> bo;                       // optional attention output bias (dim): gpt-oss, llama's attention_bias
+  std::vector<float> attn_sinks;               // (n_heads) gpt-oss's attention sinks (ModelConfig::attn_sinks)
   std::vector<float> q_norm, k_norm;           // (head_dim), gemma3 and qwen3 QK-norm
   std::vector<float> post_attn_norm;           // (dim), gemma3
   std::vector<float> ffn_norm;                 // (dim)
@@ -43,6 +45,9 @@ struct LayerWeights {
   // rows follow expert e - 1's): (expert_ffn, dim) (expert_ffn, dim) (dim, expert_ffn).
   WeightMatrix router;
   std::vector<WeightMatrix> gate_exps, up_exps, down_exps;  // (n_experts) each
+  // gpt-oss's biases: the router's (n_experts), and expert e's at row e of (n_experts, expert_ffn)
+  // (n_experts, expert_ffn) (n_experts, dim); empty elsewhere.
+  std::vector<float> router_bias, gate_exps_bias, up_exps_bias, down_exps_bias;
 };
 
 struct ModelWeights {

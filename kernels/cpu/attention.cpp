@@ -152,7 +152,8 @@ void fold_chunks(ThreadPool& pool, const ChunkPlan& p, const PagedKvView& kv, co
           const int64_t slot = (item * p.n_chunks + c) * p.rows_per_item + static_cast<int64_t>(r);
           fold_partial(s, &in.acc[slot * p.d], in.m[slot], in.l[slot], p.d);
         }
-        for (int32_t x = 0; x < p.d; ++x) s.acc[x] /= s.l;
+        const float l = with_sink(s.l, s.m, a.sinks, static_cast<int32_t>(rows.out_row[r] % a.n_heads));
+        for (int32_t x = 0; x < p.d; ++x) s.acc[x] /= l;
       }
     }
   });
@@ -191,8 +192,11 @@ void paged_attention_with(PartialAttentionFn kernel, ThreadPool& pool, const Pag
           for (int32_t r = 0; r < R; ++r)
             fold_partial(state[r], &acc_c[static_cast<int64_t>(r) * p.d], m_c[r], l_c[r], p.d);
         }
-        for (RowState& s : state)
-          for (int32_t x = 0; x < p.d; ++x) s.acc[x] /= s.l;
+        for (int32_t r = 0; r < R; ++r) {
+          RowState& s = state[r];
+          const float l = with_sink(s.l, s.m, a.sinks, static_cast<int32_t>(rows.out_row[r] % a.n_heads));
+          for (int32_t x = 0; x < p.d; ++x) s.acc[x] /= l;
+        }
       }
     });
     return;

@@ -183,7 +183,8 @@ int64_t bifurcated_decode_with(PartialAttentionFn kernel, PartialAttentionFn man
             fold_partial(s, &acc[slot * d], m[slot], l[slot], d);
           }
         }
-        for (int32_t x = 0; x < d; ++x) s.acc[x] /= s.l;
+        const float l_all = with_sink(s.l, s.m, seq_args[i].sinks, h * group + j);
+        for (int32_t x = 0; x < d; ++x) s.acc[x] /= l_all;
       }
     }
   });

@@ -83,6 +83,14 @@ void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
+void swiglu_oai_mul(float* gate, const float* up, int64_t n) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], kLimit), u = std::clamp(up[i], -kLimit, kLimit);
+    gate[i] = (u + 1.0f) * (g / (1.0f + std::exp(-kAlpha * g)));
+  }
+}
+
 double exp_scaled_inplace(float* x, int64_t n, float shift, float scale) {
   if (use_avx512()) return exp_scaled_inplace_avx512(x, n, shift, scale);
   double sum = 0.0;

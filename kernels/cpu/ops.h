@@ -26,6 +26,9 @@ void rope_apply(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, i
 // gate[i] = act(gate[i]) * up[i] for n elements: SwiGLU (silu) or GeGLU (tanh-approximated gelu).
 void silu_mul(float* gate, const float* up, int64_t n);
 void gelu_tanh_mul(float* gate, const float* up, int64_t n);
+// gpt-oss's clamped SwiGLU: g = min(gate, 7), u = clamp(up, -7, 7), gate[i] = (u + 1) · g·σ(1.702·g).
+// Scalar (an MoE's expert rows are a small part of a step).
+void swiglu_oai_mul(float* gate, const float* up, int64_t n);
 
 // Softmax pieces over a vocabulary (the sampler): x[i] = exp((x[i] - shift) * scale), returning
 // the sum in double; and the sum of exp(x[i] - shift) without writing. Arguments must be <= 0

@@ -15,9 +15,16 @@ __device__ __forceinline__ float gelu_tanh(float g) {
   return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
 }
 
+// act(gate) · up, or gpt-oss's clamped form.
 template <GluKind kKind>
-__device__ __forceinline__ float act(float g) {
-  return kKind == GluKind::kSwiGlu ? silu(g) : gelu_tanh(g);
+__device__ __forceinline__ float gated(float g, float u) {
+  if (kKind == GluKind::kSwiGluOai) {
+    constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+    g = fminf(g, kLimit);
+    u = fminf(fmaxf(u, -kLimit), kLimit);
+    return (u + 1.0f) * (g / (1.0f + expf(-kAlpha * g)));
+  }
+  return (kKind == GluKind::kSwiGlu ? silu(g) : gelu_tanh(g)) * u;
 }
 
 // grid (blocks), block (kThreads). `vec4`: all three pointers 16-byte aligned.
@@ -33,11 +40,11 @@ __global__ void __launch_bounds__(kThreads) glu_kernel(const float* gate, const 
       const float4 g = reinterpret_cast<const float4*>(gate)[i];
       const float4 u = reinterpret_cast<const float4*>(up)[i];
       reinterpret_cast<float4*>(out)[i] =
-          make_float4(act<kKind>(g.x) * u.x, act<kKind>(g.y) * u.y, act<kKind>(g.z) * u.z, act<kKind>(g.w) * u.w);
+          make_float4(gated<kKind>(g.x, u.x), gated<kKind>(g.y, u.y), gated<kKind>(g.z, u.z), gated<kKind>(g.w, u.w));
     }
     done = n4 * 4;
   }
-  for (int64_t i = done + tid; i < n; i += stride) out[i] = act<kKind>(gate[i]) * up[i];
+  for (int64_t i = done + tid; i < n; i += stride) out[i] = gated<kKind>(gate[i], up[i]);
 }
 
 }  // namespace activation_detail
@@ -56,6 +63,9 @@ cudaError_t glu(GluKind kind, const float* gate, const float* up, float* out, in
       break;
     case GluKind::kGeGluTanh:
       FATHOM_LAUNCH(glu_kernel<GluKind::kGeGluTanh>, grid, dim3(kThreads), 0, stream, gate, up, out, n, vec4);
+      break;
+    case GluKind::kSwiGluOai:
+      FATHOM_LAUNCH(glu_kernel<GluKind::kSwiGluOai>, grid, dim3(kThreads), 0, stream, gate, up, out, n, vec4);
       break;
   }
   return cudaGetLastError();

@@ -257,6 +257,7 @@ struct AttendParams {
   int32_t n_heads, group, head_tiles;
   int32_t keys_per_split, n_splits;
   LogitScale scale;
+  const float* sinks;  // [n_heads] attention sinks, or null (AttentionArgs::sinks); one-split outputs only
   bool partial_only;  // write (acc, m, l) even with one split (a merge epilogue follows)
 };
 
@@ -333,7 +334,8 @@ FATHOM_UNROLL
     }
     const int64_t head_row = static_cast<int64_t>(qi) * p.n_heads + h0 + r;
     if (p.n_splits == 1 && !p.partial_only) {
-      p.out[head_row * d + c] = o / l_all;
+      if (p.sinks != nullptr && c == 0) count_other(sizeof(float));
+      p.out[head_row * d + c] = o / with_sink(l_all, m_all, p.sinks, h0 + r);
     } else {
       p.part_acc[(head_row * p.n_splits + split) * d + c] = o;
       if (c == 0) {
@@ -367,6 +369,8 @@ struct MergeParams {
   const float* alpha;         // [n_rows]
   KvDev kv;
   int32_t pos, group;
+  const float* sinks;  // [n_heads] attention sinks, or null: row r's is sinks[r % n_heads]
+  int32_t n_heads;
 };
 
 // grid (n_rows), kThreads: out_r = Σ_s acc_s e^(m_s − M) / Σ_s l_s e^(m_s − M). A split without
@@ -396,7 +400,8 @@ __global__ void __launch_bounds__(kThreads, 1) merge_kernel(MergeParams p) {
     const float m = p.part_ml[2 * id];
     if (m != -INFINITY) l_all += p.part_ml[2 * id + 1] * expf(m - m_all);
   }
-  const float inv_l = 1.0f / l_all;
+  if (p.sinks != nullptr && counter) count_other(sizeof(float));
+  const float inv_l = 1.0f / with_sink(l_all, m_all, p.sinks, p.sinks != nullptr ? r % p.n_heads : 0);
   float alpha = 1.0f, inv_s = 0.0f;
   int64_t vbar_off = 0;
   const float* v_sum = p.kv.v_sum;

@@ -218,7 +218,7 @@ BifurcatedPlan plan_bifurcated_attention(const std::vector<BifSegment>& segments
   return plan;
 }
 
-AttnBytes bifurcated_attention_bytes(const BifurcatedPlan& plan, const PagedKvView& kv) {
+AttnBytes bifurcated_attention_bytes(const BifurcatedPlan& plan, const PagedKvView& kv, bool sinks) {
   const int64_t d = kv.head_dim;
   const int64_t row_bytes = static_cast<int64_t>(kv_row_bytes(kv.dtype, kv.head_dim));
   AttnBytes b;
@@ -229,13 +229,14 @@ AttnBytes bifurcated_attention_bytes(const BifurcatedPlan& plan, const PagedKvVi
     b.written += u.n_rows * (d + 2) * 4;
   }
   const int64_t out_rows = static_cast<int64_t>(plan.n_seqs) * plan.n_heads;
-  b.other_read += out_rows * 8 + static_cast<int64_t>(plan.slot_ids.size()) * (12 + d * 4);
+  b.other_read += out_rows * (sinks ? 12 : 8) + static_cast<int64_t>(plan.slot_ids.size()) * (12 + d * 4);
   b.written += out_rows * d * 4;
   return b;
 }
 
 cudaError_t bifurcated_attention(const BifurcatedPlan& plan, const PagedKvView& kv, const float* q, float* out,
-                                 void* device_plan, float* workspace, LogitScale scale, cudaStream_t stream) {
+                                 void* device_plan, float* workspace, LogitScale scale, const float* sinks,
+                                 cudaStream_t stream) {
   using namespace attn_common;
   using namespace bifurcated_detail;
   if (plan.n_seqs == 0 || plan.n_heads == 0) return cudaSuccess;
@@ -283,6 +284,8 @@ cudaError_t bifurcated_attention(const BifurcatedPlan& plan, const PagedKvView& 
   mp.head_dim = kv.head_dim;
   mp.kv = up.kv;
   mp.group = 1;
+  mp.sinks = sinks;
+  mp.n_heads = plan.n_heads;
   FATHOM_LAUNCH(merge_kernel<0>, dim3(static_cast<unsigned>(plan.n_seqs * plan.n_heads)), dim3(kThreads), 0, stream,
                 mp);
   return cudaGetLastError();

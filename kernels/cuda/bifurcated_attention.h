@@ -55,12 +55,13 @@ BifurcatedPlan plan_bifurcated_attention(const std::vector<BifSegment>& segments
 // q, out: device [n_seqs][n_heads][head_dim]. kv_layout: the pool (k, v, dtype, INT8 rows,
 // block_size, n_kv_heads, head_dim; its block_table is unused: units carry theirs).
 // device_plan: plan.device_bytes (filled here by an async copy from `plan`, which must outlive it);
-// workspace: plan.workspace_floats. Two launches: the units (grid n_units, 256 threads: K/V
+// workspace: plan.workspace_floats; sinks: [n_heads] attention sinks (device) or null. Two launches: the units (grid n_units, 256 threads: K/V
 // tiles of 16 keys staged in shared memory as f32, each warp runs its rows' online softmax over
 // the tile), then merge_kernel over each output row's slots.
 cudaError_t bifurcated_attention(const BifurcatedPlan& plan, const PagedKvView& kv_layout, const float* q, float* out,
-                                 void* device_plan, float* workspace, LogitScale scale, cudaStream_t stream);
+                                 void* device_plan, float* workspace, LogitScale scale, const float* sinks,
+                                 cudaStream_t stream);
 
-AttnBytes bifurcated_attention_bytes(const BifurcatedPlan& plan, const PagedKvView& kv_layout);
+AttnBytes bifurcated_attention_bytes(const BifurcatedPlan& plan, const PagedKvView& kv_layout, bool sinks = false);
 
 }  // namespace fathom::cuda

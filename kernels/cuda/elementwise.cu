@@ -27,6 +27,13 @@ __global__ void __launch_bounds__(kThreads) add_bias_kernel(float* __restrict__ 
   for (int64_t i = first_index(); i < total; i += grid_stride()) y[i] += bias[i % n];
 }
 
+// y: [rows][n]; row r adds bias row which[r] of bias [*][n].
+__global__ void __launch_bounds__(kThreads) add_row_bias_kernel(float* __restrict__ y, const float* __restrict__ bias,
+                                                                const int32_t* __restrict__ which, int64_t total,
+                                                                int64_t n) {
+  for (int64_t i = first_index(); i < total; i += grid_stride()) y[i] += bias[static_cast<int64_t>(which[i / n]) * n + i % n];
+}
+
 __global__ void __launch_bounds__(kThreads) to_f16_kernel(const float* __restrict__ x, __half* __restrict__ out,
                                                           int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = __float2half_rn(x[i]);
@@ -51,6 +58,15 @@ cudaError_t add_bias(float* y, const float* bias, int64_t rows, int64_t n, cudaS
   if (rows < 0 || n < 0) return cudaErrorInvalidValue;
   if (rows == 0 || n == 0) return cudaSuccess;
   FATHOM_LAUNCH(add_bias_kernel, grid_for(rows * n), dim3(kThreads), 0, stream, y, bias, rows * n, n);
+  return cudaGetLastError();
+}
+
+cudaError_t add_row_bias(float* y, const float* bias, const int32_t* which, int64_t rows, int64_t n,
+                         cudaStream_t stream) {
+  using namespace elementwise_detail;
+  if (rows < 0 || n < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || n == 0) return cudaSuccess;
+  FATHOM_LAUNCH(add_row_bias_kernel, grid_for(rows * n), dim3(kThreads), 0, stream, y, bias, which, rows * n, n);
   return cudaGetLastError();
 }
 

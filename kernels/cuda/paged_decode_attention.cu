@@ -61,6 +61,7 @@ AttnBytes paged_decode_attention_bytes(const PagedKvView& kv, const AttentionArg
   b.other_read += keys * ctas_per_key * 4;  // one block-table entry per key per block
   if (plan.n_splits > 1) b += attn_common::merge_bytes(static_cast<int64_t>(args.n_q) * args.n_heads, plan.n_splits,
                                                        kv.head_dim, false);
+  if (args.sinks != nullptr) b.other_read += static_cast<int64_t>(args.n_q) * args.n_heads * 4;  // a sink a row
   return b;
 }
 
@@ -90,6 +91,7 @@ cudaError_t paged_decode_attention(const PagedKvView& kv, const AttentionArgs& a
   p.keys_per_split = plan.keys_per_split;
   p.n_splits = plan.n_splits;
   p.scale = args.logit_scale();
+  p.sinks = args.sinks;
   const decode_attention_detail::RangePositions positions{args.pos0, args.window};
   cudaError_t err = launch_attend(kv.dtype, plan.rows_per_cta, p, positions, args.n_q, stream);
   if (err != cudaSuccess || plan.n_splits == 1) return err;
@@ -101,6 +103,8 @@ cudaError_t paged_decode_attention(const PagedKvView& kv, const AttentionArgs& a
   mp.head_dim = kv.head_dim;
   mp.kv = p.kv;
   mp.group = p.group;
+  mp.sinks = args.sinks;
+  mp.n_heads = args.n_heads;
   FATHOM_LAUNCH(merge_kernel<0>, dim3(static_cast<unsigned>(args.n_q * args.n_heads)), dim3(kThreads), 0, stream, mp);
   return cudaGetLastError();
 }

@@ -47,6 +47,7 @@ void paged_attention(const PagedKvView& kv, const AttentionArgs& a) {
       }
       double denom = 0;
       for (double& l : logits) denom += (l = std::exp(l - max_logit));
+      if (a.sinks != nullptr) denom += std::exp(static_cast<double>(a.sinks[h]) - max_logit);
       float* out = a.out + (static_cast<int64_t>(i) * a.n_heads + h) * d;
       for (int32_t c = 0; c < d; ++c) {
         double acc = 0;

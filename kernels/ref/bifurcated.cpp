@@ -1,6 +1,7 @@
 #include "kernels/ref/bifurcated.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace fathom::ref {
@@ -51,7 +52,11 @@ int64_t bifurcated_attention(const std::vector<SharedSegment>& segments, const P
                                  static_cast<int64_t>(pos.size()), part.data());
       for (int32_t j = 0; j < group; ++j) {
         const AttentionState st = merge_states(states[i][g * group + j], part[j]);
-        std::copy(st.o.begin(), st.o.end(), a.out + static_cast<int64_t>(g * group + j) * d);
+        // A sink joins the denominator: o · e^s / (e^s + e^sink), s the state's log-sum-exp.
+        const double keep =
+            a.sinks == nullptr ? 1.0 : 1.0 / (1.0 + std::exp(static_cast<double>(a.sinks[g * group + j]) - st.s));
+        float* out = a.out + static_cast<int64_t>(g * group + j) * d;
+        for (int32_t c = 0; c < d; ++c) out[c] = static_cast<float>(st.o[c] * keep);
       }
     }
   }

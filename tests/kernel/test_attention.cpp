@@ -218,54 +218,63 @@ TEST(PagedAttention, RowResultIsBitwiseIndependentOfBatchAndThreads) {
 namespace fathom {
 namespace {
 
-// Soft-capped logits (Gemma 2: cap·tanh(logit / cap)) on every ISA variant and KV type, against the
-// reference's tanh in double. Logits ~ N(0, 1) (scale 1/√d) and cap 1 put many of them on the flat
-// part of tanh, where a kernel that skipped the cap would be far off; the tolerance is the uncapped
-// one plus the cap's own f32 rounding (a few ulps of the cap).
-TEST(PagedAttention, SoftCappedLogitsMatchReference) {
+// Soft-capped logits (Gemma 2: cap·tanh(logit / cap)) and attention sinks (gpt-oss: a per-head
+// logit in the softmax's denominator) on every ISA variant and KV type, against the reference's
+// tanh and sinks in double. Logits ~ N(0, 1) (scale 1/√d) and cap 1 put many of them on the flat
+// part of tanh; sinks ~ N(1, 1) take a large share of the weight. Either one ignored would be far
+// off (checked on the reference); the tolerance is the plain one plus a few ulps of the cap.
+TEST(PagedAttention, SoftCapsAndSinksMatchReference) {
   std::mt19937 rng(4242);
   const std::pair<const char*, cpu::PartialAttentionFn> kernels[] = {{"portable", cpu::partial_attention_portable()},
                                                                      {"avx2", cpu::partial_attention_avx2()},
                                                                      {"avx512", cpu::partial_attention_avx512()}};
   ThreadPool pool(2);
   int runs = 0;
-  for (int32_t d : {64, 256})
-    for (int32_t g : {1, 4})
-      for (int32_t s : {7, 200})
-        for (int32_t n_q : {1, 5})
-          for (int32_t window : {0, 24})
-            for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8})
-              for (bool transposed_k : {false, true}) {
-                const Case c{d, g, s, n_q, window, dtype};
-                Fixture f = make(c, rng);
-                const PagedKvView kv = f.view(c, transposed_k);
-                std::vector<float> expect(f.q.size()), uncapped(f.q.size()), got(f.q.size());
-                AttentionArgs args{f.q.data(), expect.data(), n_q, g * f.n_kv_heads, s - n_q, window,
-                                   1.0f / std::sqrt(float(d)), 1.0f};
-                ref::paged_attention(kv, args);
-                AttentionArgs plain = args;
-                plain.softcap = 0.0f;
-                plain.out = uncapped.data();
-                ref::paged_attention(kv, plain);
-                float cap_effect = 0;  // how far the cap moves the output: what a kernel ignoring it misses
-                for (size_t i = 0; i < expect.size(); ++i) cap_effect = std::max(cap_effect, std::fabs(expect[i] - uncapped[i]));
-                if (s > 1) {
-                  ASSERT_GT(cap_effect, 0.05f);
+  for (const bool sinks : {false, true})
+    for (int32_t d : {64, 128})
+      for (int32_t g : {1, 4})
+        for (int32_t s : {7, 200})
+          for (int32_t n_q : {1, 5})
+            for (int32_t window : {0, 24})
+              for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8})
+                for (bool transposed_k : {false, true}) {
+                  const Case c{d, g, s, n_q, window, dtype};
+                  Fixture f = make(c, rng);
+                  const PagedKvView kv = f.view(c, transposed_k);
+                  const int32_t n_heads = g * f.n_kv_heads;
+                  std::normal_distribution<float> sink(1.0f, 1.0f);
+                  std::vector<float> sink_logits(n_heads);
+                  for (float& x : sink_logits) x = sink(rng);
+                  std::vector<float> expect(f.q.size()), plain_out(f.q.size()), got(f.q.size());
+                  AttentionArgs args{f.q.data(), expect.data(), n_q, n_heads, s - n_q, window,
+                                     1.0f / std::sqrt(float(d)), sinks ? 0.0f : 1.0f,
+                                     sinks ? sink_logits.data() : nullptr};
+                  ref::paged_attention(kv, args);
+                  AttentionArgs plain = args;
+                  plain.softcap = 0.0f;
+                  plain.sinks = nullptr;
+                  plain.out = plain_out.data();
+                  ref::paged_attention(kv, plain);
+                  float effect = 0;  // how far the cap or the sinks move the output
+                  for (size_t i = 0; i < expect.size(); ++i) effect = std::max(effect, std::fabs(expect[i] - plain_out[i]));
+                  if (s > 1 || sinks) {
+                    ASSERT_GT(effect, 1e-3f);  // 100 times the tolerance
+                  }
+                  for (const auto& [name, kernel] : kernels) {
+                    if (!kernel) continue;
+                    std::fill(got.begin(), got.end(), NAN);
+                    args.out = got.data();
+                    cpu::paged_attention_with(kernel, pool, kv, args);
+                    float err = 0;
+                    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::fabs(got[i] - expect[i]));
+                    ASSERT_LE(err, tolerance(dtype) + 2e-6f)
+                        << name << (sinks ? " sinks" : " cap") << " d=" << d << " G=" << g << " S=" << s
+                        << " n_q=" << n_q << " window=" << window << " dtype=" << kv_dtype_name(dtype)
+                        << " k_t=" << transposed_k;
+                    ++runs;
+                  }
                 }
-                for (const auto& [name, kernel] : kernels) {
-                  if (!kernel) continue;
-                  std::fill(got.begin(), got.end(), NAN);
-                  args.out = got.data();
-                  cpu::paged_attention_with(kernel, pool, kv, args);
-                  float err = 0;
-                  for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::fabs(got[i] - expect[i]));
-                  ASSERT_LE(err, tolerance(dtype) + 2e-6f)
-                      << name << " d=" << d << " G=" << g << " S=" << s << " n_q=" << n_q << " window=" << window
-                      << " dtype=" << kv_dtype_name(dtype) << " k_t=" << transposed_k;
-                  ++runs;
-                }
-              }
-  std::printf("soft-capped paged attention: %d kernel runs\n", runs);
+  std::printf("soft-capped / sink paged attention: %d kernel runs\n", runs);
 }
 
 }  // namespace

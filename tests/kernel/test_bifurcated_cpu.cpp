@@ -53,6 +53,7 @@ struct Group {
   std::vector<float> q;                      // [b][n_heads][d]
   int64_t expect_bytes = 0;
   float softcap = 0.0f;                      // > 0: soft-capped logits (LogitScale)
+  std::vector<float> sinks;                  // [n_heads] attention sinks, or empty
 
   int32_t size() const { return static_cast<int32_t>(pos.size()); }
   std::vector<DecodeArgs> args(std::vector<float>& out) const {
@@ -60,7 +61,8 @@ struct Group {
     std::vector<DecodeArgs> a(size());
     for (int32_t i = 0; i < size(); ++i)
       a[i] = DecodeArgs{q.data() + static_cast<int64_t>(i) * n_heads * d, out.data() + static_cast<int64_t>(i) * n_heads * d,
-                        n_heads, pos[i], 1.0f / std::sqrt(static_cast<float>(d)), softcap};
+                        n_heads, pos[i], 1.0f / std::sqrt(static_cast<float>(d)), softcap,
+                        sinks.empty() ? nullptr : sinks.data()};
     return a;
   }
 };
@@ -186,7 +188,8 @@ void check(const Group& g, KvDtype dtype, Worst& worst, const char* what) {
   // Dense: each sequence alone through its own view.
   std::vector<DecodeArgs> ad = g.args(dense);
   for (int32_t i = 0; i < g.size(); ++i)
-    cpu::paged_attention(pool2, g.views[i], AttentionArgs{ad[i].q, ad[i].out, 1, g.n_heads, g.pos[i], 0, ad[i].scale, ad[i].softcap});
+    cpu::paged_attention(pool2, g.views[i], AttentionArgs{ad[i].q, ad[i].out, 1, g.n_heads, g.pos[i], 0, ad[i].scale, ad[i].softcap,
+                                                          ad[i].sinks});
   const int di = static_cast<int>(dtype);
   const std::pair<cpu::PartialAttentionFn, cpu::PartialAttentionFn> variants[] = {
       {cpu::partial_attention_portable(), nullptr},
@@ -256,8 +259,9 @@ TEST(BifurcatedCpu, OnePrefixMatchesReferenceAndDenseOnGrid) {
   print("one prefix", worst);
 }
 
-// Soft-capped logits (Gemma 2) through every variant, the many-rows kernels included (b = 16).
-TEST(BifurcatedCpu, SoftCappedLogitsMatchReferenceAndDense) {
+// Soft-capped logits (Gemma 2) and attention sinks (gpt-oss) through every variant, the many-rows
+// kernels included (b = 16).
+TEST(BifurcatedCpu, SoftCapsAndSinksMatchReferenceAndDense) {
   std::mt19937 rng(5150);
   Worst worst;
   for (int32_t d : {64, 256})
@@ -268,13 +272,18 @@ TEST(BifurcatedCpu, SoftCappedLogitsMatchReferenceAndDense) {
             std::vector<int32_t> members(b), suffix(b, 9);
             for (int32_t i = 0; i < b; ++i) members[i] = i;
             Group g = make_group(d, G, dtype, {{0, prefix, members}}, suffix, rng, prefix != 17);
-            g.softcap = 1.0f;
+            if (b == 2) {
+              g.softcap = 1.0f;
+            } else {
+              std::normal_distribution<float> sink(1.0f, 1.0f);
+              for (int32_t h = 0; h < g.n_heads; ++h) g.sinks.push_back(sink(rng));
+            }
             char what[160];
-            std::snprintf(what, sizeof what, "capped d=%d G=%d %s b=%d prefix=%d", d, G, kv_dtype_name(dtype), b, prefix);
+            std::snprintf(what, sizeof what, "capped/sinks d=%d G=%d %s b=%d prefix=%d", d, G, kv_dtype_name(dtype), b, prefix);
             check(g, dtype, worst, what);
             if (::testing::Test::HasFatalFailure()) return;
           }
-  print("soft-capped", worst);
+  print("soft-capped (b 2), sinks (b 16)", worst);
 }
 
 TEST(BifurcatedCpu, NestedPrefixesAndSeveralGroups) {

@@ -80,6 +80,7 @@ constexpr KvDtype kDtypes[] = {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8};
 struct DenseCase {
   int32_t head_dim, group, seq_len, n_q, window, keys_per_split;
   float softcap = 0.0f;  // > 0: soft-capped logits (Gemma 2)
+  bool sinks = false;    // attention sinks (gpt-oss), N(1, 1) per head
 };
 
 void run_dense_case(const DenseCase& c, KvDtype dtype, std::mt19937& rng) {
@@ -97,6 +98,10 @@ void run_dense_case(const DenseCase& c, KvDtype dtype, std::mt19937& rng) {
   args.window = c.window;
   args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   args.softcap = c.softcap;
+  std::vector<float> sinks(n_heads);
+  std::normal_distribution<float> sink(1.0f, 1.0f);
+  for (float& x : sinks) x = sink(rng);
+  if (c.sinks) args.sinks = sinks.data();
   ref::paged_attention(f.view(), args);
 
   DeviceKv dkv(f);
@@ -105,6 +110,8 @@ void run_dense_case(const DenseCase& c, KvDtype dtype, std::mt19937& rng) {
   AttentionArgs dargs = args;
   dargs.q = dq.ptr;
   dargs.out = dout.ptr;
+  DeviceBuffer<float> dsinks(sinks);
+  if (c.sinks) dargs.sinks = dsinks.ptr;
   const cuda::DecodeAttentionPlan plan = cuda::plan_paged_decode_attention(kv, dargs, c.keys_per_split);
   DeviceBuffer<float> workspace(plan.workspace_floats);
   cuda::attn_common::reset_byte_counters();
@@ -136,11 +143,13 @@ TEST(CudaAttention, DenseMatchesRef) {
     for (const DenseCase& c : cases) run_dense_case(c, dtype, rng);
 }
 
-// Soft-capped logits (cap 1 over logits ~ N(0, 1): most of them bent), one split and several,
-// prefill rows and a window.
-TEST(CudaAttention, DenseSoftCappedMatchesRef) {
+// Soft-capped logits (cap 1 over logits ~ N(0, 1): most of them bent) and attention sinks, one
+// split and several (the merge kernel adds the sink), prefill rows and a window.
+TEST(CudaAttention, DenseSoftCapsAndSinksMatchRef) {
   std::mt19937 rng(12);
-  const DenseCase cases[] = {{64, 4, 83, 1, 0, 256, 1.0f}, {256, 2, 300, 1, 0, 64, 1.0f}, {128, 2, 45, 4, 20, 8, 1.0f}};
+  const DenseCase cases[] = {{64, 4, 83, 1, 0, 256, 1.0f},         {256, 2, 300, 1, 0, 64, 1.0f},
+                             {128, 2, 45, 4, 20, 8, 1.0f},         {64, 4, 83, 1, 0, 256, 0.0f, true},
+                             {256, 2, 300, 1, 0, 64, 0.0f, true},  {128, 2, 45, 4, 20, 8, 0.0f, true}};
   for (KvDtype dtype : kDtypes)
     for (const DenseCase& c : cases) run_dense_case(c, dtype, rng);
 }
@@ -412,6 +421,7 @@ struct BifCase {
   int32_t head_dim, group, n_seqs, prefix_blocks, nested_blocks, nested_members;
   std::vector<int32_t> suffix;  // per sequence, tokens after the shared blocks (>= 1)
   float softcap = 0.0f;         // > 0: soft-capped logits (Gemma 2)
+  bool sinks = false;           // attention sinks (gpt-oss), N(1, 1) per head
 };
 
 void run_bif_case(const BifCase& c, KvDtype dtype, std::mt19937& rng) {
@@ -438,6 +448,10 @@ void run_bif_case(const BifCase& c, KvDtype dtype, std::mt19937& rng) {
   const std::vector<float> q = random_q(static_cast<size_t>(c.n_seqs) * n_heads * d, rng);
   std::vector<float> want(q.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> sinks(n_heads);
+  std::normal_distribution<float> sink(1.0f, 1.0f);
+  for (float& x : sinks) x = sink(rng);
+  DeviceBuffer<float> dsinks(sinks);
   std::vector<PagedKvView> seq_kv(c.n_seqs);
   std::vector<DecodeArgs> seq_args(c.n_seqs);
   std::vector<cuda::BifSequence> seqs(c.n_seqs);
@@ -447,7 +461,8 @@ void run_bif_case(const BifCase& c, KvDtype dtype, std::mt19937& rng) {
     seq_kv[i].block_table = tables[i].data();
     const int32_t pos = nested_end + c.suffix[i] - 1;
     seq_args[i] = DecodeArgs{q.data() + static_cast<size_t>(i) * n_heads * d,
-                             want.data() + static_cast<size_t>(i) * n_heads * d, n_heads, pos, scale, c.softcap};
+                             want.data() + static_cast<size_t>(i) * n_heads * d, n_heads, pos, scale, c.softcap,
+                             c.sinks ? sinks.data() : nullptr};
     seqs[i] = cuda::BifSequence{dtables[i]->ptr, pos};
   }
   std::vector<int32_t> all(c.n_seqs), nested(c.nested_members);
@@ -473,9 +488,9 @@ void run_bif_case(const BifCase& c, KvDtype dtype, std::mt19937& rng) {
   DeviceBuffer<float> workspace(plan.workspace_floats);
   cuda::attn_common::reset_byte_counters();
   ASSERT_EQ(cuda::bifurcated_attention(plan, kv, dq.ptr, dout.ptr, dplan.ptr, workspace.ptr,
-                                       LogitScale{scale, c.softcap}, nullptr),
+                                       LogitScale{scale, c.softcap}, c.sinks ? dsinks.ptr : nullptr, nullptr),
             cudaSuccess);
-  expect_bytes("bifurcated", cuda::bifurcated_attention_bytes(plan, kv));
+  expect_bytes("bifurcated", cuda::bifurcated_attention_bytes(plan, kv, c.sinks));
   const double err = max_abs_diff(dout.download(), want);
   std::printf("bifurcated %s d=%d group=%d b=%d prefix=%d nested=%d(x%d) units=%zu rows/cta=%d: |err| %.3g\n",
               kv_dtype_name(dtype), d, c.group, c.n_seqs, prefix_end, nested_end - prefix_end, c.nested_members,
@@ -495,7 +510,8 @@ TEST(CudaAttention, BifurcatedMatchesRef) {
       {256, 8, 5, 2, 2, 3, {3, 17, 1, 40, 9}},
       {64, 3, 4, 4, 2, 2, {1, 2, 33, 16}},
       {256, 1, 3, 0, 0, 0, {20, 1, 9}},  // no shared segment: per-sequence attention only
-      {128, 4, 3, 2, 1, 2, {16, 1, 83}, 1.0f},  // soft-capped logits (Gemma 2)
+      {128, 4, 3, 2, 1, 2, {16, 1, 83}, 1.0f},         // soft-capped logits (Gemma 2)
+      {64, 3, 4, 4, 2, 2, {1, 2, 33, 16}, 0.0f, true},  // attention sinks (gpt-oss)
   };
   for (KvDtype dtype : kDtypes)
     for (const BifCase& c : cases) run_bif_case(c, dtype, rng);

@@ -63,7 +63,7 @@ struct WorstError {
 TEST(CudaOps, GluMatchesCpu) {
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  for (const cuda::GluKind kind : {cuda::GluKind::kSwiGlu, cuda::GluKind::kGeGluTanh}) {
+  for (const cuda::GluKind kind : {cuda::GluKind::kSwiGlu, cuda::GluKind::kGeGluTanh, cuda::GluKind::kSwiGluOai}) {
     for (const int64_t n : {1, 3, 7, 83, 769, 5125, 100003}) {
       for (const int64_t offset : {0, 1}) {  // offset 1: unaligned pointers, scalar path
         std::vector<float> gate(n + 1), up(n + 1);
@@ -72,8 +72,10 @@ TEST(CudaOps, GluMatchesCpu) {
         std::vector<float> want(gate.begin() + offset, gate.begin() + offset + n);
         if (kind == cuda::GluKind::kSwiGlu)
           cpu::silu_mul(want.data(), up.data() + offset, n);
-        else
+        else if (kind == cuda::GluKind::kGeGluTanh)
           cpu::gelu_tanh_mul(want.data(), up.data() + offset, n);
+        else
+          cpu::swiglu_oai_mul(want.data(), up.data() + offset, n);
         DeviceBuffer<float> dg(gate), du(up), dout(n + 1);
         ASSERT_EQ(cuda::glu(kind, dg.ptr + offset, du.ptr + offset, dout.ptr + offset, n, nullptr), cudaSuccess);
         const std::vector<float> got = dout.download();
@@ -86,7 +88,8 @@ TEST(CudaOps, GluMatchesCpu) {
           worst.add(got[offset + i], want[i],
                     1e-6 + cancel * std::fabs(static_cast<double>(gate[offset + i]) * up[offset + i]), 1e-6, i);
         std::printf("glu %s n=%ld offset=%ld: worst |err| %.3g\n",
-                    kind == cuda::GluKind::kSwiGlu ? "swiglu" : "geglu", static_cast<long>(n),
+                    kind == cuda::GluKind::kSwiGlu ? "swiglu" : kind == cuda::GluKind::kGeGluTanh ? "geglu" : "swiglu-oai",
+                    static_cast<long>(n),
                     static_cast<long>(offset), worst.abs);
         EXPECT_LE(worst.excess, 0.0) << "n=" << n << " at " << worst.index;
       }

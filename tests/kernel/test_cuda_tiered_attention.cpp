@@ -356,7 +356,7 @@ TEST(CudaTieredAttention, BifurcatedOverBothTiersIsBitwiseResident) {
       const cuda::BifurcatedPlan plan = cuda::plan_bifurcated_attention(segs, seqs, n_heads, kv, 40);
       DeviceBuffer<uint8_t> dplan(plan.device_bytes);
       DeviceBuffer<float> ws(plan.workspace_floats);
-      EXPECT_EQ(cuda::bifurcated_attention(plan, kv, dq.ptr, out, dplan.ptr, ws.ptr, 0.1f, nullptr), cudaSuccess);
+      EXPECT_EQ(cuda::bifurcated_attention(plan, kv, dq.ptr, out, dplan.ptr, ws.ptr, 0.1f, nullptr, nullptr), cudaSuccess);
       for (auto* t : dtables) delete t;
     });
     EXPECT_TRUE(r.same) << kv_dtype_name(dtype);

@@ -60,6 +60,28 @@ TEST(Ops, GatedActivationsMatchDoubleReferenceAtEveryLevel) {
   if (!cpu::set_simd_level_for_testing("avx512")) cpu::set_simd_level_for_testing("avx2");
 }
 
+// gpt-oss's clamped SwiGLU against transformers' formula in double: gate clamped above at 7, up
+// to [-7, 7], (u + 1)·g·σ(1.702 g). Inputs span both clamps (|x| up to 200).
+TEST(Ops, ClampedSwigluMatchesDoubleReference) {
+  std::mt19937 rng(9);
+  for (const int64_t n : {1, 17, 4099}) {
+    const std::vector<float> g = inputs(n, rng), u = inputs(n, rng);
+    std::vector<float> y = g;
+    cpu::swiglu_oai_mul(y.data(), u.data(), n);
+    int clamped = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double gc = std::min<double>(g[i], 7.0), uc = std::clamp<double>(u[i], -7.0, 7.0);
+      clamped += g[i] > 7.0f || std::fabs(u[i]) > 7.0f;
+      const double want = (uc + 1.0) * gc / (1.0 + std::exp(-1.702 * gc));
+      ASSERT_LE(std::fabs(y[i] - want), 4e-7 * std::fabs(want) + 1e-7 * std::fabs(gc * (uc + 1.0)))
+          << "g " << g[i] << " u " << u[i] << " got " << y[i] << " want " << want;
+    }
+    if (n > 100) {
+      EXPECT_GT(clamped, 0);
+    }
+  }
+}
+
 // Softmax pieces (the sampler): exp_scaled_inplace writes exp((x - max) / T) and returns the sum;
 // sum_exp returns Σ exp(x - max). Per element |got - want| <= (4e-7 + 1.2e-7 |arg|) want (the
 // f32 argument's rounding; 0 below e^-87.5 is allowed: within 1e-38), sums within 1e-6

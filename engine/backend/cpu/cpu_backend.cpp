@@ -298,30 +298,30 @@ void CpuBackend::write_running(int32_t slot, const std::vector<float>& in) {
   for (int32_t l = 0; l < model_.config().n_layers; ++l) kv_->set_running(l, slot, in.data() + l * running);
 }
 
-DecodeArgs CpuBackend::decode_args(int32_t seq) {
+DecodeArgs CpuBackend::decode_args(int32_t layer, int32_t seq) {
   const ModelConfig& c = model_.config();
   const int64_t row = first_[seq] * c.q_dim();
   return DecodeArgs{act(Act::kQ) + row, act(Act::kAttn) + row, c.n_heads, plan_->seqs[seq].pos0, c.attn_scale,
-                    c.attn_softcap};
+                    c.attn_softcap, layer_sinks(layer)};
 }
 
 void CpuBackend::observe(int32_t layer, int32_t seq, const PagedKvView& view) {
   if (observer_ && plan_->seqs[seq].tokens.size() == 1)
-    observer_(layer, model_.config().layers[layer].sliding, view, decode_args(seq));
+    observer_(layer, model_.config().layers[layer].sliding, view, decode_args(layer, seq));
 }
 
-AttentionArgs CpuBackend::dense_args(int32_t seq, int32_t window) {
+AttentionArgs CpuBackend::dense_args(int32_t layer, int32_t seq, int32_t window) {
   const ModelConfig& c = model_.config();
   const SeqStep& s = plan_->seqs[seq];
   const int64_t row = first_[seq] * c.q_dim();
   return AttentionArgs{act(Act::kQ) + row, act(Act::kAttn) + row, static_cast<int32_t>(s.tokens.size()),
-                       c.n_heads, s.pos0, window, c.attn_scale, c.attn_softcap};
+                       c.n_heads, s.pos0, window, c.attn_scale, c.attn_softcap, layer_sinks(layer)};
 }
 
 void CpuBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   const SeqStep& s = plan_->seqs[seq];
   const PagedKvView view = kv_->view(layer, s.blocks->data());
-  const AttentionArgs args = dense_args(seq, window);
+  const AttentionArgs args = dense_args(layer, seq, window);
   const int32_t bs = kv_layout().block_size;
   const int32_t first_block = window > 0 ? std::max(0, s.pos0 - window + 1) / bs : 0;
   if (!reads_host(seq, first_block)) {
@@ -368,7 +368,7 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
         step_.staged_bytes += c.bytes;
       };
       try {
-        const int64_t bytes = cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
+        const int64_t bytes = cpu_sparse_decode(*threads_, view, decode_args(layer, seq), policy, state);
         count();
         return bytes;
       } catch (const HotRowsFull&) {  // one attention call needs more rows than the cache holds
@@ -380,13 +380,13 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
   }
   const PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
   observe(layer, seq, view);
-  return cpu_sparse_decode(*threads_, view, decode_args(seq), policy, state);
+  return cpu_sparse_decode(*threads_, view, decode_args(layer, seq), policy, state);
 }
 
 void CpuBackend::attend_resident_decode(ThreadPool& pool, int32_t layer, DecodeStep& step) {
   const PagedKvView view = kv_->view(layer, plan_->seqs[step.seq].blocks->data());
-  if (step.policy != nullptr) step.bytes = cpu_sparse_decode(pool, view, decode_args(step.seq), *step.policy, *step.state);
-  else cpu::paged_attention(pool, view, dense_args(step.seq, step.window));
+  if (step.policy != nullptr) step.bytes = cpu_sparse_decode(pool, view, decode_args(layer, step.seq), *step.policy, *step.state);
+  else cpu::paged_attention(pool, view, dense_args(layer, step.seq, step.window));
 }
 
 void CpuBackend::attend_decodes(int32_t layer, std::span<DecodeStep> steps) {
@@ -436,7 +436,7 @@ int64_t CpuBackend::attend_group(int32_t layer, const AttentionGroup& g) {
   for (int32_t j = 0; j < n; ++j) {
     local[g.members[j]] = j;
     views[j] = kv_->view(layer, plan_->seqs[g.members[j]].blocks->data());
-    args[j] = decode_args(g.members[j]);
+    args[j] = decode_args(layer, g.members[j]);
   }
   std::vector<ref::SharedSegment> segments;
   for (const SharedSpan& span : g.segments) {
@@ -471,6 +471,9 @@ void CpuBackend::route_experts(int32_t layer) {
   router_logits_.resize(T * c.n_experts);
   cpu::matmul(*threads_, r.type, r.data, r.rows, r.cols, act(Act::kXn), T, router_logits_.data(), options_.precision,
               r.packed.get());
+  const std::vector<float>& bias = weights_.layers[layer].router_bias;
+  if (!bias.empty())
+    for (int64_t t = 0; t < T; ++t) cpu::add_inplace(&router_logits_[t * c.n_experts], bias.data(), c.n_experts);
   route_tokens(router_logits_.data(), T, c.n_experts, c.n_experts_used, routing_);
 }
 
@@ -514,6 +517,14 @@ void CpuBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> o
   for (size_t i = 0; i < shared.size(); i += kMaxGroup)
     cpu::matmul_group(*threads_, shared.data() + i, static_cast<int>(std::min(kMaxGroup, shared.size() - i)), K,
                       act(in), 1, options_.precision);
+  for (const ExpertMatmulOut& o : outs) {  // gpt-oss: each pair's row plus its expert's bias row
+    const std::vector<float>& bias = expert_biases(L, o.w);
+    if (bias.empty()) continue;
+    const int64_t rows = expert_matrices(L, o.w)[0].rows;
+    for (int32_t e = 0; e < routing_.experts; ++e)
+      for (int32_t p = routing_.expert_begin[e]; p < routing_.expert_begin[e + 1]; ++p)
+        cpu::add_inplace(act(o.out) + p * rows, bias.data() + e * rows, rows);
+  }
 }
 
 void CpuBackend::combine_experts(Act out) {
@@ -534,10 +545,11 @@ void CpuBackend::combine_experts(Act out) {
 
 void CpuBackend::glu(Activation a) {
   const int64_t n = static_cast<int64_t>(positions_.size()) * act_width(model_.config(), Act::kGate);
-  if (a == Activation::kSilu)
-    cpu::silu_mul(act(Act::kGate), act(Act::kUp), n);
-  else
-    cpu::gelu_tanh_mul(act(Act::kGate), act(Act::kUp), n);
+  switch (a) {
+    case Activation::kSilu: cpu::silu_mul(act(Act::kGate), act(Act::kUp), n); break;
+    case Activation::kGeluTanh: cpu::gelu_tanh_mul(act(Act::kGate), act(Act::kUp), n); break;
+    case Activation::kSwigluOai: cpu::swiglu_oai_mul(act(Act::kGate), act(Act::kUp), n); break;
+  }
 }
 
 void CpuBackend::add(Act x, Act y) {

@@ -97,9 +97,14 @@ class CpuBackend final : public Backend {
   float* act(Act a) { return acts_[static_cast<int>(a)].data(); }
   const std::vector<float>& vector(int32_t layer, LayerVector v) const;
   const WeightMatrix& matrix(int32_t layer, LayerMatrix m) const;
-  DecodeArgs decode_args(int32_t seq);
+  DecodeArgs decode_args(int32_t layer, int32_t seq);
   // Dense attention of plan.seqs[seq]'s tokens (rows of kQ to kAttn), `window` > 0 limiting it.
-  AttentionArgs dense_args(int32_t seq, int32_t window);
+  AttentionArgs dense_args(int32_t layer, int32_t seq, int32_t window);
+  // The layer's attention sinks (gpt-oss), or null.
+  const float* layer_sinks(int32_t layer) const {
+    const std::vector<float>& s = weights_.layers[layer].attn_sinks;
+    return s.empty() ? nullptr : s.data();
+  }
   void observe(int32_t layer, int32_t seq, const PagedKvView& view);
   CpuKvStorage& storage(KvTier t) { return t == KvTier::kDevice ? *kv_ : *host_kv_; }
   // True when plan.seqs[seq]'s attention (keys from block `first` on) reads a host-tier block.

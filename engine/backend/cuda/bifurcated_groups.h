@@ -16,7 +16,8 @@ namespace fathom::cuda_backend_detail {
 // (its block_table unused).
 inline int64_t group_step(const PagedKvView& pool, const BatchPlan& plan, const AttentionGroup& g,
                           const int32_t* tables, int32_t table_stride, const float* q, float* out,
-                          const std::vector<int64_t>& first, int32_t n_heads, LogitScale scale, PolicyScratch& s,
+                          const std::vector<int64_t>& first, int32_t n_heads, LogitScale scale, const float* sinks,
+                          PolicyScratch& s,
                           cudaStream_t stream) {
   const int32_t n = static_cast<int32_t>(g.members.size());
   const size_t row = static_cast<size_t>(n_heads) * pool.head_dim;
@@ -42,7 +43,7 @@ inline int64_t group_step(const PagedKvView& pool, const BatchPlan& plan, const 
   s.plan.reserve_grow(bp.device_bytes);
   s.workspace.reserve_grow(std::max<size_t>(bp.workspace_floats, 1) * sizeof(float));
   FATHOM_CUDA_BACKEND_OK(cuda::bifurcated_attention(bp, pool, s.q.get(), s.out.get(), s.plan.get(),
-                                                    reinterpret_cast<float*>(s.workspace.get()), scale, stream));
+                                                    reinterpret_cast<float*>(s.workspace.get()), scale, sinks, stream));
   for (int32_t j = 0; j < n; ++j)
     FATHOM_CUDA_BACKEND_OK(cudaMemcpy(out + first[g.members[j]] * static_cast<int64_t>(row), s.out.get() + j * row,
                                       row * sizeof(float), cudaMemcpyDeviceToDevice));

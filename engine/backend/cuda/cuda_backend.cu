@@ -66,6 +66,8 @@ inline bool has_gemv(GgmlType t) {
 struct DevLayer {
   DeviceArray<float> attn_norm, ffn_norm;            // (dim)
   DeviceArray<float> bq, bk, bv;                     // (q_dim) (kv_dim) (kv_dim), or null
+  DeviceArray<float> bo;                             // (dim), or null
+  DeviceArray<float> attn_sinks;                     // (n_heads), gpt-oss, or null
   DeviceArray<float> q_norm, k_norm;                 // (head_dim), gemma3
   DeviceArray<float> post_attn_norm, post_ffn_norm;  // (dim), gemma3
   DevMatrix wq, wk, wv, wo, w_gate, w_up, w_down;  // empty (null data) where the model has none
@@ -74,6 +76,8 @@ struct DevLayer {
   // e · (bytes / n_experts).
   DeviceArray<float> router;  // (n_experts, dim)
   DevMatrix gate_exps, up_exps, down_exps;
+  DeviceArray<float> gate_exps_bias, up_exps_bias, down_exps_bias;  // gpt-oss: (n_experts, rows), or null
+  std::vector<float> router_bias;  // gpt-oss (n_experts), added on the host before routing
 };
 
 // Decode-sized batches (<= kGemvMaxRows rows) read quantized weights through quant_gemv in
@@ -156,7 +160,8 @@ class CudaBackend final : public Backend {
   float* act(Act a) { return acts_[static_cast<int>(a)].get(); }
   const float* vector(int32_t layer, LayerVector v) const;
   const DevMatrix& matrix(int32_t layer, LayerMatrix m) const;
-  DecodeArgs decode_args(int32_t seq);
+  DecodeArgs decode_args(int32_t layer, int32_t seq);
+  const float* layer_sinks(int32_t layer) const { return layers_[layer].attn_sinks.get(); }
   // `layer`'s view through a device block table: both tiers, and the host-read counter.
   PagedKvView view(int32_t layer, const int32_t* device_table) const;
   // Moves between the tiers run on copy_stream_; work outside that stream that touches KV waits
@@ -252,6 +257,7 @@ class CudaBackend final : public Backend {
   const int32_t* pair_token_ = nullptr;
   const float* pair_weight_ = nullptr;
   const int32_t* token_pair_ = nullptr;
+  const int32_t* pair_expert_ = nullptr;  // (pairs) gpt-oss: each pair's expert
   const cuda::ExpertRows* expert_items_ = nullptr;
   int32_t n_expert_items_ = 0;
   DeviceArray<float> attn_workspace_;
@@ -286,6 +292,12 @@ CudaBackend::CudaBackend(const Model& model, const ModelOptions& options)
     D.bq = upload_vector(L.bq);
     D.bk = upload_vector(L.bk);
     D.bv = upload_vector(L.bv);
+    D.bo = upload_vector(L.bo);
+    D.attn_sinks = upload_vector(L.attn_sinks);
+    D.gate_exps_bias = upload_vector(L.gate_exps_bias);
+    D.up_exps_bias = upload_vector(L.up_exps_bias);
+    D.down_exps_bias = upload_vector(L.down_exps_bias);
+    D.router_bias = L.router_bias;
     D.q_norm = upload_vector(L.q_norm);
     D.k_norm = upload_vector(L.k_norm);
     D.post_attn_norm = upload_vector(L.post_attn_norm);
@@ -782,11 +794,11 @@ void CudaBackend::write_running(int32_t slot, const std::vector<float>& in) {
     FATHOM_CUDA_BACKEND_OK(cuda::kv_set_running(kv_->append_target(l), slot, running_io_.get() + l * rf, stream_));
 }
 
-DecodeArgs CudaBackend::decode_args(int32_t seq) {
+DecodeArgs CudaBackend::decode_args(int32_t layer, int32_t seq) {
   const ModelConfig& c = config_;
   const int64_t row = first_[seq] * c.q_dim();
   return DecodeArgs{act(Act::kQ) + row, act(Act::kAttn) + row, c.n_heads, plan_->seqs[seq].pos0, c.attn_scale,
-                    c.attn_softcap};
+                    c.attn_softcap, layer_sinks(layer)};
 }
 
 int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
@@ -795,13 +807,14 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
   CudaPolicyContext ctx{scratch_, stream_, policy.kind, {}};
   if (row_cache_)
     ctx.cache_rows = [&](const RowsOf& positions_of) { cache_rows(layer, seq, policy.kind, positions_of); };
-  return step(this->view(layer, seq_table(layer, seq)), decode_args(seq), policy, state, ctx);
+  return step(this->view(layer, seq_table(layer, seq)), decode_args(layer, seq), policy, state, ctx);
 }
 
 int64_t CudaBackend::attend_group(int32_t layer, const AttentionGroup& group) {
   const ModelConfig& c = config_;
   return group_step(view(layer, nullptr), *plan_, group, layer_tables(layer), table_stride_, act(Act::kQ),
-                    act(Act::kAttn), first_, c.n_heads, LogitScale{c.attn_scale, c.attn_softcap}, scratch_, stream_);
+                    act(Act::kAttn), first_, c.n_heads, LogitScale{c.attn_scale, c.attn_softcap}, layer_sinks(layer),
+                    scratch_, stream_);
 }
 
 void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
@@ -817,6 +830,7 @@ void CudaBackend::attend_dense(int32_t layer, int32_t seq, int32_t window) {
   args.window = window;
   args.scale = c.attn_scale;
   args.softcap = c.attn_softcap;
+  args.sinks = layer_sinks(layer);
   const cuda::DecodeAttentionPlan ap = cuda::plan_paged_decode_attention(view, args);
   if (ap.workspace_floats > 0) attn_workspace_.reserve_grow(ap.workspace_floats);
   FATHOM_CUDA_BACKEND_OK(cuda::paged_decode_attention(view, args, ap, attn_workspace_.get(), stream_));
@@ -835,11 +849,21 @@ void CudaBackend::route_experts(int32_t layer) {
   router_host_.resize(static_cast<size_t>(T_ * E));
   FATHOM_CUDA_BACKEND_OK(cudaMemcpy(router_host_.data(), router_logits_.get(), router_host_.size() * sizeof(float),
                                     cudaMemcpyDeviceToHost));
+  const std::vector<float>& bias = layers_[layer].router_bias;
+  if (!bias.empty())
+    for (int64_t t = 0; t < T_; ++t)
+      for (int32_t e = 0; e < E; ++e) router_host_[t * E + e] += bias[e];
   route_tokens(router_host_.data(), T_, E, c.n_experts_used, routing_);
   std::vector<cuda::ExpertRows> items;
   for (int32_t e = 0; e < E; ++e) {
     const int32_t begin = routing_.expert_begin[e], end = routing_.expert_begin[e + 1];
     for (int32_t p = begin; p < end; p += 4) items.push_back({e, p, std::min(4, end - p)});
+  }
+  if (layers_[layer].gate_exps_bias.get() != nullptr) {  // gpt-oss: each pair's expert, for its bias rows
+    std::vector<int32_t> pair_expert(static_cast<size_t>(routing_.pairs()));
+    for (int32_t e = 0; e < E; ++e)
+      std::fill(pair_expert.begin() + routing_.expert_begin[e], pair_expert.begin() + routing_.expert_begin[e + 1], e);
+    pair_expert_ = uploads_.put(pair_expert);
   }
   pair_token_ = uploads_.put(routing_.pair_token);
   pair_weight_ = uploads_.put(routing_.pair_weight);
@@ -870,6 +894,9 @@ void CudaBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> 
     const DevMatrix& m = expert_matrices(D, o.w);
     const int64_t rows = m.rows / config_.n_experts, stride = rows * static_cast<int64_t>(ggml_row_size(m.type, m.cols));
     grouped_gemv(m.type, m.data, stride, rows, m.cols, x, act(o.out), expert_items_, n_expert_items_);
+    const DeviceArray<float>& bias = expert_biases(D, o.w);
+    if (bias.get() != nullptr)
+      FATHOM_CUDA_BACKEND_OK(cuda::add_row_bias(act(o.out), bias.get(), pair_expert_, pairs, rows, stream_));
     step_.expert_bytes += stride * n_expert_items_;  // each run of <= 4 pairs reads its expert's rows
   }
 }
@@ -880,7 +907,9 @@ void CudaBackend::combine_experts(Act out) {
 }
 
 void CudaBackend::glu(Activation a) {
-  const cuda::GluKind kind = a == Activation::kSilu ? cuda::GluKind::kSwiGlu : cuda::GluKind::kGeGluTanh;
+  const cuda::GluKind kind = a == Activation::kSilu       ? cuda::GluKind::kSwiGlu
+                             : a == Activation::kGeluTanh ? cuda::GluKind::kGeGluTanh
+                                                          : cuda::GluKind::kSwiGluOai;
   FATHOM_CUDA_BACKEND_OK(cuda::glu(kind, act(Act::kGate), act(Act::kUp), act(Act::kGate),
                                    T_ * act_width(config_, Act::kGate), stream_));
 }
