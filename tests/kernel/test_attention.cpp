@@ -230,6 +230,7 @@ TEST(PagedAttention, SoftCapsAndSinksMatchReference) {
                                                                      {"avx512", cpu::partial_attention_avx512()}};
   ThreadPool pool(2);
   int runs = 0;
+  float worst_effect[2] = {0, 0};  // the largest move of the output by the cap, by the sinks
   for (const bool sinks : {false, true})
     for (int32_t d : {64, 128})
       for (int32_t g : {1, 4})
@@ -255,11 +256,9 @@ TEST(PagedAttention, SoftCapsAndSinksMatchReference) {
                   plain.sinks = nullptr;
                   plain.out = plain_out.data();
                   ref::paged_attention(kv, plain);
-                  float effect = 0;  // how far the cap or the sinks move the output
+                  float effect = 0;  // how far the cap or the sinks move this case's output
                   for (size_t i = 0; i < expect.size(); ++i) effect = std::max(effect, std::fabs(expect[i] - plain_out[i]));
-                  if (s > 1 || sinks) {
-                    ASSERT_GT(effect, 1e-3f);  // 100 times the tolerance
-                  }
+                  worst_effect[sinks] = std::max(worst_effect[sinks], effect);
                   for (const auto& [name, kernel] : kernels) {
                     if (!kernel) continue;
                     std::fill(got.begin(), got.end(), NAN);
@@ -274,7 +273,10 @@ TEST(PagedAttention, SoftCapsAndSinksMatchReference) {
                     ++runs;
                   }
                 }
-  std::printf("soft-capped / sink paged attention: %d kernel runs\n", runs);
+  std::printf("soft-capped / sink paged attention: %d kernel runs; the cap moves outputs up to %.3g, sinks %.3g\n",
+              runs, worst_effect[0], worst_effect[1]);
+  EXPECT_GT(worst_effect[0], 0.05f);  // thousands of times the tolerance: a kernel ignoring them fails
+  EXPECT_GT(worst_effect[1], 0.05f);
 }
 
 }  // namespace
