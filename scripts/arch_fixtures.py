@@ -1,4 +1,4 @@
-"""Tiny random-weight Qwen2, Qwen3, Phi-3, Llama 3.1, Qwen3-MoE, Mixtral and Gemma 2 models, and transformers' logits for them.
+"""Tiny random-weight Qwen2, Qwen3, Phi-3, Llama 3.1, Qwen3-MoE, Mixtral, Mistral, Gemma 2 and gpt-oss models, and transformers' logits for them.
 
 Part of `make fixtures` (scripts/make_fixtures.py calls make_all; .venv-fixtures). For each family it
 
@@ -43,7 +43,7 @@ import gguf
 import numpy as np
 import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, GptOssConfig, GptOssForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
                           Qwen3MoeForCausalLM)
@@ -147,8 +147,21 @@ FAMILIES = {
                            attn_logit_softcapping=20.0, final_logit_softcapping=10.0,
                            rope_parameters=dict(rope_type="default", rope_theta=1e4)),
                    ablation="the soft-capping left out", gguf_only=True),
+    # gpt-oss-style: attention sinks, Q/K/V/O biases, every other layer a 24-token window (128
+    # there), 4 experts of 80 with top-2 routing (softmax over the top-2 biased router logits),
+    # expert biases, the clamped SwiGLU (gate and up interleaved in gate_up_proj), untruncated YaRN
+    # (factor 4 over an original 64 of 256; theta 150000), head_dim 32 (q_dim 128 != hidden 64).
+    # Weights bf16 (the released experts are MXFP4, whose kernels test_dequant covers). GGUF only:
+    # fathom refuses gpt-oss directories (their experts would have to be transposed and split).
+    "gpt-oss": dict(arch="gpt-oss", model=GptOssForCausalLM, config=GptOssConfig, pre="gpt2", tokenizer="GPT2Tokenizer",
+                    hf=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-5,
+                            tie_word_embeddings=False, sliding_window=24,
+                            num_local_experts=4, num_experts_per_tok=2,
+                            rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=4.0, beta_fast=32.0,
+                                                 beta_slow=1.0, truncate=False, original_max_position_embeddings=64)),
+                    ablation="the attention sinks left out", min_router_gap=0.02, seed=7300, gguf_only=True),
 }
-MOE = ("qwen3moe", "mixtral")
+MOE = ("qwen3moe", "mixtral", "gpt-oss")
 
 
 def build_model(spec, seed, hf_overrides=None):
@@ -162,8 +175,10 @@ def build_model(spec, seed, hf_overrides=None):
     gemma = spec["arch"] == "gemma2"
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(".bias"):  # transformers starts them at 0: a bias read wrongly would not show
+            if name.endswith((".bias", "_bias")):  # transformers starts them at 0: a bias read wrongly would not show
                 p.normal_(0.0, 0.5)
+            if name.endswith(".sinks"):  # gpt-oss: logits of the size of the keys'
+                p.normal_(0.0, 1.0)
         for p in model.parameters():  # bf16 values: the bf16 files hold this model exactly
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
         if gemma:  # Gemma scales by 1 + w, which the converters store: 1 + w a bf16 value too
@@ -264,7 +279,7 @@ def write_gguf(path, model, spec):
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_rope_freq_base(rope["rope_theta"])
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    if arch in ("qwen3", "qwen3moe", "gemma2"):
+    if arch in ("qwen3", "qwen3moe", "gemma2", "gpt-oss"):
         w.add_key_length(cfg.head_dim)
         w.add_value_length(cfg.head_dim)
     if arch == "gemma2":
@@ -280,6 +295,12 @@ def write_gguf(path, model, spec):
         w.add_expert_used_count(cfg.num_experts_per_tok)
     if arch == "qwen3moe":
         w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    if arch == "gpt-oss":  # what llama.cpp's converter writes for it
+        w.add_expert_feed_forward_length(cfg.intermediate_size)
+        w.add_sliding_window(cfg.sliding_window)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rope["factor"])
+        w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
     if arch == "phi3":
         w.add_rope_scaling_orig_ctx_len(rope.get("original_max_position_embeddings",
                                                  cfg.original_max_position_embeddings))
@@ -300,12 +321,18 @@ def write_gguf(path, model, spec):
         w.add_sliding_window(cfg.sliding_window)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
     add_bpe_vocab(w, byte_vocab(), {END}, ["a b"], spec["pre"], eos=END)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper().replace("-", "_")], cfg.num_hidden_layers)
     for hf_name, t in model.state_dict().items():
         if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue
-        if ".mlp.gate." in hf_name or ".mlp.experts." in hf_name:
+        if arch != "gpt-oss" and (".mlp.gate." in hf_name or ".mlp.experts." in hf_name):
             add_moe_tensor(w, hf_name, t)
+            continue
+        if arch == "gpt-oss" and (".mlp.experts." in hf_name or ".mlp.router." in hf_name):
+            add_gpt_oss_moe_tensor(w, hf_name, t)
+            continue
+        if hf_name.endswith(".sinks"):  # f32, as the converter writes 1-D tensors
+            w.add_tensor(f"blk.{hf_name.split('.')[2]}.attn_sinks.weight", t.detach().to(torch.float32).numpy())
             continue
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
@@ -347,6 +374,38 @@ def add_moe_tensor(w, hf_name, t):
         raise KeyError(f"{hf_name}: an MoE tensor the fixture does not lay out")
 
 
+def add_gpt_oss_moe_tensor(w, hf_name, t):
+    """gpt-oss's MoE layout -> llama.cpp's: the router's weight and bias (f32), gate_up_proj (n_experts,
+    dim, 2 ffn: gate and up interleaved) transposed and split into ffn_gate_exps / ffn_up_exps, down_proj
+    (n_experts, ffn, dim) transposed into ffn_down_exps, and their biases split the same way (f32)."""
+    bid = int(hf_name.split(".")[2])
+    data = t.detach().to(torch.float32).numpy()
+
+    def bf16(name, x):
+        w.add_tensor(f"blk.{bid}.{name}.weight", gguf.quants.quantize(np.ascontiguousarray(x), gguf.GGMLQuantizationType.BF16),
+                     raw_dtype=gguf.GGMLQuantizationType.BF16)
+
+    def f32(name, x):
+        w.add_tensor(f"blk.{bid}.{name}", np.ascontiguousarray(x, dtype=np.float32))
+    if hf_name.endswith(".mlp.router.weight"):
+        f32("ffn_gate_inp.weight", data)
+    elif hf_name.endswith(".mlp.router.bias"):
+        f32("ffn_gate_inp.bias", data)
+    elif hf_name.endswith(".mlp.experts.gate_up_proj"):
+        data = data.transpose(0, 2, 1)  # (n_experts, 2 ffn, dim)
+        bf16("ffn_gate_exps", data[:, ::2, :])
+        bf16("ffn_up_exps", data[:, 1::2, :])
+    elif hf_name.endswith(".mlp.experts.gate_up_proj_bias"):
+        f32("ffn_gate_exps.bias", data[:, ::2])
+        f32("ffn_up_exps.bias", data[:, 1::2])
+    elif hf_name.endswith(".mlp.experts.down_proj"):
+        bf16("ffn_down_exps", data.transpose(0, 2, 1))
+    elif hf_name.endswith(".mlp.experts.down_proj_bias"):
+        f32("ffn_down_exps.bias", data)
+    else:
+        raise KeyError(f"{hf_name}: a gpt-oss MoE tensor the fixture does not lay out")
+
+
 def router_min_gap(model, sequences):
     """The smallest gap between the k-th and (k+1)-th router logit over every token of `sequences`
     and every layer: how close a routing is to a tie."""
@@ -357,7 +416,8 @@ def router_min_gap(model, sequences):
         top = torch.topk(output[0].to(torch.float64), k + 1, dim=-1).values
         gaps.append(float((top[:, k - 1] - top[:, k]).min()))
     for layer in model.model.layers:
-        hooks.append(layer.mlp.gate.register_forward_hook(hook))
+        router = layer.mlp.router if hasattr(layer.mlp, "router") else layer.mlp.gate  # gpt-oss's, the others'
+        hooks.append(router.register_forward_hook(hook))
     try:
         logits_of(model, sequences)
     finally:
@@ -426,8 +486,9 @@ def compare_ggufs(ours, theirs, arch):
     def keys(r):
         return {k: f.contents() for k, f in r.fields.items() if k.startswith(arch + ".")}
     ka, kb = keys(a), keys(b)
-    differ = sorted(k for k in set(ka) | set(kb)
-                    if k not in ka or k not in kb or not np.allclose(ka[k], kb[k], rtol=1e-7, atol=0))
+    def same(x, y):
+        return x == y if isinstance(x, str) or isinstance(y, str) else np.allclose(x, y, rtol=1e-7, atol=0)
+    differ = sorted(k for k in set(ka) | set(kb) if k not in ka or k not in kb or not same(ka[k], kb[k]))
     return dict(tensors_that_differ=sorted(tensors), arch_keys_that_differ={k: [ka.get(k), kb.get(k)] for k in differ})
 
 
@@ -485,6 +546,12 @@ def ablated(name, spec, model):
         return same_weights(spec, model, dict(sliding_window=None))
     if name == "gemma2":
         return same_weights(spec, model, dict(attn_logit_softcapping=None, final_logit_softcapping=None))
+    if name == "gpt-oss":
+        other = same_weights(spec, model, None)
+        with torch.no_grad():
+            for layer in other.model.layers:
+                layer.self_attn.sinks.fill_(-1e4)  # weighs nothing in any softmax
+        return other
     rope = dict(spec["hf"]["rope_parameters"], long_factor=SHORT_FACTORS)
     return same_weights(spec, model, dict(rope_parameters=rope))
 

@@ -146,7 +146,9 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
       L.q_norm = load.vector(p + "attn_q_norm.weight", c.head_dim);
       L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
     }
-    L.ffn_norm = load.vector(p + "ffn_norm.weight", c.dim);
+    // gpt-oss's pre-MLP norm carries the name llama.cpp gives post-attention norms.
+    L.ffn_norm = load.vector(p + (c.arch == Architecture::kGptOss ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                             c.dim);
     if (c.moe()) {  // qwen3moe's and Mixtral's experts
       L.router = load.matrix(p + "ffn_gate_inp.weight", c.n_experts, c.dim);
       // llama.cpp's stacked ffn_*_exps, or one tensor per expert (ffn_gate.<e>: llama.cpp's layout

@@ -1,4 +1,4 @@
-// qwen2, qwen3, phi3, llama, qwen3moe, Mixtral and gemma2 against Hugging Face transformers, on the CPU
+// qwen2, qwen3, phi3, llama, qwen3moe, Mixtral, Mistral, gemma2 and gpt-oss against Hugging Face transformers, on the CPU
 // backend and the CUDA backend under emulation, loaded from our GGUF and from
 // the Hugging Face directory itself (translated at load: engine/model/hf_dir.h); and llama.cpp's own
 // converter's GGUF of the same checkpoints.
@@ -23,6 +23,9 @@
 //                  drops the window: its GGUF is not compared, the directory is)
 //   gemma2         attention and final logit soft-capping (20 and 10), every other layer a 24-token
 //                  window, head_dim 48, post norms, GeGLU; GGUF only (fathom refuses Gemma's directories)
+//   gpt-oss        attention sinks, Q/K/V/O biases, every other layer a 24-token window, 4 experts of
+//                  80, top-2 over biased router logits, expert biases, the clamped SwiGLU, untruncated
+//                  YaRN; GGUF only (fathom refuses gpt-oss directories)
 // The MoE fixtures' prompts route no token near a tie (the k-th and (k+1)-th router logits >= 0.01
 // apart: router_min_gap in the JSON), so rounding does not change which experts run. Their Hugging
 // Face directories store one tensor per expert (experts.<e>.*), which load as llama.cpp's older
@@ -43,7 +46,8 @@
 // 1.7 to 2.0 — qwen2 without its biases, qwen3 without its QK norms, phi3 without its window,
 // phi3-longrope with the short factors, llama without its llama3 scaling (1.8); 1.03 — qwen3moe
 // without renormalising the top-2 weights; 1.65 — mixtral routing each token to its top-1 expert
-// only; 0.93 — gemma2 without its soft-capping; 1.77 — mistral without its window; and fathom rotating adjacent pairs instead of
+// only; 0.93 — gemma2 without its soft-capping; 1.77 — mistral without its window; 1.00 — gpt-oss
+// without its sinks; and fathom rotating adjacent pairs instead of
 // NEOX's: 1.6 to 2.2.
 // Greedy: 32 tokens after a prompt the fixture chose for clear margins (every step's top-1 minus
 // top-2 logit is ≥ 1.5% of max|logit|): the CPU's and CUDA's ids equal transformers'.
@@ -292,7 +296,9 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchFixture,
 INSTANTIATE_TEST_SUITE_P(Moe, ArchFixture,
                          ::testing::Combine(::testing::Values("qwen3moe", "mixtral"), ::testing::Bool()),
                          param_name);
-INSTANTIATE_TEST_SUITE_P(GgufOnly, ArchFixture, ::testing::Combine(::testing::Values("gemma2"), ::testing::Values(false)),
+INSTANTIATE_TEST_SUITE_P(GgufOnly, ArchFixture,
+                         ::testing::Combine(::testing::Values("gemma2", "gpt-oss"), ::testing::Values(false)), param_name);
+INSTANTIATE_TEST_SUITE_P(GgufOnly, MoeFixture, ::testing::Combine(::testing::Values("gpt-oss"), ::testing::Values(false)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Families, MoeFixture,
                          ::testing::Combine(::testing::Values("qwen3moe", "mixtral"), ::testing::Bool()),
