@@ -238,10 +238,15 @@ TEST(ArchConfig, TensorsTheLoaderDoesNotUseAreRefusedByName) {
   for (const char* arch : {"qwen2", "qwen3", "phi3"}) {
     ModelImage m = tiny(arch);
     ASSERT_EQ(refusal(m), "(loaded)") << arch;
-    m.tensor("blk.0.attn_output.bias", {kDim});  // an output bias: no kernel adds it
+    m.tensor("blk.0.ffn_down.bias", {kDim});  // an MLP bias: no kernel adds it
     const std::string r = refusal(m);
-    EXPECT_TRUE(has(r, "'blk.0.attn_output.bias'") && has(r, "does not use")) << arch << ": " << r;
+    EXPECT_TRUE(has(r, "'blk.0.ffn_down.bias'") && has(r, "does not use")) << arch << ": " << r;
   }
+  // The attention output's bias is read (llama's attention_bias, gpt-oss).
+  ModelImage with_bo = tiny("qwen2");
+  with_bo.tensor("blk.0.attn_output.bias", {kDim});
+  const GgufFile& f = with_bo.file();
+  EXPECT_EQ(ModelWeights::from_gguf(f, ModelConfig::from_gguf(f)).layers[0].bo.size(), kDim);
   // Both a fused QKV and separate Q, K, V: the separate ones would be ignored.
   ModelImage both = tiny("phi3");
   both.tensor("blk.0.attn_q.weight", {kDim, 8});
@@ -361,6 +366,52 @@ TEST(ArchConfig, ExpertsAreOneViewPerExpertOfTheStackedTensors) {
     // three matrices (ffn rows or columns each), the output.
     const size_t row = kDim * sizeof(float), q = arch == "qwen3moe" ? 12 : 8, kv = q / 2;
     EXPECT_EQ(w.matrix_bytes, (q + 2 * kv + q + kExperts + 2 * 3 * ffn + kVocab) * row) << arch;
+  }
+}
+
+// gpt-oss: every other layer a window (the first sliding), sinks and the biases of the attention
+// output, the router and the experts all required (each named when missing), its pre-MLP norm under
+// llama.cpp's post_attention_norm name, yarn untruncated.
+ModelImage tiny_gpt_oss() {
+  ModelImage m = tiny_moe("qwen3moe");
+  m.set("general.architecture", std::string("gpt-oss"));
+  for (const char* k : {"block_count", "context_length", "embedding_length", "feed_forward_length",
+                        "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
+                        "rope.freq_base", "attention.key_length", "attention.value_length", "expert_count",
+                        "expert_used_count", "expert_feed_forward_length"})
+    m.drop(std::string("qwen3moe.") + k);
+  m.set("gpt-oss.block_count", 1u).set("gpt-oss.context_length", 64u).set("gpt-oss.embedding_length", 8u);
+  m.set("gpt-oss.feed_forward_length", 5u).set("gpt-oss.attention.head_count", 2u);
+  m.set("gpt-oss.attention.head_count_kv", 1u).set("gpt-oss.attention.layer_norm_rms_epsilon", 1e-5f);
+  m.set("gpt-oss.attention.key_length", 6u).set("gpt-oss.attention.value_length", 6u);
+  m.set("gpt-oss.expert_count", 4u).set("gpt-oss.expert_used_count", 2u).set("gpt-oss.expert_feed_forward_length", 5u);
+  m.set("gpt-oss.attention.sliding_window", 16u).set("gpt-oss.rope.scaling.type", std::string("yarn"));
+  m.set("gpt-oss.rope.scaling.factor", 4.0f).set("gpt-oss.rope.scaling.original_context_length", 16u);
+  m.drop("blk.0.attn_q_norm.weight").drop("blk.0.attn_k_norm.weight");
+  m.drop("blk.0.ffn_norm.weight").tensor("blk.0.post_attention_norm.weight", {kDim});
+  m.tensor("blk.0.attn_sinks.weight", {2}).tensor("blk.0.attn_output.bias", {kDim});
+  m.tensor("blk.0.ffn_gate_inp.bias", {kExperts}).tensor("blk.0.ffn_gate_exps.bias", {kQwenExpertFfn, kExperts});
+  m.tensor("blk.0.ffn_up_exps.bias", {kQwenExpertFfn, kExperts}).tensor("blk.0.ffn_down_exps.bias", {kDim, kExperts});
+  return m;
+}
+
+TEST(ArchConfig, GptOssLayoutAndRequiredTensors) {
+  ModelImage m = tiny_gpt_oss();
+  ASSERT_EQ(refusal(m), "(loaded)");
+  const GgufFile& f = m.file();
+  const ModelConfig c = ModelConfig::from_gguf(f);
+  EXPECT_EQ(c.arch, Architecture::kGptOss);
+  EXPECT_TRUE(c.attn_sinks && c.rope_neox && !c.rope_scaling.yarn_truncate);
+  EXPECT_EQ(c.activation, Activation::kSwigluOai);
+  EXPECT_TRUE(c.layers[0].sliding);
+  EXPECT_EQ(c.layers[0].window, 16);
+  const ModelWeights w = ModelWeights::from_gguf(f, c);
+  EXPECT_EQ(w.layers[0].attn_sinks.size(), 2u);
+  EXPECT_EQ(w.layers[0].down_exps_bias.size(), kExperts * kDim);
+  for (const char* t : {"blk.0.attn_sinks.weight", "blk.0.ffn_gate_inp.bias", "blk.0.ffn_up_exps.bias"}) {
+    ModelImage missing = tiny_gpt_oss();
+    missing.drop(t);
+    EXPECT_TRUE(has(refusal(missing), std::string("'") + t + "'")) << t << ": " << refusal(missing);
   }
 }
 
