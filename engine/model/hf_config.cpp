@@ -337,8 +337,8 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
 
   if (const auto act = k.string("hidden_act"); act && *act != "silu")
     throw Error(path + ": hidden_act " + shown(*act) + " is not supported by fathom's " + out.arch + " (silu only)");
-  // Biases are read from the checkpoint's tensors; one fathom lacks (o_proj's, the MLP's) is refused
-  // by the weights loader, which names it.
+  // Biases are read from the checkpoint's tensors (Q, K, V and o_proj's); one fathom lacks (the
+  // MLP's) is refused by the weights loader, which names it.
   k.boolean("attention_bias");
   k.boolean("mlp_bias");
   k.neutral_only("lm_head_bias", false, "an output bias");
