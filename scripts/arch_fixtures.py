@@ -159,7 +159,7 @@ FAMILIES = {
                             num_local_experts=4, num_experts_per_tok=2,
                             rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=4.0, beta_fast=32.0,
                                                  beta_slow=1.0, truncate=False, original_max_position_embeddings=64)),
-                    ablation="the attention sinks left out", min_router_gap=0.02, seed=7300, gguf_only=True),
+                    ablation="the attention sinks left out", min_router_gap=0.02, seed=8300, gguf_only=True),
 }
 MOE = ("qwen3moe", "mixtral", "gpt-oss")
 
@@ -265,8 +265,9 @@ def llama3_rope_freqs(cfg):
     return torch.tensor(out, dtype=torch.float32).numpy()
 
 
-def write_gguf(path, model, spec):
-    """GGUF as llama.cpp's converter writes this family with --outtype bf16: 2-D tensors bf16, 1-D f32."""
+def write_gguf(path, model, spec, mxfp4_experts=False):
+    """GGUF as llama.cpp's converter writes this family with --outtype bf16: 2-D tensors bf16, 1-D f32
+    (gpt-oss with mxfp4_experts: its experts' gate and up matrices MXFP4, as released)."""
     cfg, arch = model.config, spec["arch"]
     rope = cfg.rope_parameters
     w = gguf.GGUFWriter(str(path), arch)
@@ -329,7 +330,7 @@ def write_gguf(path, model, spec):
             add_moe_tensor(w, hf_name, t)
             continue
         if arch == "gpt-oss" and (".mlp.experts." in hf_name or ".mlp.router." in hf_name):
-            add_gpt_oss_moe_tensor(w, hf_name, t)
+            add_gpt_oss_moe_tensor(w, hf_name, t, mxfp4_experts)
             continue
         if hf_name.endswith(".sinks"):  # f32, as the converter writes 1-D tensors
             w.add_tensor(f"blk.{hf_name.split('.')[2]}.attn_sinks.weight", t.detach().to(torch.float32).numpy())
@@ -374,7 +375,7 @@ def add_moe_tensor(w, hf_name, t):
         raise KeyError(f"{hf_name}: an MoE tensor the fixture does not lay out")
 
 
-def add_gpt_oss_moe_tensor(w, hf_name, t):
+def add_gpt_oss_moe_tensor(w, hf_name, t, mxfp4=False):
     """gpt-oss's MoE layout -> llama.cpp's: the router's weight and bias (f32), gate_up_proj (n_experts,
     dim, 2 ffn: gate and up interleaved) transposed and split into ffn_gate_exps / ffn_up_exps, down_proj
     (n_experts, ffn, dim) transposed into ffn_down_exps, and their biases split the same way (f32)."""
@@ -387,14 +388,20 @@ def add_gpt_oss_moe_tensor(w, hf_name, t):
 
     def f32(name, x):
         w.add_tensor(f"blk.{bid}.{name}", np.ascontiguousarray(x, dtype=np.float32))
+
+    def gate_or_up(name, x):
+        if not mxfp4:
+            return bf16(name, x)
+        w.add_tensor(f"blk.{bid}.{name}.weight", gguf.quants.quantize(np.ascontiguousarray(x), gguf.GGMLQuantizationType.MXFP4),
+                     raw_dtype=gguf.GGMLQuantizationType.MXFP4)
     if hf_name.endswith(".mlp.router.weight"):
         f32("ffn_gate_inp.weight", data)
     elif hf_name.endswith(".mlp.router.bias"):
         f32("ffn_gate_inp.bias", data)
     elif hf_name.endswith(".mlp.experts.gate_up_proj"):
         data = data.transpose(0, 2, 1)  # (n_experts, 2 ffn, dim)
-        bf16("ffn_gate_exps", data[:, ::2, :])
-        bf16("ffn_up_exps", data[:, 1::2, :])
+        gate_or_up("ffn_gate_exps", data[:, ::2, :])
+        gate_or_up("ffn_up_exps", data[:, 1::2, :])
     elif hf_name.endswith(".mlp.experts.gate_up_proj_bias"):
         f32("ffn_gate_exps.bias", data[:, ::2])
         f32("ffn_up_exps.bias", data[:, 1::2])
@@ -404,6 +411,21 @@ def add_gpt_oss_moe_tensor(w, hf_name, t):
         f32("ffn_down_exps.bias", data)
     else:
         raise KeyError(f"{hf_name}: a gpt-oss MoE tensor the fixture does not lay out")
+
+
+def mxfp4_reference(spec, model):
+    """The model with its experts' gate and up weights as MXFP4 stores them (quantized and dequantized
+    by the gguf package): the exact reference of the MXFP4 file (down_proj stays bf16: its rows of 80
+    are not whole 32-element blocks)."""
+    other = same_weights(spec, model, None)
+    with torch.no_grad():
+        for layer in other.model.layers:
+            p = layer.mlp.experts.gate_up_proj  # (n_experts, dim, 2 ffn)
+            rows = p.detach().transpose(1, 2).contiguous().numpy()  # (n_experts, 2 ffn, dim): GGUF rows
+            q = gguf.quants.quantize(rows, gguf.GGMLQuantizationType.MXFP4)
+            back = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.MXFP4).reshape(rows.shape)
+            p.copy_(torch.from_numpy(back).transpose(1, 2))
+    return other
 
 
 def router_min_gap(model, sequences):
@@ -597,6 +619,12 @@ def make(name, spec, seed, prompts, out):
         greedy=dict(prompt=greedy_prompt, ids=ids, margins=margins),
         llamacpp=dict(llama_cpp_python=LLAMA_CPP_PYTHON, **converter),
         made_with=made_with())
+    if name == "gpt-oss":  # the released layout: MXFP4 experts
+        write_gguf(out / f"{name}.mxfp4.gguf", reference, spec, mxfp4_experts=True)
+        mx = logits_of(mxfp4_reference(spec, reference), prompts).astype("<f4")
+        mx.tofile(out / f"{name}.mxfp4.logits.f32")
+        meta.update(mxfp4=dict(gguf=f"{name}.mxfp4.gguf", logits=f"{name}.mxfp4.logits.f32",
+                               vs_bf16_rel=rel_error(mx, logits)))
     if name in MOE:
         meta.update(seed=seed, router_min_gap=dict(prompts=router_min_gap(reference, prompts),
                                                    greedy=router_min_gap(reference, [greedy_prompt + ids])))

@@ -56,6 +56,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
@@ -197,6 +198,28 @@ TEST(Gemma2, SparsePolicyStepsDecodeDensely) {
   step(n - 1, &alisa, sparse);  // the same token again (its K/V do not depend on the last layer)
   ASSERT_EQ(dense.size(), sparse.size());
   for (size_t i = 0; i < dense.size(); ++i) ASSERT_EQ(dense[i], sparse[i]) << "logit " << i;
+}
+
+// gpt-oss as released: its experts' gate and up matrices MXFP4. The reference is transformers with
+// those weights as the gguf package dequantizes them (0.72 of max|logit| from the bf16 model's), so
+// the MXFP4 expert kernels (CPU dot and tiled GEMM, CUDA GEMV) are held to it like any other.
+TEST(GptOss, Mxfp4ExpertsMatchTheDequantizedReference) {
+  Fixture f = logits_fixture::load(kDir, "gpt-oss");
+  const nlohmann::json mx = f.meta["mxfp4"];
+  std::ifstream l(kDir + mx["logits"].get<std::string>(), std::ios::binary);  // same prompts, same shape
+  l.read(reinterpret_cast<char*>(f.logits.data()), static_cast<std::streamsize>(f.logits.size() * sizeof(float)));
+  ASSERT_TRUE(l.good());
+  const std::unique_ptr<Model> model = Model::load(kDir + mx["gguf"].get<std::string>());
+  ASSERT_EQ(model->weights().layers[0].gate_exps[0].type, GgmlType::MXFP4);
+  const ModelOptions o = options();
+  CpuBackend cpu(*model, o);
+  EXPECT_LE(worst_row_error(logits_fixture::run_prompts(cpu, f, o.block_size, kChunk), f.logits, f.vocab,
+                            "gpt-oss mxfp4 cpu"),
+            kCpuTol);
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*model, o);
+  EXPECT_LE(worst_row_error(logits_fixture::run_prompts(*cuda, f, o.block_size, kChunk), f.logits, f.vocab,
+                            "gpt-oss mxfp4 cuda-emu"),
+            kCudaTol);
 }
 
 TEST_P(ArchFixture, GreedyTokensMatchTransformers) {
