@@ -32,10 +32,21 @@ struct ThinkingSpan {
 };
 
 struct OutputConstraint {
-  enum class Kind { kNone, kJson, kJsonSchema, kGrammar };
+  enum class Kind { kNone, kJson, kJsonSchema, kGrammar, kTagged };
   Kind kind = Kind::kNone;
-  std::string text;    // kJsonSchema: the schema (JSON); kGrammar: an EBNF grammar (root rule "root")
+  // kJsonSchema: the schema (JSON); kGrammar: an EBNF grammar (root rule "root"); kTagged: an
+  // xgrammar structural tag (JSON) the output starts with, which may match nothing
+  std::string text;
   bool strict = true;  // kJsonSchema: no properties beyond the schema's (additionalProperties false)
+  // kTagged: after `text`, one of these: `begin` as written, then one JSON value of `schema`
+  // (compact, `strict` as above). A harmony model's tool call or final answer after the analysis
+  // it may open with (server/harmony.h).
+  struct Tagged {
+    std::string begin;
+    std::string schema;
+    bool strict = false;
+  };
+  std::vector<Tagged> tagged = {};
 };
 
 struct Request {

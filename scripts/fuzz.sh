@@ -15,6 +15,8 @@
 #                 content ranges; every limit holds)
 #   fuzz_schema   structure-aware JSON Schemas and EBNF grammars ($ref chains and cycles, nesting,
 #                 patterns) -> the server's checks -> xgrammar's compiler on a 256 KiB stack
+#   fuzz_answer   a model's output -> reasoning, content and tool calls in every format (harmony,
+#                 <think>, Hermes, Llama 3.x, Mistral) and tool_choice mode, whole and streamed
 # The HTTP framing itself is Boost.Beast's parser, fuzzed upstream; tests/e2e/test_http_hardening.py
 # attacks our use of it.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (default: every target)
@@ -27,7 +29,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-15}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_pretok fuzz_jinja fuzz_schema)
+((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_pretok fuzz_jinja fuzz_schema fuzz_answer)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 # The compiler cache when there is one (the Makefile points it at the shared cache): relative paths
@@ -49,6 +51,7 @@ model_sources=("${hf_sources[@]}" engine/model/model.cpp engine/model/model_conf
   engine/model/sentencepiece_tokenizer.cpp engine/model/sentencepiece_loader.cpp
   engine/model/chat_template.cpp engine/model/chat_families.cpp base/jinja/*.cpp kernels/ref/dequant.cpp)
 request_sources=("${model_sources[@]}" server/openai_request.cpp server/chat_input.cpp server/reasoning.cpp server/known_fields.cpp server/prompt_input.cpp
+  server/harmony.cpp server/answer.cpp
   server/embeddings.cpp server/attention_options.cpp server/request_rules.cpp server/schema_rules.cpp
   engine/constraint/constraint_bounds.cpp server/tools.cpp server/responses_api.cpp server/openai_response.cpp server/cli_args.cpp engine/attention/policy.cpp engine/speculative/drafter.cpp engine/attention/policy_registry.cpp engine/attention/policies/sparq.cpp
   engine/attention/policies/hip.cpp engine/attention/policies/alisa.cpp engine/attention/policies/auto.cpp
@@ -68,7 +71,8 @@ sources_of() {
     fuzz_pretok) echo "${pretok_sources[@]}" base/error.cpp ;;
     fuzz_jinja) echo "${jinja_sources[@]}" ;;
     fuzz_schema) echo "${schema_sources[@]}" ;;
-    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_pretok, fuzz_jinja, fuzz_schema)" >&2; exit 2 ;;
+    fuzz_answer) echo "${request_sources[@]}" server/tool_stream.cpp ;;
+    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_pretok, fuzz_jinja, fuzz_schema, fuzz_answer)" >&2; exit 2 ;;
   esac
 }
 
@@ -129,6 +133,17 @@ if [[ " ${targets[*]} " == *" fuzz_jinja "* ]]; then
     printf '\001%b\001hello <|im_start|>\036\002hi\036\006call' "\\$(printf '%03o' $((i % 256)))" > "$out/seeds-fuzz_jinja/chat-$i"
     i=$((i + 1))
   done
+fi
+
+# fuzz_answer's seeds: answers in each format ([selector][cut seed][text]).
+if [[ " ${targets[*]} " == *" fuzz_answer "* ]]; then
+  mkdir -p "$out/seeds-fuzz_answer"
+  printf '\007\003<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}' \
+    > "$out/seeds-fuzz_answer/harmony-call"
+  printf '\003\005<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>' > "$out/seeds-fuzz_answer/harmony-final"
+  printf '\004\011<think>a</think>\n\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>' > "$out/seeds-fuzz_answer/hermes"
+  printf '\005\002<|python_tag|>{"name": "f", "parameters": {}}' > "$out/seeds-fuzz_answer/llama"
+  printf '\006\007Ok.[TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{}' > "$out/seeds-fuzz_answer/mistral"
 fi
 
 # fuzz_hf's seeds: each fixture directory's config.json (mode byte 1), tokenizer.json (2),

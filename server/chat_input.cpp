@@ -3,6 +3,7 @@
 #include <string>
 
 #include "server/bounded_json.h"
+#include "server/harmony.h"
 #include "server/openai_request.h"
 
 namespace fathom {
@@ -36,6 +37,16 @@ ordered_json message_content(const json& message, const std::string& param) {
 
 std::string text_of(const ordered_json& content) { return content.is_string() ? content.get<std::string>() : ""; }
 
+bool is_text(const ordered_json& content) { return content.is_string() && !content.get<std::string>().empty(); }
+
+// An earlier turn's thinking, under any of its names.
+bool has_thinking(const json& message) {
+  for (const char* key : {"reasoning_content", "reasoning", "thinking"})
+    if (const auto it = message.find(key); it != message.end() && it->is_string() && !it->get<std::string>().empty())
+      return true;
+  return false;
+}
+
 // An assistant turn's tool_calls for a template: [{"id", "type", "function": {"name", "arguments"}}]
 // with the arguments parsed into an object (templates print them with tojson; a string would print
 // quoted).
@@ -51,6 +62,8 @@ ordered_json template_tool_calls(const json& calls, const std::string& param) {
 }  // namespace
 
 ToolRendering tool_rendering(const ChatTemplate& tmpl, bool with_tools) {
+  // gpt-oss's harmony template: tools as a TypeScript-like namespace, calls as messages to functions.NAME.
+  if (harmony_template(tmpl, with_tools)) return {tmpl.renders_tools(), ToolPlan::Format::kHarmony};
   if (!tmpl.renders_tools()) return {};
   const std::string& source = tmpl.source(with_tools);
   if (source.find("<tool_call>") != std::string::npos) return {true, ToolPlan::Format::kHermes};
@@ -71,6 +84,7 @@ ChatInput chat_input(const json& body, const ToolPlan& tools, const ToolRenderin
   // The template itself sees tools and tool turns when it describes tools in the convention the
   // server parses; otherwise they become text (see chat_input.h).
   const bool structured = rendering.structured;
+  const bool harmony = rendering.format == ToolPlan::Format::kHarmony;
   ChatInput in;
   in.add_generation_prompt = add_generation_prompt;
   for (size_t i = 0; i < m->size(); ++i) {
@@ -97,7 +111,11 @@ ChatInput chat_input(const json& body, const ToolPlan& tools, const ToolRenderin
       if (has_calls) text += (text.empty() ? "" : "\n") + render_tool_calls(*calls, param + ".tool_calls");
       out = {{"role", r}, {"content", std::move(text)}};
     } else {
-      out = {{"role", r}, {"content", std::move(content)}};
+      out = {{"role", r}};
+      // Harmony's template renders a call's turn's content as its analysis, and raises when it is
+      // null or when thinking is there too (which it renders instead): such content is left out.
+      const bool drop = harmony && has_calls && (content.is_null() || (is_text(content) && has_thinking(msg)));
+      if (!drop) out["content"] = std::move(content);
       if (has_calls) out["tool_calls"] = template_tool_calls(*calls, param + ".tool_calls");
     }
     for (const char* key : {"name", "tool_call_id", "reasoning_content", "reasoning", "thinking"}) {
@@ -124,6 +142,12 @@ ChatInput chat_input(const json& body, const ToolPlan& tools, const ToolRenderin
       // (The same tools as validated, compared without order: a duplicate key could differ.)
       const bool same = ordered.is_object() && ordered.contains("tools") && json(ordered["tools"]) == body.at("tools");
       in.tools = same ? ordered["tools"] : ordered_json(body.at("tools"));
+      // Harmony's template writes each function's description into a comment and raises on none.
+      if (harmony)
+        for (ordered_json& tool : in.tools)
+          if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+              !tool["function"].contains("description"))
+            tool["function"]["description"] = "";
     }
   } else if (const std::string section = tools_prompt(tools); !section.empty()) {
     // The tools' descriptions lead the system message (one is added when there is none).
@@ -136,6 +160,15 @@ ChatInput chat_input(const json& body, const ToolPlan& tools, const ToolRenderin
   if (const auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
     if (!k->is_object()) bad_type("chat_template_kwargs", "an object of template variables");
     in.kwargs = ordered_json(*k);
+  }
+  // OpenAI's reasoning_effort reaches the template as a variable, as vLLM passes it (gpt-oss's writes
+  // "Reasoning: <effort>" into its system message; each template reads its own values).
+  if (const auto e = body.find("reasoning_effort"); e != body.end() && !e->is_null()) {
+    if (!e->is_string() || e->get<std::string>().empty() || e->get<std::string>().size() > 32)
+      bad_type("reasoning_effort", "a string of 1 to 32 characters, such as \"low\", \"medium\" or \"high\"");
+    if (const auto kw = in.kwargs.find("reasoning_effort"); kw != in.kwargs.end() && *kw != e->get<std::string>())
+      bad("reasoning_effort", "'reasoning_effort' and chat_template_kwargs.reasoning_effort differ");
+    in.kwargs["reasoning_effort"] = e->get<std::string>();
   }
   return in;
 }

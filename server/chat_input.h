@@ -1,11 +1,12 @@
 #pragma once
-// A chat request's conversation (`messages`, `tools`, `chat_template_kwargs`) as the model's chat
-// template takes it. A Jinja template that describes tools itself in the Hermes convention the
-// server parses (<tool_call>: Qwen 2.5/3, Hermes, SmolLM3) gets the request's tools, assistant
-// tool_calls (arguments as objects, as vLLM passes them) and tool turns as they are. Any other
-// template (Llama 3.x's own tool prompt, {"name", "parameters"} calls, is the other format parsed)
-// gets them flattened into text: the server's tool section in the system turn, calls as
-// <tool_call> blocks, results as user turns in <tool_response> (server/tools.h).
+// A chat request's conversation (`messages`, `tools`, `chat_template_kwargs`, `reasoning_effort`)
+// as the model's chat template takes it. A Jinja template that describes tools itself in a call
+// format the server parses (Hermes <tool_call>: Qwen 2.5/3, Hermes, SmolLM3; Llama 3.x's
+// {"name", "parameters"}; Mistral's [TOOL_CALLS]; gpt-oss's harmony) gets the request's tools,
+// assistant tool_calls (arguments as objects, as vLLM passes them) and tool turns as they are
+// (for harmony, less what its template raises on: server/chat_input.cpp). Any other template gets
+// them flattened into text: the server's tool section in the system turn, calls as <tool_call>
+// blocks, results as user turns in <tool_response> (server/tools.h).
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -16,8 +17,8 @@
 namespace fathom {
 
 // How `tmpl` takes tools: `structured` when it describes them itself in a call format the server
-// parses (Hermes <tool_call>, Llama 3.x's {"name", "parameters"} prompt, Mistral's [TOOL_CALLS]),
-// with that format; otherwise the flattened Hermes form.
+// parses (Hermes <tool_call>, Llama 3.x's {"name", "parameters"} prompt, Mistral's [TOOL_CALLS],
+// harmony), with that format; otherwise the flattened Hermes form.
 struct ToolRendering {
   bool structured = false;
   ToolPlan::Format format = ToolPlan::Format::kHermes;

@@ -33,6 +33,8 @@
 #include "server/embedding_run.h"
 #include "server/schema_rules.h"
 #include "server/openai_request.h"
+#include "server/answer.h"
+#include "server/harmony.h"
 #include "server/reasoning.h"
 #include "server/tools.h"
 
@@ -257,6 +259,8 @@ Request to_engine_request(const pb::GenerateRequest& in, const Model& model, con
     if (r.constraint.kind != OutputConstraint::Kind::kNone) invalid("a named or required tool_choice takes no constraint");
     r.constraint = c;
   }
+  // A harmony model's JSON answer goes in its final channel, after the analysis (as over HTTP).
+  if (reasoning.harmony) r.constraint = harmony_answer_constraint(r.constraint);
   // A reasoning model's thinking: counted in usage, free of any constraint (as over HTTP).
   r.thinking = thinking_span(reasoning, model.tokenizer());
   r.shown_tokens = shown_call_tokens(tools, model.tokenizer());
@@ -290,12 +294,10 @@ void add_chat_outputs(const ToolPlan& tools, const ReasoningMode& reasoning, con
   std::string& text = texts[static_cast<size_t>(ev.choice)];
   text += ev.text;
   if (ev.finish == FinishReason::kNone || ev.finish == FinishReason::kError) return;
-  const ReasoningPiece split = split_answer(text, reasoning);
-  if (!split.reasoning.empty()) out.set_reasoning_content(split.reasoning);
-  if (!tools.offered()) return;
-  std::string content;
-  const std::vector<ToolCall> calls = answer_tool_calls(tools, split.content, ev.finish, content,
-                                                        "call_" + request_id + "_" + std::to_string(ev.choice) + "_");
+  const AnswerParts answer =
+      answer_parts(reasoning, tools, text, ev.finish, "call_" + request_id + "_" + std::to_string(ev.choice) + "_");
+  if (!answer.reasoning.empty()) out.set_reasoning_content(answer.reasoning);
+  const std::vector<ToolCall>& calls = answer.calls;
   for (const ToolCall& c : calls) {
     pb::ToolCall* t = out.add_tool_calls();
     t->set_id(c.id);

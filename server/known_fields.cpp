@@ -22,7 +22,7 @@ const Fields kChat = {"messages", "logprobs", "top_logprobs", "max_completion_to
                       "parallel_tool_calls", "functions", "function_call", "store", "metadata", "service_tier",
                       "safety_identifier", "prompt_cache_key",
                       // vLLM / SGLang: variables for the model's chat template (enable_thinking, ...)
-                      "chat_template_kwargs"};
+                      "chat_template_kwargs", "reasoning_effort"};
 const Fields kResponses = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "metadata",
                            "user", "text", "tools", "tool_choice", "parallel_tool_calls", "stream", "store",
                            "previous_response_id", "conversation", "reasoning", "background", "prompt", "include",

@@ -9,6 +9,7 @@
 #include "server/bounded_json.h"
 #include "server/chat_input.h"
 #include "server/config.h"
+#include "server/harmony.h"
 #include "server/json_fields.h"
 #include "server/known_fields.h"
 #include "server/request_rules.h"
@@ -418,6 +419,8 @@ ApiRequest parse_chat_request(const json& body, const Model& model, const Server
       bad("tool_choice", "a required or named tool_choice cannot be combined with response_format");
     out.engine.constraint = std::move(c);
   }
+  // A harmony model's JSON answer goes in its final channel, after the analysis it may write first.
+  if (out.reasoning.harmony) out.engine.constraint = harmony_answer_constraint(out.engine.constraint);
   // A reasoning model's thinking: counted in usage, and free of any constraint (which starts after
   // its </think>).
   out.engine.thinking = thinking_span(out.reasoning, model.tokenizer());

@@ -5,7 +5,7 @@
 
 #include "base/utf8.h"
 #include "engine/model/tokenizer.h"
-#include "server/reasoning.h"
+#include "server/answer.h"
 
 namespace fathom {
 
@@ -156,17 +156,15 @@ json chat_response(const ApiRequest& req, const ResponseMeta& meta, const std::v
   json out = envelope(req, meta, false);
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
-    // A reasoning model's thinking comes back beside the answer; tool calls are parsed in the answer.
-    const ReasoningPiece split = split_answer(choices[i].text, req.reasoning);
-    json message = {{"role", "assistant"}, {"content", split.content}};
-    if (req.reasoning.on) message["reasoning_content"] = split.reasoning.empty() ? json(nullptr) : json(split.reasoning);
+    // A reasoning model's thinking comes back beside the answer, and tool calls apart from its text.
+    const AnswerParts answer =
+        answer_parts(req.reasoning, req.tools, choices[i].text, choices[i].finish, tool_call_id_prefix(meta, i));
+    json message = {{"role", "assistant"}, {"content", answer.content}};
+    if (req.reasoning.on) message["reasoning_content"] = answer.reasoning.empty() ? json(nullptr) : json(answer.reasoning);
     json finish = finish_json(choices[i].finish);
-    std::string content;
-    const std::vector<ToolCall> calls =
-        answer_tool_calls(req.tools, split.content, choices[i].finish, content, tool_call_id_prefix(meta, i));
-    if (!calls.empty()) {
-      message["content"] = content.empty() ? json(nullptr) : json(content);
-      message["tool_calls"] = tool_calls_json(calls, false);
+    if (!answer.calls.empty()) {
+      message["content"] = answer.content.empty() ? json(nullptr) : json(answer.content);
+      message["tool_calls"] = tool_calls_json(answer.calls, false);
       if (choices[i].finish == FinishReason::kStop) finish = "tool_calls";
     }
     list.push_back({{"index", i},
@@ -206,15 +204,19 @@ json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, const StreamE
   return out;
 }
 
+json chat_logprobs_json(const std::vector<SampledToken>& tokens, const Tokenizer& tokenizer) {
+  return chat_logprobs(tokens, tokenizer);
+}
+
 json chat_delta_chunk(const ApiRequest& req, const ResponseMeta& meta, int32_t choice, json delta, bool first,
-                      const json& finish_reason) {
+                      const json& finish_reason, json logprobs) {
   if (first) {
     delta["role"] = "assistant";
     if (!delta.contains("content")) delta["content"] = nullptr;
   }
   json out = envelope(req, meta, true);
   out["choices"] = json::array(
-      {{{"index", choice}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
+      {{{"index", choice}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish_reason}}});
   if (req.include_usage) out["usage"] = nullptr;
   return out;
 }

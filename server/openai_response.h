@@ -60,10 +60,14 @@ nlohmann::json stream_chunk(const ApiRequest& req, const ResponseMeta& meta, con
 // The final usage chunk of stream_options.include_usage: empty choices plus usage.
 nlohmann::json usage_chunk(const ApiRequest& req, const ResponseMeta& meta, const RequestUsage& usage);
 
-// One chunk of a streamed chat choice carrying `delta` (the first also the assistant role) and
-// `finish_reason` (null until the choice's last chunk): what server/tool_stream.h's deltas go in.
+// One chunk of a streamed chat choice carrying `delta` (the first also the assistant role),
+// `finish_reason` (null until the choice's last chunk) and `logprobs` (chat_logprobs_json, or
+// null): what server/tool_stream.h's and server/harmony.h's deltas go in.
 nlohmann::json chat_delta_chunk(const ApiRequest& req, const ResponseMeta& meta, int32_t choice, nlohmann::json delta,
-                                bool first, const nlohmann::json& finish_reason);
+                                bool first, const nlohmann::json& finish_reason,
+                                nlohmann::json logprobs = nullptr);
+// Chat's logprobs object for `tokens`: {"content": [{token, logprob, bytes, top_logprobs}], "refusal"}.
+nlohmann::json chat_logprobs_json(const std::vector<SampledToken>& tokens, const Tokenizer& tokenizer);
 
 // The prefix choice `choice`'s tool-call ids derive from ("call_<response id>_<choice>_"; tool_call_id in
 // server/tools.h appends the call's index, or makes Mistral's 9 characters of it).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/model/tokenizer.h"
+#include "server/harmony.h"
 
 namespace fathom {
 namespace {
@@ -101,6 +102,10 @@ ReasoningPiece split_answer(std::string_view text, const ReasoningMode& mode) {
 
 ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::string_view prompt_text) {
   ReasoningMode m;
+  if (harmony_template(tmpl, with_tools)) {
+    m.on = m.harmony = true;
+    return m;
+  }
   m.on = tmpl.is_jinja() && tmpl.source(with_tools).find(kClose) != std::string::npos;
   m.open = m.on && prompt_opens_thinking(prompt_text);
   return m;
@@ -108,7 +113,7 @@ ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::str
 
 ThinkingSpan thinking_span(const ReasoningMode& mode, const Tokenizer& tokenizer) {
   ThinkingSpan span;
-  if (!mode.on) return span;
+  if (!mode.on || mode.harmony) return span;
   span.end = tokenizer.token_id(kClose);
   if (span.end < 0) return span;
   span.open = mode.open;

@@ -40,19 +40,24 @@ ReasoningPiece split_reasoning(std::string_view text, bool starts_inside);
 bool prompt_opens_thinking(std::string_view prompt_text);
 
 // A chat's reasoning mode: on for a Jinja template that writes </think> (Qwen 3, QwQ, DeepSeek-R1
-// distills); `open` when the prompt ends inside <think>.
+// distills); `open` when the prompt ends inside <think>. `harmony`: on for a template in gpt-oss's
+// harmony format, whose analysis channel is the thinking (server/harmony.h).
 struct ReasoningMode {
   bool on = false;
   bool open = false;
+  bool harmony = false;
 };
 ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::string_view prompt_text);
 
 // The thinking span an output constraint leaves free under `mode` (engine/request.h ThinkingSpan):
 // the ids of <think> and </think> in `tokenizer`'s vocabulary. None (end -1) when the mode is off or
 // </think> is not one token there: the grammar then applies from the first token, thinking or not.
+// None for harmony, whose analysis no single token opens: its constraints allow the analysis
+// themselves (server/harmony.h).
 ThinkingSpan thinking_span(const ReasoningMode& mode, const Tokenizer& tokenizer);
 
-// A finished answer split by `mode`; all of it is content when the mode is off.
+// A finished answer split by `mode`; all of it is content when the mode is off (harmony answers:
+// server/answer.h).
 ReasoningPiece split_answer(std::string_view text, const ReasoningMode& mode);
 
 }  // namespace fathom

@@ -7,7 +7,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/bounded_json.h"
-#include "server/reasoning.h"
+#include "server/answer.h"
 
 namespace fathom {
 namespace {
@@ -113,7 +113,7 @@ json envelope(const ApiRequest& req, const ResponseMeta& meta, const char* statu
           {"output", std::move(output)},
           {"parallel_tool_calls", true},
           {"previous_response_id", nullptr},
-          {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
+          {"reasoning", {{"effort", p.value("reasoning_effort", json())}, {"summary", nullptr}}},
           {"store", false},
           {"temperature", p.value("temperature", json(1.0))},
           {"text", {{"format", p.value("format", json{{"type", "text"}})}}},
@@ -179,13 +179,11 @@ json reasoning_item(const ResponseMeta& meta, const std::string& text) {
 json output_items(const ApiRequest& req, const ResponseMeta& meta, const std::string& whole, FinishReason finish,
                   const char* status) {
   json items = json::array();
-  const ReasoningPiece split = split_answer(whole, req.reasoning);
-  if (!split.reasoning.empty()) items.push_back(reasoning_item(meta, split.reasoning));
-  const std::string& text = split.content;
-  std::string content;
-  const std::vector<ToolCall> calls = answer_tool_calls(req.tools, text, finish, content, tool_call_id_prefix(meta, 0));
-  if (calls.empty() || !content.empty()) items.push_back(output_message(message_id(meta), content, status));
-  for (const ToolCall& call : calls) items.push_back(function_call_item(call, "completed"));
+  const AnswerParts answer = answer_parts(req.reasoning, req.tools, whole, finish, tool_call_id_prefix(meta, 0));
+  if (!answer.reasoning.empty()) items.push_back(reasoning_item(meta, answer.reasoning));
+  if (answer.calls.empty() || !answer.content.empty())
+    items.push_back(output_message(message_id(meta), answer.content, status));
+  for (const ToolCall& call : answer.calls) items.push_back(function_call_item(call, "completed"));
   return items;
 }
 
@@ -224,10 +222,24 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
   for (const char* stateful : {"previous_response_id", "conversation"})
     if (auto it = body.find(stateful); it != body.end() && !it->is_null())
       bad(stateful, std::string("'") + stateful + "' needs stored responses; this server is stateless (store: false)");
-  for (const char* unsupported : {"reasoning", "background", "prompt", "include"})
+  for (const char* unsupported : {"background", "prompt", "include"})
     if (auto it = body.find(unsupported); it != body.end() && !it->is_null() && !(it->is_array() && it->empty()))
       bad(unsupported, std::string("'") + unsupported + "' is not supported");
   json chat = {{"messages", chat_messages(body)}};
+  // reasoning.effort is chat's reasoning_effort (a template variable: server/chat_input.h); a
+  // summary is never made (the reasoning item carries the whole thinking), so asking for one is moot.
+  if (auto r = body.find("reasoning"); r != body.end() && !r->is_null()) {
+    if (!r->is_object()) bad("reasoning", "'reasoning' must be an object");
+    for (auto it = r->begin(); it != r->end(); ++it) {
+      const std::string param = "reasoning." + it.key().substr(0, 64);
+      if (!it->is_null() && !it->is_string()) bad(param, "'" + param + "' must be a string");
+      if (it.key() == "effort") {
+        if (it->is_string()) chat["reasoning_effort"] = *it;
+      } else if (it.key() != "summary" && it.key() != "generate_summary") {
+        bad(param, "'" + param + "' is not supported (effort, summary)");
+      }
+    }
+  }
   chat_tools(body, chat);
   // text.format {"type": "json_schema", "name", "schema", "strict"} is chat's response_format
   // with the schema's fields one level up.
@@ -261,6 +273,7 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
     if (auto it = body.find(key); it != body.end() && !it->is_null()) out.responses[key] = *it;
   if (auto t = body.find("text"); t != body.end() && t->is_object() && t->contains("format"))
     out.responses["format"] = (*t)["format"];
+  if (auto e = chat.find("reasoning_effort"); e != chat.end()) out.responses["reasoning_effort"] = *e;
   return out;
 }
 

@@ -2,8 +2,9 @@
 // OpenAI's Responses API (POST /v1/responses), stateless (store is always false):
 // `input` (a string, or message items with input_text / output_text parts, and function_call /
 // function_call_output items for a tool round trip), `instructions`, `max_output_tokens`,
-// `temperature`, `top_p`, `stream`, `metadata`, `user`, `text.format`, function `tools` and
-// `tool_choice` (server/tools.h; calls come back as function_call output items). The request
+// `temperature`, `top_p`, `stream`, `metadata`, `user`, `text.format`, `reasoning.effort` (chat's
+// reasoning_effort), function `tools` and `tool_choice` (server/tools.h; calls come back as
+// function_call output items; a reasoning model's thinking as a reasoning item). The request
 // becomes a chat request (one choice) and runs through the same rules; the result is a
 // `response` object, or when streaming the documented event sequence:
 // response.created, response.in_progress, response.output_item.added,
@@ -13,7 +14,7 @@
 // With tools offered the text is held to the end (it may be calls) and every output item is sent
 // whole then (function calls as output_item.added, function_call_arguments.delta / .done,
 // output_item.done). Rejected with a 400 naming the field: previous_response_id / conversation
-// (no stored state), tools other than functions, reasoning, background.
+// (no stored state), tools other than functions, background.
 #include <cstdint>
 #include <string>
 #include <string_view>

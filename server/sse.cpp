@@ -4,6 +4,7 @@
 
 #include "engine/engine.h"
 #include "engine/model/tokenizer.h"
+#include "server/harmony.h"
 #include "server/reasoning.h"
 #include "server/responses_api.h"
 #include "server/tool_stream.h"
@@ -184,16 +185,57 @@ std::optional<nlohmann::json> Generation::collect(const std::function<bool()>& c
                                      : completion_response(req_, meta_, choices, usage, tokenizer_);
 }
 
+std::vector<std::string> Generation::harmony_frames(HarmonySplit& split, size_t& calls_sent, const StreamEvent& event,
+                                                   bool first) {
+  HarmonyPiece piece = split.push(event.text);
+  if (event.finish != FinishReason::kNone) {
+    HarmonyPiece tail = split.finish(event.finish);
+    piece.reasoning += tail.reasoning;
+    piece.content += tail.content;
+    piece.calls.insert(piece.calls.end(), tail.calls.begin(), tail.calls.end());
+  }
+  std::vector<nlohmann::json> deltas;
+  if (!piece.reasoning.empty()) deltas.push_back({{"reasoning_content", std::move(piece.reasoning)}});
+  if (!piece.content.empty()) deltas.push_back({{"content", std::move(piece.content)}});
+  if (!piece.calls.empty()) {  // each call whole, numbered across the choice
+    nlohmann::json calls = tool_calls_json(piece.calls, true);
+    for (nlohmann::json& call : calls) call["index"] = calls_sent++;
+    deltas.push_back({{"tool_calls", std::move(calls)}});
+  }
+  nlohmann::json reason;
+  if (event.finish != FinishReason::kNone) {
+    reason = calls_sent > 0 && event.finish == FinishReason::kStop ? "tool_calls" : api_finish_reason(event.finish);
+    deltas.push_back(nlohmann::json::object());  // the finish_reason rides on an empty delta
+  }
+  const bool has_logprobs = req_.logprobs && !event.logprobs.empty();
+  if (has_logprobs && deltas.empty()) deltas.push_back(nlohmann::json::object());
+  std::vector<std::string> frames;
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    const bool last = i + 1 == deltas.size();
+    frames.push_back(sse_frame(chat_delta_chunk(req_, meta_, event.choice, std::move(deltas[i]), first && i == 0,
+                                                last ? reason : nlohmann::json(),
+                                                last && has_logprobs ? chat_logprobs_json(event.logprobs, tokenizer_)
+                                                                     : nlohmann::json())));
+  }
+  return frames;
+}
+
 bool Generation::stream(const std::function<bool(const std::string&)>& write,
                         const std::function<bool()>& client_alive) {
   std::vector<bool> first(static_cast<size_t>(req_.choices()), true);
   std::vector<Utf8Offset> text_offset(static_cast<size_t>(req_.choices()));
   std::vector<ToolCallStream> tool_streams;  // chat with tools: per choice
-  if (req_.tools.offered() && req_.responses.is_null())
+  if (req_.tools.offered() && !req_.reasoning.harmony && req_.responses.is_null())
     for (int32_t c = 0; c < req_.choices(); ++c) tool_streams.emplace_back(req_.tools, tool_call_id_prefix(meta_, c));
   std::vector<ReasoningSplit> reasoning;  // chat with a reasoning model: per choice (server/reasoning.h)
-  if (req_.reasoning.on && req_.responses.is_null())
+  if (req_.reasoning.on && !req_.reasoning.harmony && req_.responses.is_null())
     for (int32_t c = 0; c < req_.choices(); ++c) reasoning.emplace_back(req_.reasoning.open);
+  std::vector<HarmonySplit> harmony;  // chat with a harmony model: per choice (server/harmony.h)
+  std::vector<size_t> harmony_calls(static_cast<size_t>(req_.choices()), 0);  // calls sent, per choice
+  if (req_.reasoning.harmony && req_.responses.is_null()) {
+    harmony.reserve(static_cast<size_t>(req_.choices()));
+    for (int32_t c = 0; c < req_.choices(); ++c) harmony.emplace_back(req_.tools, tool_call_id_prefix(meta_, c));
+  }
   // /v1/responses frames its own event sequence (one choice); the other APIs send chunks.
   std::optional<ResponsesStream> responses;
   if (!req_.responses.is_null()) responses.emplace(req_, meta_);
@@ -238,6 +280,14 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
       if (!write(sse_frame(drained ? error_body(503, kCutByDrain, "", "draining")
                                    : error_body(500, "generation failed: " + event.error, "", "engine_error"))))
         return gone();
+      continue;
+    }
+    if (!harmony.empty()) {  // thinking, text and calls as harmony's channels say
+      const std::vector<std::string> frames = harmony_frames(harmony[c], harmony_calls[c], event, first[c]);
+      if (frames.empty()) continue;
+      if (!write_all(frames)) return gone();
+      first[c] = false;
+      last_write = std::chrono::steady_clock::now();
       continue;
     }
     if (!reasoning.empty()) {  // thinking goes out as reasoning_content deltas, the answer goes on

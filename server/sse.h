@@ -18,6 +18,7 @@
 namespace fathom {
 
 class Engine;
+class HarmonySplit;
 class RequestHandle;
 class Tokenizer;
 
@@ -50,6 +51,9 @@ class Generation {
   void cancel_all();
   RequestUsage usage() const;  // summed over the prompts
   void note_event(const StreamEvent& event);
+  // A harmony choice's chunks for `event` (server/harmony.h): its thinking, its text and whole
+  // calls (`calls_sent` numbers them across the choice); the last carries the finish_reason.
+  std::vector<std::string> harmony_frames(HarmonySplit& split, size_t& calls_sent, const StreamEvent& event, bool first);
   void log_finished(const char* outcome);
 
   const Tokenizer& tokenizer_;

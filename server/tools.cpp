@@ -5,6 +5,7 @@
 #include "engine/model/tokenizer.h"
 #include "server/openai_request.h"
 #include "server/bounded_json.h"
+#include "server/harmony.h"
 #include "server/json_fields.h"
 #include "server/schema_rules.h"
 
@@ -15,6 +16,8 @@ using nlohmann::json;
 
 constexpr std::string_view kPythonTag = "<|python_tag|>";  // Llama 3.x: a call follows
 constexpr std::string_view kToolCalls = "[TOOL_CALLS]", kArgs = "[ARGS]", kCallId = "[CALL_ID]";  // Mistral
+constexpr std::string_view kChannel = "<|channel|>", kMessage = "<|message|>", kStart = "<|start|>",  // harmony
+                           kEnd = "<|end|>", kConstrain = "<|constrain|>";
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, message, param, "invalid_value");
@@ -164,6 +167,7 @@ std::string render_tool_result(const std::string& content) {
 }
 
 OutputConstraint tool_constraint(const ToolPlan& plan) {
+  if (plan.format == ToolPlan::Format::kHarmony) return harmony_tool_constraint(plan);
   OutputConstraint c;
   if (plan.mode == ToolPlan::Mode::kNamed) {
     for (const ToolSpec& t : plan.tools)
@@ -339,6 +343,7 @@ std::string_view call_marker(ToolPlan::Format format) {
     case ToolPlan::Format::kHermes: return "<tool_call>";
     case ToolPlan::Format::kMistral: return kToolCalls;
     case ToolPlan::Format::kLlamaJson: return "";
+    case ToolPlan::Format::kHarmony: return "";
   }
   return "";
 }
@@ -347,6 +352,7 @@ std::vector<std::string_view> call_control_tokens(ToolPlan::Format format) {
   switch (format) {
     case ToolPlan::Format::kLlamaJson: return {kPythonTag};
     case ToolPlan::Format::kMistral: return {kToolCalls, kArgs, kCallId};
+    case ToolPlan::Format::kHarmony: return {kChannel, kMessage, kStart, kEnd, kConstrain};
     case ToolPlan::Format::kHermes: return {};
   }
   return {};
@@ -354,7 +360,7 @@ std::vector<std::string_view> call_control_tokens(ToolPlan::Format format) {
 
 std::vector<int32_t> shown_call_tokens(const ToolPlan& plan, const Tokenizer& tokenizer) {
   std::vector<int32_t> ids;
-  if (!plan.offered()) return ids;
+  if (!plan.offered() && plan.format != ToolPlan::Format::kHarmony) return ids;
   for (std::string_view marker : call_control_tokens(plan.format))
     if (const int32_t id = tokenizer.token_id(marker); id >= 0 && tokenizer.is_control(id)) ids.push_back(id);
   return ids;

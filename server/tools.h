@@ -43,8 +43,9 @@ struct ToolPlan {
   // optionally after <|python_tag|> (its template's own tool prompt; server/chat_input.h), or
   // Mistral's [TOOL_CALLS] followed by a JSON list of {"name", "arguments"} (Nemo, 7B v0.3) or by
   // name[ARGS]{arguments} per call (Small 3.2, Devstral, Ministral 3), with call ids of 9
-  // letters and digits (its templates refuse others).
-  enum class Format { kHermes, kLlamaJson, kMistral };
+  // letters and digits (its templates refuse others), or gpt-oss's harmony messages to
+  // functions.NAME (server/harmony.h, which reads the whole answer: thinking, text and calls).
+  enum class Format { kHermes, kLlamaJson, kMistral, kHarmony };
   Format format = Format::kHermes;
   bool offered() const { return mode != Mode::kNone && !tools.empty(); }
   const char* arguments_key() const { return format == Format::kLlamaJson ? "parameters" : "arguments"; }
@@ -71,7 +72,8 @@ std::string tools_prompt(const ToolPlan& plan);
 // An assistant message's tool_calls and a tool message's content, as the model sees them.
 std::string render_tool_calls(const nlohmann::json& tool_calls, const std::string& param);
 std::string render_tool_result(const std::string& content);
-// The output constraint a named / required tool_choice implies (kind kNone otherwise).
+// The output constraint a named / required tool_choice implies (kind kNone otherwise); for harmony,
+// a call in its own format after the analysis the model may open with (server/harmony.h).
 OutputConstraint tool_constraint(const ToolPlan& plan);
 // The calls in a finished answer; `content` gets the text outside them. Empty when none.
 std::vector<ToolCall> extract_tool_calls(const ToolPlan& plan, const std::string& text, std::string& content,
@@ -88,9 +90,11 @@ std::string tool_call_id(const ToolPlan& plan, const std::string& prefix, size_t
 // The text that opens a call in the auto mode ("<tool_call>", "[TOOL_CALLS]"; "" for Llama's).
 std::string_view call_marker(ToolPlan::Format format);
 // The control tokens of `format` the model writes in a call (<|python_tag|>, [TOOL_CALLS], [ARGS],
-// [CALL_ID]): the output's text must show them for the call to be parsed (Request::shown_tokens).
+// [CALL_ID]; harmony's markers): the output's text must show them for the call to be parsed
+// (Request::shown_tokens).
 std::vector<std::string_view> call_control_tokens(ToolPlan::Format format);
-// The ids of those that are control tokens of `tokenizer`'s vocabulary (none when no tools are offered).
+// The ids of those that are control tokens of `tokenizer`'s vocabulary (none when no tools are
+// offered, except for harmony, whose markers also separate the thinking from the answer).
 std::vector<int32_t> shown_call_tokens(const ToolPlan& plan, const Tokenizer& tokenizer);
 
 }  // namespace fathom

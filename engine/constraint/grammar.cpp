@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "base/error.h"
 #include "base/json_depth.h"
@@ -61,6 +64,59 @@ std::string bounded_schema_text(const std::string& text) {
   return schema.dump();
 }
 
+// A structural tag (OutputConstraint::kTagged) checked as a client's constraint would be: its
+// nesting, and every JSON Schema, grammar and regex in it against ConstraintBounds (walked
+// iteratively: the tag itself is parsed by xgrammar's recursive descent).
+void check_structural_tag_bounds(const std::string& text) {
+  constexpr int kMaxTagLevels = 32;  // a tag's own nesting, schemas apart
+  if (json_nesting_depth(text, ConstraintBounds::kMaxSchemaLevels) > ConstraintBounds::kMaxSchemaLevels)
+    throw Error("the structural tag nests too deep");
+  const nlohmann::json tag = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!tag.is_object()) throw Error("the structural tag is not a JSON object");
+  std::vector<std::pair<const nlohmann::json*, int>> todo = {{&tag, 0}};
+  while (!todo.empty()) {
+    const auto [node, level] = todo.back();
+    todo.pop_back();
+    if (level > kMaxTagLevels) throw Error("the structural tag nests more than " + std::to_string(kMaxTagLevels) + " levels");
+    if (node->is_object()) {
+      const std::string type = node->contains("type") && (*node)["type"].is_string() ? (*node)["type"].get<std::string>() : "";
+      if (type == "json_schema" && node->contains("json_schema")) {
+        check_schema_bounds((*node)["json_schema"]);
+        continue;
+      }
+      if (type == "grammar" && node->contains("grammar") && (*node)["grammar"].is_string())
+        check_grammar_bounds((*node)["grammar"].get<std::string>());
+      if (type == "regex" && node->contains("pattern") && (*node)["pattern"].is_string() &&
+          regex_group_depth((*node)["pattern"].get<std::string>()) > ConstraintBounds::kMaxRegexGroups)
+        throw Error("a regex in the structural tag nests more than " +
+                    std::to_string(ConstraintBounds::kMaxRegexGroups) + " groups");
+    }
+    if (node->is_structured())
+      for (const nlohmann::json& child : *node) todo.push_back({&child, level + 1});
+  }
+}
+
+xgrammar::Grammar structural_tag_grammar(const std::string& text) {
+  auto result = xgrammar::Grammar::FromStructuralTag(text);
+  if (const auto* grammar = std::get_if<xgrammar::Grammar>(&result)) return *grammar;
+  throw Error("the structural tag cannot be used");
+}
+
+// kTagged: the structural tag `text`, then one of the tagged JSON values.
+xgrammar::Grammar tagged_grammar(const OutputConstraint& c) {
+  if (c.tagged.empty()) throw Error("a tagged constraint needs at least one tagged value");
+  check_structural_tag_bounds(c.text);
+  std::vector<xgrammar::Grammar> alternatives;
+  for (const OutputConstraint::Tagged& t : c.tagged) {
+    const nlohmann::json begin = {{"type", "structural_tag"}, {"format", {{"type", "const_string"}, {"value", t.begin}}}};
+    alternatives.push_back(xgrammar::Grammar::Concat(
+        {structural_tag_grammar(begin.dump()),
+         xgrammar::Grammar::FromJSONSchema(bounded_schema_text(t.schema), /*any_whitespace=*/false, std::nullopt,
+                                           std::nullopt, t.strict)}));
+  }
+  return xgrammar::Grammar::Concat({structural_tag_grammar(c.text), xgrammar::Grammar::Union(alternatives)});
+}
+
 }  // namespace
 
 ConstraintCompiler::ConstraintCompiler(const Tokenizer& tokenizer, int32_t vocab_size, Limits limits)
@@ -76,7 +132,11 @@ ConstraintCompiler::~ConstraintCompiler() {
 }
 
 std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const OutputConstraint& c) {
-  const std::string key = std::to_string(static_cast<int>(c.kind)) + (c.strict ? "s" : "n") + c.text;
+  std::string key = std::to_string(static_cast<int>(c.kind)) + (c.strict ? "s" : "n") + c.text;
+  for (const OutputConstraint::Tagged& t : c.tagged) {  // each field's length first: the key is unambiguous
+    key += '\0' + std::to_string(t.begin.size()) + ':' + t.begin + std::to_string(t.schema.size()) + ':' + t.schema;
+    key += t.strict ? 's' : 'n';
+  }
   Result result;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -144,6 +204,8 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile_now(const 
       case OutputConstraint::Kind::kGrammar:
         check_grammar_bounds(c.text);
         return std::make_shared<const CompiledConstraint>(CompiledConstraint{impl_->compiler.CompileGrammar(c.text, "root")});
+      case OutputConstraint::Kind::kTagged:
+        return std::make_shared<const CompiledConstraint>(CompiledConstraint{impl_->compiler.CompileGrammar(tagged_grammar(c))});
       case OutputConstraint::Kind::kNone:
         break;
     }
@@ -151,8 +213,10 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile_now(const 
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error(std::string(c.kind == OutputConstraint::Kind::kGrammar ? "the grammar" : "the JSON schema") +
-                " cannot be used: " + library_message(e.what()));
+    const char* what = c.kind == OutputConstraint::Kind::kGrammar  ? "the grammar"
+                       : c.kind == OutputConstraint::Kind::kTagged ? "the tagged constraint"
+                                                                   : "the JSON schema";
+    throw Error(std::string(what) + " cannot be used: " + library_message(e.what()));
   }
 }
 

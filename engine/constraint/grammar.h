@@ -1,8 +1,8 @@
 #pragma once
 // Grammar-constrained decoding over xgrammar's C++ core (the engine vLLM, SGLang and TensorRT-LLM
 // use; built from its PyPI sdist by scripts/setup_xgrammar.sh). A ConstraintCompiler holds the
-// model's vocabulary once and compiles OutputConstraints (JSON, JSON Schema, EBNF), caching them
-// by text; each sequence runs its own ConstraintMatcher: before a token is sampled,
+// model's vocabulary once and compiles OutputConstraints (JSON, JSON Schema, EBNF, tagged JSON),
+// caching them by text; each sequence runs its own ConstraintMatcher: before a token is sampled,
 // mask_logits() sets every token that cannot continue a match to -inf; accept() advances it.
 // xgrammar stays behind this header (the rest of the engine sees only these classes).
 //

@@ -89,6 +89,7 @@ BpeTokenizer::BpeTokenizer(const GgufFile& file) {
     nfc_ = true;
   }
 
+  adopt_harmony_conventions();
   index_vocabulary(/*match_user_defined=*/true);
   collect_end_of_generation(file);
 

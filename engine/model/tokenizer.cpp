@@ -151,6 +151,23 @@ void Tokenizer::collect_end_of_generation(const GgufFile& file) {
     auto it = piece_ids_.find(name);
     if (it != piece_ids_.end()) add(it->second);
   }
+  if (!harmony_) return;
+  // A harmony answer is messages: <|end|> closes one, <|return|> the answer, <|call|> a tool call.
+  for (const char* name : {"<|return|>", "<|call|>"}) add(piece_ids_.at(name));
+  const int32_t end = piece_ids_.at("<|end|>");
+  eog_ids_.erase(std::remove(eog_ids_.begin(), eog_ids_.end(), end), eog_ids_.end());
+}
+
+void Tokenizer::adopt_harmony_conventions() {
+  constexpr std::string_view kShown[] = {"<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>"};
+  constexpr std::string_view kRequired[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>"};
+  auto has = [&](std::string_view name) { return std::find(pieces_.begin(), pieces_.end(), name) != pieces_.end(); };
+  harmony_ = std::all_of(std::begin(kRequired), std::end(kRequired), has);
+  if (!harmony_) return;
+  for (int32_t id = 0; id < vocab_size() && id < static_cast<int32_t>(token_types_.size()); ++id)
+    if ((token_types_[id] == kTypeControl || token_types_[id] == kTypeUnknown) &&
+        std::find(std::begin(kShown), std::end(kShown), pieces_[id]) != std::end(kShown))
+      token_types_[id] = kTypeUserDefined;
 }
 
 bool Tokenizer::is_control(int32_t id) const {

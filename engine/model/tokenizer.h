@@ -57,6 +57,12 @@ class Tokenizer {
   // Tokens that end generation: EOS, EOT and the chat templates' end-of-turn tokens.
   const std::vector<int32_t>& end_of_generation_ids() const { return eog_ids_; }
   bool is_end_of_generation(int32_t id) const;
+  // A harmony vocabulary (gpt-oss: <|start|>, <|channel|>, <|message|>, <|end|>, <|return|> and
+  // <|call|> are tokens), loaded as llama.cpp loads it: the markers that structure an answer
+  // (<|channel|>, <|message|>, <|start|>, <|end|>, <|constrain|>) are user-defined tokens, so the
+  // output text shows them (server/harmony.h reads it) and output constraints can write them;
+  // <|return|> and <|call|> end generation, <|end|> (one message of several) does not.
+  bool harmony() const { return harmony_; }
   // -1 when `text` is not exactly one token of the vocabulary. `text` is looked up as a vocabulary
   // string first (e.g. "<|im_end|>", "Ġthe"), then as plain text that encodes to a single token
   // (e.g. " the").
@@ -76,8 +82,10 @@ class Tokenizer {
   // matcher and llama.cpp do); the plain spans between are left for the tokenizer's model.
   std::vector<TextSpan> split_special(std::string_view text, const EncodeOptions& opts) const;
   // Fills eog_ids_: EOS, tokenizer.ggml.eot_token_id/eom_token_id, fathom.eog_token_ids (a Hugging Face
-  // checkpoint's EOS list) and end-of-turn tokens by name.
+  // checkpoint's EOS list) and end-of-turn tokens by name (harmony's: see harmony()).
   void collect_end_of_generation(const GgufFile& file);
+  // Sets harmony_ and retypes the harmony markers (see harmony()); before index_vocabulary.
+  void adopt_harmony_conventions();
 
   std::vector<std::string> pieces_;
   std::vector<int32_t> token_types_;  // tokenizer.ggml.token_type (1 normal, 3 control, 4 user-defined, 6 byte)
@@ -86,6 +94,7 @@ class Tokenizer {
   bool add_eos_ = false;
   std::vector<int32_t> eog_ids_;
   bool strip_leading_space_ = false;  // decode drops the space the encoder put before the first word
+  bool harmony_ = false;
   std::unordered_map<std::string_view, int32_t> piece_ids_;  // views into pieces_ (never resized after)
 
  private:

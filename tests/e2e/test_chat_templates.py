@@ -384,3 +384,132 @@ def test_mistral_calls_are_parsed_in_both_forms(mistral, text, calls, content):
     assert got == calls and message["content"] == content
     ids = [c["id"] for c in message.get("tool_calls") or []]
     assert len(set(ids)) == len(ids) and all(len(i) == 9 and i.isalnum() for i in ids)
+
+
+# -- gpt-oss's harmony format: analysis, final and commentary channels ---------------------------
+
+GPTOSS = TEMPLATES / "openai-gpt-oss-120b.jinja"
+# A strict schema: SmolLM2 under a non-strict one keeps adding properties until max_tokens.
+HARMONY_TOOLS = [{"type": "function", "function": {**TOOLS[0]["function"], "strict": True}},
+                 {"type": "function", "function": {"name": "get_time",
+                                                   "parameters": {"type": "object", "properties": {}}}}]
+# The template concatenates each description: one without any is rendered as "" (jinja2 would raise).
+HARMONY_REF_TOOLS = [HARMONY_TOOLS[0], {"type": "function", "function": {**HARMONY_TOOLS[1]["function"], "description": ""}}]
+HARMONY_CALL = ("<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant"
+                '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}')
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def gptoss(fathom_bin, smollm2_path):
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--chat-template", GPTOSS]) as s:
+        yield s
+
+
+def stream_all(server, body):
+    """(reasoning_content, content, {index: call}, finish_reason) over a streamed chat completion."""
+    r = requests.post(f"{server.base_url}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=300)
+    assert r.status_code == 200, r.text
+    reasoning, content, calls, finish = "", "", {}, None
+    for line in r.iter_lines():
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        for c in json.loads(line[6:])["choices"]:
+            reasoning += c["delta"].get("reasoning_content") or ""
+            content += c["delta"].get("content") or ""
+            finish = c["finish_reason"] or finish
+            for t in c["delta"].get("tool_calls") or []:
+                assert t["index"] not in calls, "a harmony call is sent whole"
+                calls[t["index"]] = {"id": t["id"], "name": t["function"]["name"], "arguments": t["function"]["arguments"]}
+    return reasoning, content, calls, finish
+
+
+def test_harmony_conversation_matches_jinja2(gptoss):
+    """The template's own tool namespace, a past call with its thinking (as `thinking`: the call turn
+    renders it unless a final answer follows), the call's result, an answer with its thinking (dropped
+    by the template) and reasoning_effort, as jinja2 renders them. A call's null content is left out
+    (the template raises on it)."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"unit\": \"C\", \"city\": \"Paris\"}"}}
+    turns = [{"role": "system", "content": "You are terse."}, *ASK,
+             {"role": "assistant", "content": None, "reasoning_content": "Need the tool.", "tool_calls": [call]},
+             {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\": 21}"}]
+    ref = turns[:2] + [{"role": "assistant", "thinking": "Need the tool.", "tool_calls": [call]}, turns[3]]
+    for end, ref_end in (([], []), ([{"role": "assistant", "content": "21 C.", "reasoning": "Say it."}, {"role": "user", "content": "Rome?"}],
+                                   [{"role": "assistant", "content": "21 C.", "thinking": "Say it."}, {"role": "user", "content": "Rome?"}])):
+        want = reference(GPTOSS, ref + ref_end, tools=HARMONY_REF_TOOLS, reasoning_effort="high")
+        assert "Reasoning: high" in want and "namespace functions {" in want and "<|call|>" in want
+        assert ("Need the tool." in want) == (not end)
+        assert prompt_ids(gptoss, messages=turns + end, tools=HARMONY_TOOLS, reasoning_effort="high") == text_ids(gptoss, want)
+        assert prompt_ids(gptoss, messages=turns + end, tools=HARMONY_TOOLS,
+                          chat_template_kwargs={"reasoning_effort": "high"}) == text_ids(gptoss, want)
+    for bad in ({"reasoning_effort": 3}, {"reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"}}):
+        post(gptoss, "/v1/chat/completions", {"messages": ASK, "max_tokens": 1, **bad}, status=400)
+
+
+def test_harmony_call_round_trips_through_the_openai_client(gptoss):
+    """A call after the analysis: reasoning_content, tool_calls and finish_reason tool_calls, whole
+    and streamed; the conversation sent back with its result renders as jinja2 renders it."""
+    import openai
+    forced = {"guided_grammar": "root ::= " + json.dumps(HARMONY_CALL)}
+    with openai.OpenAI(base_url=f"{gptoss.base_url}/v1", api_key="unused", max_retries=0) as client:
+        reply = client.chat.completions.create(model="smollm2-135m-instruct-q4_1", messages=ASK, tools=HARMONY_TOOLS,
+                                               max_tokens=120, temperature=0, extra_body=forced)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        assert choice.message.model_extra["reasoning_content"] == "Hm."
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+        result = {"role": "tool", "tool_call_id": call.id, "content": "{\"temp_c\": 21}"}
+        turns = ASK + [choice.message.model_dump(exclude_none=True), result]
+        ref = ASK + [{"role": "assistant", "thinking": "Hm.", "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.function.arguments}}]}, result]
+        assert prompt_ids(gptoss, messages=turns, tools=HARMONY_TOOLS) == text_ids(
+            gptoss, reference(GPTOSS, ref, tools=HARMONY_REF_TOOLS))
+        again = client.chat.completions.create(model="smollm2-135m-instruct-q4_1", messages=turns, tools=HARMONY_TOOLS,
+                                               max_tokens=2, temperature=0)
+        assert again.choices[0].finish_reason in ("stop", "length")
+    body = {"messages": ASK, "tools": HARMONY_TOOLS, "max_tokens": 120, "temperature": 0, **forced}
+    reasoning, content, calls, finish = stream_all(gptoss, body)
+    assert (reasoning, content, finish) == ("Hm.", "", "tool_calls")
+    assert calls[0]["name"] == "get_weather" and calls[0]["arguments"] == call.function.arguments
+
+
+def test_harmony_thinking_and_answer(gptoss):
+    """The analysis streams as reasoning_content, the final channel as content (whole: the round trip
+    above); an answer without harmony is content as written."""
+    forced = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Paris"
+    body = {"messages": ASK, "tools": HARMONY_TOOLS, "max_tokens": 60, "temperature": 0,
+            "guided_grammar": "root ::= " + json.dumps(forced)}
+    assert stream_all(gptoss, body) == ("Easy.", "Paris", {}, "stop")
+    plain = post(gptoss, "/v1/chat/completions", {**body, "guided_grammar": 'root ::= "Paris, surely."'})["choices"][0]
+    assert plain["message"] == {"role": "assistant", "content": "Paris, surely.", "reasoning_content": None}
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_harmony_named_and_required_calls_are_constrained(gptoss, tool_choice):
+    """The output is held to a harmony call (after the analysis the model may write first): SmolLM2,
+    which knows nothing of harmony, makes one."""
+    body = {"messages": ASK, "tools": HARMONY_TOOLS, "tool_choice": tool_choice, "max_tokens": 80, "temperature": 0}
+    choice = post(gptoss, "/v1/chat/completions", body)["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and "city" in json.loads(call["function"]["arguments"])
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    answer = post(gptoss, "/v1/chat/completions", {"messages": ASK, "max_tokens": 80, "temperature": 0, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}})["choices"][0]
+    assert answer["finish_reason"] == "stop" and "city" in json.loads(answer["message"]["content"])
+
+
+def test_harmony_on_the_responses_api(gptoss):
+    """reasoning.effort reaches the template (the same prompt as chat's reasoning_effort) and is
+    echoed; a required call comes back as a function_call item."""
+    tools = [{"type": "function", "name": "get_weather", "parameters": HARMONY_TOOLS[0]["function"]["parameters"], "strict": True}]
+    r = post(gptoss, "/v1/responses", {"input": "Weather in Paris?", "tools": tools, "tool_choice": "required",
+                                       "reasoning": {"effort": "low", "summary": "auto"}, "max_output_tokens": 80, "temperature": 0})
+    assert r["reasoning"]["effort"] == "low"
+    assert [i["type"] for i in r["output"]] == ["function_call"] and r["output"][0]["name"] == "get_weather"
+    chat_tools = [{"type": "function", "function": {k: v for k, v in tools[0].items() if k != "type"}}]
+    assert r["usage"]["input_tokens"] == len(prompt_ids(gptoss, messages=ASK, tools=chat_tools, reasoning_effort="low"))
+    for bad in ({"effort": 1}, {"effort": "low", "depth": 2}, "low"):
+        post(gptoss, "/v1/responses", {"input": "Hi", "reasoning": bad, "max_output_tokens": 1}, status=400)
