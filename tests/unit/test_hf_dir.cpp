@@ -277,13 +277,13 @@ TEST(HfDir, RefusesWhatItCannotServe) {
       header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.nbytes}}};
       data.insert(data.end(), t.data, t.data + t.nbytes);
     }
-    header["model.layers.0.self_attn.o_proj.bias"] = {{"dtype", "BF16"}, {"shape", {64}},
+    header["model.layers.0.mlp.down_proj.bias"] = {{"dtype", "BF16"}, {"shape", {64}},
                                                       {"data_offsets", {data.size(), data.size() + 128}}};
     data.resize(data.size() + 128);
     const auto img = image(header.dump(), data);
     std::ofstream(dir.path() + "/model.safetensors", std::ios::binary)
         .write(reinterpret_cast<const char*>(img.data()), static_cast<std::streamsize>(img.size()));
-    EXPECT_NE(load_error(dir.path()).find("'blk.0.attn_output.bias'"), std::string::npos);
+    EXPECT_NE(load_error(dir.path()).find("'blk.0.ffn_down.bias'"), std::string::npos);  // an MLP bias
   }
   {
     ScratchDir dir("qwen2");  // an embedding of other rows than vocab_size
