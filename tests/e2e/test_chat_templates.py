@@ -182,17 +182,8 @@ THINKING = {"guided_grammar": 'root ::= "<think>" [a-z ]{3,12} "</think>\\n\\nPa
 
 
 def stream_deltas(server, body):
-    """(reasoning_content, content) concatenated over a streamed chat completion."""
-    r = requests.post(f"{server.base_url}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=300)
-    assert r.status_code == 200, r.text
-    reasoning, content = "", ""
-    for line in r.iter_lines():
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        for c in json.loads(line[6:])["choices"]:
-            reasoning += c["delta"].get("reasoning_content") or ""
-            content += c["delta"].get("content") or ""
-    return reasoning, content
+    """(reasoning_content, content) concatenated over a streamed chat completion (stream_all's first two)."""
+    return stream_all(server, body)[:2]
 
 
 def test_thinking_is_split_from_the_answer(qwen3):
