@@ -17,6 +17,8 @@ import sys
 import gguf
 import numpy as np
 
+from gguf_copy import copy_tokenizer
+
 LAYERS, DIM, HEADS, KV_HEADS, HEAD_DIM, FFN = 5, 128, 2, 1, 64, 256
 SEED = 46
 Q = gguf.GGMLQuantizationType
@@ -30,22 +32,7 @@ def main(src, dst):
     w = gguf.GGUFWriter(dst, arch)
     w.add_name("SmolLM2 tokenizer, small random-weight transformer (fathom engine tests)")
     # Everything the tokenizer and chat template need, as the source has it.
-    for name, field in r.fields.items():
-        if not name.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            sub = field.types[-1]
-            if sub == gguf.GGUFValueType.STRING:
-                value = [str(bytes(field.parts[i]), "utf-8") for i in field.data]
-            else:
-                value = [field.parts[i].tolist()[0] for i in field.data]
-            w.add_key_value(name, value, vtype, sub_type=sub)
-        elif vtype == gguf.GGUFValueType.STRING:
-            w.add_key_value(name, str(bytes(field.parts[-1]), "utf-8"), vtype)
-        else:
-            w.add_key_value(name, field.parts[-1].tolist()[0], vtype)
-    vocab = len(r.fields["tokenizer.ggml.tokens"].data)
+    vocab = copy_tokenizer(r, w)
     w.add_context_length(8192)
     w.add_embedding_length(DIM)
     w.add_block_count(LAYERS)
