@@ -5,11 +5,16 @@
 // DRAM, as a decode step over a whole model does; "hot" repeats one copy (cache-resident for
 // small matrices) for comparison.
 // Prefill (M = 64): GFLOP/s (2 M N K per call) per format, precision and thread count.
+// --batch: batched decode (M = 1..16 activation rows, the server's continuous batching) over the
+// 1B shape's matrices from DRAM, kQ8 on the packed panels: time per call, GOP/s (2 M N K) and the
+// fraction of the machine's int8 peak, measured here with a loop of independent VNNI dot products.
 //
 // Every call is timed on its own. On a shared machine other processes steal the cores now
 // and then, so each figure is printed twice: at the median call and at the best call (p5,
 // the 5th percentile of call times: the speed when the kernel had the cores to itself).
 // The roofline is measured the same way (4 MB chunks).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -167,6 +172,99 @@ void bench_prefill(const Case& c, ThreadPool& pool, const Variant& v, std::mt199
   }
 }
 
+// The int8 multiply-accumulate peak of `threads` threads in GOP/s (2 ops per byte product):
+// 12 independent accumulator chains, long enough to hide the instructions' latency, of 512-bit
+// VNNI dot products (64 products each) where the CPU has AVX-512 VNNI, else of AVX2 maddubs
+// (32 products each, summed in 16 bits) as the AVX2 kernels multiply.
+// GCC 12 reports _mm512_undefined_* inside intrinsics as uninitialized (a known false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx512vnni"))) uint64_t vnni_loop(int64_t iters) {
+  __m512i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 12; ++i) {
+      acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+      __asm__ volatile("" : "+v"(acc[i]));  // keeps every chain
+    }
+  __m512i s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_epi32(s, acc[i]);
+  return static_cast<uint64_t>(_mm512_reduce_add_epi32(s));
+}
+#pragma GCC diagnostic pop
+
+__attribute__((target("avx2"))) uint64_t maddubs_loop(int64_t iters) {
+  __m256i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_epi16(static_cast<int16_t>(i));
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 12; ++i) {
+      acc[i] = _mm256_add_epi16(acc[i], _mm256_maddubs_epi16(a, b));
+      __asm__ volatile("" : "+x"(acc[i]));
+    }
+  __m256i s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_epi16(s, acc[i]);
+  return static_cast<uint64_t>(_mm256_extract_epi16(s, 0));
+}
+
+struct Peak {
+  Rate rate;
+  const char* what = "none";
+};
+
+Peak int8_peak(ThreadPool& pool) {
+  __builtin_cpu_init();
+  const bool vnni = __builtin_cpu_supports("avx512vnni");
+  if (!vnni && !__builtin_cpu_supports("avx2")) return {};
+  const int64_t iters = 200000;
+  std::vector<uint64_t> sink(pool.size());
+  const double ops = 2.0 * (vnni ? 64 : 32) * 12 * static_cast<double>(iters) * pool.size();
+  const Rate r = time_calls(15, ops / 1e9, [&](int) {
+    pool.parallel_for(pool.size(), [&](int64_t b, int64_t e, int t) {
+      for (int64_t i = b; i < e; ++i) sink[t] += vnni ? vnni_loop(iters) : maddubs_loop(iters);
+    }, 1);
+  });
+  return {r, vnni ? "512-bit VNNI" : "AVX2 maddubs"};
+}
+
+// Batched decode of one matrix: M activation rows against weights from DRAM (rotating copies, as
+// bench_decode), kQ8 over the packed panels when this machine packs the format.
+void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate& peak) {
+  const size_t bytes = ggml_row_size(c.type, c.K) * c.N;
+  const int copies = static_cast<int>(std::max<size_t>(1, ((384u << 20) + bytes - 1) / bytes));
+  std::vector<std::vector<uint8_t>> ws;
+  ws.push_back(make_weights(c.type, c.N, c.K, rng));
+  for (int i = 1; i < copies; ++i) ws.push_back(ws[0]);
+  const bool pack = cpu::PackedWeights::supported(c.type);
+  std::vector<std::unique_ptr<cpu::PackedWeights>> packs;
+  for (const auto& w : ws) packs.push_back(pack ? std::make_unique<cpu::PackedWeights>(c.type, w.data(), c.N, c.K) : nullptr);
+  double t1 = 0;
+  for (int64_t M : {1, 2, 4, 8, 16}) {
+    std::vector<float> x(M * c.K), y(M * c.N);
+    for (auto& v : x) v = static_cast<float>(rng() % 2000) * 1e-3f - 1.0f;
+    cpu::matmul(pool, c.type, ws[0].data(), c.N, c.K, x.data(), M, y.data(), cpu::Precision::kQ8, packs[0].get());
+    const int calls = std::max(2 * copies, 40);
+    const Rate r = time_calls(calls, 2.0 * M * c.N * c.K / 1e9, [&](int i) {
+      const int k = i % copies;
+      cpu::matmul(pool, c.type, ws[k].data(), c.N, c.K, x.data(), M, y.data(), cpu::Precision::kQ8, packs[k].get());
+    });
+    const double us = 2.0 * M * c.N * c.K / 1e9 / r.median * 1e6;
+    if (M == 1) t1 = us;
+    if (g_csv) {
+      std::printf("batch,%s,%s,%lld,%lld,%d,%lld,%.1f,%.1f,%.1f,%.1f\n", ggml_type_name(c.type), pack ? "q8p" : "q8",
+                  static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(), static_cast<long long>(M), us,
+                  r.median, r.best, peak.best);
+    } else {
+      std::printf("  %-5s %-3s %-16s thr %d M=%2lld | %8.1f us (%4.2fx M=1) | median %6.1f GOP/s | best %6.1f GOP/s"
+                  " (%3.0f%% of int8 peak %.0f)\n",
+                  ggml_type_name(c.type), pack ? "q8p" : "q8", c.what, pool.size(), static_cast<long long>(M), us,
+                  us / t1, r.median, r.best, peak.best > 0 ? 100 * r.best / peak.best : 0.0, peak.best);
+    }
+  }
+}
+
 bool is_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
 // f32 always; q8 for quantized formats; q8p where this machine has a packed kernel.
@@ -180,11 +278,12 @@ std::vector<Variant> variants(GgmlType t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, batch = false;
   std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--csv") == 0) g_csv = true;
+    else if (std::strcmp(argv[i], "--batch") == 0) batch = true;
     else only.push_back(argv[i]);  // format names to run (default: all)
   }
   std::mt19937 rng(7);
@@ -209,6 +308,18 @@ int main(int argc, char** argv) {
   auto selected = [&](const Case& c) {
     return only.empty() || std::find(only.begin(), only.end(), ggml_type_name(c.type)) != only.end();
   };
+  if (batch) {
+    const Peak p = int8_peak(pool2);
+    const Rate peak = p.rate;
+    std::printf("# simd %s; int8 peak (2 threads, %s): median %.0f / best %.0f GOP/s\n", cpu::simd_level(), p.what,
+                peak.median, peak.best);
+    const Case shapes[] = {{GgmlType::Q4_K, 8192, 2048, "8192x2048 (gate)"}, {GgmlType::Q6_K, 2048, 8192, "2048x8192 (down)"},
+                           {GgmlType::Q4_K, 2048, 8192, "2048x8192 (down)"}, {GgmlType::Q8_0, 8192, 2048, "8192x2048"},
+                           {GgmlType::Q6_K, 16384, 2048, "16384x2048 (emb)"}};
+    for (const Case& c : shapes)
+      if (selected(c)) bench_batch(c, pool2, rng, peak);
+    return 0;
+  }
   if (g_csv)
     std::printf("# decode,type,precision,N,K,threads,GBps_median,GBps_best,hot_median,hot_best,roof_median,roof_best\n"
                 "# prefill,type,precision,N,K,threads,GFLOPs_median,GFLOPs_best,M\n");

@@ -95,7 +95,8 @@ void check_format(GgmlType t, Worst* worst_out) {
   std::mt19937 rng(static_cast<uint32_t>(t) * 7919u + 1);
   const int64_t bs = ggml_info(t).block_size;
   std::vector<int64_t> ks = {bs, bs == 1 ? 48 : 3 * bs, (769 + bs - 1) / bs * bs};
-  const int64_t Ms[] = {1, 3, 4, 17, 64};
+  // Packed kernels take up to 8 rows a call, stored ones 4: 15 = 8 + 7 (4 + 4 + 4 + 3), 6 = 4 + 2.
+  const int64_t Ms[] = {1, 3, 6, 15, 64};
   const int64_t Ns[] = {1, 7, 83, 256};
   ThreadPool pool1(1), pool2(2);
   for (int64_t K : ks) {
