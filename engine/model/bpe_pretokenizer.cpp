@@ -11,12 +11,14 @@ namespace fathom {
 namespace pretok {
 namespace {
 
-uint32_t lower_ascii(uint32_t cp) { return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp; }
+// The case folding (?i:...) applies to the letters of the contractions, as Oniguruma and Python's
+// regex fold them: ASCII's, and U+017F LATIN SMALL LETTER LONG S, which folds to 's'.
+uint32_t fold_case(uint32_t cp) { return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp == 0x17F ? 's' : cp; }
 
 // 's|'t|'re|'ve|'m|'ll|'d at i (case-insensitive for Llama 3 / Qwen 2); 0 when none.
 size_t match_contraction(const Chars& c, size_t i, size_t end, bool ignore_case) {
   if (c.cp[i] != '\'' || i + 1 >= end) return 0;
-  auto at = [&](size_t k) { return ignore_case ? lower_ascii(c.cp[k]) : c.cp[k]; };
+  auto at = [&](size_t k) { return ignore_case ? fold_case(c.cp[k]) : c.cp[k]; };
   const uint32_t a = at(i + 1);
   if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
   if (i + 2 >= end) return 0;

@@ -354,6 +354,8 @@ PRE_TOKENIZER_CORPUS = CORPUS + [
     "\u03a9mega \u2126 \u212a \u03ce\u1f7d \u0390\u1fd3 \u03b9\u1fbe ʔʕ ǀ", "\u3000\u3000。x\u3000 ‘q’ “Ｆｕｌｌ！” ：～",
     "ひらがな カタカナ 漢字123456 한국어 ไทย हिन्दी", ".abc _x 'hello' $9 x+y a<b>=c ^~| `q`", "  \t ", "x \t\u3000",
     "1234567 12 1 ١٢٣٤ ½⅓ Ⅻ", "ò ó ù ü ý þ", "a\u200db\u00adc\ue000d\x00e\x7f", " \u0301a \u0301 .\u0301",
+    # (?i:'s) matches U+017F (long s, which folds to s) in Oniguruma and Python's regex alike.
+    "x'\u017fa '\u017f \u017f'\u017f don'\u017fT",
 ] + random_corpus(300, seed=11)
 
 
