@@ -49,6 +49,15 @@ size_t match_gpt2(const Chars& c, size_t i, size_t end) {
 
 namespace {
 
+// \s*[\r\n]+|\s+(?!\S)|\s+ at i (c[i] is white space): up to and including the last CR/LF of
+// the white-space run, or without CR/LF, match_space_run's.
+size_t match_crlf_or_space_run(const Chars& c, size_t i, size_t end) {
+  const size_t k = run(c, i, end, is_space);
+  for (size_t p = i + k; p > i; --p)
+    if (is_crlf(c, p - 1)) return p - i;
+  return match_space_run(c, i, end);
+}
+
 bool is_mark(const Chars& c, size_t i) { return c.cls[i] == CharClass::kMark; }
 bool is_letter_or_mark(const Chars& c, size_t i) { return is_letter(c, i) || is_mark(c, i); }
 // [^\s\p{L}\p{M}\p{N}]
@@ -72,11 +81,7 @@ size_t match_llama3(const Chars& c, size_t i, size_t end, size_t max_digits, boo
     size_t k = j + run(c, j, end, other);
     return k - i + run(c, k, end, is_crlf);
   }
-  // \s*[\r\n]+ : up to and including the last CR/LF of the white-space run.
-  const size_t k = run(c, i, end, is_space);
-  for (size_t p = i + k; p > i; --p)
-    if (is_crlf(c, p - 1)) return p - i;
-  return match_space_run(c, i, end);
+  return match_crlf_or_space_run(c, i, end);
 }
 
 // o200k's letter classes: [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (upper) and [\p{Ll}\p{Lm}\p{Lo}\p{M}]
@@ -132,11 +137,7 @@ size_t match_gpt4o(const Chars& c, size_t i, size_t end) {
     const size_t k = j + run(c, j, end, is_other);
     return k - i + run(c, k, end, is_crlf_or_slash);
   }
-  // \s*[\r\n]+ : up to and including the last CR/LF of the white-space run.
-  const size_t k = run(c, i, end, is_space);
-  for (size_t p = i + k; p > i; --p)
-    if (is_crlf(c, p - 1)) return p - i;
-  return match_space_run(c, i, end);
+  return match_crlf_or_space_run(c, i, end);
 }
 
 // Splits chars [begin, end) with `match` and appends the words.
