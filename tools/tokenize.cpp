@@ -11,7 +11,9 @@
 //                                                   JSON [{"role","content"}...] -> {"text": prompt}
 //   tokenize MODEL.gguf --info                      vocabulary facts (size, BOS/EOS, end-of-generation)
 //   tokenize --pretokenize PRE                      JSON array of strings -> {"words": [[...], ...]}, the
-//                                                   BPE pre-tokenizer of tokenizer.ggml.pre = PRE alone
+//                                                   BPE pre-tokenizer of tokenizer.ggml.pre = PRE alone;
+//                                                   a text given as an array of byte values (any bytes,
+//                                                   invalid UTF-8 too) has its words as such arrays
 //
 // --special (with --decode) writes control tokens as their text instead of dropping them.
 #include <cstdio>
@@ -86,11 +88,26 @@ int run(int argc, char** argv) {
     json all = json::array();
     std::vector<std::string_view> words;
     for (const json& s : in) {
-      const std::string text = s.get<std::string>();
+      const bool as_bytes = s.is_array();
+      std::string text;
+      if (as_bytes) {
+        for (const json& b : s) {
+          if (!b.is_number_unsigned() || b.get<uint64_t>() > 255) throw fathom::Error("expected byte values 0-255");
+          text.push_back(static_cast<char>(b.get<uint8_t>()));
+        }
+      } else {
+        text = s.get<std::string>();
+      }
       words.clear();
       fathom::pre_tokenize(kind, text, words);
       json w = json::array();
-      for (std::string_view v : words) w.push_back(std::string(v));
+      for (std::string_view v : words) {
+        if (as_bytes) {
+          w.push_back(json(std::vector<uint8_t>(v.begin(), v.end())));
+        } else {
+          w.push_back(std::string(v));
+        }
+      }
       all.push_back(w);
     }
     print({{"words", all}});

@@ -11,12 +11,14 @@ namespace fathom {
 namespace pretok {
 namespace {
 
-uint32_t lower_ascii(uint32_t cp) { return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp; }
+// The case folding (?i:...) applies to the letters of the contractions, as Oniguruma and Python's
+// regex fold them: ASCII's, and U+017F LATIN SMALL LETTER LONG S, which folds to 's'.
+uint32_t fold_case(uint32_t cp) { return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp == 0x17F ? 's' : cp; }
 
-// 's|'t|'re|'ve|'m|'ll|'d at i (case-insensitive for Llama 3 / Qwen 2); 0 when none.
+// 's|'t|'re|'ve|'m|'ll|'d at i (case-insensitive for Llama 3 / Qwen 2 / GPT-4o); 0 when none.
 size_t match_contraction(const Chars& c, size_t i, size_t end, bool ignore_case) {
   if (c.cp[i] != '\'' || i + 1 >= end) return 0;
-  auto at = [&](size_t k) { return ignore_case ? lower_ascii(c.cp[k]) : c.cp[k]; };
+  auto at = [&](size_t k) { return ignore_case ? fold_case(c.cp[k]) : c.cp[k]; };
   const uint32_t a = at(i + 1);
   if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
   if (i + 2 >= end) return 0;
@@ -47,6 +49,15 @@ size_t match_gpt2(const Chars& c, size_t i, size_t end) {
 
 namespace {
 
+// \s*[\r\n]+|\s+(?!\S)|\s+ at i (c[i] is white space): up to and including the last CR/LF of
+// the white-space run, or without CR/LF, match_space_run's.
+size_t match_crlf_or_space_run(const Chars& c, size_t i, size_t end) {
+  const size_t k = run(c, i, end, is_space);
+  for (size_t p = i + k; p > i; --p)
+    if (is_crlf(c, p - 1)) return p - i;
+  return match_space_run(c, i, end);
+}
+
 bool is_mark(const Chars& c, size_t i) { return c.cls[i] == CharClass::kMark; }
 bool is_letter_or_mark(const Chars& c, size_t i) { return is_letter(c, i) || is_mark(c, i); }
 // [^\s\p{L}\p{M}\p{N}]
@@ -70,11 +81,63 @@ size_t match_llama3(const Chars& c, size_t i, size_t end, size_t max_digits, boo
     size_t k = j + run(c, j, end, other);
     return k - i + run(c, k, end, is_crlf);
   }
-  // \s*[\r\n]+ : up to and including the last CR/LF of the white-space run.
-  const size_t k = run(c, i, end, is_space);
-  for (size_t p = i + k; p > i; --p)
-    if (is_crlf(c, p - 1)) return p - i;
-  return match_space_run(c, i, end);
+  return match_crlf_or_space_run(c, i, end);
+}
+
+// o200k's letter classes: [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (upper) and [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+// (lower); Lm, Lo and the marks are in both.
+bool is_o200k_upper(const Chars& c, size_t i) {
+  const LetterCategory l = c.letter[i];
+  return l == LetterCategory::kLu || l == LetterCategory::kLt || l == LetterCategory::kLm ||
+         l == LetterCategory::kLo || is_mark(c, i);
+}
+bool is_o200k_lower(const Chars& c, size_t i) {
+  const LetterCategory l = c.letter[i];
+  return l == LetterCategory::kLl || l == LetterCategory::kLm || l == LetterCategory::kLo || is_mark(c, i);
+}
+// [^\r\n\p{L}\p{N}]: what may lead a word (white space, punctuation, symbols, marks, the rest).
+bool is_word_lead(const Chars& c, size_t i) { return !is_letter(c, i) && !is_number(c, i) && !is_crlf(c, i); }
+// [\r\n/]
+bool is_crlf_or_slash(const Chars& c, size_t i) { return is_crlf(c, i) || c.cp[i] == '/'; }
+
+// [upper]*[lower]+ at j, as a backtracking engine matches it: the upper run, given back one
+// character at a time until a lower one can start; 0 when none can. Given back, the lower run is
+// that one character: the upper run's characters after it are Lu/Lt, and what follows the run is
+// not lower (else nothing is given back).
+size_t o200k_upper_star_lower_plus(const Chars& c, size_t j, size_t end) {
+  const size_t k = run(c, j, end, is_o200k_upper);
+  if (j + k < end && is_o200k_lower(c, j + k)) return k + run(c, j + k, end, is_o200k_lower);
+  for (size_t p = j + k; p > j; --p)
+    if (is_o200k_lower(c, p - 1)) return p - j;
+  return 0;
+}
+// [upper]+[lower]* at j; 0 when c[j] is not upper.
+size_t o200k_upper_plus_lower_star(const Chars& c, size_t j, size_t end) {
+  const size_t k = run(c, j, end, is_o200k_upper);
+  return k == 0 ? 0 : k + run(c, j + k, end, is_o200k_lower);
+}
+
+// GPT-4o's (tiktoken's o200k) regex:
+//   [^\r\n\p{L}\p{N}]?[upper]*[lower]+C? | [^\r\n\p{L}\p{N}]?[upper]+[lower]*C? | \p{N}{1,3}
+//   | ?[^\s\p{L}\p{N}]+[\r\n/]* | \s*[\r\n]+ | \s+(?!\S) | \s+
+// with C = (?i:'s|'t|'re|'ve|'m|'ll|'d): the contraction only ever ends a word.
+size_t match_gpt4o(const Chars& c, size_t i, size_t end) {
+  // Each word alternative with its optional leading character first, then without it (a mark can
+  // be either), then the contraction if one follows.
+  for (auto word : {o200k_upper_star_lower_plus, o200k_upper_plus_lower_star}) {
+    size_t n = 0;
+    if (is_word_lead(c, i) && i + 1 < end) n = word(c, i + 1, end);
+    n = n ? 1 + n : word(c, i, end);
+    if (n) return i + n < end ? n + match_contraction(c, i + n, end, /*ignore_case=*/true) : n;
+  }
+  if (is_number(c, i)) return run(c, i, end, is_number, 3);
+  // ' ?[^\s\p{L}\p{N}]+[\r\n/]*'
+  const size_t j = (c.cp[i] == ' ' && i + 1 < end && is_other(c, i + 1)) ? i + 1 : i;
+  if (is_other(c, j)) {
+    const size_t k = j + run(c, j, end, is_other);
+    return k - i + run(c, k, end, is_crlf_or_slash);
+  }
+  return match_crlf_or_space_run(c, i, end);
 }
 
 // Splits chars [begin, end) with `match` and appends the words.
@@ -108,9 +171,12 @@ PreTokenizer pre_tokenizer_for(const std::string& pre) {
   if (pre == "deepseek-coder") return PreTokenizer::kDeepseekCoder;
   if (pre == "deepseek-v3" || pre == "hunyuan-dense") return PreTokenizer::kDeepseekV3;  // llama.cpp: same regexes
   if (pre == "falcon") return PreTokenizer::kFalcon;
+  // llama.cpp: LLAMA_VOCAB_PRE_TYPE_GPT4O, and MINIMAX_M2 with the same regex.
+  if (pre == "gpt-4o" || pre == "llama4" || pre == "kanana2" || pre == "talkie" || pre == "minimax-m2")
+    return PreTokenizer::kGpt4o;
   throw Error("unsupported BPE pre-tokenizer '" + pre +
               "' (supported: gpt2/default, smollm/starcoder/refact/codeshell/command-r, llama3/llama-bpe, qwen2, "
-              "deepseek-llm, deepseek-coder, deepseek-v3/hunyuan-dense, falcon)");
+              "qwen35, deepseek-llm, deepseek-coder, deepseek-v3/hunyuan-dense, falcon, gpt-4o/llama4/minimax-m2)");
 }
 
 void pre_tokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view>& words) {
@@ -141,6 +207,9 @@ void pre_tokenize(PreTokenizer kind, std::string_view text, std::vector<std::str
     case PreTokenizer::kQwen35:
       split_segment(c, text, 0, n, [](const Chars& ch, size_t i, size_t e) { return match_llama3(ch, i, e, 1, true); },
                     words);
+      return;
+    case PreTokenizer::kGpt4o:
+      split_segment(c, text, 0, n, match_gpt4o, words);
       return;
     case PreTokenizer::kDeepseekLlm:
     case PreTokenizer::kDeepseekCoder:

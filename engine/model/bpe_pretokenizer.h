@@ -25,6 +25,13 @@ enum class PreTokenizer {
   //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}
   //   | ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
   kQwen35,
+  // GPT-4o / gpt-oss (tiktoken's o200k): case-aware words, each with an optional leading character
+  // and an optional contraction after it; upper = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
+  // lower = [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
+  //   [^\r\n\p{L}\p{N}]?upper*lower+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+  //   |[^\r\n\p{L}\p{N}]?upper+lower*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+  //   |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kGpt4o,
   // The rest are sequences of regexes, each splitting every piece the previous one produced (the
   // matches and the text between them both kept, HF's Split "isolated"):
   // DeepSeek LLM: [\r\n], \s?<cased letters>+, \s?[!-/:-~！-／：-～‘-‟　-。]+, \s+$,

@@ -82,7 +82,8 @@ BpeTokenizer::BpeTokenizer(const GgufFile& file) {
   add_eos_ = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false) && eos_id_ >= 0;
   const std::string pre = file.get_string("tokenizer.ggml.pre").value_or("default");
   pre_ = pre_tokenizer_for(pre);
-  ignore_merges_ = pre == "llama3" || pre == "llama-bpe" || pre == "llama-v3";
+  ignore_merges_ = pre == "llama3" || pre == "llama-bpe" || pre == "llama-v3" ||
+                   file.get_bool("fathom.ignore_merges").value_or(false);
   if (const auto normalizer = file.get_string("fathom.normalizer")) {
     if (*normalizer != "NFC")
       throw Error(file.path() + ": fathom.normalizer '" + *normalizer + "' is not supported (NFC)");

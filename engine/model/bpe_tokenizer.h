@@ -34,7 +34,8 @@ class BpeTokenizer final : public Tokenizer {
 
   PreTokenizer pre_;
   // Llama 3's vocabularies (tokenizer.json's "ignore_merges"): a word that is itself a token is
-  // that token, whatever the merges would make of it (llama.cpp: the llama3 pre-tokenizer names).
+  // that token, whatever the merges would make of it (llama.cpp: the llama3 pre-tokenizer names;
+  // fathom.ignore_merges: a tokenizer.json's other than Llama 3's, e.g. gpt-oss's).
   bool ignore_merges_ = false;
   // tokenizer.json's NFC normalizer (Qwen 2/3; fathom.normalizer): plain text in NFC before
   // pre-tokenization. GGUF files carry none (llama.cpp does not normalise).

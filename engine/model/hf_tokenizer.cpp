@@ -24,7 +24,8 @@ constexpr int kMaxDepth = 16;  // tokenizer.json: Sequence > Split > pattern, me
 struct KnownSplit {
   std::string_view regex;
   const char* pre;          // without ignore_merges
-  const char* pre_ignore;   // with ignore_merges (nullptr: that combination is not implemented)
+  const char* pre_ignore;   // with ignore_merges (nullptr: that combination is not implemented); the
+                            // metadata's fathom.ignore_merges says it where the name does not (gpt-4o)
 };
 constexpr KnownSplit kSplits[] = {
     {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
@@ -34,6 +35,11 @@ constexpr KnownSplit kSplits[] = {
     {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
      "qwen35", nullptr},
     {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", "gpt2", nullptr},
+    // tiktoken's o200k (GPT-4o, gpt-oss): transformers' TikTokenConverter writes it with ignore_merges.
+    {R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+     R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+     R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     "gpt-4o", "gpt-4o"},
 };
 
 // The Split sequences of DeepSeek's tokenizer.json (each Split "Isolated", then ByteLevel without
@@ -116,7 +122,7 @@ std::string pre_tokenizer_name(const Reader& r, const Json& tok, bool ignore_mer
                                       [&](const KnownSplit& s) { return s.regex == re; });
       if (known == std::end(kSplits))
         r.fail("pre_tokenizer Split regex " + shown(re) +
-               " is not one fathom implements (Llama 3's, Qwen 2's, Qwen 3.5's or GPT-2's)");
+               " is not one fathom implements (Llama 3's, Qwen 2's, Qwen 3.5's, GPT-2's or GPT-4o's)");
       if (ignore_merges && !known->pre_ignore)
         r.fail("ignore_merges with the " + std::string(known->pre) + " pre-tokenizer is not supported");
       return ignore_merges ? known->pre_ignore : known->pre;
@@ -414,6 +420,8 @@ void hf_tokenizer_metadata(const HfTokenizerFiles& files, int64_t vocab_rows, co
     metadata["tokenizer.ggml.merges"] = string_array(std::move(merge_strings));
   }
   if (nfc) metadata["fathom.normalizer"] = GgufValue{std::in_place_type<std::string>, "NFC"};
+  // llama.cpp's names imply ignore_merges for Llama 3's regex only; GPT-4o's (gpt-oss) needs the key.
+  if (!spm && ignore_merges) metadata["fathom.ignore_merges"] = GgufValue{std::in_place_type<bool>, true};
   metadata["tokenizer.ggml.tokens"] = string_array(std::move(tokens));
   metadata["tokenizer.ggml.token_type"] = int_array(types);
   if (bos_id) metadata["tokenizer.ggml.bos_token_id"] = GgufValue{std::in_place_type<uint32_t>, static_cast<uint32_t>(*bos_id)};

@@ -6,12 +6,12 @@
 namespace fathom {
 namespace {
 
+// A row's category: a letter's own, otherwise the major class.
+enum Cat : uint8_t { kLu, kLl, kLt, kLm, kLo, kN, kP, kS, kM };
 struct Range {
   uint32_t first, last;
-  CharClass cls;
+  Cat cat;
 };
-constexpr CharClass kL = CharClass::kLetter, kN = CharClass::kNumber, kP = CharClass::kPunctuation,
-                    kS = CharClass::kSymbol, kM = CharClass::kMark;
 constexpr Range kRanges[] = {
 #include "engine/model/unicode_categories.inc"
 };
@@ -23,31 +23,56 @@ bool is_white_space(uint32_t cp) {
          cp == 0x3000;
 }
 
-}  // namespace
+struct Info {
+  CharClass cls;
+  LetterCategory letter;
+};
 
-CharClass char_class(uint32_t cp) {
-  if (is_white_space(cp)) return CharClass::kSpace;
+constexpr Info info_of(Cat cat) {
+  switch (cat) {
+    case kLu: return {CharClass::kLetter, LetterCategory::kLu};
+    case kLl: return {CharClass::kLetter, LetterCategory::kLl};
+    case kLt: return {CharClass::kLetter, LetterCategory::kLt};
+    case kLm: return {CharClass::kLetter, LetterCategory::kLm};
+    case kLo: return {CharClass::kLetter, LetterCategory::kLo};
+    case kN: return {CharClass::kNumber, LetterCategory::kNone};
+    case kP: return {CharClass::kPunctuation, LetterCategory::kNone};
+    case kS: return {CharClass::kSymbol, LetterCategory::kNone};
+    case kM: return {CharClass::kMark, LetterCategory::kNone};
+  }
+  return {CharClass::kOther, LetterCategory::kNone};
+}
+
+Info char_info(uint32_t cp) {
+  if (is_white_space(cp)) return {CharClass::kSpace, LetterCategory::kNone};
   if (cp < 0x80) {
-    if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return CharClass::kLetter;
-    if (cp >= '0' && cp <= '9') return CharClass::kNumber;
-    if (cp < 0x20 || cp == 0x7F) return CharClass::kOther;  // controls
+    if (cp >= 'A' && cp <= 'Z') return {CharClass::kLetter, LetterCategory::kLu};
+    if (cp >= 'a' && cp <= 'z') return {CharClass::kLetter, LetterCategory::kLl};
+    if (cp >= '0' && cp <= '9') return {CharClass::kNumber, LetterCategory::kNone};
+    if (cp < 0x20 || cp == 0x7F) return {CharClass::kOther, LetterCategory::kNone};  // controls
     // ASCII's symbols (Sc, Sm, Sk); the rest of its printable non-alphanumerics are punctuation.
     if (cp == '$' || cp == '+' || cp == '<' || cp == '=' || cp == '>' || cp == '^' || cp == '`' || cp == '|' ||
         cp == '~')
-      return CharClass::kSymbol;
-    return CharClass::kPunctuation;
+      return {CharClass::kSymbol, LetterCategory::kNone};
+    return {CharClass::kPunctuation, LetterCategory::kNone};
   }
   auto it = std::upper_bound(std::begin(kRanges), std::end(kRanges), cp,
                              [](uint32_t v, const Range& r) { return v < r.first; });
-  if (it == std::begin(kRanges)) return CharClass::kOther;
+  if (it == std::begin(kRanges)) return {CharClass::kOther, LetterCategory::kNone};
   --it;
-  return cp <= it->last ? it->cls : CharClass::kOther;
+  return cp <= it->last ? info_of(it->cat) : Info{CharClass::kOther, LetterCategory::kNone};
 }
+
+}  // namespace
+
+CharClass char_class(uint32_t cp) { return char_info(cp).cls; }
+LetterCategory letter_category(uint32_t cp) { return char_info(cp).letter; }
 
 Chars decode_chars(std::string_view s) {
   Chars c;
   c.cp.reserve(s.size());
   c.cls.reserve(s.size());
+  c.letter.reserve(s.size());
   c.offset.reserve(s.size() + 1);
   size_t i = 0;
   while (i < s.size()) {
@@ -74,7 +99,9 @@ Chars decode_chars(std::string_view s) {
       }
     }
     c.cp.push_back(cp);
-    c.cls.push_back(cp == kInvalidChar ? CharClass::kOther : char_class(cp));
+    const Info info = cp == kInvalidChar ? Info{CharClass::kOther, LetterCategory::kNone} : char_info(cp);
+    c.cls.push_back(info.cls);
+    c.letter.push_back(info.letter);
     c.offset.push_back(i);
     i += n;
   }

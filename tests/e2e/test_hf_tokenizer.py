@@ -7,7 +7,10 @@ Directories:
   * real vocabularies written as tokenizer.json by `tokenizers` itself from llama.cpp's vocabulary
     files (Llama 3 with ignore_merges and its control tokens, Qwen 2 with NFC and its added tokens,
     GPT-2, StarCoder's digits): the ids of their 128k-150k tokens and 50k-280k merges, the
-    pre-tokenizer recognised from the Split regex, added tokens as special or not.
+    pre-tokenizer recognised from the Split regex, added tokens as special or not;
+  * a small BPE trained by `tokenizers` over GPT-4o's (tiktoken's o200k) Split, in gpt-oss's
+    tokenizer.json shape, with and without `ignore_merges`, and the same vocabulary as a GGUF whose
+    tokenizer.ggml.pre is "gpt-4o".
 The corpus: test_tokenizer.py's (unicode scripts, emoji, digits, whitespace runs, code, special
 token text), llama.cpp's test lines of each vocabulary, and text NFC changes (decomposed accents,
 Hangul jamo, combining marks out of canonical order, singletons such as the Angstrom sign) for the
@@ -21,9 +24,9 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from test_tokenizer import CORPUS, read_gguf_metadata
+from test_tokenizer import CORPUS, O200K_POOL, O200K_REGEX, PRE_TOKENIZER_CORPUS, read_gguf_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZE = ROOT / os.environ.get("FATHOM_BUILD", "build") / "tokenize"
@@ -239,3 +242,93 @@ def test_what_fathom_does_not_implement_is_refused(tmp_path):
     }
     for word, edit in cases.items():
         assert word in refused(tmp_path, edit), word
+
+
+# gpt-oss's tokenizer.json as transformers' TikTokenConverter writes it: tiktoken's o200k regex as a
+# Split (Isolated), ByteLevel without its regex, ignore_merges, a ByteLevel post-processor.
+O200K_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|start|>", "<|message|>"]
+# Whole words the vocabulary gets as tokens that no merge makes: only ignore_merges reaches them.
+O200K_WORDS = [" NASA's", "HTTPServer", " DON'T", "/file", " Ωmega"]
+
+
+def o200k_pre_tokenizer():
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(O200K_REGEX), behavior="isolated", invert=False),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
+def o200k_corpus():
+    rng = random.Random(4)
+    texts = ["".join(rng.choice(O200K_POOL) for _ in range(rng.randint(1, 40))) for _ in range(2000)]
+    return PRE_TOKENIZER_CORPUS + texts + [
+        "".join(O200K_WORDS), "x" + "/".join(O200K_WORDS) + "'S", " NASA's GPT-OSS /path/to/file abc/\nfooBAR 123",
+        "<|start|>user<|message|>What's up?<|end|><|start|>assistant<|message|>Fine.<|return|>",
+        "<|startoftext|><|endoftext|>x<|return|", "Don'ſt I'M you'LL HE'D they'Re"]
+
+
+def o200k_tokenizer(ignore_merges):
+    """A byte-level BPE trained by `tokenizers` over the o200k split (so its merges follow o200k's
+    words), plus O200K_WORDS as tokens without merges, and gpt-oss-like special tokens."""
+    trained = Tokenizer(models.BPE())
+    trained.pre_tokenizer = o200k_pre_tokenizer()
+    trained.train_from_iterator(PRE_TOKENIZER_CORPUS * 2, trainer=trainers.BpeTrainer(
+        vocab_size=800, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    model = json.loads(trained.to_str())["model"]
+    vocab = dict(model["vocab"])
+    spell = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    for w in O200K_WORDS:
+        vocab.setdefault(spell.pre_tokenize_str(w)[0][0], len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[tuple(m) for m in model["merges"]], ignore_merges=ignore_merges))
+    tok.pre_tokenizer = o200k_pre_tokenizer()
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in O200K_SPECIALS])
+    return tok
+
+
+@pytest.mark.parametrize("ignore_merges", [True, False])
+def test_o200k_tokenizer_json_matches_tokenizers(ignore_merges, tmp_path):
+    """A tokenizer.json with GPT-4o's / gpt-oss's Split regex is read as tokenizer.ggml.pre "gpt-4o",
+    its ignore_merges kept, and tokenizes as `tokenizers` does."""
+    assert TOKENIZE.exists(), f"{TOKENIZE} is not built (set FATHOM_BUILD)"
+    tok = o200k_tokenizer(ignore_merges)
+    j = json.loads(tok.to_str())
+    assert j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] == O200K_REGEX
+    assert j["model"]["ignore_merges"] is ignore_merges
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(dict(
+        bos_token="<|startoftext|>", eos_token="<|return|>", add_bos_token=False)))
+    texts = o200k_corpus()
+    for parse_special in (True, False):
+        compare(tmp_path, tok, texts, parse_special)
+    # ignore_merges decides these words: the test sees it if fathom drops or invents it.
+    other = o200k_tokenizer(not ignore_merges)
+    assert reference_ids(tok, O200K_WORDS) != reference_ids(other, O200K_WORDS)
+
+
+def test_o200k_gguf_matches_tokenizers(tmp_path):
+    """The same vocabulary as a GGUF with tokenizer.ggml.pre = "gpt-4o" (gpt-oss's, llama.cpp's
+    name: without ignore_merges, as llama.cpp reads it) loads and tokenizes as `tokenizers` does."""
+    import gguf
+
+    assert TOKENIZE.exists(), f"{TOKENIZE} is not built (set FATHOM_BUILD)"
+    tok = o200k_tokenizer(ignore_merges=False)
+    j = json.loads(tok.to_str())
+    by_id = {i: t for t, i in j["model"]["vocab"].items()}
+    by_id.update({a["id"]: a["content"] for a in j["added_tokens"]})
+    assert sorted(by_id) == list(range(len(by_id)))
+    special = {a["id"] for a in j["added_tokens"]}
+    path = tmp_path / "o200k.gguf"
+    w = gguf.GGUFWriter(str(path), "gpt-oss")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-4o")
+    w.add_token_list([by_id[i] for i in range(len(by_id))])
+    w.add_token_types([gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(by_id))])
+    w.add_token_merges([" ".join(m) for m in j["model"]["merges"]])
+    w.add_bos_token_id(tok.token_to_id("<|startoftext|>"))
+    w.add_eos_token_id(tok.token_to_id("<|return|>"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    texts = o200k_corpus()
+    for parse_special in (True, False):
+        compare(path, tok, texts, parse_special)

@@ -318,6 +318,17 @@ QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
 # Qwen 3.5's tokenizer.json: combining marks join letters and leave the punctuation runs.
 QWEN35_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"""
                 r"""| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+# tiktoken's o200k_base pat_str (GPT-4o, gpt-oss; llama.cpp's "gpt-4o"), as tiktoken_ext/openai_public.py
+# joins it and transformers' TikTokenConverter writes it into tokenizer.json.
+O200K_REGEX = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
 # DeepSeek LLM's letter class (cased letters), from its tokenizer.json, as code points: the
 # characters themselves would not survive Unicode normalization of this file (Ω, K, ώ, ...).
 DEEPSEEK_CASED = [
@@ -354,10 +365,16 @@ PRE_TOKENIZER_CORPUS = CORPUS + [
     "\u03a9mega \u2126 \u212a \u03ce\u1f7d \u0390\u1fd3 \u03b9\u1fbe ʔʕ ǀ", "\u3000\u3000。x\u3000 ‘q’ “Ｆｕｌｌ！” ：～",
     "ひらがな カタカナ 漢字123456 한국어 ไทย हिन्दी", ".abc _x 'hello' $9 x+y a<b>=c ^~| `q`", "  \t ", "x \t\u3000",
     "1234567 12 1 ١٢٣٤ ½⅓ Ⅻ", "ò ó ù ü ý þ", "a\u200db\u00adc\ue000d\x00e\x7f", " \u0301a \u0301 .\u0301",
+    # (?i:'s) matches U+017F (long s, which folds to s) in Oniguruma and Python's regex alike.
+    "x'\u017fa '\u017f \u017f'\u017f don'\u017fT",
+    # GPT-4o's case-aware words: CamelCase, all-caps runs, title-case and modifier letters, marks.
+    "CamelCaseWord HTTPServer iPhone McDONALD'S \u01c5emal \u01c8a A\u02b0b \u02b0A \u00aaB \u0301A \u0301AB a\u0301B",
+    "/usr/local/bin/ a/b//c .//\n x./\r\n/ ?!/ //\n\n",
 ] + random_corpus(300, seed=11)
 
 
-PRE_TOKENIZERS = ["gpt2", "smollm", "llama3", "qwen2", "qwen35", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon"]
+PRE_TOKENIZERS = ["gpt2", "smollm", "llama3", "qwen2", "qwen35", "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon",
+                  "gpt-4o"]
 
 
 def reference_pre_tokenize(name, text):
@@ -373,7 +390,8 @@ def reference_pre_tokenize(name, text):
     elif name in SEQUENCES:
         pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r), behavior="isolated") for r in SEQUENCES[name]])
     else:
-        pattern = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX, "qwen35": QWEN35_REGEX}[name]
+        pattern = {"gpt2": GPT2_REGEX, "llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX, "qwen35": QWEN35_REGEX,
+                   "gpt-4o": O200K_REGEX}[name]
         pre = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     return [w for w, _ in pre.pre_tokenize_str(text)]
 
@@ -395,11 +413,56 @@ def test_pre_tokenizer_time_is_linear(name):
     # Long runs of one class, where a matcher that rescans a run at each of its characters (as
     # \p{N}{1,3} once did over a run of digits) takes minutes instead of well under a second.
     texts = ["7" * 200_000, " " * 200_000 + "x", "x" + " " * 200_000, "\u3000" * 200_000 + "。", ".a" * 100_000,
-             "\u0301" * 200_000, " \t" * 100_000 + "y", "\n " * 100_000 + "z"]
+             "\u0301" * 200_000, " \t" * 100_000 + "y", "\n " * 100_000 + "z",
+             # GPT-4o's upper*lower+ gives back a long upper run (no lower after it) to its last mark.
+             "\u0301" + "A" * 200_000, ("\u02b0" + "A" * 1000) * 200, "A'" * 100_000]
     r = subprocess.run([str(TOKENIZE), "--pretokenize", name], input=json.dumps(texts).encode(),
                        capture_output=True, timeout=20)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     assert ["".join(w) for w in json.loads(r.stdout)["words"]] == texts
+
+
+# Characters for GPT-4o's case-aware regex: every letter category (Lu, Ll, Lt: U+01C5 U+1F88, Lm:
+# U+02B0 U+3005, Lo), marks (Mn, Mc, Me), numbers (Nd, Nl, No), white space with CR/LF, '/', the
+# contractions in both cases (and U+017F), punctuation, symbols, format and control characters.
+O200K_POOL = (list("aAbBzZsStTrReEvVmMlLdD09 '\t\n\r/.,-_()\"$+") +
+              ["'s", "'S", "'ll", "'LL", "'Re", "'ve", "'\u017f", "\u017f", "\u01c5", "\u1f88", "\u02b0", "\u3005",
+               "\u00aa", "中", "\u0627", "\u0301", "\u0903", "\u20dd", "\u03a3", "\u03c2", "\u00df", "\u00a0",
+               "\u3000", "\u2028", "\x85", "\u0661", "\u00bd", "\u216b", "  ", "\n\n", "\r\n", "//", "😀", "\u200d",
+               "\x00", "\u00ad", "Ab", "aB", "AB"])
+
+
+def test_gpt4o_matches_the_regex_module():
+    """The o200k regex matched by hand against Python's `regex` (another engine than the Oniguruma
+    of tokenizers, above) on 20,000 random strings of its hard cases, and on random bytes with
+    invalid UTF-8: each invalid byte is a character of its own, not a letter, digit or space (a
+    lone surrogate of Python's surrogateescape)."""
+    import random
+
+    import regex
+
+    rng = random.Random(200)
+    texts = ["".join(rng.choice(O200K_POOL) for _ in range(rng.randint(1, 40))) for _ in range(20_000)]
+    r = subprocess.run([str(TOKENIZE), "--pretokenize", "gpt-4o"], input=json.dumps(texts).encode(),
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    pattern = regex.compile(O200K_REGEX)
+    bad = [(t, g, w) for t, g in zip(texts, json.loads(r.stdout)["words"]) if g != (w := pattern.findall(t))]
+    assert not bad, "\n".join(f"{t!r}:\n  fathom {g}\n  regex  {w}" for t, g, w in bad[:5])
+
+    pieces = [b"\xff", b"\x80", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\xf0\x9f\x98",
+              b"\xe0\x80\x80"] + [c.encode() for c in O200K_POOL]
+    blobs = [b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(3_000)]
+    r = subprocess.run([str(TOKENIZE), "--pretokenize", "gpt-4o"], input=json.dumps([list(b) for b in blobs]).encode(),
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    bad = []
+    for blob, got in zip(blobs, json.loads(r.stdout)["words"]):
+        want = [w.encode("utf-8", "surrogateescape")
+                for w in pattern.findall(blob.decode("utf-8", "surrogateescape"))]
+        if [bytes(w) for w in got] != want:
+            bad.append((blob, [bytes(w) for w in got], want))
+    assert not bad, "\n".join(f"{b!r}:\n  fathom {g}\n  regex  {w}" for b, g, w in bad[:5])
 
 
 # --- chat templates -------------------------------------------------------------------------------

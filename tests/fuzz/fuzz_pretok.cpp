@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr fathom::PreTokenizer kKinds[] = {
       fathom::PreTokenizer::kGpt2,        fathom::PreTokenizer::kDigitsThenGpt2, fathom::PreTokenizer::kLlama3,
       fathom::PreTokenizer::kQwen2,       fathom::PreTokenizer::kDeepseekLlm,    fathom::PreTokenizer::kDeepseekCoder,
-      fathom::PreTokenizer::kDeepseekV3, fathom::PreTokenizer::kFalcon,
+      fathom::PreTokenizer::kDeepseekV3, fathom::PreTokenizer::kFalcon,         fathom::PreTokenizer::kQwen35,
+      fathom::PreTokenizer::kGpt4o,
   };
   std::vector<std::string_view> words;
   for (fathom::PreTokenizer kind : kKinds) {
