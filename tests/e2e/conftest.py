@@ -79,6 +79,16 @@ def gemma3_path() -> Path:
     return _model_path("gemma3")
 
 
+@pytest.fixture(scope="session")
+def small_model_path() -> Path:
+    """SmolLM2's tokenizer over a 5-layer random transformer (scripts/make_small_model.py): ~15x
+    faster for tests of the engine's mechanics, whose texts still change with any wrong KV byte."""
+    path = REPO_ROOT / "models" / "smollm2-vocab-small-random.gguf"
+    if not path.is_file():
+        pytest.fail(f"model {path} missing: run make setup (scripts/setup.sh)", pytrace=False)
+    return path
+
+
 @pytest.fixture(scope="module")
 def server(fathom_bin, smollm2_path):
     """A `fathom serve` on SmolLM2 per test module (modules needing other flags define their own)."""

@@ -58,47 +58,52 @@ def test_repeated_long_prompt_hits_prefix_cache_and_starts_sooner(fathom_bin, sm
     assert warm < 0.7 * cold, f"TTFT cold {cold:.3f}s, warm {warm:.3f}s"
 
 
-def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_texts(fathom_bin, smollm2_path):
+# The KV-pressure tests run the small random model (conftest small_model_path): 5 layers of one
+# 64-wide KV head, 20 KiB a block of 16 tokens, so 1 MiB is ~50 blocks, and a one-character change
+# at the start of an 800-token prompt changes its continuation. On SmolLM2 the two took ~50 s.
+
+
+def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_texts(fathom_bin, small_model_path):
     # 8 distinct prompts of ~50 tokens, each sent twice at once: 16 concurrent requests that grow
-    # by 64 tokens each (from 3 to 7 blocks of 16), 4 running at a time. The device tier holds 28
-    # blocks (16 MiB of f16 KV), 24 of them for blocks and 4 for hot rows; the host tier 1 (1 MiB):
-    # running sequences outgrow the device tier and keep running from both tiers; when both are
-    # full, preemption recomputes.
+    # by 400 tokens each (from 3 to 28 blocks of 16), 8 running at a time. The device tier and the
+    # host tier hold ~50 blocks each (1 MiB): running sequences outgrow the device tier and keep
+    # running from both tiers; when both are full, preemption recomputes.
     prompts = [f"Chapter {i}. " + PARAGRAPH + f"In chapter {i} the keeper" for i in range(8)]
     extra = {"fathom": {"ignore_eos": True}}
-    with ServerProcess(fathom_bin, smollm2_path) as roomy:
-        alone = [complete(roomy, p, 64, **extra) for p in prompts]
-    args = ["--kv-cache-mib", "16", "--host-kv-mib", "1", "--no-prefix-caching", "--max-num-seqs", "4",
+    with ServerProcess(fathom_bin, small_model_path) as roomy:
+        alone = [complete(roomy, p, 400, **extra) for p in prompts]
+    args = ["--kv-cache-mib", "1", "--host-kv-mib", "1", "--no-prefix-caching", "--max-num-seqs", "8",
             "--max-batched-tokens", "64"]
-    with ServerProcess(fathom_bin, smollm2_path, extra_args=args) as tight:
+    with ServerProcess(fathom_bin, small_model_path, extra_args=args) as tight:
         with cf.ThreadPoolExecutor(16) as pool:
-            texts = list(pool.map(lambda i: complete(tight, prompts[i % 8], 64, **extra), range(16)))
+            texts = list(pool.map(lambda i: complete(tight, prompts[i % 8], 400, **extra), range(16)))
         recomputes = metric(tight, "fathom_preemptions_total", {"mode": "recompute"})
         moved_in = metric(tight, "fathom_swap_bytes_total", {"direction": "in"})
         demoted = metric(tight, "fathom_kv_blocks_demoted_total")
         assert metric(tight, "fathom_kv_blocks_used", {"tier": "host"}) == 0
+    assert len(set(alone)) == 8, "the prompts must give distinct texts"
     for i, text in enumerate(texts):
         assert text == alone[i % 8], f"request {i} differs under KV pressure"
     assert recomputes > 0 and demoted > 0 and moved_in > 0, (recomputes, demoted, moved_in)
 
 
-def test_a_prompt_larger_than_the_device_tier_runs_from_both_tiers(fathom_bin, smollm2_path):
-    # ~1,000 tokens of prompt: ~63 blocks; the device tier 28 (16 MiB, 25 of them for blocks).
-    # Three such requests at once over a 256 MiB host tier: none is preempted, every text equals
-    # the all-resident server's.
+def test_a_prompt_larger_than_the_device_tier_runs_from_both_tiers(fathom_bin, small_model_path):
+    # ~1,000 tokens of prompt: ~63 blocks; the device tier ~50 (1 MiB). Three such requests at once
+    # over a 16 MiB host tier: none is preempted, every text equals the all-resident server's.
     # Dense attention on both: the default (auto) would run SWA above a break-even each server
     # measures for itself, and this test compares the tiers, not the policies.
     prompts = [f"Report {i}. " + PARAGRAPH * 24 + f"The summary of report {i}:" for i in range(3)]
-    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--attention", "dense"]) as roomy:
+    with ServerProcess(fathom_bin, small_model_path, extra_args=["--attention", "dense"]) as roomy:
         alone = [complete(roomy, p, 16) for p in prompts]
-    args = ["--kv-cache-mib", "16", "--host-kv-mib", "256", "--max-num-seqs", "4", "--max-batched-tokens", "96",
+    args = ["--kv-cache-mib", "1", "--host-kv-mib", "16", "--max-num-seqs", "4", "--max-batched-tokens", "96",
             "--attention", "dense"]
-    with ServerProcess(fathom_bin, smollm2_path, extra_args=args) as tiered:
+    with ServerProcess(fathom_bin, small_model_path, extra_args=args) as tiered:
         with cf.ThreadPoolExecutor(3) as pool:
             texts = list(pool.map(lambda p: complete(tiered, p, 16), prompts))
         assert metric(tiered, "fathom_preemptions_total", {"mode": "recompute"}) == 0
         assert metric(tiered, "fathom_kv_blocks_demoted_total") > 0
         assert metric(tiered, "fathom_swap_bytes_total", {"direction": "in"}) > 0
+    assert len(set(alone)) == 3
     assert texts == alone
 
 
