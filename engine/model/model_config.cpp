@@ -176,6 +176,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (f.find(a + "rope.dimension_count")) c.rope_dim = require_positive(f, a + "rope.dimension_count", c.head_dim);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.pooling = pooling_from_gguf(f, a + "pooling_type");
+  // A Hugging Face Gemma directory's norms are w for a model multiplying by 1 + w (hf_config.cpp).
+  c.norm_offset = static_cast<float>(f.get_float("fathom.norm_offset").value_or(0.0));
+  if (!std::isfinite(c.norm_offset)) throw Error(f.path() + ": metadata fathom.norm_offset is not finite");
 
   const float rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
   c.rope_scaling = rope_scaling_from_gguf(f, c.arch_name, c.rope_dim, c.context_length);

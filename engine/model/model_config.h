@@ -44,6 +44,10 @@ struct ModelConfig {
   bool rope_neox = false;  // rotate (i, i + rope_dim/2) pairs instead of adjacent (2i, 2i+1)
   float rms_eps = 1e-5f;
   float embed_scale = 1.0f;  // gemma: sqrt(dim)
+  // Added to every RMSNorm weight at load (fathom.norm_offset): 1 for a Gemma checkpoint's norms,
+  // stored as w where the model multiplies by 1 + w (a GGUF holds 1 + w, as llama.cpp's converter
+  // writes it: 0).
+  float norm_offset = 0.0f;
   float attn_scale = 0.0f;   // logit scale, 1/sqrt(head_dim) unless the model says otherwise
   // Soft-capping (gemma2): attention logits become cap·tanh(logit / cap) (LogitScale), the output
   // logits final·tanh(logit / final); 0: none. A capped model decodes densely (the sparse
@@ -79,7 +83,8 @@ struct ModelConfig {
   static ModelConfig from_gguf(const GgufFile& file);
 };
 
-// What llama.cpp fixes for Gemma 2 and 3 where no GGUF key says it.
+// What llama.cpp fixes for Gemma 2 and 3 where no GGUF key says it, and a Hugging Face directory's
+// config.json must say too (hf_config.cpp refuses any other value by name).
 namespace gemma {
 // Gemma 2: every other layer a sliding window, the first one sliding (llama.cpp: swa pattern 2).
 // Gemma 3: 5 sliding-window layers to 1 global (pattern 6).
