@@ -140,13 +140,14 @@ FAMILIES = {
     # layer a 24-token sliding window starting with the first, head_dim 48 (q_dim 96 != hidden 64) and
     # query_pre_attn_scalar = head_dim (all sizes but the 27B), post-attention/MLP norms, GeGLU, the
     # embedding times sqrt(hidden), norms stored as w - 1 in the checkpoint (the GGUF adds 1, as
-    # llama.cpp's converter does). No Hugging Face directory test: fathom refuses Gemma's there.
+    # llama.cpp's converter does; fathom adds it when it reads the directory). Gemma 3, whose
+    # directory fixture needs no transformers, is scripts/gemma3_fixtures.py's.
     "gemma2": dict(arch="gemma2", model=Gemma2ForCausalLM, config=Gemma2Config, pre="gpt2", tokenizer="GPT2Tokenizer",
                    hf=dict(num_attention_heads=2, num_key_value_heads=1, head_dim=48, rms_norm_eps=1e-6,
                            tie_word_embeddings=True, sliding_window=24, query_pre_attn_scalar=48,
                            attn_logit_softcapping=20.0, final_logit_softcapping=10.0,
                            rope_parameters=dict(rope_type="default", rope_theta=1e4)),
-                   ablation="the soft-capping left out", gguf_only=True),
+                   ablation="the soft-capping left out"),
     # gpt-oss-style: attention sinks, Q/K/V/O biases, every other layer a 24-token window (128
     # there), 4 experts of 80 with top-2 routing (softmax over the top-2 biased router logits),
     # expert biases, the clamped SwiGLU (gate and up interleaved in gate_up_proj), untruncated YaRN

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "engine/model/hf_json.h"
+#include "engine/model/model_config.h"
 
 namespace fathom {
 namespace {
@@ -21,14 +22,18 @@ struct ArchName {
   bool experts = false;    // a mixture of experts
 };
 // Mistral is llama, with its sliding window (on every layer) when it has one; Mixtral is llama with
-// experts, as llama.cpp writes it.
+// experts, as llama.cpp writes it. Gemma 3's text-only class (model_type gemma3_text) is gemma3;
+// Gemma3ForConditionalGeneration (model_type gemma3: a vision tower, the text model's tensors under
+// language_model.*) is not read.
 constexpr ArchName kArchs[] = {{"LlamaForCausalLM", "llama", "llama"},
                                {"MistralForCausalLM", "mistral", "llama"},
                                {"MixtralForCausalLM", "mixtral", "llama", true},
                                {"Qwen2ForCausalLM", "qwen2", "qwen2"},
                                {"Qwen3ForCausalLM", "qwen3", "qwen3"},
                                {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe", true},
-                               {"Phi3ForCausalLM", "phi3", "phi3"}};
+                               {"Phi3ForCausalLM", "phi3", "phi3"},
+                               {"Gemma2ForCausalLM", "gemma2", "gemma2"},
+                               {"Gemma3ForCausalLM", "gemma3_text", "gemma3"}};
 
 // Keys that change nothing at inference: the checkpoint's bookkeeping, training-only settings
 // (dropout, initialisation, tensor-parallel slicing that sums to the same products), what the
@@ -38,7 +43,7 @@ constexpr std::string_view kInformational[] = {
     "use_cache", "pad_token_id", "initializer_range", "attention_dropout", "embd_pdrop", "resid_pdrop",
     "auto_map", "output_attentions", "output_hidden_states", "return_dict", "pretraining_tp",
     "tokenizer_class", "bos_token_id", "eos_token_id", "_attn_implementation_autoset", "max_window_layers",
-    "output_router_logits", "router_aux_loss_coef"};
+    "output_router_logits", "router_aux_loss_coef", "cache_implementation"};
 
 // Every rope parameter a scaling type reads; any other in rope_scaling / rope_parameters is refused.
 constexpr std::string_view kRopeCommon[] = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
@@ -52,6 +57,12 @@ class Keys {
     read_.insert(key);
     const auto it = j_.find(key);
     return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  // The key is there with the value null (where that differs from absent: a default).
+  bool null(const std::string& key) const {
+    const auto it = j_.find(key);
+    return it != j_.end() && it->is_null();
   }
 
   int64_t integer(const std::string& key, std::optional<int64_t> fallback, int64_t max_value) {
@@ -143,7 +154,8 @@ const ArchName& find_arch(Keys& k, const std::string& path) {
   throw Error(path + ": unsupported architecture " + shown(cls.value_or(type.value_or(""))) +
               (type ? " (model_type " + shown(*type) + ")" : "") +
               " (fathom loads from a Hugging Face directory: LlamaForCausalLM, MistralForCausalLM, "
-              "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM)");
+              "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, "
+              "Gemma2ForCausalLM, Gemma3ForCausalLM)");
   return kArchs[0];  // unreachable
 }
 
@@ -174,8 +186,10 @@ Json rope_parameters(Keys& k, const std::string& path) {
 }
 
 // The RoPE of the checkpoint as <arch>.rope.* keys (and longrope's factor tensors).
+// `default_theta`: the base when neither rope_theta nor the parameters give one (transformers'
+// default_theta of the config class).
 void translate_rope(Keys& k, const Json& rope, const std::string& path, HfConfig& out, int32_t head_dim,
-                    int64_t context) {
+                    int64_t context, double default_theta = 10000.0) {
   const std::string a = out.arch + ".";
   auto param = [&](const char* key) -> const Json* {
     const auto it = rope.find(key);
@@ -198,7 +212,7 @@ void translate_rope(Keys& k, const Json& rope, const std::string& path, HfConfig
     if (!top) return fallback;
     return k.finite_number(*top, key);
   };
-  const double theta = top_or_param("rope_theta", 10000.0);
+  const double theta = top_or_param("rope_theta", default_theta);
   if (!(theta > 1)) throw Error(path + ": rope_theta must exceed 1");
   const double prf = top_or_param("partial_rotary_factor", 1.0);
   if (!(prf > 0 && prf <= 1)) throw Error(path + ": partial_rotary_factor must be in (0, 1]");
@@ -280,6 +294,127 @@ void translate_rope(Keys& k, const Json& rope, const std::string& path, HfConfig
         u32(orig_top ? static_cast<int64_t>(k.finite_number(*orig_top, "original_max_position_embeddings")) : context);
 }
 
+// Gemma 3's RoPE: the global layers' (transformers 4: rope_theta, default 1e6, and rope_scaling;
+// transformers 5: rope_parameters.full_attention) become the <arch>.rope.* keys as any
+// architecture's; the sliding layers' (rope_local_base_freq, rope_parameters.sliding_attention)
+// must be plain RoPE of base 10000, which llama.cpp and fathom fix (model_config.h).
+void translate_gemma3_rope(Keys& k, const std::string& path, HfConfig& out, int32_t head_dim, int64_t context) {
+  Json global = Json::object(), local = Json::object();
+  if (const Json* params = k.get("rope_parameters")) {
+    if (!params->is_object()) throw Error(path + ": rope_parameters = " + shown(*params) + " is not an object");
+    for (const auto& [name, value] : params->items()) {
+      // transformers reads only the per-layer-type entries of a Gemma 3's rope_parameters.
+      Json* into = name == "full_attention" ? &global : name == "sliding_attention" ? &local : nullptr;
+      if (!into)
+        throw Error(path + ": rope_parameters key " + shown(name) +
+                    " is not one fathom's gemma3 reads (its RoPE is per layer type: full_attention, "
+                    "sliding_attention)");
+      if (!value.is_object())
+        throw Error(path + ": rope_parameters." + name + " = " + shown(value) + " is not an object");
+      *into = value;
+    }
+  }
+  if (const Json* scaling = k.get("rope_scaling")) {  // transformers 4: the global layers' scaling
+    if (!scaling->is_object()) throw Error(path + ": rope_scaling = " + shown(*scaling) + " is not an object");
+    for (const auto& [name, value] : scaling->items()) global[name] = value;
+  }
+  translate_rope(k, global, path, out, head_dim, context, 1e6);
+
+  double base = gemma::kGemma3LocalRopeBase;
+  if (const Json* top = k.get("rope_local_base_freq")) base = k.finite_number(*top, "rope_local_base_freq");
+  for (const auto& [name, value] : local.items()) {
+    if (value.is_null()) continue;
+    if (name == "rope_theta")
+      base = k.finite_number(value, "rope_parameters.sliding_attention.rope_theta");
+    else if (name != "rope_type" && name != "type")
+      throw Error(path + ": rope_parameters.sliding_attention." + name +
+                  " is not supported by fathom's gemma3 (its sliding layers rotate by plain RoPE)");
+    else if (value != Json("default"))
+      throw Error(path + ": rope_parameters.sliding_attention." + name + " = " + shown(value) +
+                  " is not supported by fathom's gemma3 (its sliding layers rotate by plain RoPE)");
+  }
+  if (base != gemma::kGemma3LocalRopeBase)
+    throw Error(path + ": the sliding layers' RoPE base " + shown(Json(base)) +
+                " (rope_local_base_freq) is not supported by fathom's gemma3, which rotates them with base 10000 "
+                "as llama.cpp does");
+}
+
+// Gemma 2 and 3 (transformers' Gemma2Config and Gemma3TextConfig; llama.cpp's Gemma2Model and
+// Gemma3Model converters). What llama.cpp fixes where no GGUF key says it (which layers slide, the
+// sliding layers' RoPE, the attention scale) config.json must say too, and any other value is
+// refused by name; a key config.json leaves out has transformers' default.
+void translate_gemma(Keys& k, const std::string& path, HfConfig& out, int64_t dim, int64_t heads, int64_t head_dim,
+                     int64_t layers) {
+  const bool gemma2 = out.arch == "gemma2";
+  const Architecture arch = gemma2 ? Architecture::kGemma2 : Architecture::kGemma3;
+  const std::string a = out.arch + ".";
+  // transformers' Gemma RMSNorm multiplies by 1 + w and the checkpoint holds w; llama.cpp's
+  // converter writes 1 + w. The weights loader adds the 1 as it reads the norms (vectors, converted
+  // to f32 at load anyway): the matrices stay views into the shards.
+  out.metadata["fathom.norm_offset"] = f32(1.0);
+  k.neutral_only("hidden_activation", "gelu_pytorch_tanh", "fathom's Gemma MLP is GeGLU with the tanh GELU");
+  // Gemma 2's released configs also carry hidden_act, which transformers' Gemma 2 and 3 never read
+  // (their MLP reads hidden_activation): not read here either.
+  k.get("hidden_act");
+  k.neutral_only("use_bidirectional_attention", false, "bidirectional attention: fathom's is causal");
+
+  const int64_t want = gemma::query_pre_attn_scalar(arch, static_cast<int32_t>(layers), static_cast<int32_t>(dim),
+                                                    static_cast<int32_t>(heads), static_cast<int32_t>(head_dim));
+  if (const double scalar = k.number("query_pre_attn_scalar", 256.0); scalar != static_cast<double>(want))
+    throw Error(path + ": query_pre_attn_scalar = " + shown(Json(scalar)) + " is not supported by fathom's " +
+                out.arch + ", which scales attention logits by " + std::to_string(want) +
+                "^-1/2 for this shape (head_dim; hidden_size / num_attention_heads for the 27B's layer count), "
+                "as llama.cpp does");
+
+  // Soft-capping: Gemma 2 caps (50 and 30 by default; null would be none, which fathom's gemma2
+  // does not do), Gemma 3 does not (fathom's gemma3 has no caps).
+  for (const auto& [key, fallback] : {std::pair{"attn_logit_softcapping", 50.0}, {"final_logit_softcapping", 30.0}}) {
+    if (!gemma2) {
+      k.neutral_only(key, Json(), "soft-capping");
+      continue;
+    }
+    if (k.null(key))
+      throw Error(path + ": " + key + " = null (no soft-capping) is not supported by fathom's gemma2, which caps");
+    const double cap = k.number(key, fallback);
+    if (!(cap > 0)) throw Error(path + ": " + key + " must be positive");
+    out.metadata[a + key] = f32(cap);
+  }
+
+  // The window of the sliding layers, and which layers slide: layer_types when given, else every
+  // other layer (Gemma 2) or every sliding_window_pattern-th global (Gemma 3, default 6; the
+  // _sliding_window_pattern transformers >= 4.55 writes beside layer_types, it never reads back).
+  if (k.null("sliding_window"))
+    throw Error(path + ": sliding_window = null is not supported by fathom's " + out.arch +
+                " (its sliding layers have a window)");
+  out.metadata[a + "attention.sliding_window"] = u32(k.integer("sliding_window", 4096, 1 << 24));
+  int64_t pattern = gemma::kGemma2SlidingPattern;
+  if (!gemma2) {
+    k.get("_sliding_window_pattern");
+    pattern = k.integer("sliding_window_pattern", gemma::kGemma3SlidingPattern, 1 << 20);
+  }
+  const Json* types = k.get("layer_types");
+  if (types && (!types->is_array() || static_cast<int64_t>(types->size()) != layers))
+    throw Error(path + ": layer_types is not a list of num_hidden_layers entries");
+  for (int64_t il = 0; il < layers; ++il) {
+    bool slides = (il + 1) % pattern != 0;
+    if (types) {
+      const Json& t = (*types)[il];
+      if (t != Json("sliding_attention") && t != Json("full_attention"))
+        throw Error(path + ": layer_types entry " + shown(t) + " is not supported by fathom's " + out.arch +
+                    " (sliding_attention, full_attention)");
+      slides = t == Json("sliding_attention");
+    }
+    if (slides != gemma::layer_slides(arch, static_cast<int32_t>(il)))
+      throw Error(path + ": " +
+                  (types ? std::string("layer_types") : "sliding_window_pattern = " + std::to_string(pattern)) +
+                  " makes layer " + std::to_string(il) + (slides ? " sliding" : " global") + ", which fathom's " +
+                  out.arch + " does not: " +
+                  (gemma2 ? "every other layer slides, the first one" : "5 sliding layers to 1 global") +
+                  ", as llama.cpp lays them out");
+  }
+  if (!out.tie_word_embeddings) out.tie_word_embeddings = true;  // transformers' default for both
+}
+
 }  // namespace
 
 // A mixture of experts' keys: the expert count (transformers 5's num_local_experts, 4's num_experts),
@@ -315,12 +450,14 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   const int64_t dim = k.integer("hidden_size", std::nullopt, kMaxDim);
   const int64_t heads = k.integer("num_attention_heads", std::nullopt, kMaxCount);
   const int64_t kv_heads = k.integer("num_key_value_heads", heads, kMaxCount);
-  if (!k.get("head_dim") && dim % heads != 0)
+  const bool gemma = out.arch == "gemma2" || out.arch == "gemma3";
+  if (!k.get("head_dim") && !gemma && dim % heads != 0)
     throw Error(path + ": hidden_size " + std::to_string(dim) + " is not a multiple of num_attention_heads");
-  const int64_t head_dim = k.integer("head_dim", dim / heads, kMaxCount);
+  const int64_t head_dim = k.integer("head_dim", gemma ? 256 : dim / heads, kMaxCount);  // transformers' defaults
   const int64_t context = k.integer("max_position_embeddings", std::nullopt, 1 << 24);
   out.vocab_size = k.integer("vocab_size", std::nullopt, 1 << 21);  // the largest are ~262k
-  out.metadata[a + "block_count"] = u32(k.integer("num_hidden_layers", std::nullopt, kMaxCount));
+  const int64_t layers = k.integer("num_hidden_layers", std::nullopt, kMaxCount);
+  out.metadata[a + "block_count"] = u32(layers);
   out.metadata[a + "context_length"] = u32(context);
   out.metadata[a + "embedding_length"] = u32(dim);
   out.metadata[a + "feed_forward_length"] = u32(k.integer("intermediate_size", std::nullopt, kMaxDim));
@@ -332,10 +469,15 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   const double eps = k.number("rms_norm_eps", std::nullopt);
   if (!(eps > 0 && eps < 1)) throw Error(path + ": rms_norm_eps must be in (0, 1)");
   out.metadata[a + "attention.layer_norm_rms_epsilon"] = f32(eps);
-  translate_rope(k, rope_parameters(k, path), path, out, static_cast<int32_t>(head_dim), context);
+  if (out.arch == "gemma3")
+    translate_gemma3_rope(k, path, out, static_cast<int32_t>(head_dim), context);
+  else
+    translate_rope(k, rope_parameters(k, path), path, out, static_cast<int32_t>(head_dim), context);
   if (arch.experts) translate_experts(k, out.arch, path, out);
-
-  if (const auto act = k.string("hidden_act"); act && *act != "silu")
+  out.tie_word_embeddings = k.boolean("tie_word_embeddings");
+  if (gemma) {
+    translate_gemma(k, path, out, dim, heads, head_dim, layers);
+  } else if (const auto act = k.string("hidden_act"); act && *act != "silu")
     throw Error(path + ": hidden_act " + shown(*act) + " is not supported by fathom's " + out.arch + " (silu only)");
   // Biases are read from the checkpoint's tensors (Q, K, V and o_proj's); one fathom lacks (the
   // MLP's) is refused by the weights loader, which names it.
@@ -344,12 +486,12 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   k.neutral_only("lm_head_bias", false, "an output bias");
   k.neutral_only("full_attn_mod", 1, "Phi-4's alternating attention");
   k.neutral_only("interpolate_factor", 1, "position interpolation");
-  out.tie_word_embeddings = k.boolean("tie_word_embeddings");
 
   // Sliding windows: phi3 and mistral apply `sliding_window` to every layer; Qwen 2/3 only with
-  // use_sliding_window (and per layer_types), which fathom does not implement; llama has none.
+  // use_sliding_window (and per layer_types), which fathom does not implement; llama has none; the
+  // Gemmas' were read above.
   const Json* window = k.get("sliding_window");
-  if (const Json* types = k.get("layer_types")) {
+  if (const Json* types = gemma ? nullptr : k.get("layer_types")) {
     if (!types->is_array()) throw Error(path + ": layer_types is not a list");
     for (const Json& t : *types)
       if (t != Json("full_attention"))

@@ -15,8 +15,8 @@
 namespace fathom {
 
 struct HfConfig {
-  std::string arch;                            // general.architecture: llama, qwen2, qwen3, phi3
-  std::map<std::string, GgufValue> metadata;   // general.architecture, <arch>.*, fathom.rope_neox
+  std::string arch;                            // general.architecture: llama, qwen2, qwen3, qwen3moe, phi3, gemma*
+  std::map<std::string, GgufValue> metadata;   // general.architecture, <arch>.*, fathom.rope_neox, fathom.norm_offset
   // Tensors the translation computes, with their GGUF names (longrope's rope_factors_long/short).
   std::map<std::string, std::vector<float>> extra_tensors;
   std::optional<bool> tie_word_embeddings;     // absent: decided by whether lm_head.weight exists

@@ -48,6 +48,14 @@ constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
     {"mlp.gate.weight", "ffn_gate_inp.weight"},               // qwen3moe's router
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},  // Mixtral's
 };
+// Gemma 2 and 3 normalise each sublayer's input and output: post_attention_layernorm is the
+// attention output's norm there (llama.cpp's post_attention_norm), not the MLP input's (llama's
+// name for it), which is pre_feedforward_layernorm.
+constexpr std::pair<std::string_view, std::string_view> kGemmaLayerNames[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+};
 // An expert's matrices: HF suffix after "<prefix><e>." -> GGUF "ffn_<part>.<e>.weight" (one tensor
 // per expert, which the weights loader reads as it reads llama.cpp's stacked ones).
 constexpr std::string_view kExpertPrefixes[] = {"mlp.experts.", "block_sparse_moe.experts."};
@@ -160,7 +168,7 @@ std::unique_ptr<GgufFile> open_model_file(const std::string& path) {
   return std::filesystem::is_directory(path, ec) ? open_hf_directory(path) : GgufFile::open(path);
 }
 
-std::string gguf_tensor_name(const std::string& hf_name, int64_t n_layers) {
+std::string gguf_tensor_name(const std::string& hf_name, int64_t n_layers, std::string_view arch) {
   for (const auto& [hf, gguf] : kGlobalNames)
     if (hf_name == hf) return std::string(gguf);
   constexpr std::string_view kLayers = "model.layers.";
@@ -171,6 +179,9 @@ std::string gguf_tensor_name(const std::string& hf_name, int64_t n_layers) {
   if (digits == 0 || digits >= after.size() || after[digits] != '.' || layer >= n_layers) return hf_name;
   const std::string_view suffix = after.substr(digits + 1);
   const std::string blk = "blk." + std::to_string(layer) + ".";
+  if (arch == "gemma2" || arch == "gemma3")
+    for (const auto& [hf, gguf] : kGemmaLayerNames)
+      if (suffix == hf) return blk + std::string(gguf);
   for (const auto& [hf, gguf] : kLayerNames)
     if (suffix == hf) return blk + std::string(gguf);
   for (std::string_view prefix : kExpertPrefixes) {
@@ -227,7 +238,7 @@ std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir_arg) {
         // Tied: transformers uses the embedding in its place.
         if (cfg.tie_word_embeddings.value_or(false)) continue;
       }
-      tensors.push_back(tensor_info(t, gguf_tensor_name(t.name, n_layers), shard_path));
+      tensors.push_back(tensor_info(t, gguf_tensor_name(t.name, n_layers, cfg.arch), shard_path));
     }
     maps.push_back(std::move(map));
   }

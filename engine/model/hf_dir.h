@@ -7,6 +7,7 @@
 // after this (ModelConfig, ModelWeights, Tokenizer, the chat template) is the GGUF path unchanged.
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/model/gguf.h"
@@ -26,9 +27,10 @@ std::unique_ptr<GgufFile> open_hf_tokenizer(const std::string& dir);
 // open_hf_directory for a directory, GgufFile::open otherwise.
 std::unique_ptr<GgufFile> open_model_file(const std::string& path);
 
-// The GGUF name of a checkpoint tensor (llama.cpp's tables for llama, qwen2, qwen3 and phi3, which
-// name their tensors alike), or `hf_name` itself when it has none, or names a layer at or past
+// The GGUF name of a checkpoint tensor of architecture `arch` (general.architecture; llama.cpp's
+// tables, which name llama's, qwen2's, qwen3's, qwen3moe's and phi3's tensors alike, and gemma2's and
+// gemma3's norms their own way), or `hf_name` itself when it has none, or names a layer at or past
 // `n_layers`: the weights loader then refuses it as unused, by that name.
-std::string gguf_tensor_name(const std::string& hf_name, int64_t n_layers);
+std::string gguf_tensor_name(const std::string& hf_name, int64_t n_layers, std::string_view arch);
 
 }  // namespace fathom

@@ -79,22 +79,12 @@ int32_t require_positive(const GgufFile& f, const std::string& key, int64_t max_
   return static_cast<int32_t>(v);
 }
 
-// Gemma 3 interleaves 5 sliding-window layers with 1 global layer (llama.cpp: swa pattern 6);
-// Gemma 2 alternates them, starting with a sliding one (pattern 2).
-constexpr int kGemma3SlidingPattern = 6;
-constexpr int kGemma2SlidingPattern = 2;
-constexpr float kGemma3LocalRopeBase = 10000.0f;
 // What llama.cpp assumes where a gemma2 file omits them (Gemma 2's released configs).
 constexpr int64_t kGemma2DefaultWindow = 4096;
 constexpr double kGemma2DefaultAttnSoftcap = 50.0, kGemma2DefaultFinalSoftcap = 30.0;
 
-// Gemma 2 and 3 scale attention logits by query_pre_attn_scalar^-1/2, which no GGUF key carries:
-// head_dim for every size but the 27B ones, where it is dim / n_heads (Gemma 2 27B: 144 with
-// head_dim 128; Gemma 3 27B: 168 with head_dim 128). llama.cpp tells the 27B models by their
-// layer count (46 and 62), and so does fathom: a GGUF of them means that.
 float gemma_attn_scale(const ModelConfig& c) {
-  const int32_t layers_27b = c.arch == Architecture::kGemma2 ? 46 : 62;
-  const int32_t scalar = c.n_layers == layers_27b ? c.dim / c.n_heads : c.head_dim;
+  const int32_t scalar = gemma::query_pre_attn_scalar(c.arch, c.n_layers, c.dim, c.n_heads, c.head_dim);
   return 1.0f / std::sqrt(static_cast<float>(scalar));
 }
 
@@ -186,6 +176,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (f.find(a + "rope.dimension_count")) c.rope_dim = require_positive(f, a + "rope.dimension_count", c.head_dim);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.pooling = pooling_from_gguf(f, a + "pooling_type");
+  // A Hugging Face Gemma directory's norms are w for a model multiplying by 1 + w (hf_config.cpp).
+  c.norm_offset = static_cast<float>(f.get_float("fathom.norm_offset").value_or(0.0));
+  if (!std::isfinite(c.norm_offset)) throw Error(f.path() + ": metadata fathom.norm_offset is not finite");
 
   const float rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
   c.rope_scaling = rope_scaling_from_gguf(f, c.arch_name, c.rope_dim, c.context_length);
@@ -224,8 +217,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     if (window <= 0 || window > (1 << 24))
       throw Error(f.path() + ": metadata " + a + "attention.sliding_window = " + std::to_string(window) +
                   " is out of range");
-    for (int32_t il = 0; il < c.n_layers; il += kGemma2SlidingPattern)
-      c.layers[il].sliding = true, c.layers[il].window = static_cast<int32_t>(window);
+    for (int32_t il = 0; il < c.n_layers; ++il)
+      if (gemma::layer_slides(c.arch, il))
+        c.layers[il].sliding = true, c.layers[il].window = static_cast<int32_t>(window);
   }
   if (c.arch == Architecture::kGptOss) {
     // gpt-oss: every other layer a sliding window (the first one sliding; 128 tokens), attention
@@ -244,11 +238,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.activation = Activation::kGeluTanh;
     c.attn_scale = gemma_attn_scale(c);
     const int32_t window = require_positive(f, a + "attention.sliding_window", 1 << 24);
-    const LayerConfig local{true, window, kGemma3LocalRopeBase,
-                            rope_inv_freq(kGemma3LocalRopeBase, c.rope_dim, RopeScaling{}), 1.0f};
-    for (int32_t il = 0; il < c.n_layers; ++il) {
-      if ((il + 1) % kGemma3SlidingPattern != 0) c.layers[il] = local;
-    }
+    const LayerConfig local{true, window, gemma::kGemma3LocalRopeBase,
+                            rope_inv_freq(gemma::kGemma3LocalRopeBase, c.rope_dim, RopeScaling{}), 1.0f};
+    for (int32_t il = 0; il < c.n_layers; ++il)
+      if (gemma::layer_slides(c.arch, il)) c.layers[il] = local;
   }
   return c;
 }

@@ -44,6 +44,10 @@ struct ModelConfig {
   bool rope_neox = false;  // rotate (i, i + rope_dim/2) pairs instead of adjacent (2i, 2i+1)
   float rms_eps = 1e-5f;
   float embed_scale = 1.0f;  // gemma: sqrt(dim)
+  // Added to every RMSNorm weight at load (fathom.norm_offset): 1 for a Gemma checkpoint's norms,
+  // stored as w where the model multiplies by 1 + w (a GGUF holds 1 + w, as llama.cpp's converter
+  // writes it: 0).
+  float norm_offset = 0.0f;
   float attn_scale = 0.0f;   // logit scale, 1/sqrt(head_dim) unless the model says otherwise
   // Soft-capping (gemma2): attention logits become cap·tanh(logit / cap) (LogitScale), the output
   // logits final·tanh(logit / final); 0: none. A capped model decodes densely (the sparse
@@ -78,5 +82,29 @@ struct ModelConfig {
   // key fathom does not implement (docs/models.md).
   static ModelConfig from_gguf(const GgufFile& file);
 };
+
+// What llama.cpp fixes for Gemma 2 and 3 where no GGUF key says it, and a Hugging Face directory's
+// config.json must say too (hf_config.cpp refuses any other value by name).
+namespace gemma {
+// Gemma 2: every other layer a sliding window, the first one sliding (llama.cpp: swa pattern 2).
+// Gemma 3: 5 sliding-window layers to 1 global (pattern 6).
+constexpr int kGemma2SlidingPattern = 2;
+constexpr int kGemma3SlidingPattern = 6;
+// Gemma 3's sliding layers rotate by plain RoPE of this base (the global ones by rope.freq_base,
+// scaled).
+constexpr float kGemma3LocalRopeBase = 10000.0f;
+inline bool layer_slides(Architecture arch, int32_t il) {
+  return (il + 1) % (arch == Architecture::kGemma2 ? kGemma2SlidingPattern : kGemma3SlidingPattern) != 0;
+}
+// transformers' query_pre_attn_scalar, which no GGUF key carries: attention logits are scaled by its
+// -1/2 power. head_dim for every size but the 27B ones, where it is dim / n_heads (Gemma 2 27B: 144
+// with head_dim 128; Gemma 3 27B: 168 with head_dim 128); llama.cpp tells the 27B models by their
+// layer count (46 and 62), and so does fathom.
+inline int32_t query_pre_attn_scalar(Architecture arch, int32_t n_layers, int32_t dim, int32_t n_heads,
+                                     int32_t head_dim) {
+  const int32_t layers_27b = arch == Architecture::kGemma2 ? 46 : 62;
+  return n_layers == layers_27b ? dim / n_heads : head_dim;
+}
+}  // namespace gemma
 
 }  // namespace fathom

@@ -11,7 +11,7 @@ namespace {
 
 class Loader {
  public:
-  explicit Loader(const GgufFile& f) : f_(f) {}
+  Loader(const GgufFile& f, float norm_offset) : f_(f), norm_offset_(norm_offset) {}
 
   const GgufTensorInfo* find(const std::string& name) const { return f_.find_tensor(name); }
 
@@ -57,6 +57,15 @@ class Loader {
     return out;
   }
 
+  // An RMSNorm's weights, plus the model's norm offset (ModelConfig::norm_offset: a Gemma
+  // checkpoint's w for a norm multiplying by 1 + w).
+  std::vector<float> norm(const std::string& name, int64_t n) {
+    std::vector<float> w = vector(name, n);
+    if (norm_offset_ != 0.0f)
+      for (float& x : w) x += norm_offset_;
+    return w;
+  }
+
   std::vector<float> optional_vector(const std::string& name, int64_t n) {
     return find(name) ? vector(name, n) : std::vector<float>{};
   }
@@ -84,6 +93,7 @@ class Loader {
     return s + "]";
   }
   const GgufFile& f_;
+  const float norm_offset_;
   std::set<std::string, std::less<>> consumed_;
 };
 
@@ -124,7 +134,7 @@ void load_qkv(Loader& load, const ModelConfig& c, const std::string& p, LayerWei
 }  // namespace
 
 ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
-  Loader load(f);
+  Loader load(f, c.norm_offset);
   ModelWeights w;
   const GgufTensorInfo& embd = load.require("token_embd.weight");
   if (embd.dims.size() != 2 || embd.dims[0] != c.dim)
@@ -132,23 +142,23 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
   const int64_t vocab = embd.dims[1];
   w.token_embd = load.matrix("token_embd.weight", vocab, c.dim);
   w.output = load.find("output.weight") ? load.matrix("output.weight", vocab, c.dim) : w.token_embd;
-  w.output_norm = load.vector("output_norm.weight", c.dim);
+  w.output_norm = load.norm("output_norm.weight", c.dim);
 
   for (int32_t il = 0; il < c.n_layers; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     LayerWeights L;
-    L.attn_norm = load.vector(p + "attn_norm.weight", c.dim);
+    L.attn_norm = load.norm(p + "attn_norm.weight", c.dim);
     load_qkv(load, c, p, L);
     L.wo = load.matrix(p + "attn_output.weight", c.dim, c.q_dim());
     L.bo = load.optional_vector(p + "attn_output.bias", c.dim);
     if (c.attn_sinks) L.attn_sinks = load.vector(p + "attn_sinks.weight", c.n_heads);
     if (c.qk_norm) {
-      L.q_norm = load.vector(p + "attn_q_norm.weight", c.head_dim);
-      L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
+      L.q_norm = load.norm(p + "attn_q_norm.weight", c.head_dim);
+      L.k_norm = load.norm(p + "attn_k_norm.weight", c.head_dim);
     }
     // gpt-oss's pre-MLP norm carries the name llama.cpp gives post-attention norms.
-    L.ffn_norm = load.vector(p + (c.arch == Architecture::kGptOss ? "post_attention_norm.weight" : "ffn_norm.weight"),
-                             c.dim);
+    L.ffn_norm = load.norm(p + (c.arch == Architecture::kGptOss ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                           c.dim);
     if (c.moe()) {  // qwen3moe's and Mixtral's experts
       L.router = load.matrix(p + "ffn_gate_inp.weight", c.n_experts, c.dim);
       // llama.cpp's stacked ffn_*_exps, or one tensor per expert (ffn_gate.<e>: llama.cpp's layout
@@ -183,8 +193,8 @@ ModelWeights ModelWeights::from_gguf(const GgufFile& f, const ModelConfig& c) {
     }
     if (!c.moe()) L.w_down = load.matrix(p + "ffn_down.weight", c.dim, c.ffn_dim);
     if (c.post_norms) {
-      L.post_attn_norm = load.vector(p + "post_attention_norm.weight", c.dim);
-      L.post_ffn_norm = load.vector(p + "post_ffw_norm.weight", c.dim);
+      L.post_attn_norm = load.norm(p + "post_attention_norm.weight", c.dim);
+      L.post_ffn_norm = load.norm(p + "post_ffw_norm.weight", c.dim);
     }
     w.layers.push_back(std::move(L));
   }

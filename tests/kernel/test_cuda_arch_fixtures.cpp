@@ -22,7 +22,8 @@
 //   mistral        a `llama` with a 24-token window on every layer, GQA 4:2 (llama.cpp's converter
 //                  drops the window: its GGUF is not compared, the directory is)
 //   gemma2         attention and final logit soft-capping (20 and 10), every other layer a 24-token
-//                  window, head_dim 48, post norms, GeGLU; GGUF only (fathom refuses Gemma's directories)
+//                  window, head_dim 48, post norms, GeGLU; its directory's norms are w where the
+//                  model multiplies by 1 + w (the GGUF's 1 + w: fathom.norm_offset)
 //   gpt-oss        attention sinks, Q/K/V/O biases, every other layer a 24-token window, 4 experts of
 //                  80, top-2 over biased router logits, expert biases, the clamped SwiGLU, untruncated
 //                  YaRN; GGUF only (fathom refuses gpt-oss directories)
@@ -46,7 +47,8 @@
 // 1.7 to 2.0 — qwen2 without its biases, qwen3 without its QK norms, phi3 without its window,
 // phi3-longrope with the short factors, llama without its llama3 scaling (1.8); 1.03 — qwen3moe
 // without renormalising the top-2 weights; 1.65 — mixtral routing each token to its top-1 expert
-// only; 0.93 — gemma2 without its soft-capping; 1.77 — mistral without its window; 1.00 — gpt-oss
+// only; 0.93 — gemma2 without its soft-capping (and its directory's norms read as w instead of 1 + w
+// changes its logits as much as Gemma 3's, below: 1.08); 1.77 — mistral without its window; 1.00 — gpt-oss
 // without its sinks; and fathom rotating adjacent pairs instead of
 // NEOX's: 1.6 to 2.2.
 // Greedy: 32 tokens after a prompt the fixture chose for clear margins (every step's top-1 minus
@@ -200,6 +202,39 @@ TEST(Gemma2, SparsePolicyStepsDecodeDensely) {
   for (size_t i = 0; i < dense.size(); ++i) ASSERT_EQ(dense[i], sparse[i]) << "logit " << i;
 }
 
+// Gemma 3 from a Hugging Face directory. No transformers here to make its reference: a 6-layer
+// random model (5 sliding layers of a 24-token window, then a global one whose RoPE is scaled
+// linearly by 8; QK norms, post norms, head_dim 24) written as a directory in the released
+// checkpoints' layout and as llama.cpp's converter would write its GGUF (scripts/gemma3_fixtures.py),
+// its logits those of tests/reference/numpy_model.py on the GGUF in float64 (an implementation of
+// llama.cpp's gemma3 sharing no code with fathom; its f32 logits are 1.2e-6 from them). The
+// directory's logits must be bitwise the GGUF's, and within the CPU's and CUDA's tolerances of the
+// reference; with the norms read as stored (w, not 1 + w) they would be 1.08 away.
+TEST(Gemma3, DirectoryMatchesItsGgufAndTheReference) {
+  const Fixture f = logits_fixture::load(kDir, "gemma3");
+  const std::unique_ptr<Model> hf = Model::load(f.path("hf_dir"));
+  const std::unique_ptr<Model> gguf = Model::load(f.path("gguf"));
+  const ModelConfig& c = hf->config();
+  ASSERT_EQ(c.arch, Architecture::kGemma3);
+  ASSERT_EQ(c.layers.size(), 6u);
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    EXPECT_EQ(c.layers[il].sliding, il != 5) << "layer " << il;
+    EXPECT_EQ(c.layers[il].rope_inv_freq, gguf->config().layers[il].rope_inv_freq) << "layer " << il;
+  }
+  EXPECT_EQ(c.rope_scaling.factor, 8.0f);
+  const ModelOptions o = options();
+  CpuBackend hf_cpu(*hf, o), gguf_cpu(*gguf, o);
+  const std::vector<float> got = logits_fixture::run_prompts(hf_cpu, f, o.block_size, kChunk);
+  EXPECT_EQ(worst_row_error(got, logits_fixture::run_prompts(gguf_cpu, f, o.block_size, kChunk), f.vocab,
+                            "gemma3-hf vs our gguf"),
+            0.0);
+  EXPECT_LE(worst_row_error(got, f.logits, f.vocab, "gemma3-hf cpu"), kCpuTol);
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*hf, o);
+  EXPECT_LE(worst_row_error(logits_fixture::run_prompts(*cuda, f, o.block_size, kChunk), f.logits, f.vocab,
+                            "gemma3-hf cuda-emu"),
+            kCudaTol);
+}
+
 // gpt-oss as released: its experts' gate and up matrices MXFP4. The reference is transformers with
 // those weights as the gguf package dequantizes them (0.72 of max|logit| from the bf16 model's), so
 // the MXFP4 expert kernels (CPU dot and tiled GEMM, CUDA GEMV) are held to it like any other.
@@ -313,14 +348,15 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<const char*, bo
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ArchFixture,
-                         ::testing::Combine(::testing::Values("qwen2", "qwen3", "phi3", "phi3-longrope", "llama", "mistral"),
+                         ::testing::Combine(::testing::Values("qwen2", "qwen3", "phi3", "phi3-longrope", "llama",
+                                                              "mistral", "gemma2"),
                                             ::testing::Bool()),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Moe, ArchFixture,
                          ::testing::Combine(::testing::Values("qwen3moe", "mixtral"), ::testing::Bool()),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(GgufOnly, ArchFixture,
-                         ::testing::Combine(::testing::Values("gemma2", "gpt-oss"), ::testing::Values(false)), param_name);
+                         ::testing::Combine(::testing::Values("gpt-oss"), ::testing::Values(false)), param_name);
 INSTANTIATE_TEST_SUITE_P(GgufOnly, MoeFixture, ::testing::Combine(::testing::Values("gpt-oss"), ::testing::Values(false)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Families, MoeFixture,

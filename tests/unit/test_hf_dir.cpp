@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -155,7 +156,8 @@ TEST(HfConfig, RefusesWhatItDoesNotImplementByName) {
   EXPECT_NE(with("rope_parameters", {{"rope_type", "linear"}, {"factor", 2.0}, {"beta", 1}}).find("'beta'"),
             std::string::npos);
   EXPECT_NE(with("layer_types", {"full_attention", "sliding_attention"}).find("sliding_attention"), std::string::npos);
-  EXPECT_NE(with("architectures", {"Gemma2ForCausalLM"}).find("Gemma2ForCausalLM"), std::string::npos);
+  EXPECT_NE(with("architectures", {"Gemma3ForConditionalGeneration"}).find("Gemma3ForConditionalGeneration"),
+            std::string::npos);  // a vision tower, the text model under language_model.*
   EXPECT_NE(with("num_attention_heads", "2").find("not an integer"), std::string::npos);
   EXPECT_NE(with("hidden_size", 0).find("out of range"), std::string::npos);
   // Mistral's window is every layer's (llama.attention.sliding_window); Llama has none to give.
@@ -319,20 +321,147 @@ TEST(HfConfig, ExpertsOfQwen3MoeAndMixtral) {
 }
 
 TEST(HfDir, NamesTensorsAsLlamaCpp) {
-  EXPECT_EQ(gguf_tensor_name("model.layers.1.self_attn.qkv_proj.weight", 2), "blk.1.attn_qkv.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.1.mlp.gate_up_proj.weight", 2), "blk.1.ffn_up.weight");
-  EXPECT_EQ(gguf_tensor_name("model.embed_tokens.weight", 2), "token_embd.weight");
+  auto name = [](const char* hf, const char* arch = "llama") { return gguf_tensor_name(hf, 2, arch); };
+  EXPECT_EQ(name("model.layers.1.self_attn.qkv_proj.weight", "phi3"), "blk.1.attn_qkv.weight");
+  EXPECT_EQ(name("model.layers.1.mlp.gate_up_proj.weight", "phi3"), "blk.1.ffn_up.weight");
+  EXPECT_EQ(name("model.embed_tokens.weight"), "token_embd.weight");
   // Experts, one tensor each: qwen3moe's and Mixtral's names.
-  EXPECT_EQ(gguf_tensor_name("model.layers.1.mlp.gate.weight", 2), "blk.1.ffn_gate_inp.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.0.mlp.experts.12.up_proj.weight", 2), "blk.0.ffn_up.12.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.0.block_sparse_moe.experts.3.w2.weight", 2), "blk.0.ffn_down.3.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.0.block_sparse_moe.gate.weight", 2), "blk.0.ffn_gate_inp.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.0.mlp.experts.07.up_proj.weight", 2), "model.layers.0.mlp.experts.07.up_proj.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.0.mlp.experts.1.w9.weight", 2), "model.layers.0.mlp.experts.1.w9.weight");
+  EXPECT_EQ(name("model.layers.1.mlp.gate.weight", "qwen3moe"), "blk.1.ffn_gate_inp.weight");
+  EXPECT_EQ(name("model.layers.0.mlp.experts.12.up_proj.weight", "qwen3moe"), "blk.0.ffn_up.12.weight");
+  EXPECT_EQ(name("model.layers.0.block_sparse_moe.experts.3.w2.weight"), "blk.0.ffn_down.3.weight");
+  EXPECT_EQ(name("model.layers.0.block_sparse_moe.gate.weight"), "blk.0.ffn_gate_inp.weight");
+  EXPECT_EQ(name("model.layers.0.mlp.experts.07.up_proj.weight"), "model.layers.0.mlp.experts.07.up_proj.weight");
+  EXPECT_EQ(name("model.layers.0.mlp.experts.1.w9.weight"), "model.layers.0.mlp.experts.1.w9.weight");
   // Out of range or malformed layer numbers keep their name (and are refused as unused).
-  EXPECT_EQ(gguf_tensor_name("model.layers.2.mlp.up_proj.weight", 2), "model.layers.2.mlp.up_proj.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.01.mlp.up_proj.weight", 2), "model.layers.01.mlp.up_proj.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.99999999999.x", 2), "model.layers.99999999999.x");
+  EXPECT_EQ(name("model.layers.2.mlp.up_proj.weight"), "model.layers.2.mlp.up_proj.weight");
+  EXPECT_EQ(name("model.layers.01.mlp.up_proj.weight"), "model.layers.01.mlp.up_proj.weight");
+  EXPECT_EQ(name("model.layers.99999999999.x"), "model.layers.99999999999.x");
+  // The Gemmas' four norms a layer: post_attention_layernorm is the attention output's there, the
+  // MLP input's (ffn_norm) elsewhere; the gemma-only names stay unknown to the others.
+  for (const char* gemma : {"gemma2", "gemma3"}) {
+    EXPECT_EQ(name("model.layers.1.input_layernorm.weight", gemma), "blk.1.attn_norm.weight");
+    EXPECT_EQ(name("model.layers.1.post_attention_layernorm.weight", gemma), "blk.1.post_attention_norm.weight");
+    EXPECT_EQ(name("model.layers.1.pre_feedforward_layernorm.weight", gemma), "blk.1.ffn_norm.weight");
+    EXPECT_EQ(name("model.layers.1.post_feedforward_layernorm.weight", gemma), "blk.1.post_ffw_norm.weight");
+    EXPECT_EQ(name("model.layers.0.self_attn.q_norm.weight", gemma), "blk.0.attn_q_norm.weight");
+    EXPECT_EQ(name("model.norm.weight", gemma), "output_norm.weight");
+  }
+  EXPECT_EQ(name("model.layers.1.post_attention_layernorm.weight"), "blk.1.ffn_norm.weight");
+  EXPECT_EQ(name("model.layers.1.pre_feedforward_layernorm.weight", "qwen2"),
+            "model.layers.1.pre_feedforward_layernorm.weight");
+}
+
+// Gemma 2 and 3: config.json as llama.cpp's converter writes their keys (transformers' defaults for
+// what it leaves out), and what llama.cpp (and fathom) fix where no GGUF key says it — which layers
+// slide, the sliding layers' RoPE base, the attention scale — held to config.json by name.
+TEST(HfConfig, GemmaAsLlamaCppsConverter) {
+  const HfConfig g2 = hf_config_from_json(fixture_config("gemma2").dump(), "config.json");
+  EXPECT_EQ(g2.arch, "gemma2");
+  EXPECT_EQ(std::get<float>(g2.metadata.at("gemma2.attn_logit_softcapping")), 20.0f);
+  EXPECT_EQ(std::get<float>(g2.metadata.at("gemma2.final_logit_softcapping")), 10.0f);
+  EXPECT_EQ(std::get<uint32_t>(g2.metadata.at("gemma2.attention.sliding_window")), 24u);
+  EXPECT_EQ(std::get<uint32_t>(g2.metadata.at("gemma2.attention.key_length")), 48u);
+  EXPECT_EQ(std::get<float>(g2.metadata.at("fathom.norm_offset")), 1.0f);  // norms stored as w for 1 + w
+  EXPECT_EQ(g2.tie_word_embeddings, true);
+  // Absent: transformers' Gemma2Config defaults (caps 50 and 30, window 4096, tied).
+  json bare = fixture_config("gemma2");
+  for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "layer_types",
+                        "tie_word_embeddings"})
+    bare.erase(k);
+  const HfConfig d = hf_config_from_json(bare.dump(), "config.json");
+  EXPECT_EQ(std::get<float>(d.metadata.at("gemma2.attn_logit_softcapping")), 50.0f);
+  EXPECT_EQ(std::get<float>(d.metadata.at("gemma2.final_logit_softcapping")), 30.0f);
+  EXPECT_EQ(std::get<uint32_t>(d.metadata.at("gemma2.attention.sliding_window")), 4096u);
+  EXPECT_EQ(d.tie_word_embeddings, true);
+
+  // Gemma 3 in transformers 4's layout (the fixture: the released checkpoints') and 5's (rope
+  // parameters per layer type, layer_types) give the same keys.
+  const json c4 = fixture_config("gemma3");
+  const HfConfig g3 = hf_config_from_json(c4.dump(), "config.json");
+  EXPECT_EQ(g3.arch, "gemma3");
+  EXPECT_EQ(std::get<float>(g3.metadata.at("gemma3.rope.freq_base")), 1e6f);  // the global layers'
+  EXPECT_EQ(std::get<std::string>(g3.metadata.at("gemma3.rope.scaling.type")), "linear");
+  EXPECT_EQ(std::get<float>(g3.metadata.at("gemma3.rope.scaling.factor")), 8.0f);
+  EXPECT_EQ(std::get<uint32_t>(g3.metadata.at("gemma3.attention.sliding_window")), 24u);
+  EXPECT_EQ(std::get<float>(g3.metadata.at("fathom.norm_offset")), 1.0f);
+  EXPECT_FALSE(g3.metadata.contains("gemma3.final_logit_softcapping"));
+  json c5 = c4;
+  for (const char* k : {"rope_theta", "rope_scaling", "rope_local_base_freq", "sliding_window_pattern"}) c5.erase(k);
+  c5["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+                           {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  c5["layer_types"] = json::array();
+  for (int il = 0; il < 6; ++il) c5["layer_types"].push_back(il == 5 ? "full_attention" : "sliding_attention");
+  c5["_sliding_window_pattern"] = 6;
+  c5["use_bidirectional_attention"] = false;
+  EXPECT_EQ(hf_config_from_json(c5.dump(), "config.json").metadata, g3.metadata);
+  // transformers 5 reading a theta from the top into the per-type parameters; Gemma 3's default
+  // global theta is 1e6.
+  json mixed = c5;
+  mixed["rope_parameters"]["full_attention"].erase("rope_theta");
+  mixed["rope_parameters"]["sliding_attention"].erase("rope_theta");
+  EXPECT_EQ(hf_config_from_json(mixed.dump(), "config.json").metadata, g3.metadata);
+  mixed["rope_theta"] = 5e5;
+  EXPECT_EQ(std::get<float>(hf_config_from_json(mixed.dump(), "config.json").metadata.at("gemma3.rope.freq_base")),
+            5e5f);
+
+  const std::tuple<const char*, const char*, json, const char*> refused[] = {
+      {"gemma2", "query_pre_attn_scalar", 256, "query_pre_attn_scalar = 256"},  // not head_dim 48
+      {"gemma2", "attn_logit_softcapping", nullptr, "attn_logit_softcapping = null"},
+      {"gemma2", "hidden_activation", "gelu", "hidden_activation"},
+      {"gemma2", "sliding_window", nullptr, "sliding_window = null"},
+      {"gemma2", "layer_types", {"full_attention", "sliding_attention"}, "layer_types makes layer 0 global"},
+      {"gemma2", "use_bidirectional_attention", true, "use_bidirectional_attention"},
+      {"gemma2", "sliding_window_pattern", 2, "'sliding_window_pattern'"},  // not a Gemma 2 key
+      {"gemma3", "sliding_window_pattern", 3, "sliding_window_pattern = 3 makes layer 2 global"},
+      {"gemma3", "rope_local_base_freq", 20000.0, "rope_local_base_freq"},
+      {"gemma3", "final_logit_softcapping", 30.0, "final_logit_softcapping"},
+      {"gemma3", "attn_logit_softcapping", 50.0, "attn_logit_softcapping"},
+      {"gemma3", "rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e6}}, "rope_parameters key 'rope_t"},
+      {"gemma3", "rope_parameters", {{"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}},
+       "sliding_attention"},
+      {"gemma3", "rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}, "'dynamic'"},
+      {"gemma3", "layer_types", json::array({"sliding_attention"}), "num_hidden_layers entries"},
+  };
+  for (const auto& [family, key, value, want] : refused) {
+    json c = fixture_config(family);
+    c[key] = value;
+    EXPECT_NE(config_error(c).find(want), std::string::npos) << family << " " << key << ": " << config_error(c);
+  }
+  // The 27B's scale, told by its layer count as llama.cpp does: dim / heads.
+  json big = fixture_config("gemma2");
+  big["num_hidden_layers"] = 46;
+  big.erase("layer_types");
+  EXPECT_NE(config_error(big).find("by 32^-1/2"), std::string::npos) << config_error(big);
+  big["query_pre_attn_scalar"] = 32;
+  EXPECT_EQ(config_error(big), "");
+}
+
+// A Gemma directory reads its norms as 1 + w, what the GGUF of the same checkpoint stores; the
+// matrices are the same bytes.
+TEST(HfDir, GemmaNormsAreOnePlusTheCheckpoints) {
+  for (const char* family : {"gemma2", "gemma3"}) {
+    const auto hf = Model::load(kArch + family + "-hf");
+    const auto gguf = Model::load(kArch + family + ".gguf");
+    EXPECT_EQ(hf->config().norm_offset, 1.0f);
+    EXPECT_EQ(gguf->config().norm_offset, 0.0f);
+    const LayerWeights &a = hf->weights().layers[1], &b = gguf->weights().layers[1];
+    EXPECT_EQ(a.attn_norm, b.attn_norm) << family;
+    EXPECT_EQ(a.post_attn_norm, b.post_attn_norm) << family;
+    EXPECT_EQ(a.ffn_norm, b.ffn_norm) << family;
+    EXPECT_EQ(a.post_ffn_norm, b.post_ffn_norm) << family;
+    EXPECT_EQ(a.q_norm, b.q_norm) << family;
+    EXPECT_EQ(a.k_norm, b.k_norm) << family;
+    EXPECT_EQ(hf->weights().output_norm, gguf->weights().output_norm) << family;
+    ASSERT_EQ(a.w_gate.bytes(), b.w_gate.bytes());
+    EXPECT_EQ(std::memcmp(a.w_gate.data, b.w_gate.data, a.w_gate.bytes()), 0);
+    EXPECT_EQ(hf->config().attn_scale, gguf->config().attn_scale);
+    for (size_t il = 0; il < hf->config().layers.size(); ++il) {
+      const LayerConfig &x = hf->config().layers[il], &y = gguf->config().layers[il];
+      EXPECT_EQ(x.sliding, y.sliding) << family << " layer " << il;
+      EXPECT_EQ(x.window, y.window) << family << " layer " << il;
+      EXPECT_EQ(x.rope_inv_freq, y.rope_inv_freq) << family << " layer " << il;
+    }
+  }
 }
 
 // Against Python's unicodedata.normalize("NFC", ...) (tests/e2e/test_hf_tokenizer.py compares the
