@@ -21,10 +21,11 @@ struct ServerConfig {
   // "last" (pool a generative model's hidden states), or "none" (no embeddings).
   std::string embedding_pooling;
   SchedulerConfig scheduler;
-  // Default decode attention policy of requests: `auto` at kv_read_ratio 1/4: dense's pass-key
-  // answers on Gemma 3, 95% of them on SmolLM2 at 4k and 8k over three prompt sets (docs/attention.md,
-  // "Sparse decode attention"; at 1/8 it missed 2 of 15 at SmolLM2 8k).
-  AttentionPolicy attention = AttentionPolicy::named("auto", 0.25);
+  // Default decode attention policy of requests: dense, the model's exact output. A sparse policy
+  // (sparq, hip, alisa, auto) changes the output and is what a request or config asks for; the
+  // ratio here, 1/4, is what one that names no ratio gets (`auto` at 1/4 keeps dense's pass-key
+  // answers on Gemma 3 and 95% of them on SmolLM2 at 4k and 8k: docs/attention.md).
+  AttentionPolicy attention = AttentionPolicy::named("dense", 0.25);
   // Default speculative decoding of requests (config "speculative": {"mode"}; docs/speculative.md):
   // off, or a drafter whose drafts a dense pass verifies (the output is then the dense model's).
   Speculation speculative = Speculation::kOff;

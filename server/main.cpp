@@ -28,7 +28,7 @@ void usage() {
       "  serve    [--config FILE] [--model PATH] [--host H] [--port P] [--grpc-port P] [--threads N]\n"
       "           [--api-key K]... [--api-key-file F] [--kv-cache-mib N] [--host-kv-mib N] [--hot-rows-percent N]\n"
       "           [--max-num-seqs N] [--max-batched-tokens N] [--log-level L]   (OpenAI HTTP + gRPC; configs/README.md)\n"
-      "           [--attention dense|sparq|hip|alisa|auto] [--kv-read-ratio X]      (default: auto at 0.25)\n"
+      "           [--attention dense|sparq|hip|alisa|auto] [--kv-read-ratio X]      (default: dense; ratio 0.25)\n"
       "           [--embedding-pooling mean|cls|last|none]                       (/v1/embeddings; default: the model's)\n"
       "           [--speculative off|ngram|sparse] [--max-draft-tokens N]         (docs/speculative.md; default: off, 4)\n"
       "           [--no-playground]                                              (the web page at /)\n",

@@ -133,17 +133,27 @@ def test_auto_counts_what_it_chose(server):
     assert kv_read(server, "alisa") > before_alisa
 
 
-def test_the_default_policy_is_measured_at_start_up(fathom_bin, smollm2_path):
-    # The default policy is auto at 1/4: the server measures ALISA's break-even before serving, so
-    # it is on /metrics before any request and no request's first step pays for the measurement.
-    with ServerProcess(fathom_bin, smollm2_path) as s:
+def test_a_sparse_default_policy_is_measured_at_start_up(fathom_bin, smollm2_path):
+    # `--attention auto` at 1/4 as the server's default: the server measures ALISA's break-even
+    # before serving, so it is on /metrics before any request and no request's first step pays for
+    # the measurement.
+    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--attention", "auto", "--kv-read-ratio", "0.25"]) as s:
         break_even = metric(s, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "alisa"})
         assert break_even == float("inf") or 256 <= break_even <= 32768
         assert "auto decodes sparse from" in s.stderr, s.stderr
     assert s.returncode == 0, s.stderr
-    # `--attention dense` restores exact attention: nothing to measure.
-    with ServerProcess(fathom_bin, smollm2_path, extra_args=["--attention", "dense"]) as s:
-        assert complete(s, "Hello", 2)["usage"]["completion_tokens"] >= 1
+
+
+def test_the_default_is_exact_dense_attention(fathom_bin, smollm2_path):
+    # Out of the box the output is the model's own: dense attention, nothing to measure, and a long
+    # request's decode steps all run dense's kernel; a sparse policy is a request's explicit choice.
+    with ServerProcess(fathom_bin, smollm2_path) as s:
+        before = layer_steps(s, "dense")
+        out = complete(s, LONG_PROMPT, 8, {"ignore_eos": True})
+        assert out["usage"]["completion_tokens"] == 8
+        after = layer_steps(s, "dense")
+        assert after.get("dense", 0) > before.get("dense", 0) and set(after) == {"dense"}, after
+        assert not any(k for k in layer_steps(s, "auto").values()), "no step ran auto"
     assert s.returncode == 0, s.stderr
     assert "loaded" in s.stderr and "decodes sparse from" not in s.stderr, s.stderr
 

@@ -57,17 +57,23 @@ def test_json_logs_carry_the_request_id(fathom_bin, smollm2_path):
     assert any("request_id=trace-7" in l["msg"] and l["level"] == "info" for l in lines), lines[-3:]
 
 
-def test_the_shipped_config_serves_auto_at_a_quarter(fathom_bin, smollm2_path):
+def test_the_shipped_config_serves_exact_attention(fathom_bin, smollm2_path):
     # configs/default.json (what `make serve` runs) names the same default attention as the
-    # built-in one: auto at kv_read_ratio 1/4, whose SWA break-even is measured before serving.
+    # built-in one: dense (the model's exact output), with 1/4 for requests that ask for a sparse
+    # policy without a ratio; an `auto` request measures ALISA's break-even on first use.
     root = Path(__file__).resolve().parents[2]
     shipped = json.loads((root / "configs" / "default.json").read_text())
-    assert shipped["attention"] == {"policy": "auto", "kv_read_ratio": 0.25}
+    assert shipped["attention"] == {"policy": "dense", "kv_read_ratio": 0.25}
     with ServerProcess(fathom_bin, smollm2_path,
                        extra_args=["--config", str(root / "configs" / "default.json"), "--grpc-port", "0",
                                    "--threads", "1"]) as server:
         text = requests.get(f"{server.base_url}/metrics", timeout=30).text
-        assert 'fathom_attention_break_even_keys{kv_read_ratio="0.25",policy="alisa"}' in text, text[:2000]
+        assert "fathom_attention_break_even_keys{" not in text, "nothing to measure for dense"
         r = requests.post(f"{server.base_url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=60)
         assert r.status_code == 200, r.text
-    assert "auto decodes sparse from" in server.stderr, server.stderr
+        body = {"prompt": "hi " * 300, "max_tokens": 2, "fathom": {"attention": "auto"}}
+        r = requests.post(f"{server.base_url}/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        text = requests.get(f"{server.base_url}/metrics", timeout=30).text
+        assert 'fathom_attention_break_even_keys{kv_read_ratio="0.25",policy="alisa"}' in text, text[:2000]
+    assert "decodes sparse from" not in server.stderr, server.stderr
