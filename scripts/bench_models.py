@@ -26,7 +26,7 @@ import gguf
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_copy import copy_tokenizer  # noqa: E402
+from gguf_util import copy_tokenizer  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 

@@ -13,6 +13,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reference"))
 import numpy_model  # noqa: E402  (the byte alphabet, shared with the e2e reference tokenizer)
+from gguf_util import finish_gguf, rel_error  # noqa: E402,F401  (torch-free; re-exported for the fixture scripts)
 
 # Small enough to commit, wide enough that the architecture matters: initializer_range 0.2 makes
 # attention scores O(1) (std ~ (8 * 0.2)^2), so a wrong rotation or a missing term changes which keys
@@ -46,18 +47,6 @@ def add_bpe_vocab(w, tokens, control, merges, pre, bos=None, eos=None):
         w.add_bos_token_id(bos)
     if eos is not None:
         w.add_eos_token_id(eos)
-
-
-def finish_gguf(w):
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-def rel_error(got, want):
-    """max over rows of max|got - want| / max|want| (the tests' measure)."""
-    return float((np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)).max())
 
 
 def logits_of(model, prompts):

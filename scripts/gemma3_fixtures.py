@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "fixtures" / "arch"
 sys.path.insert(0, str(ROOT / "tests" / "reference"))
 import numpy_model  # noqa: E402
+from gguf_util import finish_gguf, rel_error  # noqa: E402  (scripts/, the directory of this file)
 
 NAME = "gemma3"
 VOCAB = 128
@@ -182,15 +183,7 @@ def write_gguf(path, sd):
         else:
             w.add_tensor(name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.BF16),
                          raw_dtype=gguf.GGMLQuantizationType.BF16)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
-def rel_error(got, want):
-    """max over rows of max|got - want| / max|want| (the tests' measure)."""
-    return float((np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)).max())
+    finish_gguf(w)
 
 
 def logits(model, prompts):

@@ -17,7 +17,7 @@ import sys
 import gguf
 import numpy as np
 
-from gguf_copy import copy_tokenizer
+from gguf_util import copy_tokenizer
 
 LAYERS, DIM, HEADS, KV_HEADS, HEAD_DIM, FFN = 5, 128, 2, 1, 64, 256
 SEED = 46

@@ -1,5 +1,7 @@
-"""Copying GGUF metadata between files with the `gguf` package (make_small_model.py, bench_models.py)."""
+"""GGUF helpers without torch (make_small_model.py, bench_models.py, gemma3_fixtures.py; fixture_lib.py
+re-exports them): copying tokenizer metadata, finishing a file, the fixtures' logits measure."""
 import gguf
+import numpy as np
 
 
 def field_value(field):
@@ -37,3 +39,16 @@ def copy_tokenizer(reader, writer, pad_to=None):
     for name, (value, vtype, sub) in values.items():
         writer.add_key_value(name, value, vtype, sub_type=sub)
     return len(tokens)
+
+
+def finish_gguf(w):
+    """Header, metadata and tensors of a GGUFWriter whose tensors were all added, then closed."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def rel_error(got, want):
+    """max over rows of max|got - want| / max|want| (the tests' measure)."""
+    return float((np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)).max())
