@@ -44,7 +44,7 @@ flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3
 
 pretok_sources=(engine/model/bpe_pretokenizer.cpp engine/model/bpe_pretokenizer_split.cpp engine/model/unicode_chars.cpp)
 gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp engine/model/mapped_file.cpp base/error.cpp kernels/ggml_type.cpp)
-hf_sources=("${gguf_sources[@]}" engine/model/hf_dir.cpp engine/model/hf_config.cpp engine/model/hf_json.cpp
+hf_sources=("${gguf_sources[@]}" engine/model/hf_dir.cpp engine/model/hf_config.cpp engine/model/hf_gpt_oss.cpp engine/model/hf_json.cpp
   engine/model/hf_tokenizer.cpp engine/model/hf_sentencepiece.cpp engine/model/safetensors.cpp)
 model_sources=("${hf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
   engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp "${pretok_sources[@]}" engine/model/unicode_nfc.cpp
