@@ -484,6 +484,34 @@ TEST(HfConfig, GptOssAsLlamaCppsConverter) {
                                      {"modules_to_not_convert", {"model.layers.*.self_attn", "lm_head"}}};
   EXPECT_EQ(hf_config_from_json(released.dump(), "config.json").metadata, h.metadata);
 
+  // gpt-oss-120b's config.json as released (huggingface.co/openai/gpt-oss-120b).
+  json layer_types = json::array();
+  for (int il = 0; il < 36; ++il) layer_types.push_back(il % 2 ? "full_attention" : "sliding_attention");
+  const json big = {
+      {"architectures", {"GptOssForCausalLM"}}, {"attention_bias", true}, {"attention_dropout", 0.0},
+      {"eos_token_id", 200002}, {"experts_per_token", 4}, {"head_dim", 64}, {"hidden_act", "silu"},
+      {"hidden_size", 2880}, {"initial_context_length", 4096}, {"initializer_range", 0.02},
+      {"intermediate_size", 2880}, {"layer_types", layer_types}, {"max_position_embeddings", 131072},
+      {"model_type", "gpt_oss"}, {"num_attention_heads", 64}, {"num_experts_per_tok", 4}, {"num_hidden_layers", 36},
+      {"num_key_value_heads", 8}, {"num_local_experts", 128}, {"output_router_logits", false},
+      {"pad_token_id", 199999},
+      {"quantization_config",
+       {{"modules_to_not_convert",
+         {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}},
+        {"quant_method", "mxfp4"}}},
+      {"rms_norm_eps", 1e-05},
+      {"rope_scaling",
+       {{"beta_fast", 32.0}, {"beta_slow", 1.0}, {"factor", 32.0}, {"original_max_position_embeddings", 4096},
+        {"rope_type", "yarn"}, {"truncate", false}}},
+      {"rope_theta", 150000}, {"router_aux_loss_coef", 0.9}, {"sliding_window", 128}, {"swiglu_limit", 7.0},
+      {"tie_word_embeddings", false}, {"transformers_version", "4.55.0.dev0"}, {"use_cache", true},
+      {"vocab_size", 201088}};
+  const HfConfig r = hf_config_from_json(big.dump(), "config.json");
+  EXPECT_EQ(std::get<uint32_t>(r.metadata.at("gpt-oss.expert_count")), 128u);
+  EXPECT_EQ(std::get<uint32_t>(r.metadata.at("gpt-oss.expert_feed_forward_length")), 2880u);
+  EXPECT_EQ(std::get<uint32_t>(r.metadata.at("gpt-oss.rope.scaling.original_context_length")), 4096u);
+  EXPECT_EQ(r.eos_ids, std::vector<int64_t>{200002});
+
   const std::pair<const char*, json> refused[] = {
       {"swiglu_alpha", 1.0},
       {"swiglu_limit", 10.0},
