@@ -152,8 +152,9 @@ FAMILIES = {
     # there), 4 experts of 80 with top-2 routing (softmax over the top-2 biased router logits),
     # expert biases, the clamped SwiGLU (gate and up interleaved in gate_up_proj), untruncated YaRN
     # (factor 4 over an original 64 of 256; theta 150000), head_dim 32 (q_dim 128 != hidden 64).
-    # Weights bf16 (the released experts are MXFP4, whose kernels test_dequant covers). GGUF only:
-    # fathom refuses gpt-oss directories (their experts would have to be transposed and split).
+    # Weights bf16; its gpt-oss.mxfp4.gguf has the released layout's MXFP4 gate and up experts
+    # (scripts/gpt_oss_mxfp4_fixture.py writes them as a directory too: gpt-oss-mxfp4-hf/). fathom
+    # transposes and splits the directory's fused experts at load (engine/model/hf_gpt_oss.h).
     "gpt-oss": dict(arch="gpt-oss", model=GptOssForCausalLM, config=GptOssConfig, pre="gpt2", tokenizer="GPT2Tokenizer",
                     hf=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-5,
                             tie_word_embeddings=False, sliding_window=24,

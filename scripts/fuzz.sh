@@ -44,7 +44,7 @@ flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3
 
 pretok_sources=(engine/model/bpe_pretokenizer.cpp engine/model/bpe_pretokenizer_split.cpp engine/model/unicode_chars.cpp)
 gguf_sources=(engine/model/gguf.cpp engine/model/gguf_values.cpp engine/model/mapped_file.cpp base/error.cpp kernels/ggml_type.cpp)
-hf_sources=("${gguf_sources[@]}" engine/model/hf_dir.cpp engine/model/hf_config.cpp engine/model/hf_json.cpp
+hf_sources=("${gguf_sources[@]}" engine/model/hf_dir.cpp engine/model/hf_config.cpp engine/model/hf_gpt_oss.cpp engine/model/hf_json.cpp
   engine/model/hf_tokenizer.cpp engine/model/hf_sentencepiece.cpp engine/model/safetensors.cpp)
 model_sources=("${hf_sources[@]}" engine/model/model.cpp engine/model/model_config.cpp engine/model/rope_scaling.cpp engine/model/weights.cpp
   engine/model/tokenizer.cpp engine/model/bpe_tokenizer.cpp "${pretok_sources[@]}" engine/model/unicode_nfc.cpp
@@ -165,6 +165,27 @@ if [[ " ${targets[*]} " == *" fuzz_hf "* ]]; then
     python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); j["post_processor"] = None
 sys.stdout.write("\002" + json.dumps(j))' "$d/tokenizer.json" > "$out/seeds-fuzz_hf/tokenizer-sp-$(basename "$d")"
   done
+  # gpt-oss's fused experts as fuzz_hf lays them out (2 layers, 2 experts of 32, hidden 32): layer 0
+  # MXFP4 gate/up and bf16 down, layer 1 the reverse, with their biases.
+  python3 - "$out/seeds-fuzz_hf/shard-gpt-oss-experts" <<'PY'
+import json, struct, sys
+e, i, h = 2, 32, 32
+shapes = {"0.mlp.experts.gate_up_proj_blocks": ("U8", [e, 2 * i, h // 32, 16]),
+          "0.mlp.experts.gate_up_proj_scales": ("U8", [e, 2 * i, h // 32]),
+          "0.mlp.experts.gate_up_proj_bias": ("BF16", [e, 2 * i]),
+          "0.mlp.experts.down_proj": ("BF16", [e, i, h]), "0.mlp.experts.down_proj_bias": ("BF16", [e, h]),
+          "1.mlp.experts.gate_up_proj": ("BF16", [e, h, 2 * i]),
+          "1.mlp.experts.down_proj_blocks": ("U8", [e, h, i // 32, 16]),
+          "1.mlp.experts.down_proj_scales": ("U8", [e, h, i // 32])}
+header, data = {}, b""
+for name, (dtype, shape) in shapes.items():
+    n = (2 if dtype == "BF16" else 1) * eval("*".join(map(str, shape)))
+    header["model.layers." + name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + n]}
+    data += bytes((k * 37 + len(data)) % 256 for k in range(n))
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[1], "wb").write(b"\0" + struct.pack("<Q", len(text)) + text + data)
+PY
   # A whole valid shard: one F32 tensor of 2 elements (a 56-byte header, space-padded).
   printf '\000\070\0\0\0\0\0\0\0{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}  12345678' \
     > "$out/seeds-fuzz_hf/shard-valid"

@@ -31,6 +31,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import arch_fixtures
 import embedding_fixtures
 import gemma3_fixtures
+import gpt_oss_mxfp4_fixture
 import moe_identity_fixtures
 from fixture_lib import (INITIALIZER_RANGE, VOCAB, add_bpe_vocab, f32_vs_f64, finish_gguf, gpt2_byte_chars,
                          logits_of, made_with, randomize_norms, rel_error)
@@ -195,6 +196,7 @@ def main():
         arch_fixtures.make_all(arch_fixtures.OUT)
         moe_identity_fixtures.main()  # reads the arch step's qwen3.gguf
         gemma3_fixtures.main()  # reads gemma2.json's prompts and gemma2-hf's tokenizer
+        gpt_oss_mxfp4_fixture.main()  # reads gpt-oss.mxfp4.gguf and gpt-oss-hf
     if args.only in (None, "embed"):  # after arch: it reads the arch fixtures' Hugging Face directories
         embedding_fixtures.make_all(embedding_fixtures.OUT)
 

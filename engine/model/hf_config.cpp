@@ -33,7 +33,8 @@ constexpr ArchName kArchs[] = {{"LlamaForCausalLM", "llama", "llama"},
                                {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe", true},
                                {"Phi3ForCausalLM", "phi3", "phi3"},
                                {"Gemma2ForCausalLM", "gemma2", "gemma2"},
-                               {"Gemma3ForCausalLM", "gemma3_text", "gemma3"}};
+                               {"Gemma3ForCausalLM", "gemma3_text", "gemma3"},
+                               {"GptOssForCausalLM", "gpt_oss", "gpt-oss", true}};
 
 // Keys that change nothing at inference: the checkpoint's bookkeeping, training-only settings
 // (dropout, initialisation, tensor-parallel slicing that sums to the same products), what the
@@ -155,7 +156,7 @@ const ArchName& find_arch(Keys& k, const std::string& path) {
               (type ? " (model_type " + shown(*type) + ")" : "") +
               " (fathom loads from a Hugging Face directory: LlamaForCausalLM, MistralForCausalLM, "
               "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, "
-              "Gemma2ForCausalLM, Gemma3ForCausalLM)");
+              "Gemma2ForCausalLM, Gemma3ForCausalLM, GptOssForCausalLM)");
   return kArchs[0];  // unreachable
 }
 
@@ -182,6 +183,16 @@ Json rope_parameters(Keys& k, const std::string& path) {
     if (!v->is_object()) throw Error(path + ": " + key + " = " + shown(*v) + " is not an object");
     for (const auto& [name, value] : v->items()) rope[name] = value;
   }
+  return rope;
+}
+
+// gpt-oss's: transformers' GptOssConfig gives a config without any its released YaRN (factor 32
+// over 4096 positions, untruncated).
+Json gpt_oss_rope(Keys& k, const std::string& path) {
+  Json rope = rope_parameters(k, path);
+  if (rope.empty())
+    rope = Json{{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+                {"truncate", false}, {"original_max_position_embeddings", 4096}};
   return rope;
 }
 
@@ -255,8 +266,12 @@ void translate_rope(Keys& k, const Json& rope, const std::string& path, HfConfig
     // fathom's YaRN is transformers' with its attention factor 0.1 ln(factor) + 1 and a truncated ramp.
     for (const char* key : {"attention_factor", "mscale", "mscale_all_dim"})
       if (param(key)) throw Error(path + ": rope parameter " + std::string(key) + " (YaRN) is not supported");
-    if (const Json* t = param("truncate"); t && *t != Json(true))
-      throw Error(path + ": rope parameter truncate = " + shown(*t) + " (YaRN) is not supported");
+    // gpt-oss was trained with the ramp untruncated (fathom's gpt-oss always rotates so, as
+    // llama.cpp's does): its checkpoints say truncate false; transformers' default is true.
+    const Json truncate = param("truncate") ? *param("truncate") : Json(true);
+    if (truncate != Json(out.arch != "gpt-oss"))
+      throw Error(path + ": rope parameter truncate = " + shown(truncate) + " (YaRN) is not supported by fathom's " +
+                  out.arch + (out.arch == "gpt-oss" ? " (its YaRN ramp is untruncated: truncate false)" : ""));
     out.metadata[s + "type"] = str("yarn");
     out.metadata[s + "factor"] = f32(param_number("factor", std::nullopt));
     out.metadata[s + "original_context_length"] = u32(static_cast<int64_t>(original()));
@@ -415,6 +430,49 @@ void translate_gemma(Keys& k, const std::string& path, HfConfig& out, int64_t di
   if (!out.tie_word_embeddings) out.tie_word_embeddings = true;  // transformers' default for both
 }
 
+// gpt-oss (transformers' GptOssConfig; llama.cpp's GptOssModel converter): the window of its
+// sliding layers, which must be every other one from the first (fathom's gpt-oss, as llama.cpp
+// lays it out), its clamped SwiGLU's constants, which fathom fixes, and the MXFP4 quantization the
+// released checkpoints declare (the expert tensors' own dtypes say which are packed: hf_gpt_oss.h).
+void translate_gpt_oss(Keys& k, const std::string& path, HfConfig& out, int64_t layers) {
+  const std::string a = out.arch + ".";
+  // The experts' width is intermediate_size (llama.cpp's converter writes it so).
+  out.metadata[a + "expert_feed_forward_length"] = out.metadata.at(a + "feed_forward_length");
+  // The released configs restate the router's top-k as experts_per_token, which transformers never reads.
+  if (const Json* v = k.get("experts_per_token");
+      v && *v != Json(std::get<uint32_t>(out.metadata.at(a + "expert_used_count"))))
+    throw Error(path + ": experts_per_token = " + shown(*v) + " differs from num_experts_per_tok");
+  k.get("initial_context_length");  // also the released configs'; YaRN's original context is the rope's
+  // transformers' gpt-oss experts apply their own activation: hidden_act is never read.
+  k.get("hidden_act");
+  for (const auto& [key, fathoms] : {std::pair{"swiglu_alpha", gpt_oss::kSwigluAlpha}, {"swiglu_limit", gpt_oss::kSwigluLimit}})
+    if (const double v = k.number(key, fathoms); v != static_cast<double>(fathoms))
+      throw Error(path + ": " + key + " = " + shown(Json(v)) + " is not supported by fathom's gpt-oss, whose clamped "
+                  "SwiGLU is fixed at swiglu_alpha 1.702, swiglu_limit 7 (as llama.cpp's)");
+  if (k.null("sliding_window"))
+    throw Error(path + ": sliding_window = null is not supported by fathom's gpt-oss (its sliding layers have a window)");
+  out.metadata[a + "attention.sliding_window"] = u32(k.integer("sliding_window", 128, 1 << 24));
+  const Json* types = k.get("layer_types");
+  if (types && (!types->is_array() || static_cast<int64_t>(types->size()) != layers))
+    throw Error(path + ": layer_types is not a list of num_hidden_layers entries");
+  for (int64_t il = 0; types && il < layers; ++il) {
+    const Json want = il % 2 == 0 ? "sliding_attention" : "full_attention";
+    if ((*types)[il] != want)
+      throw Error(path + ": layer_types entry " + std::to_string(il) + " = " + shown((*types)[il]) +
+                  " is not supported by fathom's gpt-oss, whose layers alternate sliding_attention, full_attention "
+                  "from the first (as llama.cpp lays them out)");
+  }
+  if (const Json* q = k.get("quantization_config")) {
+    if (!q->is_object()) throw Error(path + ": quantization_config = " + shown(*q) + " is not an object");
+    for (const auto& [name, value] : q->items()) {
+      if (name == "quant_method" && value == Json("mxfp4")) continue;
+      if (name == "modules_to_not_convert") continue;  // the tensors' dtypes say what is packed
+      throw Error(path + ": quantization_config." + name + " = " + shown(value) +
+                  " is not supported (fathom reads gpt-oss's MXFP4 experts: quant_method mxfp4)");
+    }
+  }
+}
+
 }  // namespace
 
 // A mixture of experts' keys: the expert count (transformers 5's num_local_experts, 4's num_experts),
@@ -451,9 +509,11 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   const int64_t heads = k.integer("num_attention_heads", std::nullopt, kMaxCount);
   const int64_t kv_heads = k.integer("num_key_value_heads", heads, kMaxCount);
   const bool gemma = out.arch == "gemma2" || out.arch == "gemma3";
-  if (!k.get("head_dim") && !gemma && dim % heads != 0)
+  const bool gpt_oss = out.arch == "gpt-oss";
+  if (!k.get("head_dim") && !gemma && !gpt_oss && dim % heads != 0)
     throw Error(path + ": hidden_size " + std::to_string(dim) + " is not a multiple of num_attention_heads");
-  const int64_t head_dim = k.integer("head_dim", gemma ? 256 : dim / heads, kMaxCount);  // transformers' defaults
+  const int64_t head_dim =
+      k.integer("head_dim", gemma ? 256 : gpt_oss ? 64 : dim / heads, kMaxCount);  // transformers' defaults
   const int64_t context = k.integer("max_position_embeddings", std::nullopt, 1 << 24);
   out.vocab_size = k.integer("vocab_size", std::nullopt, 1 << 21);  // the largest are ~262k
   const int64_t layers = k.integer("num_hidden_layers", std::nullopt, kMaxCount);
@@ -471,12 +531,17 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   out.metadata[a + "attention.layer_norm_rms_epsilon"] = f32(eps);
   if (out.arch == "gemma3")
     translate_gemma3_rope(k, path, out, static_cast<int32_t>(head_dim), context);
+  else if (gpt_oss)
+    translate_rope(k, gpt_oss_rope(k, path), path, out, static_cast<int32_t>(head_dim), context, 150000.0);
   else
     translate_rope(k, rope_parameters(k, path), path, out, static_cast<int32_t>(head_dim), context);
   if (arch.experts) translate_experts(k, out.arch, path, out);
+  if (gpt_oss) translate_gpt_oss(k, path, out, layers);
   out.tie_word_embeddings = k.boolean("tie_word_embeddings");
   if (gemma) {
     translate_gemma(k, path, out, dim, heads, head_dim, layers);
+  } else if (gpt_oss) {
+    // read above
   } else if (const auto act = k.string("hidden_act"); act && *act != "silu")
     throw Error(path + ": hidden_act " + shown(*act) + " is not supported by fathom's " + out.arch + " (silu only)");
   // Biases are read from the checkpoint's tensors (Q, K, V and o_proj's); one fathom lacks (the
@@ -491,7 +556,7 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   // use_sliding_window (and per layer_types), which fathom does not implement; llama has none; the
   // Gemmas' were read above.
   const Json* window = k.get("sliding_window");
-  if (const Json* types = gemma ? nullptr : k.get("layer_types")) {
+  if (const Json* types = gemma || gpt_oss ? nullptr : k.get("layer_types")) {
     if (!types->is_array()) throw Error(path + ": layer_types is not a list");
     for (const Json& t : *types)
       if (t != Json("full_attention"))

@@ -4,11 +4,13 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 
 #include "base/error.h"
 #include "engine/model/hf_config.h"
+#include "engine/model/hf_gpt_oss.h"
 #include "engine/model/hf_json.h"
 #include "engine/model/hf_tokenizer.h"
 #include "engine/model/mapped_file.h"
@@ -55,6 +57,15 @@ constexpr std::pair<std::string_view, std::string_view> kGemmaLayerNames[] = {
     {"post_attention_layernorm.weight", "post_attention_norm.weight"},
     {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
     {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+};
+// gpt-oss's: its pre-MLP norm is post_attention_layernorm, which llama.cpp names as it names Gemma's
+// attention output norm; its router has a bias; its attention sinks. Its fused experts are
+// hf_gpt_oss.h's.
+constexpr std::pair<std::string_view, std::string_view> kGptOssLayerNames[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"self_attn.sinks", "attn_sinks.weight"},
+    {"mlp.router.weight", "ffn_gate_inp.weight"},
+    {"mlp.router.bias", "ffn_gate_inp.bias"},
 };
 // An expert's matrices: HF suffix after "<prefix><e>." -> GGUF "ffn_<part>.<e>.weight" (one tensor
 // per expert, which the weights loader reads as it reads llama.cpp's stacked ones).
@@ -182,6 +193,9 @@ std::string gguf_tensor_name(const std::string& hf_name, int64_t n_layers, std::
   if (arch == "gemma2" || arch == "gemma3")
     for (const auto& [hf, gguf] : kGemmaLayerNames)
       if (suffix == hf) return blk + std::string(gguf);
+  if (arch == "gpt-oss")
+    for (const auto& [hf, gguf] : kGptOssLayerNames)
+      if (suffix == hf) return blk + std::string(gguf);
   for (const auto& [hf, gguf] : kLayerNames)
     if (suffix == hf) return blk + std::string(gguf);
   for (std::string_view prefix : kExpertPrefixes) {
@@ -220,6 +234,11 @@ std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir_arg) {
   std::vector<GgufTensorInfo> tensors;
   std::set<std::string> seen;
   bool has_lm_head = false;
+  const auto meta_int = [&](const char* key) { return int64_t{std::get<uint32_t>(cfg.metadata.at(cfg.arch + key))}; };
+  std::optional<GptOssExperts> gpt_oss;
+  if (cfg.arch == "gpt-oss")
+    gpt_oss.emplace(n_layers, meta_int(".expert_count"), meta_int(".expert_feed_forward_length"),
+                    meta_int(".embedding_length"));
   for (const std::string& shard : shard_names) {
     const std::string shard_path = dir + "/" + shard;
     std::shared_ptr<const MappedFile> map = MappedFile::open(shard_path);
@@ -233,6 +252,7 @@ std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir_arg) {
       }
       // A buffer old checkpoints saved, recomputed from config.json (llama.cpp's converter skips it too).
       if (t.name.ends_with(".rotary_emb.inv_freq")) continue;
+      if (gpt_oss && gpt_oss->take(t, shard_path)) continue;
       if (t.name == "lm_head.weight") {
         has_lm_head = true;
         // Tied: transformers uses the embedding in its place.
@@ -254,6 +274,7 @@ std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir_arg) {
                   " rows, but config.json vocab_size is " + std::to_string(cfg.vocab_size));
 
   std::vector<std::vector<uint8_t>> owned;
+  if (gpt_oss) gpt_oss->emit(tensors, owned);
   for (const auto& [name, values] : cfg.extra_tensors) {
     std::vector<uint8_t> bytes(values.size() * sizeof(float));
     std::memcpy(bytes.data(), values.data(), bytes.size());

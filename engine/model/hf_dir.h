@@ -3,7 +3,8 @@
 // and its shards, tokenizer.json, tokenizer_config.json, generation_config.json,
 // chat_template.jinja) translated at load into the artefacts a GGUF file gives: metadata as
 // llama.cpp's convert_hf_to_gguf.py would write it (hf_config.h, hf_tokenizer.h) and tensors that
-// are views into the mapped shards under their GGUF names (F32, F16, BF16; no copy). Everything
+// are views into the mapped shards under their GGUF names (F32, F16, BF16; no copy), but gpt-oss's
+// fused experts, transposed, split or repacked into owned copies (hf_gpt_oss.h). Everything
 // after this (ModelConfig, ModelWeights, Tokenizer, the chat template) is the GGUF path unchanged.
 #include <memory>
 #include <string>
@@ -29,7 +30,7 @@ std::unique_ptr<GgufFile> open_model_file(const std::string& path);
 
 // The GGUF name of a checkpoint tensor of architecture `arch` (general.architecture; llama.cpp's
 // tables, which name llama's, qwen2's, qwen3's, qwen3moe's and phi3's tensors alike, and gemma2's and
-// gemma3's norms their own way), or `hf_name` itself when it has none, or names a layer at or past
+// gemma3's norms their own way, gpt-oss's sinks, router and pre-MLP norm llama.cpp's way), or `hf_name` itself when it has none, or names a layer at or past
 // `n_layers`: the weights loader then refuses it as unused, by that name.
 std::string gguf_tensor_name(const std::string& hf_name, int64_t n_layers, std::string_view arch);
 

@@ -107,4 +107,11 @@ inline int32_t query_pre_attn_scalar(Architecture arch, int32_t n_layers, int32_
 }
 }  // namespace gemma
 
+// gpt-oss's clamped SwiGLU, which no GGUF key carries (llama.cpp fixes it, and fathom's kernels:
+// cpu::swiglu_oai_mul, the CUDA GluKind::kSwiGluOai): transformers' swiglu_alpha and swiglu_limit.
+namespace gpt_oss {
+constexpr double kSwigluAlpha = 1.702;
+constexpr double kSwigluLimit = 7.0;
+}  // namespace gpt_oss
+
 }  // namespace fathom

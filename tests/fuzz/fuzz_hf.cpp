@@ -1,7 +1,9 @@
 // libFuzzer target for what a Hugging Face directory feeds the loader (engine/model/hf_dir.h): the
 // first byte picks the file, the rest is its bytes.
 //   0  a safetensors shard -> parse_safetensors; every tensor's bytes touched (ASan checks the
-//      bounds the parser promised), sizes and order checked
+//      bounds the parser promised), sizes and order checked; its tensors as gpt-oss's fused experts
+//      of a 2-layer model (hf_gpt_oss.h: 2 experts of 32, hidden 32) transposed, split and repacked,
+//      every GGUF tensor made the size its type and dims say
 //   1  config.json -> hf_config_from_json; the metadata it makes -> ModelConfig::from_gguf
 //   2  tokenizer.json (byte-level or SentencePiece-style) -> hf_tokenizer_metadata ->
 //      Tokenizer::from_gguf -> encode and decode (a SentencePiece one stops at from_gguf: ASan
@@ -20,6 +22,7 @@
 #include "base/error.h"
 #include "engine/model/gguf.h"
 #include "engine/model/hf_config.h"
+#include "engine/model/hf_gpt_oss.h"
 #include "engine/model/hf_tokenizer.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
@@ -57,6 +60,16 @@ void shard(const uint8_t* data, size_t size) {
       if (t.nbytes > 0) sink = sink + t.data[0] + t.data[t.nbytes - 1];
     }
     if (last_end && last_end != data + size) __builtin_trap();
+    fathom::GptOssExperts experts(2, 2, 32, 32);
+    for (const auto& t : tensors) experts.take(t, "fuzz");
+    std::vector<fathom::GgufTensorInfo> out;
+    std::vector<std::vector<uint8_t>> owned;
+    experts.emit(out, owned);
+    for (const auto& t : out) {
+      if (t.dims.empty() || t.dims[0] % fathom::ggml_info(t.type).block_size != 0) __builtin_trap();
+      if (t.nbytes != fathom::ggml_row_size(t.type, t.dims[0]) * static_cast<size_t>(t.rows())) __builtin_trap();
+      if (t.nbytes > 0) sink = sink + t.data[0] + t.data[t.nbytes - 1];
+    }
   } catch (const fathom::Error& e) {
     expect_error_line(e, "fuzz: ");
   }

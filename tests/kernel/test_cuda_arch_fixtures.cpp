@@ -26,11 +26,13 @@
 //                  model multiplies by 1 + w (the GGUF's 1 + w: fathom.norm_offset)
 //   gpt-oss        attention sinks, Q/K/V/O biases, every other layer a 24-token window, 4 experts of
 //                  80, top-2 over biased router logits, expert biases, the clamped SwiGLU, untruncated
-//                  YaRN; GGUF only (fathom refuses gpt-oss directories)
+//                  YaRN; its directory's experts are transformers' fused tensors (gate_up_proj
+//                  [E, hidden, 2 ffn] with gate and up interleaved, down_proj [E, ffn, hidden]),
+//                  transposed and split at load (engine/model/hf_gpt_oss.h)
 // The MoE fixtures' prompts route no token near a tie (the k-th and (k+1)-th router logits >= 0.01
-// apart: router_min_gap in the JSON), so rounding does not change which experts run. Their Hugging
-// Face directories store one tensor per expert (experts.<e>.*), which load as llama.cpp's older
-// per-expert GGUF layout does (ffn_gate.<e>.weight, ...).
+// apart: router_min_gap in the JSON), so rounding does not change which experts run. qwen3moe's and
+// Mixtral's Hugging Face directories store one tensor per expert (experts.<e>.*), which load as
+// llama.cpp's older per-expert GGUF layout does (ffn_gate.<e>.weight, ...).
 //
 // Measure, per row: max|fathom − ref| / max|ref|; the worst row counts (as test_cuda_rope_scaling).
 // - CPU, f32 activations and f32 KV: transformers' own f32 logits are 1e-6 to 5e-6 from its f64
@@ -237,24 +239,38 @@ TEST(Gemma3, DirectoryMatchesItsGgufAndTheReference) {
 
 // gpt-oss as released: its experts' gate and up matrices MXFP4. The reference is transformers with
 // those weights as the gguf package dequantizes them (0.72 of max|logit| from the bf16 model's), so
-// the MXFP4 expert kernels (CPU dot and tiled GEMM, CUDA GEMV) are held to it like any other.
+// the MXFP4 expert kernels (CPU dot and tiled GEMM, CUDA GEMV) are held to it like any other. The
+// same blocks as a Hugging Face directory stores them (gpt-oss-mxfp4-hf: gate_up_proj_blocks and
+// _scales, transformers' nibble order, gate and up rows interleaved; scripts/gpt_oss_mxfp4_fixture.py
+// undoes llama.cpp's repacking of the GGUF's) repack at load into the GGUF's bytes: its logits are
+// bitwise the GGUF's, and within the tolerances of the reference on both backends.
 TEST(GptOss, Mxfp4ExpertsMatchTheDequantizedReference) {
   Fixture f = logits_fixture::load(kDir, "gpt-oss");
   const nlohmann::json mx = f.meta["mxfp4"];
   std::ifstream l(kDir + mx["logits"].get<std::string>(), std::ios::binary);  // same prompts, same shape
   l.read(reinterpret_cast<char*>(f.logits.data()), static_cast<std::streamsize>(f.logits.size() * sizeof(float)));
   ASSERT_TRUE(l.good());
-  const std::unique_ptr<Model> model = Model::load(kDir + mx["gguf"].get<std::string>());
-  ASSERT_EQ(model->weights().layers[0].gate_exps[0].type, GgmlType::MXFP4);
+  const std::unique_ptr<Model> gguf = Model::load(kDir + mx["gguf"].get<std::string>());
+  const std::unique_ptr<Model> hf = Model::load(kDir + "gpt-oss-mxfp4-hf");
   const ModelOptions o = options();
-  CpuBackend cpu(*model, o);
-  EXPECT_LE(worst_row_error(logits_fixture::run_prompts(cpu, f, o.block_size, kChunk), f.logits, f.vocab,
-                            "gpt-oss mxfp4 cpu"),
-            kCpuTol);
-  std::unique_ptr<Backend> cuda = make_cuda_backend(*model, o);
-  EXPECT_LE(worst_row_error(logits_fixture::run_prompts(*cuda, f, o.block_size, kChunk), f.logits, f.vocab,
-                            "gpt-oss mxfp4 cuda-emu"),
-            kCudaTol);
+  std::vector<float> gguf_logits;
+  for (const Model* model : {gguf.get(), hf.get()}) {
+    const std::string what = model == hf.get() ? "gpt-oss-mxfp4-hf" : "gpt-oss mxfp4";
+    const LayerWeights& L = model->weights().layers[0];
+    ASSERT_EQ(L.gate_exps[0].type, GgmlType::MXFP4) << what;
+    ASSERT_EQ(L.up_exps[0].type, GgmlType::MXFP4) << what;
+    CpuBackend cpu(*model, o);
+    const std::vector<float> got = logits_fixture::run_prompts(cpu, f, o.block_size, kChunk);
+    EXPECT_LE(worst_row_error(got, f.logits, f.vocab, what + " cpu"), kCpuTol);
+    if (model == gguf.get())
+      gguf_logits = got;
+    else
+      EXPECT_EQ(worst_row_error(got, gguf_logits, f.vocab, what + " vs the gguf"), 0.0);
+    std::unique_ptr<Backend> cuda = make_cuda_backend(*model, o);
+    EXPECT_LE(worst_row_error(logits_fixture::run_prompts(*cuda, f, o.block_size, kChunk), f.logits, f.vocab,
+                              what + " cuda-emu"),
+              kCudaTol);
+  }
 }
 
 TEST_P(ArchFixture, GreedyTokensMatchTransformers) {
@@ -353,14 +369,10 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchFixture,
                                             ::testing::Bool()),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Moe, ArchFixture,
-                         ::testing::Combine(::testing::Values("qwen3moe", "mixtral"), ::testing::Bool()),
-                         param_name);
-INSTANTIATE_TEST_SUITE_P(GgufOnly, ArchFixture,
-                         ::testing::Combine(::testing::Values("gpt-oss"), ::testing::Values(false)), param_name);
-INSTANTIATE_TEST_SUITE_P(GgufOnly, MoeFixture, ::testing::Combine(::testing::Values("gpt-oss"), ::testing::Values(false)),
+                         ::testing::Combine(::testing::Values("qwen3moe", "mixtral", "gpt-oss"), ::testing::Bool()),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Families, MoeFixture,
-                         ::testing::Combine(::testing::Values("qwen3moe", "mixtral"), ::testing::Bool()),
+                         ::testing::Combine(::testing::Values("qwen3moe", "mixtral", "gpt-oss"), ::testing::Bool()),
                          param_name);
 
 }  // namespace

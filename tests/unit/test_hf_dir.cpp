@@ -347,6 +347,11 @@ TEST(HfDir, NamesTensorsAsLlamaCpp) {
     EXPECT_EQ(name("model.norm.weight", gemma), "output_norm.weight");
   }
   EXPECT_EQ(name("model.layers.1.post_attention_layernorm.weight"), "blk.1.ffn_norm.weight");
+  // gpt-oss's pre-MLP norm takes the name llama.cpp gives it; its sinks and biased router.
+  EXPECT_EQ(name("model.layers.1.post_attention_layernorm.weight", "gpt-oss"), "blk.1.post_attention_norm.weight");
+  EXPECT_EQ(name("model.layers.0.self_attn.sinks", "gpt-oss"), "blk.0.attn_sinks.weight");
+  EXPECT_EQ(name("model.layers.0.mlp.router.bias", "gpt-oss"), "blk.0.ffn_gate_inp.bias");
+  EXPECT_EQ(name("model.layers.0.mlp.router.weight", "qwen3moe"), "model.layers.0.mlp.router.weight");
   EXPECT_EQ(name("model.layers.1.pre_feedforward_layernorm.weight", "qwen2"),
             "model.layers.1.pre_feedforward_layernorm.weight");
 }
@@ -434,6 +439,157 @@ TEST(HfConfig, GemmaAsLlamaCppsConverter) {
   EXPECT_NE(config_error(big).find("by 32^-1/2"), std::string::npos) << config_error(big);
   big["query_pre_attn_scalar"] = 32;
   EXPECT_EQ(config_error(big), "");
+}
+
+// gpt-oss (transformers' GptOssConfig; llama.cpp's GptOssModel converter): config.json gives the
+// keys of the GGUF of the same checkpoint, transformers' defaults for what it leaves out, and what
+// fathom fixes (the clamped SwiGLU's constants, alternating windows from a sliding first layer, the
+// untruncated YaRN) is held to config.json by name.
+TEST(HfConfig, GptOssAsLlamaCppsConverter) {
+  const HfConfig h = hf_config_from_json(fixture_config("gpt-oss").dump(), "config.json");
+  EXPECT_EQ(h.arch, "gpt-oss");
+  const auto gguf = GgufFile::open(kArch + "gpt-oss.gguf");
+  int keys = 0;
+  for (const auto& [key, value] : gguf->metadata())
+    if (key.starts_with("gpt-oss.")) {
+      ++keys;
+      ASSERT_TRUE(h.metadata.contains(key)) << key;
+      EXPECT_EQ(h.metadata.at(key), value) << key;
+    }
+  EXPECT_EQ(keys, 17);  // expert_feed_forward_length, attention.sliding_window, rope.scaling.* among them
+  EXPECT_EQ(h.tie_word_embeddings, false);
+
+  // transformers' defaults: head_dim 64, a 128-token window, the released YaRN (factor 32 over 4096).
+  json bare = fixture_config("gpt-oss");
+  for (const char* k : {"head_dim", "sliding_window", "layer_types", "rope_parameters", "swiglu_alpha", "swiglu_limit"})
+    bare.erase(k);
+  const HfConfig d = hf_config_from_json(bare.dump(), "config.json");
+  EXPECT_EQ(std::get<uint32_t>(d.metadata.at("gpt-oss.attention.key_length")), 64u);
+  EXPECT_EQ(std::get<uint32_t>(d.metadata.at("gpt-oss.attention.sliding_window")), 128u);
+  EXPECT_EQ(std::get<std::string>(d.metadata.at("gpt-oss.rope.scaling.type")), "yarn");
+  EXPECT_EQ(std::get<float>(d.metadata.at("gpt-oss.rope.scaling.factor")), 32.0f);
+  EXPECT_EQ(std::get<uint32_t>(d.metadata.at("gpt-oss.rope.scaling.original_context_length")), 4096u);
+  EXPECT_EQ(std::get<float>(d.metadata.at("gpt-oss.rope.freq_base")), 150000.0f);
+
+  // The released config.json's other keys: transformers 4's rope_scaling and rope_theta, the
+  // top-k restated, the original context, the MXFP4 quantization of the experts.
+  json released = fixture_config("gpt-oss");
+  released["rope_scaling"] = released["rope_parameters"];
+  released["rope_scaling"].erase("rope_theta");
+  released["rope_theta"] = 150000;
+  released.erase("rope_parameters");
+  released["experts_per_token"] = 2;
+  released["initial_context_length"] = 64;
+  released["quantization_config"] = {{"quant_method", "mxfp4"},
+                                     {"modules_to_not_convert", {"model.layers.*.self_attn", "lm_head"}}};
+  EXPECT_EQ(hf_config_from_json(released.dump(), "config.json").metadata, h.metadata);
+
+  // gpt-oss-120b's config.json as released (huggingface.co/openai/gpt-oss-120b).
+  json layer_types = json::array();
+  for (int il = 0; il < 36; ++il) layer_types.push_back(il % 2 ? "full_attention" : "sliding_attention");
+  const json big = {
+      {"architectures", {"GptOssForCausalLM"}}, {"attention_bias", true}, {"attention_dropout", 0.0},
+      {"eos_token_id", 200002}, {"experts_per_token", 4}, {"head_dim", 64}, {"hidden_act", "silu"},
+      {"hidden_size", 2880}, {"initial_context_length", 4096}, {"initializer_range", 0.02},
+      {"intermediate_size", 2880}, {"layer_types", layer_types}, {"max_position_embeddings", 131072},
+      {"model_type", "gpt_oss"}, {"num_attention_heads", 64}, {"num_experts_per_tok", 4}, {"num_hidden_layers", 36},
+      {"num_key_value_heads", 8}, {"num_local_experts", 128}, {"output_router_logits", false},
+      {"pad_token_id", 199999},
+      {"quantization_config",
+       {{"modules_to_not_convert",
+         {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}},
+        {"quant_method", "mxfp4"}}},
+      {"rms_norm_eps", 1e-05},
+      {"rope_scaling",
+       {{"beta_fast", 32.0}, {"beta_slow", 1.0}, {"factor", 32.0}, {"original_max_position_embeddings", 4096},
+        {"rope_type", "yarn"}, {"truncate", false}}},
+      {"rope_theta", 150000}, {"router_aux_loss_coef", 0.9}, {"sliding_window", 128}, {"swiglu_limit", 7.0},
+      {"tie_word_embeddings", false}, {"transformers_version", "4.55.0.dev0"}, {"use_cache", true},
+      {"vocab_size", 201088}};
+  const HfConfig r = hf_config_from_json(big.dump(), "config.json");
+  EXPECT_EQ(std::get<uint32_t>(r.metadata.at("gpt-oss.expert_count")), 128u);
+  EXPECT_EQ(std::get<uint32_t>(r.metadata.at("gpt-oss.expert_feed_forward_length")), 2880u);
+  EXPECT_EQ(std::get<uint32_t>(r.metadata.at("gpt-oss.rope.scaling.original_context_length")), 4096u);
+  EXPECT_EQ(r.eos_ids, std::vector<int64_t>{200002});
+
+  const std::pair<const char*, json> refused[] = {
+      {"swiglu_alpha", 1.0},
+      {"swiglu_limit", 10.0},
+      {"layer_types", {"full_attention", "sliding_attention"}},
+      {"layer_types", {"sliding_attention", "sliding_attention"}},
+      {"sliding_window", nullptr},
+      {"experts_per_token", 3},
+      {"quantization_config", {{"quant_method", "bitsandbytes"}}},
+      {"rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}}},
+  };
+  for (const auto& [key, value] : refused) {
+    json c = fixture_config("gpt-oss");
+    c[key] = value;
+    const std::string want = std::string(key) == "rope_parameters"       ? "truncate = true"
+                             : std::string(key) == "quantization_config" ? "quant_method"
+                                                                          : key;
+    EXPECT_NE(config_error(c).find(want), std::string::npos) << key << ": " << config_error(c);
+  }
+  // truncate false is gpt-oss's alone: fathom truncates every other architecture's YaRN ramp.
+  json qwen = fixture_config("qwen2");
+  qwen["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
+                             {"truncate", false}};
+  EXPECT_NE(config_error(qwen).find("truncate = false"), std::string::npos) << config_error(qwen);
+}
+
+// gpt-oss's fused experts, transposed and split (bf16) or repacked (MXFP4) at load, are the GGUF's
+// bytes; so are its router, sinks and biases.
+TEST(HfDir, GptOssExpertsAreTheGgufsBytes) {
+  for (const auto& [dir, file] : {std::pair{"gpt-oss-hf", "gpt-oss.gguf"}, {"gpt-oss-mxfp4-hf", "gpt-oss.mxfp4.gguf"}}) {
+    const auto hf = Model::load(kArch + dir);
+    const auto gguf = Model::load(kArch + file);
+    ASSERT_EQ(hf->config().n_experts, 4);
+    for (size_t il = 0; il < 2; ++il) {
+      const LayerWeights &a = hf->weights().layers[il], &b = gguf->weights().layers[il];
+      for (int e = 0; e < 4; ++e)
+        for (const auto& [x, y] : {std::pair{&a.gate_exps[e], &b.gate_exps[e]}, {&a.up_exps[e], &b.up_exps[e]},
+                                   {&a.down_exps[e], &b.down_exps[e]}}) {
+          ASSERT_EQ(x->type, y->type) << dir << " layer " << il << " expert " << e;
+          ASSERT_EQ(x->bytes(), y->bytes());
+          EXPECT_EQ(std::memcmp(x->data, y->data, x->bytes()), 0) << dir << " layer " << il << " expert " << e;
+        }
+      EXPECT_EQ(a.gate_exps_bias, b.gate_exps_bias) << dir;
+      EXPECT_EQ(a.up_exps_bias, b.up_exps_bias) << dir;
+      EXPECT_EQ(a.down_exps_bias, b.down_exps_bias) << dir;
+      EXPECT_EQ(a.router_bias, b.router_bias) << dir;
+      EXPECT_EQ(a.attn_sinks, b.attn_sinks) << dir;
+      EXPECT_EQ(a.ffn_norm, b.ffn_norm) << dir;
+    }
+    EXPECT_EQ(hf->weights().layers[0].gate_exps[0].type, std::string(dir) == "gpt-oss-hf" ? GgmlType::BF16 : GgmlType::MXFP4);
+  }
+  {
+    ScratchDir dir("gpt-oss");  // experts of another width than config.json's
+    json c = fixture_config("gpt-oss");
+    c["intermediate_size"] = 48;
+    dir.write("config.json", c.dump());
+    EXPECT_NE(load_error(dir.path()).find("'model.layers.0.mlp.experts.gate_up_proj' has shape [4, 64, 160], "
+                                          "expected [4, 64, 96]"),
+              std::string::npos)
+        << load_error(dir.path());
+  }
+  {
+    ScratchDir dir("gpt-oss-mxfp4");  // MXFP4 blocks without their scales
+    std::ifstream in(dir.path() + "/model.safetensors", std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json header = json::object();
+    std::vector<uint8_t> data;
+    for (const auto& t : parse_safetensors(bytes.data(), bytes.size(), "m")) {
+      if (t.name == "model.layers.1.mlp.experts.gate_up_proj_scales") continue;
+      header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.nbytes}}};
+      data.insert(data.end(), t.data, t.data + t.nbytes);
+    }
+    const auto img = image(header.dump(), data);
+    std::ofstream(dir.path() + "/model.safetensors", std::ios::binary)
+        .write(reinterpret_cast<const char*>(img.data()), static_cast<std::streamsize>(img.size()));
+    EXPECT_NE(load_error(dir.path()).find("'model.layers.1.mlp.experts.gate_up_proj_blocks' has no _scales"),
+              std::string::npos)
+        << load_error(dir.path());
+  }
 }
 
 // A Gemma directory reads its norms as 1 + w, what the GGUF of the same checkpoint stores; the
