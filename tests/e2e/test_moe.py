@@ -1,4 +1,4 @@
-"""Mixture-of-experts models through the server: the tiny qwen3moe and Mixtral fixtures
+"""Mixture-of-experts models through the server: the tiny qwen3moe, Mixtral and gpt-oss fixtures
 (tests/fixtures/arch, scripts/arch_fixtures.py) answer completions, streamed the same as not, and
 /metrics counts the expert weight bytes their steps read. Logits against transformers:
 tests/kernel/test_cuda_arch_fixtures.cpp."""
@@ -18,7 +18,8 @@ def metric(server, name):
     raise AssertionError(f"{name} not in /metrics")
 
 
-@pytest.fixture(scope="module", params=["qwen3moe.gguf", "mixtral.gguf", "qwen3moe-hf", "mixtral-hf"])
+@pytest.fixture(scope="module", params=["qwen3moe.gguf", "mixtral.gguf", "qwen3moe-hf", "mixtral-hf",
+                                                   "gpt-oss-hf", "gpt-oss-mxfp4-hf"])
 def moe_server(request, fathom_bin, repo_root):
     with ServerProcess(fathom_bin, repo_root / ARCH / request.param, extra_args=["--grpc-port", "-1"]) as s:
         yield s
