@@ -17,12 +17,11 @@ References, and why they are independent of the code under test:
 """
 import json
 import os
-import struct
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
+from gguf_file import read_gguf_metadata  # tests/reference (conftest puts it on the path)
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / os.environ.get("FATHOM_BUILD", "build")
@@ -84,46 +83,6 @@ def is_special_text(s):
 
 
 # --- a minimal GGUF metadata reader (only the key/value section) --------------------------------
-
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1", 10: "<u8", 11: "<i8", 12: "<f8"}
-
-
-def read_gguf_metadata(path):
-    data = Path(path).read_bytes()[: 64 << 20]  # the metadata of both models fits in the first 64 MiB
-    pos = 0
-
-    def take(n):
-        nonlocal pos
-        pos += n
-        return data[pos - n : pos]
-
-    def string():
-        (n,) = struct.unpack("<Q", take(8))
-        return take(n).decode("utf-8")
-
-    def value(t):
-        if t == 8:
-            return string()
-        if t == 9:
-            (et,) = struct.unpack("<I", take(4))
-            (count,) = struct.unpack("<Q", take(8))
-            if et == 8:
-                return [string() for _ in range(count)]
-            dt = np.dtype(_NUMPY[et])
-            return np.frombuffer(take(dt.itemsize * count), dtype=dt).tolist()
-        fmt = _SCALARS[t]
-        return struct.unpack(fmt, take(struct.calcsize(fmt)))[0]
-
-    assert take(4) == b"GGUF"
-    _version, _n_tensors, n_kv = struct.unpack("<IQQ", take(20))
-    meta = {}
-    for _ in range(n_kv):
-        key = string()
-        (t,) = struct.unpack("<I", take(4))
-        meta[key] = value(t)
-    return meta
-
 
 # --- references ----------------------------------------------------------------------------------
 
