@@ -37,6 +37,10 @@ class Tensor:
     tensor_type: GGMLQuantizationType
     data: np.ndarray      # the tensor's bytes (uint8), as gguf.quants.dequantize takes them
 
+    @property
+    def n_elements(self):
+        return int(np.prod(self.shape))
+
 
 def read_metadata(data, pos=0):
     """(key -> value, position after the key/value pairs, tensor count) of a GGUF file's bytes
