@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <set>
 
@@ -354,6 +355,37 @@ void translate_gemma3_rope(Keys& k, const std::string& path, HfConfig& out, int3
                 "as llama.cpp does");
 }
 
+// The window of the sliding layers (`sliding_window`, `default_window` when absent; null, no window,
+// is refused) and which layers slide: layer_types when given (num_hidden_layers entries,
+// sliding_attention or full_attention), else `implied` (what the config's other keys say; `implied_by`
+// names them). A layer that slides where fathom's `fixed` layout (`layout`, as llama.cpp lays the
+// layers out: no GGUF key says it) does not, or the reverse, is refused by name.
+void translate_sliding_layers(Keys& k, const std::string& path, HfConfig& out, int64_t layers, int64_t default_window,
+                              const std::function<bool(int64_t)>& implied, const std::string& implied_by,
+                              const std::function<bool(int64_t)>& fixed, const char* layout) {
+  if (k.null("sliding_window"))
+    throw Error(path + ": sliding_window = null is not supported by fathom's " + out.arch +
+                " (its sliding layers have a window)");
+  out.metadata[out.arch + ".attention.sliding_window"] = u32(k.integer("sliding_window", default_window, 1 << 24));
+  const Json* types = k.get("layer_types");
+  if (types && (!types->is_array() || static_cast<int64_t>(types->size()) != layers))
+    throw Error(path + ": layer_types is not a list of num_hidden_layers entries");
+  for (int64_t il = 0; il < layers; ++il) {
+    bool slides = implied(il);
+    if (types) {
+      const Json& t = (*types)[il];
+      if (t != Json("sliding_attention") && t != Json("full_attention"))
+        throw Error(path + ": layer_types entry " + shown(t) + " is not supported by fathom's " + out.arch +
+                    " (sliding_attention, full_attention)");
+      slides = t == Json("sliding_attention");
+    }
+    if (slides != fixed(il))
+      throw Error(path + ": " + (types ? std::string("layer_types") : implied_by) + " makes layer " +
+                  std::to_string(il) + (slides ? " sliding" : " global") + ", which fathom's " + out.arch +
+                  " does not: " + layout + ", as llama.cpp lays them out");
+  }
+}
+
 // Gemma 2 and 3 (transformers' Gemma2Config and Gemma3TextConfig; llama.cpp's Gemma2Model and
 // Gemma3Model converters). What llama.cpp fixes where no GGUF key says it (which layers slide, the
 // sliding layers' RoPE, the attention scale) config.json must say too, and any other value is
@@ -395,38 +427,19 @@ void translate_gemma(Keys& k, const std::string& path, HfConfig& out, int64_t di
     out.metadata[a + key] = f32(cap);
   }
 
-  // The window of the sliding layers, and which layers slide: layer_types when given, else every
-  // other layer (Gemma 2) or every sliding_window_pattern-th global (Gemma 3, default 6; the
-  // _sliding_window_pattern transformers >= 4.55 writes beside layer_types, it never reads back).
-  if (k.null("sliding_window"))
-    throw Error(path + ": sliding_window = null is not supported by fathom's " + out.arch +
-                " (its sliding layers have a window)");
-  out.metadata[a + "attention.sliding_window"] = u32(k.integer("sliding_window", 4096, 1 << 24));
+  // Without layer_types, every other layer slides (Gemma 2) or every sliding_window_pattern-th is
+  // global (Gemma 3, default 6; the _sliding_window_pattern transformers >= 4.55 writes beside
+  // layer_types, it never reads back).
   int64_t pattern = gemma::kGemma2SlidingPattern;
   if (!gemma2) {
     k.get("_sliding_window_pattern");
     pattern = k.integer("sliding_window_pattern", gemma::kGemma3SlidingPattern, 1 << 20);
   }
-  const Json* types = k.get("layer_types");
-  if (types && (!types->is_array() || static_cast<int64_t>(types->size()) != layers))
-    throw Error(path + ": layer_types is not a list of num_hidden_layers entries");
-  for (int64_t il = 0; il < layers; ++il) {
-    bool slides = (il + 1) % pattern != 0;
-    if (types) {
-      const Json& t = (*types)[il];
-      if (t != Json("sliding_attention") && t != Json("full_attention"))
-        throw Error(path + ": layer_types entry " + shown(t) + " is not supported by fathom's " + out.arch +
-                    " (sliding_attention, full_attention)");
-      slides = t == Json("sliding_attention");
-    }
-    if (slides != gemma::layer_slides(arch, static_cast<int32_t>(il)))
-      throw Error(path + ": " +
-                  (types ? std::string("layer_types") : "sliding_window_pattern = " + std::to_string(pattern)) +
-                  " makes layer " + std::to_string(il) + (slides ? " sliding" : " global") + ", which fathom's " +
-                  out.arch + " does not: " +
-                  (gemma2 ? "every other layer slides, the first one" : "5 sliding layers to 1 global") +
-                  ", as llama.cpp lays them out");
-  }
+  translate_sliding_layers(
+      k, path, out, layers, 4096, [&](int64_t il) { return (il + 1) % pattern != 0; },
+      "sliding_window_pattern = " + std::to_string(pattern),
+      [&](int64_t il) { return gemma::layer_slides(arch, static_cast<int32_t>(il)); },
+      gemma2 ? "every other layer slides, the first one" : "5 sliding layers to 1 global");
   if (!out.tie_word_embeddings) out.tie_word_embeddings = true;  // transformers' default for both
 }
 
@@ -449,19 +462,8 @@ void translate_gpt_oss(Keys& k, const std::string& path, HfConfig& out, int64_t 
     if (const double v = k.number(key, fathoms); v != static_cast<double>(fathoms))
       throw Error(path + ": " + key + " = " + shown(Json(v)) + " is not supported by fathom's gpt-oss, whose clamped "
                   "SwiGLU is fixed at swiglu_alpha 1.702, swiglu_limit 7 (as llama.cpp's)");
-  if (k.null("sliding_window"))
-    throw Error(path + ": sliding_window = null is not supported by fathom's gpt-oss (its sliding layers have a window)");
-  out.metadata[a + "attention.sliding_window"] = u32(k.integer("sliding_window", 128, 1 << 24));
-  const Json* types = k.get("layer_types");
-  if (types && (!types->is_array() || static_cast<int64_t>(types->size()) != layers))
-    throw Error(path + ": layer_types is not a list of num_hidden_layers entries");
-  for (int64_t il = 0; types && il < layers; ++il) {
-    const Json want = il % 2 == 0 ? "sliding_attention" : "full_attention";
-    if ((*types)[il] != want)
-      throw Error(path + ": layer_types entry " + std::to_string(il) + " = " + shown((*types)[il]) +
-                  " is not supported by fathom's gpt-oss, whose layers alternate sliding_attention, full_attention "
-                  "from the first (as llama.cpp lays them out)");
-  }
+  translate_sliding_layers(k, path, out, layers, 128, gpt_oss::layer_slides, "", gpt_oss::layer_slides,
+                           "every other layer slides, the first one");
   if (const Json* q = k.get("quantization_config")) {
     if (!q->is_object()) throw Error(path + ": quantization_config = " + shown(*q) + " is not an object");
     for (const auto& [name, value] : q->items()) {
@@ -540,10 +542,10 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   out.tie_word_embeddings = k.boolean("tie_word_embeddings");
   if (gemma) {
     translate_gemma(k, path, out, dim, heads, head_dim, layers);
-  } else if (gpt_oss) {
-    // read above
-  } else if (const auto act = k.string("hidden_act"); act && *act != "silu")
-    throw Error(path + ": hidden_act " + shown(*act) + " is not supported by fathom's " + out.arch + " (silu only)");
+  } else if (!gpt_oss) {  // gpt-oss's hidden_act is never read (translate_gpt_oss)
+    if (const auto act = k.string("hidden_act"); act && *act != "silu")
+      throw Error(path + ": hidden_act " + shown(*act) + " is not supported by fathom's " + out.arch + " (silu only)");
+  }
   // Biases are read from the checkpoint's tensors (Q, K, V and o_proj's); one fathom lacks (the
   // MLP's) is refused by the weights loader, which names it.
   k.boolean("attention_bias");

@@ -229,7 +229,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.attn_sinks = true;
     c.activation = Activation::kSwigluOai;
     const int32_t window = require_positive(f, a + "attention.sliding_window", 1 << 24);
-    for (int32_t il = 0; il < c.n_layers; il += 2) c.layers[il].sliding = true, c.layers[il].window = window;
+    for (int32_t il = 0; il < c.n_layers; ++il)
+      if (gpt_oss::layer_slides(il)) c.layers[il].sliding = true, c.layers[il].window = window;
   }
   if (c.arch == Architecture::kGemma3) {
     c.embed_scale = std::sqrt(static_cast<float>(c.dim));

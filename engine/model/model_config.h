@@ -112,6 +112,8 @@ inline int32_t query_pre_attn_scalar(Architecture arch, int32_t n_layers, int32_
 namespace gpt_oss {
 constexpr double kSwigluAlpha = 1.702;
 constexpr double kSwigluLimit = 7.0;
+// Every other layer a sliding window, the first one sliding (llama.cpp lays gpt-oss out so).
+inline bool layer_slides(int64_t il) { return il % 2 == 0; }
 }  // namespace gpt_oss
 
 }  // namespace fathom
