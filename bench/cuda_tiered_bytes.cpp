@@ -84,13 +84,13 @@ ModelRun run_model(const std::string& dir, const std::string& file, int32_t toke
   std::vector<int32_t> table;  // physical: device slots, host slots -(slot + 1)
   auto make = [&](int32_t cache_slots) {
     ModelOptions oc = o;
-    // The budget also pays for the device copy of the cache's map (row_map_blocks).
-    const int32_t map = cache_slots > 0 ? row_map_blocks(layout, blocks_needed) : 0;
+    // The budget also pays for the device copy of the cache's map (hot_rows_map_blocks).
+    const int32_t map = cache_slots > 0 ? hot_rows_map_blocks(layout, blocks_needed) : 0;
     const int32_t keep = blocks_needed + 2, budget = keep + cache_slots + map;
     oc.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) * budget;
-    const int32_t spare = std::max(budget - keep, budget / 4);  // row_cache_slots' rule, inverted
+    const int32_t spare = std::max(budget - keep, budget / 4);  // hot_rows_slots' rule, inverted
     oc.hot_rows_percent = ((cache_slots + map) * 100 + spare - 1) / spare;
-    FATHOM_CHECK(row_cache_slots(budget, keep, oc.hot_rows_percent) == cache_slots + map);
+    FATHOM_CHECK(hot_rows_slots(budget, keep, oc.hot_rows_percent) == cache_slots + map);
     std::unique_ptr<Backend> cuda = make_cuda_backend(*model, oc);
     if (cuda->reserve_host_tier(blocks_needed, keep) != blocks_needed) throw Error("no host tier");
     table.clear();

@@ -45,7 +45,7 @@ struct EngineMetrics {
         swap_out(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "out"}})),
         swap_in(r.counter("fathom_swap_bytes_total", "KV bytes moved between tiers", {{"direction", "in"}})),
         hot_fallback(r.counter("fathom_kv_hot_row_fallbacks_total",
-                               "Sparse decode layer steps over host-tier rows that decoded densely: the hot row cache "
+                               "Sparse decode layer steps over host-tier rows that decoded densely: the hot-row cache "
                                "is smaller than one key chunk")),
         recomputed(r.counter("fathom_recomputed_tokens_total",
                              "Tokens whose K/V were computed again after a recompute preemption dropped them "
@@ -69,7 +69,7 @@ struct EngineMetrics {
 
   Counter& hot_rows(PolicyKind k, const char* result) {
     return registry.counter("fathom_kv_hot_rows_total",
-                            "Host-tier rows sparse decode looked up in the hot row cache, by policy and result "
+                            "Host-tier rows sparse decode looked up in the hot-row cache, by policy and result "
                             "(hit, miss: copied in)",
                             {{"policy", policy_name(k)}, {"result", result}});
   }

@@ -17,7 +17,7 @@ namespace fathom {
 // A KV cache split across tiers (docs/tiered_kv.md): a block table entry < 0 is a block in the
 // host tier, slot -(entry + 1), which kernels do not read in place. The gather kernels (the sparse
 // policies) ask the view's prefetcher for the positions they are about to read; it copies the
-// rows into a device-resident row cache and records where in PagedKvView::host_rows.
+// rows into a device-resident hot-row cache and records where in PagedKvView::host_rows.
 class RowPrefetcher {
  public:
   virtual ~RowPrefetcher() = default;
@@ -31,12 +31,12 @@ class RowPrefetcher {
   // SparQ's step 1 over a host-tier block: writes the dimension rows dims[0..r) of kv head g's
   // transposed-K tile in host slot `slot` to dst ([r][block_size], the view's dtype), read from
   // the host tier directly (on a GPU: mapped pinned memory, as HiP's offloading reads a miss)
-  // instead of through the row cache — r/d of the tile, once per step. Thread-safe; returns bytes.
+  // instead of through the hot-row cache — r/d of the tile, once per step. Thread-safe; returns bytes.
   virtual size_t read_kt_rows(int32_t slot, int32_t g, const int32_t* dims, int32_t r, void* dst) const = 0;
   // HiP's mask estimation: writes the K rows of positions pos[0..n) of kv head g, in either tier, to
   // dst ([n][head_dim], the view's dtype; for INT8 their parameters to dst_params), reading the
   // host tier in place — as the HiP reference's estimation reads a miss from mapped host memory —
-  // without inserting anything into the row cache (whose rows stay the attention's). Thread-safe;
+  // without inserting anything into the hot-row cache (whose rows stay the attention's). Thread-safe;
   // returns the bytes read from the host tier.
   virtual size_t read_k_rows(int32_t g, const int32_t* pos, int32_t n, void* dst, KvInt8Row* dst_params) const = 0;
   // Counts bytes that read_kt_rows and read_k_rows calls moved (host → device).
@@ -82,14 +82,14 @@ struct PagedKvView {
   // The keys' variance along c over [0, pos] is M2[c] / (pos + 1); see key_moments_index.
   const float* k_moments = nullptr;
   // Tiered caches only (nullptr otherwise): see RowPrefetcher. The CUDA kernels, which have no
-  // prefetcher, read a host position whose entry here is >= 0 from that device row (a row cache
+  // prefetcher, read a host position whose entry here is >= 0 from that device row (a hot-row cache
   // holding its K and V, kept current by the backend), and the others in place from host_tier.
   const int32_t* host_rows = nullptr;
   RowPrefetcher* prefetcher = nullptr;
   // Kernels that read the host tier in place (the CUDA kernels, through mapped pinned memory: the
   // HiP reference's offloading) read a block table entry e < 0 as slot -(e + 1) of these planes,
   // and add the bytes they read there to *host_read_bytes (a device counter; null: not counted).
-  // Unset on the CPU backend, whose kernels read host rows through the row cache instead.
+  // Unset on the CPU backend, whose kernels read host rows through the hot-row cache instead.
   KvTierPlanes host_tier{};
   unsigned long long* host_read_bytes = nullptr;
 

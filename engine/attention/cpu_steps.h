@@ -16,7 +16,7 @@ struct CpuPolicyStep {
   // One decode query of one layer (kernels/cpu), updating `state`; returns the KV bytes read.
   // args: one query at args.pos; selects_every_key is false.
   int64_t (*step)(ThreadPool&, const PagedKvView&, const DecodeArgs&, const AttentionPolicy&, LayerPolicyState&);
-  // Whether the step can read host-tier rows of `kv` through the hot row cache (else the backend
+  // Whether the step can read host-tier rows of `kv` through the hot-row cache (else the backend
   // runs such a step densely over both tiers).
   bool (*reads_host_tier)(const PagedKvView& kv, const AttentionPolicy&);
 };

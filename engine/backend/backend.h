@@ -25,7 +25,7 @@ namespace fathom {
 
 class Model;
 
-// Sparse decode over host-tier rows (the hot row cache), per policy of the reading request:
+// Sparse decode over host-tier rows (the hot-row cache), per policy of the reading request:
 // rows found in the cache, rows copied in, and layer steps that fell back to dense because one
 // attention call needed more rows than the cache holds.
 struct HotRowCounts {
@@ -85,7 +85,7 @@ class Backend : protected ForwardOps {
   // there (0: no host tier; every block then stays in device storage). Called once, before the
   // first forward. With a host tier, a plan's block tables are physical (BlockAllocator::
   // physical): negative entries are host slots, which attention reads as the backend
-  // arranges (the CPU backend through a bounded staging area and a row cache, the CUDA kernels in
+  // arranges (the CPU backend through a bounded staging area and a hot-row cache, the CUDA kernels in
   // place from mapped pinned memory); the blocks a step writes are always device slots.
   // `keep_device_blocks`: the device blocks the page table needs at least (every block one step
   // writes); a backend may turn the rest of its budget into device-side caches of the host tier.
@@ -175,7 +175,7 @@ class Backend : protected ForwardOps {
   StepStats step_;
   // Appended by a backend that measures (its sparse_break_even), one per probe.
   std::vector<MeasuredBreakEven> break_evens_;
-  // A backend that carves its own device areas (a row cache) out of the budget shrinks the
+  // A backend that carves its own device areas (a hot-row cache) out of the budget shrinks the
   // blocks it offers the page table; only inside reserve_host_tier() and
   // reserve_recompute_scratch().
   void set_kv_blocks(int32_t blocks) {

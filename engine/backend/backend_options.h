@@ -16,7 +16,7 @@ struct ModelOptions {
   int32_t block_size = 16;         // tokens per KV block
   int64_t kv_cache_bytes = 0;      // 0: room for context_length tokens of one sequence, plus slack
   // With a host tier: the share (%) of the device tier, beyond one step's writes and a sliding
-  // window of blocks, that holds the hot row cache (HiP / SWA over host rows); the rest holds
+  // window of blocks, that holds the hot-row cache (HiP / SWA over host rows); the rest holds
   // blocks, which dense attention then reads in place instead of staging (docs/tiered_kv.md).
   int32_t hot_rows_percent = 25;
   cpu::Precision precision = cpu::Precision::kQ8;

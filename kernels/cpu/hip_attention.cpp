@@ -111,7 +111,7 @@ void hip_estimate_mask(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs
     // its random-line bound).
     // Over a tiered view the batch's K rows are read into a buffer of the thread's (the host tier
     // in place: RowPrefetcher::read_k_rows), in the same order, so key_logits does the same
-    // arithmetic as over the resident view and the row cache keeps the attention's rows.
+    // arithmetic as over the resident view and the hot-row cache keeps the attention's rows.
     std::vector<int64_t> host_bytes(pool.size(), 0);
     auto score_items = [&](const std::vector<std::pair<int32_t, int32_t>>& items) {  // (unit, first half)
       pool.parallel_for(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t e, int thread) {

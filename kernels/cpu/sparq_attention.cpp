@@ -67,7 +67,7 @@ SparqResult sparq_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeAr
   // block's transposed-K tile from the host tier into host_kt ([n_kv][n_host][r][bs], the view's
   // dtype), then scores them through a view whose table maps those blocks to host_kt's tiles (head
   // dim r, identity dims: the same elements in the same order, so the same scores as resident);
-  // step 5 gathers its top-k rows through the row cache.
+  // step 5 gathers its top-k rows through the hot-row cache.
   const bool tiered = kv.prefetcher != nullptr;
   const size_t kt_tile_bytes = static_cast<size_t>(r) * bs * kv_dtype_bytes(kv.dtype);
   std::vector<int32_t> host_index, identity;  // logical block -> its tile in host_kt or -1 (device)

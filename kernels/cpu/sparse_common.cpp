@@ -77,7 +77,7 @@ void attend_prefetched(ThreadPool& pool, const Kernels& kern, const PagedKvView&
     return;
   }
   int32_t chunk = attend_chunk(pool, tasks);
-  // A row cache smaller than a key chunk: smaller chunks (then the rounding differs from resident).
+  // A hot-row cache smaller than a key chunk: smaller chunks (then the rounding differs from resident).
   if (kv.prefetcher != nullptr)
     while (chunk > kv.prefetcher->capacity() && chunk > 1) chunk /= 2;
   const int32_t n = static_cast<int32_t>(tasks.size());

@@ -137,7 +137,7 @@ struct AttendTask {
 
 // Whether positions [t0, t1) of `kv` can be an AttendTask's run with `kern`: the ISA streams runs,
 // the view has the transposed K plane in the kernel's shape, and every block of the run is in the
-// device tier (a tiered view's host blocks are read only through its row cache).
+// device tier (a tiered view's host blocks are read only through its hot-row cache).
 bool run_streamable(const Kernels& kern, const PagedKvView& kv, int32_t t0, int32_t t1);
 
 // Splits every task into key chunks, spreads the chunks over the pool, merges per task. The
@@ -158,7 +158,7 @@ void attend(ThreadPool& pool, const Kernels& kern, const PagedKvView& kv, float 
 // The key chunk length attend() picks for `tasks` on `pool`.
 int32_t attend_chunk(const ThreadPool& pool, const std::vector<AttendTask>& tasks);
 // attend() for a view that may be tiered: with a prefetcher, the tasks run one at a time, each
-// in batches the row cache holds (one chunk at least), so the cache needs room for one batch's
+// in batches the hot-row cache holds (one chunk at least), so the cache needs room for one batch's
 // rows, not for a task's or all of theirs; the key chunks are the all-tasks call's, so the output
 // is bitwise attend()'s (unless the cache is smaller than that chunk: then halved until it fits).
 // `reverse`: last task first, and each task's batches last first. Without a prefetcher it is

@@ -61,7 +61,7 @@ SwaResult swa_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& 
     }
     if (kept_weights != nullptr) t.weights = &head_weights[static_cast<size_t>(g) * G * n_kept];
   }
-  // Over a tiered cache the gathered rows come through the row cache kv head by kv head, in batches
+  // Over a tiered cache the gathered rows come through the hot-row cache kv head by kv head, in batches
   // it holds (the seed step keeps every position), bitwise the resident result; the order
   // alternates by step so that a kept set larger than the cache still hits (see sparse::attend).
   if (stream_window && kv.prefetcher == nullptr) {

@@ -107,7 +107,7 @@ struct KvDev {
   int32_t block_size, n_kv_heads, head_dim;
   KvTierPlanes host;            // the host tier, same layout; null planes without one
   unsigned long long* host_read;  // bytes read from the host tier are added here (null: not counted)
-  // Optional row cache of the host tier: [(host slot · block_size + offset) · n_kv_heads + g] ->
+  // Optional hot-row cache of the host tier: [(host slot · block_size + offset) · n_kv_heads + g] ->
   // a device row holding that host row's K and V, or -1 (read in place). Null: no cache.
   const int32_t* host_rows;
 };
@@ -153,7 +153,7 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // Row reference of position t, kv head g: >= 0 a row index of the device tier (into k_rows /
 // v_rows; times head_dim: element offset), < 0 row -(ref + 1) of the host tier.
-// A host position the row cache holds (KvDev::host_rows) is read from its device row.
+// A host position the hot-row cache holds (KvDev::host_rows) is read from its device row.
 __device__ __forceinline__ int64_t kv_row(const KvDev& kv, const int32_t* table, int t, int g, int lane) {
   const int32_t blk = load_uniform(table + t / kv.block_size, lane);
   const int64_t row = (slot_of_entry(blk) * kv.n_kv_heads + g) * kv.block_size + t % kv.block_size;

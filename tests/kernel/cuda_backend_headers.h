@@ -13,7 +13,7 @@
 #include "kernels/cuda/quant_gemv.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
-#include "kernels/cuda/row_cache.h"
+#include "kernels/cuda/hot_rows.h"
 #include "kernels/cuda/sparq_attention.h"
 #include "kernels/cuda/swa_attention.h"
 #include "kernels/cuda/swa_mass.h"

@@ -13,7 +13,7 @@
 #include "kernels/cuda/bifurcated_attention.h"
 #include "kernels/cuda/hip_attention.h"
 #include "kernels/cuda/paged_decode_attention.h"
-#include "kernels/cuda/row_cache.h"
+#include "kernels/cuda/hot_rows.h"
 #include "kernels/cuda/sparq_attention.h"
 #include "kernels/cuda/swa_attention.h"
 
@@ -139,7 +139,7 @@ TEST(CudaTieredAttention, DenseOverBothTiersIsBitwiseResident) {
   }
 }
 
-// A device row cache of the host tier (kernels/cuda/row_cache.h, the CUDA backend's HiP rows):
+// A device row cache of the host tier (kernels/cuda/hot_rows.h, the CUDA backend's HiP rows):
 // copy_kv_rows copies the even rows of every host block into the device tier (the slot's own rows
 // there, which the tiered fixture had poisoned), the host copies of those rows are then poisoned
 // too, and PagedKvView::host_rows maps them. Dense attention (decode, 2 kv heads) reads each cached

@@ -176,7 +176,7 @@ TEST(Engine, TieredKvAndRecomputeKeepOutputs) {
     for (const auto& p : prompts) alone.push_back(collect(*engine.submit(greedy(*model, p, 40))).tokens.at(0));
   }
   // 6 sequences of ~56 tokens need ~24 blocks, 4 running at once ~16; the device tier gets 12,
-  // one of them for the hot row cache.
+  // one of them for the hot-row cache.
   const int64_t block_bytes = static_cast<int64_t>(load(0).backend->block_bytes());
   for (const int64_t host_blocks : {20, 2}) {  // both tiers hold them all; they do not (recompute)
     auto model = load(block_bytes * 12);
@@ -404,7 +404,7 @@ TEST(Engine, SampleGroupOverTheHostTierMatchesResident) {
               moved_in / (steps * prompt_blocks * block_bytes));
 }
 
-// HiP, SparQ and SWA gather host-tier rows through the hot row cache (SparQ's step 1 reads the r
+// HiP, SparQ and SWA gather host-tier rows through the hot-row cache (SparQ's step 1 reads the r
 // selected dimension rows of each host block's transposed K from the host tier). They read the
 // same rows in the same key chunks as when resident, so their tokens equal the all-resident run's,
 // and none falls back to dense. SWA's first decode step attends every position (it seeds the

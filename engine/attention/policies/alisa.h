@@ -59,7 +59,7 @@ float decay(int32_t k_local);
 // The radius the mass is pooled over (selection_mass): pool / 2, 0 for no pooling.
 int32_t pool_radius(const AttentionPolicy& p);
 
-// The CPU step, and whether it reads host-tier rows through the hot row cache (always: it
+// The CPU step, and whether it reads host-tier rows through the hot-row cache (always: it
 // gathers rows).
 int64_t cpu_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
                  LayerPolicyState& state);

@@ -58,7 +58,7 @@ bool refresh_due(const AttentionPolicy& p, const LayerState& state);
 void count_step(const AttentionPolicy& p, bool estimated, int32_t rank, LayerState& state);
 
 // The CPU step (estimating the mask when due), and whether it reads host-tier rows through the
-// hot row cache (always: it gathers rows).
+// hot-row cache (always: it gathers rows).
 int64_t cpu_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
                  LayerPolicyState& state);
 bool cpu_reads_host_tier(const PagedKvView& kv, const AttentionPolicy& p);

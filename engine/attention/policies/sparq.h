@@ -28,7 +28,7 @@ inline constexpr Param kR{kParams, 0}, kK{kParams, 1}, kL{kParams, 2}, kRealloca
 // Parameters for one decode step at S = pos + 1 keys and head dimension d.
 ref::SparqParams resolve(const AttentionPolicy& p, int32_t S, int32_t d);
 
-// The CPU step, and whether it reads host-tier rows of kv through the hot row cache: the r
+// The CPU step, and whether it reads host-tier rows of kv through the hot-row cache: the r
 // selected dimension rows of each host block's transposed-K tile, then its top-k rows, where the
 // layout allows (cpu::sparq_reads_host_tier).
 int64_t cpu_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,

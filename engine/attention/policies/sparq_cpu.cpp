@@ -19,7 +19,7 @@ int64_t cpu_step(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args
 }
 
 // It reads the r selected dimension rows of each host block's transposed-K tile from the host
-// tier, then its top-k rows through the hot row cache, where the layout allows.
+// tier, then its top-k rows through the hot-row cache, where the layout allows.
 bool cpu_reads_host_tier(const PagedKvView& kv, const AttentionPolicy& p) {
   return cpu::sparq_reads_host_tier(kv, p.flag(kReallocation));
 }

@@ -87,7 +87,7 @@ int32_t CpuBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_blocks
   // Beyond what the page table must keep, the budget is split between blocks (dense attention
   // reads them in place instead of staging) and hot rows (sparse decode reads host rows from the
   // device; HotRowsFull falls back to dense) by options_.hot_rows_percent.
-  const int32_t hot = std::max(1, row_cache_slots(budget, keep_device_blocks, options_.hot_rows_percent));
+  const int32_t hot = std::max(1, hot_rows_slots(budget, keep_device_blocks, options_.hot_rows_percent));
   if (budget - hot < 3)
     throw Error("the device KV tier holds " + std::to_string(budget) +
                 " blocks: a host tier needs at least 4 (raise kv_cache.device_mib)");
@@ -96,7 +96,7 @@ int32_t CpuBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_blocks
   // Slots: [0, kv_blocks()) blocks, then staging, then the hot rows.
   kv_ = std::make_unique<CpuKvStorage>(kv_layout(), kv_blocks() + staging_slots_ + hot);
   host_kv_ = std::make_unique<CpuKvStorage>(kv_layout(), blocks);
-  hot_rows_ = std::make_unique<HotRows>(*kv_, *host_kv_, kv_blocks() + staging_slots_, hot);
+  hot_rows_ = std::make_unique<CpuHotRows>(*kv_, *host_kv_, kv_blocks() + staging_slots_, hot);
   hot_slots_ = hot;
   return blocks;
 }
@@ -118,7 +118,7 @@ int32_t CpuBackend::reserve_recompute_scratch(int32_t blocks) {
   hot_rows_.reset();
   kv_ = std::make_unique<CpuKvStorage>(kv_layout(), slots, blocks);
   FATHOM_CHECK(kv_->first_shared() == slots);
-  hot_rows_ = std::make_unique<HotRows>(*kv_, *host_kv_, first_hot, hot_slots_);
+  hot_rows_ = std::make_unique<CpuHotRows>(*kv_, *host_kv_, first_hot, hot_slots_);
   return blocks;
 }
 
@@ -354,7 +354,7 @@ int32_t CpuBackend::sparse_break_even(const AttentionPolicy& policy) {
 int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPolicy& policy, LayerPolicyState& state) {
   if (reads_host(seq, 0)) {
     const int k = static_cast<int>(policy.kind);
-    // Policies that gather rows read host-tier ones through the hot row cache where their layout
+    // Policies that gather rows read host-tier ones through the hot-row cache where their layout
     // allows (PolicyDef::cpu_reads_host_tier); else the step decodes densely over both tiers.
     PagedKvView view = kv_->view(layer, plan_->seqs[seq].blocks->data());
     if (cpu_reads_host_tier(view, policy)) {
@@ -362,7 +362,7 @@ int64_t CpuBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPol
       view.host_rows = hot_rows_->map(layer);
       view.prefetcher = hot_rows_.get();
       auto count = [&] {
-        const RowCache::Counts c = hot_rows_->take_counts();
+        const HotRows::Counts c = hot_rows_->take_counts();
         step_.hot_rows.hits[k] += c.hits;
         step_.hot_rows.misses[k] += c.misses;
         step_.staged_bytes += c.bytes;

@@ -10,7 +10,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/expert_routing.h"
-#include "engine/backend/cpu/hot_rows.h"
+#include "engine/backend/cpu/cpu_hot_rows.h"
 #include "engine/backend/cpu/kv_storage.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/matmul.h"
@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
   size_t block_bytes() const override { return kv_->layout().block_bytes(); }
   // The host tier: `blocks` blocks in their own arena. The device storage gets, beyond the
   // budget, the staging slots dense attention copies host blocks into (two key chunks' worth),
-  // and gives the hot row cache (sparse decode over host rows) hot_rows_percent of what the page
+  // and gives the hot-row cache (sparse decode over host rows) hot_rows_percent of what the page
   // table does not need of its budget.
   int32_t reserve_host_tier(int32_t blocks, int32_t keep_device_blocks) override;
   // With a host tier: the device storage's shared blocks (CpuKvStorage), one layer's bytes of
@@ -121,7 +121,7 @@ class CpuBackend final : public Backend {
   std::vector<std::unique_ptr<ThreadPool>> serial_pools_;  // one Serial stand-in of threads_ per thread
   std::unique_ptr<CpuKvStorage> kv_;       // device tier: kv_blocks() slots, then the staging slots
   std::unique_ptr<CpuKvStorage> host_kv_;  // host tier (null: none)
-  std::unique_ptr<HotRows> hot_rows_;      // with a host tier
+  std::unique_ptr<CpuHotRows> hot_rows_;      // with a host tier
   int32_t staging_slots_ = 0;              // device slots [kv_blocks(), + staging_slots_)
   int32_t hot_slots_ = 0;                  // then the hot rows' slots
   std::vector<std::byte> exchange_buffer_;  // one block's bytes in flight during exchange_slots

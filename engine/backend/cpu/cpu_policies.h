@@ -16,7 +16,7 @@ bool cpu_implements(PolicyKind kind);
 int64_t cpu_sparse_decode(ThreadPool& pool, const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p,
                           LayerPolicyState& state);
 
-// Whether p's CPU step reads host-tier rows of kv through the hot row cache.
+// Whether p's CPU step reads host-tier rows of kv through the hot-row cache.
 bool cpu_reads_host_tier(const PagedKvView& kv, const AttentionPolicy& p);
 
 }  // namespace fathom

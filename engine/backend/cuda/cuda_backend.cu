@@ -28,7 +28,7 @@
 #include "engine/backend/cuda/kv_storage.h"
 #include "engine/backend/cuda/pass_uploads.h"
 #include "engine/expert_routing.h"
-#include "engine/kv/row_cache.h"
+#include "engine/kv/hot_rows.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -42,7 +42,7 @@
 #include "kernels/cuda/quant_gemv.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rope.h"
-#include "kernels/cuda/row_cache.h"
+#include "kernels/cuda/hot_rows.h"
 #include "kernels/ref/hip.h"
 
 namespace fathom {
@@ -170,7 +170,7 @@ class CudaBackend final : public Backend {
   void wait_for_moves();
   // After a pass's last op (logits): takes the bytes the pass's kernels read from the host tier.
   void end_pass();
-  // The row cache (reserve_host_tier, with hot_rows_percent > 0): before a sparse attention reads
+  // The hot-row cache (reserve_host_tier, with hot_rows_percent > 0): before a sparse attention reads
   // the rows it selects — positions_of(g, pos) lists kv head g's, ascending — copies in those of
   // `layer` in the host tier (one launch), and brings the device map up to date (also after
   // invalidations, at the start of a pass). For the policies that gather rows (their CUDA steps
@@ -179,7 +179,7 @@ class CudaBackend final : public Backend {
   void upload_row_map_changes();
   // After a failed copy or map upload: the host bookkeeping may name rows the device never got, so
   // both forget every row (the kernels then read the host tier in place).
-  void reset_row_cache();
+  void reset_hot_rows();
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
   // cuda::grouped_gemv over any number of items (launches of at most 65535: the grid's y).
@@ -198,13 +198,13 @@ class CudaBackend final : public Backend {
   cudaEvent_t moves_done_ = nullptr, compute_done_ = nullptr;
   bool moves_pending_ = false;
   std::unique_ptr<CudaKvStorage> exchange_;  // one device block: an exchange's third place
-  // The device row cache of the host tier (HiP's offloading "sparse K/V cache"): pool rows in
+  // The device hot-row cache of the host tier (HiP's offloading "sparse K/V cache"): pool rows in
   // device slots [num_blocks_, num_blocks_ + hot slots) of kv_, the bookkeeping on the host
-  // (engine/kv/row_cache.h), its map mirrored in row_map_ ([layer][map_size]) for the kernels.
+  // (engine/kv/hot_rows.h), its map mirrored in row_map_ ([layer][map_size]) for the kernels.
   int32_t hot_rows_percent_ = 0;
-  std::unique_ptr<RowCache> row_cache_;
+  std::unique_ptr<HotRows> hot_rows_;
   DeviceArray<int32_t> row_map_;
-  PassUploads uploads_;      // the row cache's copy lists and map changes, read by its kernels in place
+  PassUploads uploads_;      // the hot-row cache's copy lists and map changes, read by its kernels in place
   bool pass_open_ = false;   // a pass began and has not reached its logits (abandoned if still set)
   DeviceArray<unsigned long long> host_read_;  // bytes the kernels read from the host tier this pass
   PolicyScratch scratch_;
@@ -371,23 +371,23 @@ int32_t CudaBackend::reserve_host_tier(int32_t blocks, int32_t keep_device_block
   // cache (0: none; the kernels then read every host row in place).
   // The device map (4 bytes per layer, host row and kv head) is paid for from the same budget.
   const KvLayout& L = kv_layout();
-  const int32_t map_blocks = row_map_blocks(L, blocks);
+  const int32_t map_blocks = hot_rows_map_blocks(L, blocks);
   const int32_t budget = kv_blocks();
-  const int32_t hot = row_cache_slots(budget, keep_device_blocks, hot_rows_percent_) - map_blocks;
+  const int32_t hot = hot_rows_slots(budget, keep_device_blocks, hot_rows_percent_) - map_blocks;
   const bool words = L.head_dim * kv_dtype_bytes(L.dtype) % 4 == 0;  // copy_kv_rows copies 4-byte words
   if (hot > 0 && words) {
     if (budget - hot < 3)
       throw Error("the device KV tier holds " + std::to_string(budget) +
-                  " blocks: a host tier with a row cache needs at least 4 (raise kv_cache.device_mib)");
+                  " blocks: a host tier with a hot-row cache needs at least 4 (raise kv_cache.device_mib)");
     set_kv_blocks(budget - hot - map_blocks);
     num_blocks_ = kv_blocks();
     kv_.reset();
     kv_ = std::make_unique<CudaKvStorage>(kv_layout(), num_blocks_ + hot);
-    row_cache_ = std::make_unique<RowCache>(L.n_layers, L.n_kv_heads, L.block_size, blocks, num_blocks_, hot,
+    hot_rows_ = std::make_unique<HotRows>(L.n_layers, L.n_kv_heads, L.block_size, blocks, num_blocks_, hot,
                                             /*track_changes=*/true);
-    row_map_.reserve(static_cast<size_t>(L.n_layers) * row_cache_->map_size());
+    row_map_.reserve(static_cast<size_t>(L.n_layers) * hot_rows_->map_size());
     FATHOM_CUDA_BACKEND_OK(cudaMemset(row_map_.get(), 0xFF, static_cast<size_t>(L.n_layers) *
-                                                                 row_cache_->map_size() * sizeof(int32_t)));  // all -1
+                                                                 hot_rows_->map_size() * sizeof(int32_t)));  // all -1
   }
   host_kv_ = std::make_unique<CudaKvStorage>(kv_layout(), blocks, Memory::kMappedHost);
   exchange_ = std::make_unique<CudaKvStorage>(kv_layout(), 1);
@@ -405,14 +405,14 @@ int32_t CudaBackend::reserve_recompute_scratch(int32_t blocks) {
   const KvLayout& L = kv_layout();
   const int32_t charge = (blocks + L.n_layers - 1) / L.n_layers, hot = kv_->num_blocks() - num_blocks_;
   if (kv_blocks() - charge < 3) return 0;
-  // Made again with the scratch (nothing is stored before the first forward); the row cache's
+  // Made again with the scratch (nothing is stored before the first forward); the hot-row cache's
   // pool follows the page table's blocks, which shrink by the charge.
   set_kv_blocks(kv_blocks() - charge);
   num_blocks_ = kv_blocks();
   kv_.reset();
   kv_ = std::make_unique<CudaKvStorage>(L, num_blocks_ + hot, Memory::kDevice, blocks);
-  if (row_cache_)
-    row_cache_ = std::make_unique<RowCache>(L.n_layers, L.n_kv_heads, L.block_size, host_kv_->num_blocks(), num_blocks_,
+  if (hot_rows_)
+    hot_rows_ = std::make_unique<HotRows>(L.n_layers, L.n_kv_heads, L.block_size, host_kv_->num_blocks(), num_blocks_,
                                             hot, /*track_changes=*/true);
   return blocks;
 }
@@ -439,7 +439,7 @@ void CudaBackend::copy_slot_impl(KvTier from, int32_t from_slot, KvTier to, int3
   CudaKvStorage& dst = to == KvTier::kDevice ? *kv_ : *host_kv_;
   src.copy_block_to(from_slot, dst, to_slot, copy_stream_);
   FATHOM_CUDA_BACKEND_OK(cudaEventRecord(moves_done_, copy_stream_));
-  if (to == KvTier::kHost && row_cache_) row_cache_->invalidate_host_slot(to_slot);
+  if (to == KvTier::kHost && hot_rows_) hot_rows_->invalidate_host_slot(to_slot);
 }
 
 void CudaBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
@@ -451,7 +451,7 @@ void CudaBackend::exchange_slots_impl(int32_t device_slot, int32_t host_slot) {
   host_kv_->copy_block_to(host_slot, *kv_, device_slot, copy_stream_);
   exchange_->copy_block_to(0, *host_kv_, host_slot, copy_stream_);
   FATHOM_CUDA_BACKEND_OK(cudaEventRecord(moves_done_, copy_stream_));
-  if (row_cache_) row_cache_->invalidate_host_slot(host_slot);
+  if (hot_rows_) hot_rows_->invalidate_host_slot(host_slot);
 }
 
 PagedKvView CudaBackend::view(int32_t layer, const int32_t* device_table) const {
@@ -460,18 +460,18 @@ PagedKvView CudaBackend::view(int32_t layer, const int32_t* device_table) const 
     v.host_tier = host_kv_->planes(layer);
     v.host_read_bytes = host_read_.get();
   }
-  if (row_cache_) v.host_rows = row_map_.get() + static_cast<size_t>(layer) * row_cache_->map_size();
+  if (hot_rows_) v.host_rows = row_map_.get() + static_cast<size_t>(layer) * hot_rows_->map_size();
   return v;
 }
 
-void CudaBackend::reset_row_cache() {
-  row_cache_->clear();
+void CudaBackend::reset_hot_rows() {
+  hot_rows_->clear();
   FATHOM_CUDA_BACKEND_OK(cudaMemset(row_map_.get(), 0xFF,
-                                    static_cast<size_t>(kv_layout().n_layers) * row_cache_->map_size() * sizeof(int32_t)));
+                                    static_cast<size_t>(kv_layout().n_layers) * hot_rows_->map_size() * sizeof(int32_t)));
 }
 
 void CudaBackend::upload_row_map_changes() {
-  const std::vector<RowCache::Change> changes = row_cache_->take_changes();
+  const std::vector<HotRows::Change> changes = hot_rows_->take_changes();
   if (changes.empty()) return;
   // One write per index (the scatter's writes are unordered): the last of each, in log order.
   std::vector<size_t> order(changes.size());
@@ -490,7 +490,7 @@ void CudaBackend::upload_row_map_changes() {
     FATHOM_CUDA_BACKEND_OK(
         cuda::scatter_int32(row_map_.get(), index_dev, value_dev, static_cast<int32_t>(index.size()), stream_));
   } catch (...) {
-    reset_row_cache();  // the log is gone: the device map cannot be brought in step with it
+    reset_hot_rows();  // the log is gone: the device map cannot be brought in step with it
     throw;
   }
 }
@@ -509,8 +509,8 @@ void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind, const 
     // only evict rows the next steps want: it is read in place.
     // (Within the pool, fetch cannot run out of rows: the positions are distinct.)
     const auto host_rows = std::count_if(pos.begin(), pos.end(), [&](int32_t t) { return (*s.blocks)[t / bs] < 0; });
-    if (host_rows > row_cache_->capacity()) continue;
-    row_cache_->fetch(layer, s.blocks->data(), g, pos.data(), static_cast<int32_t>(pos.size()), /*need_v=*/true,
+    if (host_rows > hot_rows_->capacity()) continue;
+    hot_rows_->fetch(layer, s.blocks->data(), g, pos.data(), static_cast<int32_t>(pos.size()), /*need_v=*/true,
                       [&](int32_t host_slot, int32_t head, int32_t offset, int64_t device_row, bool k, bool v) {
                         const int64_t src = (static_cast<int64_t>(host_slot) * n_kv + head) * bs + offset;
                         copies.push_back({src, device_row, (k ? 1 : 0) | (v ? 2 : 0)});
@@ -523,12 +523,12 @@ void CudaBackend::cache_rows(int32_t layer, int32_t seq, PolicyKind kind, const 
                                                 kv_layout().dtype, uploads_.put(copies),
                                                 static_cast<int32_t>(copies.size()), stream_));
     } catch (...) {
-      reset_row_cache();  // the map would name rows that were never copied
+      reset_hot_rows();  // the map would name rows that were never copied
       throw;
     }
   }
   upload_row_map_changes();
-  const RowCache::Counts c = row_cache_->take_counts();
+  const HotRows::Counts c = hot_rows_->take_counts();
   const int k = static_cast<int>(kind);
   step_.hot_rows.hits[k] += c.hits;
   step_.hot_rows.misses[k] += c.misses;
@@ -704,7 +704,7 @@ void CudaBackend::begin_pass(const BatchPlan& plan) {
   }
   // Host slots the queued moves give other bytes: their rows leave the device map (before the
   // wait below, like the other pageable uploads; the scatter touches the map only, not the KV).
-  if (row_cache_) upload_row_map_changes();
+  if (hot_rows_) upload_row_map_changes();
   // The block moves the scheduler queued before this pass: the compute stream waits for them
   // (after the pageable uploads above, which would otherwise block the host until they finish).
   if (moves_pending_) {
@@ -805,7 +805,7 @@ int64_t CudaBackend::attend_sparse(int32_t layer, int32_t seq, const AttentionPo
   const CudaPolicyStep step = cuda_step_of(policy.kind);
   FATHOM_CHECK(step != nullptr, "a policy without a CUDA step reached the CUDA backend");
   CudaPolicyContext ctx{scratch_, stream_, policy.kind, {}};
-  if (row_cache_)
+  if (hot_rows_)
     ctx.cache_rows = [&](const RowsOf& positions_of) { cache_rows(layer, seq, policy.kind, positions_of); };
   return step(this->view(layer, seq_table(layer, seq)), decode_args(layer, seq), policy, state, ctx);
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Small per-pass uploads (the row cache's copy lists and map changes) without a cudaMemcpy each: the
+// Small per-pass uploads (the hot-row cache's copy lists and map changes) without a cudaMemcpy each: the
 // host writes them into mapped pinned memory and the kernels launched after read them there in
 // place, so the host never waits for the device to upload a few KB. Everything put during a pass
 // stays valid until reset(), which the backend calls when the next pass starts — after the last

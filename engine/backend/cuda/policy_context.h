@@ -1,6 +1,6 @@
 #pragma once
 // What a decode policy's CUDA step (engine/backend/cuda/policies/) gets from the CUDA backend:
-// device scratch shared by the pass, the stream, and the hot row cache's entry point.
+// device scratch shared by the pass, the stream, and the hot-row cache's entry point.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -39,7 +39,7 @@ struct CudaPolicyContext {
   PolicyScratch& scratch;
   cudaStream_t stream;
   PolicyKind kind;  // the policy running (its own scratch slot)
-  // Null without a hot row cache (every row is read in place: the device tier, or mapped host
+  // Null without a hot-row cache (every row is read in place: the device tier, or mapped host
   // memory). Else the step calls it once its selection is known and before its attention is
   // launched: the backend copies the host-tier rows it names into the cache.
   std::function<void(const RowsOf&)> cache_rows;

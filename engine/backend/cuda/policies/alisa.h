@@ -65,7 +65,7 @@ class SwaDeviceMass : public BackendLayerState {
   size_t capacity_ = 0;
 };
 
-// With a hot row cache (ctx.cache_rows), the kept positions (ascending) are copied to the host
+// With a hot-row cache (ctx.cache_rows), the kept positions (ascending) are copied to the host
 // before the attention is launched and their host-tier rows cached: the one wait on the device a
 // step may have.
 inline int64_t step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& st,

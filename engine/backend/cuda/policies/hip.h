@@ -36,7 +36,7 @@ class HipDeviceMask : public BackendLayerState {
   }
 };
 
-// The rows HiP's attention reads for kv head g, into the hot row cache: the union over its
+// The rows HiP's attention reads for kv head g, into the hot-row cache: the union over its
 // heads' masks (per kv head: one list, the same for every head of the group).
 inline void cache_rows(const hip::LayerState& st, const DecodeArgs& args, int32_t n_kv_heads, bool per_kv_head,
                        CudaPolicyContext& ctx) {
@@ -55,7 +55,7 @@ inline void cache_rows(const hip::LayerState& st, const DecodeArgs& args, int32_
   });
 }
 
-// With a hot row cache (ctx.cache_rows), once the step's mask is known and before the attention
+// With a hot-row cache (ctx.cache_rows), once the step's mask is known and before the attention
 // is launched, the rows it selects are copied in, so the mask is then also copied to the host
 // (LayerState::mask.block_starts, once per estimate). Otherwise the mask never leaves the device.
 inline int64_t step(const PagedKvView& kv, const DecodeArgs& args, const AttentionPolicy& p, LayerPolicyState& layer,

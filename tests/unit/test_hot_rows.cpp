@@ -1,6 +1,6 @@
-// The row cache's bookkeeping (engine/kv/row_cache.h), shared by the CPU and CUDA backends: what it
+// The hot-row cache's bookkeeping (engine/kv/hot_rows.h), shared by the CPU and CUDA backends: what it
 // copies, what it maps, what it evicts, and the changes a device mirror of its map receives.
-#include "engine/kv/row_cache.h"
+#include "engine/kv/hot_rows.h"
 
 #include <gtest/gtest.h>
 
@@ -32,8 +32,8 @@ std::vector<int32_t> range(int32_t lo, int32_t hi) {
   return v;
 }
 
-TEST(RowCache, CopiesMissesOnceAndMapsThemInsideItsSlots) {
-  RowCache cache(kLayers, kHeads, kBs, kHostBlocks, kFirstSlot, kSlots);
+TEST(HotRows, CopiesMissesOnceAndMapsThemInsideItsSlots) {
+  HotRows cache(kLayers, kHeads, kBs, kHostBlocks, kFirstSlot, kSlots);
   const std::vector<int32_t> table = host_table(), pos = {3, 17, 40};
   std::vector<Copied> copied;
   auto copy = [&](int32_t slot, int32_t g, int32_t off, int64_t row, bool k, bool v) {
@@ -57,7 +57,7 @@ TEST(RowCache, CopiesMissesOnceAndMapsThemInsideItsSlots) {
               copied[i].device_row);
     EXPECT_EQ(cache.map(0)[(static_cast<int64_t>(pos[i] / kBs) * kBs + pos[i] % kBs) * kHeads + 1], -1);  // other layer
   }
-  RowCache::Counts c = cache.take_counts();
+  HotRows::Counts c = cache.take_counts();
   EXPECT_EQ(c.misses, 3);
   EXPECT_EQ(c.hits, 0);
   EXPECT_EQ(c.bytes, 30);
@@ -74,8 +74,8 @@ TEST(RowCache, CopiesMissesOnceAndMapsThemInsideItsSlots) {
   EXPECT_EQ(c.hits, 3);
 }
 
-TEST(RowCache, SkipsDeviceBlocksAndThrowsWhenOneCallCannotFit) {
-  RowCache cache(kLayers, kHeads, kBs, kHostBlocks, kFirstSlot, kSlots);
+TEST(HotRows, SkipsDeviceBlocksAndThrowsWhenOneCallCannotFit) {
+  HotRows cache(kLayers, kHeads, kBs, kHostBlocks, kFirstSlot, kSlots);
   std::vector<int32_t> table = host_table();
   table[0] = 3;  // logical block 0 on the device
   int64_t copies = 0;
@@ -96,13 +96,13 @@ TEST(RowCache, SkipsDeviceBlocksAndThrowsWhenOneCallCannotFit) {
   EXPECT_EQ(copies, 2 * cap);
 }
 
-TEST(RowCache, InvalidationAndEvictionReachTheChangeLog) {
-  RowCache cache(kLayers, kHeads, kBs, kHostBlocks, kFirstSlot, kSlots, /*track_changes=*/true);
+TEST(HotRows, InvalidationAndEvictionReachTheChangeLog) {
+  HotRows cache(kLayers, kHeads, kBs, kHostBlocks, kFirstSlot, kSlots, /*track_changes=*/true);
   const std::vector<int32_t> table = host_table();
   auto copy = [](int32_t, int32_t, int32_t, int64_t, bool, bool) { return int64_t{0}; };
   const std::vector<int32_t> pos = {5, 20};
   cache.fetch(1, table.data(), 0, pos.data(), 2, true, copy);
-  std::vector<RowCache::Change> ch = cache.take_changes();
+  std::vector<HotRows::Change> ch = cache.take_changes();
   ASSERT_EQ(ch.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     const int64_t key = (static_cast<int64_t>(pos[i] / kBs) * kBs + pos[i] % kBs) * kHeads;
@@ -121,7 +121,7 @@ TEST(RowCache, InvalidationAndEvictionReachTheChangeLog) {
   const std::vector<int32_t> others = range(2 * kBs, 2 * kBs + cache.capacity());
   cache.fetch(1, table.data(), 0, others.data(), cache.capacity(), true, copy);
   ch = cache.take_changes();
-  EXPECT_TRUE(std::any_of(ch.begin(), ch.end(), [&](const RowCache::Change& c) {
+  EXPECT_TRUE(std::any_of(ch.begin(), ch.end(), [&](const HotRows::Change& c) {
     return c.index == 1 * cache.map_size() + 5 * kHeads && c.value == -1;
   }));
   EXPECT_EQ(cache.map(1)[5 * kHeads], -1);
@@ -137,11 +137,11 @@ TEST(RowCache, InvalidationAndEvictionReachTheChangeLog) {
 // A set larger than the cache, fetched in capacity-sized batches step after step: in the same
 // order every step, CLOCK evicts each batch's rows just before they are wanted again; alternating
 // the order (sparse::attend's `reverse`) reuses the last batch's rows first.
-TEST(RowCache, AlternatingBatchOrderHitsWhereACycleMisses) {
+TEST(HotRows, AlternatingBatchOrderHitsWhereACycleMisses) {
   const std::vector<int32_t> table = host_table();
   auto copy = [](int32_t, int32_t, int32_t, int64_t, bool, bool) { return int64_t{0}; };
   auto hits_over_steps = [&](bool alternate) {
-    RowCache cache(1, 1, kBs, kHostBlocks, 0, kSlots);
+    HotRows cache(1, 1, kBs, kHostBlocks, 0, kSlots);
     const int32_t cap = cache.capacity();
     std::vector<std::vector<int32_t>> batches = {range(0, cap), range(cap, 2 * cap), range(2 * cap, 2 * cap + cap / 2)};
     for (int step = 0; step < 10; ++step) {

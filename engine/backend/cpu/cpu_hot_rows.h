@@ -1,20 +1,20 @@
 #pragma once
-// The CPU backend's device-resident row cache of a tiered KV cache (docs/tiered_kv.md): the
-// shared bookkeeping (engine/kv/row_cache.h) with rows copied by memcpy between the tiers'
+// The CPU backend's device-resident hot-row cache of a tiered KV cache (docs/tiered_kv.md): the
+// shared bookkeeping (engine/kv/hot_rows.h) with rows copied by memcpy between the tiers'
 // planes, served to the sparse kernels as their RowPrefetcher; the gather kernels read host
 // positions through map() (PagedKvView::host_rows).
 #include <cstdint>
 
 #include "engine/backend/cpu/kv_storage.h"
-#include "engine/kv/row_cache.h"
+#include "engine/kv/hot_rows.h"
 #include "kernels/paged_kv.h"
 
 namespace fathom {
 
-class HotRows final : public RowPrefetcher {
+class CpuHotRows final : public RowPrefetcher {
  public:
   // Rows live in device slots [first_slot, first_slot + slots) of `device`; `host` is the tier.
-  HotRows(CpuKvStorage& device, const CpuKvStorage& host, int32_t first_slot, int32_t slots);
+  CpuHotRows(CpuKvStorage& device, const CpuKvStorage& host, int32_t first_slot, int32_t slots);
 
   // Sets what prefetch() serves: `layer` of the sequence with physical block table `table`.
   void bind(int32_t layer, const int32_t* table) {
@@ -30,12 +30,12 @@ class HotRows final : public RowPrefetcher {
   void count_read(int64_t bytes) override { cache_.count_bytes(bytes); }
   const int32_t* map(int32_t layer) const { return cache_.map(layer); }
   void invalidate_host_slot(int32_t h) { cache_.invalidate_host_slot(h); }
-  RowCache::Counts take_counts() { return cache_.take_counts(); }
+  HotRows::Counts take_counts() { return cache_.take_counts(); }
 
  private:
   CpuKvStorage& device_;
   const CpuKvStorage& host_;
-  RowCache cache_;
+  HotRows cache_;
   int32_t layer_ = 0;
   const int32_t* table_ = nullptr;
 };

@@ -1,7 +1,7 @@
-// Row copies into a device row cache and its map updates (kernels/cuda/row_cache.h). Bandwidth
+// Row copies into a device hot-row cache and its map updates (kernels/cuda/hot_rows.h). Bandwidth
 // bound and small (a HiP mask refresh's rows): one block of 64 threads per row copies it in
 // 4-byte words (head_dim · element size is a multiple of 4 for every dtype and head_dim here).
-#include "kernels/cuda/row_cache.h"
+#include "kernels/cuda/hot_rows.h"
 
 #include <algorithm>
 

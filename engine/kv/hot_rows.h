@@ -1,6 +1,6 @@
 #pragma once
 // The bookkeeping of a device-resident cache of host-tier KV rows (HiP's offloading "sparse K/V
-// cache"; docs/tiered_kv.md), shared by the backends: the CPU backend's HotRows copies rows with
+// cache"; docs/tiered_kv.md), shared by the backends: the CPU backend's CpuHotRows copies rows with
 // memcpy and its gather kernels read through map(); the CUDA backend batches the copies into one
 // kernel launch and mirrors the map on the device for its attention kernels.
 //
@@ -24,26 +24,26 @@ struct HotRowsFull : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The device slots a backend gives a row cache: `percent` of what a `budget`-block device tier has
+// The device slots a backend gives a hot-row cache: `percent` of what a `budget`-block device tier has
 // beyond the `keep` blocks its page table needs (at least a quarter of the budget counts as beyond).
-inline int32_t row_cache_slots(int32_t budget, int32_t keep, int32_t percent) {
+inline int32_t hot_rows_slots(int32_t budget, int32_t keep, int32_t percent) {
   const int64_t spare = budget - keep > budget / 4 ? budget - keep : budget / 4;
   return static_cast<int32_t>(spare * percent / 100);
 }
 
 // Device blocks' worth of memory a device mirror of the map takes (4 bytes per layer, host row and
 // kv head; the CUDA backend pays for it from the device budget).
-inline int32_t row_map_blocks(const KvLayout& layout, int32_t host_blocks) {
+inline int32_t hot_rows_map_blocks(const KvLayout& layout, int32_t host_blocks) {
   const int64_t bytes = static_cast<int64_t>(layout.n_layers) * host_blocks * layout.block_size * layout.n_kv_heads * 4;
   return static_cast<int32_t>((bytes + static_cast<int64_t>(layout.block_bytes()) - 1) / static_cast<int64_t>(layout.block_bytes()));
 }
 
-class RowCache {
+class HotRows {
  public:
   // Pool rows live in device slots [first_slot, first_slot + slots), every kv head's rows of a
   // slot as the KV planes lay them out ([slot][n_kv_heads][block_size]); the host tier has
   // `host_blocks` slots. `track_changes`: record every map write for take_changes().
-  RowCache(int32_t n_layers, int32_t n_kv_heads, int32_t block_size, int32_t host_blocks, int32_t first_slot,
+  HotRows(int32_t n_layers, int32_t n_kv_heads, int32_t block_size, int32_t host_blocks, int32_t first_slot,
            int32_t slots, bool track_changes = false);
 
   // A row to copy in: kv head g's row `offset` of host slot `host_slot` to device row `device_row`

@@ -1,4 +1,4 @@
-#include "engine/kv/row_cache.h"
+#include "engine/kv/hot_rows.h"
 
 #include <algorithm>
 #include <string>
@@ -7,7 +7,7 @@
 
 namespace fathom {
 
-RowCache::RowCache(int32_t n_layers, int32_t n_kv_heads, int32_t block_size, int32_t host_blocks, int32_t first_slot,
+HotRows::HotRows(int32_t n_layers, int32_t n_kv_heads, int32_t block_size, int32_t host_blocks, int32_t first_slot,
                    int32_t slots, bool track_changes)
     : first_slot_(first_slot),
       capacity_(slots * block_size),
@@ -26,20 +26,20 @@ RowCache::RowCache(int32_t n_layers, int32_t n_kv_heads, int32_t block_size, int
   }
 }
 
-int64_t RowCache::device_row(int32_t g, int32_t r) const {
+int64_t HotRows::device_row(int32_t g, int32_t r) const {
   return (static_cast<int64_t>(first_slot_ + r / block_size_) * n_heads_ + g) * block_size_ + r % block_size_;
 }
 
-int32_t RowCache::pool_row(int64_t row) const {
+int32_t HotRows::pool_row(int64_t row) const {
   return static_cast<int32_t>((row / block_size_ / n_heads_ - first_slot_) * block_size_ + row % block_size_);
 }
 
-void RowCache::set(int32_t layer, int64_t key, int32_t value) {
+void HotRows::set(int32_t layer, int64_t key, int32_t value) {
   map_[layer][key] = value;
   if (track_changes_) changes_.push_back({static_cast<int64_t>(layer) * map_size() + key, value});
 }
 
-int32_t RowCache::victim(Pool& pool) {
+int32_t HotRows::victim(Pool& pool) {
   for (int32_t i = 0; i < 2 * capacity_; ++i) {
     const int32_t r = pool.hand;
     pool.hand = (pool.hand + 1) % capacity_;
@@ -50,11 +50,11 @@ int32_t RowCache::victim(Pool& pool) {
     }
     return r;
   }
-  throw HotRowsFull("the hot row cache holds " + std::to_string(capacity_) +
+  throw HotRowsFull("the hot-row cache holds " + std::to_string(capacity_) +
                     " rows per layer and kv head: too few for one attention call");
 }
 
-void RowCache::fetch(int32_t layer, const int32_t* table, int32_t g, const int32_t* pos, int32_t n, bool need_v,
+void HotRows::fetch(int32_t layer, const int32_t* table, int32_t g, const int32_t* pos, int32_t n, bool need_v,
                      const Copy& copy) {
   FATHOM_CHECK(table != nullptr && g >= 0 && g < n_heads_);
   ++call_;
@@ -90,7 +90,7 @@ void RowCache::fetch(int32_t layer, const int32_t* table, int32_t g, const int32
   }
 }
 
-void RowCache::clear() {
+void HotRows::clear() {
   for (std::vector<int32_t>& m : map_) std::fill(m.begin(), m.end(), -1);
   for (std::vector<uint8_t>& h : have_) std::fill(h.begin(), h.end(), 0);
   for (Pool& p : pools_) {
@@ -101,7 +101,7 @@ void RowCache::clear() {
   changes_.clear();
 }
 
-void RowCache::invalidate_host_slot(int32_t h) {
+void HotRows::invalidate_host_slot(int32_t h) {
   for (int32_t layer = 0; layer < static_cast<int32_t>(map_.size()); ++layer)
     for (int32_t offset = 0; offset < block_size_; ++offset)
       for (int32_t g = 0; g < n_heads_; ++g) {

@@ -1,5 +1,5 @@
 #pragma once
-// The device side of a row cache over a mapped host KV tier (engine/kv/row_cache.h,
+// The device side of a hot-row cache over a mapped host KV tier (engine/kv/hot_rows.h,
 // docs/tiered_kv.md): copying host rows into device rows, and keeping the device copy of the
 // host-row -> device-row map current. The attention kernels read a host position through the
 // map (PagedKvView::host_rows) when it names a device row, in place from the host tier when not.
