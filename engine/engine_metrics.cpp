@@ -4,7 +4,29 @@
 #include <cstdio>
 #include <limits>
 
+#include "engine/attention/policy_registry.h"
+#include "engine/speculative/drafter.h"
+
 namespace fathom {
+
+void EngineMetrics::export_series_at_zero() {
+  for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
+    finished(r);  // export every reason from the start, at 0
+  for (PolicyKind k = 0; k < policy_count(); ++k) {
+    kv_read(k);
+    attention_steps(k, kDensePolicy);  // the family, at 0
+    if (policy_def(k).hot_row_series) {
+      hot_rows(k, "hit");
+      hot_rows(k, "miss");
+    }
+  }
+  for (const Speculation d : kDrafters) {  // every drafter's series, at 0
+    spec_drafted(d);
+    spec_accepted(d);
+    spec_verify_steps(d);
+    spec_accepted_length(d);
+  }
+}
 
 void EngineMetrics::record_step(const StepStats& step, const std::vector<MeasuredBreakEven>& break_evens) {
   swap_in.inc(static_cast<double>(step.staged_bytes));

@@ -113,6 +113,9 @@ struct EngineMetrics {
                             {{"reason", finish_reason_name(reason)}});
   }
 
+  // Every labelled series a dashboard reads (finish reasons, policies, drafters), at 0 from the
+  // start, so rates and ratios exist before the first event.
+  void export_series_at_zero();
   // What a forward pass counted (engine/backend/backend.h) and any break-even the backend
   // measured for the first time.
   void record_step(const StepStats& step, const std::vector<MeasuredBreakEven>& break_evens);

@@ -97,6 +97,20 @@ void KvPlacement::release_blocks(Sequence& s) {
   s.restoring = false;
 }
 
+void KvPlacement::preempt(Sequence& s) {
+  release_blocks(s);
+  s.dropped = s.n_computed;
+  s.n_computed = 0;
+  s.n_registered = 0;
+  s.last_hash = 0;
+  s.policy_state = {};
+  s.drop_drafts();
+  s.running_before_drafts.clear();  // its blocks are gone: the prefill writes every position again
+  s.state = SeqState::kWaiting;
+  s.request->pooled.clear();  // an embedding pools its positions again
+  metrics_.preempt_recompute.inc();
+}
+
 void KvPlacement::trim_blocks(Sequence& s) {
   const int32_t bs = allocator_.block_size();
   const auto need = static_cast<size_t>((static_cast<int32_t>(s.tokens.size()) + bs - 1) / bs);

@@ -41,6 +41,10 @@ class KvPlacement {
   // there is no room (the blocks it took stay with `s`).
   bool ensure_room(Sequence& s, int32_t tokens);
   void release_blocks(Sequence& s);
+  // Preemption by recompute: `s`'s blocks go back (their full ones stay in the prefix cache when it
+  // has them) and it waits to prefill again. With a host tier this happens only when both tiers are
+  // full; a sequence whose blocks do not fit the device tier keeps running from both tiers.
+  void preempt(Sequence& s);
   // Gives back `s`'s blocks past those its tokens need (a verify step's dropped drafts).
   void trim_blocks(Sequence& s);
   // Offers `s`'s newly full blocks to the prefix cache.

@@ -40,6 +40,22 @@ void OutputProcessor::start(RequestState& r) {
   r.seqs.push_back(std::move(seq));
 }
 
+OutputProcessor::MaskPrefetch OutputProcessor::prefetch_masks(const BatchPlan& plan,
+                                                              const std::vector<Sequence*>& planned) {
+  std::vector<ConstraintMatcher*> to_mask;
+  for (size_t i = 0; i < planned.size(); ++i)
+    if (planned[i]->matcher && plan.seqs[i].logits == LogitsWanted::kLast) to_mask.push_back(planned[i]->matcher.get());
+  if (to_mask.empty() || backend_.forward_occupies_host()) return {};
+  return MaskPrefetch(std::async(std::launch::async, [to_mask = std::move(to_mask), vocab = model_.vocab()] {
+    for (ConstraintMatcher* m : to_mask) {
+      try {
+        m->prepare_mask(vocab);
+      } catch (...) {  // left unprepared: draw() computes it again inside the request's guard
+      }
+    }
+  }));
+}
+
 std::vector<OutputProcessor::Draw> OutputProcessor::draw(const std::vector<Sequence*>& seqs,
                                                          const std::vector<int64_t>& rows, std::vector<float>& logits) {
   const int32_t vocab = model_.vocab();

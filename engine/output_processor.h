@@ -6,11 +6,13 @@
 // sequences run and where their blocks go (engine/kv_placement.h); this object turns what ran into
 // what the client sees.
 #include <cstdint>
+#include <future>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "engine/batch_plan.h"
 #include "engine/sequence.h"
 
 namespace fathom {
@@ -27,6 +29,29 @@ class OutputProcessor {
 
   // A new request's first choice (its sampler, detokenizer, constraint matcher), waiting.
   void start(RequestState& r);
+
+  // The output constraints' masks for the positions `plan` samples depend only on the tokens
+  // accepted so far: prefetch_masks computes them on another thread while the forward runs — when
+  // the forward leaves the host idle (a device backend). The CPU backend's forward keeps every core
+  // busy, so there a mask is computed where it is applied (a second thread measured +6% per step at
+  // batch 16, bench/results/structured_overhead.md). A failure leaves a mask unprepared; draw()
+  // computes it again inside the request's guard. The thread is joined by join() or on destruction.
+  class MaskPrefetch {
+   public:
+    MaskPrefetch() = default;
+    explicit MaskPrefetch(std::future<void> done) : done_(std::move(done)) {}
+    MaskPrefetch(MaskPrefetch&&) = default;
+    MaskPrefetch& operator=(MaskPrefetch&&) = delete;
+    ~MaskPrefetch() { join(); }
+    void join() {
+      if (done_.valid()) done_.wait();
+    }
+
+   private:
+    std::future<void> done_;
+  };
+  // `planned[i]` runs as plan.seqs[i]. The plan and sequences must outlive the returned object.
+  MaskPrefetch prefetch_masks(const BatchPlan& plan, const std::vector<Sequence*>& planned);
 
   // One sequence's next token, drawn from its logits row.
   struct Draw {

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <future>
 
 #include "engine/attention/groups.h"
-#include "engine/attention/policy_registry.h"
 #include "engine/backend/backend.h"
 #include "engine/engine_metrics.h"
 #include "engine/kv_placement.h"
@@ -32,22 +30,7 @@ Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig
       out_(std::make_unique<OutputProcessor>(model, backend, *kv_, *metrics_)),
       spec_(std::make_unique<Speculator>(model, backend, *kv_, *out_, *metrics_, config_)),
       step_cost_(attention_equivalent_positions(model.config())) {
-  for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError})
-    metrics_->finished(r);  // export every reason from the start, at 0
-  for (PolicyKind k = 0; k < policy_count(); ++k) {
-    metrics_->kv_read(k);
-    metrics_->attention_steps(k, kDensePolicy);  // the family, at 0
-    if (policy_def(k).hot_row_series) {
-      metrics_->hot_rows(k, "hit");
-      metrics_->hot_rows(k, "miss");
-    }
-  }
-  for (const Speculation d : kDrafters) {  // every drafter's series, at 0
-    metrics_->spec_drafted(d);
-    metrics_->spec_accepted(d);
-    metrics_->spec_verify_steps(d);
-    metrics_->spec_accepted_length(d);
-  }
+  metrics_->export_series_at_zero();
   metrics_->export_break_evens(backend_.measured_break_evens());  // measured at start-up (Backend::prepare_break_even)
   update_gauges();
 }
@@ -89,23 +72,6 @@ Sequence* Scheduler::pick_victim(const Sequence* except, bool fitting) {
   return last == except ? nullptr : last;
 }
 
-void Scheduler::preempt(Sequence& seq) {
-  // Recompute: the blocks go back (their full ones stay in the prefix cache when it has them), the
-  // sequence is queued for prefill again. With a host tier this happens only when both tiers are
-  // full; a sequence whose blocks do not fit the device tier keeps running from both tiers.
-  kv_->release_blocks(seq);
-  seq.dropped = seq.n_computed;
-  seq.n_computed = 0;
-  seq.n_registered = 0;
-  seq.last_hash = 0;
-  seq.policy_state = {};
-  seq.drop_drafts();
-  seq.running_before_drafts.clear();  // its blocks are gone: the prefill writes every position again
-  seq.state = SeqState::kWaiting;
-  seq.request->pooled.clear();  // an embedding pools its positions again
-  metrics_->preempt_recompute.inc();
-}
-
 void Scheduler::admit(Sequence& seq) {
   RequestState& r = *seq.request;
   // A prompt being scored needs every position's logits, an embedding pooled over every position
@@ -135,31 +101,9 @@ void Scheduler::step() {
     remove_finished();
     return;
   }
-  // Output constraints' masks for the positions about to be sampled depend only on the tokens
-  // accepted so far: compute them on another thread while the forward pass runs — when the
-  // forward leaves the host idle (a device backend). The CPU backend's forward keeps every core
-  // busy, so there a mask is computed where it is applied (a second thread measured +6% per step
-  // at batch 16, bench/results/structured_overhead.md). A failure here leaves a mask
-  // unprepared; update_step computes it again inside the request's guard.
-  std::vector<ConstraintMatcher*> to_mask;
-  for (size_t i = 0; i < planned.size(); ++i)
-    if (planned[i]->matcher && plan.seqs[i].logits == LogitsWanted::kLast) to_mask.push_back(planned[i]->matcher.get());
-  std::future<void> masks;
-  if (!to_mask.empty() && !backend_.forward_occupies_host())
-    masks = std::async(std::launch::async, [&to_mask, vocab = model_.vocab()] {
-      for (ConstraintMatcher* m : to_mask) {
-        try {
-          m->prepare_mask(vocab);
-        } catch (...) {
-        }
-      }
-    });
-  struct JoinMasks {  // the masks are joined before anything else happens, exception or not
-    std::future<void>& f;
-    ~JoinMasks() {
-      if (f.valid()) f.wait();
-    }
-  } join_masks{masks};
+  // Output constraints' masks for the positions about to be sampled, computed while the forward
+  // runs where it leaves the host idle; joined before anything else happens, exception or not.
+  OutputProcessor::MaskPrefetch masks = out_->prefetch_masks(plan, planned);
   // Run, inside the error boundary: a step that throws fails the requests in it, nothing else.
   StepStats stats;
   try {
@@ -185,7 +129,7 @@ void Scheduler::step() {
     update_gauges();
     return;
   }
-  if (masks.valid()) masks.wait();
+  masks.join();
   metrics_->record_step(stats, backend_.measured_break_evens());
   update_step(plan, planned, chunk_of);
   remove_finished();
@@ -220,7 +164,7 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
         if (!comes_back)
           if (Sequence* other = pick_victim(s, /*fitting=*/true)) victim = other;
         Sequence& v = victim ? *victim : *s;
-        out_->guarded(*v.request, [&] { preempt(v); });
+        out_->guarded(*v.request, [&] { kv_->preempt(v); });
         if (!victim) break;
       }
     });

@@ -68,7 +68,6 @@ class Scheduler {
   int32_t waiting_requests() const;
 
  private:
-  void preempt(Sequence& victim);  // by recompute
   // The last running sequence in (priority, arrival) order, nullptr when that is `except`; with
   // `fitting`, the last one other than `except` that fits both tiers (nullptr: none).
   Sequence* pick_victim(const Sequence* except, bool fitting = false);

@@ -144,6 +144,21 @@ TEST(KvPlacement, ADroppedBlockIsRecomputedAndRestoredWhenRoomComesBack) {
   EXPECT_EQ(p.registry.counter("fathom_kv_blocks_restored_total", "").value(), 1.0);
 }
 
+TEST(KvPlacement, APreemptedSequenceWaitsAndFindsItsFullBlocksInThePrefixCache) {
+  Parts p(8);
+  Sequence& s = p.running(std::vector<int32_t>(40, 300));  // 2 full blocks and a partial one
+  ASSERT_EQ(s.blocks.size(), 3u);
+  p.kv->preempt(s);
+  EXPECT_EQ(s.state, SeqState::kWaiting);
+  EXPECT_TRUE(s.blocks.empty());
+  EXPECT_EQ(s.n_computed, 0);
+  EXPECT_EQ(s.dropped, 40) << "the positions its next prefill computes again";
+  EXPECT_EQ(p.kv->available_blocks(), 8) << "the full blocks stay only as evictable prefix cache";
+  EXPECT_EQ(p.registry.counter("fathom_preemptions_total", "", {{"mode", "recompute"}}).value(), 1.0);
+  p.kv->match_prefix(s, /*use_cache=*/true);
+  EXPECT_EQ(s.n_computed, 2 * kBlock) << "readmitted, it starts from its cached full blocks";
+}
+
 TEST(OutputProcessor, AStopStringEndsTheChoiceHoldsItsTextBackAndFreesItsBlocks) {
   SchedulerConfig c;
   c.prefix_caching = false;
