@@ -72,15 +72,15 @@ fixtures: .venv-fixtures/.stamp
 	@touch $@
 
 # The CPU container image fathom:cpu (docker/Dockerfile.cpu) built with podman on a Debian 12 base
-# made by debootstrap (scripts/image.sh; ~25 min on 2 cores). tests/e2e/test_container_image.py
+# made by debootstrap (scripts/image.sh; ~25 min on 2 cores). tests/image/test_container_image.py
 # smoke-tests it when it exists.
 image:
 	@scripts/image.sh
 
-# The image's smoke test (tests/e2e/test_container_image.py; `make test` skips it: the image is
+# The image's smoke test (tests/image/test_container_image.py; not in `make test`: the image is
 # only as new as the last `make image`).
-image-test: build
-	FATHOM_IMAGE_TEST=1 FATHOM_BUILD=$(BUILD) $(PY) -m pytest -q tests/e2e/test_container_image.py
+image-test: setup
+	$(PY) -m pytest -q tests/image
 
 clean:
 	rm -rf $(BUILD) build-fuzz

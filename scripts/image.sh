@@ -9,7 +9,7 @@
 #      ~/.cache/fathom) -> `podman import` as localhost/fathom-debian:12-r2
 #   3. podman build, that base as both BASE_IMAGE and RUNTIME_IMAGE, with the options this machine
 #      needs (scripts/podman_flags.sh), niced: the compile inside takes 13-26 min on 2 shared cores.
-# Needs root for debootstrap (sudo when not root). The smoke test: tests/e2e/test_container_image.py.
+# Needs root for debootstrap (sudo when not root). The smoke test: tests/image/test_container_image.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${FATHOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fathom}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the options `podman run` and `podman build` need on this machine, on one line, after
 # probing them with `podman run --rm --entrypoint true IMAGE`; exits 1 with every attempt's error on stderr
-# when none works. Used by scripts/image.sh and tests/e2e/test_container_image.py.
+# when none works. Used by scripts/image.sh and tests/image/test_container_image.py.
 #   scripts/podman_flags.sh IMAGE
 # Tried in order, first success wins:
 #   (none)                          - a machine where podman's defaults work

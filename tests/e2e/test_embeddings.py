@@ -117,10 +117,9 @@ def test_many_inputs_run_in_waves(fathom_bin, repo_root):
                                atol=1e-5)
 
 
+@pytest.mark.parametrize("pooled_qwen3", ["mean"], indirect=True)  # one pooling is enough
 def test_bad_requests_are_400s_and_the_server_keeps_serving(pooled_qwen3):
-    how, server = pooled_qwen3
-    if how != "mean":
-        pytest.skip("one pooling is enough")
+    _, server = pooled_qwen3
     cases = [
         ({}, "input"),
         ({"input": []}, "input"),
@@ -195,10 +194,9 @@ def test_the_files_own_pooling(fathom_bin, repo_root, tmp_path):
     assert "pooling_type = 4" in str(e.value) and "rank" in str(e.value)
 
 
+@pytest.mark.parametrize("pooled_qwen3", ["last"], indirect=True)  # one pooling is enough
 def test_grpc_embed_equals_http(pooled_qwen3, repo_root, pb):
-    how, server = pooled_qwen3
-    if how != "last":
-        pytest.skip("one pooling is enough")
+    _, server = pooled_qwen3
     prompts = reference(repo_root, "qwen3")["prompts"]
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
         stub = pb.svc.FathomStub(channel)

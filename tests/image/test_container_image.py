@@ -5,15 +5,16 @@ Checked: /health and the image's HEALTHCHECK, the process's uid, that nothing in
 writable, one chat completion through the official `openai` client, /metrics, and `podman stop`
 draining a running stream (it finishes, new requests get 503) before the container exits 0.
 
-Runs under `make image-test` (FATHOM_IMAGE_TEST=1), not in `make test`: the image is rebuilt only by
-`make image` (~25 min), so in `make test` this would check an image older than the tree, for
-12-15 s of its time budget. Skips, with the reason, when podman is not installed, the image is not
+Runs under `make image-test`, not in `make test` (hence its own folder, outside tests/e2e): the image
+is rebuilt only by `make image` (~25 min), so in `make test` this would check an image older than the
+tree, for 12-15 s of its time budget. Skips, with the reason, when podman is not installed, the image is not
 built or podman cannot run containers on this machine (scripts/podman_flags.sh says why)."""
 import os
 import shutil
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import openai
 import pytest
@@ -22,6 +23,7 @@ import requests
 IMAGE = os.environ.get("FATHOM_IMAGE", "fathom:cpu")
 MODEL_FILE = "smollm2-135m-instruct-q4_1.gguf"  # configs/container.json's model
 MODEL_NAME = "smollm2-135m-instruct"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 UID = 10001  # docker/Dockerfile.cpu's USER, the k8s manifest's runAsUser
 
 
@@ -33,19 +35,17 @@ def podman(*args, timeout=60, check=True):
 
 
 @pytest.fixture(scope="module")
-def container(repo_root):
+def container():
     """The running container: {"name", "url"}; removed afterwards whatever happened."""
-    if os.environ.get("FATHOM_IMAGE_TEST") != "1":
-        pytest.skip("the container image is tested by `make image-test`")
     if shutil.which("podman") is None:
         pytest.skip("podman not installed: `make image` installs it and builds the image")
     if podman("image", "exists", IMAGE, check=False).returncode != 0:
         pytest.skip(f"image {IMAGE} not built: run make image (~25 min on 2 cores)")
-    probe = subprocess.run([repo_root / "scripts" / "podman_flags.sh", IMAGE], capture_output=True, text=True, timeout=60)
+    probe = subprocess.run([REPO_ROOT / "scripts" / "podman_flags.sh", IMAGE], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
         pytest.skip(f"podman cannot run containers on this machine: {probe.stderr.strip()}")
     # The mount takes the file a models/ symlink points at: podman would mount the link itself.
-    model = (repo_root / "models" / MODEL_FILE).resolve()
+    model = (REPO_ROOT / "models" / MODEL_FILE).resolve()
     if not model.is_file():
         pytest.fail(f"model {model} missing: run make setup", pytrace=False)
     name = f"fathom-smoke-{uuid.uuid4().hex[:8]}"
