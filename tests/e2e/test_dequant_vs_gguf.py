@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-from gguf import GGMLQuantizationType as T  # noqa: E402
-from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
-from gguf_file import GgufFile  # noqa: E402  (tests/reference, on the path by conftest)
+import gguf
+from gguf import GGMLQuantizationType as T
+from gguf.constants import GGML_QUANT_SIZES
+from gguf_file import GgufFile  # tests/reference, on the path by conftest
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / os.environ.get("FATHOM_BUILD", "build")
@@ -177,8 +177,7 @@ def test_synthetic_types_bit_exact(tmp_path):
 def test_missing_tensor_is_an_error(tmp_path):
     _require_binary()
     model = MODELS[0]
-    if not model.exists():
-        pytest.skip("default model not present")
+    assert model.exists(), f"{model} missing: run make setup"
     res = subprocess.run([str(DUMP), str(model), "no.such.tensor", str(tmp_path / "o.f32")],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode != 0 and "no.such.tensor" in res.stderr
