@@ -114,6 +114,9 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
     if (id < 0 || id >= model_.tokenizer().vocab_size()) throw Error("a shown token id is outside the vocabulary");
   for (int32_t id : {request.thinking.start, request.thinking.end})
     if (id >= model_.vocab()) throw Error("a thinking-span token id is outside the vocabulary");
+  const ThinkingSpan& span = request.thinking;
+  if (span.open_text.empty() != span.close_text.empty() || span.open_text.size() > 64 || span.close_text.size() > 64)
+    throw Error("a thinking span's text markers are both set, at most 64 bytes each");
   request.attention.validate();
   backend_.check_policy(request.attention);
   validate(request.sampling, model_.vocab());

@@ -14,6 +14,11 @@ namespace {
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+std::unique_ptr<TextSpanCounter> thinking_text(const ThinkingSpan& span) {
+  if (span.open_text.empty()) return nullptr;
+  return std::make_unique<TextSpanCounter>(span.open_text, span.close_text);
+}
+
 // Its first sample also samples the request's other choices.
 bool forks_now(const Sequence& s) {
   const RequestState& r = *s.request;
@@ -33,6 +38,7 @@ void OutputProcessor::start(RequestState& r) {
   seq->sampler = std::make_unique<Sampler>(r.request.sampling, seed_rng_());
   seq->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings, r.request.shown_tokens);
   if (r.constraint) seq->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.thinking);
+  seq->thinking_text = thinking_text(r.request.thinking);
   if (r.request.prompt_logprobs >= 0)  // the first prompt token has nothing before it to score it
     r.prompt_logprobs.push_back(SampledToken{r.request.prompt[0], std::numeric_limits<float>::quiet_NaN(), {}});
   r.unfinished = r.request.n;
@@ -153,6 +159,7 @@ void OutputProcessor::fork_choices(RequestState& r, const float* logits) {
     child->sampler = std::make_unique<Sampler>(cp, seed_rng_());
     child->text = std::make_unique<TextStream>(model_.tokenizer(), r.request.stop.strings, r.request.shown_tokens);
     if (r.constraint) child->matcher = std::make_unique<ConstraintMatcher>(r.constraint, r.request.thinking);
+    child->thinking_text = thinking_text(r.request.thinking);
     kv_.fork(parent, *child);
     child->state = child->n_computed > 0 ? SeqState::kRunning : SeqState::kWaiting;
     Sequence& ref = *child;
@@ -161,8 +168,9 @@ void OutputProcessor::fork_choices(RequestState& r, const float* logits) {
   }
 }
 
-void OutputProcessor::count_reasoning(Sequence& s, int32_t token) {
+void OutputProcessor::count_reasoning(Sequence& s, int32_t token, std::string_view text) {
   RequestState& r = *s.request;
+  if (s.thinking_text) r.usage.reasoning_tokens += s.thinking_text->push(text);
   const ThinkingSpan& span = r.request.thinking;
   if (span.end < 0) return;
   if (s.generated() == 1 && (span.open || token == span.start)) s.thinking = true;  // its first token
@@ -195,12 +203,12 @@ void OutputProcessor::accept_token(Sequence& s, const SampledToken& tok, std::op
   }
   s.tokens.push_back(tok.id);
   ++r.usage.completion_tokens;
-  count_reasoning(s, tok.id);
   metrics_.generation_tokens.inc();
   StreamEvent ev;
   ev.choice = s.choice;
   ev.token_ids.push_back(tok.id);
   TextStream::Piece piece = s.text->push(tok.id);
+  count_reasoning(s, tok.id, piece.added);
   ev.text = std::move(piece.text);
   if (r.request.sampling.logprobs >= 0) ev.logprobs.push_back(tok);
   attach_prompt_logprobs(s, ev);

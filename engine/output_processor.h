@@ -97,9 +97,9 @@ class OutputProcessor {
   // `constraint_done`: the constraint's verdict when the caller already advanced it past `tok`.
   void accept_token(Sequence& s, const SampledToken& tok, std::optional<bool> constraint_done = std::nullopt);
   void fork_choices(RequestState& r, const float* logits);
-  // Counts `token` (just appended to `s`) to the request's reasoning tokens while `s` is inside its
-  // thinking span (Request::thinking), </think> included.
-  void count_reasoning(Sequence& s, int32_t token);
+  // Counts `token` (just appended to `s`, its text `text`) to the request's reasoning tokens while
+  // `s` is inside its thinking span (Request::thinking), its markers included.
+  void count_reasoning(Sequence& s, int32_t token, std::string_view text);
   // The first event of a choice carries the request's prompt logprobs once they are complete.
   void attach_prompt_logprobs(Sequence& s, StreamEvent& ev);
 

@@ -29,6 +29,10 @@ struct StopConditions {
 struct ThinkingSpan {
   int32_t start = -1, end = -1;  // token ids of <think> and </think>
   bool open = false;
+  // A span that text markers open and close instead (gpt-oss's analysis channel: "<|channel|>analysis"
+  // … "<|end|>"): its tokens are counted (engine/text_span_counter.h); constraints leave it to the
+  // grammar, which allows the analysis itself. Both set or both empty; at most 64 bytes each.
+  std::string open_text, close_text;
 };
 
 struct OutputConstraint {

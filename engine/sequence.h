@@ -9,6 +9,7 @@
 #include "engine/attention/decode_attention.h"
 #include "engine/constraint/grammar.h"
 #include "engine/engine.h"
+#include "engine/text_span_counter.h"
 #include "engine/text_stream.h"
 
 namespace fathom {
@@ -46,6 +47,7 @@ struct Sequence {
   Clock::time_point last_token_time;
   bool prompt_logprobs_sent = false;  // its first event carried the request's prompt logprobs
   bool thinking = false;              // inside the request's thinking span (reasoning tokens counted)
+  std::unique_ptr<TextSpanCounter> thinking_text;  // a thinking span of text markers (ThinkingSpan::open_text)
   // Speculative decoding: draft tokens at the end of `tokens` that the next verify step verifies
   // (they are never computed as the sequence's own: the verify step keeps or drops them).
   int32_t drafted = 0;

@@ -23,9 +23,10 @@ TextStream::Piece TextStream::push(int32_t token) {
   failpoints::hit("detokenize");
   // A shown control token's text goes after whatever the detokenizer completed (a character it
   // still holds unfinished is cut by it: an invalid sequence either way).
-  if (std::find(shown_.begin(), shown_.end(), token) != shown_.end()) pending_ += detok_.flush() + tokenizer_.piece(token);
-  else pending_ += detok_.push(token);
   Piece out;
+  if (std::find(shown_.begin(), shown_.end(), token) != shown_.end()) out.added = detok_.flush() + tokenizer_.piece(token);
+  else out.added = detok_.push(token);
+  pending_ += out.added;
   size_t first_stop = std::string::npos;
   for (const std::string& stop : stops_)
     if (!stop.empty()) first_stop = std::min(first_stop, pending_.find(stop));

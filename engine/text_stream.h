@@ -19,6 +19,7 @@ class TextStream {
   struct Piece {
     std::string text;      // safe to emit now
     bool stopped = false;  // a stop string appeared; `text` ends right before it
+    std::string added;     // the token's own text, before stop strings hold any back
   };
   Piece push(int32_t token);
   std::string finish();  // everything still held back (call when the choice ends without a stop)

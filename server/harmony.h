@@ -68,6 +68,11 @@ class HarmonySplit {
 HarmonyPiece split_harmony(std::string_view text, FinishReason finish, const ToolPlan& plan,
                            const std::string& id_prefix);
 
+// The analysis channel's opening and closing text: the thinking span whose tokens are counted as
+// reasoning tokens (ThinkingSpan::open_text). A body also ends at <|call|> or <|return|>, which end
+// the generation too.
+inline constexpr std::string_view kHarmonyAnalysis = "<|channel|>analysis", kHarmonyEnd = "<|end|>";
+
 // True for a Jinja template in the harmony format (it writes <|channel|> and <|message|>).
 bool harmony_template(const ChatTemplate& tmpl, bool with_tools);
 

@@ -113,6 +113,10 @@ ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::str
 
 ThinkingSpan thinking_span(const ReasoningMode& mode, const Tokenizer& tokenizer) {
   ThinkingSpan span;
+  if (mode.harmony) {
+    span.open_text = kHarmonyAnalysis;
+    span.close_text = kHarmonyEnd;
+  }
   if (!mode.on || mode.harmony) return span;
   span.end = tokenizer.token_id(kClose);
   if (span.end < 0) return span;

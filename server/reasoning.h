@@ -52,8 +52,8 @@ ReasoningMode reasoning_mode(const ChatTemplate& tmpl, bool with_tools, std::str
 // The thinking span an output constraint leaves free under `mode` (engine/request.h ThinkingSpan):
 // the ids of <think> and </think> in `tokenizer`'s vocabulary. None (end -1) when the mode is off or
 // </think> is not one token there: the grammar then applies from the first token, thinking or not.
-// None for harmony, whose analysis no single token opens: its constraints allow the analysis
-// themselves (server/harmony.h).
+// For harmony, whose analysis no single token opens, the analysis channel's text markers only: its
+// tokens are counted, and its constraints allow the analysis themselves (server/harmony.h).
 ThinkingSpan thinking_span(const ReasoningMode& mode, const Tokenizer& tokenizer);
 
 // A finished answer split by `mode`; all of it is content when the mode is off (harmony answers:

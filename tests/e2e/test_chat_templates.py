@@ -473,6 +473,18 @@ def test_harmony_thinking_and_answer(gptoss):
     body = {"messages": ASK, "tools": HARMONY_TOOLS, "max_tokens": 60, "temperature": 0,
             "guided_grammar": "root ::= " + json.dumps(forced)}
     assert stream_all(gptoss, body) == ("Easy.", "Paris", {}, "stop")
+    # Reasoning tokens: those with text in "<|channel|>analysis" ... "<|end|>" (several text tokens
+    # each in SmolLM2's vocabulary), counted here from the returned tokens' bytes.
+    whole = post(gptoss, "/v1/chat/completions", {**body, "logprobs": True})
+    spans, at = [], 0
+    for t in whole["choices"][0]["logprobs"]["content"]:
+        spans.append((at, at + len(t["bytes"])))
+        at += len(t["bytes"])
+    start = forced.index("<|channel|>analysis")
+    end = forced.index("<|end|>") + len("<|end|>")
+    inside = sum(1 for s, e in spans if s < end and e > start)
+    assert 0 < inside < whole["usage"]["completion_tokens"]
+    assert whole["usage"]["completion_tokens_details"]["reasoning_tokens"] == inside
     plain = post(gptoss, "/v1/chat/completions", {**body, "guided_grammar": 'root ::= "Paris, surely."'})["choices"][0]
     assert plain["message"] == {"role": "assistant", "content": "Paris, surely.", "reasoning_content": None}
 

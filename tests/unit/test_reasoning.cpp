@@ -110,7 +110,7 @@ TEST_F(ThinkingGate, WithoutASpanTheGrammarStartsAtOnce) {
 
 TEST_F(ThinkingGate, AnOutputMayOpenTheSpanFirstThenThinksFreelyUntilItCloses) {
   const int32_t open = id("<|im_start|>"), close = id("<|im_end|>");
-  ConstraintMatcher m(compiled_, ThinkingSpan{open, close, false});
+  ConstraintMatcher m(compiled_, ThinkingSpan{open, close, false, {}, {}});
   EXPECT_TRUE(allows(m, open)) << "the span may open first";
   EXPECT_TRUE(allows(m, id("yes"))) << "or the answer start at once";
   EXPECT_FALSE(allows(m, id("maybe")));
@@ -130,7 +130,7 @@ TEST_F(ThinkingGate, AnOutputMayOpenTheSpanFirstThenThinksFreelyUntilItCloses) {
 
 TEST_F(ThinkingGate, AnAnswerThatStartsAtOnceCannotOpenTheSpanLater) {
   const int32_t open = id("<|im_start|>"), close = id("<|im_end|>");
-  ConstraintMatcher m(compiled_, ThinkingSpan{open, close, false});
+  ConstraintMatcher m(compiled_, ThinkingSpan{open, close, false, {}, {}});
   ASSERT_TRUE(m.accept(id("y")));
   EXPECT_FALSE(allows(m, open));
   EXPECT_FALSE(m.thinking());
@@ -138,7 +138,7 @@ TEST_F(ThinkingGate, AnAnswerThatStartsAtOnceCannotOpenTheSpanLater) {
 
 TEST_F(ThinkingGate, APromptThatLeftTheSpanOpenStartsInsideIt) {
   const int32_t close = id("<|im_end|>");
-  ConstraintMatcher m(compiled_, ThinkingSpan{-1, close, true});
+  ConstraintMatcher m(compiled_, ThinkingSpan{-1, close, true, {}, {}});
   EXPECT_TRUE(m.thinking());
   EXPECT_TRUE(allows(m, id("maybe")));
   ASSERT_TRUE(m.accept(id("maybe")));

@@ -151,10 +151,10 @@ TEST(Scheduler, APreemptedEmbeddingPoolsAgainFromTheStart) {
 // prompt's output is 129, 130, 131, ...
 TEST(Scheduler, ReasoningTokensAreTheThinkingSpansOwn) {
   Harness h;
-  auto opened = h.add(30, 8, 1, Pooling::kNone, ThinkingSpan{129, 133, false});   // 129..133 think
-  auto open = h.add(30, 8, 1, Pooling::kNone, ThinkingSpan{-1, 131, true});       // 129..131 think
-  auto never = h.add(30, 8, 1, Pooling::kNone, ThinkingSpan{999, 131, false});    // no opening token
-  auto unclosed = h.add(30, 8, 2, Pooling::kNone, ThinkingSpan{-1, 999, true});   // all 8, both choices
+  auto opened = h.add(30, 8, 1, Pooling::kNone, ThinkingSpan{129, 133, false, {}, {}});   // 129..133 think
+  auto open = h.add(30, 8, 1, Pooling::kNone, ThinkingSpan{-1, 131, true, {}, {}});       // 129..131 think
+  auto never = h.add(30, 8, 1, Pooling::kNone, ThinkingSpan{999, 131, false, {}, {}});    // no opening token
+  auto unclosed = h.add(30, 8, 2, Pooling::kNone, ThinkingSpan{-1, 999, true, {}, {}});   // all 8, both choices
   h.run();
   EXPECT_EQ(opened->usage().reasoning_tokens, 5);
   EXPECT_EQ(open->usage().reasoning_tokens, 3);
