@@ -73,9 +73,6 @@ ATTENTION_RESULTS = [
     "bound (on paper; no GPU timing) (`build/cuda_bytes`).",
     "- End-to-end decode per policy: `build/bench_decode --attention dense,sparq,hip,alisa --depths 4096` "
     "(docs/performance-attention.md).",
-    "- [results/backend_refactor_ab.md](results/backend_refactor_ab.md): alternating A/B of the build before and after "
-    "the one-forward / pluggable-backends change (decode at depth 0/1k/4k, prefill 1k/4k, n = 16 samples) "
-    "(`bench/ab_compare.py --a OLD_BUILD --b build`).",
     "- [results/tiered_kv.md](results/tiered_kv.md): decode per policy over a device tier of 1/8 and 1/4 of a 16k "
     "sequence's KV vs all-resident, replies compared (`bench/tiered_kv.py`); "
     "[results/tiered_many.md](results/tiered_many.md): 16 concurrent 4k-token requests over a device tier of 1/4 of "
