@@ -61,11 +61,11 @@ ATTENTION_RESULTS = [
     "- [results/samples-smollm2.md](results/samples-smollm2.md), [results/samples-gemma3.md](results/samples-gemma3.md): "
     "n samples of one prompt through the engine, decode step with bifurcated attention on and off "
     "(`build/bench_samples --model M`).",
-    "- [results/attention_quality.md](results/attention_quality.md): top-k correspondence and output error of each "
-    "policy at KV-read ratios 1/2, 1/4, 1/8 on real q/K/V of both default models (`build/bench_attention_quality`).",
-    "- [results/passkey.md](results/passkey.md): passkey retrieval accuracy per policy and length "
-    "(`bench/passkey_eval.py`); [results/passkey_ratios.md](results/passkey_ratios.md): the smallest ratio at "
-    "which each policy keeps dense's answers; [results/passkey_auto.md](results/passkey_auto.md): `auto` at 1/4, "
+    "- [../eval/results/attention_quality.md](../eval/results/attention_quality.md): top-k correspondence and output error of each "
+    "policy at KV-read ratios 1/2, 1/4, 1/8 on real q/K/V of both default models (`build/attention_quality`).",
+    "- [../eval/results/passkey.md](../eval/results/passkey.md): passkey retrieval accuracy per policy and length "
+    "(`eval/passkey_eval.py`); [../eval/results/passkey_ratios.md](../eval/results/passkey_ratios.md): the smallest ratio at "
+    "which each policy keeps dense's answers; [../eval/results/passkey_auto.md](../eval/results/passkey_auto.md): `auto` at 1/4, "
     "the server default, as served, on the standard and on fresh prompts (`--seed`), and at 3/8.",
     "- [results/policy_speed.md](results/policy_speed.md): decode speed of every policy at kv_read_ratio 1/8, with measured break-evens, against dense, "
     "share of its bytes bound, and the time above the shortest depth's dense step (`bench/policy_speed.py`).",

@@ -2,11 +2,11 @@
 """Why does a sparse policy miss the pass key? Per layer and head, how much of the attention that
 dense decoding puts on the needle each policy keeps (issue 20's correspondence analysis).
 
-Builds passkey prompts exactly as bench/passkey_eval.py does (same filler, needle, question and
+Builds passkey prompts exactly as eval/passkey_eval.py does (same filler, needle, question and
 seeds), takes their token ids from `fathom serve`'s /tokenize (chat template for SmolLM2), and
-runs `bench_attention_quality --needles` over them, which writes the report.
+runs `attention_quality --needles` over them, which writes the report.
 
-    .venv/bin/python bench/passkey_diagnose.py --models smollm2,gemma3 --lengths 1024,4096 --trials 2
+    .venv/bin/python eval/passkey_diagnose.py --models smollm2,gemma3 --lengths 1024,4096 --trials 2
 """
 import argparse
 import json
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "eval"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 import passkey_eval as pk  # noqa: E402
 from server_fixture import ServerProcess  # noqa: E402
@@ -37,10 +37,10 @@ def main():
     ap.add_argument("--decode", type=int, default=12)
     ap.add_argument("--spec-only", action="store_true",
                     help="write the prompts' spec file (<build>/passkey_diagnose.jsonl) and stop; run "
-                         "bench_attention_quality --needles on it with other flags (--hip-refresh, "
+                         "attention_quality --needles on it with other flags (--hip-refresh, "
                          "--swa-prompt-seed, --sparq-r/k) to try a change")
     ap.add_argument("--build", default="build")
-    ap.add_argument("--out", default="bench/results/passkey_diagnosis.md")
+    ap.add_argument("--out", default="eval/results/passkey_diagnosis.md")
     args = ap.parse_args()
     lines = []
     for name in args.models.split(","):
@@ -62,7 +62,7 @@ def main():
     spec.write_text("".join(json.dumps(x) + "\n" for x in lines))
     if args.spec_only:
         return
-    subprocess.run([str(REPO / args.build / "bench_attention_quality"), "--needles", str(spec), "--decode",
+    subprocess.run([str(REPO / args.build / "attention_quality"), "--needles", str(spec), "--decode",
                     str(args.decode), "--out", args.out, "--threads", "2"], check=True)
 
 
