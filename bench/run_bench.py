@@ -69,7 +69,7 @@ ATTENTION_RESULTS = [
     "the server default, as served, on the standard and on fresh prompts (`--seed`), and at 3/8.",
     "- [results/policy_speed.md](results/policy_speed.md): decode speed of every policy at kv_read_ratio 1/8, with measured break-evens, against dense, "
     "share of its bytes bound, and the time above the shortest depth's dense step (`bench/policy_speed.py`).",
-    "- [cuda_bytes.md](cuda_bytes.md): bytes per decode step of every CUDA attention kernel and the H100 bandwidth "
+    "- [results/estimates/cuda_bytes.md](results/estimates/cuda_bytes.md): estimated bytes per decode step of every CUDA attention kernel and the H100 bandwidth "
     "bound (on paper; no GPU timing) (`build/cuda_bytes`).",
     "- End-to-end decode per policy: `build/bench_decode --attention dense,sparq,hip,alisa --depths 4096` "
     "(docs/performance-attention.md).",
@@ -80,7 +80,7 @@ ATTENTION_RESULTS = [
     "SparQ, HiP and SWA; [results/tiered_kv_32k.md](results/tiered_kv_32k.md): Gemma 3 at 32k over a 1/8 tier; "
     "[results/cuda_tiered_bytes.md](results/cuda_tiered_bytes.md): host-tier bytes per decode step on the emulated "
     "CUDA backend per policy, and HiP with its device row cache (`build/cuda_tiered_bytes`); "
-    "[results/tiered_kv_h100.md](results/tiered_kv_h100.md): Llama-3-8B at 128k on one H100 with the tiers, on paper. "
+    "[results/estimates/tiered_kv_h100.md](results/estimates/tiered_kv_h100.md): an estimate for Llama-3-8B at 128k on one H100 with the tiers, on paper. "
     "[results/recompute.md](results/recompute.md): cache-or-recompute when both tiers are full — the cost of "
     "recomputing D dropped tokens every decode step, and recompute vs preemption for two requests "
     "(`build/bench_recompute`).",
