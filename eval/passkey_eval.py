@@ -12,9 +12,10 @@ Per (model, length) the first --check-trials trials decide whether the model can
 densely: below --min-dense accuracy the remaining trials are skipped (and, unless --no-skip,
 the longer lengths of that model too), since a sparse policy cannot be judged where dense fails.
 
-Every request's result is appended to --raw (JSON lines); a rerun skips what it already holds,
-and the markdown table (--out) is rewritten from it after every trial, so an interrupted run
-leaves a valid partial table.
+Every request's result is appended to --raw (JSON lines; by default OUT's directory/raw/, which git
+ignores); a rerun with the same settings (ratio, min_keys, fathom options, seed, threads) skips
+what it already holds, and the markdown table (--out) is rewritten from it after every trial, so
+an interrupted run leaves a valid partial table.
 
     .venv/bin/python eval/passkey_eval.py --models smollm2,gemma3 --trials 20
     .venv/bin/python eval/passkey_eval.py --models smollm2 --lengths 1024,2048 --trials 3
@@ -250,16 +251,29 @@ def main():
     ap.add_argument("--seed", default="", help="a salt for the trials' seeds: fresh keys and depths (default: the "
                     "unsalted seeds every earlier table used)")
     ap.add_argument("--binary", default="build/fathom")
-    ap.add_argument("--raw", default="/tmp/passkey_raw.jsonl",
-                    help="JSON-lines results; several comma-separated files are merged, new results go to the first")
+    ap.add_argument("--raw", default="",
+                    help="JSON-lines results; several comma-separated files are merged, new results go to the first "
+                         "(default: OUT's directory/raw/OUT's name.jsonl, ignored by git)")
     ap.add_argument("--out", default=str(REPO / "eval/results/passkey.md"))
     ap.add_argument("--render-only", action="store_true", help="rewrite --out from --raw and exit")
     ap.add_argument("--notes", default="", help="markdown file appended under the table")
     ap.add_argument("--status", default="partial", help="run status written into the table header (--render-only)")
     args = ap.parse_args()
-    raw_paths = [Path(p) for p in args.raw.split(",")]
+    out = Path(args.out)
+    raw_paths = [Path(p) for p in args.raw.split(",")] if args.raw else [out.parent / "raw" / (out.stem + ".jsonl")]
+    raw_paths[0].parent.mkdir(parents=True, exist_ok=True)
     raw_path = raw_paths[0]  # new results are appended here; the others are read only
     recs = load_raw(raw_paths)
+    # A rerun resumes only a run made with the same settings (the records do not carry them).
+    settings = {k: getattr(args, k) for k in ("ratio", "min_keys", "fathom", "seed", "threads")}
+    held = next((r["settings"] for r in load_raw([raw_path]) if "settings" in r), None)
+    if not args.render_only:
+        if held is not None and held != settings:
+            sys.exit(f"passkey_eval: {raw_path} holds a run with other settings ({held}); "
+                     "delete it or pass another --raw")
+        if held is None and not raw_path.exists():
+            raw_path.write_text(json.dumps({"settings": settings}) + "\n")
+    recs = [r for r in recs if "settings" not in r]
     if args.render_only:
         render(recs, Path(args.out), args, args.status)
         return

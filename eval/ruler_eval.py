@@ -167,12 +167,15 @@ def main():
     ap.add_argument("--min-keys", type=int, default=None, help="min_keys of sparse requests (default: measured)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--binary", default="build/fathom")
-    ap.add_argument("--raw", default="/tmp/ruler_raw.jsonl")
+    ap.add_argument("--raw", default="", help="JSON-lines results, rewritten (default: OUT's directory/raw/"
+                                              "OUT's name.jsonl, ignored by git)")
     ap.add_argument("--out", default=str(REPO / "eval/results/ruler.md"))
     args = ap.parse_args()
     start = time.monotonic()
     recs = []
-    raw = Path(args.raw)
+    out = Path(args.out)
+    raw = Path(args.raw) if args.raw else out.parent / "raw" / (out.stem + ".jsonl")
+    raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text("")
     for model in args.models.split(","):
         gguf, fmt, _ = MODELS[model]
