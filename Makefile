@@ -55,10 +55,10 @@ bench: build
 	FATHOM_BUILD=$(BUILD) $(PY) bench/run_bench.py
 
 # A bounded long-context evaluation per attention policy (RULER-style tasks through the OpenAI API,
-# sparse kernels at every length to judge each method; ~5 min on 2 cores): bench/results/ruler.md.
-# EVAL_ARGS adds or overrides options (bench/ruler_eval.py --help).
+# sparse kernels at every length to judge each method; ~5 min on 2 cores): eval/results/ruler.md.
+# EVAL_ARGS adds or overrides options (eval/ruler_eval.py --help).
 eval: build
-	$(PY) bench/ruler_eval.py --models smollm2,gemma3 --lengths 1024,4096 --trials 4 --min-keys 0 $(EVAL_ARGS)
+	$(PY) eval/ruler_eval.py --models smollm2,gemma3 --lengths 1024,4096 --trials 4 --min-keys 0 $(EVAL_ARGS)
 
 # Regenerates tests/fixtures/ (tiny random-weight models as GGUF and transformers' reference logits)
 # in its own environment: torch and transformers are not needed by `make test`.

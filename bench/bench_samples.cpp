@@ -10,7 +10,9 @@
 // Step time = that time / (tokens − 1); decode tokens/s = n / step. Medians over the sessions.
 //
 //   bench_samples --model PATH [--threads 2] [--depths 1024,4096] [--samples 1,4,16]
-//                 [--decode-tokens 32] [--reps 3] [--out bench/results/samples.md]
+//                 [--decode-tokens 32] [--reps 3] [--out FILE]
+// FILE defaults to bench/results/samples-<model>.md, <model> the GGUF name's family
+// (smollm2-135m-... -> smollm2, gemma-3-270m-... -> gemma3): one file per model, re-runs overwrite it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,7 +40,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  std::string model, out = "bench/results/samples.md";
+  std::string model, out;
   int threads = 2, decode_tokens = 32, reps = 3;
   std::vector<int> depths = {1024, 4096}, samples = {1, 4, 16};
 };
@@ -57,6 +59,15 @@ Args parse_args(int argc, char** argv) {
     else throw Error("unknown flag " + k);
   }
   if (a.model.empty()) throw Error("--model is required");
+  if (a.out.empty()) {  // the family: the name's first part, and the next if it is a version number
+    std::string stem = a.model.substr(a.model.find_last_of('/') + 1);
+    std::string family = stem.substr(0, stem.find('-'));
+    if (family.size() < stem.size()) {
+      const std::string next = stem.substr(family.size() + 1, stem.find('-', family.size() + 1) - family.size() - 1);
+      if (!next.empty() && next.find_first_not_of("0123456789") == std::string::npos) family += next;
+    }
+    a.out = "bench/results/samples-" + family + ".md";
+  }
   if (a.decode_tokens < 2) throw Error("--decode-tokens must be at least 2");
   return a;
 }

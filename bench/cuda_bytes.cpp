@@ -1,7 +1,8 @@
 // Paper model of the CUDA decode-attention kernels: the bytes each launch moves per decode step,
 // taken from the launchers' own byte functions (the counts tests/kernel/test_cuda_attention.cpp
 // checks against the emulator-instrumented grids), for H100-class HBM (3.35 TB/s). No GPU is
-// involved: the latencies are bytes / bandwidth, not measurements. Prints bench/cuda_bytes.md.
+// involved: the latencies are bytes / bandwidth, not measurements. Prints the tables of
+// bench/results/estimates/cuda_bytes.md.
 #include <cmath>
 #include <cstdio>
 #include <vector>

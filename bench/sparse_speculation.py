@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--lines", default="180,330", help="prompt sizes in log lines (~22 tokens each)")
-    ap.add_argument("--out")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/sparse_speculation.md"), help="the markdown table (also printed)")
     a = ap.parse_args()
     binary = Path(a.build) / "fathom"
     names = list(MODES)

@@ -105,7 +105,7 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--clients", type=int, default=0, help="also N concurrent clients against the server (0: no)")
-    ap.add_argument("--out")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/speculative.md"), help="the markdown table (also printed)")
     a = ap.parse_args()
     binary = Path(a.build) / "fathom"
     lines = [f"Machine: {machine()}. `{' '.join(sys.argv)}`; greedy, {a.threads} threads, alternating "

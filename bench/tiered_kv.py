@@ -4,7 +4,7 @@
 `fathom serve` processes on the same model: `resident` (a device tier that holds everything) and
 one `tiered` per --device-fractions entry (a device tier of that fraction of one prompt's KV, a
 host tier for the rest).
-Per trial, one passkey prompt (bench/passkey_eval.py's task) is prefilled once per server (the
+Per trial, one passkey prompt (eval/passkey_eval.py's task) is prefilled once per server (the
 prefix cache keeps it); then for every policy the same greedy question is asked of both servers
 (answers compared) and a fixed-length decode (--decode tokens, ignore_eos) is timed on each,
 alternating resident / tiered servers. Decode speed is taken from the server's own request log
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "eval"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from passkey_eval import MODELS, ask, fathom_options, make_prompt, post  # noqa: E402
 from server_fixture import ServerProcess  # noqa: E402

@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "eval"))
 from passkey_eval import fathom_options  # noqa: E402
 from server_fixture import ServerProcess  # noqa: E402
 

@@ -21,7 +21,7 @@ struct SparqParams {
 // but k never below the reference default kSparqMinK = 128 (or S); l = k/4.
 // Why not the paper's llama.cpp split (r ≈ d/12, k ≈ S/12): on Gemma 3 (d = 256, one kv head)
 // its passkey retrieval at 1/8 was 0/20, 3/20, 0/15 at 1k, 2k, 4k where dense succeeds; this
-// split gives 12/20 and 13/20 at 1k and 2k, still only 4/20 at 4k (bench/results/passkey.md).
+// split gives 12/20 and 13/20 at 1k and 2k, still only 4/20 at 4k (eval/results/passkey.md).
 // Below S = 2048 at c = 1/8 the floor makes a step read more than c.
 inline constexpr int32_t kSparqMinK = 128;
 SparqParams sparq_params_for_ratio(double c, int32_t S, int32_t head_dim, bool reallocation = true);
@@ -54,7 +54,7 @@ struct SparqStats {
 // components of similar spread; a large query component along which the keys barely vary moves
 // no key's rank. Full whitening (weights σ) helped Gemma 3 as much but lost needle mass on
 // SmolLM2, whose rare keys stand out along low-spread components; √σ kept Gemma 3's gain and
-// did not lose on SmolLM2 (bench/results/sparq_key_spread.md).
+// did not lose on SmolLM2 (eval/results/sparq_key_spread.md).
 SparqStats sparq_attention(const PagedKvView& kv, const DecodeArgs& args, const SparqParams& params,
                            const float* v_mean = nullptr, const float* key_spread = nullptr);
 

@@ -18,7 +18,7 @@ namespace fathom::alisa {
 // ratio: the caching ratio (derived: kv_read_ratio). Its heavy hitters are chosen by the mass
 // max-pooled over `pool` neighbouring positions (SnapKV's pooling, kernel 7: a multi-token span
 // such as a number is kept whole, and filler tokens next to nothing heavy are not; 1: the raw
-// mass, as the paper). Measured in bench/results/sparse_quality_findings.md.
+// mass, as the paper). Measured in eval/results/sparse_quality_findings.md.
 inline constexpr ParamSpec kParams[] = {
     {"ratio", ParamType::kRatio, kDerived},
     {"pool", ParamType::kOddInt, 7, 1},
@@ -28,7 +28,7 @@ inline constexpr Param kRatio{kParams, 0}, kPool{kParams, 1};
 // At S keys: the caching ratio as given, else kv_read_ratio but keeping at least kMinKept keys
 // (1 at S <= kMinKept: dense). Below that the local half of the kept set is too short to hold
 // the question and a needle's digits at once (SmolLM2 at 1k keys, 1/8: 16/20 pass keys against
-// 20/20 at 1/4; bench/results/sparse_quality_findings.md), and the bytes saved are a few KiB per
+// 20/20 at 1/4; eval/results/sparse_quality_findings.md), and the bytes saved are a few KiB per
 // layer anyway.
 inline constexpr int32_t kMinKept = 256;
 ref::SwaParams resolve(const AttentionPolicy& p, int32_t S);

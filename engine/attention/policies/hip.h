@@ -18,7 +18,7 @@ namespace fathom::hip {
 // paper's per query head and 8: per kv head estimates G× fewer keys, which pays for refreshing
 // twice as often, and the mask 8 steps old is what lost the pass keys (SmolLM2 at 1k-4k, 1/8: 4-12
 // of 20 at R = 8, 15-18 of 20 at R = 4 per kv head; one layer at 8k keys 127 µs against 185 µs per
-// head at R = 8 and 166 µs dense; bench/results/sparse_quality_findings.md, "Third step").
+// head at R = 8 and 166 µs dense; eval/results/sparse_quality_findings.md, "Third step").
 inline constexpr ParamSpec kParams[] = {
     {"mask_k", ParamType::kInt, kDerived, 1},
     {"sink", ParamType::kInt, kDerived, 0},

@@ -14,7 +14,7 @@ namespace fathom::sparq {
 // key_spread: step 1 weighted by √ of the keys' spread per component (ref::sparq_attention's
 // key_spread, from the cache's running K moments); false: the paper's rule. At 1/8 it found 20/20
 // pass keys on Gemma 3 at 4k and 8k where the paper's rule found 4/20 and 5/20; on fresh prompts
-// it is right on exactly dense's at 1k-8k (bench/results/sparq_key_spread.md).
+// it is right on exactly dense's at 1k-8k (eval/results/sparq_key_spread.md).
 inline constexpr ParamSpec kParams[] = {
     {"r", ParamType::kInt, kDerived, 1},
     {"k", ParamType::kInt, kDerived, 1},
