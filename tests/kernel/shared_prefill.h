@@ -1,7 +1,7 @@
 #pragma once
 // Two backends decoding from the same cache: the prompt is prefilled once on the CPU backend and
 // its blocks are copied into the other backend's storage (block images are the same bytes).
-// Used by the CUDA-vs-CPU tests and bench/cuda_passkey.cpp.
+// Used by the CUDA-vs-CPU tests and eval/cuda_passkey.cpp.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
