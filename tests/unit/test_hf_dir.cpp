@@ -156,8 +156,10 @@ TEST(HfConfig, RefusesWhatItDoesNotImplementByName) {
   EXPECT_NE(with("rope_parameters", {{"rope_type", "linear"}, {"factor", 2.0}, {"beta", 1}}).find("'beta'"),
             std::string::npos);
   EXPECT_NE(with("layer_types", {"full_attention", "sliding_attention"}).find("sliding_attention"), std::string::npos);
-  EXPECT_NE(with("architectures", {"Gemma3ForConditionalGeneration"}).find("Gemma3ForConditionalGeneration"),
-            std::string::npos);  // a vision tower, the text model under language_model.*
+  EXPECT_NE(with("architectures", {"Gemma3ForConditionalGeneration"}).find("(model_type 'qwen2')"),
+            std::string::npos);  // the class and the model type disagree
+  EXPECT_NE(with("architectures", {"PaliGemmaForConditionalGeneration"}).find("PaliGemmaForConditionalGeneration"),
+            std::string::npos);
   EXPECT_NE(with("num_attention_heads", "2").find("not an integer"), std::string::npos);
   EXPECT_NE(with("hidden_size", 0).find("out of range"), std::string::npos);
   // Mistral's window is every layer's (llama.attention.sliding_window); Llama has none to give.
@@ -439,6 +441,134 @@ TEST(HfConfig, GemmaAsLlamaCppsConverter) {
   EXPECT_NE(config_error(big).find("by 32^-1/2"), std::string::npos) << config_error(big);
   big["query_pre_attn_scalar"] = 32;
   EXPECT_EQ(config_error(big), "");
+}
+
+// Gemma 3's vision checkpoints (Gemma3ForConditionalGeneration, model_type gemma3: 4B, 12B, 27B):
+// the text model's config is text_config, whose keys left out take transformers' Gemma3TextConfig
+// defaults; the vision keys are knowingly unused; any other key, top-level or the text model's, is
+// refused by name.
+json gemma3_4b_it() {  // google/gemma-3-4b-it's config.json as released
+  return json::parse(R"({
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": false}})");
+}
+
+TEST(HfConfig, Gemma3ConditionalGenerationReadsItsTextConfig) {
+  // The fixture: gemma3-hf's text model in the released layout, the same keys.
+  const HfConfig mm = hf_config_from_json(fixture_config("gemma3-mm").dump(), "config.json");
+  const HfConfig text = hf_config_from_json(fixture_config("gemma3").dump(), "config.json");
+  EXPECT_EQ(mm.arch, "gemma3");
+  EXPECT_TRUE(mm.multimodal);
+  EXPECT_FALSE(text.multimodal);
+  EXPECT_EQ(mm.metadata, text.metadata);
+  EXPECT_EQ(mm.vocab_size, 128);
+  EXPECT_EQ(mm.tie_word_embeddings, true);
+  EXPECT_EQ(mm.eos_ids, std::vector<int64_t>{127});
+
+  // The 4B as released: transformers' defaults for the head counts, head_dim, vocabulary, context,
+  // epsilon, attention scale and both RoPE bases.
+  const HfConfig g4 = hf_config_from_json(gemma3_4b_it().dump(), "config.json");
+  const auto u = [&](const HfConfig& c, const char* key) {
+    return std::get<uint32_t>(c.metadata.at(std::string("gemma3.") + key));
+  };
+  EXPECT_EQ(u(g4, "block_count"), 34u);
+  EXPECT_EQ(u(g4, "embedding_length"), 2560u);
+  EXPECT_EQ(u(g4, "feed_forward_length"), 10240u);
+  EXPECT_EQ(u(g4, "attention.head_count"), 8u);
+  EXPECT_EQ(u(g4, "attention.head_count_kv"), 4u);
+  EXPECT_EQ(u(g4, "attention.key_length"), 256u);
+  EXPECT_EQ(u(g4, "context_length"), 131072u);
+  EXPECT_EQ(u(g4, "vocab_size"), 262208u);
+  EXPECT_EQ(u(g4, "attention.sliding_window"), 1024u);
+  EXPECT_EQ(std::get<float>(g4.metadata.at("gemma3.attention.layer_norm_rms_epsilon")), 1e-6f);
+  EXPECT_EQ(std::get<float>(g4.metadata.at("gemma3.rope.freq_base")), 1e6f);
+  EXPECT_EQ(std::get<float>(g4.metadata.at("gemma3.rope.scaling.factor")), 8.0f);
+  EXPECT_EQ(g4.vocab_size, 262208);
+  EXPECT_EQ(g4.tie_word_embeddings, true);
+  EXPECT_EQ(g4.eos_ids, (std::vector<int64_t>{1, 106}));
+  EXPECT_EQ(ModelConfig::from_gguf(*GgufFile::assemble("g4", g4.metadata, {}, {}, {})).attn_scale, 1.0f / 16);
+
+  // The 12B and the 27B (its attention scale hidden / heads = 168, as llama.cpp's).
+  json g12 = gemma3_4b_it();
+  g12["text_config"].update(json{{"hidden_size", 3840}, {"intermediate_size", 15360}, {"num_attention_heads", 16},
+                                 {"num_hidden_layers", 48}, {"num_key_value_heads", 8}});
+  json g27 = gemma3_4b_it();
+  g27["text_config"].update(json{{"head_dim", 128}, {"hidden_size", 5376}, {"intermediate_size", 21504},
+                                 {"num_attention_heads", 32}, {"num_hidden_layers", 62}, {"num_key_value_heads", 16},
+                                 {"query_pre_attn_scalar", 168}});
+  EXPECT_EQ(u(hf_config_from_json(g12.dump(), "config.json"), "attention.head_count_kv"), 8u);
+  EXPECT_EQ(u(hf_config_from_json(g27.dump(), "config.json"), "attention.key_length"), 128u);
+  g27["text_config"].erase("query_pre_attn_scalar");  // 256: not what llama.cpp's 27B scales by
+  EXPECT_NE(config_error(g27).find("text_config: query_pre_attn_scalar = 256"), std::string::npos) << config_error(g27);
+
+  // The same checkpoint as transformers 5 saves it: every text key written (rope_parameters,
+  // layer_types, the text model's own token ids), tie_word_embeddings at both levels, dtype.
+  json v5 = fixture_config("gemma3-mm");
+  json& t = v5["text_config"];
+  t.erase("rope_scaling");
+  t.update(json{{"_sliding_window_pattern", 6}, {"attention_bias", false}, {"attention_dropout", 0.0},
+                {"attn_logit_softcapping", nullptr}, {"bos_token_id", 2}, {"eos_token_id", 1},
+                {"final_logit_softcapping", nullptr}, {"hidden_activation", "gelu_pytorch_tanh"},
+                {"initializer_range", 0.02}, {"pad_token_id", 0}, {"rms_norm_eps", 1e-06},
+                {"tie_word_embeddings", true}, {"use_bidirectional_attention", false}, {"use_cache", true},
+                {"rope_parameters",
+                 {{"full_attention", {{"factor", 8.0}, {"rope_theta", 1e6}, {"rope_type", "linear"}}},
+                  {"sliding_attention", {{"rope_theta", 10000.0}, {"rope_type", "default"}}}}}});
+  t["layer_types"] = json::array();
+  for (int il = 0; il < 6; ++il) t["layer_types"].push_back(il == 5 ? "full_attention" : "sliding_attention");
+  v5.erase("torch_dtype");
+  v5["dtype"] = "bfloat16";
+  v5["tie_word_embeddings"] = true;
+  v5["vision_config"].update(json{{"attention_dropout", 0.0}, {"hidden_act", "gelu_pytorch_tanh"},
+                                  {"layer_norm_eps", 1e-06}, {"num_channels", 3}});
+  const HfConfig h5 = hf_config_from_json(v5.dump(), "config.json");
+  EXPECT_EQ(h5.metadata, text.metadata);
+  EXPECT_EQ(h5.eos_ids, std::vector<int64_t>{127});  // the top level's, not the text model's 1
+  EXPECT_EQ(h5.bos_id, 2);                             // the text model's: the top gives none
+  json bare = fixture_config("gemma3-mm");
+  bare.erase("eos_token_id");
+  bare["text_config"]["eos_token_id"] = 1;
+  EXPECT_EQ(hf_config_from_json(bare.dump(), "config.json").eos_ids, std::vector<int64_t>{1});
+  json untied = fixture_config("gemma3-mm");
+  untied["tie_word_embeddings"] = false;
+  EXPECT_EQ(hf_config_from_json(untied.dump(), "config.json").tie_word_embeddings, false);
+
+  // Refused by name: a key neither level reads, the text model's settings fathom does not
+  // implement, a text_config of another model, versions disagreeing on the head.
+  const std::tuple<const char*, const char*, json, const char*> refused[] = {
+      {"", "unsloth_fixed", true, "key 'unsloth_fixed' is not one fathom's Gemma3ForConditionalGeneration reads"},
+      {"", "hidden_size", 32, "key 'hidden_size' is not one"},  // the text model's, at the top: not read there
+      {"", "text_config", "gemma3_text", "text_config = 'gemma3_text' is not an object"},
+      {"", "vision_config", 1, "vision_config = 1 is not an object"},
+      {"", "eos_token_id", "x", "eos_token_id"},
+      {"text_config", "vision_tower_lr", 0.1, "text_config: key 'vision_tower_lr' is not one fathom's gemma3 reads"},
+      {"text_config", "model_type", "gemma2", "text_config: model_type 'gemma2' is not gemma3_text"},
+      {"text_config", "final_logit_softcapping", 30.0, "text_config: final_logit_softcapping"},
+      {"text_config", "rope_local_base_freq", 20000.0, "text_config: the sliding layers' RoPE base"},
+      {"text_config", "use_bidirectional_attention", true, "text_config: use_bidirectional_attention"},
+      {"text_config", "tie_word_embeddings", false,
+       "tie_word_embeddings = true and text_config.tie_word_embeddings = false disagree"},
+  };
+  for (const auto& [level, key, value, want] : refused) {
+    json c = fixture_config("gemma3-mm");
+    if (std::string(key) == "tie_word_embeddings") c["tie_word_embeddings"] = true;
+    (*level ? c[level] : c)[key] = value;
+    EXPECT_NE(config_error(c).find(want), std::string::npos) << level << " " << key << ": " << config_error(c);
+  }
+  json other = fixture_config("gemma3-mm");
+  other["model_type"] = "gemma3_text";  // the class says otherwise
+  EXPECT_NE(config_error(other).find("unsupported architecture 'Gemma3ForConditionalGeneration'"), std::string::npos)
+      << config_error(other);
+  other.erase("architectures");  // model_type gemma3_text: the top level is no text model's config
+  EXPECT_NE(config_error(other).find("not one fathom's gemma3 reads"), std::string::npos) << config_error(other);
 }
 
 // gpt-oss (transformers' GptOssConfig; llama.cpp's GptOssModel converter): config.json gives the
