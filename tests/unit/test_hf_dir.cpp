@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -747,6 +748,107 @@ TEST(HfDir, GemmaNormsAreOnePlusTheCheckpoints) {
       EXPECT_EQ(x.window, y.window) << family << " layer " << il;
       EXPECT_EQ(x.rope_inv_freq, y.rope_inv_freq) << family << " layer " << il;
     }
+  }
+}
+
+// Rewrites a scratch directory's model.safetensors: each tensor under the name `rename` gives it
+// ("" drops it), then `extra` (name -> dtype, shape), zero-filled.
+void rewrite_shard(const ScratchDir& dir, const std::function<std::string(const std::string&)>& rename,
+                   const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>& extra = {}) {
+  std::ifstream in(dir.path() + "/model.safetensors", std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json header = json::object();
+  std::vector<uint8_t> data;
+  for (const auto& t : parse_safetensors(bytes.data(), bytes.size(), "m")) {
+    const std::string name = rename(t.name);
+    if (name.empty()) continue;
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.nbytes}}};
+    data.insert(data.end(), t.data, t.data + t.nbytes);
+  }
+  for (const auto& [name, dtype, shape] : extra) {
+    size_t n = dtype == "F32" ? 4 : 2;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + n}}};
+    data.resize(data.size() + n);
+  }
+  const auto img = image(header.dump(), data);
+  std::ofstream(dir.path() + "/model.safetensors", std::ios::binary)
+      .write(reinterpret_cast<const char*>(img.data()), static_cast<std::streamsize>(img.size()));
+}
+
+// Gemma3ForConditionalGeneration serves its text model: the released layout (language_model.model.*,
+// gemma3-mm-hf) and transformers >= 4.52's (model.language_model.*) load gemma3-hf's weights, the
+// vision tower's and projector's tensors skipped; any other tensor is refused by its name.
+TEST(HfDir, Gemma3ConditionalGenerationServesItsTextModel) {
+  const auto text = Model::load(kArch + "gemma3-hf");
+  const auto same_weights = [&](const Model& m, const std::string& what) {
+    EXPECT_EQ(m.config().arch, Architecture::kGemma3) << what;
+    EXPECT_EQ(m.config().norm_offset, 1.0f) << what;
+    EXPECT_EQ(m.vocab(), text->vocab()) << what;
+    EXPECT_EQ(m.tokenizer().eos_id(), text->tokenizer().eos_id()) << what;
+    EXPECT_EQ(m.weights().output_norm, text->weights().output_norm) << what;
+    for (size_t il = 0; il < text->weights().layers.size(); ++il) {
+      const LayerWeights &a = m.weights().layers[il], &b = text->weights().layers[il];
+      EXPECT_EQ(a.q_norm, b.q_norm) << what << " layer " << il;
+      EXPECT_EQ(a.post_ffn_norm, b.post_ffn_norm) << what << " layer " << il;
+      for (const auto& [x, y] : {std::pair{&a.wq, &b.wq}, {&a.w_down, &b.w_down}}) {
+        ASSERT_EQ(x->bytes(), y->bytes()) << what;
+        EXPECT_EQ(std::memcmp(x->data, y->data, x->bytes()), 0) << what << " layer " << il;
+      }
+    }
+  };
+  same_weights(*Model::load(kArch + "gemma3-mm-hf"), "released layout");
+
+  // transformers >= 4.52's names, and an untied head (language_model.lm_head as released,
+  // lm_head at the top as 4.52 saves it).
+  const auto v452 = [](const std::string& n) {
+    for (const char* p : {"vision_tower.", "multi_modal_projector."})
+      if (n.starts_with(p)) return "model." + n;
+    return n.starts_with("language_model.model.") ? "model.language_model." + n.substr(21) : n;
+  };
+  {
+    ScratchDir dir("gemma3-mm");
+    rewrite_shard(dir, v452);
+    same_weights(*Model::load(dir.path()), "transformers >= 4.52's layout");
+  }
+  for (const char* head : {"language_model.lm_head.weight", "lm_head.weight"}) {
+    ScratchDir dir("gemma3-mm");
+    json c = fixture_config("gemma3-mm");
+    c["tie_word_embeddings"] = false;
+    dir.write("config.json", c.dump());
+    EXPECT_NE(load_error(dir.path()).find("no lm_head.weight"), std::string::npos) << load_error(dir.path());
+    rewrite_shard(dir, [](const std::string& n) { return n; }, {{head, "BF16", {128, 32}}});
+    const auto m = Model::load(dir.path());
+    EXPECT_NE(m->weights().output.data, m->weights().token_embd.data) << head;
+  }
+
+  // Refused, each by name: the text model's tensors under the text-only class's names, a tensor
+  // of neither model, the two layouts mixed, and the directory's config refusals.
+  {
+    ScratchDir dir("gemma3-mm");
+    rewrite_shard(dir, [](const std::string& n) { return n; },
+                  {{"model.norm.weight", "BF16", {32}},
+                   {"language_model.model.layers.0.mlp.down_proj.bias", "BF16", {32}},
+                   {"image_newline", "BF16", {32}}});
+    const std::string e = load_error(dir.path());
+    EXPECT_NE(e.find("3 tensors that fathom's gemma3 does not use"), std::string::npos) << e;
+    EXPECT_NE(e.find("'model.norm.weight'"), std::string::npos) << e;
+    EXPECT_NE(e.find("'blk.0.ffn_down.bias'"), std::string::npos) << e;  // an MLP bias, by its GGUF name
+    EXPECT_NE(e.find("'image_newline'"), std::string::npos) << e;
+  }
+  {
+    ScratchDir dir("gemma3-mm");
+    rewrite_shard(dir, [](const std::string& n) { return n; },
+                  {{"model.language_model.layers.1.self_attn.q_norm.weight", "BF16", {24}}});
+    EXPECT_NE(load_error(dir.path()).find("are the same weight (blk.1.attn_q_norm.weight)"), std::string::npos)
+        << load_error(dir.path());
+  }
+  {
+    ScratchDir dir("gemma3-mm");
+    json c = fixture_config("gemma3-mm");
+    c["image_seq_length"] = 256;
+    dir.write("config.json", c.dump());
+    EXPECT_NE(load_error(dir.path()).find("'image_seq_length'"), std::string::npos) << load_error(dir.path());
   }
 }
 
