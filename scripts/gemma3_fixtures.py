@@ -13,6 +13,14 @@ without torch, from numpy and the `gguf` package alone (`make fixtures` runs it 
                every *norm.weight + 1 in f32, the gguf package's gemma3 tensor names, the
                gemma3.* keys it writes for this config: rope.freq_base of the global layers, linear
                rope.scaling, attention.sliding_window, key_length)
+  gemma3-mm-hf/
+               the same text model as Gemma 3's vision checkpoints (4B, 12B, 27B) lay it out:
+               config.json as google/gemma-3-4b-it's (Gemma3ForConditionalGeneration, model_type
+               gemma3; a text_config naming only what differs from transformers' Gemma3TextConfig
+               defaults, a small SigLIP vision_config, the image token keys), the text weights
+               under language_model.model.* beside a few tiny vision tower and projector tensors
+               (vision_tower.*, multi_modal_projector.*), the same tokenizer and generation config.
+               fathom serves its text model: its logits are gemma3-hf's (Gemma3.ConditionalGeneration...)
   gemma3.logits.f32 and gemma3.json
                the logits of every position of the arch fixtures' two prompts (12 and 120 tokens, from
                gemma2.json) by tests/reference/numpy_model.py in float64 from the GGUF: an
@@ -80,6 +88,39 @@ CONFIG = {
 }
 
 
+# Gemma 3 4B's config.json as released (google/gemma-3-4b-it, transformers 4.50), with this text
+# model's shape: text_config names only what differs from Gemma3TextConfig's defaults (rms_norm_eps
+# 1e-6, rope_theta 1e6, rope_local_base_freq 10000, sliding_window_pattern 6, hidden_activation,
+# no soft-caps, tied are left to them, as the 4B's leaves them). The vision model is tiny and not
+# served; the image token ids are byte tokens of this vocabulary (it has no image tokens).
+MM_CONFIG = {
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "boi_token_index": 124,
+    "eoi_token_index": 125,
+    "eos_token_id": [END],
+    "image_token_index": 126,
+    "initializer_range": INIT,
+    "mm_tokens_per_image": 4,
+    "model_type": "gemma3",
+    "text_config": {k: CONFIG[k] for k in (
+        "head_dim", "hidden_size", "intermediate_size", "max_position_embeddings", "num_attention_heads",
+        "num_hidden_layers", "num_key_value_heads", "query_pre_attn_scalar", "rope_scaling", "sliding_window",
+        "vocab_size")} | {"model_type": "gemma3_text"},
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.50.0.dev0",
+    "vision_config": {
+        "hidden_size": 8,
+        "image_size": 28,
+        "intermediate_size": 16,
+        "model_type": "siglip_vision_model",
+        "num_attention_heads": 2,
+        "num_hidden_layers": 1,
+        "patch_size": 14,
+        "vision_use_head": False,
+    },
+}
+
+
 def bf16_round(x):
     """float32 values rounded to the nearest bfloat16 (ties to even), as float32."""
     b = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
@@ -126,6 +167,25 @@ def weights(rng):
         sd[p + "post_feedforward_layernorm.weight"] = norm(dim)
     sd["model.norm.weight"] = norm(dim)
     return sd
+
+
+def multimodal_weights(sd, rng):
+    """The text model's tensors under language_model.model.* (the released vision checkpoints'
+    names) and a few of a tiny SigLIP tower and of the projector into the text model's width."""
+    v = MM_CONFIG["vision_config"]
+    vdim, patch = v["hidden_size"], v["patch_size"]
+    patches = (v["image_size"] // patch) ** 2
+    out = {"language_model." + name: w for name, w in sd.items()}
+    tower = "vision_tower.vision_model."
+    for name, shape in ((tower + "embeddings.patch_embedding.weight", (vdim, 3, patch, patch)),
+                        (tower + "embeddings.patch_embedding.bias", (vdim,)),
+                        (tower + "embeddings.position_embedding.weight", (patches, vdim)),
+                        (tower + "encoder.layers.0.self_attn.q_proj.weight", (vdim, vdim)),
+                        (tower + "post_layernorm.weight", (vdim,)),
+                        ("multi_modal_projector.mm_input_projection_weight", (vdim, CONFIG["hidden_size"])),
+                        ("multi_modal_projector.mm_soft_emb_norm.weight", (vdim,))):
+        out[name] = bf16_round(rng.normal(0.0, INIT, shape).astype(np.float32))
+    return out
 
 
 def write_safetensors(path, sd):
@@ -204,6 +264,14 @@ def main(out=OUT):
         shutil.copy(out / "gemma2-hf" / f, hf / f)
     write_safetensors(hf / "model.safetensors", sd)
     write_gguf(out / f"{NAME}.gguf", sd)
+
+    mm = out / f"{NAME}-mm-hf"
+    shutil.rmtree(mm, ignore_errors=True)
+    mm.mkdir()
+    (mm / "config.json").write_text(json.dumps(MM_CONFIG, indent=2, sort_keys=True) + "\n")
+    for f in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(hf / f, mm / f)
+    write_safetensors(mm / "model.safetensors", multimodal_weights(sd, np.random.default_rng(SEED + 1)))
 
     reader = gguf.GGUFReader(str(out / f"{NAME}.gguf"))
     ref = numpy_model.ReferenceModel(out / f"{NAME}.gguf", np.float64, reader=reader)

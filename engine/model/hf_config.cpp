@@ -21,11 +21,12 @@ struct ArchName {
   const char* model_type;  // config.json "model_type"
   const char* gguf;        // general.architecture
   bool experts = false;    // a mixture of experts
+  bool vision = false;     // a vision model beside the text model, whose config is text_config
 };
 // Mistral is llama, with its sliding window (on every layer) when it has one; Mixtral is llama with
-// experts, as llama.cpp writes it. Gemma 3's text-only class (model_type gemma3_text) is gemma3;
-// Gemma3ForConditionalGeneration (model_type gemma3: a vision tower, the text model's tensors under
-// language_model.*) is not read.
+// experts, as llama.cpp writes it. Gemma 3's text-only class (model_type gemma3_text) is gemma3, and
+// so is the text model of Gemma3ForConditionalGeneration (model_type gemma3: Gemma 3 4B, 12B and 27B
+// as released), whose vision tower fathom does not serve (translate_gemma3_multimodal).
 constexpr ArchName kArchs[] = {{"LlamaForCausalLM", "llama", "llama"},
                                {"MistralForCausalLM", "mistral", "llama"},
                                {"MixtralForCausalLM", "mixtral", "llama", true},
@@ -35,7 +36,30 @@ constexpr ArchName kArchs[] = {{"LlamaForCausalLM", "llama", "llama"},
                                {"Phi3ForCausalLM", "phi3", "phi3"},
                                {"Gemma2ForCausalLM", "gemma2", "gemma2"},
                                {"Gemma3ForCausalLM", "gemma3_text", "gemma3"},
-                               {"GptOssForCausalLM", "gpt_oss", "gpt-oss", true}};
+                               {"GptOssForCausalLM", "gpt_oss", "gpt-oss", true},
+                               {"Gemma3ForConditionalGeneration", "gemma3", "gemma3", false, true}};
+constexpr const ArchName& kGemma3Text = kArchs[8];
+static_assert(std::string_view(kGemma3Text.model_type) == "gemma3_text");
+
+// Gemma3TextConfig's defaults (transformers' models/gemma3/configuration_gemma3.py) for the keys
+// fathom needs that a Gemma 3 config.json may leave out: the 4B, 12B and 27B's text_config names
+// only what differs from them (the 4B's has no head count, vocab_size, context, rms_norm_eps, ...).
+// The others (head_dim 256, query_pre_attn_scalar 256, sliding_window 4096, rope_theta 1e6,
+// rope_local_base_freq 10000, sliding_window_pattern 6, no soft-caps, tied) are defaulted where
+// they are read.
+struct Gemma3TextDefaults {
+  static constexpr int64_t vocab_size = 262208, hidden_size = 2304, intermediate_size = 9216,
+                           num_hidden_layers = 26, num_attention_heads = 8, num_key_value_heads = 4,
+                           max_position_embeddings = 131072;
+  static constexpr double rms_norm_eps = 1e-6;
+};
+
+// Gemma3Config's keys of the vision model and of the joining of images into the text (and their
+// aliases, transformers' attribute_map): fathom serves the text model only, so they are read as
+// knowingly unused, as the vision tower's tensors are skipped (hf_dir.cpp).
+constexpr std::string_view kGemma3VisionKeys[] = {"mm_tokens_per_image", "boi_token_index", "eoi_token_index",
+                                                  "image_token_index", "boi_token_id", "eoi_token_id",
+                                                  "image_token_id"};
 
 // Keys that change nothing at inference: the checkpoint's bookkeeping, training-only settings
 // (dropout, initialisation, tensor-parallel slicing that sums to the same products), what the
@@ -157,7 +181,7 @@ const ArchName& find_arch(Keys& k, const std::string& path) {
               (type ? " (model_type " + shown(*type) + ")" : "") +
               " (fathom loads from a Hugging Face directory: LlamaForCausalLM, MistralForCausalLM, "
               "MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM, "
-              "Gemma2ForCausalLM, Gemma3ForCausalLM, GptOssForCausalLM)");
+              "Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, GptOssForCausalLM)");
   return kArchs[0];  // unreachable
 }
 
@@ -497,38 +521,42 @@ void translate_experts(Keys& k, const std::string& arch, const std::string& path
   k.neutral_only("mlp_only_layers", Json::array(), "dense MLP layers among the experts' ones");
 }
 
-HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
-  const Json j = hf::parse_json(text, path, 8);
-  if (!j.is_object()) throw Error(path + ": not a JSON object");
-  Keys k(j, path);
+namespace {
+
+// A text model's config.json keys (`k`) of architecture `arch` -> the GGUF metadata; the caller
+// checks that every key was read.
+HfConfig translate_text_model(Keys& k, const ArchName& arch, const std::string& path) {
   HfConfig out;
-  const ArchName& arch = find_arch(k, path);
   out.arch = arch.gguf;
   const std::string a = out.arch + ".";
   constexpr int64_t kMaxDim = 1 << 20, kMaxCount = 4096;
   out.metadata["general.architecture"] = str(out.arch);
-  const int64_t dim = k.integer("hidden_size", std::nullopt, kMaxDim);
-  const int64_t heads = k.integer("num_attention_heads", std::nullopt, kMaxCount);
-  const int64_t kv_heads = k.integer("num_key_value_heads", heads, kMaxCount);
-  const bool gemma = out.arch == "gemma2" || out.arch == "gemma3";
+  // Gemma 3's config.json may leave out what Gemma3TextConfig defaults; the others' must say it.
+  using G3 = Gemma3TextDefaults;
+  const bool gemma3 = out.arch == "gemma3";
+  const auto dflt = [&](int64_t v) { return gemma3 ? std::optional<int64_t>(v) : std::nullopt; };
+  const int64_t dim = k.integer("hidden_size", dflt(G3::hidden_size), kMaxDim);
+  const int64_t heads = k.integer("num_attention_heads", dflt(G3::num_attention_heads), kMaxCount);
+  const int64_t kv_heads = k.integer("num_key_value_heads", gemma3 ? G3::num_key_value_heads : heads, kMaxCount);
+  const bool gemma = out.arch == "gemma2" || gemma3;
   const bool gpt_oss = out.arch == "gpt-oss";
   if (!k.get("head_dim") && !gemma && !gpt_oss && dim % heads != 0)
     throw Error(path + ": hidden_size " + std::to_string(dim) + " is not a multiple of num_attention_heads");
   const int64_t head_dim =
       k.integer("head_dim", gemma ? 256 : gpt_oss ? 64 : dim / heads, kMaxCount);  // transformers' defaults
-  const int64_t context = k.integer("max_position_embeddings", std::nullopt, 1 << 24);
-  out.vocab_size = k.integer("vocab_size", std::nullopt, 1 << 21);  // the largest are ~262k
-  const int64_t layers = k.integer("num_hidden_layers", std::nullopt, kMaxCount);
+  const int64_t context = k.integer("max_position_embeddings", dflt(G3::max_position_embeddings), 1 << 24);
+  out.vocab_size = k.integer("vocab_size", dflt(G3::vocab_size), 1 << 21);  // the largest are ~262k
+  const int64_t layers = k.integer("num_hidden_layers", dflt(G3::num_hidden_layers), kMaxCount);
   out.metadata[a + "block_count"] = u32(layers);
   out.metadata[a + "context_length"] = u32(context);
   out.metadata[a + "embedding_length"] = u32(dim);
-  out.metadata[a + "feed_forward_length"] = u32(k.integer("intermediate_size", std::nullopt, kMaxDim));
+  out.metadata[a + "feed_forward_length"] = u32(k.integer("intermediate_size", dflt(G3::intermediate_size), kMaxDim));
   out.metadata[a + "attention.head_count"] = u32(heads);
   out.metadata[a + "attention.head_count_kv"] = u32(kv_heads);
   out.metadata[a + "attention.key_length"] = u32(head_dim);
   out.metadata[a + "attention.value_length"] = u32(head_dim);
   out.metadata[a + "vocab_size"] = u32(out.vocab_size);
-  const double eps = k.number("rms_norm_eps", std::nullopt);
+  const double eps = k.number("rms_norm_eps", gemma3 ? std::optional<double>(G3::rms_norm_eps) : std::nullopt);
   if (!(eps > 0 && eps < 1)) throw Error(path + ": rms_norm_eps must be in (0, 1)");
   out.metadata[a + "attention.layer_norm_rms_epsilon"] = f32(eps);
   if (out.arch == "gemma3")
@@ -587,6 +615,59 @@ HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
   out.eos_ids = hf::token_ids(k.get("eos_token_id"), path, "eos_token_id");
   const std::vector<int64_t> bos = hf::token_ids(k.get("bos_token_id"), path, "bos_token_id");
   if (!bos.empty()) out.bos_id = bos[0];
+  return out;
+}
+
+// Gemma3ForConditionalGeneration (transformers' Gemma3Config): the text model's Gemma3TextConfig
+// nested as text_config (absent: all its defaults, as transformers), a SigLIP vision_config and the
+// keys joining image embeddings into the text. fathom serves the text model, text in and text out:
+// text_config is read as a gemma3_text config.json is, every key of it read or refused by name; the
+// vision keys are knowingly unused; any other top-level key is refused by name.
+HfConfig translate_gemma3_multimodal(Keys& k, const std::string& path) {
+  if (const Json* v = k.get("vision_config"); v && !v->is_object())
+    throw Error(path + ": vision_config = " + shown(*v) + " is not an object");
+  for (std::string_view key : kGemma3VisionKeys) k.get(std::string(key));
+  const Json* text = k.get("text_config");
+  if (text && !text->is_object()) throw Error(path + ": text_config = " + shown(*text) + " is not an object");
+  static const Json kEmpty = Json::object();
+  const Json& tj = text ? *text : kEmpty;
+  const std::string text_path = path + ": text_config";
+  Keys t(tj, text_path);
+  if (const auto type = t.string("model_type"); type && *type != kGemma3Text.model_type)
+    throw Error(text_path + ": model_type " + shown(*type) + " is not gemma3_text (Gemma 3's text model)");
+  HfConfig out = translate_text_model(t, kGemma3Text, text_path);
+  t.check_all_read(out.arch);
+  out.multimodal = true;
+
+  // Tied unless said otherwise: transformers 5 reads the top level's tie_word_embeddings
+  // (Gemma3Config's, default true), 4 the text config's (get_text_config()): they must agree.
+  const std::optional<bool> top_tie = k.boolean("tie_word_embeddings");
+  const auto it = tj.find("tie_word_embeddings");
+  const std::optional<bool> text_tie =
+      it == tj.end() || it->is_null() ? std::nullopt : std::optional<bool>(it->get<bool>());  // checked above
+  if (top_tie && text_tie && *top_tie != *text_tie)
+    throw Error(path + ": tie_word_embeddings = " + shown(Json(*top_tie)) + " and text_config.tie_word_embeddings = " +
+                shown(Json(*text_tie)) + " disagree (transformers 5 reads the first, 4 the second)");
+  out.tie_word_embeddings = top_tie.value_or(text_tie.value_or(true));
+  // The released configs give the token ids at the top (eos_token_id [1, 106]); text_config's
+  // (read above) where the top gives none, as transformers' generation config takes them.
+  if (std::vector<int64_t> eos = hf::token_ids(k.get("eos_token_id"), path, "eos_token_id"); !eos.empty())
+    out.eos_ids = std::move(eos);
+  if (const std::vector<int64_t> bos = hf::token_ids(k.get("bos_token_id"), path, "bos_token_id"); !bos.empty())
+    out.bos_id = bos[0];
+  k.check_all_read("Gemma3ForConditionalGeneration");
+  return out;
+}
+
+}  // namespace
+
+HfConfig hf_config_from_json(std::string_view text, const std::string& path) {
+  const Json j = hf::parse_json(text, path, 8);
+  if (!j.is_object()) throw Error(path + ": not a JSON object");
+  Keys k(j, path);
+  const ArchName& arch = find_arch(k, path);
+  if (arch.vision) return translate_gemma3_multimodal(k, path);
+  HfConfig out = translate_text_model(k, arch, path);
   k.check_all_read(out.arch);
   return out;
 }

@@ -23,11 +23,16 @@ struct HfConfig {
   int64_t vocab_size = 0;                      // the embedding's rows
   std::vector<int64_t> eos_ids;                // config.json's eos_token_id (an int or a list)
   std::optional<int64_t> bos_id;
+  // Gemma3ForConditionalGeneration: the text model's tensors are under language_model.model.* or
+  // model.language_model.*, beside a vision tower and projector that are not served (hf_dir.cpp
+  // skips them).
+  bool multimodal = false;
 };
 
 // `path` names the file in messages. Throws fathom::Error("<path>: ...") for invalid JSON, an
 // architecture fathom does not load from a directory, a missing or out-of-range value, and any key
-// it does not implement.
+// it does not implement. Gemma3ForConditionalGeneration's config.json is read as its text_config
+// (the text model, which fathom serves), its vision keys as knowingly unused.
 HfConfig hf_config_from_json(std::string_view text, const std::string& path);
 
 }  // namespace fathom

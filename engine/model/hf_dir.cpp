@@ -88,6 +88,28 @@ constexpr std::pair<std::string_view, std::string_view> kGlobalNames[] = {
     {"lm_head.weight", "output.weight"},
 };
 
+// Gemma3ForConditionalGeneration's tensors. The text model's are under language_model.model.* as
+// released (transformers < 4.52, whose language_model was a Gemma3ForCausalLM) and under
+// model.language_model.* as transformers >= 4.52 saves them (transformers turns the first into the
+// second at load: the _checkpoint_conversion_mapping of 4.52, conversion_mapping.py's "llava" renames
+// of 5); a head of its own is language_model.lm_head.weight or lm_head.weight. The vision tower and
+// the projector that joins it to the text are not served: their tensors are skipped.
+constexpr std::pair<std::string_view, std::string_view> kMultimodalTextPrefixes[] = {
+    {"language_model.model.", "model."}, {"model.language_model.", "model."}, {"language_model.lm_head.", "lm_head."},
+    {"lm_head.", "lm_head."}};
+constexpr std::string_view kMultimodalVisionPrefixes[] = {"vision_tower.", "multi_modal_projector.",
+                                                          "model.vision_tower.", "model.multi_modal_projector."};
+
+// A ConditionalGeneration checkpoint's tensor: nullopt for the vision model's (skipped), else its
+// name in a text-only checkpoint ("" when it is neither model's: refused by its own name).
+std::optional<std::string> multimodal_text_name(const std::string& name) {
+  for (std::string_view prefix : kMultimodalVisionPrefixes)
+    if (name.starts_with(prefix)) return std::nullopt;
+  for (const auto& [prefix, text] : kMultimodalTextPrefixes)
+    if (name.starts_with(prefix)) return std::string(text) + name.substr(prefix.size());
+  return std::string();
+}
+
 std::string strip_slashes(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   return dir;
@@ -233,6 +255,7 @@ std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir_arg) {
   std::vector<std::shared_ptr<const MappedFile>> maps;
   std::vector<GgufTensorInfo> tensors;
   std::set<std::string> seen;
+  std::map<std::string, std::string> gguf_names;  // GGUF name -> the checkpoint's
   bool has_lm_head = false;
   const auto meta_int = [&](const char* key) { return int64_t{std::get<uint32_t>(cfg.metadata.at(cfg.arch + key))}; };
   std::optional<GptOssExperts> gpt_oss;
@@ -253,12 +276,25 @@ std::unique_ptr<GgufFile> open_hf_directory(const std::string& dir_arg) {
       // A buffer old checkpoints saved, recomputed from config.json (llama.cpp's converter skips it too).
       if (t.name.ends_with(".rotary_emb.inv_freq")) continue;
       if (gpt_oss && gpt_oss->take(t, shard_path)) continue;
-      if (t.name == "lm_head.weight") {
+      // Its name in a text model's checkpoint ("" for none).
+      std::string hf_name = t.name;
+      if (cfg.multimodal) {
+        std::optional<std::string> text = multimodal_text_name(t.name);
+        if (!text) continue;  // the vision model's: not served
+        hf_name = std::move(*text);
+      }
+      if (hf_name == "lm_head.weight") {
         has_lm_head = true;
         // Tied: transformers uses the embedding in its place.
         if (cfg.tie_word_embeddings.value_or(false)) continue;
       }
-      tensors.push_back(tensor_info(t, gguf_tensor_name(t.name, n_layers, cfg.arch), shard_path));
+      // One without a GGUF name keeps the checkpoint's: the weights loader refuses it as unused.
+      std::string gguf = hf_name.empty() ? hf_name : gguf_tensor_name(hf_name, n_layers, cfg.arch);
+      if (gguf == hf_name) gguf = t.name;
+      if (const auto [it, fresh] = gguf_names.emplace(gguf, t.name); !fresh)
+        throw Error(shard_path + ": tensors " + hf::shown(it->second) + " and " + hf::shown(t.name) +
+                    " are the same weight (" + gguf + ")");
+      tensors.push_back(tensor_info(t, std::move(gguf), shard_path));
     }
     maps.push_back(std::move(map));
   }

@@ -237,6 +237,39 @@ TEST(Gemma3, DirectoryMatchesItsGgufAndTheReference) {
             kCudaTol);
 }
 
+// Gemma 3's vision checkpoints (Gemma3ForConditionalGeneration: the 4B, 12B and 27B as released)
+// serve their text model: gemma3-mm-hf holds gemma3-hf's text weights under language_model.model.*,
+// a text_config that leaves most keys to transformers' Gemma3TextConfig defaults, and vision tower
+// and projector tensors, which are skipped. Its logits must be bitwise the GGUF's, and within the
+// CPU's and CUDA's tolerances of the reference.
+TEST(Gemma3, ConditionalGenerationDirectoryServesItsTextModel) {
+  const Fixture f = logits_fixture::load(kDir, "gemma3");
+  const std::unique_ptr<Model> mm = Model::load(kDir + "gemma3-mm-hf");
+  const std::unique_ptr<Model> gguf = Model::load(f.path("gguf"));
+  const ModelConfig& c = mm->config();
+  ASSERT_EQ(c.arch, Architecture::kGemma3);
+  ASSERT_EQ(c.layers.size(), 6u);
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    EXPECT_EQ(c.layers[il].sliding, il != 5) << "layer " << il;
+    EXPECT_EQ(c.layers[il].window, gguf->config().layers[il].window) << "layer " << il;
+    EXPECT_EQ(c.layers[il].rope_inv_freq, gguf->config().layers[il].rope_inv_freq) << "layer " << il;
+  }
+  EXPECT_EQ(c.attn_scale, gguf->config().attn_scale);
+  EXPECT_EQ(c.rms_eps, gguf->config().rms_eps);
+  EXPECT_EQ(c.context_length, gguf->config().context_length);
+  const ModelOptions o = options();
+  CpuBackend mm_cpu(*mm, o), gguf_cpu(*gguf, o);
+  const std::vector<float> got = logits_fixture::run_prompts(mm_cpu, f, o.block_size, kChunk);
+  EXPECT_EQ(worst_row_error(got, logits_fixture::run_prompts(gguf_cpu, f, o.block_size, kChunk), f.vocab,
+                            "gemma3-mm-hf vs our gguf"),
+            0.0);
+  EXPECT_LE(worst_row_error(got, f.logits, f.vocab, "gemma3-mm-hf cpu"), kCpuTol);
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*mm, o);
+  EXPECT_LE(worst_row_error(logits_fixture::run_prompts(*cuda, f, o.block_size, kChunk), f.logits, f.vocab,
+                            "gemma3-mm-hf cuda-emu"),
+            kCudaTol);
+}
+
 // gpt-oss as released: its experts' gate and up matrices MXFP4. The reference is transformers with
 // those weights as the gguf package dequantizes them (0.72 of max|logit| from the bf16 model's), so
 // the MXFP4 expert kernels (CPU dot and tiled GEMM, CUDA GEMV) are held to it like any other. The

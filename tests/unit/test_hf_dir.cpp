@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -156,8 +157,10 @@ TEST(HfConfig, RefusesWhatItDoesNotImplementByName) {
   EXPECT_NE(with("rope_parameters", {{"rope_type", "linear"}, {"factor", 2.0}, {"beta", 1}}).find("'beta'"),
             std::string::npos);
   EXPECT_NE(with("layer_types", {"full_attention", "sliding_attention"}).find("sliding_attention"), std::string::npos);
-  EXPECT_NE(with("architectures", {"Gemma3ForConditionalGeneration"}).find("Gemma3ForConditionalGeneration"),
-            std::string::npos);  // a vision tower, the text model under language_model.*
+  EXPECT_NE(with("architectures", {"Gemma3ForConditionalGeneration"}).find("(model_type 'qwen2')"),
+            std::string::npos);  // the class and the model type disagree
+  EXPECT_NE(with("architectures", {"PaliGemmaForConditionalGeneration"}).find("PaliGemmaForConditionalGeneration"),
+            std::string::npos);
   EXPECT_NE(with("num_attention_heads", "2").find("not an integer"), std::string::npos);
   EXPECT_NE(with("hidden_size", 0).find("out of range"), std::string::npos);
   // Mistral's window is every layer's (llama.attention.sliding_window); Llama has none to give.
@@ -441,6 +444,134 @@ TEST(HfConfig, GemmaAsLlamaCppsConverter) {
   EXPECT_EQ(config_error(big), "");
 }
 
+// Gemma 3's vision checkpoints (Gemma3ForConditionalGeneration, model_type gemma3: 4B, 12B, 27B):
+// the text model's config is text_config, whose keys left out take transformers' Gemma3TextConfig
+// defaults; the vision keys are knowingly unused; any other key, top-level or the text model's, is
+// refused by name.
+json gemma3_4b_it() {  // google/gemma-3-4b-it's config.json as released
+  return json::parse(R"({
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": false}})");
+}
+
+TEST(HfConfig, Gemma3ConditionalGenerationReadsItsTextConfig) {
+  // The fixture: gemma3-hf's text model in the released layout, the same keys.
+  const HfConfig mm = hf_config_from_json(fixture_config("gemma3-mm").dump(), "config.json");
+  const HfConfig text = hf_config_from_json(fixture_config("gemma3").dump(), "config.json");
+  EXPECT_EQ(mm.arch, "gemma3");
+  EXPECT_TRUE(mm.multimodal);
+  EXPECT_FALSE(text.multimodal);
+  EXPECT_EQ(mm.metadata, text.metadata);
+  EXPECT_EQ(mm.vocab_size, 128);
+  EXPECT_EQ(mm.tie_word_embeddings, true);
+  EXPECT_EQ(mm.eos_ids, std::vector<int64_t>{127});
+
+  // The 4B as released: transformers' defaults for the head counts, head_dim, vocabulary, context,
+  // epsilon, attention scale and both RoPE bases.
+  const HfConfig g4 = hf_config_from_json(gemma3_4b_it().dump(), "config.json");
+  const auto u = [&](const HfConfig& c, const char* key) {
+    return std::get<uint32_t>(c.metadata.at(std::string("gemma3.") + key));
+  };
+  EXPECT_EQ(u(g4, "block_count"), 34u);
+  EXPECT_EQ(u(g4, "embedding_length"), 2560u);
+  EXPECT_EQ(u(g4, "feed_forward_length"), 10240u);
+  EXPECT_EQ(u(g4, "attention.head_count"), 8u);
+  EXPECT_EQ(u(g4, "attention.head_count_kv"), 4u);
+  EXPECT_EQ(u(g4, "attention.key_length"), 256u);
+  EXPECT_EQ(u(g4, "context_length"), 131072u);
+  EXPECT_EQ(u(g4, "vocab_size"), 262208u);
+  EXPECT_EQ(u(g4, "attention.sliding_window"), 1024u);
+  EXPECT_EQ(std::get<float>(g4.metadata.at("gemma3.attention.layer_norm_rms_epsilon")), 1e-6f);
+  EXPECT_EQ(std::get<float>(g4.metadata.at("gemma3.rope.freq_base")), 1e6f);
+  EXPECT_EQ(std::get<float>(g4.metadata.at("gemma3.rope.scaling.factor")), 8.0f);
+  EXPECT_EQ(g4.vocab_size, 262208);
+  EXPECT_EQ(g4.tie_word_embeddings, true);
+  EXPECT_EQ(g4.eos_ids, (std::vector<int64_t>{1, 106}));
+  EXPECT_EQ(ModelConfig::from_gguf(*GgufFile::assemble("g4", g4.metadata, {}, {}, {})).attn_scale, 1.0f / 16);
+
+  // The 12B and the 27B (its attention scale hidden / heads = 168, as llama.cpp's).
+  json g12 = gemma3_4b_it();
+  g12["text_config"].update(json{{"hidden_size", 3840}, {"intermediate_size", 15360}, {"num_attention_heads", 16},
+                                 {"num_hidden_layers", 48}, {"num_key_value_heads", 8}});
+  json g27 = gemma3_4b_it();
+  g27["text_config"].update(json{{"head_dim", 128}, {"hidden_size", 5376}, {"intermediate_size", 21504},
+                                 {"num_attention_heads", 32}, {"num_hidden_layers", 62}, {"num_key_value_heads", 16},
+                                 {"query_pre_attn_scalar", 168}});
+  EXPECT_EQ(u(hf_config_from_json(g12.dump(), "config.json"), "attention.head_count_kv"), 8u);
+  EXPECT_EQ(u(hf_config_from_json(g27.dump(), "config.json"), "attention.key_length"), 128u);
+  g27["text_config"].erase("query_pre_attn_scalar");  // 256: not what llama.cpp's 27B scales by
+  EXPECT_NE(config_error(g27).find("text_config: query_pre_attn_scalar = 256"), std::string::npos) << config_error(g27);
+
+  // The same checkpoint as transformers 5 saves it: every text key written (rope_parameters,
+  // layer_types, the text model's own token ids), tie_word_embeddings at both levels, dtype.
+  json v5 = fixture_config("gemma3-mm");
+  json& t = v5["text_config"];
+  t.erase("rope_scaling");
+  t.update(json{{"_sliding_window_pattern", 6}, {"attention_bias", false}, {"attention_dropout", 0.0},
+                {"attn_logit_softcapping", nullptr}, {"bos_token_id", 2}, {"eos_token_id", 1},
+                {"final_logit_softcapping", nullptr}, {"hidden_activation", "gelu_pytorch_tanh"},
+                {"initializer_range", 0.02}, {"pad_token_id", 0}, {"rms_norm_eps", 1e-06},
+                {"tie_word_embeddings", true}, {"use_bidirectional_attention", false}, {"use_cache", true},
+                {"rope_parameters",
+                 {{"full_attention", {{"factor", 8.0}, {"rope_theta", 1e6}, {"rope_type", "linear"}}},
+                  {"sliding_attention", {{"rope_theta", 10000.0}, {"rope_type", "default"}}}}}});
+  t["layer_types"] = json::array();
+  for (int il = 0; il < 6; ++il) t["layer_types"].push_back(il == 5 ? "full_attention" : "sliding_attention");
+  v5.erase("torch_dtype");
+  v5["dtype"] = "bfloat16";
+  v5["tie_word_embeddings"] = true;
+  v5["vision_config"].update(json{{"attention_dropout", 0.0}, {"hidden_act", "gelu_pytorch_tanh"},
+                                  {"layer_norm_eps", 1e-06}, {"num_channels", 3}});
+  const HfConfig h5 = hf_config_from_json(v5.dump(), "config.json");
+  EXPECT_EQ(h5.metadata, text.metadata);
+  EXPECT_EQ(h5.eos_ids, std::vector<int64_t>{127});  // the top level's, not the text model's 1
+  EXPECT_EQ(h5.bos_id, 2);                             // the text model's: the top gives none
+  json bare = fixture_config("gemma3-mm");
+  bare.erase("eos_token_id");
+  bare["text_config"]["eos_token_id"] = 1;
+  EXPECT_EQ(hf_config_from_json(bare.dump(), "config.json").eos_ids, std::vector<int64_t>{1});
+  json untied = fixture_config("gemma3-mm");
+  untied["tie_word_embeddings"] = false;
+  EXPECT_EQ(hf_config_from_json(untied.dump(), "config.json").tie_word_embeddings, false);
+
+  // Refused by name: a key neither level reads, the text model's settings fathom does not
+  // implement, a text_config of another model, versions disagreeing on the head.
+  const std::tuple<const char*, const char*, json, const char*> refused[] = {
+      {"", "unsloth_fixed", true, "key 'unsloth_fixed' is not one fathom's Gemma3ForConditionalGeneration reads"},
+      {"", "hidden_size", 32, "key 'hidden_size' is not one"},  // the text model's, at the top: not read there
+      {"", "text_config", "gemma3_text", "text_config = 'gemma3_text' is not an object"},
+      {"", "vision_config", 1, "vision_config = 1 is not an object"},
+      {"", "eos_token_id", "x", "eos_token_id"},
+      {"text_config", "vision_tower_lr", 0.1, "text_config: key 'vision_tower_lr' is not one fathom's gemma3 reads"},
+      {"text_config", "model_type", "gemma2", "text_config: model_type 'gemma2' is not gemma3_text"},
+      {"text_config", "final_logit_softcapping", 30.0, "text_config: final_logit_softcapping"},
+      {"text_config", "rope_local_base_freq", 20000.0, "text_config: the sliding layers' RoPE base"},
+      {"text_config", "use_bidirectional_attention", true, "text_config: use_bidirectional_attention"},
+      {"text_config", "tie_word_embeddings", false,
+       "tie_word_embeddings = true and text_config.tie_word_embeddings = false disagree"},
+  };
+  for (const auto& [level, key, value, want] : refused) {
+    json c = fixture_config("gemma3-mm");
+    if (std::string(key) == "tie_word_embeddings") c["tie_word_embeddings"] = true;
+    (*level ? c[level] : c)[key] = value;
+    EXPECT_NE(config_error(c).find(want), std::string::npos) << level << " " << key << ": " << config_error(c);
+  }
+  json other = fixture_config("gemma3-mm");
+  other["model_type"] = "gemma3_text";  // the class says otherwise
+  EXPECT_NE(config_error(other).find("unsupported architecture 'Gemma3ForConditionalGeneration'"), std::string::npos)
+      << config_error(other);
+  other.erase("architectures");  // model_type gemma3_text: the top level is no text model's config
+  EXPECT_NE(config_error(other).find("not one fathom's gemma3 reads"), std::string::npos) << config_error(other);
+}
+
 // gpt-oss (transformers' GptOssConfig; llama.cpp's GptOssModel converter): config.json gives the
 // keys of the GGUF of the same checkpoint, transformers' defaults for what it leaves out, and what
 // fathom fixes (the clamped SwiGLU's constants, alternating windows from a sliding first layer, the
@@ -617,6 +748,107 @@ TEST(HfDir, GemmaNormsAreOnePlusTheCheckpoints) {
       EXPECT_EQ(x.window, y.window) << family << " layer " << il;
       EXPECT_EQ(x.rope_inv_freq, y.rope_inv_freq) << family << " layer " << il;
     }
+  }
+}
+
+// Rewrites a scratch directory's model.safetensors: each tensor under the name `rename` gives it
+// ("" drops it), then `extra` (name -> dtype, shape), zero-filled.
+void rewrite_shard(const ScratchDir& dir, const std::function<std::string(const std::string&)>& rename,
+                   const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>>& extra = {}) {
+  std::ifstream in(dir.path() + "/model.safetensors", std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json header = json::object();
+  std::vector<uint8_t> data;
+  for (const auto& t : parse_safetensors(bytes.data(), bytes.size(), "m")) {
+    const std::string name = rename(t.name);
+    if (name.empty()) continue;
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.nbytes}}};
+    data.insert(data.end(), t.data, t.data + t.nbytes);
+  }
+  for (const auto& [name, dtype, shape] : extra) {
+    size_t n = dtype == "F32" ? 4 : 2;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + n}}};
+    data.resize(data.size() + n);
+  }
+  const auto img = image(header.dump(), data);
+  std::ofstream(dir.path() + "/model.safetensors", std::ios::binary)
+      .write(reinterpret_cast<const char*>(img.data()), static_cast<std::streamsize>(img.size()));
+}
+
+// Gemma3ForConditionalGeneration serves its text model: the released layout (language_model.model.*,
+// gemma3-mm-hf) and transformers >= 4.52's (model.language_model.*) load gemma3-hf's weights, the
+// vision tower's and projector's tensors skipped; any other tensor is refused by its name.
+TEST(HfDir, Gemma3ConditionalGenerationServesItsTextModel) {
+  const auto text = Model::load(kArch + "gemma3-hf");
+  const auto same_weights = [&](const Model& m, const std::string& what) {
+    EXPECT_EQ(m.config().arch, Architecture::kGemma3) << what;
+    EXPECT_EQ(m.config().norm_offset, 1.0f) << what;
+    EXPECT_EQ(m.vocab(), text->vocab()) << what;
+    EXPECT_EQ(m.tokenizer().eos_id(), text->tokenizer().eos_id()) << what;
+    EXPECT_EQ(m.weights().output_norm, text->weights().output_norm) << what;
+    for (size_t il = 0; il < text->weights().layers.size(); ++il) {
+      const LayerWeights &a = m.weights().layers[il], &b = text->weights().layers[il];
+      EXPECT_EQ(a.q_norm, b.q_norm) << what << " layer " << il;
+      EXPECT_EQ(a.post_ffn_norm, b.post_ffn_norm) << what << " layer " << il;
+      for (const auto& [x, y] : {std::pair{&a.wq, &b.wq}, {&a.w_down, &b.w_down}}) {
+        ASSERT_EQ(x->bytes(), y->bytes()) << what;
+        EXPECT_EQ(std::memcmp(x->data, y->data, x->bytes()), 0) << what << " layer " << il;
+      }
+    }
+  };
+  same_weights(*Model::load(kArch + "gemma3-mm-hf"), "released layout");
+
+  // transformers >= 4.52's names, and an untied head (language_model.lm_head as released,
+  // lm_head at the top as 4.52 saves it).
+  const auto v452 = [](const std::string& n) {
+    for (const char* p : {"vision_tower.", "multi_modal_projector."})
+      if (n.starts_with(p)) return "model." + n;
+    return n.starts_with("language_model.model.") ? "model.language_model." + n.substr(21) : n;
+  };
+  {
+    ScratchDir dir("gemma3-mm");
+    rewrite_shard(dir, v452);
+    same_weights(*Model::load(dir.path()), "transformers >= 4.52's layout");
+  }
+  for (const char* head : {"language_model.lm_head.weight", "lm_head.weight"}) {
+    ScratchDir dir("gemma3-mm");
+    json c = fixture_config("gemma3-mm");
+    c["tie_word_embeddings"] = false;
+    dir.write("config.json", c.dump());
+    EXPECT_NE(load_error(dir.path()).find("no lm_head.weight"), std::string::npos) << load_error(dir.path());
+    rewrite_shard(dir, [](const std::string& n) { return n; }, {{head, "BF16", {128, 32}}});
+    const auto m = Model::load(dir.path());
+    EXPECT_NE(m->weights().output.data, m->weights().token_embd.data) << head;
+  }
+
+  // Refused, each by name: the text model's tensors under the text-only class's names, a tensor
+  // of neither model, the two layouts mixed, and the directory's config refusals.
+  {
+    ScratchDir dir("gemma3-mm");
+    rewrite_shard(dir, [](const std::string& n) { return n; },
+                  {{"model.norm.weight", "BF16", {32}},
+                   {"language_model.model.layers.0.mlp.down_proj.bias", "BF16", {32}},
+                   {"image_newline", "BF16", {32}}});
+    const std::string e = load_error(dir.path());
+    EXPECT_NE(e.find("3 tensors that fathom's gemma3 does not use"), std::string::npos) << e;
+    EXPECT_NE(e.find("'model.norm.weight'"), std::string::npos) << e;
+    EXPECT_NE(e.find("'blk.0.ffn_down.bias'"), std::string::npos) << e;  // an MLP bias, by its GGUF name
+    EXPECT_NE(e.find("'image_newline'"), std::string::npos) << e;
+  }
+  {
+    ScratchDir dir("gemma3-mm");
+    rewrite_shard(dir, [](const std::string& n) { return n; },
+                  {{"model.language_model.layers.1.self_attn.q_norm.weight", "BF16", {24}}});
+    EXPECT_NE(load_error(dir.path()).find("are the same weight (blk.1.attn_q_norm.weight)"), std::string::npos)
+        << load_error(dir.path());
+  }
+  {
+    ScratchDir dir("gemma3-mm");
+    json c = fixture_config("gemma3-mm");
+    c["image_seq_length"] = 256;
+    dir.write("config.json", c.dump());
+    EXPECT_NE(load_error(dir.path()).find("'image_seq_length'"), std::string::npos) << load_error(dir.path());
   }
 }
 
