@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake g++ clang libclang-rt-14-dev pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  nlohmann-json3-dev libspdlog-dev libsentencepiece-dev libboost1.81-dev
+  nlohmann-json3-dev libspdlog-dev libsentencepiece-dev libboost1.81-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev prometheus
   chromium chromium-driver)  # the playground's browser test
 

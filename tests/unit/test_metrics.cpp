@@ -1,5 +1,6 @@
-// MetricsRegistry: text exposition of each type, escaping, identity of (name, labels), type
-// conflicts, exact sums under concurrent increments, and inclusive histogram bucket bounds.
+// MetricsRegistry (over prometheus-cpp): text exposition of each type, escaping, identity of
+// (name, labels), type conflicts, exact sums under concurrent increments, inclusive histogram
+// bucket bounds, and the order of families and series in /metrics.
 #include "engine/metrics.h"
 
 #include <gtest/gtest.h>
@@ -75,16 +76,19 @@ TEST(Metrics, GaugeSpecialValues) {
   reg.gauge("d", "d").set(0.1);
   reg.gauge("e", "e").set(1e-300);
   reg.gauge("f", "f").set(-12345678901234567.0);
+  reg.gauge("g", "g").set(123456789012.0);
   const std::string out = reg.render();
   EXPECT_TRUE(has_line(out, "a +Inf")) << out;
   EXPECT_TRUE(has_line(out, "b -Inf")) << out;
-  EXPECT_TRUE(has_line(out, "c NaN")) << out;
+  // prometheus-cpp's spelling; Prometheus parses it case-insensitively (Go's ParseFloat).
+  EXPECT_TRUE(has_line(out, "c Nan")) << out;
   EXPECT_TRUE(has_line(out, "d 0.1")) << out;
   EXPECT_TRUE(has_line(out, "e 1e-300")) << out;
-  // Round trip: the printed value parses back to the same double.
+  EXPECT_TRUE(has_line(out, "g 123456789012")) << out;  // not the stream default's 1.23457e+11
+  // prometheus-cpp prints 16 significant digits: the value parses back to within 1e-15 of itself.
   const size_t pos = out.find("\nf ");
   ASSERT_NE(pos, std::string::npos);
-  EXPECT_EQ(std::stod(out.substr(pos + 3)), -12345678901234567.0);
+  EXPECT_NEAR(std::stod(out.substr(pos + 3)), -12345678901234567.0, 12345678901234567.0 * 1e-15);
 }
 
 TEST(Metrics, HistogramRendering) {
@@ -95,15 +99,16 @@ TEST(Metrics, HistogramRendering) {
   h.observe(0.0625);
   h.observe(0.5);
   h.observe(3);
+  // prometheus-cpp writes _count and _sum before the buckets (the order within a family is free).
   EXPECT_EQ(reg.render(),
             "# HELP fathom_latency_seconds Latency.\n"
             "# TYPE fathom_latency_seconds histogram\n"
+            "fathom_latency_seconds_count{policy=\"dense\"} 4\n"
+            "fathom_latency_seconds_sum{policy=\"dense\"} 3.56640625\n"
             "fathom_latency_seconds_bucket{policy=\"dense\",le=\"0.005\"} 1\n"
             "fathom_latency_seconds_bucket{policy=\"dense\",le=\"0.1\"} 2\n"
             "fathom_latency_seconds_bucket{policy=\"dense\",le=\"1\"} 3\n"
-            "fathom_latency_seconds_bucket{policy=\"dense\",le=\"+Inf\"} 4\n"
-            "fathom_latency_seconds_sum{policy=\"dense\"} 3.56640625\n"
-            "fathom_latency_seconds_count{policy=\"dense\"} 4\n");
+            "fathom_latency_seconds_bucket{policy=\"dense\",le=\"+Inf\"} 4\n");
 }
 
 TEST(Metrics, HistogramSumAndCountCarryLabels) {
@@ -128,7 +133,8 @@ TEST(Metrics, HistogramWithoutLabels) {
 }
 
 TEST(Metrics, HistogramBoundaryIsInclusive) {
-  Histogram h({0.005, 0.01, 1.0});
+  MetricsRegistry reg;
+  Histogram& h = reg.histogram("h", "h", {0.005, 0.01, 1.0});
   h.observe(0.005);  // exactly on a bound: counted in le="0.005"
   h.observe(0.01);
   h.observe(1.0);
@@ -139,17 +145,31 @@ TEST(Metrics, HistogramBoundaryIsInclusive) {
 }
 
 TEST(Metrics, HistogramNaNGoesToInfOnly) {
-  Histogram h({1.0});
+  MetricsRegistry reg;
+  Histogram& h = reg.histogram("h", "h", {1.0});
   h.observe(std::nan(""));
   EXPECT_EQ(h.cumulative_counts(), (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(h.count(), 1u);
+  EXPECT_TRUE(std::isnan(h.sum()));
 }
 
 TEST(Metrics, HistogramBoundsValidated) {
-  EXPECT_THROW(Histogram({1.0, 1.0}), std::invalid_argument);
-  EXPECT_THROW(Histogram({2.0, 1.0}), std::invalid_argument);
-  EXPECT_THROW(Histogram({std::nan("")}), std::invalid_argument);
-  Histogram explicit_inf({1.0, std::numeric_limits<double>::infinity()});  // +Inf is implied; dropped
+  MetricsRegistry reg;
+  EXPECT_THROW(reg.histogram("h1", "h", {1.0, 1.0}), std::invalid_argument);
+  EXPECT_THROW(reg.histogram("h2", "h", {2.0, 1.0}), std::invalid_argument);
+  EXPECT_THROW(reg.histogram("h3", "h", {std::nan("")}), std::invalid_argument);
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(reg.histogram("h4", "h", {1.0, inf, inf}), std::invalid_argument);
+  Histogram& explicit_inf = reg.histogram("h5", "h", {1.0, inf});  // +Inf is implied; dropped
   EXPECT_EQ(explicit_inf.bounds(), std::vector<double>{1.0});
+  explicit_inf.observe(2);
+  const std::string out = reg.render();
+  EXPECT_TRUE(has_line(out, "h5_bucket{le=\"1\"} 0")) << out;
+  EXPECT_TRUE(has_line(out, "h5_bucket{le=\"+Inf\"} 1")) << out;
+  const std::string inf_bucket = "h5_bucket{le=\"+Inf\"}";
+  EXPECT_EQ(out.find(inf_bucket, out.find(inf_bucket) + 1), std::string::npos) << out;  // +Inf once
+  // Failed registrations leave families without series: they render as HELP and TYPE only.
+  EXPECT_EQ(out.find("h1_bucket"), std::string::npos) << out;
 }
 
 TEST(Metrics, LatencyBucketsAreSortedSeconds) {
@@ -177,10 +197,26 @@ TEST(Metrics, LabelsRenderSortedByName) {
 
 TEST(Metrics, FamiliesRenderSortedByName) {
   MetricsRegistry reg;
-  reg.gauge("b_gauge", "b").set(1);
-  reg.counter("a_total", "a").inc();
+  // prometheus-cpp collects by type (counters, gauges, histograms) in registration order.
+  reg.histogram("c_seconds", "c", {1}).observe(1);
+  reg.counter("b_total", "b").inc();
+  reg.gauge("a_gauge", "a").set(1);
   const std::string out = reg.render();
-  EXPECT_LT(out.find("# HELP a_total"), out.find("# HELP b_gauge"));
+  EXPECT_LT(out.find("# HELP a_gauge"), out.find("# HELP b_total")) << out;
+  EXPECT_LT(out.find("# HELP b_total"), out.find("# HELP c_seconds")) << out;
+}
+
+TEST(Metrics, SeriesRenderSortedByLabels) {
+  MetricsRegistry reg;
+  // prometheus-cpp keeps a family's series in a hash map; render() sorts them.
+  std::string want;
+  for (int i = 0; i < 40; ++i) {
+    const std::string v = std::to_string(100 + i);
+    want += "s_total{k=\"" + v + "\"} 1\n";
+  }
+  for (int i = 39; i >= 0; --i) reg.counter("s_total", "s", {{"k", std::to_string(100 + i)}}).inc();
+  reg.counter("s_total", "s").inc();  // no labels sorts first
+  EXPECT_EQ(reg.render(), "# HELP s_total s\n# TYPE s_total counter\ns_total 1\n" + want);
 }
 
 TEST(Metrics, SameNameAndLabelsReturnSameObject) {
