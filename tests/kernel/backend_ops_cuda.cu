@@ -1,0 +1,244 @@
+// The op-test grid's CUDA runner (tests/kernel/backend_ops.h): the same source compiled by the host
+// compiler against kernels/cuda/emu (test_backend_ops) and by nvcc against the CUDA runtime
+// (test_backend_ops_cuda). Host code only: it uploads, calls the launchers and downloads.
+#include "tests/kernel/backend_ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/bifurcated_attention.h"
+#include "kernels/cuda/hip_attention.h"
+#include "kernels/cuda/paged_decode_attention.h"
+#include "kernels/cuda/sparq_attention.h"
+#include "kernels/cuda/swa_attention.h"
+#include "kernels/cuda/swa_mass.h"
+
+namespace fathom::grid {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// A launch, then the device's own report of it (a real device reports kernel faults on sync).
+void launched(cudaError_t e, const char* what) {
+  check(e, what);
+  check(cudaDeviceSynchronize(), what);
+}
+
+template <typename T>
+struct Dev {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) {
+    check(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(1, n) * sizeof(T)), "cudaMalloc");
+  }
+  explicit Dev(const std::vector<T>& host) : Dev(host.size()) {
+    if (n > 0) check(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
+  }
+  Dev(const T* host, size_t count) : Dev(count) {
+    if (n > 0) check(cudaMemcpy(ptr, host, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
+  }
+  ~Dev() { cudaFree(ptr); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  std::vector<T> get() const {
+    std::vector<T> host(n);
+    if (n > 0) check(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    return host;
+  }
+};
+
+// The fixture's planes on the device.
+struct DevKv {
+  Dev<uint8_t> k, v, k_t;
+  Dev<KvInt8Row> k_rows, v_rows;
+  Dev<float> v_sum, k_moments;
+  Dev<int32_t> table;
+  explicit DevKv(const testing::PagedKvFixture& f)
+      : k(f.k), v(f.v), k_t(f.k_t), k_rows(f.k_rows), v_rows(f.v_rows), v_sum(f.v_sum), k_moments(f.k_moments),
+        table(f.table) {}
+  PagedKvView view(const testing::PagedKvFixture& f, KvPlanes p) const {
+    PagedKvView kv = f.view(p.k_t, p.v_sum);
+    kv.k = k.ptr;
+    kv.v = v.ptr;
+    kv.k_t = p.k_t ? k_t.ptr : nullptr;
+    kv.v_sum = p.v_sum ? v_sum.ptr : nullptr;
+    kv.k_moments = k_moments.ptr;
+    kv.block_table = table.ptr;
+    if (f.dtype == KvDtype::kI8) {
+      kv.k_rows = k_rows.ptr;
+      kv.v_rows = v_rows.ptr;
+    }
+    return kv;
+  }
+};
+
+Bytes bytes_of(const cuda::AttnBytes& b) { return {b.kv_read, b.other_read, b.written}; }
+
+void reset_counters() {
+#ifdef FATHOM_CUDA_EMULATION
+  cuda::attn_common::reset_byte_counters();
+#endif
+}
+
+void counted(LaunchBytes* b) {
+#ifdef FATHOM_CUDA_EMULATION
+  b->counted = bytes_of(cuda::attn_common::counted_bytes());
+  b->has_counted = true;
+#else
+  (void)b;
+#endif
+}
+
+}  // namespace
+
+CudaDevice cuda_device() {
+  CudaDevice d;
+#ifdef FATHOM_CUDA_EMULATION
+  d.name = "cuda_emu";
+  d.emulated = true;
+  d.present = true;
+  d.detail = "kernels/cuda/emu on the host";
+#else
+  d.name = "cuda";
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    d.detail = e != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(e) : "no CUDA device";
+    return d;
+  }
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  d.present = true;
+  d.detail = std::string(prop.name) + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+#endif
+  return d;
+}
+
+std::vector<float> cuda_dense(const testing::PagedKvFixture& f, KvPlanes planes, const AttentionArgs& a,
+                              int32_t keys_per_split, LaunchBytes* bytes) {
+  const size_t n = static_cast<size_t>(a.n_q) * a.n_heads * f.d;
+  DevKv dkv(f);
+  const PagedKvView kv = dkv.view(f, planes);
+  Dev<float> q(a.q, n), out(n), sinks(a.sinks, a.sinks != nullptr ? a.n_heads : 0);
+  AttentionArgs d = a;
+  d.q = q.ptr;
+  d.out = out.ptr;
+  d.sinks = a.sinks != nullptr ? sinks.ptr : nullptr;
+  const cuda::DecodeAttentionPlan plan = cuda::plan_paged_decode_attention(kv, d, keys_per_split);
+  Dev<float> workspace(plan.workspace_floats);
+  reset_counters();
+  launched(cuda::paged_decode_attention(kv, d, plan, plan.workspace_floats ? workspace.ptr : nullptr, nullptr),
+           "paged_decode_attention");
+  counted(bytes);
+  bytes->formula = bytes_of(cuda::paged_decode_attention_bytes(kv, d, plan));
+  return out.get();
+}
+
+CudaSparqResult cuda_sparq(const testing::PagedKvFixture& f, KvPlanes planes, const DecodeArgs& a, const SparqLaunch& c) {
+  const size_t n = static_cast<size_t>(a.n_heads) * f.d;
+  DevKv dkv(f);
+  const PagedKvView kv = dkv.view(f, planes);
+  Dev<float> q(a.q, n), out(n);
+  DecodeArgs d = a;
+  d.q = q.ptr;
+  d.out = out.ptr;
+  const cuda::SparqPlan plan = cuda::plan_sparq_decode_attention(
+      kv, d, cuda::SparqConfig{c.k, c.l, c.r, c.reallocation, c.key_spread}, c.score_keys_per_split,
+      c.attend_keys_per_split);
+  Dev<int32_t> workspace(plan.workspace_words);
+  CudaSparqResult r;
+  reset_counters();
+  launched(cuda::sparq_decode_attention(kv, d, plan, workspace.ptr, nullptr), "sparq_decode_attention");
+  counted(&r.bytes);
+  r.bytes.formula = bytes_of(cuda::sparq_decode_attention_bytes(kv, d, plan));
+  r.out = out.get();
+  r.k = plan.k;
+  r.l = plan.l;
+  r.r = plan.r;
+  const std::vector<int32_t> words = workspace.get();
+  for (int32_t g = 0; g < f.n_kv_heads; ++g) {
+    r.i1.emplace_back(words.begin() + plan.i1 + g * plan.r, words.begin() + plan.i1 + (g + 1) * plan.r);
+    r.i2.emplace_back(words.begin() + plan.i2 + g * plan.k, words.begin() + plan.i2 + (g + 1) * plan.k);
+  }
+  r.alpha.resize(a.n_heads);
+  std::memcpy(r.alpha.data(), &words[plan.alpha], a.n_heads * sizeof(float));
+  return r;
+}
+
+CudaHipResult cuda_hip(const testing::PagedKvFixture& f, KvPlanes planes, const DecodeArgs& est, const DecodeArgs& a,
+                   const ref::HipParams& p, int32_t keys_per_split) {
+  const size_t n = static_cast<size_t>(a.n_heads) * f.d;
+  DevKv dkv(f);
+  const PagedKvView kv = dkv.view(f, planes);
+  Dev<float> q_est(est.q, n), q(a.q, n), out(n);
+  const cuda::HipConfig hc{p.mask_k, p.block_size_k, p.sink, p.window, p.per_kv_head};
+  const DecodeArgs dest{q_est.ptr, nullptr, est.n_heads, est.pos, est.scale};
+  const cuda::HipMaskInfo info = cuda::plan_hip_mask(kv, dest, hc);
+  Dev<int32_t> starts(static_cast<size_t>(a.n_heads) * std::max(1, info.n_keep));
+  CudaHipResult r;
+  r.dense = info.dense;
+  reset_counters();
+  launched(cuda::hip_estimate_mask(kv, dest, hc, info, starts.ptr, nullptr), "hip_estimate_mask");
+  counted(&r.estimate);
+  r.estimate.formula = bytes_of(cuda::hip_estimate_mask_bytes_bound(kv, dest, hc, info));
+  if (!info.dense) {
+    const std::vector<int32_t> host = starts.get();
+    for (int32_t h = 0; h < a.n_heads; ++h)
+      r.block_starts.emplace_back(host.begin() + h * info.n_keep, host.begin() + (h + 1) * info.n_keep);
+  }
+  const DecodeArgs d{q.ptr, out.ptr, a.n_heads, a.pos, a.scale};
+  const cuda::HipAttentionPlan plan = cuda::plan_hip_sparse_attention(kv, d, hc, info, keys_per_split);
+  Dev<float> workspace(plan.workspace_floats);
+  reset_counters();
+  launched(cuda::hip_sparse_attention(kv, d, hc, info, starts.ptr, plan, workspace.ptr, nullptr),
+           "hip_sparse_attention");
+  counted(&r.attend);
+  r.attend.formula = bytes_of(cuda::hip_sparse_attention_bytes(kv, d, hc, info, plan));
+  r.out = out.get();
+  return r;
+}
+
+CudaSwaResult cuda_swa(const testing::PagedKvFixture& f, KvPlanes planes, const DecodeArgs& a,
+                   const std::vector<int32_t>& kept, int32_t keys_per_split) {
+  const size_t n = static_cast<size_t>(a.n_heads) * f.d;
+  DevKv dkv(f);
+  const PagedKvView kv = dkv.view(f, planes);
+  Dev<float> q(a.q, n), out(n), weights(kept.size());
+  Dev<int32_t> dkept(kept);
+  const DecodeArgs d{q.ptr, out.ptr, a.n_heads, a.pos, a.scale};
+  const cuda::SwaPlan plan = cuda::plan_swa_attention(kv, d, static_cast<int32_t>(kept.size()), keys_per_split);
+  Dev<float> workspace(plan.workspace_floats);
+  CudaSwaResult r;
+  reset_counters();
+  launched(cuda::swa_attention(kv, d, dkept.ptr, plan, weights.ptr, workspace.ptr, nullptr), "swa_attention");
+  counted(&r.bytes);
+  r.bytes.formula = bytes_of(cuda::swa_attention_bytes(kv, d, plan));
+  r.out = out.get();
+  r.weights = weights.get();
+  return r;
+}
+
+std::vector<int32_t> cuda_swa_select(const std::vector<float>& mass, int32_t radius, int32_t k_local, int32_t k_global) {
+  const int32_t n = static_cast<int32_t>(mass.size());
+  Dev<float> dmass(mass), ws(cuda::swa_select_workspace_floats(n));
+  Dev<int32_t> kept(static_cast<size_t>(k_local + k_global));
+  launched(cuda::swa_select(dmass.ptr, n, radius, k_local, k_global, ws.ptr, kept.ptr, nullptr), "swa_select");
+  return kept.get();
+}
+
+std::vector<float> cuda_swa_fold(const std::vector<float>& mass, float keep, const std::vector<int32_t>& kept,
+                                 const std::vector<float>& weights) {
+  Dev<float> dmass(mass), dweights(weights);
+  Dev<int32_t> dkept(kept);
+  launched(cuda::swa_fold(dmass.ptr, static_cast<int32_t>(mass.size()), keep, dkept.ptr, dweights.ptr,
+                          static_cast<int32_t>(weights.size()), nullptr),
+           "swa_fold");
+  return dmass.get();
+}
+
+}  // namespace fathom::grid
