@@ -86,4 +86,16 @@ std::vector<int32_t> cuda_swa_select(const std::vector<float>& mass, int32_t rad
 std::vector<float> cuda_swa_fold(const std::vector<float>& mass, float keep, const std::vector<int32_t>& kept,
                                  const std::vector<float>& weights);
 
+// cuda::bifurcated_attention: sequence i attends [0, pos[i]] through tables[i] over the pool,
+// each segment's keys [begin, end) read once for its members through tables[members[0]].
+// q: [n_seqs][n_heads][d]; sinks: [n_heads] or empty.
+struct BifSegment {
+  int32_t begin = 0, end = 0;
+  std::vector<int32_t> members;
+};
+std::vector<float> cuda_bifurcated(const testing::PagedKvFixture& pool, const std::vector<std::vector<int32_t>>& tables,
+                                   const std::vector<BifSegment>& segments, const std::vector<int32_t>& pos,
+                                   const std::vector<float>& q, int32_t n_heads, LogitScale scale,
+                                   const std::vector<float>& sinks, int32_t keys_per_split, LaunchBytes* bytes);
+
 }  // namespace fathom::grid

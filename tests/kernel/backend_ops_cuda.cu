@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -239,6 +240,34 @@ std::vector<float> cuda_swa_fold(const std::vector<float>& mass, float keep, con
                           static_cast<int32_t>(weights.size()), nullptr),
            "swa_fold");
   return dmass.get();
+}
+
+std::vector<float> cuda_bifurcated(const testing::PagedKvFixture& pool, const std::vector<std::vector<int32_t>>& tables,
+                                   const std::vector<BifSegment>& segments, const std::vector<int32_t>& pos,
+                                   const std::vector<float>& q, int32_t n_heads, LogitScale scale,
+                                   const std::vector<float>& sinks, int32_t keys_per_split, LaunchBytes* bytes) {
+  const int32_t n_seqs = static_cast<int32_t>(tables.size());
+  DevKv dkv(pool);
+  const PagedKvView kv = dkv.view(pool, {false, false});
+  std::vector<std::unique_ptr<Dev<int32_t>>> dtables;
+  std::vector<cuda::BifSequence> seqs;
+  for (int32_t i = 0; i < n_seqs; ++i) {
+    dtables.push_back(std::make_unique<Dev<int32_t>>(tables[i]));
+    seqs.push_back({dtables.back()->ptr, pos[i]});
+  }
+  std::vector<cuda::BifSegment> segs;
+  for (const BifSegment& s : segments) segs.push_back({dtables[s.members[0]]->ptr, s.begin, s.end, s.members});
+  Dev<float> dq(q), dout(q.size()), dsinks(sinks);
+  const cuda::BifurcatedPlan plan = cuda::plan_bifurcated_attention(segs, seqs, n_heads, kv, keys_per_split);
+  Dev<uint8_t> dplan(plan.device_bytes);
+  Dev<float> workspace(plan.workspace_floats);
+  reset_counters();
+  launched(cuda::bifurcated_attention(plan, kv, dq.ptr, dout.ptr, dplan.ptr, workspace.ptr, scale,
+                                      sinks.empty() ? nullptr : dsinks.ptr, nullptr),
+           "bifurcated_attention");
+  counted(bytes);
+  bytes->formula = bytes_of(cuda::bifurcated_attention_bytes(plan, kv, !sinks.empty()));
+  return dout.get();
 }
 
 }  // namespace fathom::grid

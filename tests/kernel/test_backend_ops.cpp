@@ -50,7 +50,9 @@
 #include "kernels/ref/hip.h"
 #include "kernels/ref/sparq.h"
 #include "kernels/ref/swa.h"
+#include "kernels/ref/bifurcated.h"
 #include "tests/kernel/backend_ops.h"
+#include "tests/kernel/bifurcated_fixture.h"
 #include "tests/kernel/paged_kv_fixture.h"
 
 namespace fathom::grid {
@@ -939,6 +941,101 @@ void run_sparq_scores(const Case& c, int32_t bs, KvDtype dtype, int32_t G, int32
 }
 
 // ============================================================================================
+// Bifurcated attention: cpu::bifurcated_decode_with (each inner kernel; 1 and 2 threads) and
+// cpu::bifurcated_decode (the dispatched kernels), cuda::bifurcated_attention vs
+// ref::bifurcated_attention, and vs dense attention of each sequence alone through its own view
+// (cpu::paged_attention at the widest level: a shared segment must change nothing but the reads)
+// ============================================================================================
+
+struct BifShape {
+  std::string name;
+  int32_t d = 64, G = 1;
+  KvDtype dtype = KvDtype::kF32;
+  std::vector<testing::SegmentSpec> specs;
+  std::vector<int32_t> suffix;  // per sequence: tokens after the segments that cover it
+  bool k_t = true;              // the Kᵀ plane as the engine keeps it (without: the row kernels)
+  int32_t bs = 16;
+  float softcap = 0.0f;         // > 0: soft-capped logits (Gemma 2)
+  bool sinks = false;           // attention sinks (gpt-oss), N(1, 1) per head
+  int32_t keys_per_split = 256;  // CUDA launch size
+  bool emulated = true;         // run on cuda_emu too
+};
+
+struct BifRef {
+  std::vector<float> out, dense;
+  int64_t bytes = 0;
+};
+
+const testing::Group& bif_inputs(const Case& c, const BifShape& s) {
+  return shape_inputs<testing::Group>(c, [&] {
+    std::mt19937 rng = rng_for(c.shape_id, 9);
+    testing::Group g = testing::make_group(s.d, s.G, s.dtype, s.specs, s.suffix, rng, s.k_t, s.bs);
+    g.softcap = s.softcap;
+    std::normal_distribution<float> sink(1.0f, 1.0f);
+    if (s.sinks)
+      for (int32_t h = 0; h < g.n_heads; ++h) g.sinks.push_back(sink(rng));
+    return g;
+  });
+}
+
+void run_bifurcated(const Case& c, const BifShape& s, const Backend& b, const Tol& t) {
+  const testing::Group& g = bif_inputs(c, s);
+  const BifRef& R = reference<BifRef>(c, [&] {
+    BifRef r;
+    std::vector<DecodeArgs> a = g.args(r.out);
+    r.bytes = ref::bifurcated_attention(g.segments, g.views.data(), a.data(), g.size());
+    std::vector<DecodeArgs> ad = g.args(r.dense);
+    const char* level = cpu::simd_level();
+    cpu::set_simd_level_for_testing(best_level());
+    for (int32_t i = 0; i < g.size(); ++i)
+      cpu::paged_attention(pool(), g.views[i], AttentionArgs{ad[i].q, ad[i].out, 1, g.n_heads, g.pos[i], 0, ad[i].scale,
+                                                             ad[i].softcap, ad[i].sinks});
+    cpu::set_simd_level_for_testing(level);
+    return r;
+  });
+  // The reference counts elements only, without INT8's row parameters.
+  if (s.dtype != KvDtype::kI8) {
+    EXPECT_EQ(R.bytes, g.expect_bytes) << "the reference's bytes";
+  }
+  if (b.family == Family::kCpu) {
+    static ThreadPool pool1(1);
+    const cpu::PartialAttentionFn kernel = std::strcmp(b.level, "portable") == 0 ? cpu::partial_attention_portable()
+                                           : std::strcmp(b.level, "avx2") == 0   ? cpu::partial_attention_avx2()
+                                                                                 : cpu::partial_attention_avx512();
+    const cpu::PartialAttentionFn many_rows = b.kernel == CpuKernel::kRowsAvx512 ? cpu::partial_attention_rows_avx512()
+                                              : b.kernel == CpuKernel::kRowsAmx  ? cpu::partial_attention_rows_amx()
+                                                                                 : nullptr;
+    ASSERT_NE(kernel, nullptr);
+    std::vector<float> got1, got2;
+    std::vector<DecodeArgs> a1 = g.args(got1), a2 = g.args(got2);
+    EXPECT_EQ(cpu::bifurcated_decode_with(kernel, many_rows, pool1, g.segments, g.views.data(), a1.data(), g.size()),
+              g.expect_bytes);
+    EXPECT_EQ(cpu::bifurcated_decode_with(kernel, many_rows, pool(), g.segments, g.views.data(), a2.data(), g.size()),
+              g.expect_bytes);
+    EXPECT_EQ(std::memcmp(got1.data(), got2.data(), got1.size() * sizeof(float)), 0) << "1 and 2 threads differ";
+    report("output", expect_close(got1, R.out, t, "output"), t);
+    report("output vs dense", expect_close(got1, R.dense, t, "output vs dense attention"), t);
+    if (b.best) {  // the dispatched kernels (AVX-512: the many-rows ones, AMX where present)
+      const Tol& td = cpu::partial_attention_rows_amx() != nullptr ? c.amx : c.cpu;
+      std::vector<float> got;
+      std::vector<DecodeArgs> a = g.args(got);
+      EXPECT_EQ(cpu::bifurcated_decode(pool(), g.segments, g.views.data(), a.data(), g.size()), g.expect_bytes);
+      report("dispatched output", expect_close(got, R.out, td, "dispatched kernels' output"), td);
+    }
+  } else {
+    std::vector<BifSegment> segs;
+    for (const ref::SharedSegment& x : g.segments) segs.push_back({x.begin, x.end, x.members});
+    LaunchBytes bytes;
+    const std::vector<float> got = cuda_bifurcated(g.pool, g.tables, segs, g.pos, g.q, g.n_heads,
+                                                   LogitScale{1.0f / std::sqrt(static_cast<float>(g.d)), g.softcap},
+                                                   g.sinks, s.keys_per_split, &bytes);
+    expect_counted_bytes(bytes, "bifurcated");
+    report("output", expect_close(got, R.out, t, "output"), t);
+    report("output vs dense", expect_close(got, R.dense, t, "output vs dense attention"), t);
+  }
+}
+
+// ============================================================================================
 // The table
 // ============================================================================================
 
@@ -1019,6 +1116,21 @@ struct TableBuilder {
         attention_tol(Family::kCuda, "hip", s.dtype),
         [s, p](const Case& c, const Backend& b, const Tol& t) { run_hip(c, s, p, b, t); },
         attention_backends(s, !p.p.per_kv_head || s.G * s.d <= 2048));
+  }
+  // Bifurcated tolerances (absolute; |v| ~ 1): CPU f32 / f16 5e-6 (both sides read the same stored
+  // values; only accumulation order and chunk cuts differ), INT8 1e-5 (the kernel forms
+  // scale·(q·x_q) + min·Σq in f32, see test_attention); the AMX rows kernel f16 5e-5, INT8 1e-4
+  // (q and p split into two bf16 terms each are exact to 2^-17, attention_rows_amx.cpp; the error
+  // grows with head_dim and INT8's logit cancels; seen ~1.7e-5 f16, ~2.9e-5 INT8 at d 256; f32
+  // takes the AVX-512 kernel). CUDA 1e-5 for every dtype (expf vs exp, the split merges).
+  void bifurcated(const BifShape& s) {
+    const double cpu = s.dtype == KvDtype::kI8 ? 1e-5 : 5e-6;
+    const double amx = s.dtype == KvDtype::kI8 ? 1e-4 : s.dtype == KvDtype::kF16 ? 5e-5 : 5e-6;
+    Case& c = add("bifurcated", s.name, Tol{cpu}, Tol{1e-5},
+                  [s](const Case& c, const Backend& b, const Tol& t) { run_bifurcated(c, s, b, t); },
+                  [s](const Backend& b) { return b.family == Family::kCpu || b.name != "cuda_emu" || s.emulated; });
+    c.amx = Tol{amx};
+    next_shape();
   }
   void swa(const AttnShape& s, const SwaOp& p) {
     add("swa", s.name() + "_" + p.name(), attention_tol(Family::kCpu, "swa", s.dtype),
@@ -1152,6 +1264,131 @@ std::vector<Case> build_table() {
       T.swa(s, SwaOp{x.ratio, false, true, 24});
       T.next_shape();
     }
+  }
+
+  // ---- bifurcated attention: head dim 64/128/256, GQA group 1/3/4/8, f32/f16/INT8 KV, b = 1, 2,
+  // 5, 16 sequences, shared prefixes of 1, 15, 16, 17, 300 tokens (inside, at and across block
+  // edges, several chunks), own suffixes of 0..40 tokens (0: the query is the last shared token),
+  // the Kᵀ plane except for prefixes 15 and 17 (the row kernels). The emulator (an emulated block
+  // of many rows costs ~0.5 s) takes the prefixes of 1 and 17 tokens (inside a block, across one:
+  // copy-on-write blocks) for 2 and 5 sequences at d 64, group 3.
+  const auto dtype_name = [](KvDtype t) { return std::string(kv_dtype_name(t)); };
+  {
+    std::mt19937 rng(2024);
+    std::uniform_int_distribution<int32_t> suffix_len(0, 40);
+    for (int32_t d : {64, 128, 256})
+      for (int32_t G : {1, 3, 4, 8})
+        for (KvDtype dtype : kDtypes)
+          for (int32_t b : {1, 2, 5, 16})
+            for (int32_t prefix : {1, 15, 16, 17, 300}) {
+              std::vector<int32_t> members(b), suffix(b);
+              for (int32_t i = 0; i < b; ++i) {
+                members[i] = i;
+                suffix[i] = suffix_len(rng);
+              }
+              suffix[0] = 0;
+              if (b > 1) suffix[b - 1] = 40;
+              BifShape s;
+              s.name = "prefix" + std::to_string(prefix) + "_b" + std::to_string(b) + "_d" + std::to_string(d) + "_g" +
+                       std::to_string(G) + "_" + dtype_name(dtype);
+              s.d = d, s.G = G, s.dtype = dtype, s.specs = {{0, prefix, members}}, s.suffix = suffix;
+              s.k_t = prefix != 15 && prefix != 17;
+              s.emulated = (prefix == 1 || prefix == 17) && (b == 2 || b == 5) && G == 3 && d == 64;
+              T.bifurcated(s);
+            }
+  }
+  // Soft-capped logits (b = 2) and attention sinks (b = 16, the many-rows kernels too).
+  for (int32_t d : {64, 256})
+    for (int32_t G : {1, 4})
+      for (KvDtype dtype : kDtypes)
+        for (int32_t b : {2, 16})
+          for (int32_t prefix : {17, 300}) {
+            std::vector<int32_t> members(b);
+            std::iota(members.begin(), members.end(), 0);
+            BifShape s;
+            s.name = std::string(b == 2 ? "softcap" : "sinks") + "_prefix" + std::to_string(prefix) + "_b" +
+                     std::to_string(b) + "_d" + std::to_string(d) + "_g" + std::to_string(G) + "_" + dtype_name(dtype);
+            s.d = d, s.G = G, s.dtype = dtype, s.specs = {{0, prefix, members}}, s.suffix = std::vector<int32_t>(b, 9);
+            s.k_t = prefix != 17;
+            if (b == 2) {
+              s.softcap = 1.0f;
+            } else {
+              s.sinks = true;
+            }
+            s.emulated = d == 64 && G == 4 && prefix == 17;
+            T.bifurcated(s);
+          }
+  // Nested prefixes: a system prompt [0, 37) shared by all 6; document A [37, 300) by {0, 2, 4};
+  // document B [37, 90) by {1, 3}, then B' [90, 333) by {3} alone; sequence 5 has only the system
+  // prompt; listed out of position order. And two independent groups plus a sequence that shares
+  // nothing, in one call.
+  for (int32_t d : {64, 128})
+    for (int32_t G : {1, 3, 8})
+      for (KvDtype dtype : kDtypes) {
+        BifShape s;
+        s.d = d, s.G = G, s.dtype = dtype;
+        s.name = "nested_d" + std::to_string(d) + "_g" + std::to_string(G) + "_" + dtype_name(dtype);
+        s.specs = {{37, 300, {0, 2, 4}}, {90, 333, {3}}, {0, 37, {0, 1, 2, 3, 4, 5}}, {37, 90, {1, 3}}};
+        s.suffix = {5, 0, 17, 40, 1, 23};
+        s.emulated = G == 3 && d == 64;
+        T.bifurcated(s);
+        s.name = "twogroups_d" + std::to_string(d) + "_g" + std::to_string(G) + "_" + dtype_name(dtype);
+        s.specs = {{0, 520, {0, 1, 2}}, {0, 64, {3, 4}}};
+        s.suffix = {3, 16, 0, 9, 31, 70};
+        T.bifurcated(s);
+      }
+  // Blocks of 32 and 48 tokens: a 48-token block makes split-K chunks of 288 keys, so the AMX
+  // kernel's calls span two 256-key pieces (the online rescale between them); 48 rows (b = 16,
+  // G = 3) is past the dispatcher's AMX threshold.
+  for (int32_t bs : {32, 48})
+    for (int32_t d : {64, 128})
+      for (KvDtype dtype : kDtypes) {
+        std::vector<int32_t> members(16), suffix(16);
+        for (int32_t i = 0; i < 16; ++i) members[i] = i, suffix[i] = (i * 7) % 41;
+        BifShape s;
+        s.name = "bs" + std::to_string(bs) + "_prefix700_b16_d" + std::to_string(d) + "_g3_" + dtype_name(dtype);
+        s.d = d, s.G = 3, s.dtype = dtype, s.specs = {{0, 700, members}}, s.suffix = suffix, s.bs = bs;
+        s.emulated = bs == 48 && d == 64 && dtype == KvDtype::kI8;
+        T.bifurcated(s);
+      }
+  // The CUDA launch shapes (chunks of 40 keys): block-aligned prefixes and nested segments, a
+  // suffix of 1 token, b·G = 64 rows (one row tile for d <= 128 reads the prefix once; d 256: two
+  // tiles), no shared segment at all, soft caps, sinks.
+  {
+    struct Launch {
+      int32_t d, G, b, prefix_blocks, nested_blocks, nested_members;
+      std::vector<int32_t> suffix;  // tokens after the shared blocks
+      float softcap = 0.0f;
+      bool sinks = false;
+    };
+    const std::vector<Launch> launches = {
+        {64, 1, 2, 1, 0, 0, {1, 7}},
+        {128, 4, 3, 2, 0, 0, {16, 1, 83}},
+        {128, 4, 16, 3, 1, 5, std::vector<int32_t>(16, 5)},
+        {256, 8, 5, 2, 2, 3, {3, 17, 1, 40, 9}},
+        {64, 3, 4, 4, 2, 2, {1, 2, 33, 16}},
+        {256, 1, 3, 0, 0, 0, {20, 1, 9}},
+        {128, 4, 3, 2, 1, 2, {16, 1, 83}, 1.0f},
+        {64, 3, 4, 4, 2, 2, {1, 2, 33, 16}, 0.0f, true},
+    };
+    for (KvDtype dtype : kDtypes)
+      for (size_t i = 0; i < launches.size(); ++i) {
+        const Launch& x = launches[i];
+        const int32_t prefix_end = 16 * x.prefix_blocks, nested_end = 16 * (x.prefix_blocks + x.nested_blocks);
+        const bool nested = x.nested_blocks > 0 && x.nested_members > 1;
+        BifShape s;
+        s.name = "launch" + std::to_string(i) + "_b" + std::to_string(x.b) + "_d" + std::to_string(x.d) + "_g" +
+                 std::to_string(x.G) + "_" + dtype_name(dtype);
+        s.d = x.d, s.G = x.G, s.dtype = dtype, s.softcap = x.softcap, s.sinks = x.sinks, s.keys_per_split = 40;
+        std::vector<int32_t> all(x.b), members(std::max(0, x.nested_members));
+        std::iota(all.begin(), all.end(), 0);
+        std::iota(members.begin(), members.end(), 0);
+        if (x.prefix_blocks > 0) s.specs.push_back({0, prefix_end, all});
+        if (nested) s.specs.push_back({prefix_end, nested_end, members});
+        for (int32_t j = 0; j < x.b; ++j)
+          s.suffix.push_back(nested_end + x.suffix[j] - (nested && j < x.nested_members ? nested_end : prefix_end));
+        T.bifurcated(s);
+      }
   }
 
   // ---- SWA's mass on the device: lengths around the CTA's width, radii from 0 (no pooling) past
