@@ -10,9 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/activation.h"
 #include "kernels/cuda/bifurcated_attention.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/hip_attention.h"
+#include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/paged_decode_attention.h"
+#include "kernels/cuda/quant_gemv.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rope.h"
+#include "kernels/cuda/sampling.h"
 #include "kernels/cuda/sparq_attention.h"
 #include "kernels/cuda/swa_attention.h"
 #include "kernels/cuda/swa_mass.h"
@@ -268,6 +276,151 @@ std::vector<float> cuda_bifurcated(const testing::PagedKvFixture& pool, const st
   counted(bytes);
   bytes->formula = bytes_of(cuda::bifurcated_attention_bytes(plan, kv, !sinks.empty()));
   return dout.get();
+}
+
+std::vector<float> cuda_rms_norm(const std::vector<float>& x, const std::vector<float>& w, int64_t rows, int64_t n,
+                                 float eps, bool in_place) {
+  Dev<float> dx(x), dw(w), dy(in_place ? 0 : x.size());
+  launched(cuda::rms_norm(dx.ptr, dw.ptr, in_place ? dx.ptr : dy.ptr, rows, n, eps, nullptr), "rms_norm");
+  return in_place ? dx.get() : dy.get();
+}
+
+std::vector<float> cuda_glu(GluKind kind, const std::vector<float>& gate, const std::vector<float>& up, int64_t offset,
+                            int64_t n, bool in_place) {
+  const cuda::GluKind k = kind == GluKind::kSwiGlu      ? cuda::GluKind::kSwiGlu
+                          : kind == GluKind::kGeGluTanh ? cuda::GluKind::kGeGluTanh
+                                                        : cuda::GluKind::kSwiGluOai;
+  Dev<float> dg(gate), du(up), dout(in_place ? 0 : gate.size());
+  float* out = in_place ? dg.ptr : dout.ptr;
+  launched(cuda::glu(k, dg.ptr + offset, du.ptr + offset, out + offset, n, nullptr), "glu");
+  return in_place ? dg.get() : dout.get();
+}
+
+std::vector<float> cuda_rope(const std::vector<float>& x, const std::vector<int32_t>& pos, int64_t token_stride,
+                             int32_t n_heads, int32_t head_dim, int32_t rope_dim, bool neox, const std::vector<float>& cos,
+                             const std::vector<float>& sin) {
+  Dev<float> dx(x), dc(cos), ds(sin);
+  Dev<int32_t> dp(pos);
+  launched(cuda::rope(dx.ptr, dp.ptr, static_cast<int64_t>(pos.size()), token_stride, n_heads, head_dim, rope_dim, neox,
+                      dc.ptr, ds.ptr, nullptr),
+           "rope");
+  return dx.get();
+}
+
+std::vector<float> cuda_embedding(const std::vector<uint8_t>& table, GgmlType type, int64_t n_rows, int64_t dim,
+                                  const std::vector<int32_t>& ids, float scale) {
+  Dev<uint8_t> dt(table);
+  Dev<int32_t> di(ids);
+  Dev<float> dout(ids.size() * dim);
+  launched(cuda::embedding_lookup(dt.ptr, type, n_rows, dim, di.ptr, static_cast<int64_t>(ids.size()), scale, dout.ptr,
+                                  nullptr),
+           "embedding_lookup");
+  return dout.get();
+}
+
+std::vector<float> cuda_quant_gemv(GgmlType type, const std::vector<uint8_t>& w, int64_t n_out, int64_t k,
+                                   const std::vector<float>& x, int32_t n_x) {
+  Dev<uint8_t> dw(w);
+  Dev<float> dx(x), dy(static_cast<size_t>(n_x) * n_out);
+  launched(cuda::quant_gemv(type, dw.ptr, n_out, k, dx.ptr, n_x, dy.ptr, nullptr), "quant_gemv");
+  return dy.get();
+}
+
+std::vector<float> cuda_gemm(bool bf16, bool tiled, const std::vector<uint16_t>& a, int64_t lda,
+                             const std::vector<uint16_t>& b, int64_t ldb, const std::vector<float>& c, int64_t ldc,
+                             int32_t m, int32_t n, int32_t k) {
+  static_assert(sizeof(__half) == 2 && sizeof(__nv_bfloat16) == 2, "16-bit storage types");
+  Dev<uint16_t> da(a), db(b);
+  Dev<float> dc(c);
+  cuda::GemmHandle* handle = nullptr;
+  check(cuda::gemm_create(&handle), "gemm_create");
+  cudaError_t e;
+  if (!bf16) {
+    const auto* pa = reinterpret_cast<const __half*>(da.ptr);
+    const auto* pb = reinterpret_cast<const __half*>(db.ptr);
+    e = tiled ? cuda::gemm_f16_tiled(pa, lda, pb, ldb, dc.ptr, ldc, m, n, k, nullptr)
+              : cuda::gemm_f16(handle, pa, lda, pb, ldb, dc.ptr, ldc, m, n, k, nullptr);
+  } else {
+    const auto* pa = reinterpret_cast<const __nv_bfloat16*>(da.ptr);
+    const auto* pb = reinterpret_cast<const __nv_bfloat16*>(db.ptr);
+    e = tiled ? cuda::gemm_bf16_tiled(pa, lda, pb, ldb, dc.ptr, ldc, m, n, k, nullptr)
+              : cuda::gemm_bf16(handle, pa, lda, pb, ldb, dc.ptr, ldc, m, n, k, nullptr);
+  }
+  const cudaError_t synced = cudaDeviceSynchronize();
+  cuda::gemm_destroy(handle);
+  check(e, "gemm");
+  check(synced, "gemm");
+  return dc.get();
+}
+
+std::vector<int32_t> cuda_sample(const std::vector<float>& logits, int64_t row_stride, int32_t vocab,
+                                 const std::vector<SampleParams>& params) {
+  std::vector<cuda::SampleParams> p;
+  for (const SampleParams& x : params) p.push_back({x.temperature, x.top_k, x.top_p, 0, x.uniform});
+  Dev<float> dl(logits);
+  Dev<cuda::SampleParams> dp(p);
+  Dev<int32_t> dout(params.size());
+  launched(cuda::sample_top_k_top_p(dl.ptr, row_stride, vocab, static_cast<int32_t>(params.size()), dp.ptr, dout.ptr,
+                                    nullptr),
+           "sample_top_k_top_p");
+  return dout.get();
+}
+
+KvAppendResult cuda_kv_append(const KvLayer& layer, const KvBatch& batch, int32_t rollback_block) {
+  const bool i8 = layer.dtype == KvStore::kI8;
+  Dev<uint8_t> dk(layer.k), dv(layer.v), dkt(layer.k_t);
+  Dev<KvInt8Row> dkr(layer.k_rows), dvr(layer.v_rows);
+  Dev<float> dsum(layer.v_sum), dmoments(layer.k_moments), dkv(batch.kv);
+  Dev<int32_t> dpos(batch.positions), dstart(batch.seq_token_start), dtab(batch.block_tables), drow(batch.running_row);
+  const size_t per_row = static_cast<size_t>(layer.n_kv_heads) * 3 * layer.head_dim;
+  Dev<float> djournal(std::vector<float>(batch.journal_rows * per_row, -1.0f));
+  cuda::KvCacheLayer c;
+  c.k = dk.ptr;
+  c.v = dv.ptr;
+  c.k_t = dkt.ptr;
+  c.k_rows = i8 ? dkr.ptr : nullptr;
+  c.v_rows = i8 ? dvr.ptr : nullptr;
+  c.v_sum = dsum.ptr;
+  c.k_moments = dmoments.ptr;
+  c.dtype = layer.dtype == KvStore::kF32    ? cuda::KvStoreType::kF32
+            : layer.dtype == KvStore::kF16  ? cuda::KvStoreType::kF16
+            : layer.dtype == KvStore::kBF16 ? cuda::KvStoreType::kBF16
+                                            : cuda::KvStoreType::kI8;
+  c.block_size = layer.block_size;
+  c.n_kv_heads = layer.n_kv_heads;
+  c.head_dim = layer.head_dim;
+  cuda::KvAppendBatch b;
+  b.k = dkv.ptr;
+  b.v = dkv.ptr + batch.v_offset;
+  b.k_token_stride = b.v_token_stride = batch.token_stride;
+  b.positions = dpos.ptr;
+  b.seq_token_start = dstart.ptr;
+  b.block_tables = dtab.ptr;
+  b.table_stride = batch.table_stride;
+  b.n_tokens = static_cast<int32_t>(batch.positions.size());
+  b.n_seqs = static_cast<int32_t>(batch.seq_token_start.size()) - 1;
+  b.running = djournal.ptr;
+  b.running_row = drow.ptr;
+  launched(cuda::kv_append(c, b, nullptr), "kv_append");
+  KvAppendResult r;
+  r.after = layer;
+  r.after.k = dk.get();
+  r.after.v = dv.get();
+  r.after.k_t = dkt.get();
+  r.after.k_rows = dkr.get();
+  r.after.v_rows = dvr.get();
+  r.after.v_sum = dsum.get();
+  r.after.k_moments = dmoments.get();
+  r.journal = djournal.get();
+  if (batch.journal_rows > 0) {
+    launched(cuda::kv_set_running(c, rollback_block, djournal.ptr, nullptr), "kv_set_running");
+    r.v_sum_rolled = dsum.get();
+    r.k_moments_rolled = dmoments.get();
+    Dev<float> dgot(per_row);
+    launched(cuda::kv_get_running(c, rollback_block, dgot.ptr, nullptr), "kv_get_running");
+    r.running_read = dgot.get();
+  }
+  return r;
 }
 
 }  // namespace fathom::grid

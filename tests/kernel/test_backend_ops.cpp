@@ -18,6 +18,13 @@
 //                    the same table there when the CUDA runtime reports a device (skipped without)
 // An op runs on the backends that implement it (Case::runs_on says which and why not).
 //
+// Ops: dense, sparq, hip, swa (decode attention policies; the loosest settings against dense
+// attention too), bifurcated, swa_select / swa_fold (SWA's mass on the device), top_k /
+// kth_largest_key / sparq_scores (the CPU's sparse building blocks), rms_norm, glu (SwiGLU, GeGLU,
+// gpt-oss's), rope (adjacent pairs, NeoX, partial), embedding, matmul (per weight type; the CPU's
+// 8-bit activations: matmul_q8), gemm (f16 / bf16), sampling, kv_append. BackendOpsGrid.Backends
+// prints the table's size per op and backend.
+//
 // Tolerances: |backend − reference| ≤ atol + rtol·|reference| per element, stated per op, dtype
 // and backend family in the table (tolerance()), each with why; an op's second quantity (SparQ's
 // α, SWA's weights) has its own absolute bound (aux). Selections computed in float by a backend
@@ -33,6 +40,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -46,14 +54,17 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sparse_attention.h"
 #include "kernels/cpu/sparse_common.h"
+#include "kernels/ggml_type.h"
 #include "kernels/ref/attention.h"
 #include "kernels/ref/hip.h"
 #include "kernels/ref/sparq.h"
 #include "kernels/ref/swa.h"
 #include "kernels/ref/bifurcated.h"
+#include "kernels/ref/dequant.h"
 #include "tests/kernel/backend_ops.h"
 #include "tests/kernel/bifurcated_fixture.h"
 #include "tests/kernel/paged_kv_fixture.h"
+#include "tests/kernel/random_rows.h"
 
 namespace fathom::grid {
 namespace {
@@ -75,6 +86,7 @@ struct Backend {
   const char* level = nullptr;  // CPU: the SIMD level the run is capped at
   CpuKernel kernel = CpuKernel::kLevel;
   bool best = false;            // CPU: the widest level here (where the dispatched entry points are checked)
+  bool device = false;          // CUDA on a device (not the emulator)
 };
 
 struct Backends {
@@ -113,7 +125,7 @@ const Backends& backends() {
       b.absent.push_back("cpu_*, cuda_emu: run by test_backend_ops");
     }
     if (b.cuda.present)
-      b.present.push_back({b.cuda.name, Family::kCuda});
+      b.present.push_back({b.cuda.name, Family::kCuda, nullptr, CpuKernel::kLevel, false, !b.cuda.emulated});
     else
       b.absent.push_back(b.cuda.name + ": " + b.cuda.detail);
     return b;
@@ -149,18 +161,21 @@ struct Overlap {
 
 struct Tol {
   double atol = 0, rtol = 0;
-  double aux = 0;     // SparQ: |α − α_ref|; SWA: |weight − weight_ref| per query head
+  double aux = 0;     // SparQ: |α − α_ref|; SWA: |weight − weight_ref| per query head; sampling: see there
   Overlap overlap{};  // SparQ's I2, HiP's blocks
+  double sum = 0;     // matmul, gemm: the bound is atol + sum·Σ|w·x| (the products' magnitudes, not |ref|)
+  double q8 = 0;      // matmul with 8-bit activations: + q8·B (B: the activation rounding's bound)
 };
 
 struct Case {
   std::string op, shape;
   int32_t id = 0, shape_id = 0;  // shape_id: cases of one shape share their inputs (built once)
   Tol cpu, cuda, amx;            // per backend family (amx: the CPU's AMX rows kernel)
+  Tol device;                    // CUDA on a device where it differs from the emulator's (see the op)
   std::function<bool(const Backend&)> runs_on;  // null: every backend
   std::function<void(const Case&, const Backend&, const Tol&)> run;
   const Tol& tol(const Backend& b) const {
-    return b.family == Family::kCuda ? cuda : b.kernel == CpuKernel::kRowsAmx ? amx : cpu;
+    return b.family == Family::kCuda ? (b.device ? device : cuda) : b.kernel == CpuKernel::kRowsAmx ? amx : cpu;
   }
 };
 
@@ -1036,6 +1051,635 @@ void run_bifurcated(const Case& c, const BifShape& s, const Backend& b, const To
 }
 
 // ============================================================================================
+// Row and element-wise ops against their formulas in double: rms_norm, the gated activations,
+// RoPE; embedding rows against ref::dequantize_row
+// ============================================================================================
+
+// |got − want| ≤ bound(i) for every i; one failure reported; returns the worst |got − want|.
+template <typename Bound>
+double expect_within(const std::vector<float>& got, const std::vector<double>& want, Bound bound, const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  bool reported = false;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    worst = std::isfinite(got[i]) ? std::max(worst, err) : INFINITY;
+    if ((!std::isfinite(got[i]) || err > bound(i)) && !reported) {
+      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i] << " (|err| " << err
+                    << ", bound " << bound(i) << ")";
+      reported = true;
+    }
+  }
+  return worst;
+}
+
+struct NormShape {
+  int64_t rows, n;
+  bool in_place = false;  // y = x's buffer (then x ~ N(0, 1), w = 0.5, eps 1e-5)
+};
+
+void run_rms_norm(const Case& c, const NormShape& sh, const Backend& b, const Tol& t) {
+  std::mt19937 rng = rng_for(c.id, 10);
+  const float eps = sh.in_place ? 1e-5f : 1e-6f;
+  const std::vector<float> x = normal_vector(sh.rows * sh.n, rng, sh.in_place ? 1.0f : 3.0f);
+  std::vector<float> w(sh.n, 0.5f);
+  if (!sh.in_place)
+    for (float& v : w) v = 1.0f + 0.1f * std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  std::vector<double> want(x.size());
+  for (int64_t r = 0; r < sh.rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < sh.n; ++i) ss += static_cast<double>(x[r * sh.n + i]) * x[r * sh.n + i];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(sh.n) + eps);
+    for (int64_t i = 0; i < sh.n; ++i) want[r * sh.n + i] = x[r * sh.n + i] * inv * w[i];
+  }
+  std::vector<float> got;
+  if (b.family == Family::kCpu) {
+    got = sh.in_place ? x : std::vector<float>(x.size(), NAN);
+    cpu::rms_norm(sh.in_place ? got.data() : x.data(), w.data(), got.data(), sh.rows, sh.n, eps);
+  } else {
+    got = cuda_rms_norm(x, w, sh.rows, sh.n, eps, sh.in_place);
+  }
+  report("output", expect_within(got, want, [&](size_t i) { return t.atol + t.rtol * std::fabs(want[i]); }, "output"), t);
+}
+
+struct GluShape {
+  GluKind kind;
+  int64_t n, offset;      // offset 1: unaligned pointers (the scalar path)
+  bool in_place = false;  // out = gate
+};
+
+const char* glu_name(GluKind k) {
+  return k == GluKind::kSwiGlu ? "swiglu" : k == GluKind::kGeGluTanh ? "geglu_tanh" : "swiglu_oai";
+}
+
+void run_glu(const Case& c, const GluShape& sh, const Backend& b, const Tol& t) {
+  std::mt19937 rng = rng_for(c.id, 11);
+  const std::vector<float> gate = normal_vector(sh.n + sh.offset, rng, 3.0f), up = normal_vector(sh.n + sh.offset, rng, 3.0f);
+  std::vector<double> want(sh.n);
+  for (int64_t i = 0; i < sh.n; ++i) {
+    const double g = gate[sh.offset + i], u = up[sh.offset + i];
+    if (sh.kind == GluKind::kSwiGlu) {
+      want[i] = g / (1.0 + std::exp(-g)) * u;
+    } else if (sh.kind == GluKind::kGeGluTanh) {
+      want[i] = 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+    } else {  // gpt-oss: g = min(gate, 7), u = clamp(up, −7, 7), (u + 1)·g·σ(1.702·g)
+      const double gc = std::min(g, 7.0), uc = std::clamp(u, -7.0, 7.0);
+      want[i] = (uc + 1.0) * (gc / (1.0 + std::exp(-1.702 * gc)));
+    }
+  }
+  std::vector<float> out;
+  if (b.family == Family::kCpu) {
+    out = gate;
+    float* g = out.data() + sh.offset;
+    const float* u = up.data() + sh.offset;
+    if (sh.kind == GluKind::kSwiGlu) cpu::silu_mul(g, u, sh.n);
+    else if (sh.kind == GluKind::kGeGluTanh) cpu::gelu_tanh_mul(g, u, sh.n);
+    else cpu::swiglu_oai_mul(g, u, sh.n);
+  } else {
+    out = cuda_glu(sh.kind, gate, up, sh.offset, sh.n, sh.in_place);
+  }
+  const std::vector<float> got(out.begin() + sh.offset, out.end());
+  // GeGLU: 1 + tanh(y) near −1 loses ~1.2e-7·|0.5·g| to f32 cancellation (aux·|g·u|).
+  const double cancel = sh.kind == GluKind::kGeGluTanh ? t.aux : 0.0;
+  report("output", expect_within(got, want, [&](size_t i) {
+    return t.atol + t.rtol * std::fabs(want[i]) + cancel * std::fabs(static_cast<double>(gate[sh.offset + i]) * up[sh.offset + i]);
+  }, "output"), t);
+}
+
+struct RopeShape {
+  int32_t n_tokens, n_heads, head_dim, rope_dim, extra_stride;
+  bool neox = false;
+};
+
+void run_rope(const Case& c, const RopeShape& sh, const Backend& b, const Tol& t) {
+  std::mt19937 rng = rng_for(c.id, 12);
+  constexpr int32_t kCacheRows = 5000;
+  const int32_t half = sh.rope_dim / 2;
+  std::vector<int32_t> all(kCacheRows);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<float> cos_cache(static_cast<size_t>(kCacheRows) * half), sin_cache(cos_cache.size());
+  cpu::rope_table(all.data(), kCacheRows, sh.rope_dim, 10000.0f, 1.0f, cos_cache.data(), sin_cache.data());
+  std::vector<int32_t> pos(sh.n_tokens);
+  std::uniform_int_distribution<int32_t> pick(0, kCacheRows - 1);
+  for (int32_t& p : pos) p = pick(rng);
+  const int64_t stride = static_cast<int64_t>(sh.n_heads) * sh.head_dim + sh.extra_stride;
+  const std::vector<float> x = normal_vector(static_cast<size_t>(sh.n_tokens) * stride, rng);
+  // The rotation in double with the table's (f32) cos and sin; everything else unchanged.
+  std::vector<double> want(x.begin(), x.end());
+  for (int32_t tk = 0; tk < sh.n_tokens; ++tk)
+    for (int32_t h = 0; h < sh.n_heads; ++h)
+      for (int32_t i = 0; i < half; ++i) {
+        const int64_t base = tk * stride + static_cast<int64_t>(h) * sh.head_dim;
+        const int64_t ia = base + (sh.neox ? i : 2 * i), ib = base + (sh.neox ? i + half : 2 * i + 1);
+        const double co = cos_cache[static_cast<size_t>(pos[tk]) * half + i], si = sin_cache[static_cast<size_t>(pos[tk]) * half + i];
+        want[ia] = x[ia] * co - static_cast<double>(x[ib]) * si;
+        want[ib] = x[ia] * si + static_cast<double>(x[ib]) * co;
+      }
+  std::vector<float> got;
+  if (b.family == Family::kCpu) {  // cpu::rope_apply on each token's heads with its table row
+    got = x;
+    std::vector<float> heads(static_cast<size_t>(sh.n_heads) * sh.head_dim);
+    for (int32_t tk = 0; tk < sh.n_tokens; ++tk) {
+      std::copy_n(&got[tk * stride], heads.size(), heads.begin());
+      cpu::rope_apply(heads.data(), 1, sh.n_heads, sh.head_dim, sh.rope_dim, sh.neox,
+                      &cos_cache[static_cast<size_t>(pos[tk]) * half], &sin_cache[static_cast<size_t>(pos[tk]) * half]);
+      std::copy(heads.begin(), heads.end(), &got[tk * stride]);
+    }
+  } else {
+    got = cuda_rope(x, pos, stride, sh.n_heads, sh.head_dim, sh.rope_dim, sh.neox, cos_cache, sin_cache);
+  }
+  report("output", expect_within(got, want, [&](size_t i) { return t.atol + t.rtol * std::fabs(want[i]); }, "output"), t);
+}
+
+struct EmbShape {
+  GgmlType type;
+  int64_t dim;
+  float scale;
+};
+
+void run_embedding(const Case& c, const EmbShape& sh, const Backend& b, const Tol& t) {
+  std::mt19937 rng = rng_for(c.id, 13);
+  const int64_t n_rows = 37, row_bytes = static_cast<int64_t>(ggml_row_size(sh.type, sh.dim));
+  const std::vector<uint8_t> table = test::random_rows(sh.type, n_rows, sh.dim, rng);
+  ASSERT_EQ(static_cast<int64_t>(table.size()), n_rows * row_bytes);
+  const std::vector<int32_t> ids = {0, 36, 5, 5, 17, -1, 37, 2, 30, 11, 1};  // -1, 37: out of range, zeros
+  std::vector<double> want(ids.size() * sh.dim, 0.0);
+  std::vector<float> row(sh.dim);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (ids[k] < 0 || ids[k] >= n_rows) continue;
+    ref::dequantize_row(sh.type, table.data() + ids[k] * row_bytes, row.data(), sh.dim);
+    for (int64_t i = 0; i < sh.dim; ++i) want[k * sh.dim + i] = row[i] * sh.scale;  // the product rounded as f32
+  }
+  std::vector<float> got;
+  if (b.family == Family::kCpu) {  // cpu::dequantize_row of each valid id, scaled
+    got.assign(want.size(), 0.0f);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (ids[k] < 0 || ids[k] >= n_rows) continue;
+      cpu::dequantize_row(sh.type, table.data(), sh.dim, ids[k], &got[k * sh.dim]);
+      for (int64_t i = 0; i < sh.dim; ++i) got[k * sh.dim + i] *= sh.scale;
+    }
+  } else {
+    got = cuda_embedding(table, sh.type, n_rows, sh.dim, ids, sh.scale);
+  }
+  report("output", expect_within(got, want, [&](size_t i) { return (t.atol + t.rtol * std::fabs(want[i])) * sh.scale; },
+                                 "output"), t);
+}
+
+// ============================================================================================
+// matmul per weight type: cpu::matmul (f32 activations; 8-bit activations), cuda::quant_gemv vs
+// double over the ref-dequantized rows; gemm (f16 / bf16 inputs) vs double over the rounded inputs
+// ============================================================================================
+
+struct MatShape {
+  GgmlType type;
+  int64_t k, n_out;
+  int32_t n_x;
+  bool q8 = false;  // the CPU's 8-bit activations (Precision::kQ8)
+};
+
+void run_matmul(const Case& c, const MatShape& sh, const Backend& b, const Tol& t) {
+  std::mt19937 rng = rng_for(c.id, 14);
+  const int64_t row_bytes = static_cast<int64_t>(ggml_row_size(sh.type, sh.k));
+  const std::vector<uint8_t> w = test::random_rows(sh.type, sh.n_out, sh.k, rng);
+  const std::vector<float> x = normal_vector(static_cast<size_t>(sh.n_x) * sh.k, rng);
+  std::vector<double> want(static_cast<size_t>(sh.n_x) * sh.n_out), mag(want.size()), q8(want.size());
+  std::vector<float> row(sh.k);
+  for (int64_t n = 0; n < sh.n_out; ++n) {
+    ref::dequantize_row(sh.type, w.data() + n * row_bytes, row.data(), sh.k);
+    for (int32_t m = 0; m < sh.n_x; ++m) {
+      double sum = 0, abs_sum = 0, bound = 0;
+      for (int64_t i = 0; i < sh.k; ++i) {
+        sum += static_cast<double>(row[i]) * x[m * sh.k + i];
+        abs_sum += std::fabs(static_cast<double>(row[i]) * x[m * sh.k + i]);
+      }
+      // 8-bit activations: each 32-block rounded to multiples of d_b = max|x_b| / 127 (moved ≤ d_b / 2).
+      for (int64_t b0 = 0; b0 < sh.k; b0 += 32) {
+        double amax = 0, wsum = 0;
+        for (int64_t i = b0; i < std::min(sh.k, b0 + 32); ++i) {
+          amax = std::max(amax, static_cast<double>(std::fabs(x[m * sh.k + i])));
+          wsum += std::fabs(static_cast<double>(row[i]));
+        }
+        bound += amax / 127.0 / 2.0 * wsum;
+      }
+      want[m * sh.n_out + n] = sum;
+      mag[m * sh.n_out + n] = abs_sum;
+      q8[m * sh.n_out + n] = bound;
+    }
+  }
+  std::vector<float> got;
+  if (b.family == Family::kCpu) {
+    got.assign(want.size(), NAN);
+    cpu::matmul(pool(), sh.type, w.data(), sh.n_out, sh.k, x.data(), sh.n_x, got.data(),
+                sh.q8 ? cpu::Precision::kQ8 : cpu::Precision::kF32);
+  } else {
+    got = cuda_quant_gemv(sh.type, w, sh.n_out, sh.k, x, sh.n_x);
+  }
+  double worst_rel = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst_rel = std::max(worst_rel, std::fabs(got[i] - want[i]) / mag[i]);
+  report("output", expect_within(got, want, [&](size_t i) { return t.atol + t.sum * mag[i] + t.q8 * q8[i]; }, "output"), t);
+  std::printf("  worst |err| / Σ|w·x| %.3g\n", worst_rel);
+}
+
+uint16_t bf16_rne(float x) {  // independent of the emulator's conversion
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+struct GemmShape {
+  bool bf16, tiled;  // tiled: the tiled kernel; else the handle API (cuBLAS, a host loop under the emulator)
+  int32_t m, n, k, pad;
+};
+
+void run_gemm(const Case& c, const GemmShape& sh, const Backend&, const Tol& t) {
+  std::mt19937 rng = rng_for(c.id, 15);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t lda = sh.k + sh.pad, ldb = sh.k + 2 * sh.pad, ldc = sh.n + sh.pad;
+  std::vector<uint16_t> a(static_cast<size_t>(sh.m) * lda), bm(static_cast<size_t>(sh.n) * ldb);
+  std::vector<float> af(a.size()), bf(bm.size());
+  const auto round_in = [&](float v, uint16_t* bits) {
+    *bits = sh.bf16 ? bf16_rne(v) : ref::fp32_to_fp16(v);
+    if (!sh.bf16) return ref::fp16_to_fp32(*bits);
+    const uint32_t u = static_cast<uint32_t>(*bits) << 16;
+    float r;
+    std::memcpy(&r, &u, 4);
+    return r;
+  };
+  for (size_t i = 0; i < a.size(); ++i) af[i] = round_in(normal(rng), &a[i]);
+  for (size_t i = 0; i < bm.size(); ++i) bf[i] = round_in(normal(rng), &bm[i]);
+  const std::vector<float> c0(static_cast<size_t>(sh.m) * ldc, 99.0f);
+  const std::vector<float> got = cuda_gemm(sh.bf16, sh.tiled, a, lda, bm, ldb, c0, ldc, sh.m, sh.n, sh.k);
+  std::vector<float> got_c;
+  std::vector<double> want, mag;
+  for (int32_t i = 0; i < sh.m; ++i) {
+    for (int32_t j = 0; j < sh.n; ++j) {
+      double sum = 0, m = 0;
+      for (int32_t kk = 0; kk < sh.k; ++kk) {
+        const double p = static_cast<double>(af[i * lda + kk]) * bf[j * ldb + kk];
+        sum += p;
+        m += std::fabs(p);
+      }
+      got_c.push_back(got[i * ldc + j]);
+      want.push_back(sum);
+      mag.push_back(m);
+    }
+    for (int64_t j = sh.n; j < ldc; ++j) ASSERT_EQ(got[i * ldc + j], 99.0f) << "wrote past n, row " << i;
+  }
+  report("output", expect_within(got_c, want, [&](size_t i) { return t.atol + t.sum * mag[i]; }, "output"), t);
+}
+
+// ============================================================================================
+// Sampling: cuda::sample_top_k_top_p vs its rule written plainly (a full sort of the row, prefixes,
+// a walk in id order, in the same 32.32 fixed-point weights)
+// ============================================================================================
+
+uint32_t sample_key(float x) {
+  if (std::isnan(x)) x = -INFINITY;
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+int32_t sample_reference(const float* x, int32_t vocab, const SampleParams& p) {
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return sample_key(x[a]) > sample_key(x[b]); });
+  float m = x[order[0]];
+  if (std::isnan(m)) m = -INFINITY;
+  if (!(p.temperature >= 1e-5f) || p.top_k == 1 || !std::isfinite(m)) return order[0];
+  const float inv_t = 1.0f / p.temperature;
+  auto weight = [&](int32_t i) {
+    const float v = std::isnan(x[i]) ? -INFINITY : x[i];
+    return static_cast<uint64_t>(std::exp((v - m) * inv_t) * 4294967296.0f);
+  };
+  size_t keep = p.top_k > 0 && p.top_k < vocab ? static_cast<size_t>(p.top_k) : order.size();
+  uint64_t total = 0;
+  for (size_t j = 0; j < keep; ++j) total += weight(order[j]);
+  if (p.top_p < 1.0f) {
+    const double tp = static_cast<double>(p.top_p) * (1.0 - 1e-6) * static_cast<double>(total);
+    const uint64_t target = tp < 1.0 ? 1 : static_cast<uint64_t>(tp);
+    uint64_t cum = 0;
+    for (size_t j = 0; j < keep; ++j) {
+      cum += weight(order[j]);
+      if (cum >= target) {
+        keep = j + 1;
+        break;
+      }
+    }
+    total = cum;
+  }
+  std::vector<int32_t> chosen(order.begin(), order.begin() + static_cast<ptrdiff_t>(keep));
+  std::sort(chosen.begin(), chosen.end());
+  uint64_t r = static_cast<uint64_t>(p.uniform * static_cast<double>(total));
+  if (r >= total) r = total - 1;
+  uint64_t cum = 0;
+  for (int32_t id : chosen) {
+    cum += weight(id);
+    if (cum > r) return id;
+  }
+  return -1;
+}
+
+struct SampleRow {
+  std::vector<float> logits;
+  SampleParams params;
+  const char* what;
+};
+
+enum class SampleSet { kMixed, kGemmaVocab, kNucleusFrequencies };
+
+std::vector<SampleRow> sample_rows(SampleSet set, int32_t vocab, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<SampleRow> rows;
+  if (set == SampleSet::kGemmaVocab) {
+    for (const SampleParams p : {SampleParams{0.0f, 0, 1.0f, 0.3}, SampleParams{0.8f, 40, 0.9f, 0.61},
+                                 SampleParams{1.0f, 0, 0.95f, 0.17}}) {
+      SampleRow row{std::vector<float>(vocab), p, "V=262144"};
+      for (float& v : row.logits) v = normal(rng) * 3.0f;
+      rows.push_back(row);
+    }
+    return rows;
+  }
+  if (set == SampleSet::kNucleusFrequencies) {  // 90 uniforms spread over [0, 1)
+    const std::vector<float> logits = {std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.05f),
+                                       std::log(0.03f), std::log(0.02f)};
+    for (int32_t i = 0; i < 90; ++i) rows.push_back({logits, {1.0f, 0, 0.9f, (i + 0.5) / 90}, "freq"});
+    return rows;
+  }
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::uniform_int_distribution<int> small(-3, 3);
+  const float temps[] = {0.0f, 0.3f, 1.0f, 1.7f};
+  const float top_ps[] = {1.0f, 0.95f, 0.5f, 0.01f};
+  const int32_t top_ks[] = {0, 1, 2, 5, 50, vocab, vocab + 3};
+  for (int kind = 0; kind < 4; ++kind)
+    for (int rep = 0; rep < 12; ++rep) {
+      SampleRow row;
+      row.logits.resize(vocab);
+      switch (kind) {
+        case 0: row.what = "normal"; for (float& v : row.logits) v = normal(rng) * 2.0f; break;
+        case 1: row.what = "peaked"; for (float& v : row.logits) v = normal(rng) * 8.0f; break;
+        case 2: row.what = "ties"; for (float& v : row.logits) v = static_cast<float>(small(rng)); break;
+        default:
+          row.what = "masked";
+          for (float& v : row.logits) {
+            const int c = small(rng);
+            v = c == -3 ? -INFINITY : c == 3 ? NAN : normal(rng);
+          }
+          if (vocab == 1) row.logits[0] = 0.5f;
+          break;
+      }
+      row.params.temperature = temps[(rep + kind) % 4];
+      row.params.top_k = top_ks[rep % 7];
+      row.params.top_p = top_ps[(rep / 2 + kind) % 4];
+      row.params.uniform = rep == 0 ? 0.0 : rep == 1 ? 0.9999999999 : unit(rng);
+      rows.push_back(row);
+    }
+  // Edge rows: a uniform row (all ties), all −inf (argmax = 0), a +inf logit, −0 vs +0.
+  SampleRow flat{std::vector<float>(vocab, 0.25f), {1.0f, 0, 0.5f, 0.73}, "flat"};
+  rows.push_back(flat);
+  flat.params = {1.0f, 3, 1.0f, 0.99};
+  rows.push_back(flat);
+  rows.push_back({std::vector<float>(vocab, -INFINITY), {1.0f, 0, 0.9f, 0.5}, "all -inf"});
+  SampleRow inf{std::vector<float>(vocab, 1.0f), {1.0f, 0, 1.0f, 0.5}, "+inf"};
+  inf.logits[vocab / 2] = INFINITY;
+  rows.push_back(inf);
+  SampleRow zeros{std::vector<float>(vocab, -5.0f), {1e-6f, 0, 1.0f, 0.5}, "signed zeros"};
+  zeros.logits[0] = -0.0f;
+  zeros.logits[vocab - 1] = 0.0f;
+  rows.push_back(zeros);
+  return rows;
+}
+
+void run_sampling(const Case& c, SampleSet set, int32_t vocab, const Backend&, const Tol& t) {
+  std::mt19937 rng = rng_for(c.id, 16);
+  const std::vector<SampleRow> rows = sample_rows(set, vocab, rng);
+  const int64_t stride = vocab + 3;
+  std::vector<float> logits(rows.size() * stride, 1e30f);  // padding past vocab must be ignored
+  std::vector<SampleParams> params;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::copy(rows[r].logits.begin(), rows[r].logits.end(), &logits[r * stride]);
+    params.push_back(rows[r].params);
+  }
+  const std::vector<int32_t> got = cuda_sample(logits, stride, vocab, params);
+  ASSERT_EQ(got.size(), rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const SampleParams& p = rows[r].params;
+    const int32_t want = sample_reference(rows[r].logits.data(), vocab, p);
+    bool ok = got[r] == want;
+    if (!ok && t.aux > 0) {  // a draw at u ± aux (see the table)
+      SampleParams near = p;
+      for (double du : {-t.aux, t.aux}) {
+        near.uniform = std::clamp(p.uniform + du, 0.0, 0.9999999999);
+        ok = ok || got[r] == sample_reference(rows[r].logits.data(), vocab, near);
+      }
+    }
+    EXPECT_TRUE(ok) << rows[r].what << " row " << r << ": token " << got[r] << ", the reference's " << want
+                    << " (T=" << p.temperature << " k=" << p.top_k << " p=" << p.top_p << " u=" << p.uniform << ")";
+  }
+  if (set == SampleSet::kNucleusFrequencies) {
+    // Tokens in proportion to their weights: the nucleus of 0.9 is {0.4, 0.3, 0.2} renormalised to
+    // 4/9, 3/9, 2/9, and the tail never appears.
+    std::vector<int32_t> count(vocab, 0);
+    for (int32_t id : got) ++count[id];
+    const double n = static_cast<double>(got.size());
+    EXPECT_NEAR(count[0], n * 4 / 9.0, 1);
+    EXPECT_NEAR(count[1], n * 3 / 9.0, 1);
+    EXPECT_NEAR(count[2], n * 2 / 9.0, 1);
+    EXPECT_EQ(count[3] + count[4] + count[5], 0);
+  }
+  std::printf("  %zu rows\n", rows.size());
+}
+
+// ============================================================================================
+// KV append: cuda::kv_append (then kv_set_running, kv_get_running) vs the rows appended one at a
+// time on the host as CpuKvStorage does (cpu::kv_store, cpu::kv_store_int8_row, a bf16 rounding
+// written here, key_moments_update), and the planes' bytes compared
+// ============================================================================================
+
+struct KvAppendShape {
+  KvStore dtype;
+  int32_t d, n_kv_heads, bs;
+  std::vector<std::pair<int32_t, int32_t>> seqs;  // (positions already cached, positions appended)
+};
+
+const char* kv_store_name(KvStore t) {
+  return t == KvStore::kF32 ? "f32" : t == KvStore::kF16 ? "f16" : t == KvStore::kBF16 ? "bf16" : "int8";
+}
+
+// One layer on the host, appended one token at a time.
+struct HostLayer {
+  KvLayer l;
+  size_t elem;
+  HostLayer(KvStore t, int32_t blocks, int32_t h, int32_t d, int32_t bs, std::mt19937& rng) {
+    l.dtype = t;
+    l.block_size = bs;
+    l.n_kv_heads = h;
+    l.head_dim = d;
+    elem = t == KvStore::kF32 ? 4 : t == KvStore::kI8 ? 1 : 2;
+    const size_t n = static_cast<size_t>(blocks) * h * bs * d;
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto* buf : {&l.k, &l.v, &l.k_t}) {
+      buf->resize(n * elem);
+      for (uint8_t& b : *buf) b = static_cast<uint8_t>(byte(rng));  // garbage outside appended rows
+    }
+    const size_t rows = static_cast<size_t>(blocks) * h * bs;
+    l.k_rows.assign(t == KvStore::kI8 ? rows : 0, KvInt8Row{-7.0f, 3.0f});
+    l.v_rows = l.k_rows;
+    l.v_sum.assign(static_cast<size_t>(blocks) * h * d, 12345.0f);
+    l.k_moments.assign(static_cast<size_t>(blocks) * h * 2 * d, -777.0f);
+  }
+  void store(const float* src, uint8_t* dst, KvInt8Row* row) const {
+    switch (l.dtype) {
+      case KvStore::kF32: cpu::kv_store(src, dst, KvDtype::kF32, l.head_dim); return;
+      case KvStore::kF16: cpu::kv_store(src, dst, KvDtype::kF16, l.head_dim); return;
+      case KvStore::kBF16:
+        for (int32_t c = 0; c < l.head_dim; ++c) {
+          const uint16_t h = bf16_rne(src[c]);
+          std::memcpy(dst + 2 * c, &h, 2);
+        }
+        return;
+      case KvStore::kI8: cpu::kv_store_int8_row(src, l.head_dim, dst, row); return;
+    }
+  }
+  // kr, vr: [n_kv_heads][d] f32 of the token at `pos` of the sequence with block table `table`.
+  void append(const int32_t* table, int32_t pos, const float* kr, const float* vr) {
+    const int32_t d = l.head_dim, bs = l.block_size, slot = pos % bs, block = table[pos / bs];
+    for (int32_t h = 0; h < l.n_kv_heads; ++h) {
+      const size_t tile = static_cast<size_t>(block) * l.n_kv_heads + h, row = tile * bs + slot;
+      KvInt8Row* kp = l.dtype == KvStore::kI8 ? &l.k_rows[row] : nullptr;
+      KvInt8Row* vp = l.dtype == KvStore::kI8 ? &l.v_rows[row] : nullptr;
+      store(kr + h * d, &l.k[row * d * elem], kp);
+      store(vr + h * d, &l.v[row * d * elem], vp);
+      for (int32_t c = 0; c < d; ++c) std::memcpy(&l.k_t[((tile * d + c) * bs + slot) * elem], &l.k[(row * d + c) * elem], elem);
+      float* sum = &l.v_sum[tile * d];
+      const float* prev = nullptr;
+      if (slot > 0) prev = sum;
+      else if (pos > 0) prev = &l.v_sum[(static_cast<size_t>(table[pos / bs - 1]) * l.n_kv_heads + h) * d];
+      for (int32_t c = 0; c < d; ++c) sum[c] = (prev ? prev[c] : 0.0f) + vr[h * d + c];
+      // K moments: the previous position's (this tile's or the previous block's), updated.
+      float* moments = &l.k_moments[tile * 2 * d];
+      const float* before = prev == nullptr ? nullptr : prev == sum ? moments
+                            : &l.k_moments[(static_cast<size_t>(table[pos / bs - 1]) * l.n_kv_heads + h) * 2 * d];
+      for (int32_t c = 0; c < d; ++c) {
+        float mean = before ? before[c] : 0.0f, m2 = before ? before[d + c] : 0.0f;
+        key_moments_update(kr[h * d + c], pos, mean, m2);
+        moments[c] = mean;
+        moments[d + c] = m2;
+      }
+    }
+  }
+};
+
+template <typename T>
+void expect_bitwise(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      ADD_FAILURE() << what << ": first difference at element " << i;
+      return;
+    }
+}
+
+// Exact, or (t.rtol > 0: a device, see the table) within t.
+void expect_moments(const std::vector<float>& got, const std::vector<float>& want, const Tol& t, const std::string& what) {
+  if (t.rtol == 0) return expect_bitwise(got, want, what);
+  expect_close(got, want, t, what);
+}
+
+void run_kv_append(const Case& c, const KvAppendShape& sh, const Backend&, const Tol& t) {
+  std::mt19937 rng = rng_for(c.id, 17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int32_t n_seqs = static_cast<int32_t>(sh.seqs.size());
+  int32_t max_blocks = 0, used = 0;
+  for (const auto& [prefix, n_new] : sh.seqs) {
+    const int32_t nb = (prefix + n_new + sh.bs - 1) / sh.bs;
+    max_blocks = std::max(max_blocks, nb);
+    used += nb;
+  }
+  const int32_t physical = used + 3, stride = max_blocks + 1;
+  std::vector<int32_t> perm(physical);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> tables(static_cast<size_t>(n_seqs) * stride, -1);
+  for (int32_t s = 0, next = 0; s < n_seqs; ++s)
+    for (int32_t b = 0; b < (sh.seqs[s].first + sh.seqs[s].second + sh.bs - 1) / sh.bs; ++b) tables[s * stride + b] = perm[next++];
+  HostLayer host(sh.dtype, physical, sh.n_kv_heads, sh.d, sh.bs, rng);
+  const int32_t row = sh.n_kv_heads * sh.d;
+  std::vector<float> kr(row), vr(row);
+  for (int32_t s = 0; s < n_seqs; ++s)  // the cached prefixes, one by one
+    for (int32_t p = 0; p < sh.seqs[s].first; ++p) {
+      for (float& x : kr) x = normal(rng);
+      for (float& x : vr) x = normal(rng);
+      host.append(&tables[s * stride], p, kr.data(), vr.data());
+    }
+  // The batch: tokens of sequence s contiguous; K and V in a fused buffer (token stride 2·row + 5).
+  KvBatch batch;
+  batch.token_stride = 2 * row + 5;
+  batch.v_offset = row;
+  batch.seq_token_start = {0};
+  for (const auto& [prefix, n_new] : sh.seqs) {
+    for (int32_t j = 0; j < n_new; ++j) batch.positions.push_back(prefix + j);
+    batch.seq_token_start.push_back(static_cast<int32_t>(batch.positions.size()));
+  }
+  const int32_t n_tokens = static_cast<int32_t>(batch.positions.size());
+  batch.kv.resize(static_cast<size_t>(n_tokens) * batch.token_stride);
+  for (float& x : batch.kv) x = normal(rng) * 2.0f;
+  if (sh.dtype == KvStore::kI8 && n_tokens > 1)  // a constant V row: scale 0
+    std::fill_n(&batch.kv[batch.token_stride + row], sh.d, 0.25f);
+  batch.block_tables = tables;
+  batch.table_stride = stride;
+  // The running planes after each token of every other sequence (a verify step's journal).
+  batch.running_row.assign(n_seqs, -1);
+  for (int32_t s = 0; s < n_seqs; ++s)
+    if (s % 2 == 1 || n_seqs == 1) {
+      batch.running_row[s] = batch.journal_rows;
+      batch.journal_rows += sh.seqs[s].second;
+    }
+  const size_t per_row = static_cast<size_t>(sh.n_kv_heads) * 3 * sh.d;
+  std::vector<float> journal(batch.journal_rows * per_row);
+  std::vector<int32_t> journal_block(batch.journal_rows);
+  const KvLayer before = host.l;
+  const std::vector<int32_t>& starts = batch.seq_token_start;
+  for (int32_t s = 0; s < n_seqs; ++s)
+    for (int32_t i = starts[s]; i < starts[s + 1]; ++i) {
+      host.append(&tables[s * stride], batch.positions[i], &batch.kv[i * batch.token_stride],
+                  &batch.kv[i * batch.token_stride + row]);
+      if (batch.running_row[s] < 0) continue;
+      const int32_t j = batch.running_row[s] + i - starts[s], block = tables[s * stride + batch.positions[i] / sh.bs];
+      journal_block[j] = block;
+      for (int32_t h = 0; h < sh.n_kv_heads; ++h) {
+        const size_t tile = static_cast<size_t>(block) * sh.n_kv_heads + h;
+        float* out = &journal[j * per_row + h * 3 * sh.d];
+        std::copy_n(&host.l.v_sum[tile * sh.d], sh.d, out);
+        std::copy_n(&host.l.k_moments[tile * 2 * sh.d], 2 * sh.d, out + sh.d);
+      }
+    }
+  const KvAppendResult r = cuda_kv_append(before, batch, batch.journal_rows > 0 ? journal_block[0] : 0);
+  expect_bitwise(r.after.k, host.l.k, "K");
+  expect_bitwise(r.after.v, host.l.v, "V");
+  expect_bitwise(r.after.k_t, host.l.k_t, "K^T");
+  expect_bitwise(r.after.v_sum, host.l.v_sum, "v_sum");
+  expect_moments(r.after.k_moments, host.l.k_moments, t, "k_moments");
+  if (sh.dtype == KvStore::kI8) {
+    expect_bitwise(r.after.k_rows, host.l.k_rows, "k_rows");
+    expect_bitwise(r.after.v_rows, host.l.v_rows, "v_rows");
+  }
+  expect_moments(r.journal, journal, t, "the running planes after each journaled token");
+  if (batch.journal_rows == 0) return;
+  // A rollback to the first journaled token: its block's planes as they were after it.
+  std::vector<float> want_sum = host.l.v_sum, want_moments = host.l.k_moments;
+  for (int32_t h = 0; h < sh.n_kv_heads; ++h) {
+    const size_t tile = static_cast<size_t>(journal_block[0]) * sh.n_kv_heads + h;
+    std::copy_n(&r.journal[h * 3 * sh.d], sh.d, &want_sum[tile * sh.d]);
+    std::copy_n(&r.journal[h * 3 * sh.d + sh.d], 2 * sh.d, &want_moments[tile * 2 * sh.d]);
+  }
+  expect_bitwise(r.v_sum_rolled, want_sum, "v_sum after kv_set_running");
+  expect_bitwise(r.k_moments_rolled, want_moments, "k_moments after kv_set_running");
+  // kv_get_running copies out what kv_set_running wrote (sparse drafting keeps them so).
+  expect_bitwise(r.running_read, std::vector<float>(r.journal.begin(), r.journal.begin() + per_row), "kv_get_running");
+}
+
+// ============================================================================================
 // The table
 // ============================================================================================
 
@@ -1065,8 +1709,9 @@ Tol attention_tol(Family family, const std::string& op, KvDtype dtype) {
 }
 
 // The emulator runs a CUDA thread as a fiber: the full sweep would take minutes there, so it runs
-// the sweep's shapes of 7 and 33 keys (below a block; several, the last partial) and every CUDA
-// launch shape (AttnShape::emulated); a device runs them all.
+// the sweep's shapes of 33 keys (several blocks, the last partial; the CUDA launch shapes have the
+// short ones) with both side planes (the CUDA backend always keeps them; the launch shapes go
+// without the Kᵀ plane too), and every CUDA launch shape (AttnShape::emulated); a device runs all.
 bool emulator_affordable(const AttnShape& s) { return s.emulated; }
 
 struct TableBuilder {
@@ -1083,6 +1728,7 @@ struct TableBuilder {
     c.shape_id = shape_id;
     c.cpu = cpu;
     c.cuda = cuda;
+    c.device = cuda;
     c.amx = cpu;
     c.run = std::move(run);
     c.runs_on = std::move(runs_on);
@@ -1160,7 +1806,7 @@ std::vector<Case> build_table() {
             for (bool side : {false, true}) {
               if (bs != 16 && (d != 64 || G != 3)) continue;
               AttnShape s{d, G, S, dtype, bs, side, side};
-              s.emulated = S == 7 || S == 33;
+              s.emulated = S == 33 && side;
               T.dense(s, {});
               SparqOp sq;
               sq.k = std::max(2, S / 3);
@@ -1433,6 +2079,165 @@ std::vector<Case> build_table() {
                 cpu_only);
           T.next_shape();
         }
+  // ---- row and element-wise ops (the CPU's at every level: its SIMD variants are AVX-512's) -----
+  const auto cpu_and_cuda = [](const Backend& b) { return b.family == Family::kCuda || is_cpu_level(b); };
+  const auto cuda_only = [](const Backend& b) { return b.family == Family::kCuda; };
+  // rms_norm vs the formula in double: atol 1e-6, rtol 2e-6 (f32 sum of squares and products).
+  for (const NormShape sh : {NormShape{1, 1}, NormShape{3, 7}, NormShape{2, 31}, NormShape{5, 83}, NormShape{4, 255},
+                             NormShape{3, 256}, NormShape{2, 257}, NormShape{7, 769}, NormShape{2, 2048},
+                             NormShape{1, 5125}, NormShape{3, 100, true}}) {
+    T.add("rms_norm", "rows" + std::to_string(sh.rows) + "_n" + std::to_string(sh.n) + (sh.in_place ? "_inplace" : ""),
+          Tol{1e-6, 2e-6}, Tol{1e-6, 2e-6},
+          [sh](const Case& c, const Backend& b, const Tol& t) { run_rms_norm(c, sh, b, t); }, cpu_and_cuda);
+    T.next_shape();
+  }
+  // Gated activations vs the formulas in double over N(0, 3) inputs: atol 1e-6, rtol 1e-6 (the
+  // same f32 formula; expf / tanhf ulps), plus for GeGLU 1.2e-7·|g·u| (aux: 1 + tanh(y) near −1
+  // cancels in f32). (test_ops holds the CPU to 4e-7·|want| over inputs up to 200.)
+  for (const GluKind kind : {GluKind::kSwiGlu, GluKind::kGeGluTanh, GluKind::kSwiGluOai}) {
+    for (const int64_t n : {1, 3, 7, 83, 769, 5125, 100003})
+      for (const int64_t offset : {0, 1}) {
+        const GluShape sh{kind, n, offset};
+        T.add("glu", std::string(glu_name(kind)) + "_n" + std::to_string(n) + "_offset" + std::to_string(offset),
+              Tol{1e-6, 1e-6, 1.2e-7}, Tol{1e-6, 1e-6, 1.2e-7},
+              [sh](const Case& c, const Backend& b, const Tol& t) { run_glu(c, sh, b, t); }, cpu_and_cuda);
+        T.next_shape();
+      }
+  }
+  {
+    const GluShape sh{GluKind::kSwiGlu, 1000, 0, true};
+    T.add("glu", "swiglu_n1000_inplace", Tol{1e-6, 1e-6}, Tol{1e-6, 1e-6},
+          [sh](const Case& c, const Backend& b, const Tol& t) { run_glu(c, sh, b, t); }, cpu_and_cuda);
+    T.next_shape();
+  }
+  // RoPE, adjacent pairs and NeoX halves, partial rotary dims, padded token strides, vs the rotation
+  // in double with the same f32 cos / sin table: atol 1e-6, rtol 1e-6 (f32 products and sums).
+  for (const bool neox : {false, true})
+    for (const RopeShape sh : {RopeShape{1, 1, 2, 2, 0}, RopeShape{3, 5, 64, 64, 0}, RopeShape{7, 3, 128, 32, 0},
+                               RopeShape{5, 4, 80, 80, 17}, RopeShape{9, 2, 256, 128, 3}, RopeShape{2, 7, 96, 94, 0}}) {
+      RopeShape x = sh;
+      x.neox = neox;
+      T.add("rope", std::string(neox ? "neox" : "norm") + "_t" + std::to_string(x.n_tokens) + "_h" +
+                        std::to_string(x.n_heads) + "_d" + std::to_string(x.head_dim) + "_r" + std::to_string(x.rope_dim) +
+                        "_pad" + std::to_string(x.extra_stride),
+            Tol{1e-6, 1e-6}, Tol{1e-6, 1e-6}, [x](const Case& c, const Backend& b, const Tol& t) { run_rope(c, x, b, t); },
+            cpu_and_cuda);
+      T.next_shape();
+    }
+  // Embedding rows of every weight type: exact (the same decode; the scale's product rounded as
+  // the reference's). A device may contract a decode's d·q + m into one FMA: 1e-6 + 1e-6·|ref|,
+  // times the scale.
+  for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::IQ4_NL,
+                              GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K,
+                              GgmlType::IQ4_XS}) {
+    const int64_t block = ggml_info(type).block_size;
+    for (const int64_t dim : {block, 3 * block, 9 * block + (block == 1 ? 7 : 0)})
+      for (const float scale : std::set<float>{1.0f, std::sqrt(static_cast<float>(dim))}) {  // dim 1: one scale
+        const EmbShape sh{type, dim, scale};
+        Case& c = T.add("embedding", std::string(ggml_type_name(type)) + "_dim" + std::to_string(dim) +
+                                         (scale == 1.0f ? "_unscaled" : "_scaled"),
+                        Tol{}, Tol{}, [sh](const Case& c, const Backend& b, const Tol& t) { run_embedding(c, sh, b, t); },
+                        [type](const Backend& b) { return b.family == Family::kCuda || (is_cpu_level(b) && cpu::matmul_supports(type)); });
+        c.device = Tol{1e-6, 1e-6};
+        T.next_shape();
+      }
+  }
+
+  // ---- matmul per weight type (y [n_x][n_out] = x · Wᵀ) vs double over the ref-dequantized rows,
+  // bound atol + sum·Σ|w·x|: CUDA 1e-6 + 2.5e-7·Σ (f32 products and per-lane sums, then a 32-lane
+  // tree); CPU 1e-5·Σ (f32 rounding in products and sums, test_matmul's bound); the CPU's 8-bit
+  // activations (matmul_q8) 1.001·B + 1e-5·Σ, B = Σ over 32-blocks of (max|x_b| / 127) / 2 · Σ|W_b|
+  // (each activation moved by at most half its block's step; the integer dots exact). The CUDA
+  // GEMV reads the quantized types; dense weights go through gemm (below). Every n_x from 1 to 4
+  // meets every type and k.
+  {
+    int32_t case_index = 0;
+    const std::set<GgmlType> gemv_types = {GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K,
+                                           GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
+    for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::IQ4_NL,
+                                GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K,
+                                GgmlType::IQ4_XS}) {
+      const int64_t block = std::max<int64_t>(32, ggml_info(type).block_size);
+      for (const int64_t k : {block, 3 * block, 9 * block, (block == 32 ? 129 : 17) * block})
+        for (const int64_t n_out : {1, 7, 33, 130}) {
+          const int32_t n_x = 1 + case_index++ % 4;
+          const std::string name = std::string(ggml_type_name(type)) + "_k" + std::to_string(k) + "_n" +
+                                   std::to_string(n_out) + "_x" + std::to_string(n_x);
+          const MatShape sh{type, k, n_out, n_x};
+          const bool on_cuda = gemv_types.count(type) > 0;
+          T.add("matmul", name, Tol{0, 0, 0, {}, 1e-5}, Tol{1e-6, 0, 0, {}, 2.5e-7},
+                [sh](const Case& c, const Backend& b, const Tol& t) { run_matmul(c, sh, b, t); },
+                [type, on_cuda](const Backend& b) {
+                  return b.family == Family::kCuda ? on_cuda : is_cpu_level(b) && cpu::matmul_supports(type);
+                });
+          MatShape q8 = sh;
+          q8.q8 = true;
+          T.add("matmul_q8", name, Tol{0, 0, 0, {}, 1e-5, 1.001}, {},
+                [q8](const Case& c, const Backend& b, const Tol& t) { run_matmul(c, q8, b, t); },
+                [type](const Backend& b) { return is_cpu_level(b) && cpu::matmul_supports(type); });
+          T.next_shape();
+        }
+    }
+  }
+  // gemm with f16 / bf16 inputs (the CUDA backend's dense weights) vs double over the same rounded
+  // inputs: 1e-6 + 1e-6·Σ|a·b| (f32 accumulation, k in order); on a device cuBLAS may split k or
+  // sum in any order: 1e-6 + 1e-5·Σ|a·b| ((k − 1)·2^-24 ≈ 7.6e-6 at k = 129). Padded leading
+  // dimensions; nothing written past n.
+  for (const bool bf16 : {false, true})
+    for (const bool tiled : {false, true})
+      for (const GemmShape g : {GemmShape{false, false, 1, 1, 1, 0}, GemmShape{false, false, 7, 13, 5, 0},
+                                GemmShape{false, false, 33, 65, 17, 3}, GemmShape{false, false, 70, 19, 129, 0},
+                                GemmShape{false, false, 3, 300, 64, 1}, GemmShape{false, false, 64, 64, 64, 0},
+                                GemmShape{false, false, 5, 7, 0, 0}}) {
+        GemmShape sh = g;
+        sh.bf16 = bf16;
+        sh.tiled = tiled;
+        Case& c = T.add("gemm", std::string(bf16 ? "bf16" : "f16") + (tiled ? "_tiled" : "_handle") + "_m" +
+                                    std::to_string(sh.m) + "_n" + std::to_string(sh.n) + "_k" + std::to_string(sh.k) +
+                                    "_pad" + std::to_string(sh.pad),
+                        {}, Tol{1e-6, 0, 0, {}, 1e-6},
+                        [sh](const Case& c, const Backend& b, const Tol& t) { run_gemm(c, sh, b, t); }, cuda_only);
+        c.device = Tol{1e-6, 0, 0, {}, 1e-5};
+        T.next_shape();
+      }
+
+  // ---- sampling (the device's top-k / top-p draw; the host's Sampler is engine code with its own
+  // tests): the token equals the reference's exactly (the same 32.32 fixed-point weights). On a
+  // device expf may differ from the host's by an ulp, which moves a weight by ~2^-24 of itself:
+  // there the token may also be the reference's draw at u ± 1e-6 (aux).
+  const auto sampling = [&](const std::string& name, SampleSet set, int32_t vocab) {
+    Case& c = T.add("sampling", name, {}, {},
+                    [set, vocab](const Case& c, const Backend& b, const Tol& t) { run_sampling(c, set, vocab, b, t); },
+                    cuda_only);
+    c.device.aux = 1e-6;
+    T.next_shape();
+  };
+  for (const int32_t vocab : {1, 2, 7, 100, 1000, 5003}) sampling("mixed_v" + std::to_string(vocab), SampleSet::kMixed, vocab);
+  sampling("gemma_v262144", SampleSet::kGemmaVocab, 262144);
+  sampling("nucleus_frequencies_v6", SampleSet::kNucleusFrequencies, 6);
+
+  // ---- KV append (the CPU's row stores are the reference's own definition): every plane bitwise
+  // the host's one-token-at-a-time appends, the running journal, a rollback. On a device nvcc may
+  // contract the K moments' M2 update into an FMA (kernels/paged_kv.h): there the moments (and the
+  // journal that holds them) within 1e-6 + 1e-5·|ref|.
+  for (const KvStore t : {KvStore::kF32, KvStore::kF16, KvStore::kBF16, KvStore::kI8}) {
+    const std::vector<KvAppendShape> shapes = {
+        {t, 64, 2, 16, {{0, 1}}},
+        {t, 7, 3, 16, {{5, 37}, {16, 1}, {0, 5}, {31, 2}}},
+        {t, 128, 2, 32, {{40, 90}, {0, 33}}},
+        {t, 257, 1, 8, {{3, 21}, {8, 8}}},
+        {t, 80, 4, 16, {{15, 1}, {47, 1}, {1, 1}}},  // a decode step of three sequences
+    };
+    for (const KvAppendShape& sh : shapes) {
+      std::string name = std::string(kv_store_name(t)) + "_d" + std::to_string(sh.d) + "_h" +
+                         std::to_string(sh.n_kv_heads) + "_bs" + std::to_string(sh.bs);
+      for (const auto& [prefix, n_new] : sh.seqs) name += "_" + std::to_string(prefix) + "p" + std::to_string(n_new);
+      Case& c = T.add("kv_append", name, {}, {},
+                      [sh](const Case& c, const Backend& b, const Tol& tl) { run_kv_append(c, sh, b, tl); }, cuda_only);
+      c.device = Tol{1e-6, 1e-5};
+      T.next_shape();
+    }
+  }
   return T.cases;
 }
 
@@ -1490,9 +2295,16 @@ TEST(BackendOpsGrid, Backends) {
   for (const Backend& x : b.present) std::printf(", %s", x.name.c_str());
   std::printf("\n");
   for (const std::string& why : b.absent) std::printf("absent: %s\n", why.c_str());
-  std::set<std::string> ops;
-  for (const Case& c : table()) ops.insert(c.op);
-  std::printf("%zu cases of %zu ops, %zu tests\n", table().size(), ops.size(), all_params().size());
+  std::map<std::string, std::map<std::string, int>> tests;  // op -> backend -> tests
+  std::map<std::string, int> cases;
+  for (const Case& c : table()) ++cases[c.op];
+  for (const Param& p : all_params()) ++tests[p.c->op][p.b->name];
+  for (const auto& [op, n] : cases) {
+    std::printf("  %-16s %5d cases:", op.c_str(), n);
+    for (const auto& [backend, k] : tests[op]) std::printf(" %s %d", backend.c_str(), k);
+    std::printf("\n");
+  }
+  std::printf("%zu cases of %zu ops, %zu tests\n", table().size(), cases.size(), all_params().size());
   if (b.present.empty()) GTEST_SKIP() << b.cuda.name << ": " << b.cuda.detail;
 }
 
