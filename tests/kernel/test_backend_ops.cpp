@@ -25,9 +25,12 @@
 // 8-bit activations: matmul_q8), gemm (f16 / bf16), sampling, kv_append. BackendOpsGrid.Backends
 // prints the table's size per op and backend.
 //
-// Tolerances: |backend − reference| ≤ atol + rtol·|reference| per element, stated per op, dtype
-// and backend family in the table (tolerance()), each with why; an op's second quantity (SparQ's
-// α, SWA's weights) has its own absolute bound (aux). Selections computed in float by a backend
+// Tolerances: |backend − reference| ≤ atol + rtol·|reference| per element (matmul, gemm: atol +
+// sum·Σ|w·x|), stated per op, dtype and backend family where the table is built (build_table,
+// attention_tol, TableBuilder::bifurcated), each with why; where a device may differ from the
+// emulator (an FMA the host compiler does not form, cuBLAS's summation order, expf's last ulp) the
+// device's own bound is stated beside it. An op's second quantity (SparQ's α, SWA's weights) has
+// its own absolute bound (aux). Selections computed in float by a backend
 // and in double by the reference may differ on near-ties: a backend must share a stated part of
 // the reference's selection (Overlap), and its output is checked against the reference
 // recomputed over its own selection, and end to end where the selections agree.
