@@ -1,5 +1,5 @@
 // Paper model of the CUDA decode-attention kernels: the bytes each launch moves per decode step,
-// taken from the launchers' own byte functions (the counts tests/kernel/test_cuda_attention.cpp
+// taken from the launchers' own byte functions (the counts tests/kernel/test_backend_ops.cpp
 // checks against the emulator-instrumented grids), for H100-class HBM (3.35 TB/s). No GPU is
 // involved: the latencies are bytes / bandwidth, not measurements. Prints the tables of
 // bench/results/estimates/cuda_bytes.md.

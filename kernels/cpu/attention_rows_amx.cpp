@@ -10,7 +10,7 @@
 // hi·hi + hi·lo + lo·hi (the lo·lo term is below 2^-17). Accumulation is f32. The result differs
 // from the f32 kernels by ~1e-5 (|v| ~ 1, worst 1.7e-5 at d 256): well inside the f16 rounding of
 // the stored K and V (2^-11), and tested against the reference with its own tolerance
-// (test_bifurcated_cpu). One thread, 16k keys, d 128: 48 rows 5.4 ms against 8.3 for the AVX-512
+// (test_backend_ops: bifurcated on cpu_amx). One thread, 16k keys, d 128: 48 rows 5.4 ms against 8.3 for the AVX-512
 // Kᵀ kernel, 192 rows 15.4 against 31.7 (INT8, best of 7 on a busy machine: 4.0 / 8.0 and 12.0 /
 // 31.6); below ~32 rows the Kᵀ kernel wins (bifurcated_attention.cpp).
 //

@@ -1,7 +1,7 @@
 #pragma once
 // Quantized matrix-vector product for decode on the device: y = W·x for 1..4 activation rows.
-// Spec: ref::dequantize_row of each weight row, then a dot product with x (test_cuda_ops
-// compares with the dot in double).
+// Spec: ref::dequantize_row of each weight row, then a dot product with x (the op-test grid,
+// test_backend_ops, compares with the dot in double).
 #include <cstdint>
 
 #include "kernels/cuda/emu/cuda_emu.h"

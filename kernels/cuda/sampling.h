@@ -1,7 +1,7 @@
 #pragma once
 // Top-k / top-p (nucleus) sampling with temperature over rows of logits on the device, given
 // one uniform number per row from the host. The CPU twin of the exact rule below is
-// `sample_reference` in tests/kernel/test_cuda_ops.cpp; the engine's Sampler (engine/sampler.h)
+// `sample_reference` in tests/kernel/test_backend_ops.cpp; the engine's Sampler (engine/sampler.h)
 // picks tokens by the same filters but walks its candidates in another order, so for the same
 // uniform number the two may pick different (equally distributed) tokens.
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
 // Random weight rows in every format the CUDA GEMVs read, with scales that keep values ~ 1
-// (test_cuda_ops, test_cuda_moe).
+// (test_backend_ops, test_cuda_moe).
 #include <gtest/gtest.h>
 
 #include <cstdint>

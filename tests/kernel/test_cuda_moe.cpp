@@ -1,7 +1,7 @@
 // The mixture-of-experts kernels of kernels/cuda/moe.h under the emulator, against plain loops:
 //   grouped_gemv (F32, F16, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS): each item's rows
 //     against a double dot over its expert's ref-dequantized rows; tolerance as quant_gemv's
-//     (test_cuda_ops): |err| <= 1e-6 + 2.5e-7·Σ|w·x| (f32 products and per-lane sums, a 32-lane tree);
+//     (test_backend_ops): |err| <= 1e-6 + 2.5e-7·Σ|w·x| (f32 products and per-lane sums, a 32-lane tree);
 //     items of 1..4 rows, experts skipped and repeated, odd n_out; rows outside every item untouched
 //   gather_rows: exact; combine_experts: exact against the same f32 sum in slot order.
 #include "kernels/cuda/moe.h"

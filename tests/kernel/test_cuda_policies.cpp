@@ -405,7 +405,7 @@ TEST(CudaTieredEngine, PoliciesOverTheHostTierMatchResident) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Model> model = Model::load(kSmallModel);
   const EngineRun resident = run_engine(*model, 200, 0);
-  // 12 device blocks: 6 for the page table, 4 (64 rows per layer and kv head) for the row cache and
+  // 12 device blocks: 6 for the page table, 4 (64 rows per layer and kv head) for the hot-row cache and
   // 2 for the device copy of its map.
   const EngineRun tiered = run_engine(*model, 12, 120, /*hot_rows_percent=*/75);
   for (PolicyKind kind : kPolicies) {
@@ -418,7 +418,7 @@ TEST(CudaTieredEngine, PoliciesOverTheHostTierMatchResident) {
   // Promotions of written blocks, plus every decode step's reads of host blocks in place.
   EXPECT_GT(tiered.moved_in, tiered.moved_out);
   EXPECT_EQ(tiered.preempted, 0);
-  // HiP's rows: copied into the row cache when its mask is estimated, hits on the steps that reuse it.
+  // HiP's rows: copied into the hot-row cache when its mask is estimated, hits on the steps that reuse it.
   EXPECT_GT(tiered.hip_misses, 0);
   EXPECT_GT(tiered.hip_hits, tiered.hip_misses);
   EXPECT_GT(tiered.swa_hits, 0);  // its kept set after the seeding step (which keeps all, read in place)

@@ -139,12 +139,12 @@ TEST(CudaTieredAttention, DenseOverBothTiersIsBitwiseResident) {
   }
 }
 
-// A device row cache of the host tier (kernels/cuda/hot_rows.h, the CUDA backend's HiP rows):
+// A device hot-row cache of the host tier (kernels/cuda/hot_rows.h, the CUDA backend's HiP rows):
 // copy_kv_rows copies the even rows of every host block into the device tier (the slot's own rows
 // there, which the tiered fixture had poisoned), the host copies of those rows are then poisoned
 // too, and PagedKvView::host_rows maps them. Dense attention (decode, 2 kv heads) reads each cached
 // row from the device — bitwise the resident output — and only the odd host rows in place.
-TEST(CudaTieredAttention, RowCacheServesMappedHostRows) {
+TEST(CudaTieredAttention, HotRowCacheServesMappedHostRows) {
   std::mt19937 rng(8);
   for (KvDtype dtype : kDtypes) {
     const int32_t d = 64, n_kv = 2, group = 3, S = 300, bs = 16, n_heads = group * n_kv;
