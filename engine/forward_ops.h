@@ -164,8 +164,9 @@ class ForwardOps {
   // Per active expert e, out rows of e's pairs = in rows · W_eᵀ (+ e's bias row where the layer
   // has expert biases: gpt-oss), several matrices sharing the input as one job; `in` is kXn (token
   // rows: a pair reads its token's) or kGate (pair rows).
-  // A backend reads each active expert's matrices once a step (the CPU) or once per few of its
-  // pairs (CUDA's grouped GEMV: 4) and adds the bytes it read to StepStats::expert_bytes.
+  // A backend reads each active expert's matrices once a step (the CPU) or once per run of its
+  // pairs (CUDA: runs of <= 4 for its grouped GEMV when every expert has so few, else of <= 64 for
+  // its grouped GEMM) and adds the bytes it read to StepStats::expert_bytes.
   virtual void expert_matmul(int32_t /*layer*/, std::span<const ExpertMatmulOut> /*outs*/, Act /*in*/) {
     FATHOM_CHECK(false, "this backend runs no experts");
   }

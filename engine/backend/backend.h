@@ -42,7 +42,8 @@ struct StepStats {
   KvReadBytes kv_read{};
   AttentionSteps attention_steps{};
   // Expert weight bytes the MoE layers read (stored form): Σ over layers and distinct active
-  // experts of their three matrices' bytes (ForwardOps::expert_matmul).
+  // experts of their three matrices' bytes (the CPU; CUDA: once per run of an expert's pairs its
+  // kernel takes, ForwardOps::expert_matmul).
   int64_t expert_bytes = 0;
   StepStats& operator+=(const StepStats& o);  // summing passes
 };

@@ -60,6 +60,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <span>
@@ -71,6 +72,7 @@
 #include "engine/attention/policy.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/model.h"
+#include "kernels/cuda/moe.h"
 #include "tests/kernel/logits_fixture.h"
 
 namespace fathom {
@@ -329,8 +331,10 @@ TEST_P(ArchFixture, GreedyTokensMatchTransformers) {
 // The MoE families: a step reads each active expert's three matrices once, however many of its
 // tokens go to it. A one-token step: n_layers · k experts; a 120-token prefill (240 pairs over 4
 // experts: every expert active): n_layers · n_experts on the CPU, where reading them per token
-// would be 60×. The CUDA backend's grouped GEMV reads an expert once per run of <= 4 of its pairs:
-// the same for a decode step; for the prefill at most n_layers · (pairs / 4 + n_experts).
+// would be 60×. The CUDA backend reads an expert once per run of its pairs: runs of <= 4 for the
+// grouped GEMV where every expert has <= 4 pairs (the decode step: the same as the CPU), of <= 64
+// (cuda::kGroupedGemmRows) for the grouped GEMM otherwise: for the prefill at least once per active
+// expert and at most n_layers · (pairs / 64 + n_experts), where runs of 4 read at least pairs / 4.
 using MoeFixture = ArchFixture;
 TEST_P(MoeFixture, ExpertWeightsAreReadOncePerStep) {
   const ModelConfig& c = model_->config();
@@ -353,7 +357,11 @@ TEST_P(MoeFixture, ExpertWeightsAreReadOncePerStep) {
       EXPECT_EQ(prefill_bytes, c.n_layers * c.n_experts * expert);
     } else {
       EXPECT_GE(prefill_bytes, c.n_layers * c.n_experts * expert);
-      EXPECT_LE(prefill_bytes, c.n_layers * (pairs / 4 + c.n_experts) * expert);
+      EXPECT_LE(prefill_bytes, c.n_layers * (pairs / cuda::kGroupedGemmRows + c.n_experts) * expert);
+      std::printf("%s prefill of %zu tokens: %ld expert bytes, %.2f expert reads a layer (runs of 4: >= %ld)\n",
+                  what("cuda").c_str(), prompt.size(), static_cast<long>(prefill_bytes),
+                  static_cast<double>(prefill_bytes) / static_cast<double>(c.n_layers * expert),
+                  static_cast<long>(pairs / 4));
     }
     BatchPlan decode;
     decode.seqs.push_back(
@@ -387,6 +395,40 @@ TEST(OneExpert, IsTheDenseModel) {
                                 "one expert cuda-emu"),
                 kCudaTol);
     }
+  }
+}
+
+// The one-expert model on CUDA: every token's pair goes to expert 0, so a T-token step's expert
+// has T pairs and each layer reads its matrices ceil(T / 4) times through the grouped GEMV (T <= 4)
+// or ceil(T / 64) times through the grouped GEMM (T > 4): 1 for 4 tokens, 1 (not 2) for 5, 2 (not
+// 30) for the 120-token prompt. IsTheDenseModel above checks the logits of the GEMM path (chunks of
+// 64 and 56 tokens) against the dense model.
+TEST(OneExpert, CudaPrefillReadsTheExpertOncePer64Pairs) {
+  const Fixture f = logits_fixture::load(kDir, "qwen3");
+  const std::unique_ptr<Model> moe = Model::load(kDir + "qwen3-q8-as-moe.gguf");
+  const ModelConfig& c = moe->config();
+  ASSERT_EQ(c.n_experts, 1);
+  ASSERT_EQ(c.n_experts_used, 1);
+  const LayerWeights& L = moe->weights().layers[0];
+  ASSERT_EQ(L.gate_exps[0].type, GgmlType::Q8_0);
+  const int64_t expert = static_cast<int64_t>(L.gate_exps[0].bytes() + L.up_exps[0].bytes() + L.down_exps[0].bytes());
+  const ModelOptions o = options();
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*moe, o);
+  const std::vector<int32_t>& prompt = f.prompts[1];
+  ASSERT_EQ(prompt.size(), 120u);
+  for (const int64_t tokens : {4, 5, 120}) {
+    BlockAllocator pool(cuda->kv_blocks(), o.block_size);
+    std::vector<int32_t> table = logits_fixture::blocks_for(pool, tokens, o.block_size);
+    std::vector<float> logits;
+    BatchPlan prefill;
+    prefill.seqs.push_back(SeqStep{std::span<const int32_t>(prompt.data(), static_cast<size_t>(tokens)), 0, &table,
+                                   LogitsWanted::kLast});
+    const int64_t reads = tokens <= 4 ? (tokens + 3) / 4 : (tokens + cuda::kGroupedGemmRows - 1) / cuda::kGroupedGemmRows;
+    const int64_t bytes = cuda->forward(prefill, logits).expert_bytes;
+    EXPECT_EQ(bytes, c.n_layers * reads * expert) << tokens << " tokens";
+    std::printf("one expert, %ld-token prefill: %ld expert bytes (%ld reads a layer; runs of 4: %ld)\n",
+                static_cast<long>(tokens), static_cast<long>(bytes), static_cast<long>(reads),
+                static_cast<long>((tokens + 3) / 4));
   }
 }
 

@@ -3,6 +3,12 @@
 //     against a double dot over its expert's ref-dequantized rows; tolerance as quant_gemv's
 //     (test_backend_ops): |err| <= 1e-6 + 2.5e-7·Σ|w·x| (f32 products and per-lane sums, a 32-lane tree);
 //     items of 1..4 rows, experts skipped and repeated, odd n_out; rows outside every item untouched
+//   grouped_gemm (the same formats and BF16): the same comparison; tolerance |err| <= 1e-6 +
+//     k·2⁻²⁴·Σ|w·x| (each output an f32 sum over k in order: the recursive-summation bound);
+//     items of 64 rows (a full tile), 6, 1 and 37 (not multiples of the 64-row tile or of a
+//     thread's 4 rows), an expert with no pairs, n_out 5 and 70 (a partial 64-output tile),
+//     k past the last 32-column stage (F32/F16/BF16: 72, and 45: no vector loads); rows outside
+//     every item untouched
 //   gather_rows: exact; combine_experts: exact against the same f32 sum in slot order.
 #include "kernels/cuda/moe.h"
 
@@ -20,6 +26,32 @@
 
 namespace fathom {
 namespace {
+
+// Expert e's rows of `w` (stride bytes apart) against every item's rows of x, in double.
+void expect_items_match(GgmlType type, const std::vector<uint8_t>& w, int64_t stride, int64_t n_out, int64_t k,
+                        const std::vector<float>& x, const std::vector<float>& got,
+                        const std::vector<cuda::ExpertRows>& items, double rel_tol, const char* what) {
+  const int64_t row_bytes = static_cast<int64_t>(ggml_row_size(type, k));
+  double worst = 0;
+  std::vector<float> row(k);
+  for (const cuda::ExpertRows& it : items)
+    for (int64_t n = 0; n < n_out; ++n) {
+      ref::dequantize_row(type, w.data() + it.expert * stride + n * row_bytes, row.data(), k);
+      for (int32_t r = it.first; r < it.first + it.count; ++r) {
+        double sum = 0, mag = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          sum += static_cast<double>(row[i]) * x[r * k + i];
+          mag += std::fabs(static_cast<double>(row[i]) * x[r * k + i]);
+        }
+        const double err = std::fabs(got[r * n_out + n] - sum);
+        worst = std::max(worst, err / mag);
+        EXPECT_LE(err, 1e-6 + rel_tol * mag) << what << " " << ggml_type_name(type) << " k=" << k << " n_out=" << n_out
+                                             << " row " << r << " output " << n;
+      }
+    }
+  std::printf("%s %-6s k=%ld n_out=%ld: worst |err|/Σ|wx| %.3g\n", what, ggml_type_name(type), static_cast<long>(k),
+              static_cast<long>(n_out), worst);
+}
 
 TEST(CudaMoe, GroupedGemvMatchesDequantizedDot) {
   std::mt19937 rng(48);
@@ -51,25 +83,8 @@ TEST(CudaMoe, GroupedGemvMatchesDequantizedDot) {
                                    static_cast<int32_t>(items.size()), nullptr),
                 cudaSuccess);
       const std::vector<float> got = dy.download();
-      double worst = 0;
-      std::vector<float> row(k);
-      for (const cuda::ExpertRows& it : items)
-        for (int64_t n = 0; n < n_out; ++n) {
-          ref::dequantize_row(type, w.data() + it.expert * stride + n * row_bytes, row.data(), k);
-          for (int32_t r = it.first; r < it.first + it.count; ++r) {
-            double sum = 0, mag = 0;
-            for (int64_t i = 0; i < k; ++i) {
-              sum += static_cast<double>(row[i]) * x[r * k + i];
-              mag += std::fabs(static_cast<double>(row[i]) * x[r * k + i]);
-            }
-            const double err = std::fabs(got[r * n_out + n] - sum);
-            worst = std::max(worst, err / mag);
-            EXPECT_LE(err, 1e-6 + 2.5e-7 * mag) << ggml_type_name(type) << " n_out=" << n_out << " row " << r;
-          }
-        }
+      expect_items_match(type, w, stride, n_out, k, x, got, items, 2.5e-7, "grouped_gemv");
       for (int64_t n = 0; n < n_out; ++n) EXPECT_EQ(got[(kRows - 1) * n_out + n], kUntouched);
-      std::printf("grouped_gemv %-6s k=%ld n_out=%ld: worst |err|/Σ|wx| %.3g\n", ggml_type_name(type),
-                  static_cast<long>(k), static_cast<long>(n_out), worst);
     }
   }
   testing::DeviceBuffer<float> dx(256);
@@ -80,6 +95,58 @@ TEST(CudaMoe, GroupedGemvMatchesDequantizedDot) {
             cudaErrorInvalidValue);  // no kernel for Q4_0
   EXPECT_EQ(cuda::grouped_gemv(GgmlType::F32, dx.ptr, 8, 1, 32, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
             cudaErrorInvalidValue);  // an expert stride off 16-byte alignment
+}
+
+TEST(CudaMoe, GroupedGemmMatchesDequantizedDot) {
+  std::mt19937 rng(4848);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int32_t kExperts = 4;
+  // Expert 0: 70 rows (a full tile of 64, then 6), 1: none, 2: 1 row, 3: 37 rows.
+  const std::vector<cuda::ExpertRows> items = {{0, 0, 64}, {0, 64, 6}, {2, 70, 1}, {3, 71, 37}};
+  constexpr int64_t kRows = 109;  // the last row is in no item
+  static_assert(cuda::kGroupedGemmRows == 64, "the items above are sized for 64-row tiles");
+  for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::IQ4_NL,
+                              GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K,
+                              GgmlType::IQ4_XS}) {
+    const int64_t block = ggml_info(type).block_size;
+    const std::vector<int64_t> ks = block == 256 ? std::vector<int64_t>{512}
+                                    : block == 32 ? std::vector<int64_t>{96}
+                                                  : std::vector<int64_t>{72, 45};
+    for (const int64_t k : ks)
+      for (const int64_t n_out : {5, 70}) {
+        const int64_t row_bytes = static_cast<int64_t>(ggml_row_size(type, k));
+        const int64_t stride = (n_out * row_bytes + 15) / 16 * 16;  // each expert 16-byte aligned
+        std::vector<uint8_t> w(static_cast<size_t>(kExperts * stride));
+        for (int32_t e = 0; e < kExperts; ++e) {
+          const std::vector<uint8_t> rows = test::random_rows(type, n_out, k, rng);
+          std::copy(rows.begin(), rows.end(), w.begin() + e * stride);
+        }
+        std::vector<float> x(static_cast<size_t>(kRows * k));
+        for (float& v : x) v = normal(rng);
+        const float kUntouched = 12345.0f;
+        std::vector<float> y0(static_cast<size_t>(kRows * n_out), kUntouched);
+        testing::DeviceBuffer<uint8_t> dw(w);
+        testing::DeviceBuffer<float> dx(x), dy(y0);
+        testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
+        ASSERT_EQ(cuda::grouped_gemm(type, dw.ptr, stride, n_out, k, dx.ptr, dy.ptr, ditems.ptr,
+                                     static_cast<int32_t>(items.size()), nullptr),
+                  cudaSuccess);
+        const std::vector<float> got = dy.download();
+        expect_items_match(type, w, stride, n_out, k, x, got, items, static_cast<double>(k) * 0x1p-24,
+                           "grouped_gemm");
+        for (int64_t n = 0; n < n_out; ++n) EXPECT_EQ(got[(kRows - 1) * n_out + n], kUntouched);
+      }
+  }
+  testing::DeviceBuffer<float> dx(256);
+  testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
+  EXPECT_EQ(cuda::grouped_gemm(GgmlType::Q4_K, dx.ptr, 0, 1, 96, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
+            cudaErrorInvalidValue);  // k not a multiple of 256
+  EXPECT_EQ(cuda::grouped_gemm(GgmlType::Q4_0, dx.ptr, 0, 1, 256, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
+            cudaErrorInvalidValue);  // no kernel for Q4_0
+  EXPECT_EQ(cuda::grouped_gemm(GgmlType::F32, dx.ptr, 8, 1, 32, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
+            cudaErrorInvalidValue);  // an expert stride off 16-byte alignment
+  EXPECT_EQ(cuda::grouped_gemm(GgmlType::F32, dx.ptr, 0, 1, 32, dx.ptr, dx.ptr, ditems.ptr, 0, nullptr),
+            cudaSuccess);  // no items: nothing to do
 }
 
 TEST(CudaMoe, GatherAndCombineMatchLoops) {

@@ -139,7 +139,10 @@ class CudaBackend final : public Backend {
   int64_t attend_group(int32_t layer, const AttentionGroup& group) override;
   // Experts: the router's logits on the device (grouped_gemv over f32), copied to the host, which
   // picks the top-k (route_tokens: the CPU's code, so both backends route alike) and uploads the
-  // pair tables; one grouped_gemv launch per projection over every active expert (per 65535 runs of pairs).
+  // pair tables; one grouped launch per projection over every active expert (per 65535 runs of
+  // pairs): grouped_gemm over runs of <= 64 pairs when some expert has more than 4 pairs (a
+  // prefill: an expert with n pairs read ceil(n / 64) times), else grouped_gemv over runs of <= 4
+  // (decode: each active expert read once).
   void route_experts(int32_t layer) override;
   void expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> outs, Act in) override;
   void combine_experts(Act out) override;
@@ -182,9 +185,10 @@ class CudaBackend final : public Backend {
   void reset_hot_rows();
   void ensure_rope_rows(int32_t rows);
   void matmul(const DevMatrix& w, const float* x, int64_t m, float* y);
-  // cuda::grouped_gemv over any number of items (launches of at most 65535: the grid's y).
-  void grouped_gemv(GgmlType type, const void* w, int64_t stride, int64_t n_out, int64_t k, const float* x, float* y,
-                    const cuda::ExpertRows* items, int32_t n_items);
+  // cuda::grouped_gemm (gemm) or cuda::grouped_gemv over any number of items (launches of at most
+  // 65535: the grid's y).
+  void grouped_matmul(bool gemm, GgmlType type, const void* w, int64_t stride, int64_t n_out, int64_t k,
+                      const float* x, float* y, const cuda::ExpertRows* items, int32_t n_items);
 
   ModelConfig config_;
   int32_t num_blocks_;
@@ -249,7 +253,8 @@ class CudaBackend final : public Backend {
   }
   std::array<DeviceArray<float>, 10> acts_;  // indexed by Act, (T, act_width(Act))
   // The current MoE layer's routing (host) and its tables in uploads_: pair_token, pair_weight,
-  // token_pair (ExpertRouting's), items (runs of <= 4 pairs of one expert: grouped_gemv's rows).
+  // token_pair (ExpertRouting's), items (runs of pairs of one expert: <= 64 for grouped_gemm where
+  // expert_gemm_, else <= 4 for grouped_gemv).
   ExpertRouting routing_;
   std::vector<float> router_host_;   // (T, n_experts)
   DeviceArray<float> router_logits_;  // (T, n_experts)
@@ -260,6 +265,7 @@ class CudaBackend final : public Backend {
   const int32_t* pair_expert_ = nullptr;  // (pairs) gpt-oss: each pair's expert
   const cuda::ExpertRows* expert_items_ = nullptr;
   int32_t n_expert_items_ = 0;
+  bool expert_gemm_ = false;
   DeviceArray<float> attn_workspace_;
   DeviceArray<__half> act16_;        // (T, max in-features): the GEMM's f16 activations
   DeviceArray<float> w32_;           // (kDequantChunk): a dequantized chunk of W, f32 ...
@@ -844,8 +850,8 @@ void CudaBackend::route_experts(int32_t layer) {
   for (int64_t t = 0; t < T_; t += 4)
     token_runs.push_back({0, static_cast<int32_t>(t), static_cast<int32_t>(std::min<int64_t>(4, T_ - t))});
   router_logits_.reserve(static_cast<size_t>(T_ * E));
-  grouped_gemv(GgmlType::F32, layers_[layer].router.get(), 0, E, c.dim, act(Act::kXn), router_logits_.get(),
-               uploads_.put(token_runs), static_cast<int32_t>(token_runs.size()));
+  grouped_matmul(false, GgmlType::F32, layers_[layer].router.get(), 0, E, c.dim, act(Act::kXn), router_logits_.get(),
+                 uploads_.put(token_runs), static_cast<int32_t>(token_runs.size()));
   router_host_.resize(static_cast<size_t>(T_ * E));
   FATHOM_CUDA_BACKEND_OK(cudaMemcpy(router_host_.data(), router_logits_.get(), router_host_.size() * sizeof(float),
                                     cudaMemcpyDeviceToHost));
@@ -854,10 +860,16 @@ void CudaBackend::route_experts(int32_t layer) {
     for (int64_t t = 0; t < T_; ++t)
       for (int32_t e = 0; e < E; ++e) router_host_[t * E + e] += bias[e];
   route_tokens(router_host_.data(), T_, E, c.n_experts_used, routing_);
+  // The grouped GEMM where some expert has more pairs than one GEMV item takes (the GEMV would read
+  // it more than once); a step whose experts each have few pairs keeps the GEMV.
+  int32_t most = 0;
+  for (int32_t e = 0; e < E; ++e) most = std::max(most, routing_.expert_begin[e + 1] - routing_.expert_begin[e]);
+  expert_gemm_ = most > kGemvRows;
+  const int32_t run = expert_gemm_ ? cuda::kGroupedGemmRows : static_cast<int32_t>(kGemvRows);
   std::vector<cuda::ExpertRows> items;
   for (int32_t e = 0; e < E; ++e) {
     const int32_t begin = routing_.expert_begin[e], end = routing_.expert_begin[e + 1];
-    for (int32_t p = begin; p < end; p += 4) items.push_back({e, p, std::min(4, end - p)});
+    for (int32_t p = begin; p < end; p += run) items.push_back({e, p, std::min(run, end - p)});
   }
   if (layers_[layer].gate_exps_bias.get() != nullptr) {  // gpt-oss: each pair's expert, for its bias rows
     std::vector<int32_t> pair_expert(static_cast<size_t>(routing_.pairs()));
@@ -872,12 +884,14 @@ void CudaBackend::route_experts(int32_t layer) {
   n_expert_items_ = static_cast<int32_t>(items.size());
 }
 
-void CudaBackend::grouped_gemv(GgmlType type, const void* w, int64_t stride, int64_t n_out, int64_t k, const float* x,
-                               float* y, const cuda::ExpertRows* items, int32_t n_items) {
+void CudaBackend::grouped_matmul(bool gemm, GgmlType type, const void* w, int64_t stride, int64_t n_out, int64_t k,
+                                 const float* x, float* y, const cuda::ExpertRows* items, int32_t n_items) {
   constexpr int32_t kMaxItems = 65535;  // a launch's grid.y
-  for (int32_t i = 0; i < n_items; i += kMaxItems)
-    FATHOM_CUDA_BACKEND_OK(
-        cuda::grouped_gemv(type, w, stride, n_out, k, x, y, items + i, std::min(kMaxItems, n_items - i), stream_));
+  for (int32_t i = 0; i < n_items; i += kMaxItems) {
+    const int32_t n = std::min(kMaxItems, n_items - i);
+    FATHOM_CUDA_BACKEND_OK(gemm ? cuda::grouped_gemm(type, w, stride, n_out, k, x, y, items + i, n, stream_)
+                                : cuda::grouped_gemv(type, w, stride, n_out, k, x, y, items + i, n, stream_));
+  }
 }
 
 void CudaBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> outs, Act in) {
@@ -893,11 +907,11 @@ void CudaBackend::expert_matmul(int32_t layer, std::span<const ExpertMatmulOut> 
   for (const ExpertMatmulOut& o : outs) {
     const DevMatrix& m = expert_matrices(D, o.w);
     const int64_t rows = m.rows / config_.n_experts, stride = rows * static_cast<int64_t>(ggml_row_size(m.type, m.cols));
-    grouped_gemv(m.type, m.data, stride, rows, m.cols, x, act(o.out), expert_items_, n_expert_items_);
+    grouped_matmul(expert_gemm_, m.type, m.data, stride, rows, m.cols, x, act(o.out), expert_items_, n_expert_items_);
     const DeviceArray<float>& bias = expert_biases(D, o.w);
     if (bias.get() != nullptr)
       FATHOM_CUDA_BACKEND_OK(cuda::add_row_bias(act(o.out), bias.get(), pair_expert_, pairs, rows, stream_));
-    step_.expert_bytes += stride * n_expert_items_;  // each run of <= 4 pairs reads its expert's rows
+    step_.expert_bytes += stride * n_expert_items_;  // each item (run of pairs) reads its expert's rows once
   }
 }
 
