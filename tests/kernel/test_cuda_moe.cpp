@@ -53,9 +53,38 @@ void expect_items_match(GgmlType type, const std::vector<uint8_t>& w, int64_t st
               static_cast<long>(n_out), worst);
 }
 
+using GroupedLaunch = cudaError_t (*)(GgmlType, const void*, int64_t, int64_t, int64_t, const float*, float*,
+                                      const cuda::ExpertRows*, int32_t, cudaStream_t);
+
+// `experts` experts of random `type` rows (n_out x k each, 16-byte aligned) and `rows` random
+// activation rows through `launch` over `items`: every item's outputs against the double dot
+// (expect_items_match), and the last row, which no item names, left untouched.
+void check_grouped(GroupedLaunch launch, const char* what, GgmlType type, int64_t n_out, int64_t k, int32_t experts,
+                   const std::vector<cuda::ExpertRows>& items, int64_t rows, double rel_tol, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t row_bytes = static_cast<int64_t>(ggml_row_size(type, k));
+  const int64_t stride = (n_out * row_bytes + 15) / 16 * 16;  // each expert 16-byte aligned
+  std::vector<uint8_t> w(static_cast<size_t>(experts * stride));
+  for (int32_t e = 0; e < experts; ++e) {
+    const std::vector<uint8_t> expert_rows = test::random_rows(type, n_out, k, rng);
+    std::copy(expert_rows.begin(), expert_rows.end(), w.begin() + e * stride);
+  }
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  for (float& v : x) v = normal(rng);
+  const float kUntouched = 12345.0f;
+  std::vector<float> y0(static_cast<size_t>(rows * n_out), kUntouched);
+  testing::DeviceBuffer<uint8_t> dw(w);
+  testing::DeviceBuffer<float> dx(x), dy(y0);
+  testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
+  ASSERT_EQ(launch(type, dw.ptr, stride, n_out, k, dx.ptr, dy.ptr, ditems.ptr, static_cast<int32_t>(items.size()), nullptr),
+            cudaSuccess);
+  const std::vector<float> got = dy.download();
+  expect_items_match(type, w, stride, n_out, k, x, got, items, rel_tol, what);
+  for (int64_t n = 0; n < n_out; ++n) EXPECT_EQ(got[(rows - 1) * n_out + n], kUntouched);
+}
+
 TEST(CudaMoe, GroupedGemvMatchesDequantizedDot) {
   std::mt19937 rng(48);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   constexpr int32_t kExperts = 5;
   // Expert 0: 3 rows (one item), 1: none, 2: 6 rows (items of 4 and 2), 3: 1 row, 4: 4 rows.
   const std::vector<cuda::ExpertRows> items = {{0, 0, 3}, {2, 3, 4}, {2, 7, 2}, {3, 9, 1}, {4, 10, 4}};
@@ -64,28 +93,8 @@ TEST(CudaMoe, GroupedGemvMatchesDequantizedDot) {
                               GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
     const int64_t block = ggml_info(type).block_size;
     const int64_t k = block == 256 ? 512 : 96;
-    for (const int64_t n_out : {1, 7, 48}) {
-      const int64_t row_bytes = static_cast<int64_t>(ggml_row_size(type, k));
-      const int64_t stride = (n_out * row_bytes + 15) / 16 * 16;  // each expert 16-byte aligned
-      std::vector<uint8_t> w(static_cast<size_t>(kExperts * stride));
-      for (int32_t e = 0; e < kExperts; ++e) {
-        const std::vector<uint8_t> rows = test::random_rows(type, n_out, k, rng);
-        std::copy(rows.begin(), rows.end(), w.begin() + e * stride);
-      }
-      std::vector<float> x(static_cast<size_t>(kRows * k));
-      for (float& v : x) v = normal(rng);
-      const float kUntouched = 12345.0f;
-      std::vector<float> y0(static_cast<size_t>(kRows * n_out), kUntouched);
-      testing::DeviceBuffer<uint8_t> dw(w);
-      testing::DeviceBuffer<float> dx(x), dy(y0);
-      testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
-      ASSERT_EQ(cuda::grouped_gemv(type, dw.ptr, stride, n_out, k, dx.ptr, dy.ptr, ditems.ptr,
-                                   static_cast<int32_t>(items.size()), nullptr),
-                cudaSuccess);
-      const std::vector<float> got = dy.download();
-      expect_items_match(type, w, stride, n_out, k, x, got, items, 2.5e-7, "grouped_gemv");
-      for (int64_t n = 0; n < n_out; ++n) EXPECT_EQ(got[(kRows - 1) * n_out + n], kUntouched);
-    }
+    for (const int64_t n_out : {1, 7, 48})
+      check_grouped(cuda::grouped_gemv, "grouped_gemv", type, n_out, k, kExperts, items, kRows, 2.5e-7, rng);
   }
   testing::DeviceBuffer<float> dx(256);
   testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
@@ -99,7 +108,6 @@ TEST(CudaMoe, GroupedGemvMatchesDequantizedDot) {
 
 TEST(CudaMoe, GroupedGemmMatchesDequantizedDot) {
   std::mt19937 rng(4848);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   constexpr int32_t kExperts = 4;
   // Expert 0: 70 rows (a full tile of 64, then 6), 1: none, 2: 1 row, 3: 37 rows.
   const std::vector<cuda::ExpertRows> items = {{0, 0, 64}, {0, 64, 6}, {2, 70, 1}, {3, 71, 37}};
@@ -113,29 +121,9 @@ TEST(CudaMoe, GroupedGemmMatchesDequantizedDot) {
                                     : block == 32 ? std::vector<int64_t>{96}
                                                   : std::vector<int64_t>{72, 45};
     for (const int64_t k : ks)
-      for (const int64_t n_out : {5, 70}) {
-        const int64_t row_bytes = static_cast<int64_t>(ggml_row_size(type, k));
-        const int64_t stride = (n_out * row_bytes + 15) / 16 * 16;  // each expert 16-byte aligned
-        std::vector<uint8_t> w(static_cast<size_t>(kExperts * stride));
-        for (int32_t e = 0; e < kExperts; ++e) {
-          const std::vector<uint8_t> rows = test::random_rows(type, n_out, k, rng);
-          std::copy(rows.begin(), rows.end(), w.begin() + e * stride);
-        }
-        std::vector<float> x(static_cast<size_t>(kRows * k));
-        for (float& v : x) v = normal(rng);
-        const float kUntouched = 12345.0f;
-        std::vector<float> y0(static_cast<size_t>(kRows * n_out), kUntouched);
-        testing::DeviceBuffer<uint8_t> dw(w);
-        testing::DeviceBuffer<float> dx(x), dy(y0);
-        testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
-        ASSERT_EQ(cuda::grouped_gemm(type, dw.ptr, stride, n_out, k, dx.ptr, dy.ptr, ditems.ptr,
-                                     static_cast<int32_t>(items.size()), nullptr),
-                  cudaSuccess);
-        const std::vector<float> got = dy.download();
-        expect_items_match(type, w, stride, n_out, k, x, got, items, static_cast<double>(k) * 0x1p-24,
-                           "grouped_gemm");
-        for (int64_t n = 0; n < n_out; ++n) EXPECT_EQ(got[(kRows - 1) * n_out + n], kUntouched);
-      }
+      for (const int64_t n_out : {5, 70})
+        check_grouped(cuda::grouped_gemm, "grouped_gemm", type, n_out, k, kExperts, items, kRows,
+                      static_cast<double>(k) * 0x1p-24, rng);
   }
   testing::DeviceBuffer<float> dx(256);
   testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
