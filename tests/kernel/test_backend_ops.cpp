@@ -221,23 +221,29 @@ const T& reference(const Case& c, Make make) {
   return cached<T>(1, c.id, make);
 }
 
-// Elementwise |got − want| ≤ atol + rtol·|want| (non-finite got fails); one failure reported per
-// call, with its index. Returns the worst |got − want|.
-double expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,
-                    const std::string& what) {
+// |got − want| ≤ bound(i) for every i (a non-finite got fails); one failure reported per call, with
+// its index. Returns the worst |got − want|. `want`: floats or doubles.
+template <typename Want, typename Bound>
+double expect_within(const std::vector<float>& got, const std::vector<Want>& want, Bound bound, const std::string& what) {
   EXPECT_EQ(got.size(), want.size()) << what;
   double worst = 0;
   bool reported = false;
   for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
     const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
     worst = std::isfinite(got[i]) ? std::max(worst, err) : INFINITY;
-    if ((!std::isfinite(got[i]) || err > atol + rtol * std::fabs(want[i])) && !reported) {
+    if ((!std::isfinite(got[i]) || err > bound(i)) && !reported) {
       ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i] << " (|err| " << err
-                    << ", bound " << atol + rtol * std::fabs(want[i]) << ")";
+                    << ", bound " << bound(i) << ")";
       reported = true;
     }
   }
   return worst;
+}
+
+// Elementwise |got − want| ≤ atol + rtol·|want|.
+double expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,
+                    const std::string& what) {
+  return expect_within(got, want, [&](size_t i) { return atol + rtol * std::fabs(static_cast<double>(want[i])); }, what);
 }
 double expect_close(const std::vector<float>& got, const std::vector<float>& want, const Tol& t, const std::string& what) {
   return expect_close(got, want, t.atol, t.rtol, what);
@@ -1057,24 +1063,6 @@ void run_bifurcated(const Case& c, const BifShape& s, const Backend& b, const To
 // Row and element-wise ops against their formulas in double: rms_norm, the gated activations,
 // RoPE; embedding rows against ref::dequantize_row
 // ============================================================================================
-
-// |got − want| ≤ bound(i) for every i; one failure reported; returns the worst |got − want|.
-template <typename Bound>
-double expect_within(const std::vector<float>& got, const std::vector<double>& want, Bound bound, const std::string& what) {
-  EXPECT_EQ(got.size(), want.size()) << what;
-  double worst = 0;
-  bool reported = false;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    worst = std::isfinite(got[i]) ? std::max(worst, err) : INFINITY;
-    if ((!std::isfinite(got[i]) || err > bound(i)) && !reported) {
-      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i] << " (|err| " << err
-                    << ", bound " << bound(i) << ")";
-      reported = true;
-    }
-  }
-  return worst;
-}
 
 struct NormShape {
   int64_t rows, n;
