@@ -214,41 +214,15 @@ TEST(Gemma2, SparsePolicyStepsDecodeDensely) {
 // llama.cpp's gemma3 sharing no code with fathom; its f32 logits are 1.2e-6 from them). The
 // directory's logits must be bitwise the GGUF's, and within the CPU's and CUDA's tolerances of the
 // reference; with the norms read as stored (w, not 1 + w) they would be 1.08 away.
-TEST(Gemma3, DirectoryMatchesItsGgufAndTheReference) {
+// A Gemma 3 directory (`dir` under kDir) against the gemma3 fixture: the config our GGUF's (5
+// sliding layers then a global one, their windows and RoPE frequencies, the global layers' linear
+// factor 8, the attention scale, epsilon and context), its logits bitwise the GGUF's on the CPU, and
+// within the CPU's and CUDA's tolerances of the reference.
+void expect_gemma3_directory(const std::string& dir) {
   const Fixture f = logits_fixture::load(kDir, "gemma3");
-  const std::unique_ptr<Model> hf = Model::load(f.path("hf_dir"));
+  const std::unique_ptr<Model> hf = Model::load(kDir + dir);
   const std::unique_ptr<Model> gguf = Model::load(f.path("gguf"));
   const ModelConfig& c = hf->config();
-  ASSERT_EQ(c.arch, Architecture::kGemma3);
-  ASSERT_EQ(c.layers.size(), 6u);
-  for (size_t il = 0; il < c.layers.size(); ++il) {
-    EXPECT_EQ(c.layers[il].sliding, il != 5) << "layer " << il;
-    EXPECT_EQ(c.layers[il].rope_inv_freq, gguf->config().layers[il].rope_inv_freq) << "layer " << il;
-  }
-  EXPECT_EQ(c.rope_scaling.factor, 8.0f);
-  const ModelOptions o = options();
-  CpuBackend hf_cpu(*hf, o), gguf_cpu(*gguf, o);
-  const std::vector<float> got = logits_fixture::run_prompts(hf_cpu, f, o.block_size, kChunk);
-  EXPECT_EQ(worst_row_error(got, logits_fixture::run_prompts(gguf_cpu, f, o.block_size, kChunk), f.vocab,
-                            "gemma3-hf vs our gguf"),
-            0.0);
-  EXPECT_LE(worst_row_error(got, f.logits, f.vocab, "gemma3-hf cpu"), kCpuTol);
-  std::unique_ptr<Backend> cuda = make_cuda_backend(*hf, o);
-  EXPECT_LE(worst_row_error(logits_fixture::run_prompts(*cuda, f, o.block_size, kChunk), f.logits, f.vocab,
-                            "gemma3-hf cuda-emu"),
-            kCudaTol);
-}
-
-// Gemma 3's vision checkpoints (Gemma3ForConditionalGeneration: the 4B, 12B and 27B as released)
-// serve their text model: gemma3-mm-hf holds gemma3-hf's text weights under language_model.model.*,
-// a text_config that leaves most keys to transformers' Gemma3TextConfig defaults, and vision tower
-// and projector tensors, which are skipped. Its logits must be bitwise the GGUF's, and within the
-// CPU's and CUDA's tolerances of the reference.
-TEST(Gemma3, ConditionalGenerationDirectoryServesItsTextModel) {
-  const Fixture f = logits_fixture::load(kDir, "gemma3");
-  const std::unique_ptr<Model> mm = Model::load(kDir + "gemma3-mm-hf");
-  const std::unique_ptr<Model> gguf = Model::load(f.path("gguf"));
-  const ModelConfig& c = mm->config();
   ASSERT_EQ(c.arch, Architecture::kGemma3);
   ASSERT_EQ(c.layers.size(), 6u);
   for (size_t il = 0; il < c.layers.size(); ++il) {
@@ -256,21 +230,31 @@ TEST(Gemma3, ConditionalGenerationDirectoryServesItsTextModel) {
     EXPECT_EQ(c.layers[il].window, gguf->config().layers[il].window) << "layer " << il;
     EXPECT_EQ(c.layers[il].rope_inv_freq, gguf->config().layers[il].rope_inv_freq) << "layer " << il;
   }
+  EXPECT_EQ(c.rope_scaling.factor, 8.0f);
   EXPECT_EQ(c.attn_scale, gguf->config().attn_scale);
   EXPECT_EQ(c.rms_eps, gguf->config().rms_eps);
   EXPECT_EQ(c.context_length, gguf->config().context_length);
   const ModelOptions o = options();
-  CpuBackend mm_cpu(*mm, o), gguf_cpu(*gguf, o);
-  const std::vector<float> got = logits_fixture::run_prompts(mm_cpu, f, o.block_size, kChunk);
+  CpuBackend hf_cpu(*hf, o), gguf_cpu(*gguf, o);
+  const std::vector<float> got = logits_fixture::run_prompts(hf_cpu, f, o.block_size, kChunk);
   EXPECT_EQ(worst_row_error(got, logits_fixture::run_prompts(gguf_cpu, f, o.block_size, kChunk), f.vocab,
-                            "gemma3-mm-hf vs our gguf"),
+                            dir + " vs our gguf"),
             0.0);
-  EXPECT_LE(worst_row_error(got, f.logits, f.vocab, "gemma3-mm-hf cpu"), kCpuTol);
-  std::unique_ptr<Backend> cuda = make_cuda_backend(*mm, o);
+  EXPECT_LE(worst_row_error(got, f.logits, f.vocab, dir + " cpu"), kCpuTol);
+  std::unique_ptr<Backend> cuda = make_cuda_backend(*hf, o);
   EXPECT_LE(worst_row_error(logits_fixture::run_prompts(*cuda, f, o.block_size, kChunk), f.logits, f.vocab,
-                            "gemma3-mm-hf cuda-emu"),
+                            dir + " cuda-emu"),
             kCudaTol);
 }
+
+TEST(Gemma3, DirectoryMatchesItsGgufAndTheReference) { expect_gemma3_directory("gemma3-hf"); }
+
+// Gemma 3's vision checkpoints (Gemma3ForConditionalGeneration: the 4B, 12B and 27B as released)
+// serve their text model: gemma3-mm-hf holds gemma3-hf's text weights under language_model.model.*,
+// a text_config that leaves most keys to transformers' Gemma3TextConfig defaults, and vision tower
+// and projector tensors, which are skipped. Its logits must be bitwise the GGUF's, and within the
+// CPU's and CUDA's tolerances of the reference.
+TEST(Gemma3, ConditionalGenerationDirectoryServesItsTextModel) { expect_gemma3_directory("gemma3-mm-hf"); }
 
 // gpt-oss as released: its experts' gate and up matrices MXFP4. The reference is transformers with
 // those weights as the gguf package dequantizes them (0.72 of max|logit| from the bf16 model's), so
