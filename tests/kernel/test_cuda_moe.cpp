@@ -83,6 +83,18 @@ void check_grouped(GroupedLaunch launch, const char* what, GgmlType type, int64_
   for (int64_t n = 0; n < n_out; ++n) EXPECT_EQ(got[(rows - 1) * n_out + n], kUntouched);
 }
 
+// The shapes `launch` must refuse with cudaErrorInvalidValue.
+void expect_refusals(GroupedLaunch launch, const std::vector<cuda::ExpertRows>& items) {
+  testing::DeviceBuffer<float> dx(256);
+  testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
+  EXPECT_EQ(launch(GgmlType::Q4_K, dx.ptr, 0, 1, 96, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
+            cudaErrorInvalidValue);  // k not a multiple of 256
+  EXPECT_EQ(launch(GgmlType::Q4_0, dx.ptr, 0, 1, 256, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
+            cudaErrorInvalidValue);  // no kernel for Q4_0
+  EXPECT_EQ(launch(GgmlType::F32, dx.ptr, 8, 1, 32, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
+            cudaErrorInvalidValue);  // an expert stride off 16-byte alignment
+}
+
 TEST(CudaMoe, GroupedGemvMatchesDequantizedDot) {
   std::mt19937 rng(48);
   constexpr int32_t kExperts = 5;
@@ -96,14 +108,7 @@ TEST(CudaMoe, GroupedGemvMatchesDequantizedDot) {
     for (const int64_t n_out : {1, 7, 48})
       check_grouped(cuda::grouped_gemv, "grouped_gemv", type, n_out, k, kExperts, items, kRows, 2.5e-7, rng);
   }
-  testing::DeviceBuffer<float> dx(256);
-  testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
-  EXPECT_EQ(cuda::grouped_gemv(GgmlType::Q4_K, dx.ptr, 0, 1, 96, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
-            cudaErrorInvalidValue);  // k not a multiple of 256
-  EXPECT_EQ(cuda::grouped_gemv(GgmlType::Q4_0, dx.ptr, 0, 1, 256, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
-            cudaErrorInvalidValue);  // no kernel for Q4_0
-  EXPECT_EQ(cuda::grouped_gemv(GgmlType::F32, dx.ptr, 8, 1, 32, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
-            cudaErrorInvalidValue);  // an expert stride off 16-byte alignment
+  expect_refusals(cuda::grouped_gemv, items);
 }
 
 TEST(CudaMoe, GroupedGemmMatchesDequantizedDot) {
@@ -125,14 +130,9 @@ TEST(CudaMoe, GroupedGemmMatchesDequantizedDot) {
         check_grouped(cuda::grouped_gemm, "grouped_gemm", type, n_out, k, kExperts, items, kRows,
                       static_cast<double>(k) * 0x1p-24, rng);
   }
+  expect_refusals(cuda::grouped_gemm, items);
   testing::DeviceBuffer<float> dx(256);
   testing::DeviceBuffer<cuda::ExpertRows> ditems(items);
-  EXPECT_EQ(cuda::grouped_gemm(GgmlType::Q4_K, dx.ptr, 0, 1, 96, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
-            cudaErrorInvalidValue);  // k not a multiple of 256
-  EXPECT_EQ(cuda::grouped_gemm(GgmlType::Q4_0, dx.ptr, 0, 1, 256, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
-            cudaErrorInvalidValue);  // no kernel for Q4_0
-  EXPECT_EQ(cuda::grouped_gemm(GgmlType::F32, dx.ptr, 8, 1, 32, dx.ptr, dx.ptr, ditems.ptr, 1, nullptr),
-            cudaErrorInvalidValue);  // an expert stride off 16-byte alignment
   EXPECT_EQ(cuda::grouped_gemm(GgmlType::F32, dx.ptr, 0, 1, 32, dx.ptr, dx.ptr, ditems.ptr, 0, nullptr),
             cudaSuccess);  // no items: nothing to do
 }
