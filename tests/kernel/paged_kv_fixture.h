@@ -16,6 +16,14 @@
 
 namespace fathom::testing {
 
+// n values ~ N(0, sigma²): queries and other inputs for the attention kernel tests.
+inline std::vector<float> normal_vector(size_t n, std::mt19937& rng, float sigma = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
 struct PagedKvFixture {
   int32_t d = 0, n_kv_heads = 0, block_size = 0;
   KvDtype dtype = KvDtype::kF32;

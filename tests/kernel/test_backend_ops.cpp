@@ -72,6 +72,7 @@
 namespace fathom::grid {
 namespace {
 
+using testing::normal_vector;
 using testing::PagedKvFixture;
 
 // ============================================================================================
@@ -186,13 +187,6 @@ struct Case {
 std::mt19937 rng_for(int64_t id, uint32_t salt) {
   std::seed_seq seq{static_cast<uint32_t>(id), static_cast<uint32_t>(id >> 32), salt, 0x67726964u};
   return std::mt19937(seq);
-}
-
-std::vector<float> normal_vector(size_t n, std::mt19937& rng, float sigma = 1.0f) {
-  std::normal_distribution<float> normal(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
 }
 
 // Tests run case after case, backend after backend: one case's reference and one shape's inputs are

@@ -59,13 +59,6 @@ double compare(const float* a, const float* b, int64_t n, KvDtype dtype, Worst& 
   return e;
 }
 
-std::vector<float> random_q(int32_t n, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> q(n);
-  for (float& x : q) x = normal(rng);
-  return q;
-}
-
 // Runs fn once per SIMD level the CPU supports, then restores the best level.
 template <typename Fn>
 void for_each_simd_level(Fn fn) {
@@ -169,7 +162,7 @@ TEST(SparseCpu, HipOverHostRowsMatchesResident) {
   for (const auto& [dtype, per_kv_head, cap] : {Case{KvDtype::kF16, false, 600}, Case{KvDtype::kF16, true, 600},
                                                 Case{KvDtype::kF16, true, 200}, Case{KvDtype::kI8, true, 600}}) {
     const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
-    const std::vector<float> q = random_q(H * d, rng);
+    const std::vector<float> q = testing::normal_vector(H * d, rng);
     const ref::HipParams p{512, 2, 16, 64, per_kv_head};
     std::vector<float> out_resident, out_tiered;
     const DecodeArgs a = decode_args(q, out_resident, H, d, S);
@@ -202,7 +195,7 @@ TEST(SparseCpu, SparqOverHostRowsMatchesResident) {
   const int32_t d = 64, G = 3, S = 3001, H = G * kKvHeads;
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16}) {
     const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
-    const std::vector<float> q = random_q(H * d, rng);
+    const std::vector<float> q = testing::normal_vector(H * d, rng);
     ref::SparqParams p;
     p.r = 8;
     p.k = 400;
@@ -232,7 +225,7 @@ TEST(SparseCpu, SwaOverHostRowsInBatchesMatchesOnePass) {
   ThreadPool pool(2);
   const int32_t d = 64, G = 3, S = 2001, H = G * kKvHeads;
   const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, KvDtype::kF16, S, 2, rng);
-  const std::vector<float> q = random_q(H * d, rng);
+  const std::vector<float> q = testing::normal_vector(H * d, rng);
   const std::vector<float> mass(S, 0.0f);
   for (int32_t n : {S, S - 1}) {  // position 2000 (batches in order), 1999 (reversed)
     for (float ratio : {1.0f, 0.5f}) {
@@ -262,7 +255,7 @@ TEST(SparseCpu, SwaWindowOverTieredViewMatchesResident) {
     const int32_t d = 64, G = 3, S = 2001, H = G * kKvHeads, n_blocks = (S + kBlock - 1) / kBlock;
     for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
       const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
-      const std::vector<float> q = random_q(H * d, rng);
+      const std::vector<float> q = testing::normal_vector(H * d, rng);
       std::vector<float> mass(S);
       std::uniform_real_distribution<float> uni(0.0f, 1.0f);
       for (float& m : mass) m = uni(rng);
@@ -304,7 +297,7 @@ TEST(SparseCpu, AttendWithDeferredPositionsEqualsFilledFirst) {
     for (KvDtype dtype : {KvDtype::kF16, KvDtype::kI8}) {
       const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
       const PagedKvView kv = f.view(true, true);
-      const std::vector<float> q = random_q(H * d, rng);
+      const std::vector<float> q = testing::normal_vector(H * d, rng);
       std::vector<std::vector<int32_t>> chosen(kKvHeads);  // per kv head, ascending, below the run
       for (auto& c : chosen) {
         for (int32_t t = 0; t < older; ++t)
@@ -365,7 +358,7 @@ TEST(SparseCpu, AttendRethrowsAFailedFill) {
     std::mt19937 rng(5);
     const int32_t d = 64, G = 3, S = 1200, older = 900;
     const testing::PagedKvFixture f = testing::make_paged_kv(d, 1, kBlock, KvDtype::kF16, S, 2, rng);
-    const std::vector<float> q = random_q(G * d, rng);
+    const std::vector<float> q = testing::normal_vector(G * d, rng);
     std::vector<float> out(G * d);
     std::vector<int32_t> pos(300, -1);
     cpu::sparse::AttendTask t;
@@ -405,7 +398,7 @@ TEST(SparseCpu, EveryPolicyOnASerialStandInEqualsThePoolBitwise) {
                        kv_dtype_name(dtype));
           const testing::PagedKvFixture f = testing::make_paged_kv(d, kKvHeads, kBlock, dtype, S, 2, rng);
           const PagedKvView kv = f.view(true, true);
-          const std::vector<float> q = random_q(H * d, rng);
+          const std::vector<float> q = testing::normal_vector(H * d, rng);
           std::vector<float> mass(S);
           std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
           for (float& m : mass) m = uniform(rng);

@@ -23,6 +23,7 @@
 #include "kernels/ref/kv_int8.h"
 #include "kernels/ref/sparq.h"
 #include "kernels/ref/swa.h"
+#include "tests/kernel/paged_kv_fixture.h"
 
 namespace fathom {
 namespace {
@@ -83,13 +84,6 @@ Pool make_pool(int32_t d, KvDtype dtype, int32_t physical, int32_t seq_len, std:
   return p;
 }
 
-std::vector<float> random_q(int32_t n, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> q(n);
-  for (float& x : q) x = normal(rng);
-  return q;
-}
-
 std::vector<float> dense(const PagedKvView& kv, const float* q, int32_t n_heads, int32_t pos) {
   std::vector<float> out(static_cast<size_t>(n_heads) * kv.head_dim);
   ref::paged_attention(kv, AttentionArgs{q, out.data(), 1, n_heads, pos, 0, 1.0f / std::sqrt(float(kv.head_dim))});
@@ -127,7 +121,7 @@ TEST(SparseReference, MergeIsAssociativeCommutativeWithEmptyIdentity) {
     for (KvDtype dt : kDtypes)
       for (int32_t s : {2, 33, 300}) {
         const Pool p = make_pool(d, dt, (s + kBlock - 1) / kBlock + 2, s, rng);
-        const auto q = random_q(d, rng);
+        const auto q = testing::normal_vector(d, rng);
         std::vector<int32_t> all = ref::position_range(0, s);
         std::shuffle(all.begin(), all.end(), rng);
         const int32_t cut1 = s / 3, cut2 = s / 3 + s / 2;
@@ -218,7 +212,7 @@ TEST(SparseReference, BifurcatedEqualsDensePerSequence) {
           std::vector<std::vector<float>> qs, outs(3);
           for (int32_t i = 0; i < 3; ++i) {
             views.push_back(sp.p.view(tables[i]));
-            qs.push_back(random_q(n_heads * d, rng));
+            qs.push_back(testing::normal_vector(n_heads * d, rng));
           }
           for (int32_t i = 0; i < 3; ++i) args.push_back(decode(qs[i], outs[i], n_heads, mc + suffix[i] - 1, d));
           const PagedKvView prefix_view = sp.p.view(prefix);
@@ -249,7 +243,7 @@ TEST(SparseReference, BifurcatedEqualsDensePerSequence) {
         const int32_t pos[3] = {m1 + 2, m1 + 8, m0 + 19};
         for (int32_t i = 0; i < 3; ++i) {
           views.push_back(sp.p.view(tables[i]));
-          qs.push_back(random_q(n_heads * d, rng));
+          qs.push_back(testing::normal_vector(n_heads * d, rng));
         }
         for (int32_t i = 0; i < 3; ++i) args.push_back(decode(qs[i], outs[i], n_heads, pos[i], d));
         const PagedKvView root_view = sp.p.view(root), doc_view = sp.p.view(doc);
@@ -277,7 +271,7 @@ TEST(SparseReference, LoosestSettingsEqualDense) {
           const int32_t n_heads = g * kKvHeads, pos = s - 1;
           const int64_t elem = kv_dtype_bytes(dt);
           const Pool p = make_pool(d, dt, (s + kBlock - 1) / kBlock + 3, s, rng);
-          const auto q = random_q(n_heads * d, rng);
+          const auto q = testing::normal_vector(n_heads * d, rng);
           const auto want = dense(p.view(), q.data(), n_heads, pos);
           std::vector<float> out;
           for (bool realloc : {true, false}) {
@@ -323,12 +317,12 @@ TEST(SparseReference, SparqSelectsDominantKeys) {
       for (KvDtype dt : kDtypes) {
         const int32_t s = 1000, pos = s - 1, n_heads = g * kKvHeads, k = 16, l = 4;
         Pool p = make_pool(d, dt, s / kBlock + 3, s, rng);
-        std::vector<float> q = random_q(n_heads * d, rng);
+        std::vector<float> q = testing::normal_vector(n_heads * d, rng);
         std::vector<std::vector<int32_t>> dominant(kKvHeads);
         for (int32_t kh = 0; kh < kKvHeads; ++kh) {
-          const std::vector<float> base = random_q(d, rng);
+          const std::vector<float> base = testing::normal_vector(d, rng);
           for (int32_t j = 0; j < g; ++j)
-            for (int32_t c = 0; c < d; ++c) q[(kh * g + j) * d + c] = base[c] + 0.1f * random_q(1, rng)[0];
+            for (int32_t c = 0; c < d; ++c) q[(kh * g + j) * d + c] = base[c] + 0.1f * testing::normal_vector(1, rng)[0];
           double norm2 = 0;
           for (float x : base) norm2 += double(x) * x;
           std::vector<int32_t> cand = ref::position_range(0, s - l);
@@ -379,12 +373,12 @@ TEST(SparseReference, SparqKeySpreadIsSparqOnRescaledKeys) {
       const int32_t s = 777, pos = s - 1, n_heads = g * kKvHeads;
       Pool p = make_pool(d, KvDtype::kF32, s / kBlock + 2, s, rng);
       std::vector<float> spread_of_c(d);
-      for (float& x : spread_of_c) x = std::exp(2.0f * random_q(1, rng)[0]);  // spreads over ~e^±4
+      for (float& x : spread_of_c) x = std::exp(2.0f * testing::normal_vector(1, rng)[0]);  // spreads over ~e^±4
       for (int32_t t = 0; t < s; ++t)
         for (int32_t kh = 0; kh < kKvHeads; ++kh)
           for (int32_t c = 0; c < d; ++c) p.kf[p.offset(t, kh) + c] = p.kf[p.offset(t, kh) + c] * spread_of_c[c] + 0.5f;
       p.store();
-      const std::vector<float> q = random_q(n_heads * d, rng);
+      const std::vector<float> q = testing::normal_vector(n_heads * d, rng);
       const std::vector<float> sigma = ref::sparq_key_spread(p.view(), s);
       // σ against a two-pass mean / variance in double.
       for (int32_t kh = 0; kh < kKvHeads; ++kh)
@@ -479,11 +473,11 @@ TEST(SparseReference, HipSparsePathSelectsPlantedBlocks) {
         const int32_t n_heads = g * kKvHeads;
         const int64_t elem = kv_dtype_bytes(dt);
         Pool p = make_pool(d, dt, s / kBlock + 3, s, rng);
-        std::vector<float> q = random_q(n_heads * d, rng);
+        std::vector<float> q = testing::normal_vector(n_heads * d, rng);
         for (int32_t kh = 0; kh < kKvHeads; ++kh) {
-          const std::vector<float> base = random_q(d, rng);
+          const std::vector<float> base = testing::normal_vector(d, rng);
           for (int32_t j = 0; j < g; ++j)
-            for (int32_t c = 0; c < d; ++c) q[(kh * g + j) * d + c] = base[c] + 0.1f * random_q(1, rng)[0];
+            for (int32_t c = 0; c < d; ++c) q[(kh * g + j) * d + c] = base[c] + 0.1f * testing::normal_vector(1, rng)[0];
           double norm2 = 0;
           for (float x : base) norm2 += double(x) * x;
           for (int32_t t = plant_lo; t < plant_hi; ++t)
@@ -536,7 +530,7 @@ TEST(SparseReference, SwaKeepsRecentAndHeavyTokens) {
       for (KvDtype dt : kDtypes) {
         const int32_t n = 1001, n_heads = g * kKvHeads;
         const Pool p = make_pool(d, dt, n / kBlock + 3, n, rng);
-        const auto q = random_q(n_heads * d, rng);
+        const auto q = testing::normal_vector(n_heads * d, rng);
         std::vector<float> mass(n), out;
         for (float& m : mass) m = std::uniform_real_distribution<float>(0, 1)(rng);
         const ref::SwaStats st = ref::swa_attention(p.view(), decode(q, out, n_heads, n - 1, d), {0.25f}, mass.data());
@@ -624,7 +618,7 @@ TEST(SparseReference, SparqParamsForRatioHitTheTransferModel) {
   std::mt19937 rng(8);
   const int32_t d = 64, s = 1500, n_heads = 3 * kKvHeads;
   const Pool p = make_pool(d, KvDtype::kF16, s / kBlock + 3, s, rng);
-  const auto q = random_q(n_heads * d, rng);
+  const auto q = testing::normal_vector(n_heads * d, rng);
   std::vector<float> out;
   const ref::SparqParams sp = ref::sparq_params_for_ratio(0.125, s, d, false);
   const ref::SparqStats st = ref::sparq_attention(p.view(), decode(q, out, n_heads, s - 1, d), sp);
