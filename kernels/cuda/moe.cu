@@ -361,16 +361,23 @@ __global__ void combine_experts_kernel(const float* __restrict__ y, const int32_
 
 constexpr int kElementThreads = 256;
 
+// The arguments both grouped launchers accept (moe.h): shapes, 16-byte alignment, and a grid of
+// ceil(n_out / outputs_per_block) x n_items blocks within CUDA's limits.
+bool valid_grouped_args(const void* w, int64_t expert_stride, int64_t n_out, int64_t k, const float* x,
+                        const ExpertRows* items, int32_t n_items, int64_t outputs_per_block) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return n_out >= 0 && (n_out + outputs_per_block - 1) / outputs_per_block <= 0x7fffffff && n_items >= 0 &&
+         n_items <= 65535 && k > 0 && expert_stride >= 0 && expert_stride % 16 == 0 && aligned(w) && aligned(x) &&
+         items != nullptr;
+}
+
 }  // namespace moe_detail
 
 cudaError_t grouped_gemv(GgmlType type, const void* w, int64_t expert_stride, int64_t n_out, int64_t k, const float* x,
                          float* y, const ExpertRows* items, int32_t n_items, cudaStream_t stream) {
   using namespace moe_detail;
   if (n_out == 0 || n_items == 0) return cudaSuccess;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (n_out < 0 || (n_out + kWarps - 1) / kWarps > 0x7fffffff || n_items < 0 || n_items > 65535 || k <= 0 ||
-      expert_stride < 0 || expert_stride % 16 != 0 || !aligned(w) || !aligned(x) || items == nullptr)
-    return cudaErrorInvalidValue;
+  if (!valid_grouped_args(w, expert_stride, n_out, k, x, items, n_items, kWarps)) return cudaErrorInvalidValue;
   switch (type) {
     case GgmlType::F32: return launch<GgmlType::F32>(w, expert_stride, n_out, k, x, y, items, n_items, stream);
     case GgmlType::F16: return launch<GgmlType::F16>(w, expert_stride, n_out, k, x, y, items, n_items, stream);
@@ -390,10 +397,7 @@ cudaError_t grouped_gemm(GgmlType type, const void* w, int64_t expert_stride, in
                          float* y, const ExpertRows* items, int32_t n_items, cudaStream_t stream) {
   using namespace moe_detail;
   if (n_out == 0 || n_items == 0) return cudaSuccess;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (n_out < 0 || (n_out + kTN - 1) / kTN > 0x7fffffff || n_items < 0 || n_items > 65535 || k <= 0 ||
-      expert_stride < 0 || expert_stride % 16 != 0 || !aligned(w) || !aligned(x) || items == nullptr)
-    return cudaErrorInvalidValue;
+  if (!valid_grouped_args(w, expert_stride, n_out, k, x, items, n_items, kTN)) return cudaErrorInvalidValue;
   switch (type) {
     case GgmlType::F32: return launch_gemm<GgmlType::F32>(w, expert_stride, n_out, k, x, y, items, n_items, stream);
     case GgmlType::F16: return launch_gemm<GgmlType::F16>(w, expert_stride, n_out, k, x, y, items, n_items, stream);
