@@ -155,7 +155,15 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
   std::shared_ptr<RequestHandle> handle = state->handle;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (waiting_count_.load() + static_cast<int32_t>(incoming_.size()) >= config_.max_queue)
+    // A request waits only when every slot is taken, so the bound is on what the engine holds
+    // beyond max_num_seqs. Counted from the handles, which are exact here: the step's counts lag
+    // the loop, and a request submitted just after another would count as waiting until the loop
+    // picked the first one up (and be refused with slots free).
+    const auto unfinished = std::count_if(handles_.begin(), handles_.end(), [](const auto& weak) {
+      auto h = weak.lock();
+      return h && !h->done();
+    });
+    if (unfinished >= static_cast<int64_t>(config_.max_num_seqs) + config_.max_queue)
       throw EngineBusy("too many requests are waiting (" + std::to_string(config_.max_queue) + ")");
     state->order = next_order_++;
     incoming_.push_back(std::move(state));

@@ -27,7 +27,7 @@ struct RequestState;
 struct SchedulerConfig {
   int32_t max_num_seqs = 64;          // sequences in one step
   int32_t max_batched_tokens = 512;   // tokens (decode + prefill chunks) in one step
-  int32_t max_queue = 256;            // waiting requests before submit() refuses (HTTP 429)
+  int32_t max_queue = 256;            // requests beyond max_num_seqs before submit() refuses (HTTP 429)
   int64_t host_kv_bytes = 0;          // host tier of the KV cache (docs/tiered_kv.md); 0: none
   // ALISA's cache-or-recompute over the two tiers (docs/tiered_kv.md): kAuto drops a running
   // sequence's oldest blocks when both tiers are full (each step then computes them again) where
@@ -107,7 +107,7 @@ class Engine {
   // Validates and queues the request. Throws fathom::Error for invalid input, including an
   // attention policy the backend does not implement and a request whose KV (prompt + max_tokens,
   // n choices) exceeds the whole cache, which could never finish (HTTP 400 / INVALID_ARGUMENT), and
-  // EngineBusy when the waiting queue is full (HTTP 429).
+  // EngineBusy when max_queue requests wait beyond the max_num_seqs running (HTTP 429).
   std::shared_ptr<RequestHandle> submit(Request request);
 
   // Stops admission (submit throws EngineDraining) and waits up to `timeout` for running

@@ -161,6 +161,24 @@ TEST(Engine, CancelFreesBlocksAndPrefixCacheHits) {
   EXPECT_GE(metrics.counter("fathom_prefix_cache_hits_total", "").value() - hits_before, 16.0 * 6);
 }
 
+// max_queue bounds the requests beyond the max_num_seqs that run: with 2 slots and a queue of 1,
+// three requests submitted back to back are all taken (however far the engine's loop has got),
+// a fourth is refused, and once they are gone the engine takes requests again.
+TEST(Engine, QueueBoundCountsRequestsBeyondTheSlots) {
+  auto model = load();
+  MetricsRegistry metrics;
+  SchedulerConfig cfg;
+  cfg.max_num_seqs = 2;
+  cfg.max_queue = 1;
+  Engine engine(*model, *model.backend, cfg, metrics);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 3; ++i) handles.push_back(engine.submit(greedy(*model, "Count slowly:", 400)));
+  EXPECT_THROW(engine.submit(greedy(*model, "Count slowly:", 4)), EngineBusy);
+  for (auto& h : handles) h->cancel();
+  for (auto& h : handles) collect(*h);
+  EXPECT_EQ(collect(*engine.submit(greedy(*model, "Count slowly:", 2))).finish.size(), 1u);
+}
+
 // The host tier (docs/tiered_kv.md): sequences whose blocks do not fit the device tier run from
 // both tiers, attention staging the host blocks, and produce exactly the tokens they produce
 // alone; with both tiers full, preemption by recompute keeps them too.
