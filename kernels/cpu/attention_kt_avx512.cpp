@@ -36,6 +36,7 @@ using namespace simd512;
 
 constexpr int32_t kKeys = 16;     // keys per sub-tile: one zmm of logits per row
 constexpr int32_t kRowGroup = 4;  // rows sharing one pass over a sub-tile
+inline int32_t rows_in_pass(int32_t left) { return std::min(left, kRowGroup); }
 
 // Into L2 (T1), not L1: the next super-tile's 16 KiB (d 64, f16) would crowd this one's lines
 // out of a 48 KiB L1 shared with the accumulators, and an L2 hit is a few cycles behind. Measured
