@@ -59,9 +59,11 @@ void RequestHandle::set_usage(const RequestUsage& usage) {
   usage_ = usage;
 }
 
-Engine::Engine(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics)
+Engine::Engine(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics,
+               DraftModel* draft)
     : model_(model), backend_(backend), config_(config), metrics_(metrics),
-      scheduler_(std::make_unique<Scheduler>(model, backend, config, metrics)) {
+      has_draft_model_(draft != nullptr),
+      scheduler_(std::make_unique<Scheduler>(model, backend, config, metrics, draft)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -119,6 +121,8 @@ std::shared_ptr<RequestHandle> Engine::submit(Request request) {
     throw Error("a thinking span's text markers are both set, at most 64 bytes each");
   request.attention.validate();
   backend_.check_policy(request.attention);
+  if (request.speculative == Speculation::kModel && !has_draft_model_)
+    throw Error("speculative \"model\" needs a server started with a draft model (--draft-model)");
   validate(request.sampling, model_.vocab());
   // A request must fit the KV cache when it runs alone, or it could never finish (it would be
   // preempted by itself forever): the prompt and one choice's max_tokens, plus every other

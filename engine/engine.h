@@ -20,6 +20,7 @@ namespace fathom {
 
 class Backend;
 class ConstraintCompiler;
+class DraftModel;
 class Model;
 class Scheduler;
 struct RequestState;
@@ -101,7 +102,10 @@ class RequestHandle {
 class Engine {
  public:
   // The model and backend must outlive the engine; the engine is the backend's only driver.
-  Engine(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics);
+  // `draft`: the draft model requests with Speculation::kModel use (not owned; outlives the
+  // engine), null when the server has none (such requests are refused).
+  Engine(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics,
+         DraftModel* draft = nullptr);
   ~Engine();  // stops the scheduler thread; unfinished requests finish as cancelled
 
   // Validates and queues the request. Throws fathom::Error for invalid input, including an
@@ -137,6 +141,7 @@ class Engine {
   Backend& backend_;
   SchedulerConfig config_;
   MetricsRegistry& metrics_;
+  const bool has_draft_model_;
   std::unique_ptr<Scheduler> scheduler_;
   std::thread thread_;
   mutable std::mutex mutex_;

@@ -29,7 +29,8 @@ void check_prompt(const Model& model, const std::vector<int32_t>& prompt) {
 }  // namespace
 
 std::vector<GenerateResult> generate(const Model& model, Backend& backend, const std::vector<GenerateRequest>& requests,
-                                     GenerateStats* stats, const TokenCallback& on_token, const SchedulerConfig& base) {
+                                     GenerateStats* stats, const TokenCallback& on_token, const SchedulerConfig& base,
+                                     DraftModel* draft) {
   GenerateStats local_stats;
   GenerateStats& st = stats ? *stats : local_stats;
   std::vector<GenerateResult> results(requests.size());
@@ -44,7 +45,7 @@ std::vector<GenerateResult> generate(const Model& model, Backend& backend, const
   config.max_batched_tokens = static_cast<int32_t>(std::max<int64_t>(config.max_batched_tokens, prompt_tokens));
   config.max_queue = static_cast<int32_t>(requests.size()) + 1;
   MetricsRegistry metrics;
-  Engine engine(model, backend, config, metrics);
+  Engine engine(model, backend, config, metrics, draft);
 
   const auto t0 = Clock::now();
   std::vector<std::shared_ptr<RequestHandle>> handles(requests.size());

@@ -14,6 +14,7 @@
 namespace fathom {
 
 class Backend;
+class DraftModel;
 class Model;
 
 struct GenerateRequest {
@@ -42,10 +43,10 @@ using TokenCallback = std::function<void(size_t request, int32_t token)>;
 // Throws fathom::Error when a request is invalid (empty prompt, no room in the context or the KV
 // cache, a policy the backend lacks) or generation fails.
 // `base`: the engine's limits (speculative decoding's among them); its step sizes grow to take every
-// prompt in one step.
+// prompt in one step. `draft`: the draft model of Speculation::kModel requests (null: none).
 std::vector<GenerateResult> generate(const Model& model, Backend& backend, const std::vector<GenerateRequest>& requests,
                                      GenerateStats* stats = nullptr, const TokenCallback& on_token = {},
-                                     const SchedulerConfig& base = SchedulerConfig());
+                                     const SchedulerConfig& base = SchedulerConfig(), DraftModel* draft = nullptr);
 
 // Logits of every prompt position: [prompt.size()][vocab], one prefill pass straight through the
 // backend (an analysis tool, not generation).

@@ -21,14 +21,15 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics)
+Scheduler::Scheduler(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics,
+                     DraftModel* draft)
     : model_(model),
       backend_(backend),
       config_(config),
       metrics_(std::make_unique<EngineMetrics>(metrics)),
       kv_(std::make_unique<KvPlacement>(model, backend, config_, *metrics_)),
       out_(std::make_unique<OutputProcessor>(model, backend, *kv_, *metrics_)),
-      spec_(std::make_unique<Speculator>(model, backend, *kv_, *out_, *metrics_, config_)),
+      spec_(std::make_unique<Speculator>(model, backend, *kv_, *out_, *metrics_, config_, draft)),
       step_cost_(attention_equivalent_positions(model.config())) {
   metrics_->export_series_at_zero();
   metrics_->export_break_evens(backend_.measured_break_evens());  // measured at start-up (Backend::prepare_break_even)
@@ -337,6 +338,9 @@ void Scheduler::update_step(const BatchPlan& plan, const std::vector<Sequence*>&
 }
 
 void Scheduler::remove_finished() {
+  for (auto& r : requests_)
+    if (r->unfinished == 0)
+      for (auto& s : r->seqs) spec_->forget(*s);
   requests_.erase(std::remove_if(requests_.begin(), requests_.end(), [](auto& r) { return r->unfinished == 0; }),
                   requests_.end());
 }
@@ -355,8 +359,7 @@ void Scheduler::reap_cancelled() {
     for (size_t i = 0; i < r->seqs.size(); ++i)  // finish() may not add sequences, index is stable
       if (r->seqs[i]->state != SeqState::kFinished && r->unfinished > 0) out_->finish(*r->seqs[i], FinishReason::kCancelled);
   }
-  requests_.erase(std::remove_if(requests_.begin(), requests_.end(), [](auto& r) { return r->unfinished == 0; }),
-                  requests_.end());
+  remove_finished();
   if (any) update_gauges();  // an idle engine runs no further step to refresh them
 }
 

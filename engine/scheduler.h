@@ -40,6 +40,7 @@
 namespace fathom {
 
 class Backend;
+class DraftModel;
 class Model;
 class OutputProcessor;
 class Speculator;
@@ -48,7 +49,9 @@ struct EngineMetrics;
 class Scheduler {
  public:
   // The KV placement gets backend.kv_blocks() blocks of the backend's block size.
-  Scheduler(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics);
+  // `draft`: the draft model of Speculation::kModel (not owned), null without one.
+  Scheduler(const Model& model, Backend& backend, const SchedulerConfig& config, MetricsRegistry& metrics,
+            DraftModel* draft = nullptr);
   ~Scheduler();
 
   void add(std::unique_ptr<RequestState> request);

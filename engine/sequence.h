@@ -62,6 +62,7 @@ struct Sequence {
   // Its drafts' record, for the chance that the next draft is kept (hits / (hits + misses)): kept
   // drafts, and verify steps that rejected one; recent steps weigh most. Starts at 2/3.
   double draft_hits = 2, draft_misses = 1;
+  uint64_t draft_id = 0;  // the draft model's name for it (Speculation::kModel); 0: none yet
 
   int32_t generated() const;
   // Tokens of its own not computed yet (drafts excluded).

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "engine/speculative/draft_model.h"
 #include "engine/generate.h"
 #include "engine/backend/backend.h"
 #include "engine/model/model.h"
@@ -60,7 +61,7 @@ nlohmann::json result_json(const Model& model, const std::vector<int32_t>& promp
 int run_generate(int argc, char** argv) {
   CliArgs args(with({"prompt", "chat", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
                      "logprobs", "repetition-penalty", "presence-penalty", "frequency-penalty", "speculative",
-                     "max-draft-tokens", "draft-kv-read-ratio"},
+                     "max-draft-tokens", "draft-kv-read-ratio", "draft-model"},
                     kModelOptionNames),
                with({"json", "ignore-eos", "fixed-drafts"}, kModelFlagNames));
   args.parse(argc, argv, 2);
@@ -101,8 +102,10 @@ int run_generate(int argc, char** argv) {
   if (!(engine_config.draft_kv_read_ratio > 0 && engine_config.draft_kv_read_ratio <= 1))
     throw Error("--draft-kv-read-ratio must be in (0, 1]");
   engine_config.adaptive_drafts = !args.flag("fixed-drafts");
+  LoadedDraftModel draft;
+  if (auto path = args.get("draft-model")) draft = load_draft_model(*path, *model, options);
   GenerateStats stats;
-  const auto results = generate(*model, *backend, requests, &stats, stream, engine_config);
+  const auto results = generate(*model, *backend, requests, &stats, stream, engine_config, draft.draft.get());
   const double prefill_tps = stats.prefill_seconds > 0 ? stats.prefill_tokens / stats.prefill_seconds : 0;
   const double decode_tps = stats.decode_seconds > 0 ? stats.decode_tokens / stats.decode_seconds : 0;
   if (json) {

@@ -25,6 +25,7 @@
 #include "engine/backend/backend.h"
 #include "engine/metrics.h"
 #include "engine/model/model.h"
+#include "engine/speculative/draft_model.h"
 #include "server/auth.h"
 #include "server/cli_args.h"
 #include "server/commands.h"
@@ -80,6 +81,7 @@ ServerConfig config_from_args(const CliArgs& args) {
     c.speculative = *m;
   }
   int_option(args, "max-draft-tokens", 0, 16, c.scheduler.max_draft_tokens);
+  if (auto v = args.get("draft-model")) c.draft_model = *v;
   int_option(args, "max-num-seqs", 1, 4096, c.scheduler.max_num_seqs);
   int_option(args, "max-batched-tokens", 1, 1 << 20, c.scheduler.max_batched_tokens);
   int_option(args, "max-queue", 0, 1 << 20, c.scheduler.max_queue);
@@ -180,7 +182,7 @@ int run_serve(int argc, char** argv) {
   std::set<std::string> names = {"config",    "model-name",       "host",           "port",      "grpc-port",
                                  "api-key",   "api-key-file",     "host-kv-mib",      "max-num-seqs",   "max-queue", "max-batched-tokens",
                                  "log-level", "log-format", "max-body-bytes",   "max-tokens-limit", "max-n",   "drain-timeout-ms",
-                                 "embedding-pooling", "speculative", "max-draft-tokens"};
+                                 "embedding-pooling", "speculative", "max-draft-tokens", "draft-model"};
   names.insert(kModelOptionNames.begin(), kModelOptionNames.end());
   std::set<std::string> flags = {"no-prefix-caching", "no-bifurcated", "no-playground"};
   flags.insert(kModelFlagNames.begin(), kModelFlagNames.end());
@@ -235,7 +237,15 @@ int run_serve(int argc, char** argv) {
               {"kv_dtype", kv_dtype_name(config.model_options.kv_dtype)}})
       .set(1);
   if (const std::string fp = failpoints::describe(); !fp.empty()) spdlog::warn("failpoints armed: {}", fp);
-  Engine engine(*model, *backend, config.scheduler, metrics);
+  LoadedDraftModel draft;
+  if (!config.draft_model.empty()) {
+    draft = load_draft_model(config.draft_model, *model, config.model_options);
+    spdlog::info("draft model {} ({}, {} layers): speculative \"model\" drafts with it", config.draft_model,
+                 draft.model->config().arch_name, draft.model->config().n_layers);
+  } else if (config.speculative == Speculation::kModel) {
+    throw Error("speculative mode \"model\" needs a draft model (--draft-model PATH or speculative.draft_model)");
+  }
+  Engine engine(*model, *backend, config.scheduler, metrics, draft.draft.get());
   const Engine::KvCapacity kv = engine.kv_capacity();
   spdlog::info("kv cache: {} device blocks + {} host blocks of {} tokens ({} tokens in all)", kv.device_blocks,
                kv.host_blocks, kv.block_size, static_cast<int64_t>(kv.device_blocks + kv.host_blocks) * kv.block_size);

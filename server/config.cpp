@@ -232,6 +232,7 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     s->read_int("max_draft_tokens", c.scheduler.max_draft_tokens, 0, 16);
     s->read_ratio("draft_kv_read_ratio", c.scheduler.draft_kv_read_ratio);
     s->read("adaptive", c.scheduler.adaptive_drafts);
+    s->read("draft_model", c.draft_model);
     s->finish();
   }
   if (auto s = top.object("scheduler")) {
@@ -295,11 +296,12 @@ ServerConfig load_server_config(const std::string& json_path, const EnvVars& env
   // config file's directory and its parent (configs/default.json names models/... relative
   // to the repository root).
   namespace fs = std::filesystem;
-  if (!c.model.empty() && fs::path(c.model).is_relative() && !fs::exists(c.model)) {
+  for (std::string* path : {&c.model, &c.draft_model}) {
+    if (path->empty() || !fs::path(*path).is_relative() || fs::exists(*path)) continue;
     const fs::path dir = fs::absolute(json_path).parent_path();
     for (const fs::path& base : {dir, dir.parent_path()}) {
-      if (fs::exists(base / c.model)) {
-        c.model = (base / c.model).lexically_normal().string();
+      if (fs::exists(base / *path)) {
+        *path = (base / *path).lexically_normal().string();
         break;
       }
     }

@@ -29,6 +29,9 @@ struct ServerConfig {
   // Default speculative decoding of requests (config "speculative": {"mode"}; docs/speculative.md):
   // off, or a drafter whose drafts a dense pass verifies (the output is then the dense model's).
   Speculation speculative = Speculation::kOff;
+  // The draft model of Speculation::kModel (a GGUF file or Hugging Face directory with the
+  // model's tokenizer; config "speculative": {"draft_model"}, --draft-model); empty: none.
+  std::string draft_model;
   std::string host = "127.0.0.1";
   int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
   int32_t grpc_port = 0;            // 0 = gRPC off; -1 = pick a free port

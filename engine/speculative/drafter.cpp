@@ -9,12 +9,13 @@ const char* speculation_name(Speculation s) {
     case Speculation::kOff: return "off";
     case Speculation::kNgram: return "ngram";
     case Speculation::kSparse: return "sparse";
+    case Speculation::kModel: return "model";
   }
   return "off";
 }
 
 std::optional<Speculation> parse_speculation(std::string_view name) {
-  for (const Speculation s : {Speculation::kOff, Speculation::kNgram, Speculation::kSparse})
+  for (const Speculation s : {Speculation::kOff, Speculation::kNgram, Speculation::kSparse, Speculation::kModel})
     if (name == speculation_name(s)) return s;
   return std::nullopt;
 }

@@ -11,13 +11,14 @@ namespace fathom {
 
 // A request's speculative decoding. kOff: one token per step. kNgram: prompt lookup over the
 // sequence's own tokens (no model). kSparse: the same model decoding through a sparse attention
-// policy over the same KV cache (a few cheap steps per dense verify step).
-enum class Speculation { kOff, kNgram, kSparse };
-inline constexpr Speculation kDrafters[] = {Speculation::kNgram, Speculation::kSparse};
+// policy over the same KV cache (a few cheap steps per dense verify step). kModel: a smaller draft
+// model with the same tokenizer, loaded beside the model (engine/speculative/draft_model.h).
+enum class Speculation { kOff, kNgram, kSparse, kModel };
+inline constexpr Speculation kDrafters[] = {Speculation::kNgram, Speculation::kSparse, Speculation::kModel};
 
-const char* speculation_name(Speculation s);  // "off", "ngram", "sparse"
+const char* speculation_name(Speculation s);  // "off", "ngram", "sparse", "model"
 std::optional<Speculation> parse_speculation(std::string_view name);
-inline constexpr std::string_view kSpeculationNames = "off, ngram, sparse";
+inline constexpr std::string_view kSpeculationNames = "off, ngram, sparse, model";
 
 // Prompt lookup (n-gram matching, as vLLM's "ngram" and llama.cpp's lookup decoding): the longest
 // suffix of `tokens` of n_max down to n_min tokens that also occurs earlier, and the tokens that

@@ -8,12 +8,33 @@
 #include "engine/model/model.h"
 #include "engine/output_processor.h"
 #include "engine/model/tokenizer.h"
+#include "engine/speculative/draft_model.h"
 
 namespace fathom {
 
+namespace {
+
+// The number j ≤ k of drafts whose round gives the most tokens per cost, 0 when none beats plain
+// decoding: a round of j drafts emits Σ_{i≤j} α^i tokens on average (the verify step's own token
+// and each kept draft) for j draft passes of `draft` each and a verify step of `dense` plus j rows
+// of `extra_row`; a plain step emits one token for `dense`.
+int32_t best_round(double alpha, int32_t k, double dense, double draft, double extra_row) {
+  int32_t best = 0;
+  double best_gain = 1, tokens = 1, kept = 1;
+  for (int32_t j = 1; j <= k; ++j) {
+    kept *= alpha;
+    tokens += kept;
+    const double gain = tokens * dense / (j * draft + dense + j * extra_row);
+    if (gain > best_gain) best = j, best_gain = gain;
+  }
+  return best;
+}
+
+}  // namespace
+
 Speculator::Speculator(const Model& model, Backend& backend, KvPlacement& kv, OutputProcessor& out,
-                       EngineMetrics& metrics, const SchedulerConfig& config)
-    : model_(model), backend_(backend), kv_(kv), out_(out), metrics_(metrics), config_(config) {}
+                       EngineMetrics& metrics, const SchedulerConfig& config, DraftModel* draft)
+    : model_(model), backend_(backend), kv_(kv), out_(out), metrics_(metrics), config_(config), draft_(draft) {}
 
 int32_t Speculator::draft(Sequence& s, int32_t budget, const StepCosts& costs) {
   const Request& r = s.request->request;
@@ -30,7 +51,21 @@ int32_t Speculator::draft(Sequence& s, int32_t budget, const StepCosts& costs) {
     s.drafting = sparse_draft_tokens(s, k, costs);
     return 0;
   }
-  if (!config_.adaptive_drafts) return append_ngram_drafts(s, k);
+  if (r.speculative == Speculation::kModel) {
+    if (draft_ == nullptr) return 0;
+    if (s.draft_id == 0) s.draft_id = next_draft_id_++;
+    // Steps without a round leave the draft model's cache behind; the next round catches it up
+    // with the tokens it missed, as one chunk.
+    k = model_draft_tokens(s, k, costs);
+    if (k == 0) return 0;
+    try {
+      return append_drafts(s, draft_->propose(s.draft_id, s.tokens, k));
+    } catch (const std::exception&) {  // the draft model failed: this sequence decodes plainly
+      draft_->forget(s.draft_id);
+      return 0;
+    }
+  }
+  if (!config_.adaptive_drafts) return append_drafts(s, ngram_draft(s.tokens, k));
   double threshold = 0.5;
   if (costs.fit && costs.fit->step_s > 0 && costs.fit->token_s > 0) {
     const double row = costs.fit->token_s + std::max(0.0, costs.fit->position_s) * len;
@@ -42,13 +77,11 @@ int32_t Speculator::draft(Sequence& s, int32_t budget, const StepCosts& costs) {
   // A sequence whose record says no still tries one draft every 16th token: text that starts to
   // repeat itself (an answer quoting its prompt after an introduction) gets its drafts back.
   if (worth == 0 && s.generated() % 16 == 0) worth = 1;
-  return append_ngram_drafts(s, std::min(k, worth));
+  return worth > 0 ? append_drafts(s, ngram_draft(s.tokens, std::min(k, worth))) : 0;
 }
 
-int32_t Speculator::append_ngram_drafts(Sequence& s, int32_t k) {
-  if (k <= 0) return 0;
+int32_t Speculator::append_drafts(Sequence& s, const std::vector<int32_t>& drafts) {
   const auto len = static_cast<int32_t>(s.tokens.size());
-  const std::vector<int32_t> drafts = ngram_draft(s.tokens, k);
   if (drafts.empty()) return 0;
   s.tokens.insert(s.tokens.end(), drafts.begin(), drafts.end());
   if (!kv_.ensure_room(s, static_cast<int32_t>(s.tokens.size()))) {  // no room now: one token this step
@@ -90,20 +123,41 @@ int32_t Speculator::sparse_draft_tokens(const Sequence& s, int32_t k, const Step
     sparse = fixed + costs.fit->position_s * len * p.kv_read_ratio;
     extra_row = costs.fit->token_s + row_attention * costs.fit->position_s * len;
   }
-  // A round of j drafts emits Σ_{i<=j} α^i tokens (the verify step's own token and each kept draft)
-  // for j sparse rows and a verify step; a plain step emits one token for a dense row.
   const double alpha = s.draft_hits / (s.draft_hits + s.draft_misses);
-  int32_t best = 0;
-  double best_gain = 1, tokens = 1, kept = 1;
-  for (int32_t j = 1; j <= k; ++j) {
-    kept *= alpha;
-    tokens += kept;
-    const double gain = tokens * dense / (j * sparse + dense + j * extra_row);
-    if (gain > best_gain) best = j, best_gain = gain;
-  }
+  int32_t best = best_round(alpha, k, dense, sparse, extra_row);
   // A sequence whose record says no still drafts once every 16th token: its record stays current.
   if (best == 0 && s.generated() % 16 == 0) best = 1;
   return best;
+}
+
+int32_t Speculator::model_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const {
+  if (!config_.adaptive_drafts) return k;
+  // A draft pass costs what the draft model measured; a plain step and a verify row what the
+  // engine's fit says (o/T + a + b·len; a verify row a + half a row's attention on a CPU, as for
+  // the sparse drafter). Until both are known, in units of a plain step: a draft pass the share
+  // of the weight bytes it reads (at batch 1 a pass is bound by reading its weights), a verify
+  // row a fifth of a step (its matmuls; the weights are read once for all rows).
+  const double draft_s = draft_->seconds_per_pass();
+  double dense = 1.0, draft = static_cast<double>(draft_->model().weights().matrix_bytes) /
+                              std::max(1.0, static_cast<double>(model_.weights().matrix_bytes)),
+         extra_row = 0.2;
+  if (draft_s > 0 && costs.fit && costs.fit->step_s > 0 && costs.fit->token_s > 0) {
+    const double len = static_cast<double>(s.tokens.size()), position_s = std::max(0.0, costs.fit->position_s);
+    const double row_attention = backend_.forward_occupies_host() ? 0.5 : 0.0;
+    dense = costs.fit->step_s / std::max(1, costs.decoding) + costs.fit->token_s + position_s * len;
+    draft = draft_s;
+    extra_row = costs.fit->token_s + row_attention * position_s * len;
+  }
+  // No round every 16th token for a sequence whose record says no (as prompt lookup has): the
+  // draft model would first compute the tokens it missed since its last round, a prefill costing
+  // about as much per token as the rounds could save (SmolLM2's Q4_1 drafting for its Q8_0, 2 CPU
+  // cores: 12-20% slower than plain with those rounds, docs/speculative.md).
+  return best_round(s.draft_hits / (s.draft_hits + s.draft_misses), k, dense, draft, extra_row);
+}
+
+void Speculator::forget(Sequence& s) {
+  if (draft_ != nullptr && s.draft_id != 0) draft_->forget(s.draft_id);
+  s.draft_id = 0;
 }
 
 void Speculator::prepare(const BatchPlan& plan, const std::vector<Sequence*>& planned, int32_t block_size) {

@@ -14,6 +14,8 @@
 // other sequences' steps like any decode token, then the verify step. The draft steps append K/V
 // at the drafts' positions, which the verify step writes again; the running planes they changed
 // are kept before the round's first draft step and put back before the verify step (prepare()).
+// The draft model (kModel) proposes its k drafts at once, like prompt lookup, by k passes of a
+// smaller model over its own KV cache (engine/speculative/draft_model.h).
 #include <cstdint>
 #include <vector>
 
@@ -24,6 +26,7 @@
 namespace fathom {
 
 class Backend;
+class DraftModel;
 class KvPlacement;
 class Model;
 class OutputProcessor;
@@ -32,8 +35,10 @@ struct SchedulerConfig;
 
 class Speculator {
  public:
+  // `draft`: the server's draft model (kModel), null when it has none.
   Speculator(const Model& model, Backend& backend, KvPlacement& kv, OutputProcessor& out, EngineMetrics& metrics,
-             const SchedulerConfig& config);
+             const SchedulerConfig& config, DraftModel* draft = nullptr);
+  bool has_draft_model() const { return draft_ != nullptr; }
 
   // What drafts cost in this step: the engine's fitted step costs (none yet: unknown) and the
   // step's decoding sequences.
@@ -71,6 +76,8 @@ class Speculator {
   // floats each): emits the tokens drawn from the rows up to the first that differs from its
   // draft (or ends the sequence), then takes back the KV of the rows not kept.
   void verify(Sequence& s, int32_t seq, float* rows);
+  // `s` finished: the draft model's cache of it goes.
+  void forget(Sequence& s);
 
  private:
   const Model& model_;
@@ -79,8 +86,11 @@ class Speculator {
   OutputProcessor& out_;
   EngineMetrics& metrics_;
   const SchedulerConfig& config_;
+  DraftModel* draft_;
+  uint64_t next_draft_id_ = 1;
   int32_t sparse_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const;
-  int32_t append_ngram_drafts(Sequence& s, int32_t k);  // up to k prompt-lookup drafts (if room)
+  int32_t model_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const;
+  int32_t append_drafts(Sequence& s, const std::vector<int32_t>& drafts);  // into the sequence (if room)
 };
 
 }  // namespace fathom

@@ -155,3 +155,27 @@ def test_http_refuses_bad_values(servers):
         assert e.value.code == 400
         err = json.loads(e.value.read())["error"]
         assert err["param"] == "fathom.speculative", err
+
+
+def test_a_draft_model_changes_no_token(fathom_bin, model_paths, servers):
+    """--draft-model: a second model with the same tokenizer drafts, the model verifies. Here SmolLM2
+    drafts for itself (every greedy draft kept) and its random-weight sibling for it (drafts
+    rejected): both give the plain output, greedy and seeded. Fixed drafts: the cost rule would
+    not draft with a draft model as slow as the model. A server without a draft model refuses the
+    mode with a 400 naming the flag."""
+    small = model_paths["smollm2"].parent / "smollm2-vocab-small-random.gguf"
+    for draft, kept in ((model_paths["smollm2"], True), (small, False)):
+        with ServerProcess(fathom_bin, model_paths["smollm2"], env={"FATHOM_SPECULATIVE__ADAPTIVE": "false"},
+                           extra_args=["--model-name", "m", "--draft-model", draft]) as server, oai(server) as client:
+            for kw in (dict(max_tokens=48, temperature=0), dict(max_tokens=32, temperature=0.8, seed=3, n=2)):
+                before = spec_counters(server, "model")
+                plain, _ = chat(client, EDIT, "off", **kw)
+                spec, _ = chat(client, EDIT, "model", **kw)
+                after = spec_counters(server, "model")
+                assert spec == plain, (draft.name, kw)
+                assert after["draft_tokens"] > before["draft_tokens"], (draft.name, kw)
+                if kw["temperature"] == 0:
+                    accepted = after["accepted_tokens"] - before["accepted_tokens"]
+                    assert (accepted >= 10) if kept else (accepted < after["draft_tokens"] - before["draft_tokens"])
+    with oai(servers("smollm2")) as client, pytest.raises(openai.BadRequestError, match="draft-model"):
+        chat(client, STORY, "model", max_tokens=4)

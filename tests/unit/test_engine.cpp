@@ -24,6 +24,7 @@
 #include "engine/kv/block_allocator.h"
 #include "engine/kv/block_table.h"
 #include "engine/model/model.h"
+#include "engine/speculative/draft_model.h"
 
 namespace fathom {
 namespace {
@@ -493,6 +494,57 @@ TEST(Engine, SparseDraftsEmitTheDenseOutputForEveryPolicyAndTier) {
   // Random weights: sparse attention's argmax rarely matches dense's, so most drafts are rolled
   // back; some are kept (the real model keeps most: bench/speculative.py).
   EXPECT_GT(kept_anywhere, 0);
+}
+
+// The draft model (Speculation::kModel, docs/speculative.md) proposes, the dense verify step keeps
+// the output: greedy and seeded n = 4 emit exactly the plain output with a draft model that agrees
+// with the model (the same weights: every greedy draft is kept, across the draft's catch-up of a
+// prompt 64 tokens a step and its cache reused between rounds) and with one that mostly does not
+// (the real SmolLM2 drafting for its random-weight sibling). Without a draft model the engine
+// refuses such requests, and a draft model with another vocabulary is refused at load.
+TEST(Engine, DraftModelKeepsTheOutput) {
+  auto model = load();
+  Request greedy_r = greedy(*model, long_prompt(), 40), sampled_r = four_samples(*model, 20);
+  greedy_r.prompt.resize(300);  // caught up by the draft model in 5 steps
+  sampled_r.prompt.resize(300);
+  SchedulerConfig cfg;
+  cfg.max_batched_tokens = 256;
+  cfg.adaptive_drafts = false;  // k = 4 every step: the most drafts to check
+  cfg.bifurcated = false;  // plain steps of the 4 forks would use its kernel (its own rounding), verify steps not
+  MetricsRegistry m_plain;
+  std::map<int32_t, std::vector<int32_t>> want_greedy, want_sampled;
+  {
+    Engine engine(*model, *model.backend, cfg, m_plain);
+    want_greedy = collect(*engine.submit(greedy_r)).tokens;
+    want_sampled = collect(*engine.submit(sampled_r)).tokens;
+    Request r = greedy_r;
+    r.speculative = Speculation::kModel;
+    EXPECT_THROW(engine.submit(r), Error) << "no draft model";
+  }
+  for (const bool same : {true, false}) {
+    auto draft_loaded = load(0, 25, same ? kSmallModel : kModel);
+    DraftModel draft(*draft_loaded, *draft_loaded.backend, /*max_chunk=*/64);
+    MetricsRegistry m;
+    auto engine = std::make_unique<Engine>(*model, *model.backend, cfg, m, &draft);
+    for (const bool sampled : {false, true}) {
+      Request r = sampled ? sampled_r : greedy_r;
+      r.speculative = Speculation::kModel;
+      EXPECT_EQ(collect(*engine->submit(r)).tokens, sampled ? want_sampled : want_greedy)
+          << (same ? "same model" : "other model") << (sampled ? ", sampled" : ", greedy");
+      if (sampled) continue;
+      const auto counter = [&](const char* name) { return m.counter(name, "", {{"drafter", "model"}}).value(); };
+      const double drafted = counter("fathom_spec_decode_draft_tokens_total");
+      const double kept = counter("fathom_spec_decode_accepted_tokens_total");
+      std::printf("draft model (%s): %.0f drafted, %.0f kept\n", same ? "same" : "other", drafted, kept);
+      EXPECT_GT(drafted, 20);
+      if (same) EXPECT_EQ(kept, drafted) << "the model's own greedy tokens";
+      else EXPECT_LT(kept, drafted);
+    }
+    engine.reset();  // its last step done
+    EXPECT_EQ(draft.cached_sequences(), 0) << "finished sequences' caches go";
+  }
+  const auto gemma = Model::load(std::string(FATHOM_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf");
+  EXPECT_THROW(DraftModel::check_vocabulary(*model, *gemma), Error);
 }
 
 // One decode pass over many sequences runs their attention side by side, a step per thread
