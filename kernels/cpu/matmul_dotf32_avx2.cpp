@@ -223,6 +223,9 @@ constexpr int64_t chunk_bytes(int f) {
   }
 }
 
+// dot_float's order of operations over the dequantized values (two accumulators over 16-column
+// steps, a scalar tail past the last whole step; chunks are whole steps), so a matrix gives
+// bitwise the same products as F32 or F16 (a model's Hugging Face BF16 directory as its GGUF).
 template <int F, int MR>
 void dot_dequant(const DotArgs& a, int64_t n0, int64_t n1) {
   constexpr int64_t kChunk = 256;
@@ -230,21 +233,24 @@ void dot_dequant(const DotArgs& a, int64_t n0, int64_t n1) {
   const DequantFn dq = g_dequant[F];
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = a.w + n * a.row_bytes;
-    __m256 acc[MR];
+    __m256 acc[MR][2];
     float tail[MR] = {};
-    for (int m = 0; m < MR; ++m) acc[m] = _mm256_setzero_ps();
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
     for (int64_t k0 = 0; k0 < a.K; k0 += kChunk) {
       const int64_t kc = a.K - k0 < kChunk ? a.K - k0 : kChunk;
       dq(row + k0 / kChunk * chunk_bytes(F), buf, kc);
       int64_t k = 0;
-      for (; k + 8 <= kc; k += 8) {
-        const __m256 w = _mm256_load_ps(buf + k);
-        for (int m = 0; m < MR; ++m) acc[m] = _mm256_fmadd_ps(w, _mm256_loadu_ps(a.x + m * a.ldx + k0 + k), acc[m]);
+      for (; k + 16 <= kc; k += 16) {
+        const __m256 w0 = _mm256_load_ps(buf + k), w1 = _mm256_load_ps(buf + k + 8);
+        for (int m = 0; m < MR; ++m) {
+          acc[m][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a.x + m * a.ldx + k0 + k), acc[m][0]);
+          acc[m][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a.x + m * a.ldx + k0 + k + 8), acc[m][1]);
+        }
       }
       for (; k < kc; ++k)
         for (int m = 0; m < MR; ++m) tail[m] += buf[k] * a.x[m * a.ldx + k0 + k];
     }
-    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]) + tail[m];
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(_mm256_add_ps(acc[m][0], acc[m][1])) + tail[m];
   }
 }
 

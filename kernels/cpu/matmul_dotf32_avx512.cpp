@@ -241,20 +241,30 @@ void dot_dequant(const DotArgs& a, int64_t n0, int64_t n1) {
   const DequantFn dq = g_dequant[F];
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = a.w + n * a.row_bytes;
-    __m512 acc[MR];
-    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    // dot_float's order of operations (two accumulators over 32-column steps, then masked
+    // 16-column steps into the first; chunks are whole steps): bitwise F32's and F16's products.
+    __m512 acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
     for (int64_t k0 = 0; k0 < a.K; k0 += kChunk) {
       // The last chunk of a BF16 row may be short (masked below).
       const int64_t kc = a.K - k0 < kChunk ? a.K - k0 : kChunk;
       dq(row + k0 / kChunk * chunk_bytes(F), buf, kc);
-      for (int64_t k = 0; k < kc; k += 16) {
+      int64_t k = 0;
+      for (; k + 32 <= kc; k += 32) {
+        const __m512 w0 = _mm512_load_ps(buf + k), w1 = _mm512_load_ps(buf + k + 16);
+        for (int m = 0; m < MR; ++m) {
+          acc[m][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(a.x + m * a.ldx + k0 + k), acc[m][0]);
+          acc[m][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(a.x + m * a.ldx + k0 + k + 16), acc[m][1]);
+        }
+      }
+      for (; k < kc; k += 16) {
         const __mmask16 mask = kc - k >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (kc - k)) - 1);
         const __m512 w = _mm512_maskz_loadu_ps(mask, buf + k);
         for (int m = 0; m < MR; ++m)
-          acc[m] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(mask, a.x + m * a.ldx + k0 + k), acc[m]);
+          acc[m][0] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(mask, a.x + m * a.ldx + k0 + k), acc[m][0]);
       }
     }
-    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(acc[m]);
+    for (int m = 0; m < MR; ++m) a.y[m * a.ldy + n] = hsum(_mm512_add_ps(acc[m][0], acc[m][1]));
   }
 }
 
