@@ -152,7 +152,8 @@ int32_t Speculator::model_draft_tokens(const Sequence& s, int32_t k, const StepC
   // draft model would first compute the tokens it missed since its last round, a prefill costing
   // about as much per token as the rounds could save (SmolLM2's Q4_1 drafting for its Q8_0, 2 CPU
   // cores: 12-20% slower than plain with those rounds, docs/speculative.md).
-  return best_round(s.draft_hits / (s.draft_hits + s.draft_misses), k, dense, draft, extra_row);
+  const double alpha = (s.draft_hits + pair_hits_) / (s.draft_hits + s.draft_misses + pair_hits_ + pair_misses_);
+  return best_round(alpha, k, dense, draft, extra_row);
 }
 
 void Speculator::forget(Sequence& s) {
@@ -221,6 +222,10 @@ void Speculator::verify(Sequence& s, int32_t seq, float* rows) {
   constexpr double kForget = 0.9;  // a verify step 7 steps ago weighs 1/2
   s.draft_hits = kForget * s.draft_hits + accepted;
   s.draft_misses = kForget * s.draft_misses + (accepted < k ? 1 : 0);
+  if (drafter == Speculation::kModel) {
+    pair_hits_ = kForget * pair_hits_ + accepted;
+    pair_misses_ = kForget * pair_misses_ + (accepted < k ? 1 : 0);
+  }
   if (s.state == SeqState::kFinished) return;  // its blocks are gone
   if (kept <= k) backend_.rollback_kv(seq, kept);
   kv_.trim_blocks(s);

@@ -88,6 +88,10 @@ class Speculator {
   const SchedulerConfig& config_;
   DraftModel* draft_;
   uint64_t next_draft_id_ = 1;
+  // The draft model's record over every sequence (kept drafts, verify steps that rejected one;
+  // recent ones weigh most): how well the pair agrees is the pair's, so a new sequence starts
+  // from it, not from a fixed guess it could never revise (it gets no rounds while the guess says no).
+  double pair_hits_ = 0, pair_misses_ = 0;
   int32_t sparse_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const;
   int32_t model_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const;
   int32_t append_drafts(Sequence& s, const std::vector<int32_t>& drafts);  // into the sequence (if room)
