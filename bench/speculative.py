@@ -105,42 +105,43 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--clients", type=int, default=0, help="also N concurrent clients against the server (0: no)")
+    ap.add_argument("--mode", default="ngram", help="the speculative mode set against off (ngram, sparse, auto, ...)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/speculative.md"), help="the markdown table (also printed)")
     a = ap.parse_args()
     binary = Path(a.build) / "fathom"
     lines = [f"Machine: {machine()}. `{' '.join(sys.argv)}`; greedy, {a.threads} threads, alternating "
-             f"off / ngram, {a.rounds} rounds; decode tok/s (median over rounds); texts identical in every pair.",
-             "", "| model | task | tokens | off tok/s | ngram tok/s | speed-up |", "|---|---|---:|---:|---:|---:|"]
+             f"off / {a.mode}, {a.rounds} rounds; decode tok/s (median over rounds); texts identical in every pair.",
+             "", f"| model | task | tokens | off tok/s | {a.mode} tok/s | speed-up |", "|---|---|---:|---:|---:|---:|"]
     for name in a.models.split(","):
         for task in a.tasks.split(","):
             prompt, max_tokens = TASKS[task]
-            speeds = {"off": [], "ngram": []}
+            speeds = {"off": [], a.mode: []}
             tokens = 0
             for r in range(a.rounds):
-                order = ["off", "ngram"] if r % 2 == 0 else ["ngram", "off"]
+                order = ["off", a.mode] if r % 2 == 0 else [a.mode, "off"]
                 texts = {}
                 for mode in order:
                     tps, texts[mode], tokens = run(binary, MODELS[name], prompt, max_tokens, mode, a.threads)
                     speeds[mode].append(tps)
-                if texts["off"] != texts["ngram"]:
+                if texts["off"] != texts[a.mode]:
                     sys.exit(f"{name} {task}: speculative text differs from one token a step")
-                print(f"{name} {task} round {r}: off {speeds['off'][-1]:.1f} ngram {speeds['ngram'][-1]:.1f} tok/s",
+                print(f"{name} {task} round {r}: off {speeds['off'][-1]:.1f} {a.mode} {speeds[a.mode][-1]:.1f} tok/s",
                       flush=True)
-            off, ngram = statistics.median(speeds["off"]), statistics.median(speeds["ngram"])
-            lines.append(f"| {name} | {task} | {tokens} | {off:.1f} | {ngram:.1f} | {ngram / off:.2f}× |")
+            off, spec = statistics.median(speeds["off"]), statistics.median(speeds[a.mode])
+            lines.append(f"| {name} | {task} | {tokens} | {off:.1f} | {spec:.1f} | {spec / off:.2f}× |")
     if a.clients:
         lines += ["", f"{a.clients} concurrent clients (edit and story in turn, half the tokens each), server tokens/s, "
                       f"alternating, median over {a.rounds} rounds:", "",
-                  "| model | off tok/s | ngram tok/s | ratio |", "|---|---:|---:|---:|"]
+                  f"| model | off tok/s | {a.mode} tok/s | ratio |", "|---|---:|---:|---:|"]
         for name in a.models.split(","):
-            speeds = {"off": [], "ngram": []}
+            speeds = {"off": [], a.mode: []}
             for r in range(a.rounds):
-                for mode in (["off", "ngram"] if r % 2 == 0 else ["ngram", "off"]):
+                for mode in (["off", a.mode] if r % 2 == 0 else [a.mode, "off"]):
                     speeds[mode].append(serve_throughput(binary, MODELS[name], mode, a.clients, a.threads))
                 print(f"{name} {a.clients} clients round {r}: off {speeds['off'][-1]:.1f} "
-                      f"ngram {speeds['ngram'][-1]:.1f} tok/s", flush=True)
-            off, ngram = statistics.median(speeds["off"]), statistics.median(speeds["ngram"])
-            lines.append(f"| {name} | {off:.1f} | {ngram:.1f} | {ngram / off:.2f}× |")
+                      f"{a.mode} {speeds[a.mode][-1]:.1f} tok/s", flush=True)
+            off, spec = statistics.median(speeds["off"]), statistics.median(speeds[a.mode])
+            lines.append(f"| {name} | {off:.1f} | {spec:.1f} | {spec / off:.2f}× |")
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

@@ -63,6 +63,7 @@ struct Sequence {
   // drafts, and verify steps that rejected one; recent steps weigh most. Starts at 2/3.
   double draft_hits = 2, draft_misses = 1;
   uint64_t draft_id = 0;  // the draft model's name for it (Speculation::kModel); 0: none yet
+  Speculation round_drafter = Speculation::kOff;  // what drafted the round under way (kAuto picks per round)
 
   int32_t generated() const;
   // Tokens of its own not computed yet (drafts excluded).

@@ -22,7 +22,8 @@ void usage() {
       "           [--threads N] [--kv-dtype f16|f32|int8] [--precision q8|f32] [--no-pack-weights] [--backend cpu|cuda]\n"
       "           [--attention dense|sparq|hip|alisa|auto] [--kv-read-ratio X] [--attention-min-keys N|measured]\n"
       "           [--ignore-eos] [--json]                                         (attention default: dense)\n"
-      "           [--speculative off|ngram|sparse|model] [--max-draft-tokens N] [--draft-kv-read-ratio X] [--fixed-drafts]\n"
+      "           [--speculative off|ngram|sparse|model|auto] [--max-draft-tokens N] [--draft-kv-read-ratio X]\n"
+      "           [--fixed-drafts]\n"
       "           [--draft-model PATH]\n"
       "  logits   --model PATH (--prompt TEXT | --prompt-ids 1,2,3) --out FILE   (f32 logits of every position)\n"
       "  chat     --model PATH [--max-tokens N] [--temperature T]                 (interactive)\n"
@@ -31,7 +32,7 @@ void usage() {
       "           [--max-num-seqs N] [--max-batched-tokens N] [--log-level L]   (OpenAI HTTP + gRPC; configs/README.md)\n"
       "           [--attention dense|sparq|hip|alisa|auto] [--kv-read-ratio X]      (default: dense; ratio 0.25)\n"
       "           [--embedding-pooling mean|cls|last|none]                       (/v1/embeddings; default: the model's)\n"
-      "           [--speculative off|ngram|sparse|model] [--max-draft-tokens N]   (docs/speculative.md; default: off, 4)\n"
+      "           [--speculative off|ngram|sparse|model|auto] [--max-draft-tokens N] (docs/speculative.md; off, 4)\n"
       "           [--draft-model PATH]                                           (the draft of --speculative model)\n"
       "           [--no-playground]                                              (the web page at /)\n",
       stderr);

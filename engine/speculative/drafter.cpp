@@ -10,12 +10,14 @@ const char* speculation_name(Speculation s) {
     case Speculation::kNgram: return "ngram";
     case Speculation::kSparse: return "sparse";
     case Speculation::kModel: return "model";
+    case Speculation::kAuto: return "auto";
   }
   return "off";
 }
 
 std::optional<Speculation> parse_speculation(std::string_view name) {
-  for (const Speculation s : {Speculation::kOff, Speculation::kNgram, Speculation::kSparse, Speculation::kModel})
+  for (const Speculation s :
+       {Speculation::kOff, Speculation::kNgram, Speculation::kSparse, Speculation::kModel, Speculation::kAuto})
     if (name == speculation_name(s)) return s;
   return std::nullopt;
 }

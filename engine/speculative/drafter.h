@@ -13,12 +13,14 @@ namespace fathom {
 // sequence's own tokens (no model). kSparse: the same model decoding through a sparse attention
 // policy over the same KV cache (a few cheap steps per dense verify step). kModel: a smaller draft
 // model with the same tokenizer, loaded beside the model (engine/speculative/draft_model.h).
-enum class Speculation { kOff, kNgram, kSparse, kModel };
+// kAuto: per sequence and round, the first of them whose cost rule says it pays (prompt lookup,
+// then the draft model when there is one, then sparse).
+enum class Speculation { kOff, kNgram, kSparse, kModel, kAuto };
 inline constexpr Speculation kDrafters[] = {Speculation::kNgram, Speculation::kSparse, Speculation::kModel};
 
-const char* speculation_name(Speculation s);  // "off", "ngram", "sparse", "model"
+const char* speculation_name(Speculation s);  // "off", "ngram", "sparse", "model", "auto"
 std::optional<Speculation> parse_speculation(std::string_view name);
-inline constexpr std::string_view kSpeculationNames = "off, ngram, sparse, model";
+inline constexpr std::string_view kSpeculationNames = "off, ngram, sparse, model, auto";
 
 // Prompt lookup (n-gram matching, as vLLM's "ngram" and llama.cpp's lookup decoding): the longest
 // suffix of `tokens` of n_max down to n_min tokens that also occurs earlier, and the tokens that

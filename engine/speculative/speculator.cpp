@@ -47,24 +47,49 @@ int32_t Speculator::draft(Sequence& s, int32_t budget, const StepCosts& costs) {
   int32_t k = std::min({config_.max_draft_tokens, budget, r.max_tokens - s.generated() - 1,
                         model_.config().context_length - len - 1});
   if (k <= 0) return 0;
-  if (r.speculative == Speculation::kSparse) {
-    s.drafting = sparse_draft_tokens(s, k, costs);
+  switch (r.speculative) {
+    case Speculation::kSparse: return sparse_round(s, k, costs);
+    case Speculation::kModel: return model_round(s, k, costs);
+    case Speculation::kNgram: return ngram_round(s, k, costs);
+    case Speculation::kAuto:
+      // The cheapest proposal first: prompt lookup scans the tokens, the draft model runs k
+      // passes of a smaller model, sparse k steps of this one.
+      // The other two price a round by the engine's fitted step costs, and their priors assume a
+      // step of one sequence: none before the fit (16 clients: 0.92-0.94× of plain without this).
+      if (const int32_t n = ngram_round(s, k, costs)) return n;
+      if (!costs.fit) return 0;
+      if (const int32_t n = model_round(s, k, costs)) return n;
+      return sparse_round(s, k, costs);
+    case Speculation::kOff: break;
+  }
+  return 0;
+}
+
+int32_t Speculator::sparse_round(Sequence& s, int32_t k, const StepCosts& costs) {
+  s.drafting = sparse_draft_tokens(s, k, costs);
+  if (s.drafting > 0) s.round_drafter = Speculation::kSparse;
+  return 0;
+}
+
+int32_t Speculator::model_round(Sequence& s, int32_t k, const StepCosts& costs) {
+  if (draft_ == nullptr) return 0;
+  if (s.draft_id == 0) s.draft_id = next_draft_id_++;
+  // Steps without a round leave the draft model's cache behind; the next round catches it up
+  // with the tokens it missed, as one chunk.
+  k = model_draft_tokens(s, k, costs);
+  if (k == 0) return 0;
+  try {
+    s.round_drafter = Speculation::kModel;
+    return append_drafts(s, draft_->propose(s.draft_id, s.tokens, k));
+  } catch (const std::exception&) {  // the draft model failed: this sequence decodes plainly
+    draft_->forget(s.draft_id);
     return 0;
   }
-  if (r.speculative == Speculation::kModel) {
-    if (draft_ == nullptr) return 0;
-    if (s.draft_id == 0) s.draft_id = next_draft_id_++;
-    // Steps without a round leave the draft model's cache behind; the next round catches it up
-    // with the tokens it missed, as one chunk.
-    k = model_draft_tokens(s, k, costs);
-    if (k == 0) return 0;
-    try {
-      return append_drafts(s, draft_->propose(s.draft_id, s.tokens, k));
-    } catch (const std::exception&) {  // the draft model failed: this sequence decodes plainly
-      draft_->forget(s.draft_id);
-      return 0;
-    }
-  }
+}
+
+int32_t Speculator::ngram_round(Sequence& s, int32_t k, const StepCosts& costs) {
+  s.round_drafter = Speculation::kNgram;
+  const auto len = static_cast<int32_t>(s.tokens.size());
   if (!config_.adaptive_drafts) return append_drafts(s, ngram_draft(s.tokens, k));
   double threshold = 0.5;
   if (costs.fit && costs.fit->step_s > 0 && costs.fit->token_s > 0) {
@@ -196,7 +221,7 @@ void Speculator::drafted(Sequence& s, const float* row) {
 }
 
 void Speculator::verify(Sequence& s, int32_t seq, float* rows) {
-  const Speculation drafter = s.request->request.speculative;
+  const Speculation drafter = s.round_drafter;
   const int32_t k = s.drafted, vocab = model_.vocab();
   const std::vector<int32_t> drafts(s.tokens.end() - k, s.tokens.end());
   s.tokens.resize(s.tokens.size() - k);

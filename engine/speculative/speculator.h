@@ -92,6 +92,10 @@ class Speculator {
   // recent ones weigh most): how well the pair agrees is the pair's, so a new sequence starts
   // from it, not from a fixed guess it could never revise (it gets no rounds while the guess says no).
   double pair_hits_ = 0, pair_misses_ = 0;
+  // One drafter's round for `s` (k drafts at most): the drafts appended (sparse: 0, s.drafting set).
+  int32_t ngram_round(Sequence& s, int32_t k, const StepCosts& costs);
+  int32_t model_round(Sequence& s, int32_t k, const StepCosts& costs);
+  int32_t sparse_round(Sequence& s, int32_t k, const StepCosts& costs);
   int32_t sparse_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const;
   int32_t model_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const;
   int32_t append_drafts(Sequence& s, const std::vector<int32_t>& drafts);  // into the sequence (if room)

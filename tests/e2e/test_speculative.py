@@ -177,5 +177,7 @@ def test_a_draft_model_changes_no_token(fathom_bin, model_paths, servers):
                 if kw["temperature"] == 0:
                     accepted = after["accepted_tokens"] - before["accepted_tokens"]
                     assert (accepted >= 10) if kept else (accepted < after["draft_tokens"] - before["draft_tokens"])
+                    auto, _ = chat(client, EDIT, "auto", **kw)  # prompt lookup first, then the draft model
+                    assert auto == plain, (draft.name, "auto")
     with oai(servers("smollm2")) as client, pytest.raises(openai.BadRequestError, match="draft-model"):
         chat(client, STORY, "model", max_tokens=4)

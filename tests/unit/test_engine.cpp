@@ -543,6 +543,19 @@ TEST(Engine, DraftModelKeepsTheOutput) {
     engine.reset();  // its last step done
     EXPECT_EQ(draft.cached_sequences(), 0) << "finished sequences' caches go";
   }
+  {  // auto: prompt lookup where it proposes, else the draft model, else sparse; still the output
+    auto draft_loaded = load(0, 25, kSmallModel);
+    DraftModel draft(*draft_loaded, *draft_loaded.backend, /*max_chunk=*/64);
+    MetricsRegistry m;
+    Engine engine(*model, *model.backend, cfg, m, &draft);
+    Request r = greedy_r;
+    r.speculative = Speculation::kAuto;
+    EXPECT_EQ(collect(*engine.submit(r)).tokens, want_greedy) << "auto";
+    double drafted = 0;
+    for (const Speculation d : kDrafters)
+      drafted += m.counter("fathom_spec_decode_draft_tokens_total", "", {{"drafter", speculation_name(d)}}).value();
+    EXPECT_GT(drafted, 8) << "auto drafts (the draft model only once the engine's step costs are fitted)";
+  }
   const auto gemma = Model::load(std::string(FATHOM_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf");
   EXPECT_THROW(DraftModel::check_vocabulary(*model, *gemma), Error);
 }
