@@ -33,14 +33,8 @@ void DraftModel::check_vocabulary(const Model& target, const Model& draft) {
   if (te != de) throw Error("the draft model ends generations on other tokens than the model");
 }
 
-bool DraftModel::ensure_blocks(uint64_t id, State& st, int64_t positions) {
-  const int32_t need = blocks_.blocks_for(positions);
-  while (static_cast<int32_t>(st.blocks.size()) < need) {
-    const int32_t b = blocks_.allocate();
-    if (b >= 0) {
-      st.blocks.push_back(b);
-      continue;
-    }
+bool DraftModel::ensure_blocks(uint64_t id, State& st, int32_t positions) {
+  while (!st.table.reserve(positions)) {
     // Full: the least recently used other sequence's cache goes (it catches up again if it
     // drafts later).
     auto victim = states_.end();
@@ -57,7 +51,7 @@ int32_t DraftModel::run(State& st, std::span<const int32_t> tokens, int32_t pos0
   SeqStep step;
   step.tokens = tokens;
   step.pos0 = pos0;
-  step.blocks = &st.blocks;
+  step.blocks = &st.table.blocks();
   step.logits = LogitsWanted::kLast;
   plan.seqs.push_back(step);
   backend_.forward(plan, logits_);
@@ -74,7 +68,7 @@ std::vector<int32_t> DraftModel::propose(uint64_t id, std::span<const int32_t> t
     forget(id);
     return {};
   }
-  State& st = states_[id];
+  State& st = states_.try_emplace(id, blocks_).first->second;
   st.last_used = ++clock_;
   // What it computed before and the sequence still has (a rejected draft's position is not).
   // The last token is computed again whatever: its row gives the first draft.
@@ -94,7 +88,7 @@ std::vector<int32_t> DraftModel::propose(uint64_t id, std::span<const int32_t> t
   // Positions: the sequence's tokens, then drafts 1 … k-1 (draft k is never computed here).
   k = std::min(k, model_.config().context_length - len + 1);
   if (k <= 0) return {};
-  if (!ensure_blocks(id, st, static_cast<int64_t>(len) + k - 1)) {
+  if (!ensure_blocks(id, st, len + k - 1)) {
     forget(id);
     return {};
   }
@@ -128,11 +122,6 @@ LoadedDraftModel load_draft_model(const std::string& path, const Model& target, 
   return d;
 }
 
-void DraftModel::forget(uint64_t id) {
-  auto it = states_.find(id);
-  if (it == states_.end()) return;
-  for (int32_t b : it->second.blocks) blocks_.release(b);
-  states_.erase(it);
-}
+void DraftModel::forget(uint64_t id) { states_.erase(id); }  // its BlockTable gives the blocks back
 
 }  // namespace fathom

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/kv/block_allocator.h"
+#include "engine/kv/block_table.h"
 
 namespace fathom {
 
@@ -51,12 +52,13 @@ class DraftModel {
 
  private:
   struct State {
-    std::vector<int32_t> computed;  // tokens whose K/V are in `blocks`, in order
-    std::vector<int32_t> blocks;    // block table
+    explicit State(BlockAllocator& pool) : table(pool) {}
+    std::vector<int32_t> computed;  // tokens whose K/V are in `table`, in order
+    BlockTable table;
     uint64_t last_used = 0;
   };
   // Blocks for `positions` positions of `st`; frees other sequences' caches (LRU) when short.
-  bool ensure_blocks(uint64_t id, State& st, int64_t positions);
+  bool ensure_blocks(uint64_t id, State& st, int32_t positions);
   // One forward of `tokens` at pos0 over st's blocks; the last row's argmax.
   int32_t run(State& st, std::span<const int32_t> tokens, int32_t pos0);
 

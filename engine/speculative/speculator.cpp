@@ -53,9 +53,9 @@ int32_t Speculator::draft(Sequence& s, int32_t budget, const StepCosts& costs) {
     case Speculation::kNgram: return ngram_round(s, k, costs);
     case Speculation::kAuto:
       // The cheapest proposal first: prompt lookup scans the tokens, the draft model runs k
-      // passes of a smaller model, sparse k steps of this one.
-      // The other two price a round by the engine's fitted step costs, and their priors assume a
-      // step of one sequence: none before the fit (16 clients: 0.92-0.94× of plain without this).
+      // passes of a smaller model, sparse k steps of this one. The latter two only once the
+      // engine's step costs are fitted: their priors assume a step of one sequence (16 clients:
+      // 0.92-0.94× of plain without this wait).
       if (const int32_t n = ngram_round(s, k, costs)) return n;
       if (!costs.fit) return 0;
       if (const int32_t n = model_round(s, k, costs)) return n;
@@ -142,11 +142,10 @@ int32_t Speculator::sparse_draft_tokens(const Sequence& s, int32_t k, const Step
   const double e = costs.equivalent_positions > 0 ? costs.equivalent_positions : 1e30;  // unknown: no gain
   const double row_attention = backend_.forward_occupies_host() ? 0.5 : 0.0;
   double dense = 1 + len / e, sparse = 1 + len * p.kv_read_ratio / e, extra_row = 0.2 + row_attention * len / e;
-  if (costs.fit && costs.fit->step_s > 0 && costs.fit->token_s > 0 && costs.fit->position_s > 0) {
-    const double fixed = costs.fit->step_s / std::max(1, costs.decoding) + costs.fit->token_s;
-    dense = fixed + costs.fit->position_s * len;
-    sparse = fixed + costs.fit->position_s * len * p.kv_read_ratio;
-    extra_row = costs.fit->token_s + row_attention * costs.fit->position_s * len;
+  if (const std::optional<FittedRows> f = fitted_rows(costs, len); f && f->position_s > 0) {
+    dense = f->dense;
+    sparse = f->fixed + f->position_s * len * p.kv_read_ratio;
+    extra_row = f->extra_row;
   }
   const double alpha = s.draft_hits / (s.draft_hits + s.draft_misses);
   int32_t best = best_round(alpha, k, dense, sparse, extra_row);
@@ -166,12 +165,10 @@ int32_t Speculator::model_draft_tokens(const Sequence& s, int32_t k, const StepC
   double dense = 1.0, draft = static_cast<double>(draft_->model().weights().matrix_bytes) /
                               std::max(1.0, static_cast<double>(model_.weights().matrix_bytes)),
          extra_row = 0.2;
-  if (draft_s > 0 && costs.fit && costs.fit->step_s > 0 && costs.fit->token_s > 0) {
-    const double len = static_cast<double>(s.tokens.size()), position_s = std::max(0.0, costs.fit->position_s);
-    const double row_attention = backend_.forward_occupies_host() ? 0.5 : 0.0;
-    dense = costs.fit->step_s / std::max(1, costs.decoding) + costs.fit->token_s + position_s * len;
+  if (const std::optional<FittedRows> f = fitted_rows(costs, static_cast<double>(s.tokens.size())); f && draft_s > 0) {
+    dense = f->dense;
     draft = draft_s;
-    extra_row = costs.fit->token_s + row_attention * position_s * len;
+    extra_row = f->extra_row;
   }
   // No round every 16th token for a sequence whose record says no (as prompt lookup has): the
   // draft model would first compute the tokens it missed since its last round, a prefill costing
@@ -179,6 +176,14 @@ int32_t Speculator::model_draft_tokens(const Sequence& s, int32_t k, const StepC
   // cores: 12-20% slower than plain with those rounds, docs/speculative.md).
   const double alpha = (s.draft_hits + pair_hits_) / (s.draft_hits + s.draft_misses + pair_hits_ + pair_misses_);
   return best_round(alpha, k, dense, draft, extra_row);
+}
+
+std::optional<Speculator::FittedRows> Speculator::fitted_rows(const StepCosts& costs, double len) const {
+  if (!costs.fit || !(costs.fit->step_s > 0) || !(costs.fit->token_s > 0)) return std::nullopt;
+  const double position_s = std::max(0.0, costs.fit->position_s);
+  const double row_attention = backend_.forward_occupies_host() ? 0.5 : 0.0;
+  const double fixed = costs.fit->step_s / std::max(1, costs.decoding) + costs.fit->token_s;
+  return FittedRows{fixed, position_s, fixed + position_s * len, costs.fit->token_s + row_attention * position_s * len};
 }
 
 void Speculator::forget(Sequence& s) {

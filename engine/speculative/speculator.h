@@ -17,6 +17,7 @@
 // The draft model (kModel) proposes its k drafts at once, like prompt lookup, by k passes of a
 // smaller model over its own KV cache (engine/speculative/draft_model.h).
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/batch_plan.h"
@@ -38,7 +39,6 @@ class Speculator {
   // `draft`: the server's draft model (kModel), null when it has none.
   Speculator(const Model& model, Backend& backend, KvPlacement& kv, OutputProcessor& out, EngineMetrics& metrics,
              const SchedulerConfig& config, DraftModel* draft = nullptr);
-  bool has_draft_model() const { return draft_ != nullptr; }
 
   // What drafts cost in this step: the engine's fitted step costs (none yet: unknown) and the
   // step's decoding sequences.
@@ -97,6 +97,14 @@ class Speculator {
   int32_t model_round(Sequence& s, int32_t k, const StepCosts& costs);
   int32_t sparse_round(Sequence& s, int32_t k, const StepCosts& costs);
   int32_t sparse_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const;
+  // From the engine's fitted step costs, for a sequence of `len` tokens: a plain step's share
+  // without its attention (o/T + a), with it (+ b·len), and what each extra verify row adds (a,
+  // plus half a decode row's attention where the forward runs on the host: sparse_draft_tokens).
+  // None before a fit with positive step and token costs.
+  struct FittedRows {
+    double fixed, position_s, dense, extra_row;
+  };
+  std::optional<FittedRows> fitted_rows(const StepCosts& costs, double len) const;
   int32_t model_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const;
   int32_t append_drafts(Sequence& s, const std::vector<int32_t>& drafts);  // into the sequence (if room)
 };
