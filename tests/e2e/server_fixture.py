@@ -139,6 +139,27 @@ class ServerProcess:
         with self._lock:
             return "".join(self._stderr)
 
+    # -- metrics -----------------------------------------------------------------------------
+    def metric(self, name, labels=None) -> float:
+        """One sample of /metrics: `name` with exactly `labels` (a dict, in exposition order)."""
+        want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "") + " "
+        with urllib.request.urlopen(f"{self.base_url}/metrics", timeout=30) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(want):
+                    return float(line.split()[-1])
+        raise AssertionError(f"{want.strip()} not in /metrics")
+
+    def settled_metric(self, name, labels=None, want=0.0, timeout=10.0) -> float:
+        """The sample once it reads `want`, or its last reading after `timeout` seconds. The engine
+        refreshes its gauges at the end of a step, just after publishing the step's final events:
+        a client holding its answer may scrape them a moment before the refresh."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.metric(name, labels)
+            if value == want or time.monotonic() > deadline:
+                return value
+            time.sleep(0.05)
+
     # -- internals ---------------------------------------------------------------------------
     def _pump(self, stream, sink):
         for line in stream:

@@ -16,17 +16,8 @@ SPARSE = ["sparq", "hip", "alisa"]
 LAYERS, KV_HEADS, HEAD_DIM = 30, 3, 64
 
 
-def metric(server, name, labels):
-    text = requests.get(f"{server.base_url}/metrics", timeout=30).text
-    want = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "} "
-    for line in text.splitlines():
-        if line.startswith(want):
-            return float(line.split()[-1])
-    raise AssertionError(f"{want} not in /metrics")
-
-
 def kv_read(server, policy):
-    return metric(server, "fathom_kv_read_bytes_total", {"policy": policy})
+    return server.metric("fathom_kv_read_bytes_total", {"policy": policy})
 
 
 def complete(server, prompt, max_tokens, fathom=None, **extra):
@@ -119,7 +110,7 @@ def test_auto_counts_what_it_chose(server):
     assert sum(chose.values()) == LAYERS * (out["usage"]["completion_tokens"] - 1)
     # auto resolves to ALISA at the server's default ratio (1/4), whose break-even was measured at
     # start-up (auto is the default policy) and is exported.
-    break_even = metric(server, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "alisa"})
+    break_even = server.metric("fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "alisa"})
     assert break_even == float("inf") or break_even in [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
     # Below the break-even every step is dense; above it, ALISA.
     want = "dense" if break_even > out["usage"]["prompt_tokens"] + 8 else "alisa"
@@ -138,7 +129,7 @@ def test_a_sparse_default_policy_is_measured_at_start_up(fathom_bin, smollm2_pat
     # before serving, so it is on /metrics before any request and no request's first step pays for
     # the measurement.
     with ServerProcess(fathom_bin, smollm2_path, extra_args=["--attention", "auto", "--kv-read-ratio", "0.25"]) as s:
-        break_even = metric(s, "fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "alisa"})
+        break_even = s.metric("fathom_attention_break_even_keys", {"kv_read_ratio": "0.25", "policy": "alisa"})
         assert break_even == float("inf") or 256 <= break_even <= 32768
         assert "auto decodes sparse from" in s.stderr, s.stderr
     assert s.returncode == 0, s.stderr

@@ -68,13 +68,6 @@ def run_all(base):
         return list(pool.map(lambda i: one(base, i), range(N_REQUESTS)))
 
 
-def metric(base, name, labels=""):
-    for line in requests.get(f"{base}/metrics", timeout=30).text.splitlines():
-        if line.startswith(name + labels + " ") or (not labels and line.startswith(name + " ")):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name}{labels} not exported")
-
-
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -105,9 +98,10 @@ def test_a_failing_step_fails_only_its_requests(fathom_bin, smollm2_path, fault_
             else:
                 assert status == 500 and "failpoint forward fired" in text, (i, status, text)
         assert requests.get(f"{base}/health", timeout=10).status_code == 200
-        assert metric(base, "fathom_kv_blocks_used", '{tier="device"}') == 0
-        assert metric(base, "fathom_requests_running") == 0
-        assert metric(base, "fathom_request_finished_total", '{reason="error"}') == len(failed)
+        assert server.settled_metric("fathom_kv_blocks_used", {"tier": "device"}) == 0
+        assert server.settled_metric("fathom_requests_running") == 0
+        errors = server.settled_metric("fathom_request_finished_total", {"reason": "error"}, want=len(failed))
+        assert errors == len(failed)
 
         # Nothing is leaked per failure: two more fault rounds do not grow the process.
         rss_after_first = rss_kib(server.proc.pid)
@@ -116,7 +110,8 @@ def test_a_failing_step_fails_only_its_requests(fathom_bin, smollm2_path, fault_
             assert any(status != 200 for status, _ in again)
         grown_mib = (rss_kib(server.proc.pid) - rss_after_first) / 1024
         assert grown_mib < 32, f"RSS grew by {grown_mib:.1f} MiB over two fault rounds"
-        assert metric(base, "fathom_kv_blocks_used", '{tier="device"}') == 0
+        assert server.settled_metric("fathom_kv_blocks_used", {"tier": "device"}) == 0
+        assert server.settled_metric("fathom_requests_running") == 0
         assert requests.get(f"{base}/health", timeout=10).status_code == 200
     assert server.returncode == 0
     assert "failpoints armed: forward:throw@7" in server.stderr

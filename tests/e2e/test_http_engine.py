@@ -16,15 +16,6 @@ PARAGRAPH = ("The history of the lighthouse at the northern cape goes back to th
              "merchants from the city paid for a wooden tower and a fire of coal to warn their ships. ")
 
 
-def metric(server, name, labels=None):
-    text = requests.get(f"{server.base_url}/metrics", timeout=30).text
-    want = "" if not labels else "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
-    for line in text.splitlines():
-        if line.startswith(name + want + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{name}{want} not in /metrics")
-
-
 def complete(server, prompt, max_tokens, **extra):
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **extra}
     r = requests.post(f"{server.base_url}/v1/completions", json=body, timeout=600)
@@ -48,11 +39,11 @@ def time_to_first_token(server, prompt):
 def test_repeated_long_prompt_hits_prefix_cache_and_starts_sooner(fathom_bin, smollm2_path):
     prompt = PARAGRAPH * 12  # ~500 tokens
     with ServerProcess(fathom_bin, smollm2_path) as server:
-        hits0 = metric(server, "fathom_prefix_cache_hits_total")
+        hits0 = server.metric("fathom_prefix_cache_hits_total")
         cold = time_to_first_token(server, prompt)
-        hits1 = metric(server, "fathom_prefix_cache_hits_total")
+        hits1 = server.metric("fathom_prefix_cache_hits_total")
         warm = time_to_first_token(server, prompt)
-        hits2 = metric(server, "fathom_prefix_cache_hits_total")
+        hits2 = server.metric("fathom_prefix_cache_hits_total")
     assert hits1 - hits0 < 16, "the first request found nothing to reuse"
     assert hits2 - hits1 >= 400, f"second request reused only {hits2 - hits1} prompt tokens"
     assert warm < 0.7 * cold, f"TTFT cold {cold:.3f}s, warm {warm:.3f}s"
@@ -77,10 +68,10 @@ def test_kv_pressure_spills_to_the_host_tier_and_recomputes_without_changing_tex
     with ServerProcess(fathom_bin, small_model_path, extra_args=args) as tight:
         with cf.ThreadPoolExecutor(16) as pool:
             texts = list(pool.map(lambda i: complete(tight, prompts[i % 8], 400, **extra), range(16)))
-        recomputes = metric(tight, "fathom_preemptions_total", {"mode": "recompute"})
-        moved_in = metric(tight, "fathom_swap_bytes_total", {"direction": "in"})
-        demoted = metric(tight, "fathom_kv_blocks_demoted_total")
-        assert metric(tight, "fathom_kv_blocks_used", {"tier": "host"}) == 0
+        recomputes = tight.metric("fathom_preemptions_total", {"mode": "recompute"})
+        moved_in = tight.metric("fathom_swap_bytes_total", {"direction": "in"})
+        demoted = tight.metric("fathom_kv_blocks_demoted_total")
+        assert tight.settled_metric("fathom_kv_blocks_used", {"tier": "host"}) == 0
     assert len(set(alone)) == 8, "the prompts must give distinct texts"
     for i, text in enumerate(texts):
         assert text == alone[i % 8], f"request {i} differs under KV pressure"
@@ -100,9 +91,9 @@ def test_a_prompt_larger_than_the_device_tier_runs_from_both_tiers(fathom_bin, s
     with ServerProcess(fathom_bin, small_model_path, extra_args=args) as tiered:
         with cf.ThreadPoolExecutor(3) as pool:
             texts = list(pool.map(lambda p: complete(tiered, p, 16), prompts))
-        assert metric(tiered, "fathom_preemptions_total", {"mode": "recompute"}) == 0
-        assert metric(tiered, "fathom_kv_blocks_demoted_total") > 0
-        assert metric(tiered, "fathom_swap_bytes_total", {"direction": "in"}) > 0
+        assert tiered.metric("fathom_preemptions_total", {"mode": "recompute"}) == 0
+        assert tiered.metric("fathom_kv_blocks_demoted_total") > 0
+        assert tiered.metric("fathom_swap_bytes_total", {"direction": "in"}) > 0
     assert len(set(alone)) == 3
     assert texts == alone
 
@@ -117,7 +108,7 @@ def test_closed_stream_frees_its_blocks(fathom_bin, smollm2_path):
             chunks += line.startswith(b"data: {")
             if chunks >= 3:
                 break
-        held = metric(server, "fathom_kv_blocks_used", {"tier": "device"})
+        held = server.metric("fathom_kv_blocks_used", {"tier": "device"})
         if held == 0:  # read 0 in 2 of ~40 loaded runs; the second scrape then had no KV lines at all
             again = requests.get(f"{server.base_url}/metrics", timeout=30)
             state = [l for l in again.text.splitlines() if l.startswith(("fathom_kv_blocks", "fathom_request"))]
@@ -126,11 +117,11 @@ def test_closed_stream_frees_its_blocks(fathom_bin, smollm2_path):
                                  f"its stderr: {server.stderr[-1500:]}\n" + "\n".join(state))
         r.close()  # the client goes away mid-stream
         deadline = time.monotonic() + 5
-        while metric(server, "fathom_kv_blocks_used", {"tier": "device"}) > 0:
+        while server.metric("fathom_kv_blocks_used", {"tier": "device"}) > 0:
             assert time.monotonic() < deadline, "blocks of the closed stream were not freed"
             time.sleep(0.05)
-        assert metric(server, "fathom_requests_running") == 0
-        assert metric(server, "fathom_request_finished_total", {"reason": "cancelled"}) == 1
+        assert server.metric("fathom_requests_running") == 0
+        assert server.metric("fathom_request_finished_total", {"reason": "cancelled"}) == 1
 
 
 def test_sigterm_during_eight_streams_finishes_them_all(fathom_bin, smollm2_path):
@@ -178,4 +169,4 @@ def test_a_request_larger_than_the_kv_cache_is_refused_not_parked(fathom_bin, sm
         r = requests.post(f"{server.base_url}/v1/completions", timeout=300, json=body)
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] == 400
-        assert metric(server, "fathom_kv_blocks_demoted_total") > 0
+        assert server.metric("fathom_kv_blocks_demoted_total") > 0

@@ -4,18 +4,10 @@
 tests/kernel/test_cuda_arch_fixtures.cpp."""
 import openai
 import pytest
-import requests
 
 from server_fixture import ServerProcess
 
 ARCH = "tests/fixtures/arch"
-
-
-def metric(server, name):
-    for line in requests.get(f"{server.base_url}/metrics", timeout=30).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{name} not in /metrics")
 
 
 @pytest.fixture(scope="module", params=["qwen3moe.gguf", "mixtral.gguf", "qwen3moe-hf", "mixtral-hf",
@@ -27,10 +19,10 @@ def moe_server(request, fathom_bin, repo_root):
 
 def test_completions_stream_alike_and_count_expert_bytes(moe_server):
     client = openai.OpenAI(base_url=f"{moe_server.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
-    before = metric(moe_server, "fathom_expert_weight_bytes_total")
+    before = moe_server.metric("fathom_expert_weight_bytes_total")
     args = dict(model=client.models.list().data[0].id, prompt="abab cd", max_tokens=12, temperature=0)
     whole = client.completions.create(**args)
     streamed = "".join(c.choices[0].text for c in client.completions.create(**args, stream=True))
     assert whole.usage.completion_tokens > 0
     assert streamed == whole.choices[0].text
-    assert metric(moe_server, "fathom_expert_weight_bytes_total") > before
+    assert moe_server.metric("fathom_expert_weight_bytes_total") > before
