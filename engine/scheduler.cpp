@@ -227,25 +227,37 @@ void Scheduler::plan_step(BatchPlan& plan, std::vector<Sequence*>& planned, std:
   const int32_t max_seqs = config_.max_num_seqs;
   // A sequence with dropped blocks also computes them again (half a step's budget at most).
   std::vector<int32_t> recomputes;
-  auto decodes_now = [&](const Sequence* s) {
-    return s->state == SeqState::kRunning && s->pending() == 1 && static_cast<int32_t>(planned.size()) < max_seqs &&
-           budget > s->dropped_blocks * bs;
+  // Whether `s` decodes this step, with `planned_n` sequences planned before it and `left` of the budget.
+  auto decodes_now = [&](const Sequence* s, size_t planned_n, int32_t left) {
+    return s->state == SeqState::kRunning && s->pending() == 1 && static_cast<int32_t>(planned_n) < max_seqs &&
+           left > s->dropped_blocks * bs;
   };
-  int32_t decodes_left = static_cast<int32_t>(std::count_if(seqs.begin(), seqs.end(), decodes_now));
+  int32_t decodes_left = static_cast<int32_t>(
+      std::count_if(seqs.begin(), seqs.end(), [&](const Sequence* s) { return decodes_now(s, planned.size(), budget); }));
   const Speculator::StepCosts costs{step_cost_.fit(), decodes_left, step_cost_.equivalent_positions()};
-  for (Sequence* s : seqs)
-    if (decodes_now(s)) {
-      // A sparse drafting round that lost blocks to cache-or-recompute ends: a plain step follows.
-      if ((s->drafting > 0 || s->drafted > 0) && s->dropped_blocks > 0) s->drop_drafts();
-      // Drafts take what the budget has beyond one token for every decode still to plan.
-      if (s->drafting == 0 && s->drafted == 0) spec_->draft(*s, budget - decodes_left, costs);
-      --decodes_left;
-      add_to_plan(s, s->drafting > 0 ? 1 : 1 + s->drafted);  // a sparse draft step, or its token (+ drafts)
-      if (s->dropped_blocks > 0) {
-        budget -= s->dropped_blocks * bs;
-        recomputes.push_back(static_cast<int32_t>(planned.size()) - 1);
-      }
+  // The decoding sequences and their drafts first (the draft model's rounds of the step run
+  // together once all are booked), then their steps. `left` is the budget their steps will leave,
+  // a booked round counting its most drafts.
+  std::vector<Sequence*> decoding;
+  int32_t left = budget;
+  for (Sequence* s : seqs) {
+    if (!decodes_now(s, planned.size() + decoding.size(), left)) continue;
+    // A sparse drafting round that lost blocks to cache-or-recompute ends: a plain step follows.
+    if ((s->drafting > 0 || s->drafted > 0) && s->dropped_blocks > 0) s->drop_drafts();
+    // Drafts take what the budget has beyond one token for every decode still to plan.
+    const int32_t drafts = s->drafting == 0 && s->drafted == 0 ? spec_->draft(*s, left - decodes_left, costs) : s->drafted;
+    --decodes_left;
+    left -= (s->drafting > 0 ? 1 : 1 + drafts) + s->dropped_blocks * bs;
+    decoding.push_back(s);
+  }
+  spec_->run_model_rounds();
+  for (Sequence* s : decoding) {
+    add_to_plan(s, s->drafting > 0 ? 1 : 1 + s->drafted);  // a sparse draft step, or its token (+ drafts)
+    if (s->dropped_blocks > 0) {
+      budget -= s->dropped_blocks * bs;
+      recomputes.push_back(static_cast<int32_t>(planned.size()) - 1);
     }
+  }
   // Prefill chunks — running sequences' rest of a prompt, then the waiting ones admitted now, in
   // order, while their whole prompt fits — share what the decode tokens left of the budget by cost
   // and fairly (engine/prefill_budget.h), so a short prompt behind a long one gets its first token

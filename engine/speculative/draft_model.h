@@ -10,8 +10,10 @@
 // common prefix of the tokens it computed and the sequence's tokens, so a rejected draft's K/V is
 // just written over. A sequence's first round computes its whole prompt, up to `max_chunk` tokens
 // a round (a long prompt is caught up over several steps, the sequence decoding plainly meanwhile,
-// so no step waits for the draft model's whole prefill). Rounds of different sequences run one
-// after the other (not batched).
+// so no step waits for the draft model's whole prefill). The rounds of a step's sequences run
+// together: one pass computes every sequence's catch-up, then each one-token pass advances every
+// sequence still drafting (the draft model's weights are read once a pass for all of them, as the
+// target's are once a step).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -37,16 +39,27 @@ class DraftModel {
   // size, the same text for every token id, the same end-of-generation ids.
   static void check_vocabulary(const Model& target, const Model& draft);
 
-  // Up to k greedy drafts continuing `tokens` (a sequence's prompt and output, the last token not
-  // computed by the target yet) for the sequence `id` (> 0); none while its prompt is caught up or
-  // when the draft's KV cache has no room for it even after dropping other sequences' caches
-  // (least recently used first).
-  std::vector<int32_t> propose(uint64_t id, std::span<const int32_t> tokens, int32_t k);
+  // One sequence's round: up to k greedy drafts continuing `tokens` (its prompt and output, the last
+  // token not computed by the target yet) for the sequence `id` (> 0, one round each a call).
+  struct Round {
+    uint64_t id = 0;
+    std::span<const int32_t> tokens;
+    int32_t k = 0;
+    std::vector<int32_t> drafts;  // out
+  };
+  // Every round's drafts, computed together. A round gets none while its prompt is caught up (at
+  // most max_chunk tokens of catching up a call, over all rounds) or when the draft's KV cache has
+  // no room for it even after dropping the caches of sequences not in this call (least recently
+  // used first). Throws what the backend throws (the rounds' caches are then forgotten).
+  void propose(std::span<Round> rounds);
   // The sequence `id` is gone: its blocks go back.
   void forget(uint64_t id);
 
-  // Wall seconds of one of its one-token passes (moving average; 0 before the first).
-  double seconds_per_pass() const { return seconds_per_pass_; }
+  // Wall seconds a draft of one sequence costs: a one-token pass's time over the sequences it
+  // advanced (moving average; 0 before the first).
+  double seconds_per_draft() const { return seconds_per_draft_; }
+  int64_t passes() const { return passes_; }          // one-token passes run
+  int64_t pass_rows() const { return pass_rows_; }    // drafts they computed (rows over all passes)
   const Model& model() const { return model_; }
   int32_t cached_sequences() const { return static_cast<int32_t>(states_.size()); }
 
@@ -57,10 +70,18 @@ class DraftModel {
     BlockTable table;
     uint64_t last_used = 0;
   };
-  // Blocks for `positions` positions of `st`; frees other sequences' caches (LRU) when short.
-  bool ensure_blocks(uint64_t id, State& st, int32_t positions);
-  // One forward of `tokens` at pos0 over st's blocks; the last row's argmax.
-  int32_t run(State& st, std::span<const int32_t> tokens, int32_t pos0);
+  // Blocks for `positions` positions of `st`; frees the caches of sequences not in `rounds`
+  // (LRU) when short.
+  bool ensure_blocks(State& st, int32_t positions, std::span<const Round> rounds);
+  // One forward of the steps (tokens, pos0 over their state's blocks): the argmax of every step
+  // that wants its last row's logits, in order; the states' `computed` extended.
+  struct Step {
+    State* st;
+    std::span<const int32_t> tokens;
+    int32_t pos0;
+    bool logits;
+  };
+  std::vector<int32_t> run(const std::vector<Step>& steps);
 
   const Model& model_;
   Backend& backend_;
@@ -69,7 +90,8 @@ class DraftModel {
   std::unordered_map<uint64_t, State> states_;
   uint64_t clock_ = 0;
   std::vector<float> logits_;
-  double seconds_per_pass_ = 0;
+  double seconds_per_draft_ = 0;
+  int64_t passes_ = 0, pass_rows_ = 0;
 };
 
 // A draft model loaded from `path` (GGUF or Hugging Face directory) on the backend and with the

@@ -78,13 +78,23 @@ int32_t Speculator::model_round(Sequence& s, int32_t k, const StepCosts& costs) 
   // with the tokens it missed, as one chunk.
   k = model_draft_tokens(s, k, costs);
   if (k == 0) return 0;
+  s.round_drafter = Speculation::kModel;
+  model_rounds_.push_back(ModelRound{&s, k});
+  return k;
+}
+
+void Speculator::run_model_rounds() {
+  std::vector<ModelRound> booked;
+  booked.swap(model_rounds_);
+  if (booked.empty()) return;
+  std::vector<DraftModel::Round> rounds;
+  for (const ModelRound& m : booked) rounds.push_back(DraftModel::Round{m.seq->draft_id, m.seq->tokens, m.k, {}});
   try {
-    s.round_drafter = Speculation::kModel;
-    return append_drafts(s, draft_->propose(s.draft_id, s.tokens, k));
-  } catch (const std::exception&) {  // the draft model failed: this sequence decodes plainly
-    draft_->forget(s.draft_id);
-    return 0;
+    draft_->propose(rounds);
+  } catch (const std::exception&) {  // the draft model failed: these sequences decode plainly
+    return;
   }
+  for (size_t i = 0; i < rounds.size(); ++i) append_drafts(*booked[i].seq, rounds[i].drafts);
 }
 
 int32_t Speculator::ngram_round(Sequence& s, int32_t k, const StepCosts& costs) {
@@ -161,7 +171,7 @@ int32_t Speculator::model_draft_tokens(const Sequence& s, int32_t k, const StepC
   // the sparse drafter). Until both are known, in units of a plain step: a draft pass the share
   // of the weight bytes it reads (at batch 1 a pass is bound by reading its weights), a verify
   // row a fifth of a step (its matmuls; the weights are read once for all rows).
-  const double draft_s = draft_->seconds_per_pass();
+  const double draft_s = draft_->seconds_per_draft();
   double dense = 1.0, draft = static_cast<double>(draft_->model().weights().matrix_bytes) /
                               std::max(1.0, static_cast<double>(model_.weights().matrix_bytes)),
          extra_row = 0.2;

@@ -14,8 +14,9 @@
 // other sequences' steps like any decode token, then the verify step. The draft steps append K/V
 // at the drafts' positions, which the verify step writes again; the running planes they changed
 // are kept before the round's first draft step and put back before the verify step (prepare()).
-// The draft model (kModel) proposes its k drafts at once, like prompt lookup, by k passes of a
-// smaller model over its own KV cache (engine/speculative/draft_model.h).
+// The draft model (kModel) proposes its k drafts in the step they are verified, like prompt
+// lookup, by k passes of a smaller model over its own KV cache (engine/speculative/draft_model.h):
+// draft() books the round, run_model_rounds() runs the step's rounds together.
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -61,7 +62,14 @@ class Speculator {
   // cost is best and above a plain step's (draft i kept with chance α^i; a draft step costs a row
   // reading kv_read_ratio of the KV, the verify step about one dense row); none where the policy
   // runs densely at this length (below its break-even) or no k pays.
+  //
+  // kModel books a round of k drafts instead and returns k (s.drafted stays 0): the drafts, up to k,
+  // come from run_model_rounds(), which the step calls once every decoding sequence had its turn.
   int32_t draft(Sequence& s, int32_t budget, const StepCosts& costs);
+  // The booked draft-model rounds, computed together (the draft model's passes advance all of
+  // them): their drafts appended as draft() appends prompt lookup's (if the KV has room). A
+  // failing draft model leaves them without drafts (they decode plainly).
+  void run_model_rounds();
   // The policy a sparse draft step of request `r` decodes through: the request's sparse policy (auto
   // when it decodes densely) at SchedulerConfig::draft_kv_read_ratio.
   AttentionPolicy draft_policy(const Request& r) const;
@@ -92,7 +100,13 @@ class Speculator {
   // recent ones weigh most): how well the pair agrees is the pair's, so a new sequence starts
   // from it, not from a fixed guess it could never revise (it gets no rounds while the guess says no).
   double pair_hits_ = 0, pair_misses_ = 0;
-  // One drafter's round for `s` (k drafts at most): the drafts appended (sparse: 0, s.drafting set).
+  struct ModelRound {
+    Sequence* seq;
+    int32_t k;
+  };
+  std::vector<ModelRound> model_rounds_;  // booked this step, run by run_model_rounds()
+  // One drafter's round for `s` (k drafts at most): the drafts appended (sparse: 0, s.drafting set;
+  // model: the drafts booked).
   int32_t ngram_round(Sequence& s, int32_t k, const StepCosts& costs);
   int32_t model_round(Sequence& s, int32_t k, const StepCosts& costs);
   int32_t sparse_round(Sequence& s, int32_t k, const StepCosts& costs);

@@ -543,6 +543,32 @@ TEST(Engine, DraftModelKeepsTheOutput) {
     engine.reset();  // its last step done
     EXPECT_EQ(draft.cached_sequences(), 0) << "finished sequences' caches go";
   }
+  {  // concurrent sequences: their rounds run together (passes of several rows), the same output
+    Request base = greedy(*model, long_prompt(), 24);
+    base.stop.ignore_eos = true;
+    std::vector<Request> rs;
+    for (size_t i = 0; i < 3; ++i) {
+      Request r = base;
+      r.prompt.assign(base.prompt.begin() + static_cast<std::ptrdiff_t>(40 * i), base.prompt.begin() + static_cast<std::ptrdiff_t>(40 * i + 50));
+      rs.push_back(r);
+    }
+    const auto run_all = [&](Engine& engine) {
+      std::vector<std::shared_ptr<RequestHandle>> handles;
+      for (const Request& r : rs) handles.push_back(engine.submit(r));
+      std::vector<std::map<int32_t, std::vector<int32_t>>> out;
+      for (auto& h : handles) out.push_back(collect(*h).tokens);
+      return out;
+    };
+    MetricsRegistry m_plain_all, m;
+    Engine plain(*model, *model.backend, cfg, m_plain_all);
+    const auto want = run_all(plain);
+    auto draft_loaded = load(0, 25, kSmallModel);
+    DraftModel draft(*draft_loaded, *draft_loaded.backend, /*max_chunk=*/64);
+    Engine engine(*model, *model.backend, cfg, m, &draft);
+    for (Request& r : rs) r.speculative = Speculation::kModel;
+    EXPECT_EQ(run_all(engine), want);
+    EXPECT_GT(draft.pass_rows(), draft.passes()) << "no draft pass advanced two sequences";
+  }
   {  // auto: prompt lookup where it proposes, else the draft model, else sparse; still the output
     auto draft_loaded = load(0, 25, kSmallModel);
     DraftModel draft(*draft_loaded, *draft_loaded.backend, /*max_chunk=*/64);
