@@ -36,8 +36,8 @@ def log_prompt(lines):
     return json.dumps([{"role": "user", "content": text + " Summarize the log in a few sentences."}])
 
 
-def run(binary, chat, max_tokens, threads, extra):
-    out = subprocess.run([str(binary), "generate", "--model", str(MODEL), "--chat", chat, "--max-tokens",
+def run(binary, model, chat, max_tokens, threads, extra):
+    out = subprocess.run([str(binary), "generate", "--model", str(model), "--chat", chat, "--max-tokens",
                           str(max_tokens), "--temperature", "0", "--ignore-eos", "--attention-min-keys", "0",
                           "--threads", str(threads), "--json", *extra], capture_output=True, text=True, check=True)
     j = json.loads(out.stdout)
@@ -51,11 +51,15 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--lines", default="180,330", help="prompt sizes in log lines (~22 tokens each)")
+    ap.add_argument("--model", default=str(MODEL))
+    ap.add_argument("--modes", default=",".join(MODES), help="a comma-separated subset of " + ", ".join(MODES))
     ap.add_argument("--out", default=str(ROOT / "bench/results/sparse_speculation.md"), help="the markdown table (also printed)")
     a = ap.parse_args()
     binary = Path(a.build) / "fathom"
-    names = list(MODES)
-    lines = [f"Machine: {machine()}. `{' '.join(sys.argv)}`; SmolLM2 135M Q4_1, greedy, {a.tokens} tokens, "
+    names = a.modes.split(",")
+    if "dense" not in names or any(m not in MODES for m in names):
+        sys.exit(f"--modes: dense and any of {', '.join(MODES)}")
+    lines = [f"Machine: {machine()}. `{' '.join(sys.argv)}`; {Path(a.model).name}, greedy, {a.tokens} tokens, "
              f"{a.threads} threads, modes in turn, {a.rounds} rounds; decode tok/s (median); dense and speculative "
              "texts identical.", "",
              "| prompt tokens | " + " | ".join(names) + " | sparse spec ÷ dense |",
@@ -68,14 +72,14 @@ def main():
             order = names[r % len(names):] + names[:r % len(names)]
             texts = {}
             for m in order:
-                tps, texts[m], prompt_tokens = run(binary, chat, a.tokens, a.threads, MODES[m])
+                tps, texts[m], prompt_tokens = run(binary, a.model, chat, a.tokens, a.threads, MODES[m])
                 speeds[m].append(tps)
-            if any(texts[m] != texts["dense"] for m in EXACT):
+            if any(texts[m] != texts["dense"] for m in EXACT if m in texts):
                 sys.exit(f"{n} lines: a speculative text differs from dense decoding")
             print(f"{prompt_tokens} tokens round {r}: " + ", ".join(f"{m} {speeds[m][-1]:.1f}" for m in names), flush=True)
         med = {m: statistics.median(v) for m, v in speeds.items()}
         lines.append(f"| {prompt_tokens} | " + " | ".join(f"{med[m]:.1f}" for m in names) +
-                     f" | {med['sparse spec'] / med['dense']:.2f}× |")
+                     f" | {med['sparse spec'] / med['dense']:.2f}× |" if "sparse spec" in med else " | — |")
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:
