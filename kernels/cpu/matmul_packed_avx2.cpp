@@ -11,9 +11,9 @@
 // and prefill does ~2x the work per cycle (bench_matmul, docs/performance-cpu-hosts.md).
 // 16-bit sums cannot overflow: a maddubs lane is at most 2·q·127 (q ≤ 15, 31, 63 for 4, 5, 6
 // bits), so 8 of them stay below 2^15 at 4 bits, 4 at 5 bits, 2 at 6 bits (Q3_K's 3-bit u = q + 4
-// is summed as Q6_K's). Q8_0 is not packed here: its unsigned panel quants (q + 128) would
-// saturate maddubs (2·255·127 > 2^15); IQ4_NL's and IQ4_XS's levels are signed, multiplied with
-// the sign trick.
+// is summed as Q6_K's). Q8_0's unsigned panel quants (q + 128) would saturate maddubs
+// (2·255·127 > 2^15): they are made signed again and, like IQ4_NL's and IQ4_XS's signed levels,
+// multiplied with the sign trick.
 // Every activation row goes through the same instructions whatever mr is (batch invariance,
 // bitwise decode == prefill), as in the AVX-512 kernels.
 #include <immintrin.h>
@@ -39,6 +39,11 @@ inline __m256 f16x8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(r
 inline __m256 u8x8(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
 inline __m256 s8x8(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
 inline __m256i widen(__m256i s16) { return _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); }
+// Signed quants w (|w| <= 128) times the 4 activation bytes at x in every lane, widened to the
+// lanes' i32 sums: the sign trick, |w| times x with w's sign (a maddubs pair stays below 2^15).
+inline __m256i signed_dot4(__m256i w, __m256i w_abs, const int8_t* x) {
+  return widen(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(bcast4(x), w)));
+}
 
 // The nibble vectors of one half (8 rows) of a 32-column sub-block whose 4 quant vectors start
 // at p: lo[v] = columns 4v..4v+3, hi[v] = columns 16 + 4v..
@@ -88,6 +93,43 @@ inline void store_half(float* y, __m256 v, int64_t p, int h, int64_t rows_total)
     alignas(32) float t[8];
     _mm256_store_ps(t, v);
     for (int64_t i = 0; i < n; ++i) y[r0 + i] = t[i];
+  }
+}
+
+// Q8_0: the panel holds q + 128 (the AVX-512 kernel's dpbusd layout); here each vector becomes q
+// again (one xor, shared by the activation rows) and the products use the sign trick, |q| times
+// x with q's sign: |q| <= 128, so a maddubs pair stays within 2·128·127 < 2^15, and every maddubs
+// is widened on its own (two pairs could overflow 16 bits):
+//   acc[r] += float(Σ_j madd(maddubs(|w_j|, sign(x_j, w_j)), 1)) · d[r] · dx
+template <int MR>
+void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nb = a.K / 32;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* qp = a.w + p * a.row_bytes;
+    const uint8_t* sp = qp + nb * 512;
+    PanelPrefetch prefetch(qp, a.row_bytes, nb);
+    __m256 acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, qp += 512) {
+      prefetch();
+      for (int h = 0; h < 2; ++h) {
+        __m256i w[8], w_abs[8];
+        for (int j = 0; j < 8; ++j) {
+          w[j] = _mm256_xor_si256(load32(qp + 64 * j + 32 * h), flip);
+          w_abs[j] = _mm256_abs_epi8(w[j]);
+        }
+        const __m256 d = f16x8(sp + 32 * b + 16 * h);
+        for (int m = 0; m < MR; ++m) {
+          const int8_t* x = a.q + m * a.ldq + 32 * b;
+          __m256i s = signed_dot4(w[0], w_abs[0], x);
+          for (int j = 1; j < 8; ++j) s = _mm256_add_epi32(s, signed_dot4(w[j], w_abs[j], x + 4 * j));
+          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a.qd[m * a.ldqs + b])), acc[m][h]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
   }
 }
 
@@ -297,8 +339,8 @@ void dot_packed_iq4_xs(const DotArgs& a, int64_t p0, int64_t p1) {
             const int8_t* x = a.q + m * a.ldq + 256 * i + 32 * j;
             __m256i s = _mm256_setzero_si256();
             for (int v = 0; v < 4; ++v) {
-              s = _mm256_add_epi32(s, widen(_mm256_maddubs_epi16(lo_abs[v], _mm256_sign_epi8(bcast4(x + 4 * v), lo[v]))));
-              s = _mm256_add_epi32(s, widen(_mm256_maddubs_epi16(hi_abs[v], _mm256_sign_epi8(bcast4(x + 16 + 4 * v), hi[v]))));
+              s = _mm256_add_epi32(s, signed_dot4(lo[v], lo_abs[v], x + 4 * v));
+              s = _mm256_add_epi32(s, signed_dot4(hi[v], hi_abs[v], x + 16 + 4 * v));
             }
             const float dx = a.qd[m * a.ldqs + 8 * i + j];
             acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_set1_ps(dx)), acc[m][h]);
@@ -339,8 +381,8 @@ void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
           const int8_t* x = a.q + m * a.ldq + 32 * b;
           __m256i s = _mm256_setzero_si256();
           for (int v = 0; v < 4; ++v) {
-            s = _mm256_add_epi32(s, widen(_mm256_maddubs_epi16(lo_abs[v], _mm256_sign_epi8(bcast4(x + 4 * v), lo[v]))));
-            s = _mm256_add_epi32(s, widen(_mm256_maddubs_epi16(hi_abs[v], _mm256_sign_epi8(bcast4(x + 16 + 4 * v), hi[v]))));
+            s = _mm256_add_epi32(s, signed_dot4(lo[v], lo_abs[v], x + 4 * v));
+            s = _mm256_add_epi32(s, signed_dot4(hi[v], hi_abs[v], x + 16 + 4 * v));
           }
           acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a.qd[m * a.ldqs + b])), acc[m][h]);
         }
@@ -398,6 +440,7 @@ void dot_packed_q2_k(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+template <int MR> struct PackedQ8_0 { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q8_0<MR>(a, b, e); } };
 template <int MR> struct PackedQ2K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q2_k<MR>(a, b, e); } };
 template <int MR> struct PackedIQ4NL { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_nl<MR>(a, b, e); } };
 template <int MR> struct PackedIQ4XS { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_xs<MR>(a, b, e); } };
@@ -409,6 +452,7 @@ template <bool kMin, bool kQ5> struct PackedQ4 { template <int MR> struct K { st
 }  // namespace
 
 void register_avx2_dot_packed(KernelTable& t) {
+  t.dot_packed[kQ8_0] = by_mr<PackedQ8_0>;
   t.dot_packed[kQ4_0] = by_mr<PackedQ4<false, false>::K>;
   t.dot_packed[kQ4_1] = by_mr<PackedQ4<true, false>::K>;
   t.dot_packed[kQ5_0] = by_mr<PackedQ4<false, true>::K>;

@@ -44,8 +44,7 @@ class PackedWeights {
   static constexpr int kPanelRows = 16;
 
   // True when this machine's kernels read `type` packed at the SIMD level active now (AVX-512
-  // VNNI: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS; AVX2: the same but
-  // Q8_0).
+  // VNNI and AVX2: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS).
   static bool supported(GgmlType type);
 
   // W: [N][K] in `type`, GGUF layout (as matmul takes it). Requires supported(type).

@@ -27,7 +27,7 @@ KvLayout layout_for(const Model& model, const ModelOptions& o) {
 }
 
 // Repacks every matrix the CPU's kQ8 kernels read faster in panels (cpu::PackedWeights: Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS on AVX-512 VNNI), including the output projection (when it
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS on AVX-512 VNNI and AVX2), including the output projection (when it
 // is the tied embedding, the lookup keeps reading the mapped rows). Returns the bytes allocated.
 size_t pack_for_cpu(ModelWeights& weights) {
   // One arena for all of them: each matrix rounded up to whole 2 MiB pages would waste ~1 MiB
