@@ -12,12 +12,6 @@
 
 namespace fathom {
 
-namespace {
-
-// The number j ≤ k of drafts whose round gives the most tokens per cost, 0 when none beats plain
-// decoding: a round of j drafts emits Σ_{i≤j} α^i tokens on average (the verify step's own token
-// and each kept draft) for j draft passes of `draft` each and a verify step of `dense` plus j rows
-// of `extra_row`; a plain step emits one token for `dense`.
 int32_t best_round(double alpha, int32_t k, double dense, double draft, double extra_row) {
   int32_t best = 0;
   double best_gain = 1, tokens = 1, kept = 1;
@@ -30,7 +24,11 @@ int32_t best_round(double alpha, int32_t k, double dense, double draft, double e
   return best;
 }
 
-}  // namespace
+int32_t round_or_probe(double alpha, int32_t k, double dense, double draft, double extra_row, int32_t generated) {
+  const int32_t best = best_round(alpha, k, dense, draft, extra_row);
+  if (best > 0 || generated % 16 != 0) return best;
+  return best_round(1.0, k, dense, draft, extra_row) > 0 ? 1 : 0;
+}
 
 Speculator::Speculator(const Model& model, Backend& backend, KvPlacement& kv, OutputProcessor& out,
                        EngineMetrics& metrics, const SchedulerConfig& config, DraftModel* draft)
@@ -158,10 +156,7 @@ int32_t Speculator::sparse_draft_tokens(const Sequence& s, int32_t k, const Step
     extra_row = f->extra_row;
   }
   const double alpha = s.draft_hits / (s.draft_hits + s.draft_misses);
-  int32_t best = best_round(alpha, k, dense, sparse, extra_row);
-  // A sequence whose record says no still drafts once every 16th token: its record stays current.
-  if (best == 0 && s.generated() % 16 == 0) best = 1;
-  return best;
+  return round_or_probe(alpha, k, dense, sparse, extra_row, s.generated());
 }
 
 int32_t Speculator::model_draft_tokens(const Sequence& s, int32_t k, const StepCosts& costs) const {

@@ -35,6 +35,16 @@ class OutputProcessor;
 struct EngineMetrics;
 struct SchedulerConfig;
 
+// The number j ≤ k of drafts whose round gives the most tokens per cost, 0 when none beats plain
+// decoding: a round of j drafts, each kept with chance α^i, emits Σ_{i≤j} α^i tokens on average
+// (the verify step's own token and each kept draft) for j draft passes of `draft` each and a verify
+// step of `dense` plus j rows of `extra_row`; a plain step emits one token for `dense`.
+int32_t best_round(double alpha, int32_t k, double dense, double draft, double extra_row);
+// best_round, or, when it says none, one draft on every 16th generated token (a probe keeps the
+// sequence's record current) — unless drafts kept every time would not pay either (a model whose
+// draft steps save little, as Gemma 3's with 5 of 6 layers local: its probes cost 6% at 32k).
+int32_t round_or_probe(double alpha, int32_t k, double dense, double draft, double extra_row, int32_t generated);
+
 class Speculator {
  public:
   // `draft`: the server's draft model (kModel), null when it has none.

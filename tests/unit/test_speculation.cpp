@@ -16,6 +16,7 @@
 #include "engine/kv/block_table.h"
 #include "engine/model/model.h"
 #include "engine/speculative/drafter.h"
+#include "engine/speculative/speculator.h"
 
 namespace fathom {
 namespace {
@@ -33,6 +34,24 @@ TEST(NgramDraft, ProposesWhatFollowedTheLatestEarlierOccurrenceOfTheLongestSuffi
   EXPECT_EQ(ngram_draft(std::vector<int32_t>{5, 5, 5, 5}, 3), (std::vector<int32_t>{5})) << "overlapping match";
   EXPECT_TRUE(ngram_draft(std::vector<int32_t>{1, 2, 3, 1}, 4).empty()) << "n_min 2: one token is no match";
   EXPECT_EQ(ngram_draft(std::vector<int32_t>{1, 2, 3, 1}, 4, 4, 1), (std::vector<int32_t>{2, 3, 1}));
+}
+
+// The cost rule's round size, in units of a plain step (dense 1): draft steps at 0.3 with verify
+// rows at 0.1 pay at a good record; at a poor one they do not, and then only every 16th token
+// probes with one draft; draft steps as dear as plain ones never pay, so no probe either.
+TEST(Speculation, RoundsPayOrProbeOnlyWhereAKeptDraftCouldPay) {
+  EXPECT_EQ(best_round(0.9, 4, 1.0, 0.3, 0.1), 4);
+  EXPECT_EQ(best_round(0.3, 4, 1.0, 0.3, 0.1), 0);
+  // Round of 1 at α: (1 + α) / (1 + 0.3 + 0.1) beats 1 from α = 0.4 on.
+  EXPECT_EQ(best_round(0.45, 1, 1.0, 0.3, 0.1), 1);
+  EXPECT_EQ(best_round(0.35, 1, 1.0, 0.3, 0.1), 0);
+  EXPECT_EQ(round_or_probe(0.9, 4, 1.0, 0.3, 0.1, 5), 4);
+  EXPECT_EQ(round_or_probe(0.3, 4, 1.0, 0.3, 0.1, 5), 0);
+  EXPECT_EQ(round_or_probe(0.3, 4, 1.0, 0.3, 0.1, 32), 1) << "the 16th-token probe";
+  // Draft steps costing 0.95 of a plain step and verify rows 0.1: even all kept, a round of j gives
+  // (j + 1) / (1 + 1.05 j) < 1.
+  EXPECT_EQ(best_round(1.0, 4, 1.0, 0.95, 0.1), 0);
+  EXPECT_EQ(round_or_probe(0.3, 4, 1.0, 0.95, 0.1, 32), 0) << "no probe where nothing could pay";
 }
 
 TEST(Speculation, ParsesItsModes) {
