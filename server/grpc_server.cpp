@@ -468,6 +468,10 @@ class GrpcServerImpl final : public GrpcServer {
                                  : config.host;
     const std::string address = host + ":" + std::to_string(std::max(0, port));
     grpc::ServerBuilder builder;
+    // gRPC sets SO_REUSEPORT by default: a second server on a port in use would share it (the
+    // kernel splitting connections between the two) instead of failing, and two servers asking
+    // for any free port could be given the same one (grpc/grpc#10755). A port is this server's.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();

@@ -6,6 +6,7 @@ temperature 0 must give the same text, tokens and usage over both protocols.
 """
 import json
 import signal
+import subprocess
 import time
 import urllib.request
 
@@ -410,3 +411,12 @@ def test_a_reasoning_models_thinking_arrives_apart_on_the_last_message(pb, fatho
             http = http_post(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Capital of France?"}],
                                                           "max_tokens": 24, "temperature": 0, "guided_grammar": grammar})
             assert http["choices"][0]["message"]["reasoning_content"] == messages[-1].reasoning_content
+
+
+def test_a_grpc_port_in_use_stops_start_up(fathom_bin, smollm2_path, server):
+    # gRPC's default SO_REUSEPORT would let a second server share the port, the kernel splitting
+    # connections between the two: the second must fail to start instead.
+    r = subprocess.run([str(fathom_bin), "serve", "--model", str(smollm2_path), "--port", "0", "--grpc-port",
+                        str(server.grpc_port), "--threads", "1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert f"cannot listen for gRPC on 127.0.0.1:{server.grpc_port}" in r.stderr, r.stderr[-2000:]
