@@ -249,14 +249,8 @@ def test_queue_full_is_429(small_server):
 
 def wait_until_idle(server, timeout=60):
     """Until no request runs: a closed stream's slot frees when the engine's next write to it fails."""
-    deadline = time.monotonic() + timeout
-    while True:
-        text = requests.get(f"{server.base_url}/metrics", timeout=5).text
-        running = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("fathom_requests_running")]
-        if running and running[0] == 0:
-            return
-        assert time.monotonic() < deadline, f"still running after {timeout} s: {running}"
-        time.sleep(0.05)
+    running = server.settled_metric("fathom_requests_running", timeout=timeout)
+    assert running == 0, f"still running after {timeout} s: {running}"
 
 
 def test_sigterm_drains(small_server):
