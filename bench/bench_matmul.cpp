@@ -1,4 +1,4 @@
-// bench_matmul [--quick] [--csv] [FORMAT...]
+// bench_matmul [--quick] [--csv] [--batch [--rows-per-call 4,8]] [FORMAT...]
 // Decode (M = 1): GB/s of weight bytes streamed per format, precision and thread count, next
 // to the machine's measured read bandwidth (the roofline: decode is bandwidth bound).
 // The weights rotate over enough copies (>= 384 MB, past the L3) that every call reads from
@@ -8,6 +8,8 @@
 // --batch: batched decode (M = 1..16 activation rows, the server's continuous batching) over the
 // 1B shape's matrices from DRAM, kQ8 on the packed panels: time per call, GOP/s (2 M N K) and the
 // fraction of the machine's int8 peak, measured here with a loop of independent VNNI dot products.
+// --rows-per-call 4,8 (with --batch): the packed kernels' activation rows per call, each setting's
+// calls alternating with the others' (0: the kernel table's own).
 //
 // Every call is timed on its own. On a shared machine other processes steal the cores now
 // and then, so each figure is printed twice: at the median call and at the best call (p5,
@@ -18,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -230,8 +233,10 @@ Peak int8_peak(ThreadPool& pool) {
 }
 
 // Batched decode of one matrix: M activation rows against weights from DRAM (rotating copies, as
-// bench_decode), kQ8 over the packed panels when this machine packs the format.
-void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate& peak) {
+// bench_decode), kQ8 over the packed panels when this machine packs the format. With several
+// `rows_per_call` settings (--rows-per-call; 0 = the kernel table's own), their calls alternate
+// one by one, so that a noisy neighbour slows them alike.
+void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate& peak, const std::vector<int>& rows_per_call) {
   const size_t bytes = ggml_row_size(c.type, c.K) * c.N;
   const int copies = static_cast<int>(std::max<size_t>(1, ((384u << 20) + bytes - 1) / bytes));
   std::vector<std::vector<uint8_t>> ws;
@@ -240,29 +245,54 @@ void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate&
   const bool pack = cpu::PackedWeights::supported(c.type);
   std::vector<std::unique_ptr<cpu::PackedWeights>> packs;
   for (const auto& w : ws) packs.push_back(pack ? std::make_unique<cpu::PackedWeights>(c.type, w.data(), c.N, c.K) : nullptr);
-  double t1 = 0;
+  const size_t nv = rows_per_call.size();
+  std::vector<double> t1(nv, 0);
   for (int64_t M : {1, 2, 4, 8, 16}) {
     std::vector<float> x(M * c.K), y(M * c.N);
     for (auto& v : x) v = static_cast<float>(rng() % 2000) * 1e-3f - 1.0f;
     cpu::matmul(pool, c.type, ws[0].data(), c.N, c.K, x.data(), M, y.data(), cpu::Precision::kQ8, packs[0].get());
     const int calls = std::max(2 * copies, 40);
-    const Rate r = time_calls(calls, 2.0 * M * c.N * c.K / 1e9, [&](int i) {
-      const int k = i % copies;
-      cpu::matmul(pool, c.type, ws[k].data(), c.N, c.K, x.data(), M, y.data(), cpu::Precision::kQ8, packs[k].get());
-    });
-    const double us = 2.0 * M * c.N * c.K / 1e9 / r.median * 1e6;
-    if (M == 1) t1 = us;
-    if (g_csv) {
-      std::printf("batch,%s,%s,%lld,%lld,%d,%lld,%.1f,%.1f,%.1f,%.1f\n", ggml_type_name(c.type), pack ? "q8p" : "q8",
-                  static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(), static_cast<long long>(M), us,
-                  r.median, r.best, peak.best);
-    } else {
-      std::printf("  %-5s %-3s %-16s thr %d M=%2lld | %8.1f us (%4.2fx M=1) | median %6.1f GOP/s | best %6.1f GOP/s"
-                  " (%3.0f%% of int8 peak %.0f)\n",
-                  ggml_type_name(c.type), pack ? "q8p" : "q8", c.what, pool.size(), static_cast<long long>(M), us,
-                  us / t1, r.median, r.best, peak.best > 0 ? 100 * r.best / peak.best : 0.0, peak.best);
+    std::vector<std::vector<double>> t(nv, std::vector<double>(calls));
+    for (int i = 0; i < calls; ++i)
+      for (size_t v = 0; v < nv; ++v) {
+        cpu::set_packed_rows_per_call_for_testing(rows_per_call[v]);
+        const int k = (i * static_cast<int>(nv) + static_cast<int>(v)) % copies;
+        const auto t0 = Clock::now();
+        cpu::matmul(pool, c.type, ws[k].data(), c.N, c.K, x.data(), M, y.data(), cpu::Precision::kQ8, packs[k].get());
+        t[v][i] = std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+    cpu::set_packed_rows_per_call_for_testing(0);
+    for (size_t v = 0; v < nv; ++v) {
+      std::sort(t[v].begin(), t[v].end());
+      const double gop = 2.0 * M * c.N * c.K / 1e9;
+      const Rate r{gop / t[v][calls / 2], gop / t[v][calls / 20]};
+      const double us = t[v][calls / 2] * 1e6;
+      if (M == 1) t1[v] = us;
+      char label[32] = "";
+      if (nv > 1 || rows_per_call[v] != 0) std::snprintf(label, sizeof label, " rows/call %d", rows_per_call[v]);
+      if (g_csv) {
+        std::printf("batch,%s,%s,%lld,%lld,%d,%lld,%d,%.1f,%.1f,%.1f,%.1f\n", ggml_type_name(c.type), pack ? "q8p" : "q8",
+                    static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(), static_cast<long long>(M),
+                    rows_per_call[v], us, r.median, r.best, peak.best);
+      } else {
+        std::printf("  %-5s %-3s %-16s thr %d M=%2lld%s | %8.1f us (%4.2fx M=1) | median %6.1f GOP/s | best %6.1f GOP/s"
+                    " (%3.0f%% of int8 peak %.0f)\n",
+                    ggml_type_name(c.type), pack ? "q8p" : "q8", c.what, pool.size(), static_cast<long long>(M), label, us,
+                    us / t1[v], r.median, r.best, peak.best > 0 ? 100 * r.best / peak.best : 0.0, peak.best);
+      }
     }
   }
+}
+
+// "4,8" -> {4, 8}.
+std::vector<int> parse_ints(const char* s) {
+  std::vector<int> v;
+  for (const char* p = s; *p;) {
+    char* end;
+    v.push_back(static_cast<int>(std::strtol(p, &end, 10)));
+    p = *end == ',' ? end + 1 : end + std::strlen(end);
+  }
+  return v;
 }
 
 bool is_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
@@ -279,11 +309,13 @@ std::vector<Variant> variants(GgmlType t) {
 
 int main(int argc, char** argv) {
   bool quick = false, batch = false;
+  std::vector<int> rows_per_call{0};
   std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--csv") == 0) g_csv = true;
     else if (std::strcmp(argv[i], "--batch") == 0) batch = true;
+    else if (std::strcmp(argv[i], "--rows-per-call") == 0 && i + 1 < argc) rows_per_call = parse_ints(argv[++i]);
     else only.push_back(argv[i]);  // format names to run (default: all)
   }
   std::mt19937 rng(7);
@@ -317,7 +349,7 @@ int main(int argc, char** argv) {
                            {GgmlType::Q4_K, 2048, 8192, "2048x8192 (down)"}, {GgmlType::Q8_0, 8192, 2048, "8192x2048"},
                            {GgmlType::Q6_K, 16384, 2048, "16384x2048 (emb)"}};
     for (const Case& c : shapes)
-      if (selected(c)) bench_batch(c, pool2, rng, peak);
+      if (selected(c)) bench_batch(c, pool2, rng, peak, rows_per_call);
     return 0;
   }
   if (g_csv)

@@ -149,6 +149,19 @@ DotFn dot_packed_fn(int f) { return table_for(active_level()).dot_packed[f]; }
 
 namespace {
 
+// set_packed_rows_per_call_for_testing's setting (0: the table's own).
+int& packed_rows_override() {
+  static int rows = 0;
+  return rows;
+}
+
+// Activation rows per packed-kernel call at the active level.
+int packed_max_mr() {
+  const int most = table_for(active_level()).packed_max_mr;
+  const int over = packed_rows_override();
+  return over > 0 ? std::min(over, most) : most;
+}
+
 // Whether dot_q8_fn(f) reads the nibble-split activations (DotArgs::xs).
 bool q8_split(int f) {
   const KernelTable& t = table_for(active_level());
@@ -195,20 +208,21 @@ struct DotJob {
   DotArgs base;  // w, row_bytes, K, y, ldy and the activations
   int64_t N;
   int64_t chunk;  // rows per chunk
+  int max_mr = kMaxMr;  // activation rows per fn call
 };
 
 // Rows up to which every SIMD level runs float-path matmuls through the dot kernels.
 constexpr int64_t kDotMaxRows = 32;
 
-// Rows [n0, n1) of one job for all M activation rows, kMaxMr activation rows per call. For
-// M > kMaxMr the rows are visited in sub-chunks small enough to stay in L1 across the M loop.
+// Rows [n0, n1) of one job for all M activation rows, j.max_mr activation rows per call. For
+// M > j.max_mr the rows are visited in sub-chunks small enough to stay in L1 across the M loop.
 void run_rows(const DotJob& j, int64_t M, int64_t b, int64_t e) {
-  const int64_t sub = M <= kMaxMr ? e - b : std::max<int64_t>(4, 8192 / static_cast<int64_t>(j.base.row_bytes));
+  const int64_t sub = M <= j.max_mr ? e - b : std::max<int64_t>(4, 8192 / static_cast<int64_t>(j.base.row_bytes));
   for (int64_t n0 = b; n0 < e; n0 += sub) {
     const int64_t n1 = std::min(e, n0 + sub);
-    for (int64_t m0 = 0; m0 < M; m0 += kMaxMr) {
+    for (int64_t m0 = 0; m0 < M; m0 += j.max_mr) {
       DotArgs a = j.base;
-      a.mr = static_cast<int>(std::min<int64_t>(kMaxMr, M - m0));
+      a.mr = static_cast<int>(std::min<int64_t>(j.max_mr, M - m0));
       if (a.x) {
         a.x += m0 * a.ldx;
         if (a.bsum) a.bsum += m0 * a.ldb;
@@ -218,11 +232,9 @@ void run_rows(const DotJob& j, int64_t M, int64_t b, int64_t e) {
         a.qd += m0 * a.ldqs;
         a.qsum += m0 * a.ldqs;
         a.qsum16 += m0 * 2 * a.ldqs;
-      }
-      if (a.xs) {
-        a.xs += m0 * a.ldsg * 128;
         a.qds += m0 * a.ldqs;
       }
+      if (a.xs) a.xs += m0 * a.ldsg * 128;
       a.y += m0 * a.ldy;
       j.fn(a, n0, n1);
     }
@@ -265,20 +277,19 @@ struct Q8Act {
   const int32_t* qsum;
   const int16_t* qsum16;
   int64_t nb;  // blocks per row
+  const float* qds;  // qd · qsum per block
   // Nibble-split order (see DotArgs::xs), when a target's kernel reads it; else null.
   const int8_t* xs;
-  const float* qds;
   int64_t ng;  // groups of 4 blocks per row
 };
 
-// DotArgs::xs / qds of one activation row from its 8-bit blocks.
-void split_row(const int8_t* q, const float* qd, const int32_t* qsum, int64_t nb, int8_t* xs, float* qds) {
+// DotArgs::xs of one activation row from its 8-bit blocks.
+void split_row(const int8_t* q, int64_t nb, int8_t* xs) {
   std::memset(xs, 0, static_cast<size_t>((nb + 3) / 4 * 128));
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t g = b / 4, j = b % 4;
     std::memcpy(xs + g * 128 + 16 * j, q + b * 32, 16);
     std::memcpy(xs + g * 128 + 64 + 16 * j, q + b * 32 + 16, 16);
-    qds[b] = qd[b] * static_cast<float>(qsum[b]);
   }
 }
 
@@ -295,17 +306,18 @@ Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t 
   int16_t* qs16 = scratch(s16_buf, static_cast<size_t>(M * nb * 2));
   const int64_t ng = (nb + 3) / 4;
   int8_t* xs = split ? scratch(xs_buf, static_cast<size_t>(M * ng * 128)) : nullptr;
-  float* qds = split ? scratch(qds_buf, static_cast<size_t>(M * nb)) : nullptr;
+  float* qds = scratch(qds_buf, static_cast<size_t>(M * nb));
   const QuantizeQ8Fn quantize = quantize_fn();
   auto quantize_rows = [&](int64_t b, int64_t e, int) {
     for (int64_t m = b; m < e; ++m) {
       quantize(x + m * K, K, q + m * K, qd + m * nb, qs + m * nb, qs16 + m * nb * 2);
-      if (split) split_row(q + m * K, qd + m * nb, qs + m * nb, nb, xs + m * ng * 128, qds + m * nb);
+      for (int64_t b = m * nb; b < (m + 1) * nb; ++b) qds[b] = qd[b] * static_cast<float>(qs[b]);
+      if (split) split_row(q + m * K, nb, xs + m * ng * 128);
     }
   };
   if (M >= 8) pool.parallel_for(M, quantize_rows);
   else quantize_rows(0, M, 0);
-  return {q, qd, qs, qs16, nb, xs, qds, ng};
+  return {q, qd, qs, qs16, nb, qds, xs, ng};
 }
 
 DotArgs q8_args(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_t K, float* y) {
@@ -347,7 +359,8 @@ DotJob q8_job(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_
     a.w = packed->data();
     a.row_bytes = packed->panel_bytes();
     a.rows_total = N;
-    return DotJob{packed_fn, a, packed->panels(), panels_per_chunk(packed->panels(), a.row_bytes, threads)};
+    return DotJob{packed_fn, a, packed->panels(), panels_per_chunk(packed->panels(), a.row_bytes, threads),
+                  packed_max_mr()};
   }
   return DotJob{dot_q8_fn(fmt_index(wtype)), a, N, rows_per_chunk(a.row_bytes)};
 }
@@ -496,6 +509,12 @@ bool set_simd_level_for_testing(const char* level) {
   if (!parse_level(level, &l) || l > cpu_level()) return false;
   active_level() = l;
   return true;
+}
+
+int set_packed_rows_per_call_for_testing(int rows) {
+  const int before = packed_rows_override();
+  packed_rows_override() = std::max(0, rows);
+  return before;
 }
 
 }  // namespace fathom::cpu

@@ -67,4 +67,10 @@ const char* simd_level();
 // does not support `level` or the name is unknown. Not thread-safe with concurrent matmuls.
 bool set_simd_level_for_testing(const char* level);
 
+// Tests and benchmarks: activation rows per packed-kernel call, 1..the level's most (a batch of
+// M rows is then run in ceil(M / rows) passes over each panel); 0 restores the level's own.
+// Results do not change (every row takes the same instructions); speed does. Returns the
+// setting before. Not thread-safe with concurrent matmuls.
+int set_packed_rows_per_call_for_testing(int rows);
+
 }  // namespace fathom::cpu

@@ -17,6 +17,7 @@ enum Fmt : int {
 int fmt_index(GgmlType t);
 
 constexpr int kMaxMr = 4;     // activation rows one dot kernel call handles
+constexpr int kMaxPackedMr = 8;  // the most any table's packed kernels take (packed_max_mr)
 constexpr int kActBlock = 32;  // activation quantization block (elements)
 
 // One call computes y[m][n] for m in [0, mr) and n in [n0, n1):
@@ -25,7 +26,7 @@ struct DotArgs {
   const uint8_t* w;  // row n starts at w + n * row_bytes
   size_t row_bytes;
   int64_t K;
-  int mr;  // 1..kMaxMr
+  int mr;  // 1..kMaxMr (packed kernels: 1..KernelTable::packed_max_mr)
   // f32 activations (Precision::kF32): x [mr][ldx]; bsum [mr][ldb]: sums of x over each
   // 32-element block (only for Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K; null otherwise).
   const float* x = nullptr;
@@ -39,13 +40,13 @@ struct DotArgs {
   const float* qd = nullptr;      // [mr][ldqs]
   const int32_t* qsum = nullptr;  // [mr][ldqs]
   const int16_t* qsum16 = nullptr;  // [mr][2 * ldqs]: sums over 16-element halves (Q2_K, Q3_K, Q6_K)
+  const float* qds = nullptr;  // [mr][ldqs]: qd[b] * float(qsum[b])
   int64_t ldqs = 0;
   // The same activations in the nibble-split order (KernelTable::q8_split formats): per group
   // g of 4 blocks, xs[g][0..63] = the first 16 q of blocks 4g..4g+3 (16 each, the elements a
-  // low nibble holds), xs[g][64..127] = their last 16 q (blocks past K are zero); and
-  // qds[b] = qd[b] * qsum[b] (stride ldqs). xs row stride: ldsg groups of 128 bytes.
+  // low nibble holds), xs[g][64..127] = their last 16 q (blocks past K are zero).
+  // xs row stride: ldsg groups of 128 bytes.
   const int8_t* xs = nullptr;  // [mr][ldsg][128]
-  const float* qds = nullptr;  // [mr][ldqs]
   int64_t ldsg = 0;
   float* y = nullptr;
   int64_t ldy = 0;
@@ -72,6 +73,9 @@ struct KernelTable {
   DotFn dot_q8[kFmtCount] = {};
   bool q8_split[kFmtCount] = {};  // dot_q8[f] reads DotArgs::xs / qds
   DotFn dot_packed[kFmtCount] = {};  // kQ8 over PackedWeights panels (no portable fallback)
+  // Activation rows one dot_packed call takes (<= kMaxPackedMr): each unpacked weight vector
+  // serves that many rows before the next is unpacked.
+  int packed_max_mr = kMaxMr;
   QuantizeQ8Fn quantize_q8 = nullptr;
   GemmF32Fn gemm_f32 = nullptr;
 };

@@ -16,6 +16,11 @@
 // multiplied with the sign trick.
 // Every activation row goes through the same instructions whatever mr is (batch invariance,
 // bitwise decode == prefill), as in the AVX-512 kernels.
+// A call takes up to 8 activation rows (KernelTable::packed_max_mr; the AVX-512 kernels take 4):
+// the weight vectors are unpacked once for all of them. The row loop walks the rows with pointer
+// bumps (ActRows) and reads dx·qsum precomputed per block (DotArgs::qds), so it is the maddubs
+// and their sums plus a handful of float operations; batched decode (8-16 rows) ran 10-18% faster
+// per matrix for each of the two changes (bench_matmul --batch, docs/performance.md).
 #include <immintrin.h>
 
 #include "kernels/cpu/matmul_kernels.h"
@@ -96,6 +101,25 @@ inline void store_half(float* y, __m256 v, int64_t p, int h, int64_t rows_total)
   }
 }
 
+// One 32-column activation block b of the call's rows, row after row: pointer bumps only, so
+// that the row loop spends no instructions on index arithmetic or scalar conversions.
+struct ActRows {
+  const int8_t* x;      // the block's 32 quants
+  const float* dx;      // its scale
+  const float* dxq;     // scale · sum of its quants
+  const int32_t* qsum;  // sum of its quants
+  const int16_t* q16;   // sums of its two 16-column halves
+  int64_t ldq, ldqs;
+  ActRows(const DotArgs& a, int64_t b)
+      : x(a.q + 32 * b), dx(a.qd + b), dxq(a.qds + b), qsum(a.qsum + b), q16(a.qsum16 + 2 * b), ldq(a.ldq), ldqs(a.ldqs) {}
+  void next() { x += ldq, dx += ldqs, dxq += ldqs, qsum += ldqs, q16 += 2 * ldqs; }
+  // c · q16[0] (second: c · q16[1]) in every lane, exact: madd of the pair against (c, 0) or (0, c).
+  __m256i half_sums(int c, bool second) const {
+    const __m256i pair = _mm256_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(q16))));
+    return _mm256_madd_epi16(pair, _mm256_set1_epi32(second ? c << 16 : c));
+  }
+};
+
 // Q8_0: the panel holds q + 128 (the AVX-512 kernel's dpbusd layout); here each vector becomes q
 // again (one xor, shared by the activation rows) and the products use the sign trick, |q| times
 // x with q's sign: |q| <= 128, so a maddubs pair stays within 2·128·127 < 2^15, and every maddubs
@@ -120,11 +144,11 @@ void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
           w_abs[j] = _mm256_abs_epi8(w[j]);
         }
         const __m256 d = f16x8(sp + 32 * b + 16 * h);
-        for (int m = 0; m < MR; ++m) {
-          const int8_t* x = a.q + m * a.ldq + 32 * b;
-          __m256i s = signed_dot4(w[0], w_abs[0], x);
-          for (int j = 1; j < 8; ++j) s = _mm256_add_epi32(s, signed_dot4(w[j], w_abs[j], x + 4 * j));
-          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a.qd[m * a.ldqs + b])), acc[m][h]);
+        ActRows r(a, b);
+        for (int m = 0; m < MR; ++m, r.next()) {
+          __m256i s = signed_dot4(w[0], w_abs[0], r.x);
+          for (int j = 1; j < 8; ++j) s = _mm256_add_epi32(s, signed_dot4(w[j], w_abs[j], r.x + 4 * j));
+          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc[m][h]);
         }
       }
     }
@@ -139,7 +163,7 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nb = a.K / 32;
   constexpr int kScale = kMin ? 64 : 32;
   constexpr int kQuant = kQ5 ? 320 : 256;
-  constexpr int32_t kOffset = kQ5 ? 16 : 8;  // c of Q4_0 / Q5_0
+  constexpr int kOffsetShift = kQ5 ? 4 : 3;  // c = 16 (Q5_0) or 8 (Q4_0) as a shift
   const __m256i sixteen = _mm256_set1_epi8(16);
   // 5th bits: byte j of each lane spread to the lane's 4 bytes (vpshufb works within 128-bit
   // lanes), then bit t (low nibbles) and bit 4 + t (high nibbles) tested in byte t.
@@ -166,15 +190,14 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
           }
         }
         const __m256 d = f16x8(sp + kScale * b + 16 * h);
-        for (int m = 0; m < MR; ++m) {
-          const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 32 * b);
+        const __m256 mn = kMin ? f16x8(sp + kScale * b + 32 + 16 * h) : _mm256_setzero_ps();
+        ActRows r(a, b);
+        for (int m = 0; m < MR; ++m, r.next()) {
+          const SubBlockProducts prod(lo, hi, r.x);
           __m256i s = kQ5 ? prod.sum5bit() : prod.sum4bit();
-          const float dx = a.qd[m * a.ldqs + b];
-          const int32_t qsum = a.qsum[m * a.ldqs + b];
-          if constexpr (!kMin) s = _mm256_sub_epi32(s, _mm256_set1_epi32(kOffset * qsum));
-          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[m][h]);
-          if constexpr (kMin)
-            acc[m][h] = _mm256_fmadd_ps(f16x8(sp + kScale * b + 32 + 16 * h), _mm256_set1_ps(dx * static_cast<float>(qsum)), acc[m][h]);
+          if constexpr (!kMin) s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_set1_epi32(*r.qsum), kOffsetShift));
+          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc[m][h]);
+          if constexpr (kMin) acc[m][h] = _mm256_fmadd_ps(mn, _mm256_broadcast_ss(r.dxq), acc[m][h]);
         }
       }
     }
@@ -202,12 +225,11 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
           load_nibbles(u + 256 * j, h, lo, hi);
           const __m256 sc = _mm256_mul_ps(f16x8(u + 2304 + 16 * h), u8x8(u + 2048 + 16 * j + 8 * h));
           const __m256 mn = _mm256_mul_ps(f16x8(u + 2336 + 16 * h), u8x8(u + 2176 + 16 * j + 8 * h));
-          for (int m = 0; m < MR; ++m) {
-            const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j);
-            const int64_t blk = m * a.ldqs + 8 * i + j;
-            const float dx = a.qd[blk];
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.sum4bit()), _mm256_mul_ps(sc, _mm256_set1_ps(dx)), acc[m][h]);
-            acc[m][h] = _mm256_fnmadd_ps(mn, _mm256_set1_ps(dx * static_cast<float>(a.qsum[blk])), acc[m][h]);
+          ActRows r(a, 8 * i + j);
+          for (int m = 0; m < MR; ++m, r.next()) {
+            const SubBlockProducts prod(lo, hi, r.x);
+            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.sum4bit()), _mm256_mul_ps(sc, _mm256_broadcast_ss(r.dx)), acc[m][h]);
+            acc[m][h] = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(r.dxq), acc[m][h]);
           }
         }
       }
@@ -245,13 +267,12 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
           const __m256 d = f16x8(u + 3328 + 16 * h);
           const __m256 sc_lo = _mm256_mul_ps(d, s8x8(u + 3072 + 32 * j + 8 * h));
           const __m256 sc_hi = _mm256_mul_ps(d, s8x8(u + 3072 + 32 * j + 16 + 8 * h));
-          for (int m = 0; m < MR; ++m) {
-            const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j);
-            const int64_t blk = m * a.ldqs + 8 * i + j;
-            const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
-            const __m256 dx = _mm256_set1_ps(a.qd[blk]);
-            const __m256i s0 = _mm256_sub_epi32(prod.lo6bit(), _mm256_set1_epi32(32 * q16[0]));
-            const __m256i s1 = _mm256_sub_epi32(prod.hi6bit(), _mm256_set1_epi32(32 * q16[1]));
+          ActRows r(a, 8 * i + j);
+          for (int m = 0; m < MR; ++m, r.next()) {
+            const SubBlockProducts prod(lo, hi, r.x);
+            const __m256 dx = _mm256_broadcast_ss(r.dx);
+            const __m256i s0 = _mm256_sub_epi32(prod.lo6bit(), r.half_sums(32, false));
+            const __m256i s1 = _mm256_sub_epi32(prod.hi6bit(), r.half_sums(32, true));
             acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc_lo, dx), acc[m][h]);
             acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc_hi, dx), acc[m][h]);
           }
@@ -291,13 +312,12 @@ void dot_packed_q3_k(const DotArgs& a, int64_t p0, int64_t p1) {
           const __m256 d = f16x8(u + 1792 + 16 * h);
           const __m256 sc_lo = _mm256_mul_ps(d, s8x8(u + 1536 + 32 * j + 8 * h));
           const __m256 sc_hi = _mm256_mul_ps(d, s8x8(u + 1536 + 32 * j + 16 + 8 * h));
-          for (int m = 0; m < MR; ++m) {
-            const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j);
-            const int64_t blk = m * a.ldqs + 8 * i + j;
-            const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
-            const __m256 dx = _mm256_set1_ps(a.qd[blk]);
-            const __m256i s0 = _mm256_sub_epi32(prod.lo6bit(), _mm256_set1_epi32(4 * q16[0]));
-            const __m256i s1 = _mm256_sub_epi32(prod.hi6bit(), _mm256_set1_epi32(4 * q16[1]));
+          ActRows r(a, 8 * i + j);
+          for (int m = 0; m < MR; ++m, r.next()) {
+            const SubBlockProducts prod(lo, hi, r.x);
+            const __m256 dx = _mm256_broadcast_ss(r.dx);
+            const __m256i s0 = _mm256_sub_epi32(prod.lo6bit(), r.half_sums(4, false));
+            const __m256i s1 = _mm256_sub_epi32(prod.hi6bit(), r.half_sums(4, true));
             acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc_lo, dx), acc[m][h]);
             acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc_hi, dx), acc[m][h]);
           }
@@ -335,15 +355,15 @@ void dot_packed_iq4_xs(const DotArgs& a, int64_t p0, int64_t p1) {
             hi_abs[v] = _mm256_abs_epi8(hi[v]);
           }
           const __m256 sc = _mm256_mul_ps(f16x8(u + 2176 + 16 * h), s8x8(u + 2048 + 16 * j + 8 * h));
-          for (int m = 0; m < MR; ++m) {
-            const int8_t* x = a.q + m * a.ldq + 256 * i + 32 * j;
+          ActRows r(a, 8 * i + j);
+          for (int m = 0; m < MR; ++m, r.next()) {
+            const int8_t* x = r.x;
             __m256i s = _mm256_setzero_si256();
             for (int v = 0; v < 4; ++v) {
               s = _mm256_add_epi32(s, signed_dot4(lo[v], lo_abs[v], x + 4 * v));
               s = _mm256_add_epi32(s, signed_dot4(hi[v], hi_abs[v], x + 16 + 4 * v));
             }
-            const float dx = a.qd[m * a.ldqs + 8 * i + j];
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_set1_ps(dx)), acc[m][h]);
+            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_broadcast_ss(r.dx)), acc[m][h]);
           }
         }
       }
@@ -377,14 +397,15 @@ void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
           hi_abs[v] = _mm256_abs_epi8(hi[v]);
         }
         const __m256 d = f16x8(sp + 32 * b + 16 * h);
-        for (int m = 0; m < MR; ++m) {
-          const int8_t* x = a.q + m * a.ldq + 32 * b;
+        ActRows r(a, b);
+        for (int m = 0; m < MR; ++m, r.next()) {
+          const int8_t* x = r.x;
           __m256i s = _mm256_setzero_si256();
           for (int v = 0; v < 4; ++v) {
             s = _mm256_add_epi32(s, signed_dot4(lo[v], lo_abs[v], x + 4 * v));
             s = _mm256_add_epi32(s, signed_dot4(hi[v], hi_abs[v], x + 16 + 4 * v));
           }
-          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(a.qd[m * a.ldqs + b])), acc[m][h]);
+          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc[m][h]);
         }
       }
     }
@@ -421,11 +442,11 @@ void dot_packed_q2_k(const DotArgs& a, int64_t p0, int64_t p1) {
           const __m256 sc_hi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(sm_hi, low4)));
           const __m256 mn_lo = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(sm_lo, 4)));
           const __m256 mn_hi = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(sm_hi, 4)));
-          for (int m = 0; m < MR; ++m) {
-            const SubBlockProducts prod(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j);
-            const int64_t blk = m * a.ldqs + 8 * i + j;
-            const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
-            const float dx = a.qd[blk];
+          ActRows r(a, 8 * i + j);
+          for (int m = 0; m < MR; ++m, r.next()) {
+            const SubBlockProducts prod(lo, hi, r.x);
+            const int16_t* q16 = r.q16;
+            const float dx = *r.dx;
             const __m256 vdx = _mm256_set1_ps(dx);
             acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.lo6bit()), _mm256_mul_ps(sc_lo, vdx), acc[m][h]);
             acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.hi6bit()), _mm256_mul_ps(sc_hi, vdx), acc[m][h]);
@@ -452,17 +473,18 @@ template <bool kMin, bool kQ5> struct PackedQ4 { template <int MR> struct K { st
 }  // namespace
 
 void register_avx2_dot_packed(KernelTable& t) {
-  t.dot_packed[kQ8_0] = by_mr<PackedQ8_0>;
-  t.dot_packed[kQ4_0] = by_mr<PackedQ4<false, false>::K>;
-  t.dot_packed[kQ4_1] = by_mr<PackedQ4<true, false>::K>;
-  t.dot_packed[kQ5_0] = by_mr<PackedQ4<false, true>::K>;
-  t.dot_packed[kQ5_1] = by_mr<PackedQ4<true, true>::K>;
-  t.dot_packed[kQ4_K] = by_mr<PackedQ4K>;
-  t.dot_packed[kQ6_K] = by_mr<PackedQ6K>;
-  t.dot_packed[kQ3_K] = by_mr<PackedQ3K>;
-  t.dot_packed[kIQ4_XS] = by_mr<PackedIQ4XS>;
-  t.dot_packed[kIQ4_NL] = by_mr<PackedIQ4NL>;
-  t.dot_packed[kQ2_K] = by_mr<PackedQ2K>;
+  t.packed_max_mr = kMaxPackedMr;
+  t.dot_packed[kQ8_0] = by_mr<PackedQ8_0, kMaxPackedMr>;
+  t.dot_packed[kQ4_0] = by_mr<PackedQ4<false, false>::K, kMaxPackedMr>;
+  t.dot_packed[kQ4_1] = by_mr<PackedQ4<true, false>::K, kMaxPackedMr>;
+  t.dot_packed[kQ5_0] = by_mr<PackedQ4<false, true>::K, kMaxPackedMr>;
+  t.dot_packed[kQ5_1] = by_mr<PackedQ4<true, true>::K, kMaxPackedMr>;
+  t.dot_packed[kQ4_K] = by_mr<PackedQ4K, kMaxPackedMr>;
+  t.dot_packed[kQ6_K] = by_mr<PackedQ6K, kMaxPackedMr>;
+  t.dot_packed[kQ3_K] = by_mr<PackedQ3K, kMaxPackedMr>;
+  t.dot_packed[kIQ4_XS] = by_mr<PackedIQ4XS, kMaxPackedMr>;
+  t.dot_packed[kIQ4_NL] = by_mr<PackedIQ4NL, kMaxPackedMr>;
+  t.dot_packed[kQ2_K] = by_mr<PackedQ2K, kMaxPackedMr>;
 }
 
 }  // namespace fathom::cpu::detail

@@ -246,7 +246,7 @@ TEST_P(MatmulTest, Q8RowsAreBitwiseIndependentOfBatchThreadsAndPosition) {
       const char* layout = use_packed ? " packed" : " stored";
       std::vector<float> full(M * N);
       cpu::matmul(pool2, t, W.data(), N, K, x.data(), M, full.data(), cpu::Precision::kQ8, packed.get());
-      for (int64_t m : {0, 3, 16}) {
+      for (int64_t m : {0, 3, 12, 16}) {
         for (ThreadPool* pool : {&pool1, &pool2}) {
           std::vector<float> one(N);
           cpu::matmul(*pool, t, W.data(), N, K, &x[m * K], 1, one.data(), cpu::Precision::kQ8, packed.get());
