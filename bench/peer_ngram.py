@@ -40,11 +40,11 @@ def free_port():
 class LlamaServer:
     """llama-server on a free port, ready when /health answers 200."""
 
-    def __init__(self, binary, model, threads, spec):
+    def __init__(self, binary, model, threads, spec, parallel=1, ctx=4096):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        args = [binary, "-m", model, "--port", str(self.port), "-t", str(threads), "-c", "4096", "-np", "1",
-                "--no-webui"]
+        args = [binary, "-m", model, "--port", str(self.port), "-t", str(threads), "-c", str(ctx), "-np",
+                str(parallel), "--no-webui"]
         self.proc = subprocess.Popen(args + (["--spec-type", spec] if spec else []), stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
 
