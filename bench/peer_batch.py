@@ -19,18 +19,16 @@ from the llama-cpp-python sdist's vendor/llama.cpp:
         --model ~/.cache/fathom/bench-models/llama-3.2-1b-q4_k_m.gguf
 """
 import argparse
-import json
 import statistics
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "bench"))
-from peer_ngram import LlamaServer  # noqa: E402
+from peer_ngram import LlamaServer, stream_completion  # noqa: E402
 from server_fixture import ServerProcess  # noqa: E402
 
 WORDS = ("river stone lantern orchard harbor meadow signal copper window garden ladder winter "
@@ -45,16 +43,7 @@ def prompt_for(client):
 
 def stream(base_url, body, stamps):
     """Streams one /v1/completions request; appends the arrival time of every text chunk."""
-    req = urllib.request.Request(f"{base_url}/v1/completions", data=json.dumps({**body, "stream": True}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=1800) as r:
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[len("data: "):])
-            if (chunk.get("choices") or [{}])[0].get("text"):
-                stamps.append(time.monotonic())
+    stamps.extend(t for t, _ in stream_completion(base_url, body, timeout=1800))
 
 
 def run_clients(base_url, clients, body_for):

@@ -64,12 +64,11 @@ class LlamaServer:
         self.proc.wait(60)
 
 
-def decode_speed(base_url, body):
-    """(decode tok/s, text) of one streamed /v1/completions request."""
+def stream_completion(base_url, body, timeout=600):
+    """Yields (arrival time, text) of every non-empty text chunk of one streamed /v1/completions request."""
     req = urllib.request.Request(f"{base_url}/v1/completions", data=json.dumps({**body, "stream": True}).encode(),
                                  headers={"Content-Type": "application/json"})
-    text, times = "", []
-    with urllib.request.urlopen(req, timeout=600) as r:
+    with urllib.request.urlopen(req, timeout=timeout) as r:
         for raw in r:
             line = raw.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -77,8 +76,13 @@ def decode_speed(base_url, body):
             chunk = json.loads(line[len("data: "):])
             piece = (chunk.get("choices") or [{}])[0].get("text") or ""
             if piece:
-                text += piece
-                times.append(time.monotonic())
+                yield time.monotonic(), piece
+
+
+def decode_speed(base_url, body):
+    """(decode tok/s, text) of one streamed /v1/completions request."""
+    chunks = list(stream_completion(base_url, body))
+    times, text = [t for t, _ in chunks], "".join(p for _, p in chunks)
     return body["max_tokens"] - 1 if len(times) < 2 else (body["max_tokens"] - 1) / (times[-1] - times[0]), text
 
 
