@@ -61,6 +61,24 @@ inline void load_nibbles(const uint8_t* p, int h, __m256i* lo, __m256i* hi) {
   }
 }
 
+// Signed quant vectors w[0..7] of one half (vector j: columns 4j..4j+3 of a 32-column block),
+// |w| in w_abs, against the 32 activation bytes at x: the lanes' i32 sums (exact integers).
+inline __m256i signed_dot32(const __m256i* w, const __m256i* w_abs, const int8_t* x) {
+  __m256i s = signed_dot4(w[0], w_abs[0], x);
+  for (int j = 1; j < 8; ++j) s = _mm256_add_epi32(s, signed_dot4(w[j], w_abs[j], x + 4 * j));
+  return s;
+}
+
+// IQ4_NL / IQ4_XS: one half's nibble vectors (load_nibbles; low nibbles into w[0..3], high into
+// w[4..7], so vector j holds columns 4j..4j+3) mapped to their signed levels, and |levels|.
+inline void iq4_levels(const uint8_t* p, int h, __m256i table, __m256i* w, __m256i* w_abs) {
+  load_nibbles(p, h, w, w + 4);
+  for (int j = 0; j < 8; ++j) {
+    w[j] = _mm256_shuffle_epi8(table, w[j]);
+    w_abs[j] = _mm256_abs_epi8(w[j]);
+  }
+}
+
 // One half's maddubs of a sub-block against activation row x (32 bytes): the 8 products of
 // lo[v] with x[4v..] and of hi[v] with x[16 + 4v..], as s16 pair sums.
 struct SubBlockProducts {
@@ -146,8 +164,7 @@ void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
         const __m256 d = f16x8(sp + 32 * b + 16 * h);
         ActRows r(a, b);
         for (int m = 0; m < MR; ++m, r.next()) {
-          __m256i s = signed_dot4(w[0], w_abs[0], r.x);
-          for (int j = 1; j < 8; ++j) s = _mm256_add_epi32(s, signed_dot4(w[j], w_abs[j], r.x + 4 * j));
+          const __m256i s = signed_dot32(w, w_abs, r.x);
           acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc[m][h]);
         }
       }
@@ -346,23 +363,12 @@ void dot_packed_iq4_xs(const DotArgs& a, int64_t p0, int64_t p1) {
       for (int j = 0; j < 8; ++j) {
         prefetch();
         for (int h = 0; h < 2; ++h) {
-          __m256i lo[4], hi[4], lo_abs[4], hi_abs[4];
-          load_nibbles(u + 256 * j, h, lo, hi);
-          for (int v = 0; v < 4; ++v) {
-            lo[v] = _mm256_shuffle_epi8(table, lo[v]);
-            hi[v] = _mm256_shuffle_epi8(table, hi[v]);
-            lo_abs[v] = _mm256_abs_epi8(lo[v]);
-            hi_abs[v] = _mm256_abs_epi8(hi[v]);
-          }
+          __m256i w[8], w_abs[8];
+          iq4_levels(u + 256 * j, h, table, w, w_abs);
           const __m256 sc = _mm256_mul_ps(f16x8(u + 2176 + 16 * h), s8x8(u + 2048 + 16 * j + 8 * h));
           ActRows r(a, 8 * i + j);
           for (int m = 0; m < MR; ++m, r.next()) {
-            const int8_t* x = r.x;
-            __m256i s = _mm256_setzero_si256();
-            for (int v = 0; v < 4; ++v) {
-              s = _mm256_add_epi32(s, signed_dot4(lo[v], lo_abs[v], x + 4 * v));
-              s = _mm256_add_epi32(s, signed_dot4(hi[v], hi_abs[v], x + 16 + 4 * v));
-            }
+            const __m256i s = signed_dot32(w, w_abs, r.x);
             acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_broadcast_ss(r.dx)), acc[m][h]);
           }
         }
@@ -388,23 +394,12 @@ void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
     for (int64_t b = 0; b < nb; ++b, qp += 256) {
       prefetch();
       for (int h = 0; h < 2; ++h) {
-        __m256i lo[4], hi[4], lo_abs[4], hi_abs[4];
-        load_nibbles(qp, h, lo, hi);
-        for (int v = 0; v < 4; ++v) {
-          lo[v] = _mm256_shuffle_epi8(table, lo[v]);
-          hi[v] = _mm256_shuffle_epi8(table, hi[v]);
-          lo_abs[v] = _mm256_abs_epi8(lo[v]);
-          hi_abs[v] = _mm256_abs_epi8(hi[v]);
-        }
+        __m256i w[8], w_abs[8];
+        iq4_levels(qp, h, table, w, w_abs);
         const __m256 d = f16x8(sp + 32 * b + 16 * h);
         ActRows r(a, b);
         for (int m = 0; m < MR; ++m, r.next()) {
-          const int8_t* x = r.x;
-          __m256i s = _mm256_setzero_si256();
-          for (int v = 0; v < 4; ++v) {
-            s = _mm256_add_epi32(s, signed_dot4(lo[v], lo_abs[v], x + 4 * v));
-            s = _mm256_add_epi32(s, signed_dot4(hi[v], hi_abs[v], x + 16 + 4 * v));
-          }
+          const __m256i s = signed_dot32(w, w_abs, r.x);
           acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc[m][h]);
         }
       }
