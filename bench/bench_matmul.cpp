@@ -247,7 +247,7 @@ void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate&
   for (const auto& w : ws) packs.push_back(pack ? std::make_unique<cpu::PackedWeights>(c.type, w.data(), c.N, c.K) : nullptr);
   const size_t nv = rows_per_call.size();
   std::vector<double> t1(nv, 0);
-  for (int64_t M : {1, 2, 4, 8, 16}) {
+  for (int64_t M : {1, 2, 4, 8, 16, 64}) {
     std::vector<float> x(M * c.K), y(M * c.N);
     for (auto& v : x) v = static_cast<float>(rng() % 2000) * 1e-3f - 1.0f;
     cpu::matmul(pool, c.type, ws[0].data(), c.N, c.K, x.data(), M, y.data(), cpu::Precision::kQ8, packs[0].get());

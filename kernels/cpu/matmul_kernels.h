@@ -17,7 +17,8 @@ enum Fmt : int {
 int fmt_index(GgmlType t);
 
 constexpr int kMaxMr = 4;     // activation rows one dot kernel call handles
-constexpr int kMaxPackedMr = 8;  // the most any table's packed kernels take (packed_max_mr)
+constexpr int kMaxPackedMr = 8;    // the most rows a packed kernel keeps in registers
+constexpr int kManyPackedMr = 64;  // the most rows any table's packed calls take (packed_max_mr)
 constexpr int kActBlock = 32;  // activation quantization block (elements)
 
 // One call computes y[m][n] for m in [0, mr) and n in [n0, n1):
@@ -73,7 +74,7 @@ struct KernelTable {
   DotFn dot_q8[kFmtCount] = {};
   bool q8_split[kFmtCount] = {};  // dot_q8[f] reads DotArgs::xs / qds
   DotFn dot_packed[kFmtCount] = {};  // kQ8 over PackedWeights panels (no portable fallback)
-  // Activation rows one dot_packed call takes (<= kMaxPackedMr): each unpacked weight vector
+  // Activation rows one dot_packed call takes (<= kManyPackedMr): each unpacked weight vector
   // serves that many rows before the next is unpacked.
   int packed_max_mr = kMaxMr;
   QuantizeQ8Fn quantize_q8 = nullptr;

@@ -16,11 +16,13 @@
 // multiplied with the sign trick.
 // Every activation row goes through the same instructions whatever mr is (batch invariance,
 // bitwise decode == prefill), as in the AVX-512 kernels.
-// A call takes up to 8 activation rows (KernelTable::packed_max_mr; the AVX-512 kernels take 4):
-// the weight vectors are unpacked once for all of them. The row loop walks the rows with pointer
-// bumps (ActRows) and reads dx·qsum precomputed per block (DotArgs::qds), so it is the maddubs
-// and their sums plus a handful of float operations; batched decode (8-16 rows) ran 10-18% faster
-// per matrix for each of the two changes (bench_matmul --batch, docs/performance.md).
+// A call takes up to 64 activation rows (KernelTable::packed_max_mr; the AVX-512 kernels take 4):
+// the weight vectors are unpacked once for all of them. Up to 8 rows keep their accumulators in
+// locals (RowAccs<MR>), more (prefill, batches over 8) in an L1 buffer (RowAccs<0>). The row loop
+// walks the rows with pointer bumps (ActRows) and reads dx·qsum precomputed per block
+// (DotArgs::qds), so it is the maddubs and their sums plus a handful of float operations; batched
+// decode (8-16 rows) ran 10-18% faster per matrix for each of the two changes, and 64-row calls
+// another 7-18% on Q6_K (bench_matmul --batch, docs/performance.md).
 #include <immintrin.h>
 
 #include "kernels/cpu/matmul_kernels.h"
@@ -43,6 +45,12 @@ inline __m256 f16x8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(r
 // 8 bytes at p (unsigned / signed) as f32.
 inline __m256 u8x8(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
 inline __m256 s8x8(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
+// 8 signed bytes at p as 16-bit pairs (s, s), one a 32-bit lane: madd against it scales both
+// halves of a lane's pair sum by the same s.
+inline __m256i pair16(const uint8_t* p) {
+  const __m256i s = _mm256_cvtepu16_epi32(_mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+}
 inline __m256i widen(__m256i s16) { return _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); }
 // Signed quants w (|w| <= 128) times the 4 activation bytes at x in every lane, widened to the
 // lanes' i32 sums: the sign trick, |w| times x with w's sign (a maddubs pair stays below 2^15).
@@ -101,7 +109,13 @@ struct SubBlockProducts {
     const __m256i b = _mm256_add_epi16(_mm256_add_epi16(hi[0], hi[1]), _mm256_add_epi16(hi[2], hi[3]));
     return _mm256_add_epi32(widen(a), widen(b));
   }
-  // Columns 0..15 and 16..31 apart (6-bit quants: 2 products a 16-bit sum).
+  // 16-bit sums of columns 0..15 (lo) and 16..31 (hi): two maddubs of 6-bit quants (vectors v and
+  // v + 1), or all four of 3-bit ones.
+  __m256i lo_pair(int v) const { return _mm256_add_epi16(lo[v], lo[v + 1]); }
+  __m256i hi_pair(int v) const { return _mm256_add_epi16(hi[v], hi[v + 1]); }
+  __m256i lo_sum() const { return _mm256_add_epi16(lo_pair(0), lo_pair(2)); }
+  __m256i hi_sum() const { return _mm256_add_epi16(hi_pair(0), hi_pair(2)); }
+  // Columns 0..15 and 16..31 apart, widened (6-bit quants: 2 products a 16-bit sum).
   __m256i lo6bit() const { return _mm256_add_epi32(widen(_mm256_add_epi16(lo[0], lo[1])), widen(_mm256_add_epi16(lo[2], lo[3]))); }
   __m256i hi6bit() const { return _mm256_add_epi32(widen(_mm256_add_epi16(hi[0], hi[1])), widen(_mm256_add_epi16(hi[2], hi[3]))); }
 };
@@ -119,6 +133,40 @@ inline void store_half(float* y, __m256 v, int64_t p, int h, int64_t rows_total)
   }
 }
 
+// More activation rows than registers hold (MR == 0, a.mr up to kManyPackedMr: prefill and large
+// batches): their accumulators, 64 bytes a row, stay in this L1-resident buffer.
+alignas(32) thread_local __m256 many_rows_acc[kManyPackedMr][2];
+
+// A call's accumulators acc(m, h), activation row m and panel half h, zeroed: MR rows in locals
+// (registers where the compiler can), or for MR == 0 a.mr rows in many_rows_acc. Each row takes
+// the same instructions either way (batch invariance); the many-row call unpacks each weight
+// vector once for all its rows instead of once per kMaxPackedMr.
+template <int MR> struct RowAccs {
+  __m256 v[MR][2];
+  explicit RowAccs(const DotArgs&) {
+    for (int m = 0; m < MR; ++m) v[m][0] = v[m][1] = _mm256_setzero_ps();
+  }
+  static constexpr int rows() { return MR; }
+  __m256& operator()(int m, int h) { return v[m][h]; }
+  void store(const DotArgs& a, int64_t p) const {
+    for (int m = 0; m < MR; ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, v[m][h], p, h, a.rows_total);
+  }
+};
+template <> struct RowAccs<0> {
+  __m256 (*v)[2] = many_rows_acc;
+  int n;
+  explicit RowAccs(const DotArgs& a) : n(a.mr) {
+    for (int m = 0; m < n; ++m) v[m][0] = v[m][1] = _mm256_setzero_ps();
+  }
+  int rows() const { return n; }
+  __m256& operator()(int m, int h) { return v[m][h]; }
+  void store(const DotArgs& a, int64_t p) const {
+    for (int m = 0; m < n; ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, v[m][h], p, h, a.rows_total);
+  }
+};
+
 // One 32-column activation block b of the call's rows, row after row: pointer bumps only, so
 // that the row loop spends no instructions on index arithmetic or scalar conversions.
 struct ActRows {
@@ -131,10 +179,18 @@ struct ActRows {
   ActRows(const DotArgs& a, int64_t b)
       : x(a.q + 32 * b), dx(a.qd + b), dxq(a.qds + b), qsum(a.qsum + b), q16(a.qsum16 + 2 * b), ldq(a.ldq), ldqs(a.ldqs) {}
   void next() { x += ldq, dx += ldqs, dxq += ldqs, qsum += ldqs, q16 += 2 * ldqs; }
-  // c · q16[0] (second: c · q16[1]) in every lane, exact: madd of the pair against (c, 0) or (0, c).
-  __m256i half_sums(int c, bool second) const {
-    const __m256i pair = _mm256_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(q16))));
-    return _mm256_madd_epi16(pair, _mm256_set1_epi32(second ? c << 16 : c));
+};
+
+// The int8 scales of a sub-block's two 16-column groups in one half (8 rows each at p_lo, p_hi)
+// as 16-bit pairs (s, s) a lane (pair16), for madd against the groups' 16-bit sums; and the
+// quants' offset c = 1 << shift: S − c (sc_lo qsum16_lo + sc_hi qsum16_hi), one madd a row.
+struct GroupScales {
+  __m256i lo, hi, off;  // off: (c sc_lo, c sc_hi) a lane
+  GroupScales(const uint8_t* p_lo, const uint8_t* p_hi, int shift)
+      : lo(pair16(p_lo)), hi(pair16(p_hi)), off(_mm256_slli_epi16(_mm256_blend_epi16(lo, hi, 0xAA), shift)) {}
+  __m256i minus_offset(__m256i s, const ActRows& r) const {
+    const __m256i q16 = _mm256_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(r.q16))));
+    return _mm256_sub_epi32(s, _mm256_madd_epi16(q16, off));
   }
 };
 
@@ -151,8 +207,7 @@ void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
     const uint8_t* qp = a.w + p * a.row_bytes;
     const uint8_t* sp = qp + nb * 512;
     PanelPrefetch prefetch(qp, a.row_bytes, nb);
-    __m256 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    RowAccs<MR> acc(a);
     for (int64_t b = 0; b < nb; ++b, qp += 512) {
       prefetch();
       for (int h = 0; h < 2; ++h) {
@@ -163,14 +218,13 @@ void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
         }
         const __m256 d = f16x8(sp + 32 * b + 16 * h);
         ActRows r(a, b);
-        for (int m = 0; m < MR; ++m, r.next()) {
+        for (int m = 0; m < acc.rows(); ++m, r.next()) {
           const __m256i s = signed_dot32(w, w_abs, r.x);
-          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc[m][h]);
+          acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc(m, h));
         }
       }
     }
-    for (int m = 0; m < MR; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+    acc.store(a, p);
   }
 }
 
@@ -190,8 +244,7 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
     const uint8_t* panel = a.w + p * a.row_bytes;
     const uint8_t* sp = panel + nb * kQuant;
     PanelPrefetch prefetch(panel, a.row_bytes, nb);
-    __m256 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    RowAccs<MR> acc(a);
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* qp = panel + b * kQuant;
       prefetch();
@@ -209,17 +262,16 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
         const __m256 d = f16x8(sp + kScale * b + 16 * h);
         const __m256 mn = kMin ? f16x8(sp + kScale * b + 32 + 16 * h) : _mm256_setzero_ps();
         ActRows r(a, b);
-        for (int m = 0; m < MR; ++m, r.next()) {
+        for (int m = 0; m < acc.rows(); ++m, r.next()) {
           const SubBlockProducts prod(lo, hi, r.x);
           __m256i s = kQ5 ? prod.sum5bit() : prod.sum4bit();
           if constexpr (!kMin) s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_set1_epi32(*r.qsum), kOffsetShift));
-          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc[m][h]);
-          if constexpr (kMin) acc[m][h] = _mm256_fmadd_ps(mn, _mm256_broadcast_ss(r.dxq), acc[m][h]);
+          acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc(m, h));
+          if constexpr (kMin) acc(m, h) = _mm256_fmadd_ps(mn, _mm256_broadcast_ss(r.dxq), acc(m, h));
         }
       }
     }
-    for (int m = 0; m < MR; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+    acc.store(a, p);
   }
 }
 
@@ -232,8 +284,7 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
     PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
-    __m256 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    RowAccs<MR> acc(a);
     for (int64_t i = 0; i < nsb; ++i, u += 2368) {
       for (int j = 0; j < 8; ++j) {
         prefetch();
@@ -243,23 +294,25 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
           const __m256 sc = _mm256_mul_ps(f16x8(u + 2304 + 16 * h), u8x8(u + 2048 + 16 * j + 8 * h));
           const __m256 mn = _mm256_mul_ps(f16x8(u + 2336 + 16 * h), u8x8(u + 2176 + 16 * j + 8 * h));
           ActRows r(a, 8 * i + j);
-          for (int m = 0; m < MR; ++m, r.next()) {
+          for (int m = 0; m < acc.rows(); ++m, r.next()) {
             const SubBlockProducts prod(lo, hi, r.x);
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.sum4bit()), _mm256_mul_ps(sc, _mm256_broadcast_ss(r.dx)), acc[m][h]);
-            acc[m][h] = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(r.dxq), acc[m][h]);
+            acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.sum4bit()), _mm256_mul_ps(sc, _mm256_broadcast_ss(r.dx)), acc(m, h));
+            acc(m, h) = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(r.dxq), acc(m, h));
           }
         }
       }
     }
-    for (int m = 0; m < MR; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+    acc.store(a, p);
   }
 }
 
 // Q6_K super-block panel: per sub-block j the low-nibble vectors, two vectors of 2-bit highs
 // and the rows' int8 scales of its two 16-column groups; per super-block the rows' d.
-// Low nibbles are the sub-block's columns 0..15 (group 2j), high nibbles 16..31 (group 2j + 1):
-//   acc[r] += float(P_lo − 32 qsum16_lo) · d sc_lo · dx + float(P_hi − 32 qsum16_hi) · d sc_hi · dx
+// Low nibbles are the sub-block's columns 0..15 (group lo), high nibbles 16..31 (group hi). The
+// scales are applied in integers, with the madd that widens the 16-bit pair sums (pairs of
+// maddubs: 6-bit products fit 16 bits two at a time):
+//   S = Σ madd(P16, sc) − madd((q16_lo, q16_hi), (32 sc_lo, 32 sc_hi))   (exact in int32)
+//   acc[r] += float(S) · d[r] · dx
 template <int MR>
 void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
@@ -267,8 +320,7 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
     PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
-    __m256 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    RowAccs<MR> acc(a);
     for (int64_t i = 0; i < nsb; ++i, u += 3392) {
       for (int j = 0; j < 8; ++j) {
         prefetch();
@@ -282,28 +334,27 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
             hi[v] = _mm256_or_si256(hi[v], _mm256_slli_epi16(_mm256_and_si256(g, b23), 2));
           }
           const __m256 d = f16x8(u + 3328 + 16 * h);
-          const __m256 sc_lo = _mm256_mul_ps(d, s8x8(u + 3072 + 32 * j + 8 * h));
-          const __m256 sc_hi = _mm256_mul_ps(d, s8x8(u + 3072 + 32 * j + 16 + 8 * h));
+          const GroupScales sc(u + 3072 + 32 * j + 8 * h, u + 3072 + 32 * j + 16 + 8 * h, 5);
           ActRows r(a, 8 * i + j);
-          for (int m = 0; m < MR; ++m, r.next()) {
+          for (int m = 0; m < acc.rows(); ++m, r.next()) {
             const SubBlockProducts prod(lo, hi, r.x);
-            const __m256 dx = _mm256_broadcast_ss(r.dx);
-            const __m256i s0 = _mm256_sub_epi32(prod.lo6bit(), r.half_sums(32, false));
-            const __m256i s1 = _mm256_sub_epi32(prod.hi6bit(), r.half_sums(32, true));
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc_lo, dx), acc[m][h]);
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc_hi, dx), acc[m][h]);
+            const __m256i s = _mm256_add_epi32(
+                _mm256_add_epi32(_mm256_madd_epi16(prod.lo_pair(0), sc.lo), _mm256_madd_epi16(prod.lo_pair(2), sc.lo)),
+                _mm256_add_epi32(_mm256_madd_epi16(prod.hi_pair(0), sc.hi), _mm256_madd_epi16(prod.hi_pair(2), sc.hi)));
+            acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sc.minus_offset(s, r)), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc(m, h));
           }
         }
       }
     }
-    for (int m = 0; m < MR; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+    acc.store(a, p);
   }
 }
 
 // Q3_K super-block panel (pack_q3_k): per sub-block j two vectors of 2-bit quants and one of 3rd
-// bits become the Q4 nibble vectors of u = q + 4 (0..7); then as Q6_K with the offset 4:
-//   acc[r] += float(P_lo − 4 qsum16_lo) · d sc_lo · dx + float(P_hi − 4 qsum16_hi) · d sc_hi · dx
+// bits become the Q4 nibble vectors of u = q + 4 (0..7); then as Q6_K with the offset 4, the
+// scales (-32..31) applied in integers (3-bit products: four maddubs fit a 16-bit sum):
+//   S = madd(P16_lo, sc_lo) + madd(P16_hi, sc_hi) − madd((q16_lo, q16_hi), (4 sc_lo, 4 sc_hi))
+//   acc[r] += float(S) · d[r] · dx
 template <int MR>
 void dot_packed_q3_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
@@ -311,8 +362,7 @@ void dot_packed_q3_k(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
     PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
-    __m256 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    RowAccs<MR> acc(a);
     for (int64_t i = 0; i < nsb; ++i, u += 1856) {
       for (int j = 0; j < 8; ++j) {
         prefetch();
@@ -327,22 +377,17 @@ void dot_packed_q3_k(const DotArgs& a, int64_t p0, int64_t p1) {
                                     _mm256_and_si256(_mm256_srli_epi16(h3, 2 + k), four));
           }
           const __m256 d = f16x8(u + 1792 + 16 * h);
-          const __m256 sc_lo = _mm256_mul_ps(d, s8x8(u + 1536 + 32 * j + 8 * h));
-          const __m256 sc_hi = _mm256_mul_ps(d, s8x8(u + 1536 + 32 * j + 16 + 8 * h));
+          const GroupScales sc(u + 1536 + 32 * j + 8 * h, u + 1536 + 32 * j + 16 + 8 * h, 2);
           ActRows r(a, 8 * i + j);
-          for (int m = 0; m < MR; ++m, r.next()) {
+          for (int m = 0; m < acc.rows(); ++m, r.next()) {
             const SubBlockProducts prod(lo, hi, r.x);
-            const __m256 dx = _mm256_broadcast_ss(r.dx);
-            const __m256i s0 = _mm256_sub_epi32(prod.lo6bit(), r.half_sums(4, false));
-            const __m256i s1 = _mm256_sub_epi32(prod.hi6bit(), r.half_sums(4, true));
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc_lo, dx), acc[m][h]);
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc_hi, dx), acc[m][h]);
+            const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(prod.lo_sum(), sc.lo), _mm256_madd_epi16(prod.hi_sum(), sc.hi));
+            acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sc.minus_offset(s, r)), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc(m, h));
           }
         }
       }
     }
-    for (int m = 0; m < MR; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+    acc.store(a, p);
   }
 }
 
@@ -357,8 +402,7 @@ void dot_packed_iq4_xs(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
     PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
-    __m256 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    RowAccs<MR> acc(a);
     for (int64_t i = 0; i < nsb; ++i, u += 2240) {
       for (int j = 0; j < 8; ++j) {
         prefetch();
@@ -367,15 +411,14 @@ void dot_packed_iq4_xs(const DotArgs& a, int64_t p0, int64_t p1) {
           iq4_levels(u + 256 * j, h, table, w, w_abs);
           const __m256 sc = _mm256_mul_ps(f16x8(u + 2176 + 16 * h), s8x8(u + 2048 + 16 * j + 8 * h));
           ActRows r(a, 8 * i + j);
-          for (int m = 0; m < MR; ++m, r.next()) {
+          for (int m = 0; m < acc.rows(); ++m, r.next()) {
             const __m256i s = signed_dot32(w, w_abs, r.x);
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_broadcast_ss(r.dx)), acc[m][h]);
+            acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(sc, _mm256_broadcast_ss(r.dx)), acc(m, h));
           }
         }
       }
     }
-    for (int m = 0; m < MR; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+    acc.store(a, p);
   }
 }
 
@@ -389,8 +432,7 @@ void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
     const uint8_t* qp = a.w + p * a.row_bytes;
     const uint8_t* sp = qp + nb * 256;
     PanelPrefetch prefetch(qp, a.row_bytes, nb);
-    __m256 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    RowAccs<MR> acc(a);
     for (int64_t b = 0; b < nb; ++b, qp += 256) {
       prefetch();
       for (int h = 0; h < 2; ++h) {
@@ -398,14 +440,13 @@ void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
         iq4_levels(qp, h, table, w, w_abs);
         const __m256 d = f16x8(sp + 32 * b + 16 * h);
         ActRows r(a, b);
-        for (int m = 0; m < MR; ++m, r.next()) {
+        for (int m = 0; m < acc.rows(); ++m, r.next()) {
           const __m256i s = signed_dot32(w, w_abs, r.x);
-          acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc[m][h]);
+          acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc(m, h));
         }
       }
     }
-    for (int m = 0; m < MR; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+    acc.store(a, p);
   }
 }
 
@@ -419,8 +460,7 @@ void dot_packed_q2_k(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
     PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
-    __m256 acc[MR][2];
-    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    RowAccs<MR> acc(a);
     for (int64_t i = 0; i < nsb; ++i, u += 1344) {
       for (int j = 0; j < 8; ++j) {
         prefetch();
@@ -438,21 +478,20 @@ void dot_packed_q2_k(const DotArgs& a, int64_t p0, int64_t p1) {
           const __m256 mn_lo = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(sm_lo, 4)));
           const __m256 mn_hi = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(sm_hi, 4)));
           ActRows r(a, 8 * i + j);
-          for (int m = 0; m < MR; ++m, r.next()) {
+          for (int m = 0; m < acc.rows(); ++m, r.next()) {
             const SubBlockProducts prod(lo, hi, r.x);
             const int16_t* q16 = r.q16;
             const float dx = *r.dx;
             const __m256 vdx = _mm256_set1_ps(dx);
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.lo6bit()), _mm256_mul_ps(sc_lo, vdx), acc[m][h]);
-            acc[m][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.hi6bit()), _mm256_mul_ps(sc_hi, vdx), acc[m][h]);
-            acc[m][h] = _mm256_fnmadd_ps(mn_lo, _mm256_set1_ps(dx * static_cast<float>(q16[0])), acc[m][h]);
-            acc[m][h] = _mm256_fnmadd_ps(mn_hi, _mm256_set1_ps(dx * static_cast<float>(q16[1])), acc[m][h]);
+            acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.lo6bit()), _mm256_mul_ps(sc_lo, vdx), acc(m, h));
+            acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.hi6bit()), _mm256_mul_ps(sc_hi, vdx), acc(m, h));
+            acc(m, h) = _mm256_fnmadd_ps(mn_lo, _mm256_set1_ps(dx * static_cast<float>(q16[0])), acc(m, h));
+            acc(m, h) = _mm256_fnmadd_ps(mn_hi, _mm256_set1_ps(dx * static_cast<float>(q16[1])), acc(m, h));
           }
         }
       }
     }
-    for (int m = 0; m < MR; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, acc[m][h], p, h, a.rows_total);
+    acc.store(a, p);
   }
 }
 
@@ -463,23 +502,24 @@ template <int MR> struct PackedIQ4XS { static void run(const DotArgs& a, int64_t
 template <int MR> struct PackedQ3K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q3_k<MR>(a, b, e); } };
 template <int MR> struct PackedQ4K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4_k<MR>(a, b, e); } };
 template <int MR> struct PackedQ6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q6_k<MR>(a, b, e); } };
+
 template <bool kMin, bool kQ5> struct PackedQ4 { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4<kMin, kQ5, MR>(a, b, e); } }; };
 
 }  // namespace
 
 void register_avx2_dot_packed(KernelTable& t) {
-  t.packed_max_mr = kMaxPackedMr;
-  t.dot_packed[kQ8_0] = by_mr<PackedQ8_0, kMaxPackedMr>;
-  t.dot_packed[kQ4_0] = by_mr<PackedQ4<false, false>::K, kMaxPackedMr>;
-  t.dot_packed[kQ4_1] = by_mr<PackedQ4<true, false>::K, kMaxPackedMr>;
-  t.dot_packed[kQ5_0] = by_mr<PackedQ4<false, true>::K, kMaxPackedMr>;
-  t.dot_packed[kQ5_1] = by_mr<PackedQ4<true, true>::K, kMaxPackedMr>;
-  t.dot_packed[kQ4_K] = by_mr<PackedQ4K, kMaxPackedMr>;
-  t.dot_packed[kQ6_K] = by_mr<PackedQ6K, kMaxPackedMr>;
-  t.dot_packed[kQ3_K] = by_mr<PackedQ3K, kMaxPackedMr>;
-  t.dot_packed[kIQ4_XS] = by_mr<PackedIQ4XS, kMaxPackedMr>;
-  t.dot_packed[kIQ4_NL] = by_mr<PackedIQ4NL, kMaxPackedMr>;
-  t.dot_packed[kQ2_K] = by_mr<PackedQ2K, kMaxPackedMr>;
+  t.packed_max_mr = kManyPackedMr;
+  t.dot_packed[kQ8_0] = by_mr_or_many<PackedQ8_0, kMaxPackedMr>;
+  t.dot_packed[kQ4_0] = by_mr_or_many<PackedQ4<false, false>::K, kMaxPackedMr>;
+  t.dot_packed[kQ4_1] = by_mr_or_many<PackedQ4<true, false>::K, kMaxPackedMr>;
+  t.dot_packed[kQ5_0] = by_mr_or_many<PackedQ4<false, true>::K, kMaxPackedMr>;
+  t.dot_packed[kQ5_1] = by_mr_or_many<PackedQ4<true, true>::K, kMaxPackedMr>;
+  t.dot_packed[kQ4_K] = by_mr_or_many<PackedQ4K, kMaxPackedMr>;
+  t.dot_packed[kQ6_K] = by_mr_or_many<PackedQ6K, kMaxPackedMr>;
+  t.dot_packed[kQ3_K] = by_mr_or_many<PackedQ3K, kMaxPackedMr>;
+  t.dot_packed[kIQ4_XS] = by_mr_or_many<PackedIQ4XS, kMaxPackedMr>;
+  t.dot_packed[kIQ4_NL] = by_mr_or_many<PackedIQ4NL, kMaxPackedMr>;
+  t.dot_packed[kQ2_K] = by_mr_or_many<PackedQ2K, kMaxPackedMr>;
 }
 
 }  // namespace fathom::cpu::detail

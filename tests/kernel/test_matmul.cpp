@@ -226,7 +226,8 @@ TEST_P(MatmulTest, Q8RowsAreBitwiseIndependentOfBatchThreadsAndPosition) {
   const int64_t bs = ggml_info(t).block_size;
   if (bs == 1) GTEST_SKIP() << "float formats have no kQ8 path";
   std::mt19937 rng(static_cast<uint32_t>(t) + 99);
-  const int64_t K = (600 + bs - 1) / bs * bs, N = 83, M = 17;
+  // M = 70: packed calls of 64 rows (accumulators in memory) and 6, or of 8 rows (registers) and 6.
+  const int64_t K = (600 + bs - 1) / bs * bs, N = 83, M = 70;
   const auto W = random_weights(t, N, K, rng);
   const size_t row = ggml_row_size(t, K);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -244,9 +245,13 @@ TEST_P(MatmulTest, Q8RowsAreBitwiseIndependentOfBatchThreadsAndPosition) {
         packed_tail = std::make_unique<cpu::PackedWeights>(t, W.data() + 5 * row, N - 5, K);
       }
       const char* layout = use_packed ? " packed" : " stored";
-      std::vector<float> full(M * N);
+      std::vector<float> full(M * N), full8(M * N);
       cpu::matmul(pool2, t, W.data(), N, K, x.data(), M, full.data(), cpu::Precision::kQ8, packed.get());
-      for (int64_t m : {0, 3, 12, 16}) {
+      const int rows_before = cpu::set_packed_rows_per_call_for_testing(8);
+      cpu::matmul(pool2, t, W.data(), N, K, x.data(), M, full8.data(), cpu::Precision::kQ8, packed.get());
+      cpu::set_packed_rows_per_call_for_testing(rows_before);
+      ASSERT_EQ(std::memcmp(full.data(), full8.data(), full.size() * 4), 0) << ggml_type_name(t) << " " << level << layout;
+      for (int64_t m : {0, 3, 12, 16, 63, 64, 69}) {
         for (ThreadPool* pool : {&pool1, &pool2}) {
           std::vector<float> one(N);
           cpu::matmul(*pool, t, W.data(), N, K, &x[m * K], 1, one.data(), cpu::Precision::kQ8, packed.get());
