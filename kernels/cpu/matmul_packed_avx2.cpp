@@ -316,7 +316,7 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
 template <int MR>
 void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
-  const __m256i b01 = _mm256_set1_epi8(0x03), b23 = _mm256_set1_epi8(0x0C);
+  const __m256i b45 = _mm256_set1_epi8(0x30);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
     PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
@@ -327,11 +327,15 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
         for (int h = 0; h < 2; ++h) {
           __m256i lo[4], hi[4];
           load_nibbles(u + 256 * j, h, lo, hi);
-          for (int v = 0; v < 4; ++v) {  // the 2-bit highs become bits 4-5
-            __m256i g = load32(u + 2048 + 128 * j + 64 * (v / 2) + 32 * h);
-            if (v % 2) g = _mm256_srli_epi16(g, 4);
-            lo[v] = _mm256_or_si256(lo[v], _mm256_slli_epi16(_mm256_and_si256(g, b01), 4));
-            hi[v] = _mm256_or_si256(hi[v], _mm256_slli_epi16(_mm256_and_si256(g, b23), 2));
+          // The 2-bit highs become bits 4-5: a byte of g holds vector v's lo highs in bits 0-1 and
+          // its hi highs in bits 2-3 (v even), bits 4-5 and 6-7 (v odd). Each is shifted into bits
+          // 4-5 (16-bit shifts: bits 4-5 of a byte come from the same byte) and masked with 0x30.
+          for (int v = 0; v < 4; v += 2) {
+            const __m256i g = load32(u + 2048 + 128 * j + 32 * v + 32 * h);
+            lo[v] = _mm256_or_si256(lo[v], _mm256_and_si256(_mm256_slli_epi16(g, 4), b45));
+            hi[v] = _mm256_or_si256(hi[v], _mm256_and_si256(_mm256_slli_epi16(g, 2), b45));
+            lo[v + 1] = _mm256_or_si256(lo[v + 1], _mm256_and_si256(g, b45));
+            hi[v + 1] = _mm256_or_si256(hi[v + 1], _mm256_and_si256(_mm256_srli_epi16(g, 2), b45));
           }
           const __m256 d = f16x8(u + 3328 + 16 * h);
           const GroupScales sc(u + 3072 + 32 * j + 8 * h, u + 3072 + 32 * j + 16 + 8 * h, 5);
