@@ -311,7 +311,7 @@ Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t 
   auto quantize_rows = [&](int64_t b, int64_t e, int) {
     for (int64_t m = b; m < e; ++m) {
       quantize(x + m * K, K, q + m * K, qd + m * nb, qs + m * nb, qs16 + m * nb * 2);
-      for (int64_t b = m * nb; b < (m + 1) * nb; ++b) qds[b] = qd[b] * static_cast<float>(qs[b]);
+      for (int64_t i = m * nb; i < (m + 1) * nb; ++i) qds[i] = qd[i] * static_cast<float>(qs[i]);
       if (split) split_row(q + m * K, nb, xs + m * ng * 128);
     }
   };

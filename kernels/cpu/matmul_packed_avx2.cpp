@@ -116,8 +116,8 @@ struct SubBlockProducts {
   __m256i lo_sum() const { return _mm256_add_epi16(lo_pair(0), lo_pair(2)); }
   __m256i hi_sum() const { return _mm256_add_epi16(hi_pair(0), hi_pair(2)); }
   // Columns 0..15 and 16..31 apart, widened (6-bit quants: 2 products a 16-bit sum).
-  __m256i lo6bit() const { return _mm256_add_epi32(widen(_mm256_add_epi16(lo[0], lo[1])), widen(_mm256_add_epi16(lo[2], lo[3]))); }
-  __m256i hi6bit() const { return _mm256_add_epi32(widen(_mm256_add_epi16(hi[0], hi[1])), widen(_mm256_add_epi16(hi[2], hi[3]))); }
+  __m256i lo6bit() const { return _mm256_add_epi32(widen(lo_pair(0)), widen(lo_pair(2))); }
+  __m256i hi6bit() const { return _mm256_add_epi32(widen(hi_pair(0)), widen(hi_pair(2))); }
 };
 
 // y[r0 + r] = v[r] for the panel's rows below rows_total (r0 = 16 p + 8 h).
@@ -142,28 +142,25 @@ alignas(32) thread_local __m256 many_rows_acc[kManyPackedMr][2];
 // the same instructions either way (batch invariance); the many-row call unpacks each weight
 // vector once for all its rows instead of once per kMaxPackedMr.
 template <int MR> struct RowAccs {
-  __m256 v[MR][2];
-  explicit RowAccs(const DotArgs&) {
-    for (int m = 0; m < MR; ++m) v[m][0] = v[m][1] = _mm256_setzero_ps();
-  }
-  static constexpr int rows() { return MR; }
-  __m256& operator()(int m, int h) { return v[m][h]; }
-  void store(const DotArgs& a, int64_t p) const {
-    for (int m = 0; m < MR; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, v[m][h], p, h, a.rows_total);
-  }
-};
-template <> struct RowAccs<0> {
-  __m256 (*v)[2] = many_rows_acc;
-  int n;
+  __m256 v[MR > 0 ? MR : 1][2];  // MR > 0 only
+  int n;                          // MR == 0 only: a.mr
   explicit RowAccs(const DotArgs& a) : n(a.mr) {
-    for (int m = 0; m < n; ++m) v[m][0] = v[m][1] = _mm256_setzero_ps();
+    for (int m = 0; m < rows(); ++m) at(m, 0) = at(m, 1) = _mm256_setzero_ps();
   }
-  int rows() const { return n; }
-  __m256& operator()(int m, int h) { return v[m][h]; }
-  void store(const DotArgs& a, int64_t p) const {
-    for (int m = 0; m < n; ++m)
-      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, v[m][h], p, h, a.rows_total);
+  int rows() const {
+    if constexpr (MR > 0) return MR;
+    else return n;
+  }
+  __m256& operator()(int m, int h) { return at(m, h); }
+  void store(const DotArgs& a, int64_t p) {
+    for (int m = 0; m < rows(); ++m)
+      for (int h = 0; h < 2; ++h) store_half(a.y + m * a.ldy, at(m, h), p, h, a.rows_total);
+  }
+
+ private:
+  __m256& at(int m, int h) {
+    if constexpr (MR > 0) return v[m][h];
+    else return many_rows_acc[m][h];
   }
 };
 
