@@ -162,6 +162,9 @@ int packed_max_mr() {
   return over > 0 ? std::min(over, most) : most;
 }
 
+// Whether the packed kernels at the active level read block-major activations (DotArgs::ldqb).
+bool packed_block_major() { return table_for(active_level()).packed_block_major; }
+
 // Whether dot_q8_fn(f) reads the nibble-split activations (DotArgs::xs).
 bool q8_split(int f) {
   const KernelTable& t = table_for(active_level());
@@ -281,6 +284,7 @@ struct Q8Act {
   // Nibble-split order (see DotArgs::xs), when a target's kernel reads it; else null.
   const int8_t* xs;
   int64_t ng;  // groups of 4 blocks per row
+  int64_t ldq, ldqb, ldqs, ldsb;  // row and block strides, as DotArgs's
 };
 
 // DotArgs::xs of one activation row from its 8-bit blocks.
@@ -293,7 +297,10 @@ void split_row(const int8_t* q, int64_t nb, int8_t* xs) {
   }
 }
 
-Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t K, bool split) {
+// block_major (only without split): DotArgs's block-major layout, for packed kernels that read
+// it; one row is the same either way.
+Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t K, bool split, bool block_major) {
+  FATHOM_CHECK(!(split && block_major), "matmul: nibble-split activations are row-major");
   static thread_local std::vector<int8_t> q_buf, xs_buf;
   static thread_local std::vector<float> qds_buf;
   static thread_local std::vector<float> d_buf;
@@ -308,16 +315,41 @@ Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t 
   int8_t* xs = split ? scratch(xs_buf, static_cast<size_t>(M * ng * 128)) : nullptr;
   float* qds = scratch(qds_buf, static_cast<size_t>(M * nb));
   const QuantizeQ8Fn quantize = quantize_fn();
+  block_major = block_major && M > 1;
   auto quantize_rows = [&](int64_t b, int64_t e, int) {
     for (int64_t m = b; m < e; ++m) {
-      quantize(x + m * K, K, q + m * K, qd + m * nb, qs + m * nb, qs16 + m * nb * 2);
-      for (int64_t i = m * nb; i < (m + 1) * nb; ++i) qds[i] = qd[i] * static_cast<float>(qs[i]);
-      if (split) split_row(q + m * K, nb, xs + m * ng * 128);
+      if (!block_major) {
+        quantize(x + m * K, K, q + m * K, qd + m * nb, qs + m * nb, qs16 + m * nb * 2);
+        for (int64_t i = m * nb; i < (m + 1) * nb; ++i) qds[i] = qd[i] * static_cast<float>(qs[i]);
+        if (split) split_row(q + m * K, nb, xs + m * ng * 128);
+        continue;
+      }
+      // The row quantized on its own, then each block put beside the other rows' (pool threads
+      // each keep their own row scratch).
+      static thread_local std::vector<int8_t> rq;
+      static thread_local std::vector<float> rd;
+      static thread_local std::vector<int32_t> rs;
+      static thread_local std::vector<int16_t> rs16;
+      int8_t* q1 = scratch(rq, static_cast<size_t>(K));
+      float* d1 = scratch(rd, static_cast<size_t>(nb));
+      int32_t* s1 = scratch(rs, static_cast<size_t>(nb));
+      int16_t* s161 = scratch(rs16, static_cast<size_t>(nb * 2));
+      quantize(x + m * K, K, q1, d1, s1, s161);
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t at = i * M + m;
+        std::memcpy(q + at * 32, q1 + i * 32, 32);
+        qd[at] = d1[i];
+        qs[at] = s1[i];
+        qs16[2 * at] = s161[2 * i];
+        qs16[2 * at + 1] = s161[2 * i + 1];
+        qds[at] = d1[i] * static_cast<float>(s1[i]);
+      }
     }
   };
   if (M >= 8) pool.parallel_for(M, quantize_rows);
   else quantize_rows(0, M, 0);
-  return {q, qd, qs, qs16, nb, qds, xs, ng};
+  if (block_major) return {q, qd, qs, qs16, nb, qds, xs, ng, 32, 32 * M, 1, M};
+  return {q, qd, qs, qs16, nb, qds, xs, ng, K, 32, nb, 1};
 }
 
 DotArgs q8_args(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_t K, float* y) {
@@ -328,11 +360,13 @@ DotArgs q8_args(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int6
   a.y = y;
   a.ldy = N;
   a.q = act.q;
-  a.ldq = K;
+  a.ldq = act.ldq;
+  a.ldqb = act.ldqb;
   a.qd = act.qd;
   a.qsum = act.qsum;
   a.qsum16 = act.qsum16;
-  a.ldqs = act.nb;
+  a.ldqs = act.ldqs;
+  a.ldsb = act.ldsb;
   a.xs = act.xs;
   a.qds = act.qds;
   a.ldsg = act.ng;
@@ -419,7 +453,7 @@ void matmul(ThreadPool& pool, GgmlType wtype, const void* W, int64_t N, int64_t 
   if (precision == Precision::kQ8 && !is_float(f)) {
     // K is a multiple of 32 for every quantized format.
     const DotFn packed_fn = packed_fn_for(wtype, N, K, packed);
-    const Q8Act act = quantize_activations(pool, x, M, K, !packed_fn && q8_split(f));
+    const Q8Act act = quantize_activations(pool, x, M, K, !packed_fn && q8_split(f), packed_fn && packed_block_major());
     const DotJob job = q8_job(act, wtype, W, N, K, y, packed, packed_fn, pool.size());
     run_dots(pool, &job, 1, M);
     return;
@@ -470,14 +504,15 @@ void matmul_group(ThreadPool& pool, const MatmulTarget* targets, int count, int6
     return;
   }
   if (M <= 0) return;
-  bool split = false;
+  bool split = false, all_packed = true;
   DotFn packed_fns[kMaxGroup] = {};
   for (int i = 0; i < count; ++i) {
     const MatmulTarget& t = targets[i];
     if (t.N > 0) packed_fns[i] = packed_fn_for(t.type, t.N, K, t.packed);
     split = split || (!packed_fns[i] && q8_split(fmt_index(t.type)));
+    all_packed = all_packed && (t.N <= 0 || packed_fns[i]);
   }
-  const Q8Act act = quantize_activations(pool, x, M, K, split);
+  const Q8Act act = quantize_activations(pool, x, M, K, split, all_packed && packed_block_major());
   DotJob jobs[kMaxGroup];
   int n = 0;
   for (int i = 0; i < count; ++i) {

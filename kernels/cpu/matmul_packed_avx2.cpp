@@ -165,7 +165,8 @@ template <int MR> struct RowAccs {
 };
 
 // One 32-column activation block b of the call's rows, row after row: pointer bumps only, so
-// that the row loop spends no instructions on index arithmetic or scalar conversions.
+// that the row loop spends no instructions on index arithmetic or scalar conversions. A batch's
+// activations come block-major (packed_block_major), so the rows' blocks sit side by side.
 struct ActRows {
   const int8_t* x;      // the block's 32 quants
   const float* dx;      // its scale
@@ -174,7 +175,13 @@ struct ActRows {
   const int16_t* q16;   // sums of its two 16-column halves
   int64_t ldq, ldqs;
   ActRows(const DotArgs& a, int64_t b)
-      : x(a.q + 32 * b), dx(a.qd + b), dxq(a.qds + b), qsum(a.qsum + b), q16(a.qsum16 + 2 * b), ldq(a.ldq), ldqs(a.ldqs) {}
+      : x(a.q + b * a.ldqb),
+        dx(a.qd + b * a.ldsb),
+        dxq(a.qds + b * a.ldsb),
+        qsum(a.qsum + b * a.ldsb),
+        q16(a.qsum16 + 2 * b * a.ldsb),
+        ldq(a.ldq),
+        ldqs(a.ldqs) {}
   void next() { x += ldq, dx += ldqs, dxq += ldqs, qsum += ldqs, q16 += 2 * ldqs; }
 };
 
@@ -263,8 +270,8 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
           const SubBlockProducts prod(lo, hi, r.x);
           __m256i s = kQ5 ? prod.sum5bit() : prod.sum4bit();
           if constexpr (!kMin) s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_set1_epi32(*r.qsum), kOffsetShift));
-          acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc(m, h));
-          if constexpr (kMin) acc(m, h) = _mm256_fmadd_ps(mn, _mm256_broadcast_ss(r.dxq), acc(m, h));
+          const __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(r.dx)), acc(m, h));
+          acc(m, h) = kMin ? _mm256_fmadd_ps(mn, _mm256_broadcast_ss(r.dxq), t) : t;
         }
       }
     }
@@ -293,8 +300,8 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
           ActRows r(a, 8 * i + j);
           for (int m = 0; m < acc.rows(); ++m, r.next()) {
             const SubBlockProducts prod(lo, hi, r.x);
-            acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.sum4bit()), _mm256_mul_ps(sc, _mm256_broadcast_ss(r.dx)), acc(m, h));
-            acc(m, h) = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(r.dxq), acc(m, h));
+            const __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.sum4bit()), _mm256_mul_ps(sc, _mm256_broadcast_ss(r.dx)), acc(m, h));
+            acc(m, h) = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(r.dxq), t);  // one store: acc may alias dxq
           }
         }
       }
@@ -484,10 +491,10 @@ void dot_packed_q2_k(const DotArgs& a, int64_t p0, int64_t p1) {
             const int16_t* q16 = r.q16;
             const float dx = *r.dx;
             const __m256 vdx = _mm256_set1_ps(dx);
-            acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.lo6bit()), _mm256_mul_ps(sc_lo, vdx), acc(m, h));
-            acc(m, h) = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.hi6bit()), _mm256_mul_ps(sc_hi, vdx), acc(m, h));
-            acc(m, h) = _mm256_fnmadd_ps(mn_lo, _mm256_set1_ps(dx * static_cast<float>(q16[0])), acc(m, h));
-            acc(m, h) = _mm256_fnmadd_ps(mn_hi, _mm256_set1_ps(dx * static_cast<float>(q16[1])), acc(m, h));
+            __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.lo6bit()), _mm256_mul_ps(sc_lo, vdx), acc(m, h));
+            t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod.hi6bit()), _mm256_mul_ps(sc_hi, vdx), t);
+            t = _mm256_fnmadd_ps(mn_lo, _mm256_set1_ps(dx * static_cast<float>(q16[0])), t);
+            acc(m, h) = _mm256_fnmadd_ps(mn_hi, _mm256_set1_ps(dx * static_cast<float>(q16[1])), t);
           }
         }
       }
@@ -510,6 +517,7 @@ template <bool kMin, bool kQ5> struct PackedQ4 { template <int MR> struct K { st
 
 void register_avx2_dot_packed(KernelTable& t) {
   t.packed_max_mr = kManyPackedMr;
+  t.packed_block_major = true;
   t.dot_packed[kQ8_0] = by_mr_or_many<PackedQ8_0, kMaxPackedMr>;
   t.dot_packed[kQ4_0] = by_mr_or_many<PackedQ4<false, false>::K, kMaxPackedMr>;
   t.dot_packed[kQ4_1] = by_mr_or_many<PackedQ4<true, false>::K, kMaxPackedMr>;

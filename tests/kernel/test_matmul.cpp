@@ -274,33 +274,44 @@ TEST_P(MatmulTest, Q8RowsAreBitwiseIndependentOfBatchThreadsAndPosition) {
 }
 
 // matmul_group gives exactly what separate matmul calls give, for mixed formats and both
-// precisions (kQ8: one shared quantization and one job; kF32: the calls in sequence).
+// precisions (kQ8: one shared quantization and one job; kF32: the calls in sequence), with the
+// stored layouts, with every target packed (where the level packs, block-major activations for
+// M > 1) and with some packed (row-major activations for all).
 TEST(Matmul, GroupEqualsSeparateCalls) {
   std::mt19937 rng(5);
   const int64_t K = 512;
   const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_K};
   const int64_t Ns[] = {576, 7, 192, 33};
   std::vector<std::vector<uint8_t>> ws;
-  for (int i = 0; i < 4; ++i) ws.push_back(random_weights(types[i], Ns[i], K, rng));
+  std::vector<std::unique_ptr<cpu::PackedWeights>> packs;
+  for (int i = 0; i < 4; ++i) {
+    ws.push_back(random_weights(types[i], Ns[i], K, rng));
+    packs.push_back(cpu::PackedWeights::supported(types[i])
+                        ? std::make_unique<cpu::PackedWeights>(types[i], ws[i].data(), Ns[i], K)
+                        : nullptr);
+  }
   std::normal_distribution<float> normal(0.0f, 1.0f);
   ThreadPool pool(2);
-  for (int64_t M : {1, 3, 9})
-    for (cpu::Precision p : {cpu::Precision::kQ8, cpu::Precision::kF32}) {
-      std::vector<float> x(M * K);
-      for (auto& v : x) v = normal(rng);
-      std::vector<std::vector<float>> got(4), want(4);
-      cpu::MatmulTarget targets[4];
-      for (int i = 0; i < 4; ++i) {
-        got[i].assign(M * Ns[i], std::nanf(""));
-        want[i].assign(M * Ns[i], 0.0f);
-        targets[i] = {types[i], ws[i].data(), Ns[i], got[i].data()};
-        cpu::matmul(pool, types[i], ws[i].data(), Ns[i], K, x.data(), M, want[i].data(), p);
+  for (const int packed_targets : {0, 4, 2})
+    for (int64_t M : {1, 3, 9, 70})
+      for (cpu::Precision p : {cpu::Precision::kQ8, cpu::Precision::kF32}) {
+        std::vector<float> x(M * K);
+        for (auto& v : x) v = normal(rng);
+        std::vector<std::vector<float>> got(4), want(4);
+        cpu::MatmulTarget targets[4];
+        for (int i = 0; i < 4; ++i) {
+          const cpu::PackedWeights* packed = i < packed_targets ? packs[i].get() : nullptr;
+          got[i].assign(M * Ns[i], std::nanf(""));
+          want[i].assign(M * Ns[i], 0.0f);
+          targets[i] = {types[i], ws[i].data(), Ns[i], got[i].data(), packed};
+          cpu::matmul(pool, types[i], ws[i].data(), Ns[i], K, x.data(), M, want[i].data(), p, packed);
+        }
+        cpu::matmul_group(pool, targets, 4, K, x.data(), M, p);
+        for (int i = 0; i < 4; ++i)
+          ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * 4), 0)
+              << "target " << i << " M " << M << (p == cpu::Precision::kQ8 ? " kQ8" : " kF32") << " packed targets "
+              << packed_targets;
       }
-      cpu::matmul_group(pool, targets, 4, K, x.data(), M, p);
-      for (int i = 0; i < 4; ++i)
-        ASSERT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * 4), 0)
-            << "target " << i << " M " << M << (p == cpu::Precision::kQ8 ? " kQ8" : " kF32");
-    }
 }
 
 TEST(Matmul, EmptyShapesAreNoOps) {
