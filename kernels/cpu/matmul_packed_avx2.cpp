@@ -97,6 +97,19 @@ struct SubBlockProducts {
       hi[v] = _mm256_maddubs_epi16(wh[v], bcast4(x + 16 + 4 * v));
     }
   }
+  SubBlockProducts() = default;
+  // Both halves' products (weights lo0/hi0 and lo1/hi1) against one activation block, the two
+  // halves' maddubs interleaved and sharing the broadcasts (one-row calls).
+  static void both(const __m256i* lo0, const __m256i* hi0, const __m256i* lo1, const __m256i* hi1, const int8_t* x,
+                   SubBlockProducts& p0, SubBlockProducts& p1) {
+    for (int v = 0; v < 4; ++v) {
+      const __m256i xl = bcast4(x + 4 * v), xh = bcast4(x + 16 + 4 * v);
+      p0.lo[v] = _mm256_maddubs_epi16(lo0[v], xl);
+      p1.lo[v] = _mm256_maddubs_epi16(lo1[v], xl);
+      p0.hi[v] = _mm256_maddubs_epi16(hi0[v], xh);
+      p1.hi[v] = _mm256_maddubs_epi16(hi1[v], xh);
+    }
+  }
   // All 32 columns (4-bit quants: 8 products fit 16 bits).
   __m256i sum4bit() const {
     const __m256i a = _mm256_add_epi16(_mm256_add_epi16(lo[0], lo[1]), _mm256_add_epi16(lo[2], lo[3]));
@@ -310,6 +323,40 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
   }
 }
 
+// One activation row (decode): both halves of each sub-block in one pass, each half through the
+// same operations as dot_packed_q4_k (so a row's result is bitwise the batch's). With a half at a
+// time, the out-of-order window held about one half's dependency chain (load, unpack, 8 maddubs,
+// their sums, conversion, two FMAs: ~20 cycles); side by side the two halves' chains overlap and
+// share the activation broadcasts: one matrix hot in cache, one thread, 18-20% faster.
+void dot_packed_q4_k_row(const DotArgs& a, int64_t p0, int64_t p1) {
+  const int64_t nsb = a.K / 256;
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* u = a.w + p * a.row_bytes;
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; ++i, u += 2368) {
+      const __m256 d0 = f16x8(u + 2304), d1 = f16x8(u + 2320), dmin0 = f16x8(u + 2336), dmin1 = f16x8(u + 2352);
+      for (int j = 0; j < 8; ++j) {
+        prefetch();
+        __m256i lo0[4], hi0[4], lo1[4], hi1[4];
+        load_nibbles(u + 256 * j, 0, lo0, hi0);
+        load_nibbles(u + 256 * j, 1, lo1, hi1);
+        const ActRows r(a, 8 * i + j);
+        SubBlockProducts prod0, prod1;
+        SubBlockProducts::both(lo0, hi0, lo1, hi1, r.x, prod0, prod1);
+        const __m256i s0 = prod0.sum4bit(), s1 = prod1.sum4bit();
+        const __m256 dx = _mm256_broadcast_ss(r.dx), dxq = _mm256_broadcast_ss(r.dxq);
+        const __m256 sc0 = _mm256_mul_ps(d0, u8x8(u + 2048 + 16 * j)), sc1 = _mm256_mul_ps(d1, u8x8(u + 2048 + 16 * j + 8));
+        const __m256 mn0 = _mm256_mul_ps(dmin0, u8x8(u + 2176 + 16 * j)), mn1 = _mm256_mul_ps(dmin1, u8x8(u + 2176 + 16 * j + 8));
+        acc0 = _mm256_fnmadd_ps(mn0, dxq, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc0, dx), acc0));
+        acc1 = _mm256_fnmadd_ps(mn1, dxq, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc1, dx), acc1));
+      }
+    }
+    store_half(a.y, acc0, p, 0, a.rows_total);
+    store_half(a.y, acc1, p, 1, a.rows_total);
+  }
+}
+
 // Q6_K super-block panel: per sub-block j the low-nibble vectors, two vectors of 2-bit highs
 // and the rows' int8 scales of its two 16-column groups; per super-block the rows' d.
 // Low nibbles are the sub-block's columns 0..15 (group lo), high nibbles 16..31 (group hi). The
@@ -508,7 +555,12 @@ template <int MR> struct PackedQ2K { static void run(const DotArgs& a, int64_t b
 template <int MR> struct PackedIQ4NL { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_nl<MR>(a, b, e); } };
 template <int MR> struct PackedIQ4XS { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_iq4_xs<MR>(a, b, e); } };
 template <int MR> struct PackedQ3K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q3_k<MR>(a, b, e); } };
-template <int MR> struct PackedQ4K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4_k<MR>(a, b, e); } };
+template <int MR> struct PackedQ4K {
+  static void run(const DotArgs& a, int64_t b, int64_t e) {
+    if constexpr (MR == 1) dot_packed_q4_k_row(a, b, e);
+    else dot_packed_q4_k<MR>(a, b, e);
+  }
+};
 template <int MR> struct PackedQ6K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q6_k<MR>(a, b, e); } };
 
 template <bool kMin, bool kQ5> struct PackedQ4 { template <int MR> struct K { static void run(const DotArgs& a, int64_t b, int64_t e) { dot_packed_q4<kMin, kQ5, MR>(a, b, e); } }; };
