@@ -19,6 +19,14 @@
 //        and two float4 of x, as Q8_0.
 // Bytes per output row: the row of W once plus n_x·K·4 of x (x is re-read by every warp but
 // stays in L1/L2), so the kernel is bound by W's bytes, as decode GEMV should be.
+// Five to kQuantGemvMaxRows activation rows (batched decode, speculative verify rows) take the
+// many-row kernel: block (g, j) of grid (ceil(n_x / 4), ceil(n_out / 16)) multiplies activation
+// rows 4g..4g+3 with weight rows 16j..16j+15, 4 a warp (Q6_K: 2 a warp, 8 a block; Q2_K and Q3_K:
+// 1 and 4; kRowsPerWarp). A lane decodes its columns of the warp's rows and every x value it loads
+// serves all of them, so x's cache traffic per weight is a quarter of the one-row kernel's. The
+// groups are the grid's fastest dimension: the blocks reading the same weight rows run side by
+// side, so W comes from DRAM about once a launch and the other groups find it in L2. A row's
+// result is bitwise the one-row kernel's (quant_rows.h: the same operations per row).
 #include "kernels/cuda/quant_gemv.h"
 
 #include "kernels/cuda/quant_rows.h"
@@ -50,11 +58,84 @@ FATHOM_UNROLL
   }
 }
 
+// The many-row kernel (n_x > 4): kRowsPerWarp weight rows a warp, kGroupRows activation rows a block.
+// Q2_K, Q3_K and Q6_K decode a lane's weights from several scattered bytes a row; at 4 rows a warp
+// ptxas spills them (sm_80: Q3_K past 255 registers, Q6_K at 168), and at 2 Q2_K and Q3_K still
+// take 245-254 registers (two blocks an SM). Q6_K takes 2 rows (102 registers), Q2_K and Q3_K one.
+template <GgmlType kType>
+constexpr int kRowsPerWarp = kType == GgmlType::Q2_K || kType == GgmlType::Q3_K ? 1 : kType == GgmlType::Q6_K ? 2 : 4;
+constexpr int kGroupRows = 4;
+template <GgmlType kType>
+constexpr int64_t kRowsPerBlock = int64_t{kWarps} * kRowsPerWarp<kType>;
+constexpr int64_t kMaxGridY = 65535;  // a launch's weight-row blocks; more rows: more launches
+
+// Weight rows n0.. (kRowsPerWarp of them; those past n_out read the last row again and are not stored) against
+// activation rows x[0..kNx) (y: their rows of the output).
+template <GgmlType kType, int kNx>
+__device__ __forceinline__ void many_rows_group(const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t n0,
+                                                int64_t k, const float* x, float* y, int lane) {
+  constexpr int kR = kRowsPerWarp<kType>;
+  const uint8_t* rows[kR];
+FATHOM_UNROLL
+  for (int r = 0; r < kR; ++r) rows[r] = w + (n0 + r < n_out ? n0 + r : n_out - 1) * row_bytes;
+  float acc[kR][kNx];
+FATHOM_UNROLL
+  for (int r = 0; r < kR; ++r)
+FATHOM_UNROLL
+    for (int m = 0; m < kNx; ++m) acc[r][m] = 0.0f;
+  rows_dot<kType, kR, kNx>(rows, k, x, lane, acc);
+FATHOM_UNROLL
+  for (int r = 0; r < kR; ++r)
+FATHOM_UNROLL
+    for (int m = 0; m < kNx; ++m) {
+      const float s = warp_sum(acc[r][m]);
+      if (lane == 0 && n0 + r < n_out) y[m * n_out + n0 + r] = s;
+    }
+}
+
+// grid (ceil(n_x / kGroupRows), blocks of kRowsPerBlock weight rows from row0), block (kThreads)
+template <GgmlType kType>
+__global__ void __launch_bounds__(kThreads) quant_gemv_many_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,
+                                                                   int64_t n_out, int64_t row0, int64_t k,
+                                                                   const float* __restrict__ x, int32_t n_x,
+                                                                   float* __restrict__ y) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t n0 = row0 + static_cast<int64_t>(blockIdx.y) * kRowsPerBlock<kType> +
+                     static_cast<int64_t>(threadIdx.x / 32) * kRowsPerWarp<kType>;
+  if (n0 >= n_out) return;  // whole warps exit together
+  const int m0 = static_cast<int>(blockIdx.x) * kGroupRows;
+  const float* xg = x + m0 * k;
+  float* yg = y + m0 * n_out;
+  switch (n_x - m0) {  // the block's activation rows: 4, or the remainder in the last group
+    case 1: many_rows_group<kType, 1>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
+    case 2: many_rows_group<kType, 2>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
+    case 3: many_rows_group<kType, 3>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
+    default: many_rows_group<kType, kGroupRows>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
+  }
+}
+
+template <GgmlType kType>
+void launch_many(const void* w, int64_t row_bytes, int64_t n_out, int64_t k, const float* x, int32_t n_x, float* y,
+                 cudaStream_t stream) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int64_t blocks = (n_out + kRowsPerBlock<kType> - 1) / kRowsPerBlock<kType>;
+  for (int64_t b0 = 0; b0 < blocks; b0 += kMaxGridY) {
+    const dim3 grid(static_cast<unsigned>((n_x + kGroupRows - 1) / kGroupRows),
+                    static_cast<unsigned>(blocks - b0 < kMaxGridY ? blocks - b0 : kMaxGridY));
+    FATHOM_LAUNCH((quant_gemv_many_kernel<kType>), grid, dim3(kThreads), 0, stream, wb, row_bytes, n_out,
+                  b0 * kRowsPerBlock<kType>, k, x, n_x, y);
+  }
+}
+
 template <GgmlType kType>
 void launch(const void* w, int64_t row_bytes, int64_t n_out, int64_t k, const float* x, int32_t n_x, float* y,
             cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((n_out + kWarps - 1) / kWarps));
   const auto* wb = static_cast<const uint8_t*>(w);
+  if (n_x > 4) {
+    launch_many<kType>(w, row_bytes, n_out, k, x, n_x, y, stream);
+    return;
+  }
   switch (n_x) {
     case 1: FATHOM_LAUNCH((quant_gemv_kernel<kType, 1>), grid, dim3(kThreads), 0, stream, wb, row_bytes, n_out, k, x, y); break;
     case 2: FATHOM_LAUNCH((quant_gemv_kernel<kType, 2>), grid, dim3(kThreads), 0, stream, wb, row_bytes, n_out, k, x, y); break;
@@ -70,7 +151,7 @@ cudaError_t quant_gemv(GgmlType type, const void* w, int64_t n_out, int64_t k, c
   using namespace quant_gemv_detail;
   if (n_out == 0) return cudaSuccess;
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (n_out < 0 || (n_out + kWarps - 1) / kWarps > 0x7fffffff || n_x < 1 || n_x > 4 || k <= 0 || !aligned(w) ||
+  if (n_out < 0 || (n_out + kWarps - 1) / kWarps > 0x7fffffff || n_x < 1 || n_x > kQuantGemvMaxRows || k <= 0 || !aligned(w) ||
       !aligned(x))
     return cudaErrorInvalidValue;
   switch (type) {

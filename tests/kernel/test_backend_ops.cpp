@@ -1258,6 +1258,19 @@ void run_matmul(const Case& c, const MatShape& sh, const Backend& b, const Tol& 
                 sh.q8 ? cpu::Precision::kQ8 : cpu::Precision::kF32);
   } else {
     got = cuda_quant_gemv(sh.type, w, sh.n_out, sh.k, x, sh.n_x);
+    // Batch invariance: over 4 rows the many-row kernel runs; its first and last rows must be
+    // bitwise those of the one-row kernel (a row alone) and its first four those of a 4-row call.
+    if (sh.n_x > 4) {
+      const auto rows_of = [&](int32_t m0, int32_t count) {
+        return std::vector<float>(x.begin() + m0 * sh.k, x.begin() + (m0 + count) * sh.k);
+      };
+      const auto same_rows = [&](const std::vector<float>& part, int32_t m0) {
+        return std::memcmp(part.data(), got.data() + m0 * sh.n_out, part.size() * sizeof(float)) == 0;
+      };
+      EXPECT_TRUE(same_rows(cuda_quant_gemv(sh.type, w, sh.n_out, sh.k, rows_of(0, 4), 4), 0)) << "rows 0..3";
+      EXPECT_TRUE(same_rows(cuda_quant_gemv(sh.type, w, sh.n_out, sh.k, rows_of(sh.n_x - 1, 1), 1), sh.n_x - 1))
+          << "the last row";
+    }
   }
   double worst_rel = 0;
   for (size_t i = 0; i < got.size(); ++i) worst_rel = std::max(worst_rel, std::fabs(got[i] - want[i]) / mag[i]);
@@ -2133,8 +2146,9 @@ std::vector<Case> build_table() {
   // tree); CPU 1e-5·Σ (f32 rounding in products and sums, test_matmul's bound); the CPU's 8-bit
   // activations (matmul_q8) 1.001·B + 1e-5·Σ, B = Σ over 32-blocks of (max|x_b| / 127) / 2 · Σ|W_b|
   // (each activation moved by at most half its block's step; the integer dots exact). The CUDA
-  // GEMV reads the quantized types; dense weights go through gemm (below). Every n_x from 1 to 4
-  // meets every type and k.
+  // GEMV reads the quantized types; dense weights go through gemm (below). The row counts cycle
+  // through 1..4 (the one-row kernel) and 5..64 (the many-row one: a full group, partial last
+  // groups, the most rows a launch takes), so every count meets every type.
   {
     int32_t case_index = 0;
     const std::set<GgmlType> gemv_types = {GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K,
@@ -2145,7 +2159,8 @@ std::vector<Case> build_table() {
       const int64_t block = std::max<int64_t>(32, ggml_info(type).block_size);
       for (const int64_t k : {block, 3 * block, 9 * block, (block == 32 ? 129 : 17) * block})
         for (const int64_t n_out : {1, 7, 33, 130}) {
-          const int32_t n_x = 1 + case_index++ % 4;
+          constexpr int32_t kRowCounts[] = {1, 2, 3, 4, 5, 8, 14, 64};
+          const int32_t n_x = kRowCounts[case_index++ % 8];
           const std::string name = std::string(ggml_type_name(type)) + "_k" + std::to_string(k) + "_n" +
                                    std::to_string(n_out) + "_x" + std::to_string(n_x);
           const MatShape sh{type, k, n_out, n_x};

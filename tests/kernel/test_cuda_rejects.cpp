@@ -80,7 +80,8 @@ TEST(CudaRejects, EmbeddingTypesAndDims) {
 
 TEST(CudaRejects, QuantGemvShapes) {
   DeviceBuffer<float> dx(256);
-  EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_K, dx.ptr, 1, 256, dx.ptr, 5, dx.ptr, nullptr), cudaErrorInvalidValue);  // n_x > 4
+  EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_K, dx.ptr, 1, 256, dx.ptr, cuda::kQuantGemvMaxRows + 1, dx.ptr, nullptr),
+            cudaErrorInvalidValue);  // n_x
   EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_K, dx.ptr, 1, 96, dx.ptr, 1, dx.ptr, nullptr), cudaErrorInvalidValue);  // k
   EXPECT_EQ(cuda::quant_gemv(GgmlType::Q4_0, dx.ptr, 1, 256, dx.ptr, 1, dx.ptr, nullptr), cudaErrorInvalidValue);  // type
 }

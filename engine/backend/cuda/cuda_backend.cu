@@ -80,10 +80,9 @@ struct DevLayer {
   std::vector<float> router_bias;  // gpt-oss (n_experts), added on the host before routing
 };
 
-// Decode-sized batches (<= kGemvMaxRows rows) read quantized weights through quant_gemv in
-// launches of kGemvRows rows; larger ones dequantize kDequantChunk floats of W at a time for the GEMM.
-constexpr int64_t kGemvRows = 4;
-constexpr int64_t kGemvMaxRows = 16;
+// Decode-sized batches (<= cuda::kQuantGemvMaxRows rows) read quantized weights through one
+// quant_gemv launch; larger ones dequantize kDequantChunk floats of W at a time for the GEMM.
+constexpr int64_t kGemvRows = 4;  // the experts' grouped GEMV: pairs of an expert a run
 constexpr int64_t kDequantChunk = int64_t{16} << 20;
 
 inline KvLayout cuda_layout(const Model& model, const ModelOptions& o) {
@@ -601,11 +600,8 @@ void CudaBackend::ensure_rope_rows(int32_t rows) {
 void CudaBackend::matmul(const DevMatrix& w, const float* x, int64_t m, float* y) {
   if (m == 0) return;
   const int64_t n = w.rows, k = w.cols;
-  if (has_gemv(w.type) && m <= kGemvMaxRows) {
-    for (int64_t r = 0; r < m; r += kGemvRows) {
-      const int32_t nx = static_cast<int32_t>(std::min(kGemvRows, m - r));
-      FATHOM_CUDA_BACKEND_OK(cuda::quant_gemv(w.type, w.data, n, k, x + r * k, nx, y + r * n, stream_));
-    }
+  if (has_gemv(w.type) && m <= cuda::kQuantGemvMaxRows) {
+    FATHOM_CUDA_BACKEND_OK(cuda::quant_gemv(w.type, w.data, n, k, x, static_cast<int32_t>(m), y, stream_));
     return;
   }
   act16_.reserve(static_cast<size_t>(m * k));

@@ -4,7 +4,7 @@
 // schedule is the shared one (engine/forward.cpp).
 //
 // Weights: Q8_0 / IQ4_NL / MXFP4 / Q2_K / Q3_K / Q4_K / Q6_K / IQ4_XS matrices are uploaded as stored and
-// read by quant_gemv for decode-sized batches (<= 16 rows, in launches of up to 4); larger batches
+// read by quant_gemv for decode-sized batches (<= 64 rows, one launch reading W once); larger batches
 // (prefill) dequantize row chunks to f16 on the device (embedding_lookup + convert) and run gemm_f16
 // (cuBLAS under nvcc). Every other format (F32, F16, BF16, Q4_0, Q4_1, Q5_0, ...) has no CUDA
 // GEMV: it is dequantized to f16 once at load and always goes through gemm_f16 (activations
