@@ -3,16 +3,18 @@
 // layer schedule of engine/forward.cpp); plus the
 // elementwise kernels it added (kernels/cuda/elementwise.cu) against their host spec.
 //
-// Whole-model check: a plan of three prompts (8, 2 and 12 tokens, T = 22 > 16 so quantized
-// weights take the dequantize + GEMM prefill path; the 2-token prompt wants every row's logits),
-// then decode steps of the 8- and 12-token sequences (T = 2: quant_gemv), fed the CPU's greedy
+// Whole-model check: a plan of three prompts (8, 2 and 12 tokens, T = 22: quantized weights take
+// quant_gemv's many-row kernel; the 2-token prompt wants every row's logits), then (Gemma) a step
+// that decodes the 8- and 12-token sequences beside a 64-token prompt (T = 66 > 64: the
+// dequantize + GEMM path), then decode steps of the two (T = 2: the one-row kernel), fed the CPU's greedy
 // tokens. The CPU model runs with Precision::kF32 (f32 activations, weights dequantized exactly),
 // f16 KV on both sides. Per forward, NMSE = Σ(a − b)² / Σb² over all logits (b = CPU) and equal
 // greedy tokens of the sequences' last rows.
 // Bounds: the backend rounds every GEMM input to f16 (activations, and SmolLM2's Q4_1 / Gemma's
 // Q5_0 weights, whose d·q + m is no f16 value): ~1e-3 relative error per product, averaging out
-// over K and accumulating over 30 / 18 layers. SmolLM2 measured worst 7.9e-6 over 4 passes
-// (per pass 4.6e-6, 2.3e-6, 7.9e-6, 4.6e-7): bound 1e-4, ~12× above. Gemma: bound 1e-3.
+// over K and accumulating over 30 / 18 layers. SmolLM2 measured 3.1e-6 and 2.4e-6 (bound 1e-4).
+// Gemma (bound 1e-3) 1.1e-7 at T = 22 (quant_gemv reads f32 activations), 3.6e-7 at T = 66 (the
+// f16 GEMM), 4.2e-7 decoding.
 // Runtime: every emulated __syncthreads / shuffle is a ucontext switch per thread, and the
 // tiled GEMM standing in for cuBLAS has 2 barriers per 32-wide K step: one SmolLM2 pass is
 // ~55 M switches (~100 s wall on a loaded 2-core machine). Hence one model, 3 decode steps, and
@@ -111,8 +113,9 @@ double nmse(const std::vector<float>& a, const std::vector<float>& b) {
   return num / den;
 }
 
-// Runs both backends on the same plans; returns the worst NMSE over the 4 forward passes.
-double compare_model(const std::string& file, double bound, int decode_steps) {
+// Runs both backends on the same plans; returns the worst NMSE over the forward passes.
+// long_prompt: step 1 also prefills the 64-token prompt (T = 66).
+double compare_model(const std::string& file, double bound, int decode_steps, bool long_prompt) {
   const auto t0 = std::chrono::steady_clock::now();
   ModelOptions o;
   o.threads = 2;
@@ -133,11 +136,15 @@ double compare_model(const std::string& file, double bound, int decode_steps) {
   a.resize(std::min<size_t>(a.size(), 8));
   b.resize(std::min<size_t>(b.size(), 12));
   c.resize(std::min<size_t>(c.size(), 2));
+  std::vector<int32_t> d;  // the long prompt of step 1
+  while (d.size() < 64) d.insert(d.end(), b.begin(), b.end());
+  d.resize(64);
   EXPECT_EQ(a.size(), 8u);
   EXPECT_EQ(b.size(), 12u);
   EXPECT_EQ(c.size(), 2u);
   BlockAllocator pool(std::min(cpu.kv_blocks(), cuda->kv_blocks()), o.block_size);
   const std::vector<int32_t> table_a{pool.allocate()}, table_b{pool.allocate()}, table_c{pool.allocate()};
+  const std::vector<int32_t> table_d{pool.allocate(), pool.allocate(), pool.allocate(), pool.allocate()};
   const int32_t vocab = model->vocab();
 
   double worst = 0;
@@ -156,8 +163,11 @@ double compare_model(const std::string& file, double bound, int decode_steps) {
       plan.seqs[2].hidden = LogitsWanted::kLast;
     } else {
       plan.seqs.push_back(SeqStep{next_a, static_cast<int32_t>(a.size()) + step - 1, &table_a, LogitsWanted::kLast});
+      if (step == 1 && long_prompt) plan.seqs.push_back(SeqStep{d, 0, &table_d, LogitsWanted::kLast});  // between a and b
       plan.seqs.push_back(SeqStep{next_b, static_cast<int32_t>(b.size()) + step - 1, &table_b, LogitsWanted::kLast});
     }
+    int64_t tokens = 0;
+    for (const SeqStep& q : plan.seqs) tokens += static_cast<int64_t>(q.tokens.size());
     const auto s0 = std::chrono::steady_clock::now();
     cpu.forward(plan, cpu_logits, &cpu_hidden);
     const auto s1 = std::chrono::steady_clock::now();
@@ -173,13 +183,13 @@ double compare_model(const std::string& file, double bound, int decode_steps) {
     const double e = nmse(cuda_logits, cpu_logits);
     worst = std::max(worst, e);
     const int64_t rows = plan.logits_rows();
-    // a's row is first, b's last (c's two rows in between at step 0).
+    // a's row is first, b's last (c's two rows in between at step 0, d's row at step 1).
     const int32_t cpu_a = argmax(&cpu_logits[0], vocab);
     const int32_t cpu_b = argmax(&cpu_logits[(rows - 1) * vocab], vocab);
     EXPECT_EQ(argmax(&cuda_logits[0], vocab), cpu_a) << "step " << step;
     EXPECT_EQ(argmax(&cuda_logits[(rows - 1) * vocab], vocab), cpu_b) << "step " << step;
     std::printf("%s step %d: T=%lld rows=%lld NMSE %.3e (bound %.0e), greedy %d %d; cpu %.2f s, cuda-emu %.2f s\n",
-                file.c_str(), step, static_cast<long long>(step == 0 ? a.size() + b.size() + c.size() : 2),
+                file.c_str(), step, static_cast<long long>(tokens),
                 static_cast<long long>(rows), e, bound, cpu_a, cpu_b, std::chrono::duration<double>(s1 - s0).count(),
                 std::chrono::duration<double>(s2 - s1).count());
     next_a = {cpu_a};
@@ -191,11 +201,11 @@ double compare_model(const std::string& file, double bound, int decode_steps) {
   return worst;
 }
 
-TEST(CudaForward, SmolLM2MatchesCpuModel) { compare_model("smollm2-135m-instruct-q4_1.gguf", 1e-4, 1); }
+TEST(CudaForward, SmolLM2MatchesCpuModel) { compare_model("smollm2-135m-instruct-q4_1.gguf", 1e-4, 1, false); }
 
-// The only whole-model run of the quantized dequantize + GEMM path (SmolLM2's layer weights are
-// all f16 on the device), with Gemma's 262144-row output GEMV: ~15 s on the emulator (2 cores).
-TEST(CudaForward, Gemma3MatchesCpuModel) { compare_model("gemma-3-270m-q4_k_m.gguf", 1e-3, 1); }
+// The only whole-model run of quant_gemv's many-row kernel and of the quantized dequantize + GEMM
+// path (SmolLM2's layer weights are all f16 on the device), with Gemma's 262144-row output GEMV.
+TEST(CudaForward, Gemma3MatchesCpuModel) { compare_model("gemma-3-270m-q4_k_m.gguf", 1e-3, 2, true); }
 
 TEST(CudaForward, BlockMovesRoundTrip) {
   ModelOptions o;
