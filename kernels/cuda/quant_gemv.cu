@@ -20,10 +20,11 @@
 // Bytes per output row: the row of W once plus n_x·K·4 of x (x is re-read by every warp but
 // stays in L1/L2), so the kernel is bound by W's bytes, as decode GEMV should be.
 // Five to kQuantGemvMaxRows activation rows (batched decode, speculative verify rows) take the
-// many-row kernel: block (g, j) of grid (ceil(n_x / 4), ceil(n_out / 16)) multiplies activation
-// rows 4g..4g+3 with weight rows 16j..16j+15, 4 a warp (Q6_K: 2 a warp, 8 a block; Q2_K and Q3_K:
-// 1 and 4; kRowsPerWarp). A lane decodes its columns of the warp's rows and every x value it loads
-// serves all of them, so x's cache traffic per weight is a quarter of the one-row kernel's. The
+// many-row kernel: block (g, j) of grid (ceil(n_x / 4), ceil(n_out / R)) multiplies activation
+// rows 4g..4g+3 with weight rows R j..R j + R - 1, R / 4 a warp (kRowsPerWarp: 4 for most formats,
+// so R = 16; Q6_K 2, Q2_K and Q3_K 1). A lane decodes its columns of the warp's rows and every x
+// value it loads serves all of them, so x's cache traffic per weight is 1 / kRowsPerWarp of the
+// one-row kernel's. The
 // groups are the grid's fastest dimension: the blocks reading the same weight rows run side by
 // side, so W comes from DRAM about once a launch and the other groups find it in L2. A row's
 // result is bitwise the one-row kernel's (quant_rows.h: the same operations per row).
@@ -130,12 +131,12 @@ void launch_many(const void* w, int64_t row_bytes, int64_t n_out, int64_t k, con
 template <GgmlType kType>
 void launch(const void* w, int64_t row_bytes, int64_t n_out, int64_t k, const float* x, int32_t n_x, float* y,
             cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((n_out + kWarps - 1) / kWarps));
-  const auto* wb = static_cast<const uint8_t*>(w);
   if (n_x > 4) {
     launch_many<kType>(w, row_bytes, n_out, k, x, n_x, y, stream);
     return;
   }
+  const dim3 grid(static_cast<unsigned>((n_out + kWarps - 1) / kWarps));
+  const auto* wb = static_cast<const uint8_t*>(w);
   switch (n_x) {
     case 1: FATHOM_LAUNCH((quant_gemv_kernel<kType, 1>), grid, dim3(kThreads), 0, stream, wb, row_bytes, n_out, k, x, y); break;
     case 2: FATHOM_LAUNCH((quant_gemv_kernel<kType, 2>), grid, dim3(kThreads), 0, stream, wb, row_bytes, n_out, k, x, y); break;

@@ -19,8 +19,8 @@ constexpr int32_t kQuantGemvMaxRows = 64;
 //   x: [n_x][K] f32, 16-byte aligned (read as f32: no on-the-fly quantization, so the only
 //      rounding is the f32 products and sums)
 //   y: [n_x][n_out] f32
-// n_x in 1..kQuantGemvMaxRows: up to 4 rows, one warp a weight row; more, 4 weight rows a warp
-// sharing each x load (quant_gemv.cu). Row m's result does not depend on n_x (bitwise). More rows
+// n_x in 1..kQuantGemvMaxRows: up to 4 rows, one warp a weight row; more, up to 4 weight rows a
+// warp sharing each x load (quant_gemv.cu). Row m's result does not depend on n_x (bitwise). More rows
 // (prefill): the dense GEMM path. Returns cudaErrorInvalidValue on unsupported type, shape or
 // alignment.
 cudaError_t quant_gemv(GgmlType type, const void* w, int64_t n_out, int64_t k, const float* x, int32_t n_x, float* y,

@@ -1258,8 +1258,9 @@ void run_matmul(const Case& c, const MatShape& sh, const Backend& b, const Tol& 
                 sh.q8 ? cpu::Precision::kQ8 : cpu::Precision::kF32);
   } else {
     got = cuda_quant_gemv(sh.type, w, sh.n_out, sh.k, x, sh.n_x);
-    // Batch invariance: over 4 rows the many-row kernel runs; its first and last rows must be
-    // bitwise those of the one-row kernel (a row alone) and its first four those of a 4-row call.
+    // Batch invariance: over 4 rows the many-row kernel runs; its rows must be bitwise the
+    // one-row kernel's: the first four and the 4-row group holding the middle row those of 4-row
+    // calls, the last row that of a 1-row call.
     if (sh.n_x > 4) {
       const auto rows_of = [&](int32_t m0, int32_t count) {
         return std::vector<float>(x.begin() + m0 * sh.k, x.begin() + (m0 + count) * sh.k);
@@ -1268,6 +1269,8 @@ void run_matmul(const Case& c, const MatShape& sh, const Backend& b, const Tol& 
         return std::memcmp(part.data(), got.data() + m0 * sh.n_out, part.size() * sizeof(float)) == 0;
       };
       EXPECT_TRUE(same_rows(cuda_quant_gemv(sh.type, w, sh.n_out, sh.k, rows_of(0, 4), 4), 0)) << "rows 0..3";
+      const int32_t mid = std::min(sh.n_x / 2, sh.n_x - 4);
+      EXPECT_TRUE(same_rows(cuda_quant_gemv(sh.type, w, sh.n_out, sh.k, rows_of(mid, 4), 4), mid)) << "middle rows";
       EXPECT_TRUE(same_rows(cuda_quant_gemv(sh.type, w, sh.n_out, sh.k, rows_of(sh.n_x - 1, 1), 1), sh.n_x - 1))
           << "the last row";
     }
@@ -2147,8 +2150,9 @@ std::vector<Case> build_table() {
   // activations (matmul_q8) 1.001·B + 1e-5·Σ, B = Σ over 32-blocks of (max|x_b| / 127) / 2 · Σ|W_b|
   // (each activation moved by at most half its block's step; the integer dots exact). The CUDA
   // GEMV reads the quantized types; dense weights go through gemm (below). The row counts cycle
-  // through 1..4 (the one-row kernel) and 5..64 (the many-row one: a full group, partial last
-  // groups, the most rows a launch takes), so every count meets every type.
+  // through 1..4 (the one-row kernel) and 5..64 (the many-row one: last groups of 1, 2, 3 and 4
+  // rows, the most rows a launch takes); 9 counts over 16 shapes a type, so the counts meet
+  // different k and n_out in each type.
   {
     int32_t case_index = 0;
     const std::set<GgmlType> gemv_types = {GgmlType::Q8_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K,
@@ -2159,8 +2163,8 @@ std::vector<Case> build_table() {
       const int64_t block = std::max<int64_t>(32, ggml_info(type).block_size);
       for (const int64_t k : {block, 3 * block, 9 * block, (block == 32 ? 129 : 17) * block})
         for (const int64_t n_out : {1, 7, 33, 130}) {
-          constexpr int32_t kRowCounts[] = {1, 2, 3, 4, 5, 8, 14, 64};
-          const int32_t n_x = kRowCounts[case_index++ % 8];
+          constexpr int32_t kRowCounts[] = {1, 2, 3, 4, 5, 8, 14, 19, 64};
+          const int32_t n_x = kRowCounts[case_index++ % 9];
           const std::string name = std::string(ggml_type_name(type)) + "_k" + std::to_string(k) + "_n" +
                                    std::to_string(n_out) + "_x" + std::to_string(n_x);
           const MatShape sh{type, k, n_out, n_x};

@@ -15,10 +15,9 @@
 // over K and accumulating over 30 / 18 layers. SmolLM2 measured 3.1e-6 and 2.4e-6 (bound 1e-4).
 // Gemma (bound 1e-3) 1.1e-7 at T = 22 (quant_gemv reads f32 activations), 3.6e-7 at T = 66 (the
 // f16 GEMM), 4.2e-7 decoding.
-// Runtime: every emulated __syncthreads / shuffle is a ucontext switch per thread, and the
-// tiled GEMM standing in for cuBLAS has 2 barriers per 32-wide K step: one SmolLM2 pass is
-// ~55 M switches (~100 s wall on a loaded 2-core machine). Hence one model, 3 decode steps, and
-// 4 logits rows at most per pass (one quant_gemv launch over the 49152-row output).
+// Runtime: every emulated __syncthreads / shuffle is a ucontext switch per thread (SmolLM2 ~6 s,
+// Gemma 3 ~12 s on 2 cores). Hence one or two decode steps and at most 4 logits rows a pass (the
+// one-row quant_gemv kernel over the 49152- and 262144-row outputs).
 // Elementwise kernels: exact (the same single f32 addition / the same rounding as the host).
 #include "tests/kernel/cuda_backend_headers.h"
 
