@@ -85,18 +85,21 @@ __device__ __forceinline__ float element(const uint8_t* row, int64_t i) {
   }
 }
 
-// grid (n_tokens), block (kThreads)
-template <GgmlType kType>
+__device__ __forceinline__ void put(float* o, float v) { *o = v; }
+__device__ __forceinline__ void put(__half* o, float v) { *o = __float2half_rn(v); }
+
+// grid (n_tokens), block (kThreads); Out: float or __half (the f32 value rounded to nearest)
+template <GgmlType kType, typename Out>
 __global__ void __launch_bounds__(kThreads) embedding_kernel(const uint8_t* __restrict__ table, int64_t row_bytes,
                                                              int64_t n_rows, int64_t dim,
                                                              const int32_t* __restrict__ ids, float scale,
-                                                             float* __restrict__ out) {
+                                                             Out* __restrict__ out) {
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
-  float* o = out + t * dim;
+  Out* o = out + t * dim;
   const bool valid = id >= 0 && id < n_rows;
   const uint8_t* row = table + (valid ? id : 0) * row_bytes;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) o[i] = valid ? element<kType>(row, i) * scale : 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) put(o + i, valid ? element<kType>(row, i) * scale : 0.0f);
 }
 
 // Elements per block and bytes per block of the supported types (0: unsupported).
@@ -119,18 +122,16 @@ inline void type_layout(GgmlType type, int64_t* block, int64_t* bytes) {
   }
 }
 
-template <GgmlType kType>
+template <GgmlType kType, typename Out>
 void launch(const void* table, int64_t row_bytes, int64_t n_rows, int64_t dim, const int32_t* ids, int64_t n_tokens,
-            float scale, float* out, cudaStream_t stream) {
-  FATHOM_LAUNCH(embedding_kernel<kType>, dim3(static_cast<unsigned>(n_tokens)), dim3(kThreads), 0, stream,
+            float scale, Out* out, cudaStream_t stream) {
+  FATHOM_LAUNCH((embedding_kernel<kType, Out>), dim3(static_cast<unsigned>(n_tokens)), dim3(kThreads), 0, stream,
                 static_cast<const uint8_t*>(table), row_bytes, n_rows, dim, ids, scale, out);
 }
 
-}  // namespace embedding_detail
-
-cudaError_t embedding_lookup(const void* table, GgmlType type, int64_t n_rows, int64_t dim, const int32_t* ids,
-                             int64_t n_tokens, float scale, float* out, cudaStream_t stream) {
-  using namespace embedding_detail;
+template <typename Out>
+cudaError_t lookup(const void* table, GgmlType type, int64_t n_rows, int64_t dim, const int32_t* ids,
+                   int64_t n_tokens, float scale, Out* out, cudaStream_t stream) {
   int64_t block = 0, bytes = 0;
   type_layout(type, &block, &bytes);
   if (n_tokens == 0) return cudaSuccess;
@@ -152,6 +153,18 @@ cudaError_t embedding_lookup(const void* table, GgmlType type, int64_t n_rows, i
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+}  // namespace embedding_detail
+
+cudaError_t embedding_lookup(const void* table, GgmlType type, int64_t n_rows, int64_t dim, const int32_t* ids,
+                             int64_t n_tokens, float scale, float* out, cudaStream_t stream) {
+  return embedding_detail::lookup(table, type, n_rows, dim, ids, n_tokens, scale, out, stream);
+}
+
+cudaError_t embedding_lookup_f16(const void* table, GgmlType type, int64_t n_rows, int64_t dim, const int32_t* ids,
+                                 int64_t n_tokens, float scale, __half* out, cudaStream_t stream) {
+  return embedding_detail::lookup(table, type, n_rows, dim, ids, n_tokens, scale, out, stream);
 }
 
 }  // namespace fathom::cuda

@@ -20,4 +20,10 @@ namespace fathom::cuda {
 cudaError_t embedding_lookup(const void* table, GgmlType type, int64_t n_rows, int64_t dim, const int32_t* ids,
                              int64_t n_tokens, float scale, float* out, cudaStream_t stream);
 
+// The same rows written as f16 (each f32 value rounded to nearest, as convert_f32_to_f16 does):
+// the CUDA backend dequantizes weight rows for its f16 GEMM with it, 2 bytes written an element
+// instead of 4 written, 4 read and 2 written through an f32 buffer.
+cudaError_t embedding_lookup_f16(const void* table, GgmlType type, int64_t n_rows, int64_t dim, const int32_t* ids,
+                                 int64_t n_tokens, float scale, __half* out, cudaStream_t stream);
+
 }  // namespace fathom::cuda

@@ -116,6 +116,11 @@ std::vector<float> cuda_rope(const std::vector<float>& x, const std::vector<int3
 // cuda::embedding_lookup: [ids.size()][dim].
 std::vector<float> cuda_embedding(const std::vector<uint8_t>& table, GgmlType type, int64_t n_rows, int64_t dim,
                                   const std::vector<int32_t>& ids, float scale);
+// cuda::embedding_lookup_f16: the f16 bits, [ids.size()][dim].
+std::vector<uint16_t> cuda_embedding_f16(const std::vector<uint8_t>& table, GgmlType type, int64_t n_rows, int64_t dim,
+                                         const std::vector<int32_t>& ids, float scale);
+// cuda::convert_f32_to_f16: the f16 bits.
+std::vector<uint16_t> cuda_to_f16(const std::vector<float>& x);
 // cuda::quant_gemv: y [n_x][n_out] = x [n_x][k] · Wᵀ.
 std::vector<float> cuda_quant_gemv(GgmlType type, const std::vector<uint8_t>& w, int64_t n_out, int64_t k,
                                    const std::vector<float>& x, int32_t n_x);

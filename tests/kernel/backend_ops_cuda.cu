@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/bifurcated_attention.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/hip_attention.h"
@@ -315,6 +316,25 @@ std::vector<float> cuda_embedding(const std::vector<uint8_t>& table, GgmlType ty
   launched(cuda::embedding_lookup(dt.ptr, type, n_rows, dim, di.ptr, static_cast<int64_t>(ids.size()), scale, dout.ptr,
                                   nullptr),
            "embedding_lookup");
+  return dout.get();
+}
+
+std::vector<uint16_t> cuda_embedding_f16(const std::vector<uint8_t>& table, GgmlType type, int64_t n_rows, int64_t dim,
+                                         const std::vector<int32_t>& ids, float scale) {
+  Dev<uint8_t> dt(table);
+  Dev<int32_t> di(ids);
+  Dev<uint16_t> dout(ids.size() * dim);
+  launched(cuda::embedding_lookup_f16(dt.ptr, type, n_rows, dim, di.ptr, static_cast<int64_t>(ids.size()), scale,
+                                      reinterpret_cast<__half*>(dout.ptr), nullptr),
+           "embedding_lookup_f16");
+  return dout.get();
+}
+
+std::vector<uint16_t> cuda_to_f16(const std::vector<float>& x) {
+  Dev<float> dx(x);
+  Dev<uint16_t> dout(x.size());
+  launched(cuda::convert_f32_to_f16(dx.ptr, reinterpret_cast<__half*>(dout.ptr), static_cast<int64_t>(x.size()), nullptr),
+           "convert_f32_to_f16");
   return dout.get();
 }
 

@@ -1205,6 +1205,8 @@ void run_embedding(const Case& c, const EmbShape& sh, const Backend& b, const To
     }
   } else {
     got = cuda_embedding(table, sh.type, n_rows, sh.dim, ids, sh.scale);
+    // The f16 lookup (the backend's weight dequantization for its GEMM) is the f32 one rounded.
+    EXPECT_EQ(cuda_embedding_f16(table, sh.type, n_rows, sh.dim, ids, sh.scale), cuda_to_f16(got)) << "f16 rows";
   }
   report("output", expect_within(got, want, [&](size_t i) { return (t.atol + t.rtol * std::fabs(want[i])) * sh.scale; },
                                  "output"), t);

@@ -267,8 +267,7 @@ class CudaBackend final : public Backend {
   bool expert_gemm_ = false;
   DeviceArray<float> attn_workspace_;
   DeviceArray<__half> act16_;        // (T, max in-features): the GEMM's f16 activations
-  DeviceArray<float> w32_;           // (kDequantChunk): a dequantized chunk of W, f32 ...
-  DeviceArray<__half> w16_;          // ... then f16
+  DeviceArray<__half> w16_;          // (kDequantChunk): a dequantized chunk of W
   DeviceArray<float> picked_, logits_;  // (rows, dim) (rows, vocab)
 };
 
@@ -615,13 +614,11 @@ void CudaBackend::matmul(const DevMatrix& w, const float* x, int64_t m, float* y
   // Quantized W and a prefill-sized batch: dequantize row chunks of W to f16, one GEMM per chunk
   // writing its columns of y.
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, kDequantChunk / k));
-  w32_.reserve(static_cast<size_t>(chunk * k));
   w16_.reserve(static_cast<size_t>(chunk * k));
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rc = std::min(chunk, n - r0);
     FATHOM_CUDA_BACKEND_OK(
-        cuda::embedding_lookup(w.data, w.type, n, k, row_ids_.get() + r0, rc, 1.0f, w32_.get(), stream_));
-    FATHOM_CUDA_BACKEND_OK(cuda::convert_f32_to_f16(w32_.get(), w16_.get(), rc * k, stream_));
+        cuda::embedding_lookup_f16(w.data, w.type, n, k, row_ids_.get() + r0, rc, 1.0f, w16_.get(), stream_));
     FATHOM_CUDA_BACKEND_OK(cuda::gemm_f16(gemm_, act16_.get(), k, w16_.get(), k, y + r0, n, mi,
                                           static_cast<int32_t>(rc), ki, stream_));
   }

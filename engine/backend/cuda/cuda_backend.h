@@ -5,7 +5,7 @@
 //
 // Weights: Q8_0 / IQ4_NL / MXFP4 / Q2_K / Q3_K / Q4_K / Q6_K / IQ4_XS matrices are uploaded as stored and
 // read by quant_gemv for decode-sized batches (<= 64 rows, one launch reading W once); larger batches
-// (prefill) dequantize row chunks to f16 on the device (embedding_lookup + convert) and run gemm_f16
+// (prefill) dequantize row chunks to f16 on the device (embedding_lookup_f16) and run gemm_f16
 // (cuBLAS under nvcc). Every other format (F32, F16, BF16, Q4_0, Q4_1, Q5_0, ...) has no CUDA
 // GEMV: it is dequantized to f16 once at load and always goes through gemm_f16 (activations
 // converted to f16 per matmul, f32 accumulation). Norm weights and biases stay f32.
