@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "kernels/cpu/matmul_kernels.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant_blocks.h"
 
 namespace fathom::cpu {
@@ -299,22 +300,22 @@ size_t PackedWeights::bytes_for(GgmlType type, int64_t N, int64_t K) {
 PackedWeights::PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K)
     : type_(type), rows_(N), cols_(K), panel_bytes_(panel_bytes_for(type, N, K)) {
   buffer_ = HugePageBuffer(bytes());
-  pack(W, reinterpret_cast<uint8_t*>(buffer_.data()));
+  pack(W, reinterpret_cast<uint8_t*>(buffer_.data()), nullptr);
 }
 
-PackedWeights::PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K, uint8_t* dst)
+PackedWeights::PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K, uint8_t* dst, ThreadPool* pool)
     : type_(type), rows_(N), cols_(K), panel_bytes_(panel_bytes_for(type, N, K)) {
   FATHOM_CHECK(reinterpret_cast<uintptr_t>(dst) % 64 == 0, "PackedWeights: destination not 64-byte aligned");
-  pack(W, dst);
+  pack(W, dst, pool);
 }
 
-void PackedWeights::pack(const void* W, uint8_t* out) {
+void PackedWeights::pack(const void* W, uint8_t* out, ThreadPool* pool) {
   data_ = out;
   const int64_t N = rows_, K = cols_;
   const auto* w = static_cast<const uint8_t*>(W);
   const size_t row_bytes = ggml_row_size(type_, K);
   const int64_t nb = K / (is_k_quant(type_) ? 256 : 32);
-  for (int64_t p = 0; p < panels(); ++p) {
+  const auto pack_panel_p = [&](int64_t p) {
     uint8_t* dst = out + p * panel_bytes_;
     if (type_ == GgmlType::Q4_K)
       for (int64_t i = 0; i < nb; ++i) pack_q4_k(w, row_bytes, p * kRows, N, i, dst + i * kQ4KUnit);
@@ -328,6 +329,13 @@ void PackedWeights::pack(const void* W, uint8_t* out) {
       for (int64_t i = 0; i < nb; ++i) pack_iq4_xs(w, row_bytes, p * kRows, N, i, dst + i * kIQ4XSUnit);
     else
       pack_panel(type_, w, row_bytes, p * kRows, N, nb, dst);
+  };
+  if (pool == nullptr) {
+    for (int64_t p = 0; p < panels(); ++p) pack_panel_p(p);
+  } else {
+    pool->parallel_for(panels(), [&](int64_t begin, int64_t end, int) {
+      for (int64_t p = begin; p < end; ++p) pack_panel_p(p);
+    });
   }
 }
 

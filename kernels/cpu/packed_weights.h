@@ -37,6 +37,10 @@
 #include "kernels/cpu/huge_buffer.h"
 #include "kernels/ggml_type.h"
 
+namespace fathom {
+class ThreadPool;
+}
+
 namespace fathom::cpu {
 
 class PackedWeights {
@@ -52,7 +56,9 @@ class PackedWeights {
   PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K);
   // Writes into dst (bytes_for(type, N, K) bytes, 64-byte aligned, outliving this object): many
   // matrices packed into one arena share its huge pages instead of rounding each up to 2 MiB.
-  PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K, uint8_t* dst);
+  // With a pool, its threads pack the panels (the same bytes; model load: the first touch of the
+  // arena's pages and the repacking both split over the cores).
+  PackedWeights(GgmlType type, const void* W, int64_t N, int64_t K, uint8_t* dst, ThreadPool* pool = nullptr);
   static size_t bytes_for(GgmlType type, int64_t N, int64_t K);
 
   GgmlType type() const { return type_; }
@@ -69,7 +75,7 @@ class PackedWeights {
   size_t panel_bytes_;
   HugePageBuffer buffer_;  // empty when packed into caller memory
   const uint8_t* data_ = nullptr;
-  void pack(const void* W, uint8_t* dst);
+  void pack(const void* W, uint8_t* dst, ThreadPool* pool);
 };
 
 }  // namespace fathom::cpu

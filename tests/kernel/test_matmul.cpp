@@ -314,6 +314,23 @@ TEST(Matmul, GroupEqualsSeparateCalls) {
       }
 }
 
+// Model load packs each matrix's panels on the backend's pool: the same bytes as one thread.
+TEST(Matmul, PackingOnAPoolWritesTheSameBytes) {
+  std::mt19937 rng(9);
+  const int64_t K = 512, N = 197;  // 13 panels, the last one partial
+  ThreadPool pool(2);
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_1}) {
+    if (!cpu::PackedWeights::supported(t)) continue;
+    const std::vector<uint8_t> w = random_weights(t, N, K, rng);
+    const size_t bytes = cpu::PackedWeights::bytes_for(t, N, K);
+    std::vector<uint8_t> one(bytes + 64, 0xAB), many(bytes + 64, 0xAB);  // padding is not written
+    uint8_t* a = one.data() + (64 - reinterpret_cast<uintptr_t>(one.data()) % 64) % 64;
+    uint8_t* b = many.data() + (64 - reinterpret_cast<uintptr_t>(many.data()) % 64) % 64;
+    cpu::PackedWeights serial(t, w.data(), N, K, a), parallel(t, w.data(), N, K, b, &pool);
+    EXPECT_EQ(std::memcmp(a, b, bytes), 0) << ggml_type_name(t);
+  }
+}
+
 TEST(Matmul, EmptyShapesAreNoOps) {
   ThreadPool pool(2);
   float y = 7.0f;

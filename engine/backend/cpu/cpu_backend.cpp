@@ -29,7 +29,7 @@ KvLayout layout_for(const Model& model, const ModelOptions& o) {
 // Repacks every matrix the CPU's kQ8 kernels read faster in panels (cpu::PackedWeights: Q8_0,
 // Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_XS on AVX-512 VNNI and AVX2), including the output projection (when it
 // is the tied embedding, the lookup keeps reading the mapped rows). Returns the bytes allocated.
-size_t pack_for_cpu(ModelWeights& weights) {
+size_t pack_for_cpu(ModelWeights& weights, ThreadPool& pool) {
   // One arena for all of them: each matrix rounded up to whole 2 MiB pages would waste ~1 MiB
   // per matrix (about 200 MB on SmolLM2's 210 matrices).
   size_t total = 0;
@@ -46,7 +46,7 @@ size_t pack_for_cpu(ModelWeights& weights) {
   weights.packed_arena = std::make_shared<HugePageBuffer>(total);
   auto* dst = reinterpret_cast<uint8_t*>(weights.packed_arena->data());
   for (WeightMatrix* w : packable) {
-    w->packed = std::make_shared<const cpu::PackedWeights>(w->type, w->data, w->rows, w->cols, dst);
+    w->packed = std::make_shared<const cpu::PackedWeights>(w->type, w->data, w->rows, w->cols, dst, &pool);
     dst += w->packed->bytes();
   }
   return total;
@@ -65,7 +65,7 @@ CpuBackend::CpuBackend(const Model& model, const ModelOptions& options)
   for (int t = 0; t < threads_->size(); ++t)
     serial_pools_.push_back(std::make_unique<ThreadPool>(ThreadPool::Serial{}, threads_->size()));
   if (options.pack_weights && options.precision == cpu::Precision::kQ8) {
-    pack_for_cpu(weights_);
+    pack_for_cpu(weights_, *threads_);
     // The mapped bytes of a packed matrix are no longer read (packing read them all in): give the
     // pages back. A tied embedding too: its rows fault back in one page per looked-up token.
     const auto release = [&](const WeightMatrix& w) {
