@@ -24,10 +24,10 @@
 // rows 4g..4g+3 with weight rows R j..R j + R - 1, R / 4 a warp (kRowsPerWarp: 4 for most formats,
 // so R = 16; Q6_K 2, Q2_K and Q3_K 1). A lane decodes its columns of the warp's rows and every x
 // value it loads serves all of them, so x's cache traffic per weight is 1 / kRowsPerWarp of the
-// one-row kernel's. The
-// groups are the grid's fastest dimension: the blocks reading the same weight rows run side by
-// side, so W comes from DRAM about once a launch and the other groups find it in L2. A row's
-// result is bitwise the one-row kernel's (quant_rows.h: the same operations per row).
+// one-row kernel's. The groups are the grid's fastest dimension: the blocks reading the same
+// weight rows run side by side, so W comes from DRAM about once a launch and the other groups
+// find it in L2. A row's result is bitwise the one-row kernel's (quant_rows.h: the same
+// operations per row; both kernels go through warp_rows).
 #include "kernels/cuda/quant_gemv.h"
 
 #include "kernels/cuda/quant_rows.h"
@@ -39,43 +39,11 @@ using namespace quant_rows;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-// grid (ceil(n_out / kWarps)), block (kThreads)
-template <GgmlType kType, int kNx>
-__global__ void __launch_bounds__(kThreads) quant_gemv_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,
-                                                              int64_t n_out, int64_t k, const float* __restrict__ x,
-                                                              float* __restrict__ y) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32;
-  if (n >= n_out) return;  // whole warps exit together: the shuffles below stay full-warp
-  const uint8_t* row = w + n * row_bytes;
-  float acc[kNx];
-FATHOM_UNROLL
-  for (int m = 0; m < kNx; ++m) acc[m] = 0.0f;
-  row_dot<kType, kNx>(row, k, x, lane, acc);
-FATHOM_UNROLL
-  for (int m = 0; m < kNx; ++m) {
-    const float s = warp_sum(acc[m]);
-    if (lane == 0) y[m * n_out + n] = s;
-  }
-}
-
-// The many-row kernel (n_x > 4): kRowsPerWarp weight rows a warp, kGroupRows activation rows a block.
-// Q2_K, Q3_K and Q6_K decode a lane's weights from several scattered bytes a row; at 4 rows a warp
-// ptxas spills them (sm_80: Q3_K past 255 registers, Q6_K at 168), and at 2 Q2_K and Q3_K still
-// take 245-254 registers (two blocks an SM). Q6_K takes 2 rows (102 registers), Q2_K and Q3_K one.
-template <GgmlType kType>
-constexpr int kRowsPerWarp = kType == GgmlType::Q2_K || kType == GgmlType::Q3_K ? 1 : kType == GgmlType::Q6_K ? 2 : 4;
-constexpr int kGroupRows = 4;
-template <GgmlType kType>
-constexpr int64_t kRowsPerBlock = int64_t{kWarps} * kRowsPerWarp<kType>;
-constexpr int64_t kMaxGridY = 65535;  // a launch's weight-row blocks; more rows: more launches
-
-// Weight rows n0.. (kRowsPerWarp of them; those past n_out read the last row again and are not stored) against
-// activation rows x[0..kNx) (y: their rows of the output).
-template <GgmlType kType, int kNx>
-__device__ __forceinline__ void many_rows_group(const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t n0,
-                                                int64_t k, const float* x, float* y, int lane) {
-  constexpr int kR = kRowsPerWarp<kType>;
+// y[m][n0 + r] for the warp's kR weight rows n0.. and activation rows x[0..kNx) (y: their rows of
+// the output); rows past n_out read the last row again and are not stored.
+template <GgmlType kType, int kR, int kNx>
+__device__ __forceinline__ void warp_rows(const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t n0, int64_t k,
+                                          const float* x, float* y, int lane) {
   const uint8_t* rows[kR];
 FATHOM_UNROLL
   for (int r = 0; r < kR; ++r) rows[r] = w + (n0 + r < n_out ? n0 + r : n_out - 1) * row_bytes;
@@ -94,24 +62,47 @@ FATHOM_UNROLL
     }
 }
 
+// grid (ceil(n_out / kWarps)), block (kThreads)
+template <GgmlType kType, int kNx>
+__global__ void __launch_bounds__(kThreads) quant_gemv_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,
+                                                              int64_t n_out, int64_t k, const float* __restrict__ x,
+                                                              float* __restrict__ y) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32;
+  if (n >= n_out) return;  // whole warps exit together: the shuffles stay full-warp
+  warp_rows<kType, 1, kNx>(w, row_bytes, n_out, n, k, x, y, lane);
+}
+
+// The many-row kernel (n_x > 4): kRowsPerWarp weight rows a warp, kGroupRows activation rows a block.
+// Q2_K, Q3_K and Q6_K decode a lane's weights from several scattered bytes a row; at 4 rows a warp
+// ptxas spills them (sm_80: Q3_K past 255 registers, Q6_K at 168), and at 2 Q2_K and Q3_K still
+// take 245-254 registers (two blocks an SM). Q6_K takes 2 rows (102 registers), Q2_K and Q3_K one.
+template <GgmlType kType>
+constexpr int kRowsPerWarp = kType == GgmlType::Q2_K || kType == GgmlType::Q3_K ? 1 : kType == GgmlType::Q6_K ? 2 : 4;
+constexpr int kGroupRows = 4;
+template <GgmlType kType>
+constexpr int64_t kRowsPerBlock = int64_t{kWarps} * kRowsPerWarp<kType>;
+constexpr int64_t kMaxGridY = 65535;  // a launch's weight-row blocks; more rows: more launches
+
 // grid (ceil(n_x / kGroupRows), blocks of kRowsPerBlock weight rows from row0), block (kThreads)
 template <GgmlType kType>
 __global__ void __launch_bounds__(kThreads) quant_gemv_many_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,
                                                                    int64_t n_out, int64_t row0, int64_t k,
                                                                    const float* __restrict__ x, int32_t n_x,
                                                                    float* __restrict__ y) {
+  constexpr int kR = kRowsPerWarp<kType>;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t n0 = row0 + static_cast<int64_t>(blockIdx.y) * kRowsPerBlock<kType> +
-                     static_cast<int64_t>(threadIdx.x / 32) * kRowsPerWarp<kType>;
+                     static_cast<int64_t>(threadIdx.x / 32) * kR;
   if (n0 >= n_out) return;  // whole warps exit together
   const int m0 = static_cast<int>(blockIdx.x) * kGroupRows;
   const float* xg = x + m0 * k;
   float* yg = y + m0 * n_out;
   switch (n_x - m0) {  // the block's activation rows: 4, or the remainder in the last group
-    case 1: many_rows_group<kType, 1>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
-    case 2: many_rows_group<kType, 2>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
-    case 3: many_rows_group<kType, 3>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
-    default: many_rows_group<kType, kGroupRows>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
+    case 1: warp_rows<kType, kR, 1>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
+    case 2: warp_rows<kType, kR, 2>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
+    case 3: warp_rows<kType, kR, 3>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
+    default: warp_rows<kType, kR, kGroupRows>(w, row_bytes, n_out, n0, k, xg, yg, lane); break;
   }
 }
 
