@@ -33,20 +33,6 @@ using namespace quant_rows;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-template <GgmlType kType, int kNx>
-__device__ __forceinline__ void rows_of(const uint8_t* row, int64_t k, const float* x, int lane, float* y,
-                                        int64_t n_out) {
-  float acc[kNx];
-FATHOM_UNROLL
-  for (int m = 0; m < kNx; ++m) acc[m] = 0.0f;
-  row_dot<kType, kNx>(row, k, x, lane, acc);
-FATHOM_UNROLL
-  for (int m = 0; m < kNx; ++m) {
-    const float s = warp_sum(acc[m]);
-    if (lane == 0) y[m * n_out] = s;
-  }
-}
-
 // Q3_K's kernel, with its four row counts inline, spills at the 64 registers ptxas (CUDA 13.0)
 // gives it on sm_90 by default; asking for 5 blocks per SM lets it take 96 (the others as before).
 template <GgmlType kType>
@@ -62,14 +48,14 @@ __global__ void __launch_bounds__(kThreads, kGemvMinBlocks<kType>) grouped_gemv_
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32;
   if (n >= n_out) return;  // whole warps exit together: the shuffles stay full-warp
   const ExpertRows item = items[blockIdx.y];
-  const uint8_t* row = w + item.expert * expert_stride + n * row_bytes;
+  const uint8_t* we = w + item.expert * expert_stride;
   const float* xi = x + static_cast<int64_t>(item.first) * k;
-  float* yi = y + static_cast<int64_t>(item.first) * n_out + n;
+  float* yi = y + static_cast<int64_t>(item.first) * n_out;
   switch (item.count) {
-    case 1: rows_of<kType, 1>(row, k, xi, lane, yi, n_out); break;
-    case 2: rows_of<kType, 2>(row, k, xi, lane, yi, n_out); break;
-    case 3: rows_of<kType, 3>(row, k, xi, lane, yi, n_out); break;
-    default: rows_of<kType, 4>(row, k, xi, lane, yi, n_out); break;
+    case 1: warp_rows<kType, 1, 1>(we, row_bytes, n_out, n, k, xi, yi, lane); break;
+    case 2: warp_rows<kType, 1, 2>(we, row_bytes, n_out, n, k, xi, yi, lane); break;
+    case 3: warp_rows<kType, 1, 3>(we, row_bytes, n_out, n, k, xi, yi, lane); break;
+    default: warp_rows<kType, 1, 4>(we, row_bytes, n_out, n, k, xi, yi, lane); break;
   }
 }
 

@@ -39,29 +39,6 @@ using namespace quant_rows;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-// y[m][n0 + r] for the warp's kR weight rows n0.. and activation rows x[0..kNx) (y: their rows of
-// the output); rows past n_out read the last row again and are not stored.
-template <GgmlType kType, int kR, int kNx>
-__device__ __forceinline__ void warp_rows(const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t n0, int64_t k,
-                                          const float* x, float* y, int lane) {
-  const uint8_t* rows[kR];
-FATHOM_UNROLL
-  for (int r = 0; r < kR; ++r) rows[r] = w + (n0 + r < n_out ? n0 + r : n_out - 1) * row_bytes;
-  float acc[kR][kNx];
-FATHOM_UNROLL
-  for (int r = 0; r < kR; ++r)
-FATHOM_UNROLL
-    for (int m = 0; m < kNx; ++m) acc[r][m] = 0.0f;
-  rows_dot<kType, kR, kNx>(rows, k, x, lane, acc);
-FATHOM_UNROLL
-  for (int r = 0; r < kR; ++r)
-FATHOM_UNROLL
-    for (int m = 0; m < kNx; ++m) {
-      const float s = warp_sum(acc[r][m]);
-      if (lane == 0 && n0 + r < n_out) y[m * n_out + n0 + r] = s;
-    }
-}
-
 // grid (ceil(n_out / kWarps)), block (kThreads)
 template <GgmlType kType, int kNx>
 __global__ void __launch_bounds__(kThreads) quant_gemv_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,

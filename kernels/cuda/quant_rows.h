@@ -1,7 +1,7 @@
 #pragma once
 // Dot products of kR weight rows with kNx activation rows, per stored format, by one warp: the
 // device functions of quant_gemv (their layouts are described in quant_gemv.cu) shared with the
-// grouped expert GEMV (moe.cu, one row at a time). Included by .cu files only.
+// grouped expert GEMV (moe.cu, one row a warp). Included by .cu files only.
 #include <cstdint>
 
 #include "kernels/cuda/emu/cuda_emu.h"
@@ -278,11 +278,28 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const* rows, int64_t k, 
   }
 }
 
-// One row: acc[m] += Σ_k W_row[k] · x[m][k].
-template <GgmlType kType, int kNx>
-__device__ __forceinline__ void row_dot(const uint8_t* row, int64_t k, const float* x, int lane, float* acc) {
-  const uint8_t* rows[1] = {row};
-  rows_dot<kType, 1, kNx>(rows, k, x, lane, reinterpret_cast<float (*)[kNx]>(acc));
+// One warp's part of y = x · Wᵀ: y[m][n0 + r] (row stride n_out) for weight rows n0..n0 + kR - 1 of
+// W (row_bytes apart) and activation rows x[0..kNx); rows past n_out read the last row again and
+// are not stored. quant_gemv's kernels and the experts' grouped GEMV.
+template <GgmlType kType, int kR, int kNx>
+__device__ __forceinline__ void warp_rows(const uint8_t* w, int64_t row_bytes, int64_t n_out, int64_t n0, int64_t k,
+                                          const float* x, float* y, int lane) {
+  const uint8_t* rows[kR];
+FATHOM_UNROLL
+  for (int r = 0; r < kR; ++r) rows[r] = w + (n0 + r < n_out ? n0 + r : n_out - 1) * row_bytes;
+  float acc[kR][kNx];
+FATHOM_UNROLL
+  for (int r = 0; r < kR; ++r)
+FATHOM_UNROLL
+    for (int m = 0; m < kNx; ++m) acc[r][m] = 0.0f;
+  rows_dot<kType, kR, kNx>(rows, k, x, lane, acc);
+FATHOM_UNROLL
+  for (int r = 0; r < kR; ++r)
+FATHOM_UNROLL
+    for (int m = 0; m < kNx; ++m) {
+      const float s = warp_sum(acc[r][m]);
+      if (lane == 0 && n0 + r < n_out) y[m * n_out + n0 + r] = s;
+    }
 }
 
 }  // namespace fathom::cuda::quant_rows
