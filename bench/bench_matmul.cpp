@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/ref/dequant.h"
@@ -231,10 +232,58 @@ __attribute__((target("avx2"))) uint64_t maddubs_loop(int64_t iters) {
 }
 #undef FATHOM_TWELVE
 
+// The AMX-INT8 peak: 4 independent full-size tile products (C[16][16] int32 += A[16][64] ·
+// B[16][64], 16384 products each) over the same operand tiles, so that only the tile multiplier
+// is timed. Needs cpu::amx_int8_usable() (the OS's permission).
+struct AmxConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+__attribute__((target("amx-tile,amx-int8"))) uint64_t amx_loop(int64_t iters) {
+  AmxConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  alignas(64) static thread_local int8_t ops[16 * 64];
+  alignas(64) static thread_local int32_t out[16 * 16];
+  for (int i = 0; i < 16 * 64; ++i) ops[i] = static_cast<int8_t>(i % 7);
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ops, 64);
+  _tile_loadd(5, ops, 64);
+  _tile_loadd(6, ops, 64);
+  _tile_loadd(7, ops, 64);
+  for (int64_t it = 0; it < iters; ++it) {
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(1, 4, 7);
+    _tile_dpbusd(2, 5, 6);
+    _tile_dpbusd(3, 5, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return static_cast<uint64_t>(out[0]);
+}
+
 struct Peak {
   Rate rate;
   const char* what = "none";
 };
+
+Peak amx_int8_peak(ThreadPool& pool) {
+  if (!cpu::amx_int8_usable()) return {};
+  const int64_t iters = 50000;
+  std::vector<uint64_t> sink(pool.size());
+  const double ops = 2.0 * 16384 * 4 * static_cast<double>(iters) * pool.size();
+  const Rate r = time_calls(15, ops / 1e9, [&](int) {
+    pool.parallel_for(pool.size(), [&](int64_t b, int64_t e, int t) {
+      for (int64_t i = b; i < e; ++i) sink[t] += amx_loop(iters);
+    }, 1);
+  });
+  return {r, "AMX-INT8 tiles"};
+}
 
 Peak int8_peak(ThreadPool& pool) {
   __builtin_cpu_init();
@@ -364,6 +413,10 @@ int main(int argc, char** argv) {
     const Rate peak = p.rate;
     std::printf("# simd %s; int8 peak (2 threads, %s): median %.0f / best %.0f GOP/s\n", cpu::simd_level(), p.what,
                 peak.median, peak.best);
+    const Peak amx = amx_int8_peak(pool2);
+    if (amx.rate.best > 0)
+      std::printf("# AMX-INT8 peak (2 threads, %s): median %.0f / best %.0f GOP/s; batched Q4_K / Q6_K matmuls: amx %s\n",
+                  amx.what, amx.rate.median, amx.rate.best, cpu::amx_matmul());
     const Case shapes[] = {{GgmlType::Q4_K, 8192, 2048, "8192x2048 (gate)"}, {GgmlType::Q6_K, 2048, 8192, "2048x8192 (down)"},
                            {GgmlType::Q4_K, 2048, 8192, "2048x8192 (down)"}, {GgmlType::Q8_0, 8192, 2048, "8192x2048"},
                            {GgmlType::Q6_K, 16384, 2048, "16384x2048 (emb)"}};

@@ -29,16 +29,13 @@
 // range (the rows contract).
 #include "kernels/cpu/simd_avx512.h"  // first: its pragma must wrap <immintrin.h>
 
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cpuid.h>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/attention_partial.h"
 
 namespace fathom::cpu {
@@ -76,23 +73,6 @@ const TileConfig& tile_config() {
     return c;
   }();
   return cfg;
-}
-
-// CPUID (AMX-TILE, AMX-BF16, AVX512-BF16) and Linux's permission to use the tile data state,
-// asked once per process (arch_prctl ARCH_REQ_XCOMP_PERM; refused on kernels before 5.16 or
-// when the hypervisor hides AMX).
-bool amx_usable() {
-  static const bool ok = [] {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    const bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-    const bool avx512_bf16 = (a >> 5) & 1;
-    if (!tile || !bf16 || !avx512_bf16 || !__builtin_cpu_supports("avx512bw")) return false;
-    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return ok;
 }
 
 // x (f32) → hi = bf16(x) (round to nearest even), lo = bf16(x − hi). Returned as the two bf16
@@ -430,7 +410,7 @@ void partial_attention_rows_amx_or_avx512(const PagedKvView& kv, int32_t head, c
 }  // namespace
 
 PartialAttentionFn partial_attention_rows_amx() {
-  return amx_usable() && partial_attention_rows_avx512() ? &partial_attention_rows_amx_or_avx512 : nullptr;
+  return amx_bf16_usable() && partial_attention_rows_avx512() ? &partial_attention_rows_amx_or_avx512 : nullptr;
 }
 
 }  // namespace fathom::cpu

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul_kernels.h"
 
 namespace fathom::cpu {
@@ -75,6 +76,16 @@ const KernelTable& avx512_kernels() {
   return t;
 }
 
+// The AVX-512 table with the AMX-INT8 packed kernels over it (only built where they may run).
+const KernelTable& avx512_amx_kernels() {
+  static const KernelTable t = [] {
+    KernelTable k = avx512_kernels();
+    register_amx_dot_packed(k);
+    return k;
+  }();
+  return t;
+}
+
 }  // namespace detail
 
 namespace {
@@ -120,9 +131,19 @@ Level& active_level() {
   return level;
 }
 
+// Whether the AVX-512 level runs the AMX packed kernels: the CPU and OS allow them, FATHOM_AMX=0
+// is not set, and set_amx_matmul_for_testing has not turned them off.
+bool& amx_matmul_on() {
+  static bool on = [] {
+    const char* env = std::getenv("FATHOM_AMX");
+    return !(env && std::string(env) == "0") && amx_int8_usable();
+  }();
+  return on;
+}
+
 const KernelTable& table_for(Level l) {
   switch (l) {
-    case Level::kAvx512: return avx512_kernels();
+    case Level::kAvx512: return amx_matmul_on() ? avx512_amx_kernels() : avx512_kernels();
     case Level::kAvx2: return avx2_kernels();
     case Level::kPortable: return portable_kernels();
   }
@@ -155,9 +176,10 @@ int& packed_rows_override() {
   return rows;
 }
 
-// Activation rows per packed-kernel call at the active level.
-int packed_max_mr() {
-  const int most = table_for(active_level()).packed_max_mr;
+// Activation rows per packed-kernel call of format f at the active level.
+int packed_max_mr(int f) {
+  const KernelTable& t = table_for(active_level());
+  const int most = t.packed_max_mr_of[f] > 0 ? t.packed_max_mr_of[f] : t.packed_max_mr;
   const int over = packed_rows_override();
   return over > 0 ? std::min(over, most) : most;
 }
@@ -394,7 +416,7 @@ DotJob q8_job(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_
     a.row_bytes = packed->panel_bytes();
     a.rows_total = N;
     return DotJob{packed_fn, a, packed->panels(), panels_per_chunk(packed->panels(), a.row_bytes, threads),
-                  packed_max_mr()};
+                  packed_max_mr(fmt_index(wtype))};
   }
   return DotJob{dot_q8_fn(fmt_index(wtype)), a, N, rows_per_chunk(a.row_bytes)};
 }
@@ -543,6 +565,14 @@ bool set_simd_level_for_testing(const char* level) {
   Level l;
   if (!parse_level(level, &l) || l > cpu_level()) return false;
   active_level() = l;
+  return true;
+}
+
+const char* amx_matmul() { return active_level() == Level::kAvx512 && amx_matmul_on() ? "amx" : "off"; }
+
+bool set_amx_matmul_for_testing(bool on) {
+  if (on && !amx_int8_usable()) return false;
+  amx_matmul_on() = on;
   return true;
 }
 

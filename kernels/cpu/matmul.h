@@ -67,6 +67,15 @@ const char* simd_level();
 // does not support `level` or the name is unknown. Not thread-safe with concurrent matmuls.
 bool set_simd_level_for_testing(const char* level);
 
+// "amx" when batched Q4_K and Q6_K matmuls over PackedWeights run on AMX-INT8 tiles (the AVX-512
+// level, a CPU and OS that allow AMX, FATHOM_AMX=0 not set), else "off". A row's result is the
+// same bits either way.
+const char* amx_matmul();
+
+// Tests and benchmarks: turns the AMX packed kernels on or off (on: false, changing nothing,
+// where the CPU or OS does not allow them). Not thread-safe with concurrent matmuls.
+bool set_amx_matmul_for_testing(bool on);
+
 // Tests and benchmarks: activation rows per packed-kernel call, 1..the level's most (a batch of
 // M rows is then run in ceil(M / rows) passes over each panel); 0 restores the level's own.
 // Results do not change (every row takes the same instructions); speed does. Returns the

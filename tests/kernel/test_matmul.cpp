@@ -314,6 +314,50 @@ TEST(Matmul, GroupEqualsSeparateCalls) {
       }
 }
 
+// Where the CPU and OS allow AMX-INT8, batched Q4_K and Q6_K run on tiles (5-16 rows a call) and
+// fewer rows on the AVX-512 VNNI kernels: every row must be the same bits both ways, for every
+// call size (1-16 rows, partial tiles), a partial last panel, K of one and of several
+// super-blocks, both activation layouts a matmul_group can give, and the panel-end stores.
+TEST(Matmul, AmxRowsAreTheVnniRows) {
+  if (!cpu::set_simd_level_for_testing("avx512") || !cpu::set_amx_matmul_for_testing(true))
+    GTEST_SKIP() << "no AMX-INT8 here (CPU or OS)";
+  std::mt19937 rng(21);
+  ThreadPool pool(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K})
+    for (const int64_t K : {256, 1024}) {
+      const int64_t N = 37;  // 3 panels, the last with 5 rows
+      const auto W = random_weights(t, N, K, rng);
+      const cpu::PackedWeights packed(t, W.data(), N, K);
+      const int64_t M = 53;  // calls of 16, 16, 16 and 5 rows
+      std::vector<float> x(M * K);
+      for (auto& v : x) v = normal(rng);
+      for (const int rows : {0, 5, 7, 13}) {
+        const int before = cpu::set_packed_rows_per_call_for_testing(rows);
+        std::vector<float> amx(M * N), vnni(M * N);
+        ASSERT_STREQ(cpu::amx_matmul(), "amx");
+        cpu::matmul(pool, t, W.data(), N, K, x.data(), M, amx.data(), cpu::Precision::kQ8, &packed);
+        cpu::set_amx_matmul_for_testing(false);
+        cpu::matmul(pool, t, W.data(), N, K, x.data(), M, vnni.data(), cpu::Precision::kQ8, &packed);
+        cpu::set_amx_matmul_for_testing(true);
+        cpu::set_packed_rows_per_call_for_testing(before);
+        for (int64_t i = 0; i < M * N; ++i)
+          ASSERT_EQ(std::memcmp(&amx[i], &vnni[i], 4), 0)
+              << ggml_type_name(t) << " K " << K << " rows a call " << rows << " m " << i / N << " n " << i % N
+              << ": " << amx[i] << " vs " << vnni[i];
+      }
+      // A group of two packed targets quantizes once, block-major where the table reads it.
+      std::vector<float> g0(M * N), g1(M * N), one(M * N);
+      cpu::MatmulTarget targets[2] = {{t, W.data(), N, g0.data(), &packed}, {t, W.data(), N, g1.data(), &packed}};
+      cpu::matmul_group(pool, targets, 2, K, x.data(), M, cpu::Precision::kQ8);
+      cpu::set_amx_matmul_for_testing(false);
+      cpu::matmul(pool, t, W.data(), N, K, x.data(), M, one.data(), cpu::Precision::kQ8, &packed);
+      cpu::set_amx_matmul_for_testing(true);
+      ASSERT_EQ(std::memcmp(g0.data(), one.data(), one.size() * 4), 0) << ggml_type_name(t) << " group, K " << K;
+      ASSERT_EQ(std::memcmp(g1.data(), one.data(), one.size() * 4), 0) << ggml_type_name(t) << " group, K " << K;
+    }
+}
+
 // Model load packs each matrix's panels on the backend's pool: the same bytes as one thread.
 TEST(Matmul, PackingOnAPoolWritesTheSameBytes) {
   std::mt19937 rng(9);
