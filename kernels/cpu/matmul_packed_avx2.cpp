@@ -16,7 +16,7 @@
 // multiplied with the sign trick.
 // Every activation row goes through the same instructions whatever mr is (batch invariance,
 // bitwise decode == prefill), as in the AVX-512 kernels.
-// A call takes up to 64 activation rows (KernelTable::packed_max_mr; the AVX-512 kernels take 4):
+// A call takes up to 64 activation rows (KernelTable::packed_max_mr; the AVX-512 kernels take 8):
 // the weight vectors are unpacked once for all of them. Up to 8 rows keep their accumulators in
 // locals (RowAccs<MR>), more (prefill, batches over 8) in an L1 buffer (RowAccs<0>). The row loop
 // walks the rows with pointer bumps (ActRows) and reads dx·qsum precomputed per block
