@@ -13,8 +13,8 @@
 //     batch 5 / 16 decode 196 / 250 tok/s against 77 / 117, prefill (M = 512) 309 against 202;
 //     F32 weights prefill 267 against 220, Q4_1 at f32 259 against 206.
 //   kQ8: x rows are quantized to 8-bit blocks once per call; dot kernels use integer dots.
-//     Over PackedWeights panels, AVX-512 with AMX-INT8 (matmul_packed_amx.cpp) runs Q4_K and Q6_K
-//     calls of 5-16 rows on tiles, bitwise what the VNNI kernels give each row.
+//     Over PackedWeights panels, AVX-512 with AMX-INT8 (matmul_packed_amx.cpp) runs Q4_K, Q6_K and
+//     Q8_0 calls of 5-16 rows on tiles, bitwise what the VNNI kernels give each row.
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>

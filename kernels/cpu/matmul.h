@@ -67,7 +67,7 @@ const char* simd_level();
 // does not support `level` or the name is unknown. Not thread-safe with concurrent matmuls.
 bool set_simd_level_for_testing(const char* level);
 
-// "amx" when batched Q4_K and Q6_K matmuls over PackedWeights run on AMX-INT8 tiles (the AVX-512
+// "amx" when batched Q4_K, Q6_K and Q8_0 matmuls over PackedWeights run on AMX-INT8 tiles (the AVX-512
 // level, a CPU and OS that allow AMX, FATHOM_AMX=0 not set), else "off". A row's result is the
 // same bits either way.
 const char* amx_matmul();

@@ -81,7 +81,7 @@ struct KernelTable {
   // Activation rows one dot_packed call takes (<= kManyPackedMr): each unpacked weight vector
   // serves that many rows before the next is unpacked.
   int packed_max_mr = kMaxMr;
-  // Formats whose packed kernel takes another most (nonzero entries; AMX: Q4_K and Q6_K 16).
+  // Formats whose packed kernel takes another most (nonzero entries; AMX: Q4_K, Q6_K, Q8_0 16).
   int packed_max_mr_of[kFmtCount] = {};
   // dot_packed reads the activations through DotArgs::ldqb and ldsb, so a batch's can be laid
   // out block-major: a block's rows side by side, and the row loop reads consecutive cache lines
@@ -108,7 +108,7 @@ void register_avx512_dot_q8(KernelTable& t);
 void register_avx512_gemm(KernelTable& t);
 void register_avx512_dot_packed(KernelTable& t);  // matmul_packed_avx512.cpp
 // After the AVX-512 hooks, where the CPU and OS allow AMX-INT8 (cpu::amx_int8_usable): batched
-// Q4_K and Q6_K on tiles, small calls still to the AVX-512 kernels.
+// Q4_K, Q6_K and Q8_0 on tiles, small calls still to the AVX-512 kernels.
 void register_amx_dot_packed(KernelTable& t);     // matmul_packed_amx.cpp
 
 // The packed kernel of format f at the active SIMD level, or null (then the stored layout is read).

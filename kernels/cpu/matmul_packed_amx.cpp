@@ -1,6 +1,6 @@
 // Batched kQ8 matmul over PackedWeights panels on AMX-INT8 tiles (Sapphire Rapids and later):
-// Q4_K and Q6_K, the formats of a Q4_K_M model, when a call has kAmxMinRows or more activation
-// rows (a batched decode step, speculative verification, prefill). Fewer rows go to the AVX-512
+// Q4_K and Q6_K (the formats of a Q4_K_M model) and Q8_0, when a call has kAmxMinRows or more
+// activation rows (a batched decode step, speculative verification, prefill). Fewer rows go to the AVX-512
 // VNNI kernels (matmul_packed_avx512.cpp), which one row's decode streams at memory speed anyway.
 //
 // Per 32-column sub-block b of a panel (16 weight rows n) and the call's mr activation rows m:
@@ -25,6 +25,7 @@
 // AVX-512 work overlap, and no store is read back right after it was written.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -41,6 +42,7 @@ constexpr int kAmxMinRows = kMaxMr + 1;  // fewer rows: the VNNI kernels
 // The VNNI kernels this file hands small calls to (registered before it).
 DotFn g_vnni_q4_k = nullptr;
 DotFn g_vnni_q6_k = nullptr;
+DotFn g_vnni_q8_0 = nullptr;
 
 struct TileConfig {  // the LDTILECFG memory operand, palette 1
   uint8_t palette = 1, start_row = 0;
@@ -276,6 +278,69 @@ void amx_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   run_steps(p0, p1, nsb, unpack, tiles, scales);
 }
 
+// Q8_0 panel (layout: dot_packed_q8_0 in matmul_packed_avx512.cpp): each 32-column block's 8
+// vectors of q + 128 are already a B tile (8 rows × 64 bytes), so tiles load it straight from the
+// panel, no unpacking. C = P + 128 qsum; the VNNI kernel's
+//   acc += float(P − 128 qsum) * (d · dx)
+// takes the same integer. Steps of up to 8 blocks.
+void amx_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
+  if (a.mr < kAmxMinRows) return g_vnni_q8_0(a, p0, p1);
+  const int mr = a.mr;
+  const int64_t nb = a.K / 32, steps = (nb + 7) / 8;
+  alignas(64) int32_t ct[8][kTileRows][16];
+  alignas(64) float acc[kTileRows][16];
+  for (int m = 0; m < mr; ++m) _mm512_store_ps(acc[m], _mm512_setzero_ps());
+  PanelPrefetch prefetch(a.w, a.row_bytes, nb);
+  _tile_loadconfig(&tile_config<32>(mr));
+  auto unpack = [&](int64_t p, int64_t i, int) {  // nothing to unpack: the step's prefetches
+    if (i == 0) prefetch = PanelPrefetch(a.w + p * a.row_bytes, a.row_bytes, nb);
+    for (int64_t j = 8 * i; j < std::min(nb, 8 * i + 8); ++j) prefetch();
+  };
+  auto tiles = [&](int64_t p, int64_t i, int) {
+    const uint8_t* qp = a.w + p * a.row_bytes + i * 8 * 512;
+    const int n = static_cast<int>(std::min<int64_t>(8, nb - 8 * i));
+    for (int j = 0; j < n; ++j) {
+      const int8_t* x = act_block(a, 8 * i + j);
+      const uint8_t* w = qp + 512 * j;
+#define FATHOM_AMX_Q8_STEP(TA, TB, TC) \
+  _tile_loadd(TA, x, a.ldq);            \
+  _tile_loadd(TB, w, 64);               \
+  _tile_zero(TC);                       \
+  _tile_dpbsud(TC, TA, TB);             \
+  _tile_stored(TC, ct[j], 64)
+      switch (j & 3) {
+        case 0: FATHOM_AMX_Q8_STEP(0, 2, 4); break;
+        case 1: FATHOM_AMX_Q8_STEP(1, 3, 5); break;
+        case 2: FATHOM_AMX_Q8_STEP(0, 2, 6); break;
+        default: FATHOM_AMX_Q8_STEP(1, 3, 7); break;
+      }
+#undef FATHOM_AMX_Q8_STEP
+    }
+  };
+  auto scales = [&](int64_t p, int64_t i) {
+    const uint8_t* sp = a.w + p * a.row_bytes + nb * 512 + i * 8 * 32;
+    const int n = static_cast<int>(std::min<int64_t>(8, nb - 8 * i));
+    __m512 d[8];
+    for (int j = 0; j < n; ++j) d[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + 32 * j)));
+    const float* qd = a.qd + act_index(a, 0, 8 * i);
+    const int32_t* qs = a.qsum + act_index(a, 0, 8 * i);
+    for (int m = 0; m < mr; ++m, qd += a.ldqs, qs += a.ldqs) {
+      __m512 s = _mm512_load_ps(acc[m]);
+      for (int j = 0; j < n; ++j) {
+        const __m512i P = _mm512_sub_epi32(_mm512_load_si512(ct[j][m]), _mm512_set1_epi32(128 * qs[j * a.ldsb]));
+        s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P), _mm512_mul_ps(d[j], _mm512_set1_ps(qd[j * a.ldsb])), s);
+      }
+      if (8 * (i + 1) < nb) {
+        _mm512_store_ps(acc[m], s);
+      } else {
+        store_panel(a.y + m * a.ldy, s, p, a.rows_total);
+        _mm512_store_ps(acc[m], _mm512_setzero_ps());
+      }
+    }
+  };
+  run_steps(p0, p1, steps, unpack, tiles, scales);
+}
+
 }  // namespace
 
 void register_amx_dot_packed(KernelTable& t) {
@@ -284,6 +349,11 @@ void register_amx_dot_packed(KernelTable& t) {
   if (g_vnni_q4_k) {
     t.dot_packed[kQ4_K] = amx_q4_k;
     t.packed_max_mr_of[kQ4_K] = kTileRows;
+  }
+  g_vnni_q8_0 = t.dot_packed[kQ8_0];
+  if (g_vnni_q8_0) {
+    t.dot_packed[kQ8_0] = amx_q8_0;
+    t.packed_max_mr_of[kQ8_0] = kTileRows;
   }
   if (g_vnni_q6_k) {
     t.dot_packed[kQ6_K] = amx_q6_k;

@@ -314,7 +314,7 @@ TEST(Matmul, GroupEqualsSeparateCalls) {
       }
 }
 
-// Where the CPU and OS allow AMX-INT8, batched Q4_K and Q6_K run on tiles (5-16 rows a call) and
+// Where the CPU and OS allow AMX-INT8, batched Q4_K, Q6_K and Q8_0 run on tiles (5-16 rows a call) and
 // fewer rows on the AVX-512 VNNI kernels: every row must be the same bits both ways, for every
 // call size (1-16 rows, partial tiles), a partial last panel, K of one and of several
 // super-blocks, both activation layouts a matmul_group can give, and the panel-end stores.
@@ -324,8 +324,9 @@ TEST(Matmul, AmxRowsAreTheVnniRows) {
   std::mt19937 rng(21);
   ThreadPool pool(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K})
-    for (const int64_t K : {256, 1024}) {
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0})
+    for (const int64_t K : {256, 1024, 1312}) {  // 1312: Q8_0's 41 blocks, a last step of one
+      if (K % ggml_info(t).block_size != 0) continue;
       const int64_t N = 37;  // 3 panels, the last with 5 rows
       const auto W = random_weights(t, N, K, rng);
       const cpu::PackedWeights packed(t, W.data(), N, K);
