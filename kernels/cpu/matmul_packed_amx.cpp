@@ -15,7 +15,7 @@
 // sums it in two halves, exactly), and the float operations per (m, n) are the same ones in
 // the same order:
 //   Q4_K: acc += float(P) * (d sc_j · dx);  acc2 += (dmin m_j) · (dx qsum);  y = acc − acc2
-//   Q6_K: per 16-column half h: acc += float(P_h − 32 qsum16_h) * (d sc_h · dx)
+//   Q6_K: t = float(P_hi − 32 qsum16_hi) * d sc_hi + float(P_lo − 32 qsum16_lo) * d sc_lo;  acc += t · dx
 // (Q6_K's B holds q − 32 as signed bytes, TDPBSSD, so that C is P_h − 32 qsum16_h directly.)
 // So batch invariance (decode == prefill == verification, bitwise) holds across the two kernels,
 // and MatmulTest.Q8RowsAreBitwiseIndependentOfBatchThreadsAndPosition checks it on AMX hosts.
@@ -267,9 +267,9 @@ void amx_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
       __m512 s = _mm512_load_ps(acc[m]);
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
-        const __m512 dx = _mm512_set1_ps(qd[j * a.ldsb]);
-        s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(ct[j][0][m])), _mm512_mul_ps(sc_lo[j], dx), s);
-        s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(ct[j][1][m])), _mm512_mul_ps(sc_hi[j], dx), s);
+        const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(ct[j][0][m])), sc_lo[j]);
+        const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(ct[j][1][m])), sc_hi[j], lo);
+        s = _mm512_fmadd_ps(t, _mm512_set1_ps(qd[j * a.ldsb]), s);
       }
       if (i + 1 < nsb) {
         _mm512_store_ps(acc[m], s);

@@ -180,7 +180,8 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
 // Q6_K super-block panel: per sub-block j the low-nibble vectors, two vectors of 2-bit highs
 // and the rows' int8 scales of its two 16-column groups; per super-block the rows' d.
 // Low nibbles are the sub-block's columns 0..15 (group 2j), high nibbles 16..31 (group 2j + 1):
-//   acc[r] += float(P_lo - 32 qsum16_lo) * d sc_lo * dx + float(P_hi - 32 qsum16_hi) * d sc_hi * dx
+//   t[r] = float(P_hi - 32 qsum16_hi) * (d sc_hi)[r] + float(P_lo - 32 qsum16_lo) * (d sc_lo)[r]
+//   acc[r] += t[r] * dx        (dx once per sub-block: 5 vector operations a row, not 6)
 template <int MR>
 void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
@@ -213,8 +214,8 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
           const __m512 dx = _mm512_set1_ps(a.qd[blk]);
           s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(32 * q16[0]));
           s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(32 * q16[1]));
-          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(sc_lo, dx), acc[m]);
-          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(sc_hi, dx), acc[m]);
+          const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), sc_hi, _mm512_mul_ps(_mm512_cvtepi32_ps(s0), sc_lo));
+          acc[m] = _mm512_fmadd_ps(t, dx, acc[m]);
         }
       }
     }
