@@ -61,7 +61,11 @@ class LlamaServer:
 
     def __exit__(self, *exc):
         self.proc.terminate()
-        self.proc.wait(60)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:  # seen once: llama-server ignored SIGTERM for a minute
+            self.proc.kill()
+            self.proc.wait(60)
 
 
 def stream_completion(base_url, body, timeout=600):
