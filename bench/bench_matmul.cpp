@@ -235,14 +235,8 @@ __attribute__((target("avx2"))) uint64_t maddubs_loop(int64_t iters) {
 // The AMX-INT8 peak: 4 independent full-size tile products (C[16][16] int32 += A[16][64] ·
 // B[16][64], 16384 products each) over the same operand tiles, so that only the tile multiplier
 // is timed. Needs cpu::amx_int8_usable() (the OS's permission).
-struct AmxConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 __attribute__((target("amx-tile,amx-int8"))) uint64_t amx_loop(int64_t iters) {
-  AmxConfig cfg;
+  cpu::AmxTileConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
   alignas(64) static thread_local int8_t ops[16 * 64];
   alignas(64) static thread_local int32_t out[16 * 16];

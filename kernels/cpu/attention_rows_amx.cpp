@@ -54,18 +54,11 @@ constexpr int32_t kSubs = 16;    // 16-key sub-tiles per piece
 constexpr int32_t kPiece = kSubs * kTile;  // 256 keys
 constexpr int32_t kTileElems = kTile * kStep;  // bf16 elements of an A or B tile (1 KiB)
 
-struct TileConfig {  // the LDTILECFG memory operand, palette 1
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Every tile 16 rows × 64 bytes: A (16 rows × 32 bf16), B (16 pair-rows × 16 columns × 2 bf16),
 // C (16 × 16 f32).
-const TileConfig& tile_config() {
-  static const TileConfig cfg = [] {
-    TileConfig c;
+const AmxTileConfig& tile_config() {
+  static const AmxTileConfig cfg = [] {
+    AmxTileConfig c;
     for (int i = 0; i < 8; ++i) {
       c.rows[i] = kTile;
       c.colsb[i] = 64;

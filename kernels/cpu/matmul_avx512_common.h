@@ -1,6 +1,7 @@
 #pragma once
-// Helpers shared by the AVX-512 matmul kernels (include only from *_avx512.cpp files: the
-// code needs AVX-512 BW; everything has internal linkage so no copy leaks to baseline code).
+// Helpers shared by the AVX-512 matmul kernels (include only from *_avx512.cpp and *_amx.cpp
+// files: the code needs AVX-512 BW; everything has internal linkage so no copy leaks to baseline
+// code).
 #include <immintrin.h>
 
 #include <cstddef>
@@ -8,12 +9,48 @@
 
 #include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/matmul_prefetch.h"
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/ggml_type.h"
 
 namespace fathom::cpu::detail {
 namespace {
 
 inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// PackedWeights panels (packed_weights.h), read by the VNNI kernels (matmul_packed_avx512.cpp)
+// and the AMX ones (matmul_packed_amx.cpp), which must see the same values.
+
+// Loads the 4 nibble vectors of a 32-column sub-block at p: lo = low nibbles (columns 4v..4v+3
+// of vector v), hi = high nibbles (columns 16 + 4v..).
+inline void load_nibbles(const uint8_t* p, __m512i* lo, __m512i* hi) {
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  for (int v = 0; v < 4; ++v) {
+    const __m512i raw = _mm512_load_si512(p + 64 * v);
+    lo[v] = _mm512_and_si512(raw, nib);
+    hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
+  }
+}
+
+// Sub-block j of the Q6_K super-block at u: its quants 0..63 in the nibble vectors' layout (lo:
+// columns 0..15, hi: 16..31), the low nibbles with the 2-bit highs as bits 4-5.
+inline void load_q6_k(const uint8_t* u, int j, __m512i* lo, __m512i* hi) {
+  const __m512i b01 = _mm512_set1_epi8(0x03), b23 = _mm512_set1_epi8(0x0C);
+  load_nibbles(u + 256 * j, lo, hi);
+  for (int v = 0; v < 4; ++v) {
+    __m512i g = _mm512_load_si512(u + 2048 + 128 * j + 64 * (v / 2));
+    if (v % 2) g = _mm512_srli_epi16(g, 4);
+    lo[v] = _mm512_or_si512(lo[v], _mm512_slli_epi16(_mm512_and_si512(g, b01), 4));
+    hi[v] = _mm512_or_si512(hi[v], _mm512_slli_epi16(_mm512_and_si512(g, b23), 2));
+  }
+}
+
+// A panel's 16 results (rows 16 p ..) into y, the rows past rows_total left alone.
+inline void store_panel(float* y, __m512 v, int64_t p, int64_t rows_total) {
+  const int64_t r0 = p * PackedWeights::kPanelRows;
+  const int64_t n = rows_total - r0;
+  if (n >= 16) _mm512_storeu_ps(y + r0, v);
+  else _mm512_mask_storeu_ps(y + r0, static_cast<__mmask16>((1u << n) - 1), v);
+}
 
 #include "kernels/cpu/matmul_by_mr.inc"  // by_mr, each including file's own copy
 

@@ -27,11 +27,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
-#include "kernels/cpu/matmul_kernels.h"
-#include "kernels/cpu/matmul_prefetch.h"
-#include "kernels/cpu/packed_weights.h"
+#include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul_avx512_common.h"
 
 namespace fathom::cpu::detail {
 namespace {
@@ -39,27 +37,18 @@ namespace {
 constexpr int kTileRows = 16;  // activation rows of one tile (the most a call takes)
 constexpr int kAmxMinRows = kMaxMr + 1;  // fewer rows: the VNNI kernels
 
-// The VNNI kernels this file hands small calls to (registered before it).
-DotFn g_vnni_q4_k = nullptr;
-DotFn g_vnni_q6_k = nullptr;
-DotFn g_vnni_q8_0 = nullptr;
-
-struct TileConfig {  // the LDTILECFG memory operand, palette 1
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+// The VNNI kernels this file hands small calls to (registered before it), by format.
+DotFn g_vnni[kFmtCount] = {};
 
 // Tiles 0-1: A (mr rows × kK bytes); 2-3: B (kK / 4 rows × 64 bytes); 4-7: C (mr rows × 16 int32).
 template <int kK>
-const TileConfig& tile_config(int mr) {
+const AmxTileConfig& tile_config(int mr) {
   static const auto configs = [] {
     struct All {
-      TileConfig c[kTileRows + 1];
+      AmxTileConfig c[kTileRows + 1];
     } all;
     for (int r = 1; r <= kTileRows; ++r) {
-      TileConfig& c = all.c[r];
+      AmxTileConfig& c = all.c[r];
       for (int t = 0; t < 2; ++t) c.rows[t] = static_cast<uint8_t>(r), c.colsb[t] = kK;
       for (int t = 2; t < 4; ++t) c.rows[t] = kK / 4, c.colsb[t] = 64;
       for (int t = 4; t < 8; ++t) c.rows[t] = static_cast<uint8_t>(r), c.colsb[t] = 64;
@@ -72,13 +61,6 @@ const TileConfig& tile_config(int mr) {
 // GCC's tile loads and stores are asm statements without a "memory" clobber: a barrier orders
 // them against the AVX-512 stores before them and loads after them.
 inline void memory_barrier() { asm volatile("" ::: "memory"); }
-
-inline void store_panel(float* y, __m512 v, int64_t p, int64_t rows_total) {
-  const int64_t r0 = p * PackedWeights::kPanelRows;
-  const int64_t n = rows_total - r0;
-  if (n >= 16) _mm512_storeu_ps(y + r0, v);
-  else _mm512_mask_storeu_ps(y + r0, static_cast<__mmask16>((1u << n) - 1), v);
-}
 
 // The scales of a sub-block's 16 rows: d · float(byte), bytes unsigned (Q4_K) or signed (Q6_K).
 inline __m512 scales_u8(__m512 d, const uint8_t* p) {
@@ -124,7 +106,7 @@ void run_steps(const DotArgs& a, int64_t p0, int64_t p1, int64_t nsb, int prefet
 
 // Q4_K panel (layout: dot_packed_q4_k in matmul_packed_avx512.cpp). A: tiles 0/1, B: 2/3, C: 4-7.
 void amx_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
-  if (a.mr < kAmxMinRows) return g_vnni_q4_k(a, p0, p1);
+  if (a.mr < kAmxMinRows) return g_vnni[kQ4_K](a, p0, p1);
   const int mr = a.mr;
   const int64_t nsb = a.K / 256;
   constexpr size_t kSuper = 2368;               // bytes of a panel's super-block
@@ -135,17 +117,17 @@ void amx_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
     _mm512_store_ps(acc[m], _mm512_setzero_ps());
     _mm512_store_ps(acc2[m], _mm512_setzero_ps());
   }
-  const __m512i nib = _mm512_set1_epi8(0x0F);
   _tile_loadconfig(&tile_config<32>(mr));
   auto unpack = [&](int64_t p, int64_t i, int h, PanelPrefetch& prefetch) {
     const uint8_t* u = a.w + p * a.row_bytes + i * kSuper;
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       prefetch();
+      __m512i lo[4], hi[4];
+      load_nibbles(u + 256 * j, lo, hi);
       for (int v = 0; v < 4; ++v) {
-        const __m512i raw = _mm512_load_si512(u + 256 * j + 64 * v);
-        _mm512_store_si512(bt[h][j] + 64 * v, _mm512_and_si512(raw, nib));
-        _mm512_store_si512(bt[h][j] + 256 + 64 * v, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib));
+        _mm512_store_si512(bt[h][j] + 64 * v, lo[v]);
+        _mm512_store_si512(bt[h][j] + 256 + 64 * v, hi[v]);
       }
     }
   };
@@ -204,7 +186,7 @@ void amx_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
 // Q6_K panel (layout: dot_packed_q6_k in matmul_packed_avx512.cpp): per sub-block two 16-column
 // halves, each its own A (columns 0-15 / 16-31 of the block), B (4 rows of 64) and C.
 void amx_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
-  if (a.mr < kAmxMinRows) return g_vnni_q6_k(a, p0, p1);
+  if (a.mr < kAmxMinRows) return g_vnni[kQ6_K](a, p0, p1);
   const int mr = a.mr;
   const int64_t nsb = a.K / 256;
   constexpr size_t kSuper = 3392;
@@ -212,7 +194,6 @@ void amx_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   alignas(64) int32_t ct[8][2][kTileRows][16];     // their products
   alignas(64) float acc[kTileRows][16];
   for (int m = 0; m < mr; ++m) _mm512_store_ps(acc[m], _mm512_setzero_ps());
-  const __m512i nib = _mm512_set1_epi8(0x0F), b01 = _mm512_set1_epi8(0x03), b23 = _mm512_set1_epi8(0x0C);
   const __m512i c32 = _mm512_set1_epi8(32);
   _tile_loadconfig(&tile_config<16>(mr));
   auto unpack = [&](int64_t p, int64_t i, int h, PanelPrefetch& prefetch) {
@@ -220,15 +201,11 @@ void amx_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       prefetch();
-      for (int v = 0; v < 4; ++v) {  // the VNNI kernel's unpacking, then − 32
-        const __m512i raw = _mm512_load_si512(u + 256 * j + 64 * v);
-        __m512i g = _mm512_load_si512(u + 2048 + 128 * j + 64 * (v / 2));
-        if (v % 2) g = _mm512_srli_epi16(g, 4);
-        const __m512i lo = _mm512_or_si512(_mm512_and_si512(raw, nib), _mm512_slli_epi16(_mm512_and_si512(g, b01), 4));
-        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), nib),
-                                           _mm512_slli_epi16(_mm512_and_si512(g, b23), 2));
-        _mm512_store_si512(bt[h][j][0] + 64 * v, _mm512_sub_epi8(lo, c32));
-        _mm512_store_si512(bt[h][j][1] + 64 * v, _mm512_sub_epi8(hi, c32));
+      __m512i lo[4], hi[4];
+      load_q6_k(u, j, lo, hi);
+      for (int v = 0; v < 4; ++v) {  // − 32: signed bytes, so that C is P − 32 qsum16 directly
+        _mm512_store_si512(bt[h][j][0] + 64 * v, _mm512_sub_epi8(lo[v], c32));
+        _mm512_store_si512(bt[h][j][1] + 64 * v, _mm512_sub_epi8(hi[v], c32));
       }
     }
   };
@@ -288,7 +265,7 @@ void amx_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
 //   acc += float(P − 128 qsum) * (d · dx)
 // takes the same integer. Steps of up to 8 blocks.
 void amx_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
-  if (a.mr < kAmxMinRows) return g_vnni_q8_0(a, p0, p1);
+  if (a.mr < kAmxMinRows) return g_vnni[kQ8_0](a, p0, p1);
   const int mr = a.mr;
   const int64_t nb = a.K / 32, steps = (nb + 7) / 8;
   alignas(64) int32_t ct[8][kTileRows][16];
@@ -346,20 +323,15 @@ void amx_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
 }  // namespace
 
 void register_amx_dot_packed(KernelTable& t) {
-  g_vnni_q4_k = t.dot_packed[kQ4_K];
-  g_vnni_q6_k = t.dot_packed[kQ6_K];
-  if (g_vnni_q4_k) {
-    t.dot_packed[kQ4_K] = amx_q4_k;
-    t.packed_max_mr_of[kQ4_K] = kTileRows;
-  }
-  g_vnni_q8_0 = t.dot_packed[kQ8_0];
-  if (g_vnni_q8_0) {
-    t.dot_packed[kQ8_0] = amx_q8_0;
-    t.packed_max_mr_of[kQ8_0] = kTileRows;
-  }
-  if (g_vnni_q6_k) {
-    t.dot_packed[kQ6_K] = amx_q6_k;
-    t.packed_max_mr_of[kQ6_K] = kTileRows;
+  const struct {
+    int f;
+    DotFn amx;
+  } kernels[] = {{kQ4_K, amx_q4_k}, {kQ6_K, amx_q6_k}, {kQ8_0, amx_q8_0}};
+  for (const auto& k : kernels) {
+    if (!t.dot_packed[k.f]) continue;
+    g_vnni[k.f] = t.dot_packed[k.f];
+    t.dot_packed[k.f] = k.amx;
+    t.packed_max_mr_of[k.f] = kTileRows;
   }
 }
 

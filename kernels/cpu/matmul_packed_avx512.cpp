@@ -28,17 +28,6 @@ using quant::load_u32;
 // 4 activation bytes x[k..k+3] in every 32-bit lane.
 inline __m512i bcast4(const int8_t* x) { return _mm512_set1_epi32(static_cast<int>(load_u32(reinterpret_cast<const uint8_t*>(x)))); }
 
-// Loads the 4 nibble vectors of a 32-column sub-block at p: lo = low nibbles (columns 4v..4v+3
-// of vector v), hi = high nibbles (columns 16 + 4v..).
-inline void load_nibbles(const uint8_t* p, __m512i* lo, __m512i* hi) {
-  const __m512i nib = _mm512_set1_epi8(0x0F);
-  for (int v = 0; v < 4; ++v) {
-    const __m512i raw = _mm512_load_si512(p + 64 * v);
-    lo[v] = _mm512_and_si512(raw, nib);
-    hi[v] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
-  }
-}
-
 // 16 rows' integer dot products over one 32-column sub-block: s_lo over columns 0..15 (the low
 // nibbles against x[0..15]), s_hi over 16..31.
 inline void dot_sub_block(const __m512i* lo, const __m512i* hi, const int8_t* x, __m512i& s_lo, __m512i& s_hi) {
@@ -50,12 +39,6 @@ inline void dot_sub_block(const __m512i* lo, const __m512i* hi, const int8_t* x,
   }
 }
 
-inline void store_panel(float* y, __m512 v, int64_t p, int64_t rows_total) {
-  const int64_t r0 = p * PackedWeights::kPanelRows;
-  const int64_t n = rows_total - r0;
-  if (n >= 16) _mm512_storeu_ps(y + r0, v);
-  else _mm512_mask_storeu_ps(y + r0, static_cast<__mmask16>((1u << n) - 1), v);
-}
 
 template <int MR>
 void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
@@ -185,7 +168,6 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
 template <int MR>
 void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
-  const __m512i b01 = _mm512_set1_epi8(0x03), b23 = _mm512_set1_epi8(0x0C);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
     PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
@@ -196,13 +178,7 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
       for (int j = 0; j < 8; ++j) {
         prefetch();
         __m512i lo[4], hi[4];
-        load_nibbles(u + 256 * j, lo, hi);
-        for (int v = 0; v < 4; ++v) {  // the 2-bit highs become bits 4-5
-          __m512i g = _mm512_load_si512(u + 2048 + 128 * j + 64 * (v / 2));
-          if (v % 2) g = _mm512_srli_epi16(g, 4);
-          lo[v] = _mm512_or_si512(lo[v], _mm512_slli_epi16(_mm512_and_si512(g, b01), 4));
-          hi[v] = _mm512_or_si512(hi[v], _mm512_slli_epi16(_mm512_and_si512(g, b23), 2));
-        }
+        load_q6_k(u, j, lo, hi);
         const __m256i sc8 = _mm256_load_si256(reinterpret_cast<const __m256i*>(u + 3072 + 32 * j));
         const __m512 sc_lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(sc8))));
         const __m512 sc_hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(sc8, 1))));
