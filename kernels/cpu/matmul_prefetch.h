@@ -17,6 +17,8 @@ namespace {
 // first served): 10-15% faster at 2-4 KiB. Since threads stream their own contiguous shares, 8 KiB
 // is better at two threads (packed Q4_1 576 to 8192 rows from DRAM: +4-8% GB/s over 4 KiB in three
 // alternating runs; SmolLM2 decode median 6.23 -> 5.92 ms over 10 alternating pairs; Gemma even).
+// On the Xeon with AMX (2026-12-04) 4 KiB decoded the 8B shape 1.5-5% faster but SmolLM2 10-20%
+// slower, so no one distance serves every model there (docs/performance.md, "Issue 50 re-measured").
 constexpr int kPrefetchBytes = 8192;
 
 // Prefetches `bytes` bytes (whole lines) starting kPrefetchBytes past p, into L1 (T0): the
