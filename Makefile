@@ -53,9 +53,11 @@ SOAK_MINUTES ?= 3
 soak: build
 	FATHOM_BUILD=$(BUILD) $(PY) tests/soak/soak.py --minutes $(SOAK_MINUTES) --build $(BUILD)
 
+# BENCH_ARGS passes options to bench/run_bench.py, e.g. the real model shapes on random weights:
+# make bench BENCH_ARGS="--models llama-3.2-1b,llama-3.1-8b --threads 2"
 bench: build
 	@cmake --build $(BUILD) -j$(JOBS) --target benches
-	FATHOM_BUILD=$(BUILD) $(PY) bench/run_bench.py
+	FATHOM_BUILD=$(BUILD) $(PY) bench/run_bench.py $(BENCH_ARGS)
 
 # A bounded long-context evaluation per attention policy (RULER-style tasks through the OpenAI API,
 # sparse kernels at every length to judge each method; ~5 min on 2 cores): eval/results/ruler.md.

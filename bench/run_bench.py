@@ -47,6 +47,21 @@ MODELS = {
         "share_prefill_from": 16384,
     },
 }
+# Real model shapes on random weights (scripts/bench_models.py writes them into the model cache on
+# first use; never git), run only when --models names them: `make bench BENCH_ARGS="--models
+# llama-3.2-1b,llama-3.1-8b --threads 2"`. No f32 comparison run (minutes at these sizes).
+BENCH_MODELS = Path(os.environ.get("FATHOM_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                    / "fathom") / "bench-models"
+REAL_SHAPES = {
+    "llama-3.2-1b": ("Llama-3.2-1B shape (Q4_K_M, random weights)", [0, 4096]),
+    "llama-3.1-8b": ("Llama-3.1-8B shape (Q4_K_M, random weights)", [0, 4096]),
+    "qwen3-4b": ("Qwen3-4B shape (Q4_K_M, random weights)", [0, 4096]),
+    "qwen3-30b-a3b": ("Qwen3-30B-A3B shape, 128 experts (Q4_K_M, random weights)", [0, 4096]),
+}
+DEFAULT_MODELS = list(MODELS)
+for _shape, (_title, _depths) in REAL_SHAPES.items():
+    MODELS[_shape] = {"path": str(BENCH_MODELS / f"{_shape}-q4_k_m.gguf"), "title": _title, "depths": _depths,
+                      "bench_models_shape": _shape, "compare": False}
 COMPARE_PRECISION = "f32"  # also run at depth 0 with this matmul precision, for comparison
 KV_DTYPE = "f16"
 PRECISION = "q8"
@@ -335,7 +350,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.environ.get("FATHOM_BUILD", "build"), help="build directory (FATHOM_BUILD)")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ",".join(MODELS))
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                    help="comma-separated, of " + ",".join(MODELS) + " (default: " + ",".join(DEFAULT_MODELS) + ")")
     ap.add_argument("--depths", help="override every model's depth list (e.g. 0,64 for a quick check)")
     ap.add_argument("--decode-tokens", type=int, default=32)
     ap.add_argument("--budget-minutes", type=float, default=14.0)
@@ -395,12 +411,18 @@ def main():
     for k in keys:
         if k not in MODELS:
             sys.exit(f"run_bench: unknown model '{k}' (known: {', '.join(MODELS)})")
+    for k in keys:  # a real shape's file is written on first use (minutes; ~18 GB for the MoE)
+        shape = MODELS[k].get("bench_models_shape")
+        if shape and not Path(MODELS[k]["path"]).exists():
+            log(f"writing {MODELS[k]['path']} (scripts/bench_models.py --shapes {shape})")
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_models.py"), "--shapes", shape,
+                            "--layouts", "q4_k_m", "--out", str(BENCH_MODELS)], check=True)
     depth_lists = {k: ([int(d) for d in args.depths.split(",")] if args.depths else MODELS[k]["depths"]) for k in keys}
     for level in range(max(len(v) for v in depth_lists.values())):
         for k in keys:
             if level < len(depth_lists[k]):
                 runs.append((k, PRECISION, depth_lists[k][level]))
-                if depth_lists[k][level] == 0:
+                if depth_lists[k][level] == 0 and MODELS[k].get("compare", True):
                     runs.append((k, COMPARE_PRECISION, 0))
     decodes, skipped = {}, {}
     for key, precision, depth in runs:

@@ -10,11 +10,13 @@ Weights are random bytes in the quantized format, with the block scales (f16 d, 
 that each weight is ~N(0, 0.03)-sized and a forward pass stays finite; llama.cpp's llama-server
 loads the same files, so both servers are timed on identical bytes.
 
-    bench_models.py [--out DIR] [--shapes llama-3.2-1b,llama-3.1-8b,qwen3-4b] [--layouts q4_k_m,q8_0,f16]
+    bench_models.py [--out DIR] [--shapes llama-3.2-1b,llama-3.1-8b,qwen3-4b,qwen3-30b-a3b]
+                    [--layouts q4_k_m,q8_0,f16]
 
 Writes DIR/<shape>-<layout>.gguf (default DIR: $FATHOM_CACHE/bench-models, FATHOM_CACHE
 defaulting to ~/.cache/fathom) and skips files that exist. Sizes: llama-3.2-1b q4_k_m ~0.8 GB,
-llama-3.1-8b q4_k_m ~4.9 GB, f16 2.5 / 16 GB.
+llama-3.1-8b q4_k_m ~4.9 GB, f16 2.5 / 16 GB; qwen3-30b-a3b q4_k_m ~18 GB (a mixture of experts:
+a token reads ~3 B of its ~30 B weights).
 """
 import argparse
 import os
@@ -45,6 +47,9 @@ class Shape:
     tied: bool         # output projection = token_embd
     rope_base: float
     qk_norm: bool = False  # Qwen 3: RMSNorm of each head's q and k
+    experts: int = 0       # MoE: experts per layer (0: a dense MLP of width ffn)
+    experts_used: int = 0  # the router's top-k
+    expert_ffn: int = 0    # each expert's MLP width
 
 
 SHAPES = {
@@ -52,6 +57,9 @@ SHAPES = {
     "llama-3.2-1b": Shape("llama", "llama-bpe", 128256, 2048, 16, 32, 8, 64, 8192, True, 500000.0),
     "llama-3.1-8b": Shape("llama", "llama-bpe", 128256, 4096, 32, 32, 8, 128, 14336, False, 500000.0),
     "qwen3-4b": Shape("qwen3", "qwen2", 151936, 2560, 36, 32, 8, 128, 9728, True, 1000000.0, qk_norm=True),
+    # Qwen3-30B-A3B (Qwen config.json): every layer's MLP is 128 experts of width 768, 8 a token.
+    "qwen3-30b-a3b": Shape("qwen3moe", "qwen2", 151936, 2048, 48, 32, 4, 128, 6144, False, 1000000.0,
+                           qk_norm=True, experts=128, experts_used=8, expert_ffn=768),
 }
 
 # f16 scale fields per quantized block: (block elements, block bytes, {byte offset: value}).
@@ -80,21 +88,23 @@ def tensor_type(layout, name, layer, layers):
         return Q.Q8_0
     if name in ("output", "token_embd.tied"):
         return Q.Q6_K
-    if name in ("attn_v", "ffn_down") and use_more_bits(layer, layers):
+    if name in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(layer, layers):
         return Q.Q6_K
     return Q.Q4_K
 
 
-def random_matrix(rng, rows, cols, qtype):
-    """[rows][cols] weights in qtype as the bytes GGUF stores (uint8 [rows][row bytes], or f16)."""
+def random_matrix(rng, shape, qtype):
+    """Weights of shape [...][rows][cols] in qtype as the bytes GGUF stores (uint8 [...][rows][row
+    bytes], or f16)."""
+    *outer, cols = shape
     if qtype == Q.F16:
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.03).astype(np.float16)
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.03).astype(np.float16)
     block, block_bytes, scales = SCALES[qtype]
     nb = cols // block
-    raw = rng.integers(0, 256, (rows, nb, block_bytes), dtype=np.uint8)
+    raw = rng.integers(0, 256, (*outer, nb, block_bytes), dtype=np.uint8)
     for offset, value in scales.items():
-        raw[:, :, offset:offset + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
-    return raw.reshape(rows, nb * block_bytes)
+        raw[..., offset:offset + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
+    return raw.reshape(*outer, nb * block_bytes)
 
 
 def write(path, shape_name, layout, vocab_dir, seed=0):
@@ -121,6 +131,10 @@ def write(path, shape_name, layout, vocab_dir, seed=0):
     w.add_layer_norm_rms_eps(1e-5 if s.arch == "llama" else 1e-6)
     w.add_vocab_size(s.vocab)
     w.add_file_type(FILE_TYPES[layout])
+    if s.experts:
+        w.add_expert_count(s.experts)
+        w.add_expert_used_count(s.experts_used)
+        w.add_expert_feed_forward_length(s.expert_ffn)
 
     # (name, shape as [rows][cols], type) in llama.cpp's order; norms are F32 ones.
     tensors = [("token_embd.weight", (s.vocab, s.dim),
@@ -140,15 +154,24 @@ def write(path, shape_name, layout, vocab_dir, seed=0):
         if s.qk_norm:
             tensors += [(b + "attn_q_norm.weight", (s.head_dim,), Q.F32),
                         (b + "attn_k_norm.weight", (s.head_dim,), Q.F32)]
-        tensors += [(b + "ffn_norm.weight", (s.dim,), Q.F32),
-                    (b + "ffn_gate.weight", (s.ffn, s.dim), t("ffn_gate")),
-                    (b + "ffn_up.weight", (s.ffn, s.dim), t("ffn_up")),
-                    (b + "ffn_down.weight", (s.dim, s.ffn), t("ffn_down"))]
+        tensors.append((b + "ffn_norm.weight", (s.dim,), Q.F32))
+        if s.experts:  # the router stays f32 in every layout (llama-quantize skips ffn_gate_inp)
+            e, f = s.experts, s.expert_ffn
+            tensors += [(b + "ffn_gate_inp.weight", (e, s.dim), Q.F32),
+                        (b + "ffn_gate_exps.weight", (e, f, s.dim), t("ffn_gate_exps")),
+                        (b + "ffn_up_exps.weight", (e, f, s.dim), t("ffn_up_exps")),
+                        (b + "ffn_down_exps.weight", (e, s.dim, f), t("ffn_down_exps"))]
+        else:
+            tensors += [(b + "ffn_gate.weight", (s.ffn, s.dim), t("ffn_gate")),
+                        (b + "ffn_up.weight", (s.ffn, s.dim), t("ffn_up")),
+                        (b + "ffn_down.weight", (s.dim, s.ffn), t("ffn_down"))]
 
-    def data(shape, qtype):
+    def data(name, shape, qtype):
+        if name.endswith("ffn_gate_inp.weight"):  # random router logits: tokens spread over experts
+            return rng.standard_normal(shape, dtype=np.float32)
         if qtype == Q.F32:
             return np.ones(shape, np.float32)
-        return random_matrix(rng, shape[0], shape[1], qtype)
+        return random_matrix(rng, shape, qtype)
 
     # Header first, then each tensor generated and written in turn (an 8B file never sits in memory).
     for name, shape, qtype in tensors:
@@ -158,14 +181,15 @@ def write(path, shape_name, layout, vocab_dir, seed=0):
             w.add_tensor_info(name, shape, np.dtype(dtype), nbytes)
         else:
             block, block_bytes, _ = SCALES[qtype]
-            nbytes = shape[0] * shape[1] // block * block_bytes
-            w.add_tensor_info(name, (shape[0], shape[1] // block * block_bytes), np.dtype(np.uint8), nbytes,
+            *outer, cols = shape
+            nbytes = int(np.prod(outer)) * cols // block * block_bytes
+            w.add_tensor_info(name, (*outer, cols // block * block_bytes), np.dtype(np.uint8), nbytes,
                               raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     for name, shape, qtype in tensors:
-        w.write_tensor_data(data(shape, qtype))
+        w.write_tensor_data(data(name, shape, qtype))
     w.close()
     os.replace(tmp, path)
 
