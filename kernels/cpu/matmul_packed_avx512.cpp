@@ -134,7 +134,7 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
-    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb, kKQuantPrefetchBytes);
     __m512 acc[MR], acc2[MR];
     for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 2368) {
@@ -170,7 +170,7 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
-    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb);
+    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb, kKQuantPrefetchBytes);
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 3392) {

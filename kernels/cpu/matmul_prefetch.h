@@ -17,9 +17,17 @@ namespace {
 // first served): 10-15% faster at 2-4 KiB. Since threads stream their own contiguous shares, 8 KiB
 // is better at two threads (packed Q4_1 576 to 8192 rows from DRAM: +4-8% GB/s over 4 KiB in three
 // alternating runs; SmolLM2 decode median 6.23 -> 5.92 ms over 10 alternating pairs; Gemma even).
-// On the Xeon with AMX (2026-12-04) 4 KiB decoded the 8B shape 1.5-5% faster but SmolLM2 10-20%
-// slower, so no one distance serves every model there (docs/performance.md, "Issue 50 re-measured").
+// On the Xeon with AMX (2026-12-04) 4 KiB everywhere decoded the 8B shape 1.5-5% faster but SmolLM2
+// (packed Q4_1) 10-20% slower, and the 1B shape in Q8_0 the same: see kKQuantPrefetchBytes.
 constexpr int kPrefetchBytes = 8192;
+
+// The AVX-512 one-row Q4_K and Q6_K panel kernels' distance. Their super-block panels are read in
+// three places at once (nibbles, then the 6-bit scales and the f16 d near its end), and on the
+// Xeon with AMX they stream faster 4 KiB ahead: with only those two kernels at 4 KiB, alternating
+// three times (docs/performance.md, "A 4 KiB prefetch for the K-quant kernels"), the 8B shape
+// 180.7-186.2 -> 174.2-177.1 ms a token, the 1B 31.4-32.4 -> 30.7-31.1, Gemma 3 (Q4_K_M, 270M)
+// 9.1-9.5 -> 8.2-9.2. On a Zen 4 EPYC, 4 KiB for every kernel had left Gemma 3 even.
+constexpr int kKQuantPrefetchBytes = 4096;
 
 // Prefetches `bytes` bytes (whole lines) starting kPrefetchBytes past p, into L1 (T0): the
 // stored-layout kernels, which read a row or a few rows at a time.
@@ -36,16 +44,16 @@ inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
 //
 // A panel of `panel_bytes` is consumed in `steps` steps (its column blocks), and step i
 // prefetches its share [i s, (i + 1) s) of the panel, s = ceil(panel_bytes / steps),
-// kPrefetchBytes ahead: quants and scales alike. Prefetching only the quant bytes a step reads
+// `distance` bytes ahead (kPrefetchBytes unless the kernel names its own): quants and scales alike. Prefetching only the quant bytes a step reads
 // (as the kernels did) left each panel's scale tail to the hardware prefetcher: 1/5 of a Q4_1
 // panel, 1/18 of Q8_0's, 320 of Q4_K's 2368 bytes per super-block. Covering it, packed Q4_1
 // 1536x576 from DRAM (bench_matmul --quick, 3 alternating runs, Zen 4): 1 thread 15.9-16.0 ->
 // 22.2-25.8 GB/s (67-69% -> 96-107% of the read bandwidth measured alongside).
 struct PanelPrefetch {
-  const uint8_t* next;  // the panel's first byte + kPrefetchBytes
+  const uint8_t* next;  // the panel's first byte + the distance ahead
   int64_t step;
-  PanelPrefetch(const uint8_t* panel, size_t panel_bytes, int64_t steps)
-      : next(panel + kPrefetchBytes), step((static_cast<int64_t>(panel_bytes) + steps - 1) / steps) {}
+  PanelPrefetch(const uint8_t* panel, size_t panel_bytes, int64_t steps, int distance = kPrefetchBytes)
+      : next(panel + distance), step((static_cast<int64_t>(panel_bytes) + steps - 1) / steps) {}
   // Lines holding [next, next + step): whole coverage even when step is not a multiple of 64.
   void operator()() {
     const int64_t into_line = static_cast<int64_t>(reinterpret_cast<uintptr_t>(next) % 64);
