@@ -290,12 +290,15 @@ def test_client_cancel_frees_the_request(stub, pb, server):
 
 def test_sigterm_drains_grpc_streams(fathom_bin, smollm2_path, pb):
     """SIGTERM mid-stream: the stream still finishes, health turns NOT_SERVING, new calls get
-    UNAVAILABLE, and the process exits 0."""
+    UNAVAILABLE, and the process exits 0. The stream is long (256 tokens, ~1 s here) so that it
+    is still draining when the new call arrives: once it ends, the gRPC server shuts down, and a
+    call racing that shutdown may be CANCELLED by gRPC itself (seen with 48 tokens on a fast host)."""
+    tokens = 256
     with ServerProcess(fathom_bin, smollm2_path, extra_args=["--grpc-port", "-1"]) as s:
         ch = grpc.insecure_channel(f"127.0.0.1:{s.grpc_port}")
         stub = pb.svc.FathomStub(ch)
         health = health_pb2_grpc.HealthStub(ch)
-        call = stub.Generate(pb.msg.GenerateRequest(text=PROMPT, max_tokens=48, ignore_eos=True,
+        call = stub.Generate(pb.msg.GenerateRequest(text=PROMPT, max_tokens=tokens, ignore_eos=True,
                                                     sampling=pb.msg.SamplingParameters(temperature=0.0)),
                              timeout=300)
         stream = iter(call)
@@ -319,7 +322,7 @@ def test_sigterm_drains_grpc_streams(fathom_bin, smollm2_path, pb):
 
         messages += list(stream)
         assert finish_of(messages) == "length"
-        assert messages[-1].usage.completion_tokens == 48
+        assert messages[-1].usage.completion_tokens == tokens
         ch.close()
         assert s.wait(120) == 0, s.stderr
 
