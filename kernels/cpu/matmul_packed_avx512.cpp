@@ -121,7 +121,7 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
         const int32_t qsum = a.qsum[m * a.ldqs + b];
         if constexpr (kMin) {
           const __m512 mins = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + kScale * b + 32)));
-          acc2[m] = _mm512_fmadd_ps(mins, _mm512_set1_ps(dx * static_cast<float>(qsum)), acc2[m]);
+          acc2[m] = _mm512_fmadd_ps(mins, _mm512_set1_ps(a.qds[m * a.ldqs + b]), acc2[m]);  // dx · qsum
         } else {
           s = _mm512_sub_epi32(s, _mm512_set1_epi32(kOffset * qsum));
         }
@@ -160,7 +160,7 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
           const int64_t blk = m * a.ldqs + 8 * i + j;
           const float dx = a.qd[blk];
           acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[m]);
-          acc2[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(dx * static_cast<float>(a.qsum[blk])), acc2[m]);
+          acc2[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(a.qds[blk]), acc2[m]);  // dx · qsum, formed once per call
         }
       }
     }
