@@ -263,6 +263,7 @@ void run_rows(const DotJob& j, int64_t M, int64_t b, int64_t e) {
       }
       if (a.xs) a.xs += m0 * a.ldsg * 128;
       a.y += m0 * a.ldy;
+      if (M > j.max_mr && m0 + j.max_mr >= M) a.prefetch_bytes = (n1 - n0) * static_cast<int64_t>(a.row_bytes);
       j.fn(a, n0, n1);
     }
   }

@@ -58,7 +58,15 @@ struct DotArgs {
   // Packed kernels (KernelTable::dot_packed): w is PackedWeights::data(), row_bytes its
   // panel_bytes(), [n0, n1) are panels, and rows_total = N (the last panel stores N - 16 p rows).
   int64_t rows_total = 0;
+  // The AVX-512 VNNI panel kernels' prefetch distance in bytes when > 0 (else their own). A
+  // batch of more rows than a call takes visits each sub-chunk of panels once per call: the first
+  // call streams it from DRAM, the others find it in L2. run_rows sets the last call's distance
+  // to the sub-chunk's bytes, so that it brings the next sub-chunk into L2 while it computes.
+  int64_t prefetch_bytes = 0;
 };
+
+// A panel kernel's prefetch distance: DotArgs::prefetch_bytes when set, else `own`.
+inline int64_t prefetch_distance(const DotArgs& a, int64_t own) { return a.prefetch_bytes > 0 ? a.prefetch_bytes : own; }
 
 using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 using DotFn = void (*)(const DotArgs& a, int64_t n0, int64_t n1);

@@ -52,7 +52,7 @@ inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
 struct PanelPrefetch {
   const uint8_t* next;  // the panel's first byte + the distance ahead
   int64_t step;
-  PanelPrefetch(const uint8_t* panel, size_t panel_bytes, int64_t steps, int distance = kPrefetchBytes)
+  PanelPrefetch(const uint8_t* panel, size_t panel_bytes, int64_t steps, int64_t distance = kPrefetchBytes)
       : next(panel + distance), step((static_cast<int64_t>(panel_bytes) + steps - 1) / steps) {}
   // Lines holding [next, next + step): whole coverage even when step is not a multiple of 64.
   void operator()() {
