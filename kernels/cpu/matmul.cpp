@@ -260,6 +260,7 @@ void run_rows(const DotJob& j, int64_t M, int64_t b, int64_t e) {
         a.qsum += m0 * a.ldqs;
         a.qsum16 += m0 * 2 * a.ldqs;
         a.qds += m0 * a.ldqs;
+        a.q16x32 += m0 * 2 * a.ldqs;
       }
       if (a.xs) a.xs += m0 * a.ldsg * 128;
       a.y += m0 * a.ldy;
@@ -306,6 +307,7 @@ struct Q8Act {
   const int16_t* qsum16;
   int64_t nb;  // blocks per row
   const float* qds;  // qd · qsum per block
+  const int32_t* q16x32;  // 32 · qsum16, indexed as qsum16
   // Nibble-split order (see DotArgs::xs), when a target's kernel reads it; else null.
   const int8_t* xs;
   int64_t ng;  // groups of 4 blocks per row
@@ -331,6 +333,7 @@ Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t 
   static thread_local std::vector<float> d_buf;
   static thread_local std::vector<int32_t> s_buf;
   static thread_local std::vector<int16_t> s16_buf;
+  static thread_local std::vector<int32_t> s16x32_buf;
   const int64_t nb = K / kActBlock;
   int8_t* q = scratch(q_buf, static_cast<size_t>(M * K));
   float* qd = scratch(d_buf, static_cast<size_t>(M * nb));
@@ -339,6 +342,7 @@ Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t 
   const int64_t ng = (nb + 3) / 4;
   int8_t* xs = split ? scratch(xs_buf, static_cast<size_t>(M * ng * 128)) : nullptr;
   float* qds = scratch(qds_buf, static_cast<size_t>(M * nb));
+  int32_t* q16x32 = scratch(s16x32_buf, static_cast<size_t>(M * nb * 2));
   const QuantizeQ8Fn quantize = quantize_fn();
   block_major = block_major && M > 1;
   auto quantize_rows = [&](int64_t b, int64_t e, int) {
@@ -346,6 +350,7 @@ Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t 
       if (!block_major) {
         quantize(x + m * K, K, q + m * K, qd + m * nb, qs + m * nb, qs16 + m * nb * 2);
         for (int64_t i = m * nb; i < (m + 1) * nb; ++i) qds[i] = qd[i] * static_cast<float>(qs[i]);
+        for (int64_t i = 2 * m * nb; i < 2 * (m + 1) * nb; ++i) q16x32[i] = 32 * qs16[i];
         if (split) split_row(q + m * K, nb, xs + m * ng * 128);
         continue;
       }
@@ -368,13 +373,15 @@ Q8Act quantize_activations(ThreadPool& pool, const float* x, int64_t M, int64_t 
         qs16[2 * at] = s161[2 * i];
         qs16[2 * at + 1] = s161[2 * i + 1];
         qds[at] = d1[i] * static_cast<float>(s1[i]);
+        q16x32[2 * at] = 32 * s161[2 * i];
+        q16x32[2 * at + 1] = 32 * s161[2 * i + 1];
       }
     }
   };
   if (M >= 8) pool.parallel_for(M, quantize_rows);
   else quantize_rows(0, M, 0);
-  if (block_major) return {q, qd, qs, qs16, nb, qds, xs, ng, 32, 32 * M, 1, M};
-  return {q, qd, qs, qs16, nb, qds, xs, ng, K, 32, nb, 1};
+  if (block_major) return {q, qd, qs, qs16, nb, qds, q16x32, xs, ng, 32, 32 * M, 1, M};
+  return {q, qd, qs, qs16, nb, qds, q16x32, xs, ng, K, 32, nb, 1};
 }
 
 DotArgs q8_args(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_t K, float* y) {
@@ -394,6 +401,7 @@ DotArgs q8_args(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int6
   a.ldsb = act.ldsb;
   a.xs = act.xs;
   a.qds = act.qds;
+  a.q16x32 = act.q16x32;
   a.ldsg = act.ng;
   return a;
 }

@@ -46,6 +46,7 @@ struct DotArgs {
   const int32_t* qsum = nullptr;
   const int16_t* qsum16 = nullptr;  // sums over 16-element halves (Q2_K, Q3_K, Q6_K)
   const float* qds = nullptr;  // qd[b] * float(qsum[b])
+  const int32_t* q16x32 = nullptr;  // 32 * qsum16 as int32 (Q6_K's offset, broadcast from memory)
   int64_t ldqs = 0, ldsb = 1;
   // The same activations in the nibble-split order (KernelTable::q8_split formats): per group
   // g of 4 blocks, xs[g][0..63] = the first 16 q of blocks 4g..4g+3 (16 each, the elements a

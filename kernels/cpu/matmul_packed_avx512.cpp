@@ -195,10 +195,10 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
           __m512i s0, s1;
           dot_sub_block(lo, hi, a.q + m * a.ldq + 256 * i + 32 * j, s0, s1);
           const int64_t blk = m * a.ldqs + 8 * i + j;
-          const int16_t* q16 = a.qsum16 + m * 2 * a.ldqs + 2 * (8 * i + j);
+          const int32_t* q16x32 = a.q16x32 + m * 2 * a.ldqs + 2 * (8 * i + j);  // 32 qsum16, as int32
           const __m512 dx = _mm512_set1_ps(a.qd[blk]);
-          s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(32 * q16[0]));
-          s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(32 * q16[1]));
+          s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(q16x32[0]));
+          s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(q16x32[1]));
           const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), sc_hi, _mm512_mul_ps(_mm512_cvtepi32_ps(s0), sc_lo));
           acc[m] = _mm512_fmadd_ps(t, dx, acc[m]);
         }
