@@ -66,8 +66,6 @@ struct DotArgs {
   int64_t prefetch_bytes = 0;
 };
 
-// A panel kernel's prefetch distance: DotArgs::prefetch_bytes when set, else `own`.
-inline int64_t prefetch_distance(const DotArgs& a, int64_t own) { return a.prefetch_bytes > 0 ? a.prefetch_bytes : own; }
 
 using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 using DotFn = void (*)(const DotArgs& a, int64_t n0, int64_t n1);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/matmul_kernels.h"
 #include "kernels/cpu/prefetch.h"
 
 namespace fathom::cpu::detail {
@@ -28,6 +29,22 @@ constexpr int kPrefetchBytes = 8192;
 // 180.7-186.2 -> 174.2-177.1 ms a token, the 1B 31.4-32.4 -> 30.7-31.1, Gemma 3 (Q4_K_M, 270M)
 // 9.1-9.5 -> 8.2-9.2. On a Zen 4 EPYC, 4 KiB for every kernel had left Gemma 3 even.
 constexpr int kKQuantPrefetchBytes = 4096;
+
+// The AVX-512 VNNI panel kernels' distance for calls of more than one activation row. Such a
+// call spends 2-8x a one-row call's time on each panel, and 4-8 KiB ahead left it waiting on
+// DRAM: on a Zen 5 EPYC (bench_matmul --batch, 2 threads, three alternating runs), 8 rows a call
+// Q6_K 2048x8192 374-427 -> 318-381 us and Q4_K 8192x2048 268-283 -> 247-274 us at 16 KiB; the 1B
+// batch-8 decode step 25.6-26.5 -> 22.4-23.5 ms, batch 4 20.4-21.4 -> 17.4-20.6 (8 and 32 KiB did
+// as well as 16 on batch 8). Batch 16 even, since its calls find their panels in L2
+// (DotArgs::prefetch_bytes); one-row calls keep `own`.
+constexpr int64_t kBatchPrefetchBytes = 16384;
+
+// A panel kernel's prefetch distance: DotArgs::prefetch_bytes when run_rows set it, else
+// kBatchPrefetchBytes for a call of several rows, else `own` (the kernel's one-row distance).
+inline int64_t prefetch_distance(const DotArgs& a, int64_t own) {
+  if (a.prefetch_bytes > 0) return a.prefetch_bytes;
+  return a.mr > 1 ? kBatchPrefetchBytes : own;
+}
 
 // Prefetches `bytes` bytes (whole lines) starting kPrefetchBytes past p, into L1 (T0): the
 // stored-layout kernels, which read a row or a few rows at a time.
