@@ -44,7 +44,6 @@ inline void dot_sub_block(const __m512i* lo, const __m512i* hi, const int8_t* x,
   }
 }
 
-
 template <int MR>
 void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nb = a.K / 32;
@@ -160,7 +159,7 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
           const int64_t blk = m * a.ldqs + 8 * i + j;
           const float dx = a.qd[blk];
           acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, _mm512_set1_ps(dx)), acc[m]);
-          acc2[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(a.qds[blk]), acc2[m]);  // dx · qsum, formed once per call
+          acc2[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(a.qds[blk]), acc2[m]);  // dx · qsum, formed once per matmul (quantize_activations)
         }
       }
     }
