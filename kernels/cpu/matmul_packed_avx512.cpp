@@ -50,7 +50,7 @@ void dot_packed_q8_0(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* qp = a.w + p * a.row_bytes;
     const uint8_t* sp = qp + nb * 512;
-    PanelPrefetch prefetch(qp, a.row_bytes, nb, prefetch_distance(a, kPrefetchBytes));
+    StepPrefetch<512 + 32> prefetch(qp, prefetch_distance(a, kPrefetchBytes));  // a block's quants and d
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, qp += 512) {
@@ -91,7 +91,7 @@ void dot_packed_q4(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* qp = a.w + p * a.row_bytes;
     const uint8_t* sp = qp + nb * kQuant;
-    PanelPrefetch prefetch(qp, a.row_bytes, nb, prefetch_distance(a, kPrefetchBytes));
+    StepPrefetch<kQuant + kScale> prefetch(qp, prefetch_distance(a, kPrefetchBytes));
     __m512 acc[MR], acc2[MR];
     for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, qp += kQuant) {
@@ -140,7 +140,7 @@ void dot_packed_q4_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
-    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb, prefetch_distance(a, kKQuantPrefetchBytes));
+    StepPrefetch<2368 / 8> prefetch(u, prefetch_distance(a, kKQuantPrefetchBytes));
     __m512 acc[MR], acc2[MR];
     for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 2368) {
@@ -177,7 +177,7 @@ void dot_packed_q6_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const int64_t nsb = a.K / 256;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
-    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb, prefetch_distance(a, kKQuantPrefetchBytes));
+    StepPrefetch<3392 / 8> prefetch(u, prefetch_distance(a, kKQuantPrefetchBytes));
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 3392) {
@@ -217,7 +217,7 @@ void dot_packed_q3_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const __m512i three = _mm512_set1_epi8(3);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
-    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb, prefetch_distance(a, kPrefetchBytes));
+    StepPrefetch<1856 / 8> prefetch(u, prefetch_distance(a, kPrefetchBytes));
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 1856) {
@@ -265,7 +265,7 @@ void dot_packed_iq4_xs(const DotArgs& a, int64_t p0, int64_t p1) {
       _mm512_set1_epi8(static_cast<char>(0x80)));
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
-    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb, prefetch_distance(a, kPrefetchBytes));
+    StepPrefetch<2240 / 8> prefetch(u, prefetch_distance(a, kPrefetchBytes));
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 2240) {
@@ -304,7 +304,7 @@ void dot_packed_iq4_nl(const DotArgs& a, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* qp = a.w + p * a.row_bytes;
     const uint8_t* sp = qp + nb * 256;
-    PanelPrefetch prefetch(qp, a.row_bytes, nb, prefetch_distance(a, kPrefetchBytes));
+    StepPrefetch<256 + 32> prefetch(qp, prefetch_distance(a, kPrefetchBytes));
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b, qp += 256) {
@@ -338,7 +338,7 @@ void dot_packed_q2_k(const DotArgs& a, int64_t p0, int64_t p1) {
   const __m512i three = _mm512_set1_epi8(3), low4 = _mm512_set1_epi32(0xF);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* u = a.w + p * a.row_bytes;
-    PanelPrefetch prefetch(u, a.row_bytes, 8 * nsb, prefetch_distance(a, kPrefetchBytes));
+    StepPrefetch<1344 / 8> prefetch(u, prefetch_distance(a, kPrefetchBytes));
     __m512 acc[MR], acc2[MR];
     for (int m = 0; m < MR; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; ++i, u += 1344) {
