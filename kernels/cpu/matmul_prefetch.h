@@ -81,24 +81,26 @@ struct PanelPrefetch {
 };
 
 // PanelPrefetch for a kernel whose step is a compile-time constant of kStepBytes (the AVX-512
-// VNNI panel kernels): each step prefetches the same kStepBytes / 64 + 1 lines from the line
-// holding `next`, unrolled, no loop. Consecutive steps start kStepBytes / 64 or kStepBytes / 64 + 1
-// lines apart, so together they leave no line out (one is prefetched twice when they are closer).
-// ceil(kStepBytes / 64) lines would also leave none out, a line read in part coming a step later;
-// it was slower on Zen 5, alternating with this: the 1B batch-16 step 41.3-45.2 against 40.9-42.8
-// ms in four pairs, batch 1 19.9-20.9 against 17.6-20.7 in three (a dropped prefetch gets a
-// second chance here, perhaps).
+// VNNI panel kernels): each step prefetches the same ceil(kStepBytes / 64) lines from the line
+// holding the cursor, unrolled, no loop. Consecutive steps start at most that many lines apart, so
+// together they leave no line out (a line a step reads only in part may come with the next step's
+// lines, still kilobytes ahead of its use). For a step that is a whole number of lines (Q4_1: 320
+// bytes) the cursor stays line-aligned and each line is fetched once, as PanelPrefetch did.
 // PanelPrefetch's loop (5 or 6 lines a Q4_K step, by the alignment) cost the batched kernels
 // their time even with the weights in L1: dot_packed_q4_k<8> on one L1-resident panel, Zen 5,
-// 612-633 GOP/s with it, 677-701 with this, 683-719 with no prefetch at all.
+// 601-633 GOP/s with it, 661-701 with this, 683-719 with no prefetch at all.
+// The cursor is an integer: it runs up to the distance past the end of the weights, which a
+// pointer may not (a prefetch never faults).
 template <int64_t kStepBytes>
 struct StepPrefetch {
-  const uint8_t* next;  // the step's first byte + the distance ahead
-  StepPrefetch(const uint8_t* panel, int64_t distance) : next(panel + distance) {}
+  uintptr_t next;  // the step's first byte + the distance ahead
+  StepPrefetch(const uint8_t* panel, int64_t distance)
+      : next(reinterpret_cast<uintptr_t>(panel) + static_cast<uintptr_t>(distance)) {}
   void operator()() {
-    const uint8_t* line = next - reinterpret_cast<uintptr_t>(next) % 64;
+    const uintptr_t line = next / 64 * 64;
     #pragma GCC unroll 16
-    for (int64_t l = 0; l <= kStepBytes / 64; ++l) __builtin_prefetch(line + 64 * l, /*rw=*/0, kIntoL2);
+    for (int64_t l = 0; l < (kStepBytes + 63) / 64; ++l)
+      __builtin_prefetch(reinterpret_cast<const void*>(line + 64 * l), /*rw=*/0, kIntoL2);
     next += kStepBytes;
   }
 };
