@@ -6,16 +6,21 @@
 //    cycles instead of 6); one with ports of its own costs nothing until it fills them.
 // 2. Op mixes: the sub-block loop of dot_packed_q4_k<8> and dot_packed_q6_k<8>
 //    (kernels/cpu/matmul_packed_avx512.cpp) over one L1-resident super-block panel and 8
-//    activation rows, as fathom runs it and with parts taken out: the float tail of the per-32
-//    activation scales, Q4_K's mins FMA, Q6_K's offset broadcasts, Q6_K's unpacking. Each line is
-//    the ceiling of that mix, what the real kernel could reach with its weights already in L1.
-// 3. Q4_K with one activation scale per 256 columns (llama.cpp's Q8_K; a numerics change fathom
-//    does not make): the sub-block scale applied to the int32 sums with vpmulld, the float work and
-//    the mins (vpdpwssd of the 8 sub-blocks' mins with the activations' block sums) once per
-//    super-block. What that change would buy on this CPU.
+//    activation rows, with the kernels' operations, and with parts taken out: the float tail of
+//    the per-32 activation scales, Q4_K's mins FMA, Q6_K's offset broadcasts, Q6_K's unpacking.
+//    Each line is the ceiling of that mix, what a kernel could reach with its weights in L1. (The
+//    copies read the activations with embedded broadcasts, where GCC gives the kernels a separate
+//    vpbroadcastd on the free ports; and they skip the kernels' prefetch and address arithmetic.)
+// 3. Q4_K with one activation scale per 256 columns (the numerics of llama.cpp's Q8_K, a change
+//    fathom does not make), sketched on the same VNNI loop: the sub-block scale applied to the
+//    int32 sums with vpmulld, the float work and the mins (vpdpwssd of the 8 sub-blocks' mins
+//    with the activations' block sums) once per super-block. What that change would buy here.
 // 4. The real kernels (the active SIMD level's packed kernel, matmul_kernels.h dot_packed_fn) on
-//    one panel of 16 rows x 2,048 columns packed by PackedWeights (19-27 KB, in L1), 8 activation
-//    rows a call, the call repeated: against part 2, what the kernel's code costs beyond its mix.
+//    one panel of 16 rows x 2,048 columns packed by PackedWeights, 8 activation rows a call (16
+//    KB), the call repeated: against part 2, what the kernel's code costs beyond its mix. The
+//    Q4_K panel is 19 KB and fits L1 with the activations; Q6_K's (27 KB) and Q8_0's (35 KB) spill
+//    part of a call's reads to L2. The kernels prefetch 16 KiB ahead, past the panel, into memory
+//    nothing reads.
 //   build/vnni_mix
 // Prints GOP/s (2 ops a byte product) and the fraction of part 1's peak. Needs AVX-512 VNNI.
 // GCC 12 reports _mm512_undefined_* inside intrinsics as (maybe-)uninitialized: a known false
@@ -100,6 +105,15 @@ alignas(64) float g_dx[kMr][8], g_dxq[kMr][8];  // per-32 scale and scale x bloc
 alignas(64) int32_t g_off[kMr][16];  // Q6_K: 32 x 16-column sums
 alignas(64) int16_t g_bsum[kMr][8];  // per-256 variant: 32-column sums
 
+// p, its value hidden from the compiler (an empty asm that may change it). The timed loops take
+// their inputs through it anew each iteration, so no load can be hoisted out of them, and the
+// accumulators stay in registers (a memory clobber instead made GCC store them every sub-block).
+template <typename T>
+inline T* opaque(T* p) {
+  asm("" : "+r"(p));
+  return p;
+}
+
 // acc + dpbusd(w, the 4 bytes at x in every lane), the broadcast embedded in the dpbusd.
 FATHOM_VNNI inline __m512i dp4(__m512i acc, __m512i w, const int8_t* x) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x)));
@@ -126,11 +140,15 @@ enum Cut { kAsRun = 0, kNoTail = 1, kNoMins = 2, kNoOffset = 4, kNoUnpack = 8 };
 template <int kCut>
 FATHOM_VNNI void q4_k(float* out) {
   __m512 acc[kMr], acc2[kMr];
+  #pragma GCC unroll 8
   for (int m = 0; m < kMr; ++m) acc[m] = acc2[m] = _mm512_setzero_ps();
-  const uint8_t* u = g_q4k;
-  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2304)));
-  const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2336)));
+  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(g_q4k + 2304)));
+  const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(g_q4k + 2336)));
   for (long it = 0; it < kIters; ++it) {
+    const uint8_t* u = opaque(g_q4k);
+    const auto* x = opaque(g_x);
+    const auto* dx = opaque(g_dx);
+    const auto* dxq = opaque(g_dxq);
     for (int j = 0; j < 8; ++j) {
       __m512i lo[4], hi[4];
       nibbles(u + 256 * j, lo, hi);
@@ -139,29 +157,35 @@ FATHOM_VNNI void q4_k(float* out) {
       #pragma GCC unroll 8
       for (int m = 0; m < kMr; ++m) {
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-        dots(lo, hi, g_x[m] + 32 * j, s0, s1);
+        dots(lo, hi, x[m] + 32 * j, s0, s1);
         if constexpr ((kCut & kNoTail) != 0) {
           acc[m] = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(acc[m]), _mm512_add_epi32(s0, s1)));
           continue;
         }
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, _mm512_set1_ps(g_dx[m][j])), acc[m]);
-        if constexpr ((kCut & kNoMins) == 0) acc2[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(g_dxq[m][j]), acc2[m]);
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, _mm512_set1_ps(dx[m][j])), acc[m]);
+        if constexpr ((kCut & kNoMins) == 0) acc2[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(dxq[m][j]), acc2[m]);
       }
     }
-    asm volatile("" ::: "memory");
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < kMr; ++m) _mm512_storeu_ps(out + 16 * m, _mm512_sub_ps(acc[m], acc2[m]));
 }
 
 // Q4_K with per-256 activation scales: int32 sums over the super-block, float work once per it.
 FATHOM_VNNI void q4_k_per256(float* out) {
   __m512 acc[kMr];
+  #pragma GCC unroll 8
   for (int m = 0; m < kMr; ++m) acc[m] = _mm512_setzero_ps();
-  const uint8_t* u = g_q4k;
-  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2304)));
-  const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 2336)));
+  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(g_q4k + 2304)));
+  const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(g_q4k + 2336)));
   for (long it = 0; it < kIters; ++it) {
+    const uint8_t* u = opaque(g_q4k);
+    const auto* x = opaque(g_x);
+    const auto* dx = opaque(g_dx);
+    const auto* bsum = opaque(g_bsum);
+    const uint8_t* mins16 = opaque(g_mins16);
     __m512i isum[kMr];
+    #pragma GCC unroll 8
     for (int m = 0; m < kMr; ++m) isum[m] = _mm512_setzero_si512();
     for (int j = 0; j < 8; ++j) {
       __m512i lo[4], hi[4];
@@ -170,7 +194,7 @@ FATHOM_VNNI void q4_k_per256(float* out) {
       #pragma GCC unroll 8
       for (int m = 0; m < kMr; ++m) {
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-        dots(lo, hi, g_x[m] + 32 * j, s0, s1);
+        dots(lo, hi, x[m] + 32 * j, s0, s1);
         isum[m] = _mm512_add_epi32(isum[m], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
       }
     }
@@ -179,15 +203,15 @@ FATHOM_VNNI void q4_k_per256(float* out) {
       __m512i mins = _mm512_setzero_si512();
       for (int v = 0; v < 4; ++v) {
         int32_t pair;  // two int16 block sums
-        std::memcpy(&pair, &g_bsum[m][2 * v], 4);
-        mins = _mm512_dpwssd_epi32(mins, _mm512_load_si512(g_mins16 + 64 * v), _mm512_set1_epi32(pair));
+        std::memcpy(&pair, &bsum[m][2 * v], 4);
+        mins = _mm512_dpwssd_epi32(mins, _mm512_load_si512(mins16 + 64 * v), _mm512_set1_epi32(pair));
       }
-      const __m512 dx = _mm512_set1_ps(g_dx[m][0]);
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_mul_ps(d, dx), acc[m]);
-      acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmin, dx), acc[m]);
+      const __m512 scale = _mm512_set1_ps(dx[m][0]);  // the row's one scale for these 256 columns
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_mul_ps(d, scale), acc[m]);
+      acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmin, scale), acc[m]);
     }
-    asm volatile("" ::: "memory");
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < kMr; ++m) _mm512_storeu_ps(out + 16 * m, acc[m]);
 }
 
@@ -195,11 +219,15 @@ FATHOM_VNNI void q4_k_per256(float* out) {
 template <int kCut>
 FATHOM_VNNI void q6_k(float* out) {
   __m512 acc[kMr];
+  #pragma GCC unroll 8
   for (int m = 0; m < kMr; ++m) acc[m] = _mm512_setzero_ps();
-  const uint8_t* u = g_q6k;
-  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(u + 3328)));
+  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(g_q6k + 3328)));
   const __m512i b01 = _mm512_set1_epi8(0x03), b23 = _mm512_set1_epi8(0x0C);
   for (long it = 0; it < kIters; ++it) {
+    const uint8_t* u = opaque(g_q6k);
+    const auto* x = opaque(g_x);
+    const auto* dx = opaque(g_dx);
+    const auto* off = opaque(g_off);
     for (int j = 0; j < 8; ++j) {
       __m512i lo[4], hi[4];
       nibbles(u + 256 * j, lo, hi);
@@ -217,21 +245,21 @@ FATHOM_VNNI void q6_k(float* out) {
       #pragma GCC unroll 8
       for (int m = 0; m < kMr; ++m) {
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-        dots(lo, hi, g_x[m] + 32 * j, s0, s1);
+        dots(lo, hi, x[m] + 32 * j, s0, s1);
         if constexpr ((kCut & kNoOffset) == 0) {
-          s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(g_off[m][2 * j]));
-          s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(g_off[m][2 * j + 1]));
+          s0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(off[m][2 * j]));
+          s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(off[m][2 * j + 1]));
         }
         if constexpr ((kCut & kNoTail) != 0) {
           acc[m] = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(acc[m]), _mm512_add_epi32(s0, s1)));
           continue;
         }
         const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), sc_hi, _mm512_mul_ps(_mm512_cvtepi32_ps(s0), sc_lo));
-        acc[m] = _mm512_fmadd_ps(t, _mm512_set1_ps(g_dx[m][j]), acc[m]);
+        acc[m] = _mm512_fmadd_ps(t, _mm512_set1_ps(dx[m][j]), acc[m]);
       }
     }
-    asm volatile("" ::: "memory");
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < kMr; ++m) _mm512_storeu_ps(out + 16 * m, acc[m]);
 }
 
