@@ -82,13 +82,17 @@ struct PanelPrefetch {
 
 // PanelPrefetch for a kernel whose step is a compile-time constant of kStepBytes (the AVX-512
 // VNNI panel kernels): each step prefetches the same ceil(kStepBytes / 64) lines from the line
-// holding the cursor, unrolled, no loop. Consecutive steps start at most that many lines apart, so
-// together they leave no line out (a line a step reads only in part may come with the next step's
-// lines, still kilobytes ahead of its use). For a step that is a whole number of lines (Q4_1: 320
-// bytes) the cursor stays line-aligned and each line is fetched once, as PanelPrefetch did.
-// PanelPrefetch's loop (5 or 6 lines a Q4_K step, by the alignment) cost the batched kernels
-// their time even with the weights in L1: dot_packed_q4_k<8> on one L1-resident panel, Zen 5,
-// 601-633 GOP/s with it, 661-701 with this, 683-719 with no prefetch at all.
+// holding the cursor. Consecutive steps start at most that many lines apart, so together they
+// leave no line out (a line a step reads only in part may come with the next step's lines, still
+// kilobytes ahead of its use). For a step that is a whole number of lines (Q4_1: 320 bytes) the
+// cursor stays line-aligned and each line is fetched once, as PanelPrefetch did.
+// PanelPrefetch computed each step's count from the alignment (5 or 6 lines a Q4_K step), and that
+// cost the batched kernels their time even with the weights in L1: dot_packed_q4_k<8> on one
+// L1-resident panel, Zen 5, 601-633 GOP/s with it, 671-684 with this, 683-719 with no prefetch.
+// The constant-count loop is kept on purpose (not unrolled): unrolled, the 9 prefetches of a Q8_0
+// step went out in one burst, and one-row decode, which streams from DRAM, read 28-29 GB/s against
+// 33-39 with the loop (bench_matmul Q8_0, packed, 1 thread, alternating; Gemma 3, whose output
+// matrix is Q8_0, decoded 10-20% slower). Unrolled was 1-3% faster in the batched calls.
 // The cursor is an integer: it runs up to the distance past the end of the weights, which a
 // pointer may not (a prefetch never faults).
 template <int64_t kStepBytes>
@@ -98,7 +102,7 @@ struct StepPrefetch {
       : next(reinterpret_cast<uintptr_t>(panel) + static_cast<uintptr_t>(distance)) {}
   void operator()() {
     const uintptr_t line = next / 64 * 64;
-    #pragma GCC unroll 16
+    #pragma GCC unroll 1
     for (int64_t l = 0; l < (kStepBytes + 63) / 64; ++l)
       __builtin_prefetch(reinterpret_cast<const void*>(line + 64 * l), /*rw=*/0, kIntoL2);
     next += kStepBytes;
