@@ -66,7 +66,6 @@ struct DotArgs {
   int64_t prefetch_bytes = 0;
 };
 
-
 using DequantFn = void (*)(const void* src, float* dst, int64_t n);
 using DotFn = void (*)(const DotArgs& a, int64_t n0, int64_t n1);
 // Quantizes one row x[0..K) (K multiple of 32) into q[K], qd[K/32], qsum[K/32], qsum16[K/16].

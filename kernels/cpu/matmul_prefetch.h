@@ -61,12 +61,13 @@ inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
 //
 // A panel of `panel_bytes` is consumed in `steps` steps (its column blocks), and step i
 // prefetches its share [i s, (i + 1) s) of the panel, s = ceil(panel_bytes / steps),
-// `distance` bytes ahead (kPrefetchBytes unless the kernel names its own, prefetch_distance):
-// quants and scales alike. Prefetching only the quant bytes a step reads (as the kernels did) left
-// each panel's scale tail to the hardware prefetcher: 1/5 of a Q4_1 panel, 1/18 of Q8_0's, 320 of
-// Q4_K's 2368 bytes per super-block. Covering it, packed Q4_1 1536x576 from DRAM (bench_matmul
-// --quick, 3 alternating runs, Zen 4): 1 thread 15.9-16.0 -> 22.2-25.8 GB/s (67-69% -> 96-107% of
-// the read bandwidth measured alongside).
+// `distance` bytes ahead (kPrefetchBytes unless the kernel names its own): quants and scales
+// alike. Prefetching only the quant bytes a step reads (as the kernels did) left each panel's
+// scale tail to the hardware prefetcher: 1/5 of a Q4_1 panel, 1/18 of Q8_0's, 320 of Q4_K's 2368
+// bytes per super-block. Covering it, packed Q4_1 1536x576 from DRAM (bench_matmul --quick, 3
+// alternating runs, Zen 4): 1 thread 15.9-16.0 -> 22.2-25.8 GB/s (67-69% -> 96-107% of the read
+// bandwidth measured alongside). The AVX2 and AMX panel kernels use it; the AVX-512 ones use
+// StepPrefetch (below).
 struct PanelPrefetch {
   const uint8_t* next;  // the panel's first byte + the distance ahead
   int64_t step;
@@ -92,7 +93,8 @@ struct PanelPrefetch {
 // The constant-count loop is kept on purpose (not unrolled): unrolled, the 9 prefetches of a Q8_0
 // step went out in one burst, and one-row decode, which streams from DRAM, read 28-29 GB/s against
 // 33-39 with the loop (bench_matmul Q8_0, packed, 1 thread, alternating; Gemma 3, whose output
-// matrix is Q8_0, decoded 10-20% slower). Unrolled was 1-3% faster in the batched calls.
+// matrix is Q8_0, decoded 8-55% slower, mostly 10-20%). Unrolled was 1-3% faster in the batched
+// calls.
 // The cursor is an integer: it runs up to the distance past the end of the weights, which a
 // pointer may not (a prefetch never faults).
 template <int64_t kStepBytes>
