@@ -290,10 +290,11 @@ def test_client_cancel_frees_the_request(stub, pb, server):
 
 def test_sigterm_drains_grpc_streams(fathom_bin, smollm2_path, pb):
     """SIGTERM mid-stream: the stream still finishes, health turns NOT_SERVING, new calls get
-    UNAVAILABLE, and the process exits 0. The stream is long (256 tokens, ~1 s here) so that it
-    is still draining when the new call arrives: once it ends, the gRPC server shuts down, and a
-    call racing that shutdown may be CANCELLED by gRPC itself (seen with 48 tokens on a fast host)."""
-    tokens = 256
+    UNAVAILABLE, and the process exits 0. The stream is long (1,024 tokens, ~2.5 s alone) so that
+    it is still draining when the new call arrives: once it ends, the gRPC server shuts down, and a
+    call racing that shutdown may be CANCELLED by gRPC itself (seen with 48 tokens on a fast host,
+    and once with 256 under `make test`'s two busy workers)."""
+    tokens = 1024
     with ServerProcess(fathom_bin, smollm2_path, extra_args=["--grpc-port", "-1"]) as s:
         ch = grpc.insecure_channel(f"127.0.0.1:{s.grpc_port}")
         stub = pb.svc.FathomStub(ch)
