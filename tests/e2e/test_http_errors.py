@@ -254,9 +254,11 @@ def wait_until_idle(server, timeout=60):
 
 
 def test_sigterm_drains(small_server):
-    # Two streams in flight (both admitted: max_num_seqs = 2), then SIGTERM.
+    # Two streams in flight (both admitted: max_num_seqs = 2), then SIGTERM. They are long enough
+    # (600 tokens, seconds) to outlast the checks below: with 24 the drain once ended, and the
+    # server exited, before a test process starved by the other pytest worker polled /health.
     wait_until_idle(small_server)
-    streams = [completion(small_server, 24, stream=True) for _ in range(2)]
+    streams = [completion(small_server, 600, stream=True) for _ in range(2)]
     assert [r.status_code for r in streams] == [200, 200], [r.text[:300] for r in streams if r.status_code != 200]
     iters = [r.iter_lines() for r in streams]
     for it in iters:  # wait until both have produced their first chunk
