@@ -46,7 +46,7 @@ using Clock = std::chrono::steady_clock;
 
 // How often a waiting Generate call looks at client cancellation.
 constexpr std::chrono::milliseconds kPollInterval{50};
-constexpr std::chrono::seconds kShutdownGrace{3};
+constexpr std::chrono::seconds kShutdownGrace{3};  // the least time calls in flight get at shutdown
 
 const char* const kServiceName = "fathom.v1.Fathom";
 
@@ -482,7 +482,7 @@ class GrpcServerImpl final : public GrpcServer {
     set_serving(true);
   }
 
-  ~GrpcServerImpl() override { shutdown(); }
+  ~GrpcServerImpl() override { shutdown(std::chrono::milliseconds(0)); }
 
   int port() const override { return port_; }
 
@@ -495,14 +495,14 @@ class GrpcServerImpl final : public GrpcServer {
     health->SetServingStatus(kServiceName, serving);
   }
 
-  void shutdown() override {
+  void shutdown(std::chrono::milliseconds grace) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopped_) return;
     stopped_ = true;
     if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
     // Calls still running at the deadline are cancelled; Generate sees IsCancelled() and
     // cancels its engine request within kPollInterval.
-    server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    server_->Shutdown(std::chrono::system_clock::now() + std::max<std::chrono::milliseconds>(grace, kShutdownGrace));
     server_->Wait();
   }
 

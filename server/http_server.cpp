@@ -358,8 +358,8 @@ void HttpServer::set_draining() {
   impl_->state.store(State::kDraining, std::memory_order_release);
 }
 
-void HttpServer::stop() {
-  if (impl_->transport) impl_->transport->stop();
+void HttpServer::stop(std::chrono::milliseconds grace) {
+  if (impl_->transport) impl_->transport->stop(grace);
 }
 
 }  // namespace fathom

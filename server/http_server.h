@@ -3,6 +3,7 @@
 // /v1/models, /tokenize, /detokenize, /health, /metrics, and the web playground at / when
 // http.playground is on (server/playground.h). It listens before the model is
 // loaded so that /health can say "loading"; generation routes answer 503 until set_ready().
+#include <chrono>
 #include <memory>
 
 namespace fathom {
@@ -26,8 +27,9 @@ class HttpServer {
   void set_ready(Engine& engine, const Model& model);
   // Admission stops: generation routes answer 503 with Retry-After, /health says draining.
   void set_draining();
-  // Stops listening and waits for the handler threads to end. Idempotent.
-  void stop();
+  // Stops listening and waits for the handler threads to end, giving responses being written
+  // `grace` (at least two seconds; HttpTransport::stop). Idempotent.
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
  private:
   struct Impl;

@@ -616,7 +616,7 @@ int HttpTransport::start(const std::string& host, int port) {
   return bound;
 }
 
-void HttpTransport::stop() {
+void HttpTransport::stop(milliseconds grace) {
   Impl& s = *impl_;
   if (!s.thread.joinable()) return;
   s.stopping.store(true);  // no new work; keep-alive connections close after their response
@@ -629,7 +629,7 @@ void HttpTransport::stop() {
   // finish; then every connection is shut down, which fails any write still waiting.
   {
     std::unique_lock lock(s.mutex);
-    s.workers_cv.wait_for(lock, kStopGrace, [&s] { return s.workers == 0; });
+    s.workers_cv.wait_for(lock, std::max(grace, kStopGrace), [&s] { return s.workers == 0; });
     for (int fd : s.fds) ::shutdown(fd, SHUT_RDWR);
     s.workers_cv.wait(lock, [&s] { return s.workers == 0; });
   }

@@ -16,6 +16,7 @@
 // Content-Length or in HTTP/1.0, and obs-fold, are 400. Every such answer carries
 // `Connection: close`; the close lingers (half-closed, discarding input for a bounded time and
 // byte count) so that a client still sending its body reads the answer instead of a reset.
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -99,9 +100,10 @@ class HttpTransport {
   // Binds host:port (0 = any free port) with the system's largest listen backlog and starts
   // the I/O thread. Returns the bound port; throws fathom::Error when it cannot bind.
   int start(const std::string& host, int port);
-  // Stops accepting, closes every connection (workers' writes fail at once) and waits for the
-  // I/O thread and every worker to end. Idempotent.
-  void stop();
+  // Stops accepting, gives responses being written `grace` (at least two seconds) to finish,
+  // then closes every connection (workers' writes fail at once) and waits for the I/O thread
+  // and every worker to end. Idempotent.
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
   struct Impl;  // public so the connections in the .cpp can name it; opaque here
 
