@@ -268,7 +268,8 @@ def metric_value(text, sample):
 
 def test_client_cancel_frees_the_request(stub, pb, server):
     before = metric_value(http_get(server, "/metrics"), 'fathom_request_finished_total{reason="cancelled"}')
-    call = stub.Generate(pb.msg.GenerateRequest(text=PROMPT, max_tokens=400, ignore_eos=True,
+    # 4,000 tokens: still generating when the cancel comes, however long this process is starved.
+    call = stub.Generate(pb.msg.GenerateRequest(text=PROMPT, max_tokens=4000, ignore_eos=True,
                                                 sampling=pb.msg.SamplingParameters(temperature=0.0)), timeout=300)
     got = 0
     for _ in call:

@@ -220,8 +220,9 @@ def completion(server, max_tokens, stream=False):
 
 def test_queue_full_is_429(small_server):
     # Both slots (max_num_seqs 2) held by long streams, one request waiting (max_queue 1): the queue
-    # is full for as long as the streams run, so the checks below do not race the engine.
-    streams = [completion(small_server, 600, stream=True) for _ in range(2)]
+    # is full for as long as the streams run (4,000 tokens, closed below), so the checks below do
+    # not race the engine.
+    streams = [completion(small_server, 4000, stream=True) for _ in range(2)]
     lines = [s.iter_lines() for s in streams]  # kept alive: a dropped iterator closes its socket
     for s, it in zip(streams, lines):
         assert s.status_code == 200
@@ -255,10 +256,10 @@ def wait_until_idle(server, timeout=60):
 
 def test_sigterm_drains(small_server):
     # Two streams in flight (both admitted: max_num_seqs = 2), then SIGTERM. They are long enough
-    # (600 tokens, seconds) to outlast the checks below: with 24 the drain once ended, and the
+    # (1,024 tokens, seconds) to outlast the checks below: with 24 the drain once ended, and the
     # server exited, before a test process starved by the other pytest worker polled /health.
     wait_until_idle(small_server)
-    streams = [completion(small_server, 600, stream=True) for _ in range(2)]
+    streams = [completion(small_server, 1024, stream=True) for _ in range(2)]
     assert [r.status_code for r in streams] == [200, 200], [r.text[:300] for r in streams if r.status_code != 200]
     iters = [r.iter_lines() for r in streams]
     for it in iters:  # wait until both have produced their first chunk
@@ -303,7 +304,10 @@ def test_a_request_a_drain_cuts_short_ends_with_an_error_not_a_finish_reason(fat
         whole = {}
         t = threading.Thread(target=lambda: whole.update(r=completion(s, 4000)))
         t.start()
-        time.sleep(0.3)  # the second request is admitted
+        deadline = time.monotonic() + 30  # until the second request is admitted
+        while s.metric("fathom_requests_running") < 2:
+            assert time.monotonic() < deadline, "the second request was never admitted"
+            time.sleep(0.05)
         s.proc.send_signal(signal.SIGTERM)
         data = [l for l in lines if l.startswith(b"data: ")]
         t.join(60)
