@@ -1,4 +1,4 @@
-// bench_matmul [--quick] [--csv] [--batch [--rows-per-call 4,8]] [FORMAT...]
+// bench_matmul [--quick] [--csv] [--batch [--rows-per-call 4,8] [--prefetch-bytes 0,8192]] [FORMAT...]
 // Decode (M = 1): GB/s of weight bytes streamed per format, precision and thread count, next
 // to the machine's measured read bandwidth (the roofline: decode is bandwidth bound).
 // The weights rotate over enough copies (>= 384 MB, past the L3) that every call reads from
@@ -10,6 +10,9 @@
 // fraction of the machine's int8 peak, measured here with a loop of independent VNNI dot products.
 // --rows-per-call 4,8 (with --batch): the packed kernels' activation rows per call, each setting's
 // calls alternating with the others' (0: the kernel table's own).
+// --prefetch-bytes 0,8192 (with --batch): the packed kernels' software prefetch distance, the
+// settings alternating call by call in the same way (0: the kernels' own). With both lists, the
+// i-th setting takes the i-th entry of each (a shorter list repeats its last entry).
 //
 // Every call is timed on its own. On a shared machine other processes steal the cores now
 // and then, so each figure is printed twice: at the median call and at the best call (p5,
@@ -298,7 +301,8 @@ Peak int8_peak(ThreadPool& pool) {
 // bench_decode), kQ8 over the packed panels when this machine packs the format. With several
 // `rows_per_call` settings (--rows-per-call; 0 = the kernel table's own), their calls alternate
 // one by one, so that a noisy neighbour slows them alike.
-void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate& peak, const std::vector<int>& rows_per_call) {
+void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate& peak, const std::vector<int>& rows_per_call,
+                 const std::vector<int>& prefetch) {
   const size_t bytes = ggml_row_size(c.type, c.K) * c.N;
   const int copies = static_cast<int>(std::max<size_t>(1, ((384u << 20) + bytes - 1) / bytes));
   std::vector<std::vector<uint8_t>> ws;
@@ -307,7 +311,9 @@ void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate&
   const bool pack = cpu::PackedWeights::supported(c.type);
   std::vector<std::unique_ptr<cpu::PackedWeights>> packs;
   for (const auto& w : ws) packs.push_back(pack ? std::make_unique<cpu::PackedWeights>(c.type, w.data(), c.N, c.K) : nullptr);
-  const size_t nv = rows_per_call.size();
+  const size_t nv = std::max(rows_per_call.size(), prefetch.size());
+  auto rows_of = [&](size_t v) { return v < rows_per_call.size() ? rows_per_call[v] : rows_per_call.back(); };
+  auto prefetch_of = [&](size_t v) { return v < prefetch.size() ? prefetch[v] : prefetch.back(); };
   std::vector<double> t1(nv, 0);
   for (int64_t M : {1, 2, 4, 8, 16, 64}) {
     std::vector<float> x(M * c.K), y(M * c.N);
@@ -317,25 +323,28 @@ void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate&
     std::vector<std::vector<double>> t(nv, std::vector<double>(calls));
     for (int i = 0; i < calls; ++i)
       for (size_t v = 0; v < nv; ++v) {
-        cpu::set_packed_rows_per_call_for_testing(rows_per_call[v]);
+        cpu::set_packed_rows_per_call_for_testing(rows_of(v));
+        cpu::set_packed_prefetch_bytes_for_testing(prefetch_of(v));
         const int k = (i * static_cast<int>(nv) + static_cast<int>(v)) % copies;
         const auto t0 = Clock::now();
         cpu::matmul(pool, c.type, ws[k].data(), c.N, c.K, x.data(), M, y.data(), cpu::Precision::kQ8, packs[k].get());
         t[v][i] = std::chrono::duration<double>(Clock::now() - t0).count();
       }
     cpu::set_packed_rows_per_call_for_testing(0);
+    cpu::set_packed_prefetch_bytes_for_testing(0);
     for (size_t v = 0; v < nv; ++v) {
       std::sort(t[v].begin(), t[v].end());
       const double gop = 2.0 * M * c.N * c.K / 1e9;
       const Rate r{gop / t[v][calls / 2], gop / t[v][calls / 20]};
       const double us = t[v][calls / 2] * 1e6;
       if (M == 1) t1[v] = us;
-      char label[32] = "";
-      if (nv > 1 || rows_per_call[v] != 0) std::snprintf(label, sizeof label, " rows/call %d", rows_per_call[v]);
+      char label[64] = "";
+      if (nv > 1 || rows_of(v) != 0 || prefetch_of(v) != 0)
+        std::snprintf(label, sizeof label, " rows/call %d prefetch %d", rows_of(v), prefetch_of(v));
       if (g_csv) {
         std::printf("batch,%s,%s,%lld,%lld,%d,%lld,%d,%.1f,%.1f,%.1f,%.1f\n", ggml_type_name(c.type), pack ? "q8p" : "q8",
                     static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(), static_cast<long long>(M),
-                    rows_per_call[v], us, r.median, r.best, peak.best);
+                    rows_of(v), us, r.median, r.best, peak.best);
       } else {
         std::printf("  %-5s %-3s %-16s thr %d M=%2lld%s | %8.1f us (%4.2fx M=1) | median %6.1f GOP/s | best %6.1f GOP/s"
                     " (%3.0f%% of int8 peak %.0f)\n",
@@ -371,13 +380,14 @@ std::vector<Variant> variants(GgmlType t) {
 
 int main(int argc, char** argv) {
   bool quick = false, batch = false;
-  std::vector<int> rows_per_call{0};
+  std::vector<int> rows_per_call{0}, prefetch{0};
   std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--csv") == 0) g_csv = true;
     else if (std::strcmp(argv[i], "--batch") == 0) batch = true;
     else if (std::strcmp(argv[i], "--rows-per-call") == 0 && i + 1 < argc) rows_per_call = parse_ints(argv[++i]);
+    else if (std::strcmp(argv[i], "--prefetch-bytes") == 0 && i + 1 < argc) prefetch = parse_ints(argv[++i]);
     else only.push_back(argv[i]);  // format names to run (default: all)
   }
   std::mt19937 rng(7);
@@ -415,7 +425,7 @@ int main(int argc, char** argv) {
                            {GgmlType::Q4_K, 2048, 8192, "2048x8192 (down)"}, {GgmlType::Q8_0, 8192, 2048, "8192x2048"},
                            {GgmlType::Q6_K, 16384, 2048, "16384x2048 (emb)"}};
     for (const Case& c : shapes)
-      if (selected(c)) bench_batch(c, pool2, rng, peak, rows_per_call);
+      if (selected(c)) bench_batch(c, pool2, rng, peak, rows_per_call, prefetch);
     return 0;
   }
   if (g_csv)

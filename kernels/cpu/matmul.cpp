@@ -178,6 +178,12 @@ int& packed_rows_override() {
   return rows;
 }
 
+// set_packed_prefetch_bytes_for_testing's setting (0: the kernels' own).
+int64_t& packed_prefetch_override() {
+  static int64_t bytes = 0;
+  return bytes;
+}
+
 // Activation rows per packed-kernel call of format f at the active level.
 int packed_max_mr(int f) {
   const KernelTable& t = table_for(active_level());
@@ -431,6 +437,7 @@ DotJob q8_job(const Q8Act& act, GgmlType wtype, const void* W, int64_t N, int64_
     a.w = packed->data();
     a.row_bytes = packed->panel_bytes();
     a.rows_total = N;
+    a.prefetch_bytes = packed_prefetch_override();
     return DotJob{packed_fn, a, packed->panels(), panels_per_chunk(packed->panels(), a.row_bytes, threads, M),
                   packed_max_mr(fmt_index(wtype))};
   }
@@ -590,6 +597,12 @@ bool set_amx_matmul_for_testing(bool on) {
   if (on && !amx_int8_usable()) return false;
   amx_matmul_on() = on;
   return true;
+}
+
+int64_t set_packed_prefetch_bytes_for_testing(int64_t bytes) {
+  const int64_t before = packed_prefetch_override();
+  packed_prefetch_override() = std::max<int64_t>(0, bytes);
+  return before;
 }
 
 int set_packed_rows_per_call_for_testing(int rows) {

@@ -82,4 +82,9 @@ bool set_amx_matmul_for_testing(bool on);
 // setting before. Not thread-safe with concurrent matmuls.
 int set_packed_rows_per_call_for_testing(int rows);
 
+// Benchmarks: the packed kernels' software prefetch distance in bytes for every call (DotArgs::
+// prefetch_bytes), over the kernels' own choice (prefetch_distance); 0 restores that. Results do
+// not change. Returns the setting before. Not thread-safe with concurrent matmuls.
+int64_t set_packed_prefetch_bytes_for_testing(int64_t bytes);
+
 }  // namespace fathom::cpu
