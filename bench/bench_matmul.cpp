@@ -339,12 +339,14 @@ void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate&
       const double us = t[v][calls / 2] * 1e6;
       if (M == 1) t1[v] = us;
       char label[64] = "";
-      if (nv > 1 || rows_of(v) != 0 || prefetch_of(v) != 0)
-        std::snprintf(label, sizeof label, " rows/call %d prefetch %d", rows_of(v), prefetch_of(v));
+      const bool rows_set = rows_per_call.size() > 1 || rows_per_call[0] != 0, prefetch_set = prefetch.size() > 1 || prefetch[0] != 0;
+      if (rows_set && prefetch_set) std::snprintf(label, sizeof label, " rows/call %d prefetch %d", rows_of(v), prefetch_of(v));
+      else if (rows_set) std::snprintf(label, sizeof label, " rows/call %d", rows_of(v));
+      else if (prefetch_set) std::snprintf(label, sizeof label, " prefetch %d", prefetch_of(v));
       if (g_csv) {
-        std::printf("batch,%s,%s,%lld,%lld,%d,%lld,%d,%.1f,%.1f,%.1f,%.1f\n", ggml_type_name(c.type), pack ? "q8p" : "q8",
+        std::printf("batch,%s,%s,%lld,%lld,%d,%lld,%d,%d,%.1f,%.1f,%.1f,%.1f\n", ggml_type_name(c.type), pack ? "q8p" : "q8",
                     static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(), static_cast<long long>(M),
-                    rows_of(v), us, r.median, r.best, peak.best);
+                    rows_of(v), prefetch_of(v), us, r.median, r.best, peak.best);
       } else {
         std::printf("  %-5s %-3s %-16s thr %d M=%2lld%s | %8.1f us (%4.2fx M=1) | median %6.1f GOP/s | best %6.1f GOP/s"
                     " (%3.0f%% of int8 peak %.0f)\n",
@@ -390,6 +392,10 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--prefetch-bytes") == 0 && i + 1 < argc) prefetch = parse_ints(argv[++i]);
     else only.push_back(argv[i]);  // format names to run (default: all)
   }
+  if (rows_per_call.empty() || prefetch.empty()) {
+    std::fprintf(stderr, "bench_matmul: --rows-per-call and --prefetch-bytes need at least one number\n");
+    return 2;
+  }
   std::mt19937 rng(7);
   ThreadPool pool1(1), pool2(2);
   ThreadPool* pools[] = {&pool1, &pool2};
@@ -413,6 +419,7 @@ int main(int argc, char** argv) {
     return only.empty() || std::find(only.begin(), only.end(), ggml_type_name(c.type)) != only.end();
   };
   if (batch) {
+    if (g_csv) std::printf("# batch,type,precision,N,K,threads,M,rows_per_call,prefetch_bytes,us_median,GOPs_median,GOPs_best,int8_peak_best\n");
     const Peak p = int8_peak(pool2);
     const Rate peak = p.rate;
     std::printf("# simd %s; int8 peak (2 threads, %s): median %.0f / best %.0f GOP/s\n", cpu::simd_level(), p.what,

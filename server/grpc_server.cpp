@@ -13,12 +13,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -331,8 +333,16 @@ class FathomService final : public pb::Fathom::Service {
  public:
   FathomService(Engine& engine, const ServerConfig& config) : engine_(engine), config_(config) {}
 
+  // Generate calls running now (shutdown waits for them to deliver what the drain finished).
+  int running_generates() const { return running_generates_.load(); }
+
   grpc::Status Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* in,
                         grpc::ServerWriter<pb::GenerateResponse>* writer) override {
+    running_generates_.fetch_add(1);
+    struct Leave {
+      std::atomic<int>& running;
+      ~Leave() { running.fetch_sub(1); }
+    } leave{running_generates_};
     if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
     std::shared_ptr<RequestHandle> handle;
     ToolPlan tools;
@@ -455,6 +465,7 @@ class FathomService final : public pb::Fathom::Service {
 
   Engine& engine_;
   const ServerConfig& config_;
+  std::atomic<int> running_generates_{0};
 };
 
 class GrpcServerImpl final : public GrpcServer {
@@ -500,9 +511,12 @@ class GrpcServerImpl final : public GrpcServer {
     if (stopped_) return;
     stopped_ = true;
     if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
-    // Calls still running at the deadline are cancelled; Generate sees IsCancelled() and
-    // cancels its engine request within kPollInterval.
-    server_->Shutdown(std::chrono::system_clock::now() + std::max<std::chrono::milliseconds>(grace, kShutdownGrace));
+    // Generate calls still writing a drained answer to a slow client get up to `grace`; then every
+    // call left (a health Watch never ends by itself) gets kShutdownGrace before it is cancelled.
+    // A cancelled Generate sees IsCancelled() and cancels its engine request within kPollInterval.
+    const auto until = Clock::now() + grace;
+    while (service_.running_generates() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
     server_->Wait();
   }
 

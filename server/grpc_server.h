@@ -14,9 +14,10 @@ class GrpcServer {
   virtual ~GrpcServer() = default;
   virtual int port() const = 0;          // the bound port
   virtual void set_serving(bool) = 0;    // health: SERVING / NOT_SERVING (draining)
-  // Stops accepting calls; calls in flight (the drain has ended their generations, but a slow
-  // client may still be reading) get `grace`, at least a few seconds, then are cancelled.
-  virtual void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0)) = 0;
+  // Stops the server: Generate calls in flight (the drain has ended their generations, but a slow
+  // client may still be reading) get up to `grace`, then every call left a few seconds more before
+  // it is cancelled. Idempotent.
+  virtual void shutdown(std::chrono::milliseconds grace) = 0;
 };
 
 // Starts listening on config.host:config.grpc_port (0 = any free port). Throws fathom::Error

@@ -82,9 +82,11 @@ bool set_amx_matmul_for_testing(bool on);
 // setting before. Not thread-safe with concurrent matmuls.
 int set_packed_rows_per_call_for_testing(int rows);
 
-// Benchmarks: the packed kernels' software prefetch distance in bytes for every call (DotArgs::
-// prefetch_bytes), over the kernels' own choice (prefetch_distance); 0 restores that. Results do
-// not change. Returns the setting before. Not thread-safe with concurrent matmuls.
+// Benchmarks: the software prefetch distance in bytes of the AVX-512 VNNI panel kernels
+// (DotArgs::prefetch_bytes), over their own choice (prefetch_distance); 0 restores that. A batch
+// of more rows than a call takes still sets its own distance for its last pass over a sub-chunk
+// (run_rows), and the AVX2 and AMX panel kernels ignore it. Results do not change. Returns the
+// setting before. Not thread-safe with concurrent matmuls.
 int64_t set_packed_prefetch_bytes_for_testing(int64_t bytes);
 
 }  // namespace fathom::cpu

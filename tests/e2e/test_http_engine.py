@@ -124,9 +124,9 @@ def test_closed_stream_frees_its_blocks(fathom_bin, smollm2_path):
 
 def test_sigterm_during_eight_streams_finishes_them_all(fathom_bin, smollm2_path):
     with ServerProcess(fathom_bin, smollm2_path, extra_args=["--max-num-seqs", "8"]) as server:
-        # 256 tokens a stream (seconds for the eight): the drain must outlast the checks below, or
+        # 512 tokens a stream (~4 s for the eight): the drain must outlast the checks below, or
         # the server exits before a starved test process polls /health (test_sigterm_drains).
-        body = {"prompt": "Count slowly:", "max_tokens": 256, "temperature": 0, "stream": True,
+        body = {"prompt": "Count slowly:", "max_tokens": 512, "temperature": 0, "stream": True,
                 "fathom": {"ignore_eos": True}}
         streams = [requests.post(f"{server.base_url}/v1/completions", json=body, stream=True, timeout=600)
                    for _ in range(8)]
