@@ -269,9 +269,18 @@ def test_client_that_writes_a_whole_oversized_body_reads_the_answer(hardened, au
     headers = {"Content-Type": "application/json"}
     if authorized:
         headers["Authorization"] = f"Bearer {KEY}"
-    req = urllib.request.Request(f"{hardened.base_url}/v1/completions", data=data, headers=headers)
-    with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(req, timeout=10)
+    # A write the other pytest worker stalls past the server's 1.5 s linger bound is cut with a
+    # reset: it gets one more try. A server that does not answer early fails both.
+    for attempt in range(2):
+        req = urllib.request.Request(f"{hardened.base_url}/v1/completions", data=data, headers=headers)
+        try:
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=10)
+            break
+        except (ConnectionResetError, BrokenPipeError, urllib.error.URLError):
+            if attempt == 1:
+                raise
+            data = iter([body[i:i + (1 << 20)] for i in range(0, len(body), 1 << 20)]) if chunked else body
     assert err.value.code == status
     assert err.value.headers["Connection"] == "close"
     assert json.loads(err.value.read())["error"]["code"] == code
@@ -299,12 +308,11 @@ def test_lingering_close_is_bounded_in_time(hardened):
     assert 0.5 < cut < 4.0, cut
 
 
-def test_lingering_close_is_bounded_in_bytes(hardened):
-    # A client that floods after its 413 is cut off once the server has dropped 64 MiB, well
-    # before the time bound.
+def flood_after_413(server):
+    """(bytes sent, seconds) of a client that floods after its 413 until the server cuts it."""
     chunk = b" " * (1 << 20)
     sent = 0
-    with connect(hardened) as s:
+    with connect(server) as s:
         s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
                    f"Content-Length: {1 << 30}\r\n\r\n").encode())
         t0 = time.monotonic()
@@ -314,8 +322,18 @@ def test_lingering_close_is_bounded_in_bytes(hardened):
                 sent += len(chunk)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        elapsed = time.monotonic() - t0
-    print(f"flood cut after {sent >> 20} MiB sent in {elapsed * 1e3:.0f} ms")
+        return sent, time.monotonic() - t0
+
+
+def test_lingering_close_is_bounded_in_bytes(hardened):
+    # A client that floods after its 413 is cut off once the server has dropped 64 MiB, well
+    # before the time bound (1.5 s). A flood the other pytest worker starved for that long meets
+    # the time bound first, so it gets a second try; a server without the byte bound fails both.
+    for attempt in range(2):
+        sent, elapsed = flood_after_413(hardened)
+        print(f"flood cut after {sent >> 20} MiB sent in {elapsed * 1e3:.0f} ms")
+        if 64 <= sent >> 20 < 256 and elapsed < 1.5:
+            break
     assert 64 <= sent >> 20 < 256, sent
     assert elapsed < 1.5, elapsed
 
