@@ -314,6 +314,7 @@ void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate&
   const size_t nv = std::max(rows_per_call.size(), prefetch.size());
   auto rows_of = [&](size_t v) { return v < rows_per_call.size() ? rows_per_call[v] : rows_per_call.back(); };
   auto prefetch_of = [&](size_t v) { return v < prefetch.size() ? prefetch[v] : prefetch.back(); };
+  const bool rows_set = rows_per_call.size() > 1 || rows_per_call[0] != 0, prefetch_set = prefetch.size() > 1 || prefetch[0] != 0;
   std::vector<double> t1(nv, 0);
   for (int64_t M : {1, 2, 4, 8, 16, 64}) {
     std::vector<float> x(M * c.K), y(M * c.N);
@@ -338,11 +339,9 @@ void bench_batch(const Case& c, ThreadPool& pool, std::mt19937& rng, const Rate&
       const Rate r{gop / t[v][calls / 2], gop / t[v][calls / 20]};
       const double us = t[v][calls / 2] * 1e6;
       if (M == 1) t1[v] = us;
-      char label[64] = "";
-      const bool rows_set = rows_per_call.size() > 1 || rows_per_call[0] != 0, prefetch_set = prefetch.size() > 1 || prefetch[0] != 0;
-      if (rows_set && prefetch_set) std::snprintf(label, sizeof label, " rows/call %d prefetch %d", rows_of(v), prefetch_of(v));
-      else if (rows_set) std::snprintf(label, sizeof label, " rows/call %d", rows_of(v));
-      else if (prefetch_set) std::snprintf(label, sizeof label, " prefetch %d", prefetch_of(v));
+      char label[64] = "";  // the settings given on the command line
+      const int at = rows_set ? std::snprintf(label, sizeof label, " rows/call %d", rows_of(v)) : 0;
+      if (prefetch_set) std::snprintf(label + at, sizeof label - at, " prefetch %d", prefetch_of(v));
       if (g_csv) {
         std::printf("batch,%s,%s,%lld,%lld,%d,%lld,%d,%d,%.1f,%.1f,%.1f,%.1f\n", ggml_type_name(c.type), pack ? "q8p" : "q8",
                     static_cast<long long>(c.N), static_cast<long long>(c.K), pool.size(), static_cast<long long>(M),

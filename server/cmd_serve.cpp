@@ -277,8 +277,9 @@ int run_serve(int argc, char** argv) {
   shutdown.wait();
   http.set_draining();
   if (grpc) grpc->set_serving(false);
-  const auto drain_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(config.drain_timeout_ms);
-  const bool drained = engine.drain(std::chrono::milliseconds(config.drain_timeout_ms));
+  const std::chrono::milliseconds drain_timeout(config.drain_timeout_ms);
+  const auto drain_end = std::chrono::steady_clock::now() + drain_timeout;
+  const bool drained = engine.drain(drain_timeout);
   if (drained) spdlog::info("drained: every request finished");
   else spdlog::warn("drain timed out after {} ms: unfinished requests were cancelled", config.drain_timeout_ms);
   // The drain budget covers delivery too: a finished request's last events may still be on their

@@ -265,13 +265,13 @@ def test_client_that_writes_a_whole_oversized_body_reads_the_answer(hardened, au
     # 8 MiB is more than loopback's socket buffers held here, and more than the 1 MiB the
     # lingering close used to read, where urllib got a broken pipe instead of the answer.
     body = b" " * (8 << 20)
-    data = iter([body[i:i + (1 << 20)] for i in range(0, len(body), 1 << 20)]) if chunked else body
     headers = {"Content-Type": "application/json"}
     if authorized:
         headers["Authorization"] = f"Bearer {KEY}"
     # A write the other pytest worker stalls past the server's 1.5 s linger bound is cut with a
     # reset: it gets one more try. A server that does not answer early fails both.
     for attempt in range(2):
+        data = iter([body[i:i + (1 << 20)] for i in range(0, len(body), 1 << 20)]) if chunked else body
         req = urllib.request.Request(f"{hardened.base_url}/v1/completions", data=data, headers=headers)
         try:
             with pytest.raises(urllib.error.HTTPError) as err:
@@ -280,19 +280,24 @@ def test_client_that_writes_a_whole_oversized_body_reads_the_answer(hardened, au
         except (ConnectionResetError, BrokenPipeError, urllib.error.URLError):
             if attempt == 1:
                 raise
-            data = iter([body[i:i + (1 << 20)] for i in range(0, len(body), 1 << 20)]) if chunked else body
     assert err.value.code == status
     assert err.value.headers["Connection"] == "close"
     assert json.loads(err.value.read())["error"]["code"] == code
+
+
+# An authorized request head announcing a 1 GiB body: answered 413 from its Content-Length.
+OVERSIZED_HEAD = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                  f"Content-Length: {1 << 30}\r\n\r\n").encode()
 
 
 def test_lingering_close_is_bounded_in_time(hardened):
     # After its 413 the server half-closes and drops what a client still sends, but only for
     # min(2 s, body_timeout_ms = 1500 ms): a client that trickles on is then cut off.
     with connect(hardened) as s:
-        t0 = time.monotonic()  # before the head: the server's bound cannot start earlier, and a test
-        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
-                   f"Content-Length: {1 << 30}\r\n\r\n").encode())  # starved after the 413 still sees it
+        # Timed from the head: the server's bound cannot start earlier, and a test process starved
+        # after the 413 still measures the bound, not its own stall.
+        t0 = time.monotonic()
+        s.sendall(OVERSIZED_HEAD)
         raw, closed = read_to_close(s)
         assert statuses(raw) == [413] and closed, raw[:300]
         cut = None
@@ -313,8 +318,7 @@ def flood_after_413(server):
     chunk = b" " * (1 << 20)
     sent = 0
     with connect(server) as s:
-        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
-                   f"Content-Length: {1 << 30}\r\n\r\n").encode())
+        s.sendall(OVERSIZED_HEAD)
         t0 = time.monotonic()
         try:
             while sent < (1 << 30):
