@@ -81,7 +81,8 @@ ConstraintCompiler& Engine::constraints() {
   if (!constraints_)
     constraints_ = std::make_unique<ConstraintCompiler>(
         model_.tokenizer(), model_.vocab(),
-        ConstraintCompiler::Limits{std::chrono::milliseconds(config_.constraint_compile_ms), config_.max_compiling_constraints});
+        ConstraintCompiler::Limits{std::chrono::milliseconds(config_.constraint_compile_ms), config_.max_compiling_constraints,
+                                  int64_t{config_.constraint_cache_mib} << 20});
   return *constraints_;
 }
 

@@ -57,6 +57,7 @@ struct SchedulerConfig {
   // constraint to compile, and how many compile at once before further ones are refused (429).
   int32_t constraint_compile_ms = 10000;
   int32_t max_compiling_constraints = 4;
+  int32_t constraint_cache_mib = 256;  // compiled constraints kept for reuse (ConstraintCompiler::Limits)
 };
 
 // The cache-or-recompute cost model, measured at start-up (docs/tiered_kv.md): how many tokens

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <utility>
 #include <variant>
@@ -21,7 +22,9 @@ struct CompiledConstraint {
 };
 
 struct ConstraintCompiler::Impl {
-  explicit Impl(xgrammar::TokenizerInfo info) : compiler(info, /*max_threads=*/1, /*cache_enabled=*/true) {}
+  // xgrammar's own cache is off: it has no bound by default and would keep every schema a client
+  // ever sent; ConstraintCompiler's cache (bounded by bytes) does the reusing.
+  explicit Impl(xgrammar::TokenizerInfo info) : compiler(info, /*max_threads=*/1, /*cache_enabled=*/false) {}
   xgrammar::GrammarCompiler compiler;
 };
 
@@ -140,7 +143,10 @@ std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const Outp
   Result result;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      use_order_.splice(use_order_.end(), use_order_, it->second.use);  // now the most recently used
+      return it->second.compiled;
+    }
     if (auto it = compiling_.find(key); it != compiling_.end()) {
       result = it->second;  // the same constraint is on its way: wait for that one
     } else {
@@ -180,14 +186,35 @@ void ConstraintCompiler::work() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       compiling_.erase(job.key);
-      if (compiled) {
-        if (cache_.size() >= 256) cache_.clear();  // bounded: a client cannot grow it without limit
-        cache_.emplace(job.key, compiled);
-      }
+      if (compiled) cache_locked(job.key, compiled);
     }
     if (error) job.done.set_exception(error);
     else job.done.set_value(std::move(compiled));
   }
+}
+
+void ConstraintCompiler::cache_locked(const std::string& key, std::shared_ptr<const CompiledConstraint> compiled) {
+  const int64_t bytes = static_cast<int64_t>(compiled->grammar.MemorySizeBytes()) + static_cast<int64_t>(key.size());
+  if (bytes > limits_.max_cache_bytes || cache_.count(key) != 0) return;  // too large to keep: used once
+  while (cache_bytes_ + bytes > limits_.max_cache_bytes && !use_order_.empty()) {
+    const auto evicted = cache_.find(use_order_.front());
+    cache_bytes_ -= evicted->second.bytes;
+    cache_.erase(evicted);
+    use_order_.pop_front();
+  }
+  use_order_.push_back(key);
+  cache_.emplace(key, Cached{std::move(compiled), bytes, std::prev(use_order_.end())});
+  cache_bytes_ += bytes;
+}
+
+size_t ConstraintCompiler::cached_count() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_.size();
+}
+
+int64_t ConstraintCompiler::cached_bytes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cache_bytes_;
 }
 
 std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile_now(const OutputConstraint& c) {

@@ -2,7 +2,7 @@
 // Grammar-constrained decoding over xgrammar's C++ core (the engine vLLM, SGLang and TensorRT-LLM
 // use; built from its PyPI sdist by scripts/setup_xgrammar.sh). A ConstraintCompiler holds the
 // model's vocabulary once and compiles OutputConstraints (JSON, JSON Schema, EBNF, tagged JSON),
-// caching them by text; each sequence runs its own ConstraintMatcher: before a token is sampled,
+// caching them by text within a byte bound (xgrammar's own cache, unbounded, is off); each sequence runs its own ConstraintMatcher: before a token is sampled,
 // mask_logits() sets every token that cannot continue a match to -inf; accept() advances it.
 // xgrammar stays behind this header (the rest of the engine sees only these classes).
 //
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <future>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -42,6 +43,10 @@ class ConstraintCompiler {
   struct Limits {
     std::chrono::milliseconds deadline{10000};  // how long compile() waits for a compilation
     int32_t max_compiling = 4;                  // compilations queued or running at once
+    // Compiled constraints kept for reuse, by their memory (xgrammar's MemorySizeBytes: mostly
+    // per-state token masks over the vocabulary); the least recently used go first. A client
+    // sending endless distinct schemas cannot grow it past this.
+    int64_t max_cache_bytes = int64_t{256} << 20;
   };
   // `vocab_size`: the model's logit rows (may exceed the tokenizer's pieces).
   ConstraintCompiler(const Tokenizer& tokenizer, int32_t vocab_size, Limits limits);
@@ -50,6 +55,9 @@ class ConstraintCompiler {
   // Throws fathom::Error naming the problem for an invalid or unsupported schema / grammar, or one
   // that did not compile within the deadline; ConstraintQueueFull when max_compiling are under way.
   std::shared_ptr<const CompiledConstraint> compile(const OutputConstraint& constraint);
+  // What the reuse cache holds now: its entries and their bytes.
+  size_t cached_count();
+  int64_t cached_bytes();
 
  private:
   using Result = std::shared_future<std::shared_ptr<const CompiledConstraint>>;
@@ -58,15 +66,24 @@ class ConstraintCompiler {
     OutputConstraint constraint;
     std::promise<std::shared_ptr<const CompiledConstraint>> done;
   };
+  // A cached compilation, and where its key is in the use order (front: least recently used).
+  struct Cached {
+    std::shared_ptr<const CompiledConstraint> compiled;
+    int64_t bytes = 0;
+    std::list<std::string>::iterator use;
+  };
   std::shared_ptr<const CompiledConstraint> compile_now(const OutputConstraint& constraint);  // on worker_
   void work();
+  void cache_locked(const std::string& key, std::shared_ptr<const CompiledConstraint> compiled);  // mutex_ held
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
   const Limits limits_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::unordered_map<std::string, std::shared_ptr<const CompiledConstraint>> cache_;
+  std::unordered_map<std::string, Cached> cache_;
+  std::list<std::string> use_order_;  // cache_'s keys, least recently used first
+  int64_t cache_bytes_ = 0;
   std::unordered_map<std::string, Result> compiling_;  // queued or running, by key
   std::deque<Job> queue_;
   bool stop_ = false;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -258,6 +259,42 @@ TEST_F(ConstraintBoundsTest, ACompilationPastItsDeadlineFailsTheRequestAndIsServ
     }
   }
   EXPECT_NE(served, nullptr) << "the same constraint, sent again, is served once compiled";
+}
+
+// The reuse cache is bounded by bytes, whatever number of distinct schemas a client sends, and it
+// drops the least recently used first. (Before it, fathom's cache was bounded by count only and
+// xgrammar's own cache, unbounded, kept every compiled schema as well.)
+TEST_F(ConstraintBoundsTest, TheReuseCacheIsBoundedByBytesAndDropsTheLeastRecentlyUsed) {
+  auto schema = [](int i) {  // distinct schemas of one shape, so of about one size
+    return OutputConstraint{OutputConstraint::Kind::kJsonSchema,
+                            json({{"type", "object"}, {"properties", {{def(i), {{"type", "integer"}}}}}, {"required", {def(i)}}}).dump(),
+                            false};
+  };
+  int64_t one = 0;
+  {
+    ConstraintCompiler sizing(model_->tokenizer(), model_->vocab());
+    sizing.compile(schema(1000));
+    one = sizing.cached_bytes();
+    std::printf("one compiled schema: %lld bytes\n", static_cast<long long>(one));
+  }
+  ASSERT_GT(one, 0);
+  const int64_t cap = one * 5 / 2;  // room for two
+  ConstraintCompiler compiler(model_->tokenizer(), model_->vocab(), {std::chrono::milliseconds(10000), 4, cap});
+  const auto first = compiler.compile(schema(0));
+  const auto second = compiler.compile(schema(1));
+  EXPECT_EQ(compiler.compile(schema(0)), first) << "a cached schema is served from the cache";
+  for (int i = 2; i < 8; ++i) {
+    compiler.compile(schema(i));
+    EXPECT_LE(compiler.cached_bytes(), cap);
+    EXPECT_LE(compiler.cached_count(), 2u);
+    if (i == 2) {
+      EXPECT_EQ(compiler.compile(schema(0)), first) << "used last, so the first is still cached";
+    }
+  }
+  EXPECT_NE(compiler.compile(schema(1)), second) << "evicted long ago: compiled again";
+  ConstraintCompiler none(model_->tokenizer(), model_->vocab(), {std::chrono::milliseconds(10000), 4, 0});
+  none.compile(schema(0));
+  EXPECT_EQ(none.cached_count(), 0u) << "a zero budget keeps nothing";
 }
 
 TEST_F(ConstraintBoundsTest, LibraryErrorsCarryNoPathsTimesOrInternals) {
