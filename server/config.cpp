@@ -270,6 +270,7 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
   }
   if (auto g = top.object("grpc")) {
     g->read_int("port", c.grpc_port, -1, 65535);
+    g->read_int("max_threads", c.grpc_max_threads, 0, 4096);
     g->finish();
   }
   if (auto l = top.object("limits")) {

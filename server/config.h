@@ -35,6 +35,7 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
   int32_t grpc_port = 0;            // 0 = gRPC off; -1 = pick a free port
+  int32_t grpc_max_threads = 0;     // gRPC calls served at once (server threads); 0 = request_workers()
   std::vector<std::string> api_keys;  // empty = no auth
   std::string api_keys_file;          // more keys, one per line (keeps them off the command line)
   std::string log_level = "info";
@@ -62,6 +63,14 @@ struct ServerConfig {
 // ServerConfig::embedding_pooling's values ("" included).
 inline bool valid_embedding_pooling(const std::string& p) {
   return p.empty() || p == "mean" || p == "cls" || p == "last" || p == "none";
+}
+
+// Blocking request handlers at once, over HTTP (http.max_workers) or gRPC (grpc.max_threads), when
+// the config leaves it 0: every request the engine can hold (running + queued) plus room for
+// tokenizer, health and listing calls. One more is refused at once rather than parked.
+inline int32_t request_workers(const ServerConfig& config) {
+  const int64_t n = int64_t{config.scheduler.max_num_seqs} + config.scheduler.max_queue + 16;
+  return static_cast<int32_t>(n < 16 ? 16 : n > 4096 ? 4096 : n);
 }
 
 // The priority a client's request runs at (it asked for `asked`, already range-checked).

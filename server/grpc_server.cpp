@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -49,6 +50,7 @@ using Clock = std::chrono::steady_clock;
 // How often a waiting Generate call looks at client cancellation.
 constexpr std::chrono::milliseconds kPollInterval{50};
 constexpr std::chrono::seconds kShutdownGrace{3};  // the least time calls in flight get at shutdown
+constexpr int kMaxStreamsPerConnection = 100;  // calls at once on one HTTP/2 connection (RFC 9113 5.1.2: no smaller than 100)
 
 const char* const kServiceName = "fathom.v1.Fathom";
 
@@ -483,6 +485,21 @@ class GrpcServerImpl final : public GrpcServer {
     // kernel splitting connections between the two) instead of failing, and two servers asking
     // for any free port could be given the same one (grpc/grpc#10755). A port is this server's.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    // HTTP's limits (configs/README.md), so that neither port is the easier way in: a request of
+    // at most max_body_bytes (RESOURCE_EXHAUSTED past it), metadata of at most max_header_bytes,
+    // a connection's handshake within header_timeout_ms, a connection with no call closed after
+    // idle_timeout_ms. And a bound on calls at once: each holds a server thread for its life (a
+    // health Watch for as long as the client likes), so without one a client opening streams
+    // would make the server start threads without limit. Past grpc.max_threads a call gets
+    // RESOURCE_EXHAUSTED at once.
+    builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(config.max_body_bytes, INT32_MAX)));
+    builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, config.http_limits.max_header_bytes);
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, config.http_limits.header_timeout_ms);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, config.http_limits.idle_timeout_ms);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
+    grpc::ResourceQuota quota("fathom-grpc");
+    quota.SetMaxThreads(config.grpc_max_threads > 0 ? config.grpc_max_threads : request_workers(config));
+    builder.SetResourceQuota(quota);
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();

@@ -339,10 +339,7 @@ int HttpServer::start() {
   Impl& s = *impl_;
   HttpLimits limits = s.config.http_limits;
   limits.max_body_bytes = s.config.max_body_bytes;
-  // Every request the engine can hold (running + queued) plus room for tokenizer calls; one
-  // more is refused at once rather than parked.
-  if (limits.max_workers <= 0)
-    limits.max_workers = std::clamp(s.config.scheduler.max_num_seqs + s.config.scheduler.max_queue + 16, 16, 4096);
+  if (limits.max_workers <= 0) limits.max_workers = request_workers(s.config);
   s.transport = std::make_unique<HttpTransport>(limits, s.routes(), s.metrics);
   return s.transport->start(s.config.host, s.config.port);
 }
