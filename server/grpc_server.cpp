@@ -34,6 +34,7 @@
 #include "server/request_rules.h"
 #include "server/config.h"
 #include "server/embedding_run.h"
+#include "server/grpc_write_watch.h"
 #include "server/schema_rules.h"
 #include "server/openai_request.h"
 #include "server/answer.h"
@@ -333,7 +334,8 @@ grpc::Status authorize(const grpc::ServerContext* ctx, const ServerConfig& confi
 
 class FathomService final : public pb::Fathom::Service {
  public:
-  FathomService(Engine& engine, const ServerConfig& config) : engine_(engine), config_(config) {}
+  FathomService(Engine& engine, const ServerConfig& config)
+      : engine_(engine), config_(config), write_watch_(std::chrono::milliseconds(config.http_limits.write_timeout_ms)) {}
 
   // Generate calls running now (shutdown waits for them to deliver what the drain finished).
   int running_generates() const { return running_generates_.load(); }
@@ -345,6 +347,7 @@ class FathomService final : public pb::Fathom::Service {
       std::atomic<int>& running;
       ~Leave() { running.fetch_sub(1); }
     } leave{running_generates_};
+    GrpcWriteWatch::Call watched(write_watch_, ctx);  // a write stalled past write_timeout_ms cancels the call
     if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
     std::shared_ptr<RequestHandle> handle;
     ToolPlan tools;
@@ -393,7 +396,7 @@ class FathomService final : public pb::Fathom::Service {
       }
       // The event that finishes the last choice also carries the request's usage.
       if (unfinished == 0) fill_usage(handle->usage(), out);
-      if (!writer->Write(out)) {  // the client went away
+      if (!watched.write([&] { return writer->Write(out); })) {  // the client went away or stopped reading
         handle->cancel();
         log_request(*handle, counted, "write-failed", ttft_ms);
         return grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed");
@@ -402,7 +405,7 @@ class FathomService final : public pb::Fathom::Service {
     if (unfinished > 0) {  // defensive: still end the stream with the usage
       pb::GenerateResponse out;
       fill_usage(handle->usage(), out);
-      writer->Write(out);
+      watched.write([&] { return writer->Write(out); });
     }
     log_request(*handle, handle->usage(), finish, ttft_ms);
     return grpc::Status::OK;
@@ -468,6 +471,7 @@ class FathomService final : public pb::Fathom::Service {
   Engine& engine_;
   const ServerConfig& config_;
   std::atomic<int> running_generates_{0};
+  GrpcWriteWatch write_watch_;
 };
 
 class GrpcServerImpl final : public GrpcServer {

@@ -1,24 +1,31 @@
 """The gRPC port under the limits the HTTP port has (configs/README.md), with the official grpcio
 client: a request over http.max_body_bytes is RESOURCE_EXHAUSTED, and calls past grpc.max_threads
 are refused at once instead of starting a server thread each (without the bound, every open
-Generate stream held a new thread, without limit). After either, the server serves as before.
+Generate stream held a new thread, without limit). A raw HTTP/2 client (h2) that stops reading is
+cut after http.write_timeout_ms, as over HTTP. After each, the server serves as before.
 """
 import json
+import socket
 import time
 
 import grpc
 import pytest
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.events import StreamEnded, StreamReset, TrailersReceived
+from h2.settings import SettingCodes
 
 from server_fixture import ServerProcess
 
 MAX_THREADS = 4  # the sync server keeps one thread waiting for calls: about 3 calls at once
 BODY_LIMIT = 65536
+WRITE_TIMEOUT_MS = 1000
 
 
 @pytest.fixture(scope="module")
 def server(fathom_bin, smollm2_path, tmp_path_factory):
     cfg = tmp_path_factory.mktemp("grpc_limits") / "config.json"
-    cfg.write_text(json.dumps({"grpc": {"max_threads": MAX_THREADS}, "http": {"max_body_bytes": BODY_LIMIT},
+    cfg.write_text(json.dumps({"grpc": {"max_threads": MAX_THREADS}, "http": {"max_body_bytes": BODY_LIMIT, "write_timeout_ms": WRITE_TIMEOUT_MS},
                                "scheduler": {"max_num_seqs": 8, "max_queue": 8}}))
     with ServerProcess(fathom_bin, smollm2_path, extra_args=["--config", str(cfg), "--grpc-port", "-1"]) as s:
         yield s
@@ -84,3 +91,42 @@ def test_calls_past_max_threads_are_refused_at_once(stub, pb, server):
         for ch in channels:
             ch.close()
     assert serves_again(stub, pb), "the threads come back once the streams end"
+
+
+def test_a_client_that_stops_reading_is_cut_after_the_write_timeout(pb, server, stub):
+    """The client grants the stream a 1-byte window and never opens it further (it reads the
+    socket, so HTTP/2 settings and pings are answered, but sends no WINDOW_UPDATE): the server's
+    write blocks. Without the write watch, the call (and its thread) waited for as long as the
+    client held the connection."""
+    sock = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=30)
+    conn = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn.initiate_connection()
+    conn.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 1})
+    body = pb.msg.GenerateRequest(text="Once upon a time", max_tokens=4000, ignore_eos=True).SerializeToString()
+    conn.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", "/fathom.v1.Fathom/Generate"),
+                          (":authority", f"127.0.0.1:{server.grpc_port}"), ("content-type", "application/grpc"),
+                          ("te", "trailers")])
+    conn.send_data(1, b"\0" + len(body).to_bytes(4, "big") + body, end_stream=True)
+    sock.sendall(conn.data_to_send())
+    t0 = time.monotonic()
+    ended, status = None, None
+    sock.settimeout(0.5)
+    while ended is None and time.monotonic() - t0 < 30:
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            continue
+        if not data:
+            ended = time.monotonic() - t0
+            break
+        for ev in conn.receive_data(data):
+            if isinstance(ev, TrailersReceived):
+                status = dict(ev.headers).get("grpc-status")
+            if isinstance(ev, (StreamEnded, StreamReset)):
+                ended = time.monotonic() - t0
+        sock.sendall(conn.data_to_send())  # settings and ping acks; never a window update
+    sock.close()
+    assert ended is not None, "the stalled call was still open after 30 s"
+    assert ended >= WRITE_TIMEOUT_MS / 1000 * 0.9, f"cut after {ended:.2f} s, before the write timeout"
+    assert status != "0", "the call did not end as a success"
+    assert serves_again(stub, pb)
