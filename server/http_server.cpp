@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <random>
 #include <optional>
@@ -78,12 +79,15 @@ constexpr Route kRoutes[] = {
 
 // The playground's page and files (server/playground.h) when http.playground is on: open, since
 // the page must load before the user has typed a key; what it calls needs one.
+// GET /v1/models/{id}: one model (the openai client's models.retrieve).
+constexpr Route kModel = {"GET", "/v1/models/", true, false};
 constexpr Route kPlaygroundPage = {"GET", "/", true, true};
 constexpr Route kPlaygroundFiles = {"GET", "/playground/", true, true};
 
 const Route* find_route(const HttpRequest& req, bool playground) {
   for (const Route& r : kRoutes)
     if (req.path == r.path && req.method == r.method) return &r;
+  if (req.method == "GET" && req.path.size() > std::strlen(kModel.path) && req.path.rfind(kModel.path, 0) == 0) return &kModel;
   if (playground && req.method == "GET" && is_playground_path(req.path))
     return req.path == "/" ? &kPlaygroundPage : &kPlaygroundFiles;
   return nullptr;
@@ -261,14 +265,21 @@ HttpResponse HttpServer::Impl::route(const HttpRequest& req, HttpClient& client)
   if (req.path == "/v1/completions") return generate(req, client, ApiKind::kCompletion);
   if (req.path == "/v1/chat/completions") return generate(req, client, ApiKind::kChat);
   if (req.path == "/v1/responses") return generate(req, client, ApiKind::kResponses);
-  if (req.path == "/v1/models") {
+  if (req.path == "/v1/models" || req.path.rfind(kModel.path, 0) == 0) {
     const Model& model = require(/*generation=*/false);
     json m = {{"id", config.model_name},
               {"object", "model"},
               {"created", 0},
               {"owned_by", "fathom"},
               {"max_model_len", model.config().context_length}};
-    return json_response(200, {{"object", "list"}, {"data", json::array({m})}});
+    if (req.path == "/v1/models") return json_response(200, {{"object", "list"}, {"data", json::array({m})}});
+    // The id as the list gives it, or any other name a request's "model" may use for it (with or
+    // without ".gguf"; "/" as itself or %2F); else 404 model_not_found, as a request naming it.
+    std::string id = req.path.substr(std::strlen(kModel.path));
+    for (size_t at; (at = id.find("%2F")) != std::string::npos || (at = id.find("%2f")) != std::string::npos;)
+      id.replace(at, 3, "/");
+    check_served_model(id, config, "model");
+    return json_response(200, m);
   }
   if (req.path == "/tokenize") {
     const Model& model = require(/*generation=*/false);

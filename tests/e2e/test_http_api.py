@@ -5,6 +5,7 @@ so the module stays quick on a loaded 2-core machine.
 """
 import json
 
+import openai
 import pytest
 import requests
 
@@ -65,6 +66,18 @@ def test_health_models_metrics(server, client, model_id):
     assert m.status_code == 200
     assert m.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     assert "# TYPE" in m.text
+
+
+def test_models_retrieve_one(server, client, model_id):
+    """GET /v1/models/{id} (the openai client's models.retrieve): the model the list gives, under
+    any name a request may use for it; another name is 404 model_not_found."""
+    m = client.models.retrieve(model_id)
+    assert m.id == model_id and m.object == "model" and m.owned_by == "fathom"
+    assert client.models.retrieve(model_id + ".gguf").id == model_id
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("no-such-model")
+    assert e.value.body["code"] == "model_not_found"
+    assert requests.get(f"{server.base_url}/v1/models/", timeout=10).status_code == 404, "no id: no route"
 
 
 def test_completion(client, model_id):
