@@ -298,6 +298,8 @@ void reject_unsupported(const json& body, ApiKind kind) {
     if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty())) bad("tools", "tools are a /v1/chat/completions field");
   if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
     bad("functions", "'functions' is the deprecated spelling: send 'tools'");
+  if (const json* f = field(body, "function_call"); f && !f->is_null())
+    bad("function_call", "'function_call' is the deprecated spelling: send 'tool_choice'");
 
 }
 

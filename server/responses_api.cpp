@@ -111,7 +111,7 @@ json envelope(const ApiRequest& req, const ResponseMeta& meta, const char* statu
           {"max_output_tokens", p.value("max_output_tokens", json())},
           {"model", meta.model},
           {"output", std::move(output)},
-          {"parallel_tool_calls", true},
+          {"parallel_tool_calls", p.value("parallel_tool_calls", json(false))},  // off unless asked (server/tools.h)
           {"previous_response_id", nullptr},
           {"reasoning", {{"effort", p.value("reasoning_effort", json())}, {"summary", nullptr}}},
           {"store", false},
@@ -269,7 +269,7 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
   ApiRequest out = parse_chat_request(chat, model, config, ordered_chat_tools(raw_body));
   out.responses = json::object();
   for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p", "metadata", "user", "tools",
-                          "tool_choice"})
+                          "tool_choice", "parallel_tool_calls"})
     if (auto it = body.find(key); it != body.end() && !it->is_null()) out.responses[key] = *it;
   if (auto t = body.find("text"); t != body.end() && t->is_object() && t->contains("format"))
     out.responses["format"] = (*t)["format"];

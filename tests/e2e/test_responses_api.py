@@ -32,6 +32,9 @@ def test_plain_response_equals_the_chat_answer(oa):
     assert r.output[0].type == "message" and r.output[0].role == "assistant"
     assert r.usage.output_tokens > 0 and r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
     assert r.instructions == "Answer briefly." and r.store is False
+    assert r.parallel_tool_calls is False, "the server's default, echoed as it is (off unless asked)"
+    asked = oa.responses.create(model=MODEL, input="Hi", max_output_tokens=1, parallel_tool_calls=True)
+    assert asked.parallel_tool_calls is True
 
 
 def test_message_list_input_and_max_output_tokens(oa):

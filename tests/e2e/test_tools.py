@@ -190,3 +190,14 @@ def test_required_with_parallel_tool_calls_makes_one_or_more_valid_calls(oa):
     with pytest.raises(openai.BadRequestError) as e:
         oa.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, parallel_tool_calls="yes", max_tokens=4)
     assert e.value.body["param"] == "parallel_tool_calls"
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    ({"functions": [{"name": "get_weather", "parameters": {"type": "object"}}]}, "functions"),
+    ({"function_call": {"name": "get_weather"}}, "function_call"),  # was accepted and ignored: no forced call
+    ({"function_call": "auto"}, "function_call"),
+])
+def test_the_deprecated_function_fields_are_400s_naming_them(oa, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, max_tokens=4, **kwargs)
+    assert e.value.body["param"] == param
