@@ -309,7 +309,9 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpC
   void parse_head() {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(limits().max_header_bytes));
-    parser_->body_limit(static_cast<uint64_t>(limits().max_body_bytes));
+    // No body limit while the head is read: Beast would refuse a long Content-Length (413) as the
+    // head completes, before the API key is checked. on_head applies it after check_head.
+    parser_->body_limit(boost::none);
     bhttp::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->fail_read(ec, "header");
       self->on_head();
@@ -335,6 +337,11 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpC
       if (request_.has_body) keep_alive_ = false;  // the unread body must not become a request
       return respond(std::move(*early));
     }
+    if (parser_->content_length().value_or(0) > static_cast<uint64_t>(limits().max_body_bytes)) {
+      keep_alive_ = false;  // refused from its Content-Length: the body is never read
+      return respond(body_too_large());
+    }
+    parser_->body_limit(static_cast<uint64_t>(limits().max_body_bytes));  // no body byte parsed yet
     if (beast::iequals(msg[bhttp::field::expect], "100-continue") && !parser_->is_done()) {
       out_ = "HTTP/1.1 100 Continue\r\n\r\n";
       stream_.expires_after(milliseconds(limits().write_timeout_ms));
@@ -381,11 +388,14 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpC
       return respond(server_.routes.error(
           431, "the request headers exceed the limit of " + std::to_string(limits().max_header_bytes) + " bytes",
           "request_header_fields_too_large"));
-    if (ec == bhttp::error::body_limit)
-      return respond(server_.routes.error(
-          413, "the request body exceeds the limit of " + std::to_string(limits().max_body_bytes) + " bytes",
-          "request_too_large"));
+    if (ec == bhttp::error::body_limit) return respond(body_too_large());
     respond(server_.routes.error(400, "malformed HTTP request: " + ec.message(), "bad_request"));
+  }
+
+  HttpResponse body_too_large() {
+    return server_.routes.error(
+        413, "the request body exceeds the limit of " + std::to_string(limits().max_body_bytes) + " bytes",
+        "request_too_large");
   }
 
   void on_body() {

@@ -258,6 +258,7 @@ def test_chunked_alone_in_any_spelling_is_read_and_keeps_the_connection(hardened
     (True, False, 413, "request_too_large"),   # refused from its Content-Length, before the body
     (True, True, 413, "request_too_large"),    # cut at the limit, mid-body
     (False, True, 401, "invalid_api_key"),     # refused from its head, body unread
+    (False, False, 401, "invalid_api_key"),    # the key before the Content-Length: not even the limit leaks
 ])
 def test_client_that_writes_a_whole_oversized_body_reads_the_answer(hardened, authorized, chunked, status, code):
     # max_body_bytes is 4096. urllib writes the whole body before it reads: the server answers
