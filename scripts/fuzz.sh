@@ -17,8 +17,10 @@
 #                 patterns) -> the server's checks -> xgrammar's compiler on a 256 KiB stack
 #   fuzz_answer   a model's output -> reasoning, content and tool calls in every format (harmony,
 #                 <think>, Hermes, Llama 3.x, Mistral) and tool_choice mode, whole and streamed
-# The HTTP framing itself is Boost.Beast's parser, fuzzed upstream; tests/e2e/test_http_hardening.py
-# attacks our use of it.
+#   fuzz_http_head  a request's raw bytes, arriving in pieces -> the head scanner (obs-fold), Beast's
+#                 parser, the framing rules (server/http_framing.h) and a chunked body at the limit
+# The HTTP parser itself is Boost.Beast's, fuzzed upstream; fuzz_http_head checks fathom's code
+# around it, and tests/e2e/test_http_hardening.py attacks the whole over sockets.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (default: every target)
 # Builds with clang++ (Debian: clang, libclang-rt-14-dev) into build-fuzz/, exits non-zero on any
 # crash, leak, hang or UB. Findings are saved as build-fuzz/<target>-crash-* etc.; replay one with
@@ -29,7 +31,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-15}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_pretok fuzz_jinja fuzz_schema fuzz_answer)
+((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_pretok fuzz_jinja fuzz_schema fuzz_answer fuzz_http_head)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 # The compiler cache when there is one (the Makefile points it at the shared cache): relative paths
@@ -72,7 +74,8 @@ sources_of() {
     fuzz_jinja) echo "${jinja_sources[@]}" ;;
     fuzz_schema) echo "${schema_sources[@]}" ;;
     fuzz_answer) echo "${request_sources[@]}" server/tool_stream.cpp ;;
-    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_pretok, fuzz_jinja, fuzz_schema, fuzz_answer)" >&2; exit 2 ;;
+    fuzz_http_head) echo server/http_framing.cpp ;;
+    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_pretok, fuzz_jinja, fuzz_schema, fuzz_answer, fuzz_http_head)" >&2; exit 2 ;;
   esac
 }
 
@@ -144,6 +147,18 @@ if [[ " ${targets[*]} " == *" fuzz_answer "* ]]; then
   printf '\004\011<think>a</think>\n\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>' > "$out/seeds-fuzz_answer/hermes"
   printf '\005\002<|python_tag|>{"name": "f", "parameters": {}}' > "$out/seeds-fuzz_answer/llama"
   printf '\006\007Ok.[TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{}' > "$out/seeds-fuzz_answer/mistral"
+fi
+
+# fuzz_http_head's seeds: requests as clients send them ([piece size][bytes]).
+if [[ " ${targets[*]} " == *" fuzz_http_head "* ]]; then
+  mkdir -p "$out/seeds-fuzz_http_head"
+  printf '\000GET /health HTTP/1.1\r\nHost: x\r\n\r\n' > "$out/seeds-fuzz_http_head/get"
+  printf '\003POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nX-Request-Id: a.b_c-1\r\n\r\n{}' \
+    > "$out/seeds-fuzz_http_head/post"
+  printf '\001POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nT: 1\r\n\r\n' \
+    > "$out/seeds-fuzz_http_head/chunked"
+  printf '\017POST / HTTP/1.0\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 5\r\n x\r\n\r\n' \
+    > "$out/seeds-fuzz_http_head/refused"
 fi
 
 # fuzz_hf's seeds: each fixture directory's config.json (mode byte 1), tokenizer.json (2),

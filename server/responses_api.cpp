@@ -286,7 +286,73 @@ json response_object(const ApiRequest& req, const ResponseMeta& meta, const std:
   return r;
 }
 
-bool ResponsesStream::held() const { return req_.tools.offered() || req_.reasoning.on; }
+ResponsesStream::ResponsesStream(const ApiRequest& req, const ResponseMeta& meta) : req_(req), meta_(meta) {
+  if (req_.reasoning.on && !req_.reasoning.harmony && !req_.tools.offered()) thinking_.emplace(req_.reasoning.open);
+}
+
+bool ResponsesStream::held() const { return req_.tools.offered() || req_.reasoning.harmony; }
+
+// The reasoning item (when there is thinking) is output 0 and the message follows it: a <think>
+// span only opens an answer (server/reasoning.h), so thinking never follows text.
+void ResponsesStream::live_piece(const ReasoningPiece& piece, std::vector<std::string>& out) {
+  if (!piece.reasoning.empty()) {
+    const std::string id = reasoning_item(meta_, "")["id"];
+    if (!reasoning_open_) {
+      json added = reasoning_item(meta_, "");
+      added["content"] = json::array();
+      added["status"] = "in_progress";
+      out.push_back(frame({{"type", "response.output_item.added"}, {"output_index", 0}, {"item", added}}));
+      reasoning_open_ = true;
+    }
+    reasoning_ += piece.reasoning;
+    out.push_back(frame({{"type", "response.reasoning_text.delta"}, {"item_id", id}, {"output_index", 0},
+                         {"content_index", 0}, {"delta", piece.reasoning}}));
+  }
+  const std::string& text = piece.content;
+  if (text.empty()) return;
+  open_message(out);
+  content_ += text;
+  out.push_back(frame({{"type", "response.output_text.delta"}, {"item_id", message_id(meta_)},
+                       {"output_index", reasoning_.empty() ? 0 : 1}, {"content_index", 0}, {"delta", text},
+                       {"logprobs", json::array()}}));
+}
+
+void ResponsesStream::close_reasoning(std::vector<std::string>& out) {
+  if (!reasoning_open_) return;
+  reasoning_open_ = false;
+  const json item = reasoning_item(meta_, reasoning_);
+  out.push_back(frame({{"type", "response.reasoning_text.done"}, {"item_id", item["id"]}, {"output_index", 0},
+                       {"content_index", 0}, {"text", reasoning_}}));
+  out.push_back(frame({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", item}}));
+}
+
+void ResponsesStream::open_message(std::vector<std::string>& out) {
+  if (message_open_) return;
+  close_reasoning(out);
+  message_open_ = true;
+  const int index = reasoning_.empty() ? 0 : 1;
+  json added = output_message(message_id(meta_), "", "in_progress");
+  added["content"] = json::array();
+  out.push_back(frame({{"type", "response.output_item.added"}, {"output_index", index}, {"item", added}}));
+  out.push_back(frame({{"type", "response.content_part.added"}, {"item_id", message_id(meta_)}, {"output_index", index},
+                       {"content_index", 0}, {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}}));
+}
+
+std::vector<std::string> ResponsesStream::live_end(const json& final_response) {
+  std::vector<std::string> out;
+  live_piece(thinking_->finish(), out);
+  open_message(out);  // the answer always has its message, empty when the thinking was cut
+  const json& message = final_response["output"].back();
+  const int index = reasoning_.empty() ? 0 : 1;
+  out.push_back(frame({{"type", "response.output_text.done"}, {"item_id", message["id"]}, {"output_index", index},
+                       {"content_index", 0}, {"text", content_}, {"logprobs", json::array()}}));
+  out.push_back(frame({{"type", "response.content_part.done"}, {"item_id", message["id"]}, {"output_index", index},
+                       {"content_index", 0}, {"part", message["content"][0]}}));
+  out.push_back(frame({{"type", "response.output_item.done"}, {"output_index", index}, {"item", message}}));
+  const bool cut = final_response["status"] == "incomplete";
+  out.push_back(frame({{"type", cut ? "response.incomplete" : "response.completed"}, {"response", final_response}}));
+  return out;
+}
 
 std::string ResponsesStream::frame(json event) {
   event["sequence_number"] = sequence_++;
@@ -297,7 +363,7 @@ std::vector<std::string> ResponsesStream::begin() {
   const std::string item = message_id(meta_);
   const json part = {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}};
   json in_progress = envelope(req_, meta_, "in_progress", json::array(), nullptr);
-  if (held())  // the items are known when the text has ended (it may be thinking or tool calls)
+  if (held() || thinking_)  // held: the items are known when the text has ended; live thinking: as it comes
     return {frame({{"type", "response.created"}, {"response", in_progress}}),
             frame({{"type", "response.in_progress"}, {"response", in_progress}})};
   json added = output_message(item, "", "in_progress");
@@ -316,6 +382,11 @@ std::vector<std::string> ResponsesStream::delta(const std::string& text) {
   if (text.empty()) return {};
   text_ += text;
   if (held()) return {};  // see begin()
+  if (thinking_) {
+    std::vector<std::string> out;
+    live_piece(thinking_->push(text), out);
+    return out;
+  }
   return {frame({{"type", "response.output_text.delta"},
                  {"item_id", message_id(meta_)},
                  {"output_index", 0},
@@ -335,6 +406,7 @@ std::vector<std::string> ResponsesStream::end(FinishReason finish, const Request
   const json final_response = response_object(req_, meta_, text_, finish, usage);
   const bool cut = finish == FinishReason::kLength;
   if (held()) return held_items(final_response);
+  if (thinking_) return live_end(final_response);
   return {frame({{"type", "response.output_text.done"},
                  {"item_id", item},
                  {"output_index", 0},

@@ -11,11 +11,14 @@
 // response.content_part.added, response.output_text.delta..., response.output_text.done,
 // response.content_part.done, response.output_item.done, response.completed (or
 // response.incomplete when max_output_tokens cut it, response.failed on an engine error).
-// With tools offered the text is held to the end (it may be calls) and every output item is sent
-// whole then (function calls as output_item.added, function_call_arguments.delta / .done,
-// output_item.done). Rejected with a 400 naming the field: previous_response_id / conversation
+// A reasoning model's <think> span streams live as a reasoning item (output_item.added,
+// response.reasoning_text.delta..., .done, output_item.done) before the message item. With tools
+// offered, or a harmony model (whose channels may interleave), the text is held to the end (it may
+// be calls) and every output item is sent whole then (function calls as output_item.added,
+// function_call_arguments.delta / .done, output_item.done). Rejected with a 400 naming the field: previous_response_id / conversation
 // (no stored state), tools other than functions, background.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "server/reasoning.h"
 
 namespace fathom {
 
@@ -44,21 +48,29 @@ nlohmann::json response_object(const ApiRequest& req, const ResponseMeta& meta, 
 // Builds the streamed events of one response, numbering them (sequence_number).
 class ResponsesStream {
  public:
-  ResponsesStream(const ApiRequest& req, const ResponseMeta& meta) : req_(req), meta_(meta) {}
+  ResponsesStream(const ApiRequest& req, const ResponseMeta& meta);
   std::vector<std::string> begin();                      // created ... content_part.added
   std::vector<std::string> delta(const std::string& text);  // output_text.delta (none for "")
   std::vector<std::string> end(FinishReason finish, const RequestUsage& usage, const std::string& error);
 
  private:
   std::string frame(nlohmann::json event);  // "event: <type>\ndata: <json>\n\n"
-  // With tools offered or a reasoning model the text is held to the end (it may be calls, and a
-  // thinking span comes first): every item's events then.
+  // With tools offered or a harmony model the text is held to the end (it may be calls, and
+  // harmony's thinking may come after text): every item's events then.
   bool held() const;
   std::vector<std::string> held_items(const nlohmann::json& final_response);
+  // A <think> model's pieces as they come: the reasoning item, then the message (thinking_ set).
+  void live_piece(const ReasoningPiece& piece, std::vector<std::string>& out);
+  void open_message(std::vector<std::string>& out);
+  void close_reasoning(std::vector<std::string>& out);
+  std::vector<std::string> live_end(const nlohmann::json& final_response);
   const ApiRequest& req_;
   const ResponseMeta& meta_;
   std::string text_;
   int64_t sequence_ = 0;
+  std::optional<ReasoningSplit> thinking_;  // a <think> model without tools: streamed live
+  std::string reasoning_, content_;          // ... what it has streamed of each
+  bool reasoning_open_ = false, message_open_ = false;
 };
 
 }  // namespace fathom
