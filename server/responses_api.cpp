@@ -241,6 +241,9 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
     }
   }
   chat_tools(body, chat);
+  // fathom's extension object, as on chat (server/openai_request.cpp parse_extension): the attention
+  // policy, priority, speculation, ignore_eos, a grammar.
+  if (auto f = body.find("fathom"); f != body.end()) chat["fathom"] = *f;
   // text.format {"type": "json_schema", "name", "schema", "strict"} is chat's response_format
   // with the schema's fields one level up.
   if (auto t = body.find("text"); t != body.end() && !t->is_null()) {

@@ -3,7 +3,7 @@
 // `input` (a string, or message items with input_text / output_text parts, and function_call /
 // function_call_output items for a tool round trip), `instructions`, `max_output_tokens`,
 // `temperature`, `top_p`, `stream`, `metadata`, `user`, `text.format`, `reasoning.effort` (chat's
-// reasoning_effort), function `tools` and `tool_choice` (server/tools.h; calls come back as
+// reasoning_effort), chat's `fathom` extension object, function `tools` and `tool_choice` (server/tools.h; calls come back as
 // function_call output items; a reasoning model's thinking as a reasoning item). The request
 // becomes a chat request (one choice) and runs through the same rules; the result is a
 // `response` object, or when streaming the documented event sequence:

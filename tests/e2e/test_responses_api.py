@@ -132,3 +132,14 @@ def test_function_call_round_trip(oa):
     second = oa.responses.create(model=MODEL, input=items, tools=TOOLS, tool_choice="none", temperature=0,
                                  max_output_tokens=24)
     assert second.output_text and all(i.type == "message" for i in second.output)
+
+
+def test_the_fathom_extension_object_as_on_chat(oa):
+    """The attention policy, speculation and the rest of chat's "fathom" object (docs/api.md)."""
+    kwargs = dict(model=MODEL, input="What is the capital of France?", max_output_tokens=12, temperature=0)
+    dense = oa.responses.create(**kwargs)
+    spec = oa.responses.create(**kwargs, extra_body={"fathom": {"speculative": "ngram", "attention": "dense"}})
+    assert spec.output_text == dense.output_text, "speculation verified densely keeps the text"
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.responses.create(**kwargs, extra_body={"fathom": {"attention": "no-such-policy"}})
+    assert e.value.body["param"] == "fathom.attention"
