@@ -25,14 +25,18 @@ bool same_bytes(const std::string& a, const std::string& b) {
 }  // namespace
 
 bool api_key_accepted(const std::string& authorization_header, const std::vector<std::string>& keys) {
-  if (keys.empty()) return true;
+  return keys.empty() || api_key_index(authorization_header, keys).has_value();
+}
+
+std::optional<size_t> api_key_index(const std::string& authorization_header, const std::vector<std::string>& keys) {
   static const std::string kPrefix = "Bearer ";
   if (authorization_header.size() <= kPrefix.size() || authorization_header.compare(0, kPrefix.size(), kPrefix) != 0)
-    return false;
+    return std::nullopt;
   const std::string key = authorization_header.substr(kPrefix.size());
-  bool accepted = false;
-  for (const std::string& k : keys) accepted |= same_bytes(key, k);
-  return accepted;
+  std::optional<size_t> index;
+  for (size_t i = 0; i < keys.size(); ++i)  // every key compared, whichever matches
+    if (same_bytes(key, keys[i]) && !index) index = i;
+  return index;
 }
 
 std::vector<std::string> read_api_keys_file(const std::string& path) {

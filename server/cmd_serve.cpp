@@ -33,6 +33,7 @@
 #include "server/config.h"
 #include "server/request_rules.h"
 #include "server/grpc_server.h"
+#include "server/key_limiter.h"
 #include "server/http_server.h"
 #include "server/model_options.h"
 
@@ -199,7 +200,10 @@ int run_serve(int argc, char** argv) {
   ShutdownSignal shutdown;        // before any other thread exists
 
   MetricsRegistry metrics;
-  HttpServer http(config, metrics);
+  KeyLimiter key_limiter(config.api_keys.size(), config.max_requests_per_key);  // HTTP and gRPC share it
+  if (config.max_requests_per_key > 0 && config.api_keys.empty())
+    spdlog::warn("limits.max_requests_per_key has no effect without API keys (http.api_keys)");
+  HttpServer http(config, metrics, key_limiter);
   const int http_port = http.start();
   std::printf("fathom: HTTP listening on %s:%d\n", config.host.c_str(), http_port);
   std::fflush(stdout);
@@ -262,7 +266,7 @@ int run_serve(int argc, char** argv) {
                  kv.device_blocks, kv.max_batched_tokens, kv.max_num_seqs);
   std::unique_ptr<GrpcServer> grpc;
   if (config.grpc_port != 0) {
-    grpc = start_grpc_server(engine, config, config.grpc_port < 0 ? 0 : config.grpc_port);
+    grpc = start_grpc_server(engine, config, config.grpc_port < 0 ? 0 : config.grpc_port, key_limiter);
     std::printf("fathom: gRPC listening on %s:%d\n", config.host.c_str(), grpc->port());
     std::fflush(stdout);
   }

@@ -281,6 +281,7 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
     l->read_int("constraint_compile_ms", c.scheduler.constraint_compile_ms, 1, 3600 * 1000);
     l->read_int("max_compiling_constraints", c.scheduler.max_compiling_constraints, 1, 1024);
     l->read_int("constraint_cache_mib", c.scheduler.constraint_cache_mib, 0, 1 << 20);
+    l->read_int("max_requests_per_key", c.max_requests_per_key, 0, 1 << 20);
     l->finish();
   }
   top.finish();

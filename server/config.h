@@ -51,6 +51,9 @@ struct ServerConfig {
   // Client priorities are clamped into [-max_priority, max_priority]: 0 (the default) turns them
   // off (every request is equal, FCFS), so no client can jump the queue unless the operator says so.
   int32_t max_priority = 0;
+  // Generation requests in flight per API key, HTTP and gRPC together (server/key_limiter.h);
+  // 0: no limit. Needs API keys.
+  int32_t max_requests_per_key = 0;
   // A request field its endpoint does not define: 400 naming it (OpenAI's answer), or ignored
   // (http.unknown_fields "ignore"; server/known_fields.h).
   bool reject_unknown_fields = true;

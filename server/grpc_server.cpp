@@ -35,6 +35,7 @@
 #include "server/config.h"
 #include "server/embedding_run.h"
 #include "server/grpc_write_watch.h"
+#include "server/key_limiter.h"
 #include "server/schema_rules.h"
 #include "server/openai_request.h"
 #include "server/answer.h"
@@ -322,20 +323,26 @@ void fill_usage(const RequestUsage& u, pb::GenerateResponse& out) {
 
 // The HTTP API's keys hold for gRPC too: metadata "authorization: Bearer <key>" (grpc.health.v1
 // stays open, as /health does). UNAUTHENTICATED otherwise.
-grpc::Status authorize(const grpc::ServerContext* ctx, const ServerConfig& config) {
-  if (config.api_keys.empty()) return grpc::Status::OK;
+std::string authorization_of(const grpc::ServerContext* ctx) {
   const auto& md = ctx->client_metadata();
   const auto it = md.find("authorization");
-  const std::string header = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
-  if (api_key_accepted(header, config.api_keys)) return grpc::Status::OK;
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+grpc::Status authorize(const grpc::ServerContext* ctx, const ServerConfig& config) {
+  if (config.api_keys.empty()) return grpc::Status::OK;
+  if (api_key_accepted(authorization_of(ctx), config.api_keys)) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       "missing or incorrect API key (send metadata 'authorization: Bearer <key>')");
 }
 
 class FathomService final : public pb::Fathom::Service {
  public:
-  FathomService(Engine& engine, const ServerConfig& config)
-      : engine_(engine), config_(config), write_watch_(std::chrono::milliseconds(config.http_limits.write_timeout_ms)) {}
+  FathomService(Engine& engine, const ServerConfig& config, KeyLimiter& keys)
+      : engine_(engine),
+        config_(config),
+        key_limiter_(keys),
+        write_watch_(std::chrono::milliseconds(config.http_limits.write_timeout_ms)) {}
 
   // Generate calls running now (shutdown waits for them to deliver what the drain finished).
   int running_generates() const { return running_generates_.load(); }
@@ -349,6 +356,8 @@ class FathomService final : public pb::Fathom::Service {
     } leave{running_generates_};
     GrpcWriteWatch::Call watched(write_watch_, ctx);  // a write stalled past write_timeout_ms cancels the call
     if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
+    const std::optional<KeyLimiter::Slot> slot = key_slot(ctx);  // held until the call ends
+    if (!slot) return key_limit_status();
     std::shared_ptr<RequestHandle> handle;
     ToolPlan tools;
     ReasoningMode reasoning;
@@ -426,6 +435,8 @@ class FathomService final : public pb::Fathom::Service {
 
   grpc::Status Embed(grpc::ServerContext* ctx, const pb::EmbedRequest* in, pb::EmbedResponse* out) override {
     if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
+    const std::optional<KeyLimiter::Slot> slot = key_slot(ctx);
+    if (!slot) return key_limit_status();
     try {
       check_served_model(in->model(), config_, "model");
       const Model& model = engine_.model();
@@ -461,6 +472,16 @@ class FathomService final : public pb::Fathom::Service {
   }
 
  private:
+  // The call's share of its API key's limit (limits.max_requests_per_key, shared with HTTP).
+  std::optional<KeyLimiter::Slot> key_slot(const grpc::ServerContext* ctx) {
+    return key_limiter_.acquire(api_key_index(authorization_of(ctx), config_.api_keys));
+  }
+  grpc::Status key_limit_status() const {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "this API key has " + std::to_string(key_limiter_.per_key()) +
+                            " requests in progress (limits.max_requests_per_key); retry when one ends");
+  }
+
   void log_request(const RequestHandle& handle, const RequestUsage& u, const std::string& finish,
                    std::optional<double> ttft_ms) {
     spdlog::info("grpc request {}: prompt {} (cached {}) completion {} ttft {} finish {}", handle.id(),
@@ -470,13 +491,14 @@ class FathomService final : public pb::Fathom::Service {
 
   Engine& engine_;
   const ServerConfig& config_;
+  KeyLimiter& key_limiter_;
   std::atomic<int> running_generates_{0};
   GrpcWriteWatch write_watch_;
 };
 
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(Engine& engine, const ServerConfig& config, int port) : service_(engine, config) {
+  GrpcServerImpl(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys) : service_(engine, config, keys) {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     // IPv6 literals need brackets in a gRPC address.
@@ -551,8 +573,8 @@ class GrpcServerImpl final : public GrpcServer {
 
 }  // namespace
 
-std::unique_ptr<GrpcServer> start_grpc_server(Engine& engine, const ServerConfig& config, int port) {
-  return std::make_unique<GrpcServerImpl>(engine, config, port);
+std::unique_ptr<GrpcServer> start_grpc_server(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys) {
+  return std::make_unique<GrpcServerImpl>(engine, config, port, keys);
 }
 
 }  // namespace fathom

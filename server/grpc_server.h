@@ -6,6 +6,8 @@
 
 namespace fathom {
 
+class KeyLimiter;
+
 class Engine;
 struct ServerConfig;
 
@@ -22,6 +24,7 @@ class GrpcServer {
 
 // Starts listening on config.host:config.grpc_port (0 = any free port). Throws fathom::Error
 // when the port cannot be bound.
-std::unique_ptr<GrpcServer> start_grpc_server(Engine& engine, const ServerConfig& config, int port);
+// `keys`: the per-key request limit, shared with the HTTP server.
+std::unique_ptr<GrpcServer> start_grpc_server(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys);
 
 }  // namespace fathom

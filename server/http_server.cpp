@@ -18,6 +18,7 @@
 #include "server/cors.h"
 #include "server/embedding_run.h"
 #include "server/http_transport.h"
+#include "server/key_limiter.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/playground.h"
@@ -103,13 +104,14 @@ std::string route_label(const HttpRequest& req, bool playground) {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(const ServerConfig& c, MetricsRegistry& m) : config(c), metrics(m), cors(c.cors_origins) {
+  Impl(const ServerConfig& c, MetricsRegistry& m, KeyLimiter& k) : config(c), metrics(m), key_limiter(k), cors(c.cors_origins) {
     std::random_device rd;
     id_salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
 
   const ServerConfig& config;
   MetricsRegistry& metrics;
+  KeyLimiter& key_limiter;  // limits.max_requests_per_key
   Cors cors;  // http.cors_origins
   std::unique_ptr<HttpTransport> transport;
   std::atomic<State> state{State::kLoading};
@@ -136,7 +138,19 @@ struct HttpServer::Impl {
   std::string new_id(ApiKind kind);
   HttpResponse generate(const HttpRequest& req, HttpClient& client, ApiKind kind);
   HttpResponse embed(const HttpRequest& req, HttpClient& client);
+  // The request's share of its API key's limit, held until the answer is delivered; 429 when the
+  // key has limits.max_requests_per_key in flight.
+  std::shared_ptr<KeyLimiter::Slot> key_slot(const HttpRequest& req);
 };
+
+std::shared_ptr<KeyLimiter::Slot> HttpServer::Impl::key_slot(const HttpRequest& req) {
+  std::optional<KeyLimiter::Slot> slot = key_limiter.acquire(api_key_index(req.header("authorization"), config.api_keys));
+  if (!slot)
+    throw ApiError(429, "this API key has " + std::to_string(key_limiter.per_key()) +
+                            " requests in progress (limits.max_requests_per_key); retry when one ends",
+                   "", "rate_limit_exceeded");
+  return std::make_shared<KeyLimiter::Slot>(std::move(*slot));
+}
 
 HttpResponse HttpServer::Impl::error(int status, const std::string& message, const std::string& param,
                                      const std::string& code) const {
@@ -220,6 +234,7 @@ std::string HttpServer::Impl::new_id(ApiKind kind) {
 HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& client, ApiKind kind) {
   const Model& model = require(/*generation=*/true);
   Engine& engine = *engine_ptr.load(std::memory_order_acquire);
+  std::shared_ptr<KeyLimiter::Slot> slot = key_slot(req);
   const json body = parse_json_body(req.body);
   check_model_name(body, config);
   ApiRequest api = kind == ApiKind::kChat        ? parse_chat_request(body, model, config, req.body)
@@ -237,7 +252,7 @@ HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& clie
   r.content_type = "text/event-stream";
   r.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
   // The response owns the Generation: if the stream ends early, ~Generation cancels the request.
-  r.stream = [gen](HttpClient& out) {
+  r.stream = [gen, slot](HttpClient& out) {  // the key's share is held until the stream ends
     return gen->stream([&out](const std::string& frame) { return out.write(frame); }, [&out] { return out.alive(); });
   };
   return r;
@@ -246,6 +261,7 @@ HttpResponse HttpServer::Impl::generate(const HttpRequest& req, HttpClient& clie
 HttpResponse HttpServer::Impl::embed(const HttpRequest& req, HttpClient& client) {
   const Model& model = require(/*generation=*/true);
   Engine& engine = *engine_ptr.load(std::memory_order_acquire);
+  const std::shared_ptr<KeyLimiter::Slot> slot = key_slot(req);
   const json body = parse_json_body(req.body);
   check_model_name(body, config);
   const EmbeddingRequest request = parse_embeddings_request(body, model, config);
@@ -341,8 +357,8 @@ HttpRoutes HttpServer::Impl::routes() {
   return r;
 }
 
-HttpServer::HttpServer(const ServerConfig& config, MetricsRegistry& metrics)
-    : impl_(std::make_unique<Impl>(config, metrics)) {}
+HttpServer::HttpServer(const ServerConfig& config, MetricsRegistry& metrics, KeyLimiter& keys)
+    : impl_(std::make_unique<Impl>(config, metrics, keys)) {}
 
 HttpServer::~HttpServer() { stop(); }
 

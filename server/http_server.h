@@ -8,6 +8,8 @@
 
 namespace fathom {
 
+class KeyLimiter;
+
 class Engine;
 class Model;
 class MetricsRegistry;
@@ -16,7 +18,8 @@ struct ServerConfig;
 class HttpServer {
  public:
   // `config` and `metrics` must outlive the server.
-  HttpServer(const ServerConfig& config, MetricsRegistry& metrics);
+  // `keys`: the per-key request limit, shared with the gRPC server.
+  HttpServer(const ServerConfig& config, MetricsRegistry& metrics, KeyLimiter& keys);
   ~HttpServer();  // stop()s
 
   // Binds config.host:config.port (0 = a free port) and starts serving on a background
