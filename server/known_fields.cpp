@@ -26,7 +26,7 @@ const Fields kChat = {"messages", "logprobs", "top_logprobs", "max_completion_to
 const Fields kResponses = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "metadata",
                            "user", "text", "tools", "tool_choice", "parallel_tool_calls", "stream", "store",
                            "previous_response_id", "conversation", "reasoning", "background", "prompt", "include",
-                           "service_tier", "safety_identifier", "prompt_cache_key", "fathom"};
+                           "service_tier", "safety_identifier", "prompt_cache_key", "fathom", "top_logprobs"};
 const Fields kEmbeddings = {"model", "input", "encoding_format", "dimensions", "user"};
 
 bool known(std::string_view key, ApiKind kind) {

@@ -1,6 +1,7 @@
 #include "server/responses_api.h"
 
 #include <set>
+#include <utility>
 
 #include "server/json_fields.h"
 #include "server/known_fields.h"
@@ -88,12 +89,16 @@ json chat_messages(const json& body) {
   return messages;
 }
 
-json output_message(const std::string& id, const std::string& text, const char* status) {
+// `logprobs`: the text's tokens in chat's shape ({token, logprob, bytes, top_logprobs}), when the
+// request included message.output_text.logprobs; null: the part carries none.
+json output_message(const std::string& id, const std::string& text, const char* status, const json& logprobs = nullptr) {
+  json part = {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+  if (!logprobs.is_null()) part["logprobs"] = logprobs;
   return {{"type", "message"},
           {"id", id},
           {"status", status},
           {"role", "assistant"},
-          {"content", json::array({{{"type", "output_text"}, {"text", text}, {"annotations", json::array()}}})}};
+          {"content", json::array({std::move(part)})}};
 }
 
 std::string message_id(const ResponseMeta& meta) { return "msg_" + meta.id.substr(meta.id.find('_') + 1); }
@@ -177,12 +182,12 @@ json reasoning_item(const ResponseMeta& meta, const std::string& text) {
 // only from an answer that ended, or from a named call), so a reply cut at max_output_tokens is
 // never half a call.
 json output_items(const ApiRequest& req, const ResponseMeta& meta, const std::string& whole, FinishReason finish,
-                  const char* status) {
+                  const char* status, const json& logprobs) {
   json items = json::array();
   const AnswerParts answer = answer_parts(req.reasoning, req.tools, whole, finish, tool_call_id_prefix(meta, 0));
   if (!answer.reasoning.empty()) items.push_back(reasoning_item(meta, answer.reasoning));
   if (answer.calls.empty() || !answer.content.empty())
-    items.push_back(output_message(message_id(meta), answer.content, status));
+    items.push_back(output_message(message_id(meta), answer.content, status, req.logprobs ? logprobs : json()));
   for (const ToolCall& call : answer.calls) items.push_back(function_call_item(call, "completed"));
   return items;
 }
@@ -222,7 +227,7 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
   for (const char* stateful : {"previous_response_id", "conversation"})
     if (auto it = body.find(stateful); it != body.end() && !it->is_null())
       bad(stateful, std::string("'") + stateful + "' needs stored responses; this server is stateless (store: false)");
-  for (const char* unsupported : {"background", "prompt", "include"})
+  for (const char* unsupported : {"background", "prompt"})
     if (auto it = body.find(unsupported); it != body.end() && !it->is_null() && !(it->is_array() && it->empty()))
       bad(unsupported, std::string("'") + unsupported + "' is not supported");
   json chat = {{"messages", chat_messages(body)}};
@@ -241,6 +246,20 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
     }
   }
   chat_tools(body, chat);
+  // include: ["message.output_text.logprobs"] asks for the text's token logprobs (chat's logprobs),
+  // top_logprobs (0-20) for the alternatives at each token.
+  if (auto in = body.find("include"); in != body.end() && !in->is_null()) {
+    if (!in->is_array()) bad("include", "'include' must be an array of strings");
+    for (size_t i = 0; i < in->size(); ++i) {
+      const std::string param = "include[" + std::to_string(i) + "]";
+      if (!(*in)[i].is_string()) bad(param, "'" + param + "' must be a string");
+      if ((*in)[i] != "message.output_text.logprobs")
+        bad(param, "'" + (*in)[i].get<std::string>().substr(0, 64) + "' is not supported (message.output_text.logprobs)");
+      chat["logprobs"] = true;
+    }
+  }
+  if (auto t = body.find("top_logprobs"); t != body.end() && !t->is_null() && chat.contains("logprobs"))
+    chat["top_logprobs"] = *t;
   // fathom's extension object, as on chat (server/openai_request.cpp parse_extension): the attention
   // policy, priority, speculation, ignore_eos, a grammar.
   if (auto f = body.find("fathom"); f != body.end()) chat["fathom"] = *f;
@@ -270,6 +289,9 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
   if (auto it = body.find("metadata"); it != body.end() && !it->is_null() && !it->is_object())
     bad("metadata", "'metadata' must be an object of strings");
   ApiRequest out = parse_chat_request(chat, model, config, ordered_chat_tools(raw_body));
+  if (out.logprobs && (out.reasoning.on || out.tools.offered()))
+    bad("include", "logprobs on /v1/responses are given for a plain text answer (no tools, no reasoning model); "
+                   "/v1/chat/completions gives them with either");
   out.responses = json::object();
   for (const char* key : {"instructions", "max_output_tokens", "temperature", "top_p", "metadata", "user", "tools",
                           "tool_choice", "parallel_tool_calls"})
@@ -281,10 +303,10 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
 }
 
 json response_object(const ApiRequest& req, const ResponseMeta& meta, const std::string& text, FinishReason finish,
-                     const RequestUsage& usage) {
+                     const RequestUsage& usage, const json& logprobs) {
   const bool cut = finish == FinishReason::kLength;
   const char* status = cut ? "incomplete" : "completed";
-  json r = envelope(req, meta, status, output_items(req, meta, text, finish, status), responses_usage(usage));
+  json r = envelope(req, meta, status, output_items(req, meta, text, finish, status, logprobs), responses_usage(usage));
   if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   return r;
 }
@@ -381,8 +403,12 @@ std::vector<std::string> ResponsesStream::begin() {
                  {"part", part}})};
 }
 
-std::vector<std::string> ResponsesStream::delta(const std::string& text) {
-  if (text.empty()) return {};
+std::vector<std::string> ResponsesStream::delta(const std::string& text, const json& logprobs) {
+  for (const json& t : logprobs) {
+    pending_.push_back(t);
+    logprobs_.push_back(t);
+  }
+  if (text.empty()) return {};  // its tokens' logprobs go with the next text
   text_ += text;
   if (held()) return {};  // see begin()
   if (thinking_) {
@@ -390,12 +416,13 @@ std::vector<std::string> ResponsesStream::delta(const std::string& text) {
     live_piece(thinking_->push(text), out);
     return out;
   }
+  json tokens = std::exchange(pending_, json::array());
   return {frame({{"type", "response.output_text.delta"},
                  {"item_id", message_id(meta_)},
                  {"output_index", 0},
                  {"content_index", 0},
                  {"delta", text},
-                 {"logprobs", json::array()}})};
+                 {"logprobs", std::move(tokens)}})};
 }
 
 std::vector<std::string> ResponsesStream::end(FinishReason finish, const RequestUsage& usage, const std::string& error) {
@@ -405,8 +432,7 @@ std::vector<std::string> ResponsesStream::end(FinishReason finish, const Request
     failed["error"] = {{"code", "server_error"}, {"message", "generation failed: " + error}};
     return {frame({{"type", "response.failed"}, {"response", failed}})};
   }
-  const json part = {{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}};
-  const json final_response = response_object(req_, meta_, text_, finish, usage);
+  const json final_response = response_object(req_, meta_, text_, finish, usage, logprobs_);
   const bool cut = finish == FinishReason::kLength;
   if (held()) return held_items(final_response);
   if (thinking_) return live_end(final_response);
@@ -415,15 +441,13 @@ std::vector<std::string> ResponsesStream::end(FinishReason finish, const Request
                  {"output_index", 0},
                  {"content_index", 0},
                  {"text", text_},
-                 {"logprobs", json::array()}}),
+                 {"logprobs", logprobs_}}),
           frame({{"type", "response.content_part.done"},
                  {"item_id", item},
                  {"output_index", 0},
                  {"content_index", 0},
-                 {"part", part}}),
-          frame({{"type", "response.output_item.done"},
-                 {"output_index", 0},
-                 {"item", output_message(item, text_, cut ? "incomplete" : "completed")}}),
+                 {"part", final_response["output"][0]["content"][0]}}),
+          frame({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", final_response["output"][0]}}),
           frame({{"type", cut ? "response.incomplete" : "response.completed"}, {"response", final_response}})};
 }
 

@@ -3,7 +3,8 @@
 // `input` (a string, or message items with input_text / output_text parts, and function_call /
 // function_call_output items for a tool round trip), `instructions`, `max_output_tokens`,
 // `temperature`, `top_p`, `stream`, `metadata`, `user`, `text.format`, `reasoning.effort` (chat's
-// reasoning_effort), chat's `fathom` extension object, function `tools` and `tool_choice` (server/tools.h; calls come back as
+// reasoning_effort), chat's `fathom` extension object, `include` message.output_text.logprobs with
+// `top_logprobs` (a plain text answer's token logprobs), function `tools` and `tool_choice` (server/tools.h; calls come back as
 // function_call output items; a reasoning model's thinking as a reasoning item). The request
 // becomes a chat request (one choice) and runs through the same rules; the result is a
 // `response` object, or when streaming the documented event sequence:
@@ -41,16 +42,20 @@ ApiRequest parse_responses_request(const nlohmann::json& body, const Model& mode
                                    std::string_view raw_body = {});
 
 // The response object for finished text (status "completed", or "incomplete" when the length
-// limit ended it).
+// limit ended it). `logprobs`: the text's tokens in chat's shape, for a request that included
+// message.output_text.logprobs (plain text answers only: parse_responses_request refuses them with
+// tools or a reasoning model).
 nlohmann::json response_object(const ApiRequest& req, const ResponseMeta& meta, const std::string& text,
-                               FinishReason finish, const RequestUsage& usage);
+                               FinishReason finish, const RequestUsage& usage,
+                               const nlohmann::json& logprobs = nlohmann::json::array());
 
 // Builds the streamed events of one response, numbering them (sequence_number).
 class ResponsesStream {
  public:
   ResponsesStream(const ApiRequest& req, const ResponseMeta& meta);
   std::vector<std::string> begin();                      // created ... content_part.added
-  std::vector<std::string> delta(const std::string& text);  // output_text.delta (none for "")
+  // output_text.delta (none for ""); `logprobs`: its tokens' (chat's shape), when asked for.
+  std::vector<std::string> delta(const std::string& text, const nlohmann::json& logprobs = nlohmann::json::array());
   std::vector<std::string> end(FinishReason finish, const RequestUsage& usage, const std::string& error);
 
  private:
@@ -67,6 +72,8 @@ class ResponsesStream {
   const ApiRequest& req_;
   const ResponseMeta& meta_;
   std::string text_;
+  nlohmann::json logprobs_ = nlohmann::json::array();  // every token's, for the final response
+  nlohmann::json pending_ = nlohmann::json::array();   // tokens whose text has not come out yet
   int64_t sequence_ = 0;
   std::optional<ReasoningSplit> thinking_;  // a <think> model without tools: streamed live
   std::string reasoning_, content_;          // ... what it has streamed of each

@@ -180,7 +180,9 @@ std::optional<nlohmann::json> Generation::collect(const std::function<bool()>& c
   if (!req_.echo.empty())
     for (size_t i = 0; i < choices.size(); ++i) choices[i].text = req_.echo[i / req_.engine.n] + choices[i].text;
   const RequestUsage usage = this->usage();
-  if (!req_.responses.is_null()) return response_object(req_, meta_, choices[0].text, choices[0].finish, usage);
+  if (!req_.responses.is_null())
+    return response_object(req_, meta_, choices[0].text, choices[0].finish, usage,
+                           req_.logprobs ? chat_logprobs_json(choices[0].logprobs, tokenizer_)["content"] : nlohmann::json::array());
   return req_.kind == ApiKind::kChat ? chat_response(req_, meta_, choices, usage, tokenizer_)
                                      : completion_response(req_, meta_, choices, usage, tokenizer_);
 }
@@ -272,7 +274,9 @@ bool Generation::stream(const std::function<bool(const std::string&)>& write,
     if (responses) {
       if (event.finish != FinishReason::kNone) finish = event.finish;
       if (event.finish == FinishReason::kError) error = event.error;
-      if (!write_all(responses->delta(event.text))) return gone();
+      const nlohmann::json logprobs =
+          req_.logprobs ? chat_logprobs_json(event.logprobs, tokenizer_)["content"] : nlohmann::json::array();
+      if (!write_all(responses->delta(event.text, logprobs))) return gone();
       last_write = std::chrono::steady_clock::now();
       continue;
     }

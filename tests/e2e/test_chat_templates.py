@@ -219,6 +219,9 @@ def test_a_prompt_that_opens_the_block_starts_in_reasoning(fathom_bin, smollm2_p
         events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: ")]
         assert "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta") == thinking
         assert sum(e["type"] == "response.reasoning_text.delta" for e in events) > 1, "streamed as generated"
+        refused = requests.post(f"{s.base_url}/v1/responses", json={**rbody, "include": ["message.output_text.logprobs"]},
+                                timeout=60)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "include", "chat has them instead"
         assert events[-1]["type"] == "response.incomplete"
         streamed = events[-1]["response"]["output"]
         assert [i["type"] for i in streamed] == ["reasoning", "message"] and streamed[0]["content"] == out[0]["content"]

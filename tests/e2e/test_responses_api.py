@@ -143,3 +143,25 @@ def test_the_fathom_extension_object_as_on_chat(oa):
     with pytest.raises(openai.BadRequestError) as e:
         oa.responses.create(**kwargs, extra_body={"fathom": {"attention": "no-such-policy"}})
     assert e.value.body["param"] == "fathom.attention"
+
+
+def test_logprobs_when_included_are_chats(oa, server):
+    """include ["message.output_text.logprobs"] and top_logprobs: the text's tokens as chat gives them
+    for the same request (the openai client's Responses types carry them on the output_text part)."""
+    kwargs = dict(model=MODEL, input="What is the capital of France?", max_output_tokens=8, temperature=0)
+    r = oa.responses.create(**kwargs, include=["message.output_text.logprobs"], top_logprobs=2)
+    part = r.output[0].content[0]
+    chat = oa.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": kwargs["input"]}],
+                                      max_tokens=8, temperature=0, logprobs=True, top_logprobs=2)
+    want = chat.choices[0].logprobs.content
+    assert [t.token for t in part.logprobs] == [t.token for t in want]
+    assert [t.logprob for t in part.logprobs] == pytest.approx([t.logprob for t in want])
+    assert all(len(t.top_logprobs) == 2 for t in part.logprobs)
+    events = list(oa.responses.create(**kwargs, include=["message.output_text.logprobs"], stream=True))
+    streamed = [t for e in events if e.type == "response.output_text.delta" for t in e.logprobs]
+    assert [t.token for t in streamed] == [t.token for t in part.logprobs]
+    assert [t.token for t in events[-1].response.output[0].content[0].logprobs] == [t.token for t in part.logprobs]
+    assert getattr(oa.responses.create(**kwargs).output[0].content[0], "logprobs", None) in (None, []), "only when asked"
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.responses.create(**kwargs, include=["reasoning.encrypted_content"])
+    assert e.value.body["param"] == "include[0]"
