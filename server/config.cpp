@@ -271,6 +271,8 @@ ServerConfig parse_server_config(const std::string& json_text, const std::string
   if (auto g = top.object("grpc")) {
     g->read_int("port", c.grpc_port, -1, 65535);
     g->read_int("max_threads", c.grpc_max_threads, 0, 4096);
+    if (c.grpc_max_threads == 1) g->fail("max_threads", "must be 0 (as http.max_workers) or at least 2: one waits for calls");
+    g->read("reflection", c.grpc_reflection);
     g->finish();
   }
   if (auto l = top.object("limits")) {

@@ -36,6 +36,9 @@ struct ServerConfig {
   int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
   int32_t grpc_port = 0;            // 0 = gRPC off; -1 = pick a free port
   int32_t grpc_max_threads = 0;     // gRPC calls served at once (server threads); 0 = request_workers()
+  // gRPC server reflection (for grpcurl and the like): unauthenticated, and each open reflection
+  // stream holds a server thread, so off unless asked for.
+  bool grpc_reflection = false;
   std::vector<std::string> api_keys;  // empty = no auth
   std::string api_keys_file;          // more keys, one per line (keeps them off the command line)
   std::string log_level = "info";
@@ -51,7 +54,7 @@ struct ServerConfig {
   // Client priorities are clamped into [-max_priority, max_priority]: 0 (the default) turns them
   // off (every request is equal, FCFS), so no client can jump the queue unless the operator says so.
   int32_t max_priority = 0;
-  // Generation requests in flight per API key, HTTP and gRPC together (server/key_limiter.h);
+  // Generation and embedding requests in flight per API key, HTTP and gRPC together (server/key_limiter.h);
   // 0: no limit. Needs API keys.
   int32_t max_requests_per_key = 0;
   // A request field its endpoint does not define: 400 naming it (OpenAI's answer), or ignored

@@ -339,10 +339,7 @@ grpc::Status authorize(const grpc::ServerContext* ctx, const ServerConfig& confi
 class FathomService final : public pb::Fathom::Service {
  public:
   FathomService(Engine& engine, const ServerConfig& config, KeyLimiter& keys)
-      : engine_(engine),
-        config_(config),
-        key_limiter_(keys),
-        write_watch_(std::chrono::milliseconds(config.http_limits.write_timeout_ms)) {}
+      : engine_(engine), config_(config), key_limiter_(keys) {}
 
   // Generate calls running now (shutdown waits for them to deliver what the drain finished).
   int running_generates() const { return running_generates_.load(); }
@@ -354,7 +351,6 @@ class FathomService final : public pb::Fathom::Service {
       std::atomic<int>& running;
       ~Leave() { running.fetch_sub(1); }
     } leave{running_generates_};
-    GrpcWriteWatch::Call watched(write_watch_, ctx);  // a write stalled past write_timeout_ms cancels the call
     if (grpc::Status auth = authorize(ctx, config_); !auth.ok()) return auth;
     const std::optional<KeyLimiter::Slot> slot = key_slot(ctx);  // held until the call ends
     if (!slot) return key_limit_status();
@@ -405,7 +401,7 @@ class FathomService final : public pb::Fathom::Service {
       }
       // The event that finishes the last choice also carries the request's usage.
       if (unfinished == 0) fill_usage(handle->usage(), out);
-      if (!watched.write([&] { return writer->Write(out); })) {  // the client went away or stopped reading
+      if (!writer->Write(out)) {  // the client went away, or read nothing for write_timeout_ms (GrpcWriteWatch)
         handle->cancel();
         log_request(*handle, counted, "write-failed", ttft_ms);
         return grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed");
@@ -414,7 +410,7 @@ class FathomService final : public pb::Fathom::Service {
     if (unfinished > 0) {  // defensive: still end the stream with the usage
       pb::GenerateResponse out;
       fill_usage(handle->usage(), out);
-      watched.write([&] { return writer->Write(out); });
+      writer->Write(out);
     }
     log_request(*handle, handle->usage(), finish, ttft_ms);
     return grpc::Status::OK;
@@ -493,14 +489,14 @@ class FathomService final : public pb::Fathom::Service {
   const ServerConfig& config_;
   KeyLimiter& key_limiter_;
   std::atomic<int> running_generates_{0};
-  GrpcWriteWatch write_watch_;
 };
 
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys) : service_(engine, config, keys) {
+  GrpcServerImpl(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys)
+      : write_watch_(std::chrono::milliseconds(config.http_limits.write_timeout_ms)), service_(engine, config, keys) {
     grpc::EnableDefaultHealthCheckService(true);
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    if (config.grpc_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     // IPv6 literals need brackets in a gRPC address.
     const std::string host = config.host.find(':') != std::string::npos && config.host.front() != '['
                                  ? "[" + config.host + "]"
@@ -515,17 +511,21 @@ class GrpcServerImpl final : public GrpcServer {
     // at most max_body_bytes (RESOURCE_EXHAUSTED past it), metadata of at most max_header_bytes,
     // a connection's handshake within header_timeout_ms, a connection with no call closed after
     // idle_timeout_ms. And a bound on calls at once: each holds a server thread for its life (a
-    // health Watch for as long as the client likes), so without one a client opening streams
-    // would make the server start threads without limit. Past grpc.max_threads a call gets
-    // RESOURCE_EXHAUSTED at once.
+    // Generate stream for its whole answer), so without one a client opening streams would make
+    // the server start threads without limit. One thread waits for new calls; past the others a
+    // call gets RESOURCE_EXHAUSTED at once. grpc.max_threads 0: as many calls as HTTP's workers.
     builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(config.max_body_bytes, INT32_MAX)));
     builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, config.http_limits.max_header_bytes);
     builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, config.http_limits.header_timeout_ms);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, config.http_limits.idle_timeout_ms);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
     grpc::ResourceQuota quota("fathom-grpc");
-    quota.SetMaxThreads(config.grpc_max_threads > 0 ? config.grpc_max_threads : request_workers(config));
+    const int32_t http_workers = config.http_limits.max_workers > 0 ? config.http_limits.max_workers : request_workers(config);
+    quota.SetMaxThreads(config.grpc_max_threads > 0 ? config.grpc_max_threads : http_workers + 1);
     builder.SetResourceQuota(quota);
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    interceptors.push_back(write_watch_.interceptor_factory());  // a send stalled past write_timeout_ms is cancelled
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
@@ -564,6 +564,7 @@ class GrpcServerImpl final : public GrpcServer {
   }
 
  private:
+  GrpcWriteWatch write_watch_;  // outlives server_ and the interceptors it made
   FathomService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

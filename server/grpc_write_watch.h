@@ -1,68 +1,50 @@
 #pragma once
-// Cancels gRPC calls whose write makes no progress for a time: HTTP's write_timeout_ms for the
-// gRPC port. A synchronous ServerWriter::Write blocks while the client's HTTP/2 flow-control
-// window is shut and has no deadline of its own, so a client that stops reading (and sets no
-// deadline) would hold its server thread, one of grpc.max_threads, for as long as it liked.
-// One thread checks the calls' writes every quarter of the timeout (at most 250 ms) and cancels
-// (ServerContext::TryCancel) a call whose write has waited longer: the Write then returns false.
+// Cancels gRPC calls whose sending makes no progress for a time: HTTP's write_timeout_ms for the
+// gRPC port. gRPC's synchronous server has no send deadline: a Generate stream's Write, and a
+// unary call's response (sent after the handler returns, on the handler's thread), wait while
+// the client's HTTP/2 flow-control window is shut. So a client that grants a 1-byte window and
+// never opens it held the call's server thread (one of grpc.max_threads) for as long as it liked.
+//
+// A server interceptor sees every call's sends: each message from when it is handed to gRPC
+// (PRE_SEND_MESSAGE) until its send completes (POST_SEND_MESSAGE). One thread checks every quarter
+// of the timeout (at most 250 ms) and cancels a call whose send has waited longer, through gRPC's
+// C API on the call's own reference, so cancelling never touches a ServerContext that may be
+// ending. The blocked send then fails and the thread is free (a Generate also cancels its engine
+// request, as when its client leaves).
+#include <grpc/grpc.h>
+#include <grpcpp/support/server_interceptor.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
-
-namespace grpc {
-class ServerContext;
-}
 
 namespace fathom {
 
 class GrpcWriteWatch {
  public:
   explicit GrpcWriteWatch(std::chrono::milliseconds timeout);
-  ~GrpcWriteWatch();
+  ~GrpcWriteWatch();  // after the server that uses its interceptors
   GrpcWriteWatch(const GrpcWriteWatch&) = delete;
   GrpcWriteWatch& operator=(const GrpcWriteWatch&) = delete;
 
-  // One call, watched for as long as it lives.
-  class Call {
-   public:
-    Call(GrpcWriteWatch& watch, grpc::ServerContext* ctx);
-    ~Call();
-    Call(const Call&) = delete;
-    Call& operator=(const Call&) = delete;
-    // Runs write() (a blocking write of this call), watched; returns what it returns.
-    template <typename Write>
-    bool write(Write&& write) {
-      writing_since_ns_.store(now_ns(), std::memory_order_release);
-      const bool ok = write();
-      writing_since_ns_.store(0, std::memory_order_release);
-      return ok;
-    }
-
-   private:
-    friend class GrpcWriteWatch;
-    GrpcWriteWatch& watch_;
-    grpc::ServerContext* ctx_;
-    std::atomic<int64_t> writing_since_ns_{0};  // steady clock; 0: not writing
-    bool cancelled_ = false;                     // under watch_.mutex_
-  };
-
-  // Calls cancelled because a write stalled, since start.
-  int64_t cancelled() const { return cancelled_.load(); }
+  // For ServerBuilder::experimental().SetInterceptorCreators: one watcher per call.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> interceptor_factory();
 
  private:
+  class Watcher;  // the interceptor of one call
   static int64_t now_ns();
   void run();
 
   const std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::unordered_set<Call*> calls_;
+  std::unordered_set<Watcher*> calls_;  // calls that have sent (or are sending) a message
   bool stop_ = false;
-  std::atomic<int64_t> cancelled_{0};
   std::thread thread_;  // last: starts after everything it reads
 };
 

@@ -1,8 +1,9 @@
 #pragma once
-// At most limits.max_requests_per_key generation requests in flight (queued or running) per API
-// key, over HTTP and gRPC together: without it one key's client could fill the engine's seats and
-// queue, and every other key's request would get 429 until it stopped. One counter per configured
-// key (the index api_key_index gives), so the state is bounded by the configuration.
+// At most limits.max_requests_per_key generation and embedding requests in flight (queued or
+// running; an HTTP stream until it is sent) per API key, over HTTP and gRPC together: without it
+// one key's client could fill the engine's seats and queue, and every other key's request would
+// get 429 until it stopped. One counter per configured key (the index api_key_index gives), so the
+// state is bounded by the configuration.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>

@@ -258,8 +258,10 @@ ApiRequest parse_responses_request(const json& body, const Model& model, const S
       chat["logprobs"] = true;
     }
   }
-  if (auto t = body.find("top_logprobs"); t != body.end() && !t->is_null() && chat.contains("logprobs"))
-    chat["top_logprobs"] = *t;
+  if (auto t = body.find("top_logprobs"); t != body.end() && !t->is_null()) {
+    if (!t->is_number_integer() || *t < 0 || *t > 20) bad("top_logprobs", "'top_logprobs' must be an integer from 0 to 20");
+    if (chat.contains("logprobs")) chat["top_logprobs"] = *t;  // without the include it asks for nothing
+  }
   // fathom's extension object, as on chat (server/openai_request.cpp parse_extension): the attention
   // policy, priority, speculation, ignore_eos, a grammar.
   if (auto f = body.find("fathom"); f != body.end()) chat["fathom"] = *f;
@@ -436,19 +438,17 @@ std::vector<std::string> ResponsesStream::end(FinishReason finish, const Request
   const bool cut = finish == FinishReason::kLength;
   if (held()) return held_items(final_response);
   if (thinking_) return live_end(final_response);
-  return {frame({{"type", "response.output_text.done"},
-                 {"item_id", item},
-                 {"output_index", 0},
-                 {"content_index", 0},
-                 {"text", text_},
-                 {"logprobs", logprobs_}}),
-          frame({{"type", "response.content_part.done"},
-                 {"item_id", item},
-                 {"output_index", 0},
-                 {"content_index", 0},
-                 {"part", final_response["output"][0]["content"][0]}}),
-          frame({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", final_response["output"][0]}}),
-          frame({{"type", cut ? "response.incomplete" : "response.completed"}, {"response", final_response}})};
+  std::vector<std::string> out;
+  if (!pending_.empty())  // tokens whose text never came out (a stop string's): their own delta, as chat sends them
+    out.push_back(frame({{"type", "response.output_text.delta"}, {"item_id", item}, {"output_index", 0},
+                         {"content_index", 0}, {"delta", ""}, {"logprobs", std::exchange(pending_, json::array())}}));
+  out.push_back(frame({{"type", "response.output_text.done"}, {"item_id", item}, {"output_index", 0},
+                       {"content_index", 0}, {"text", text_}, {"logprobs", logprobs_}}));
+  out.push_back(frame({{"type", "response.content_part.done"}, {"item_id", item}, {"output_index", 0},
+                       {"content_index", 0}, {"part", final_response["output"][0]["content"][0]}}));
+  out.push_back(frame({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", final_response["output"][0]}}));
+  out.push_back(frame({{"type", cut ? "response.incomplete" : "response.completed"}, {"response", final_response}}));
+  return out;
 }
 
 std::vector<std::string> ResponsesStream::held_items(const json& final_response) {

@@ -93,40 +93,63 @@ def test_calls_past_max_threads_are_refused_at_once(stub, pb, server):
     assert serves_again(stub, pb), "the threads come back once the streams end"
 
 
-def test_a_client_that_stops_reading_is_cut_after_the_write_timeout(pb, server, stub):
-    """The client grants the stream a 1-byte window and never opens it further (it reads the
-    socket, so HTTP/2 settings and pings are answered, but sends no WINDOW_UPDATE): the server's
-    write blocks. Without the write watch, the call (and its thread) waited for as long as the
-    client held the connection."""
+def stalled_call(server, path, body):
+    """A raw HTTP/2 call (h2) whose client grants the stream a 1-byte window and never opens it
+    further: the server's send of the answer blocks. (The socket is read, so HTTP/2 settings and
+    pings are answered, but no WINDOW_UPDATE is ever sent.)"""
     sock = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=30)
     conn = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
     conn.initiate_connection()
     conn.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 1})
-    body = pb.msg.GenerateRequest(text="Once upon a time", max_tokens=4000, ignore_eos=True).SerializeToString()
-    conn.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", "/fathom.v1.Fathom/Generate"),
+    conn.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", path),
                           (":authority", f"127.0.0.1:{server.grpc_port}"), ("content-type", "application/grpc"),
                           ("te", "trailers")])
     conn.send_data(1, b"\0" + len(body).to_bytes(4, "big") + body, end_stream=True)
     sock.sendall(conn.data_to_send())
+    return sock, conn
+
+
+def seconds_until_ended(sock, conn, limit=30):
+    """(seconds until the server ended the stalled stream or None, its grpc-status)."""
     t0 = time.monotonic()
-    ended, status = None, None
+    status = None
     sock.settimeout(0.5)
-    while ended is None and time.monotonic() - t0 < 30:
-        try:
-            data = sock.recv(65536)
-        except socket.timeout:
-            continue
-        if not data:
-            ended = time.monotonic() - t0
-            break
-        for ev in conn.receive_data(data):
-            if isinstance(ev, TrailersReceived):
-                status = dict(ev.headers).get("grpc-status")
-            if isinstance(ev, (StreamEnded, StreamReset)):
-                ended = time.monotonic() - t0
-        sock.sendall(conn.data_to_send())  # settings and ping acks; never a window update
-    sock.close()
+    try:
+        while time.monotonic() - t0 < limit:
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not data:
+                return time.monotonic() - t0, status
+            for ev in conn.receive_data(data):
+                if isinstance(ev, TrailersReceived):
+                    status = dict(ev.headers).get("grpc-status")
+                if isinstance(ev, (StreamEnded, StreamReset)):
+                    return time.monotonic() - t0, status
+            sock.sendall(conn.data_to_send())  # settings and ping acks; never a window update
+        return None, status
+    finally:
+        sock.close()
+
+
+def test_a_generate_that_stops_reading_is_cut_after_the_write_timeout(pb, server, stub):
+    """Without the write watch, the call (and its thread) waited for as long as the client held the
+    connection."""
+    body = pb.msg.GenerateRequest(text="Once upon a time", max_tokens=4000, ignore_eos=True).SerializeToString()
+    ended, status = seconds_until_ended(*stalled_call(server, "/fathom.v1.Fathom/Generate", body))
     assert ended is not None, "the stalled call was still open after 30 s"
     assert ended >= WRITE_TIMEOUT_MS / 1000 * 0.9, f"cut after {ended:.2f} s, before the write timeout"
     assert status != "0", "the call did not end as a success"
     assert serves_again(stub, pb)
+
+
+def test_unary_answers_to_clients_that_stop_reading_do_not_hold_the_threads(pb, server, stub):
+    """A unary answer is sent after the handler returns, on its thread: as many stalled Tokenize
+    calls as there are threads took the gRPC port down until their clients left. They are cut
+    after the write timeout and the port serves again."""
+    body = pb.msg.TokenizeRequest(text="hello world " * 50).SerializeToString()
+    calls = [stalled_call(server, "/fathom.v1.Fathom/Tokenize", body) for _ in range(MAX_THREADS)]
+    ends = [seconds_until_ended(sock, conn)[0] for sock, conn in calls]
+    assert all(e is not None for e in ends), ends
+    assert serves_again(stub, pb, deadline_s=5)
