@@ -19,6 +19,9 @@
 #                 <think>, Hermes, Llama 3.x, Mistral) and tool_choice mode, whole and streamed
 #   fuzz_http_head  a request's raw bytes, arriving in pieces -> the head scanner (obs-fold), Beast's
 #                 parser, the framing rules (server/http_framing.h) and a chunked body at the limit
+#   fuzz_grpc_request  a gRPC GenerateRequest's bytes -> the validated engine request
+#                 (server/grpc_request.h: chat, tools, constraints, sampling) over the real SmolLM2
+#                 model; needs the build's generated proto/fathom.pb.cc ($FATHOM_BUILD, default build)
 # The HTTP parser itself is Boost.Beast's, fuzzed upstream; fuzz_http_head checks fathom's code
 # around it, and tests/e2e/test_http_hardening.py attacks the whole over sockets.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (default: every target)
@@ -31,7 +34,8 @@ cd "$(dirname "$0")/.."
 seconds=${1:-15}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_pretok fuzz_jinja fuzz_schema fuzz_answer fuzz_http_head)
+((${#targets[@]})) || targets=(fuzz_gguf fuzz_hf fuzz_request fuzz_chat fuzz_pretok fuzz_jinja fuzz_schema fuzz_answer fuzz_http_head
+  fuzz_grpc_request)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 # The compiler cache when there is one (the Makefile points it at the shared cache): relative paths
@@ -40,7 +44,9 @@ launcher=()
 command -v ccache >/dev/null && launcher=(ccache)
 # xgrammar (scripts/setup_xgrammar.sh) for fuzz_schema: its headers here, its library at the link.
 xgrammar=${FATHOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fathom}/xgrammar-0.2.8
-flags=(-std=c++20 -I. -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3rdparty/dlpack/include"
+# The build's generated protobuf code (fuzz_grpc_request), from `make build`.
+build_dir=${FATHOM_BUILD:-build}
+flags=(-std=c++20 -I. -isystem "$build_dir" -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3rdparty/dlpack/include"
   -isystem "$xgrammar/src/3rdparty/picojson" -DXGRAMMAR_ENABLE_CPPTRACE=0 -O1 -gline-tables-only -fno-omit-frame-pointer -Wall -Wextra -Werror
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
 
@@ -75,7 +81,8 @@ sources_of() {
     fuzz_schema) echo "${schema_sources[@]}" ;;
     fuzz_answer) echo "${request_sources[@]}" server/tool_stream.cpp ;;
     fuzz_http_head) echo server/http_framing.cpp ;;
-    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_pretok, fuzz_jinja, fuzz_schema, fuzz_answer, fuzz_http_head)" >&2; exit 2 ;;
+    fuzz_grpc_request) echo "${request_sources[@]}" server/grpc_request.cpp engine/sampling_params.cpp "$build_dir/proto/fathom.pb.cc" ;;
+    *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_pretok, fuzz_jinja, fuzz_schema, fuzz_answer, fuzz_http_head, fuzz_grpc_request)" >&2; exit 2 ;;
   esac
 }
 
@@ -88,7 +95,7 @@ fi
 # to check, and a stale object would fuzz old code).
 mkdir -p "$out/obj"
 stamp="$out/obj/.stamp"
-if [ ! -f "$stamp" ] || [ -n "$(find base engine kernels server tests/fuzz scripts/fuzz.sh \
+if [ ! -f "$stamp" ] || [ -n "$(find base engine kernels server proto tests/fuzz scripts/fuzz.sh \
   \( -name '*.cpp' -o -name '*.h' -o -name '*.inc' -o -name '*.sh' \) -newer "$stamp" -print -quit)" ]; then
   rm -f "$out"/obj/*.o
 fi
@@ -116,6 +123,7 @@ for t in "${targets[@]}"; do
   for src in "${srcs[@]}" "tests/fuzz/$t.cpp"; do objs+=("$out/obj/${src//\//_}.o"); done
   libs=(-ldl)
   [ "$t" = fuzz_schema ] && libs=("$xgrammar/build/libxgrammar.a" -lpthread -ldl)
+  [ "$t" = fuzz_grpc_request ] && libs=(-lprotobuf -lpthread -ldl)
   "$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" "${libs[@]}" -o "$out/$t"
 done
 
@@ -159,6 +167,34 @@ if [[ " ${targets[*]} " == *" fuzz_http_head "* ]]; then
     > "$out/seeds-fuzz_http_head/chunked"
   printf '\017POST / HTTP/1.0\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 5\r\n x\r\n\r\n' \
     > "$out/seeds-fuzz_http_head/refused"
+fi
+
+# fuzz_grpc_request's seeds: GenerateRequests as clients send them ([selector][message]), written with
+# protoc's Python output of the tree's proto.
+if [[ " ${targets[*]} " == *" fuzz_grpc_request "* ]] && [ -x .venv/bin/python ]; then
+  mkdir -p "$out/seeds-fuzz_grpc_request" "$out/proto_py"
+  .venv/bin/python -m grpc_tools.protoc -Iproto --python_out="$out/proto_py" proto/fathom.proto
+  PYTHONPATH="$out/proto_py" .venv/bin/python - "$out/seeds-fuzz_grpc_request" <<'PY'
+import sys, fathom_pb2 as m
+out = sys.argv[1]
+tool = m.FunctionTool(name="get_weather", description="Weather", strict=True,
+                      parameters='{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}')
+seeds = {
+    "text": (0, m.GenerateRequest(text="The capital of France is", max_tokens=8, stop=["."], n=2, priority=3)),
+    "ids": (0, m.GenerateRequest(token_ids=m.TokenIds(ids=[1, 2, 3]), attention="sparq", kv_read_ratio=0.25)),
+    "chat-tools": (1, m.GenerateRequest(chat=m.ChatMessages(messages=[
+        m.ChatMessage(role="user", content="Weather in Paris?"),
+        m.ChatMessage(role="assistant", tool_calls=[m.ToolCall(id="c1", name="get_weather", arguments='{"city": "Paris"}')]),
+        m.ChatMessage(role="tool", content="21 C", tool_call_id="c1")]), tools=[tool], tool_choice="get_weather")),
+    "schema": (0, m.GenerateRequest(chat=m.ChatMessages(messages=[m.ChatMessage(role="user", content="hi")]),
+                                    constraint=m.OutputConstraint(json_schema='{"type": "object"}', strict=True),
+                                    sampling=m.SamplingParameters(temperature=0.5, top_k=5, logit_bias={3: 1.5}, logprobs=2))),
+    "grammar": (0, m.GenerateRequest(text="x", constraint=m.OutputConstraint(grammar='root ::= "a" [b-z]*'),
+                                     speculative="ngram", ignore_eos=True)),
+}
+for name, (sel, req) in seeds.items():
+    open(f"{out}/{name}", "wb").write(bytes([sel]) + req.SerializeToString())
+PY
 fi
 
 # fuzz_hf's seeds: each fixture directory's config.json (mode byte 1), tokenizer.json (2),
