@@ -21,7 +21,7 @@
 #                 parser, the framing rules (server/http_framing.h) and a chunked body at the limit
 #   fuzz_grpc_request  a gRPC GenerateRequest's bytes -> the validated engine request
 #                 (server/grpc_request.h: chat, tools, constraints, sampling) over the real SmolLM2
-#                 model; needs the build's generated proto/fathom.pb.cc ($FATHOM_BUILD, default build)
+#                 model (the message code generated here with protoc)
 # The HTTP parser itself is Boost.Beast's, fuzzed upstream; fuzz_http_head checks fathom's code
 # around it, and tests/e2e/test_http_hardening.py attacks the whole over sockets.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (default: every target)
@@ -44,9 +44,9 @@ launcher=()
 command -v ccache >/dev/null && launcher=(ccache)
 # xgrammar (scripts/setup_xgrammar.sh) for fuzz_schema: its headers here, its library at the link.
 xgrammar=${FATHOM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fathom}/xgrammar-0.2.8
-# The build's generated protobuf code (fuzz_grpc_request), from `make build`.
-build_dir=${FATHOM_BUILD:-build}
-flags=(-std=c++20 -I. -isystem "$build_dir" -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3rdparty/dlpack/include"
+# fuzz_grpc_request's protobuf message code, generated from the tree's proto (below).
+gen=$out/gen
+flags=(-std=c++20 -I. -isystem "$gen" -isystem "$xgrammar/src/include" -isystem "$xgrammar/src/3rdparty/dlpack/include"
   -isystem "$xgrammar/src/3rdparty/picojson" -DXGRAMMAR_ENABLE_CPPTRACE=0 -O1 -gline-tables-only -fno-omit-frame-pointer -Wall -Wextra -Werror
   -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined)
 
@@ -81,7 +81,7 @@ sources_of() {
     fuzz_schema) echo "${schema_sources[@]}" ;;
     fuzz_answer) echo "${request_sources[@]}" server/tool_stream.cpp ;;
     fuzz_http_head) echo server/http_framing.cpp ;;
-    fuzz_grpc_request) echo "${request_sources[@]}" server/grpc_request.cpp engine/sampling_params.cpp "$build_dir/proto/fathom.pb.cc" ;;
+    fuzz_grpc_request) echo "${request_sources[@]}" server/grpc_request.cpp engine/sampling_params.cpp "$gen/proto/fathom.pb.cc" ;;
     *) echo "fuzz: unknown target $1 (fuzz_gguf, fuzz_hf, fuzz_request, fuzz_chat, fuzz_pretok, fuzz_jinja, fuzz_schema, fuzz_answer, fuzz_http_head, fuzz_grpc_request)" >&2; exit 2 ;;
   esac
 }
@@ -89,6 +89,11 @@ sources_of() {
 if ! command -v "$cxx" >/dev/null; then
   echo "fuzz: $cxx not found (install clang and libclang-rt-14-dev: scripts/setup.sh)" >&2
   exit 1
+fi
+
+if [[ " ${targets[*]} " == *" fuzz_grpc_request "* ]]; then
+  mkdir -p "$gen"
+  protoc -I. --cpp_out="$gen" proto/fathom.proto  # proto/fathom.pb.{h,cc}, as the build includes them
 fi
 
 # Objects are rebuilt when any source or header of the layers they come from changed (cheap
