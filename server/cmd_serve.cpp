@@ -266,7 +266,7 @@ int run_serve(int argc, char** argv) {
                  kv.device_blocks, kv.max_batched_tokens, kv.max_num_seqs);
   std::unique_ptr<GrpcServer> grpc;
   if (config.grpc_port != 0) {
-    grpc = start_grpc_server(engine, config, config.grpc_port < 0 ? 0 : config.grpc_port, key_limiter);
+    grpc = start_grpc_server(engine, config, config.grpc_port < 0 ? 0 : config.grpc_port, key_limiter, metrics);
     std::printf("fathom: gRPC listening on %s:%d\n", config.host.c_str(), grpc->port());
     std::fflush(stdout);
   }

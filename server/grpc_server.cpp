@@ -32,6 +32,7 @@
 #include "server/request_rules.h"
 #include "server/config.h"
 #include "server/embedding_run.h"
+#include "server/grpc_metrics.h"
 #include "server/grpc_request.h"
 #include "server/grpc_write_watch.h"
 #include "server/key_limiter.h"
@@ -295,7 +296,7 @@ class FathomService final : public pb::Fathom::Service {
 
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys)
+  GrpcServerImpl(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys, MetricsRegistry& metrics)
       : write_watch_(std::chrono::milliseconds(config.http_limits.write_timeout_ms)), service_(engine, config, keys) {
     grpc::EnableDefaultHealthCheckService(true);
     if (config.grpc_reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -327,6 +328,7 @@ class GrpcServerImpl final : public GrpcServer {
     builder.SetResourceQuota(quota);
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
     interceptors.push_back(write_watch_.interceptor_factory());  // a send stalled past write_timeout_ms is cancelled
+    interceptors.push_back(grpc_metrics_interceptors(metrics));  // fathom_grpc_requests_total, fathom_errors_total
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&service_);
@@ -376,8 +378,9 @@ class GrpcServerImpl final : public GrpcServer {
 
 }  // namespace
 
-std::unique_ptr<GrpcServer> start_grpc_server(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys) {
-  return std::make_unique<GrpcServerImpl>(engine, config, port, keys);
+std::unique_ptr<GrpcServer> start_grpc_server(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys,
+                                              MetricsRegistry& metrics) {
+  return std::make_unique<GrpcServerImpl>(engine, config, port, keys, metrics);
 }
 
 }  // namespace fathom

@@ -7,6 +7,7 @@
 namespace fathom {
 
 class KeyLimiter;
+class MetricsRegistry;
 
 class Engine;
 struct ServerConfig;
@@ -24,7 +25,9 @@ class GrpcServer {
 
 // Starts listening on config.host:config.grpc_port (0 = any free port). Throws fathom::Error
 // when the port cannot be bound.
-// `keys`: the per-key request limit, shared with the HTTP server.
-std::unique_ptr<GrpcServer> start_grpc_server(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys);
+// `keys`: the per-key request limit, shared with the HTTP server; `metrics`: where its calls are
+// counted (server/grpc_metrics.h). Both outlive the server.
+std::unique_ptr<GrpcServer> start_grpc_server(Engine& engine, const ServerConfig& config, int port, KeyLimiter& keys,
+                                              MetricsRegistry& metrics);
 
 }  // namespace fathom

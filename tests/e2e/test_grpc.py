@@ -266,6 +266,20 @@ def metric_value(text, sample):
     return 0.0
 
 
+def test_calls_and_errors_are_counted_as_http_requests_are(stub, pb, server):
+    """fathom_grpc_requests_total{method, code} and fathom_errors_total{protocol="grpc", code}."""
+    ok = 'fathom_grpc_requests_total{code="ok",method="/fathom.v1.Fathom/Tokenize"}'
+    bad = 'fathom_grpc_requests_total{code="invalid_argument",method="/fathom.v1.Fathom/Generate"}'
+    errors = 'fathom_errors_total{code="invalid_argument",protocol="grpc"}'
+    before = http_get(server, "/metrics")
+    stub.Tokenize(pb.msg.TokenizeRequest(text="hi"), timeout=60)
+    with pytest.raises(grpc.RpcError):
+        generate(stub, pb, timeout=60, text="")
+    after = http_get(server, "/metrics")
+    for sample in (ok, bad, errors):
+        assert metric_value(after, sample) == metric_value(before, sample) + 1, sample
+
+
 def test_client_cancel_frees_the_request(stub, pb, server):
     before = metric_value(http_get(server, "/metrics"), 'fathom_request_finished_total{reason="cancelled"}')
     # 4,000 tokens: still generating when the cancel comes, however long this process is starved.
