@@ -91,8 +91,12 @@ json chat_messages(const json& body) {
 
 // `logprobs`: the text's tokens in chat's shape ({token, logprob, bytes, top_logprobs}), when the
 // request included message.output_text.logprobs; null: the part carries none.
+json output_text_part(const std::string& text) {
+  return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+}
+
 json output_message(const std::string& id, const std::string& text, const char* status, const json& logprobs = nullptr) {
-  json part = {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+  json part = output_text_part(text);
   if (!logprobs.is_null()) part["logprobs"] = logprobs;
   return {{"type", "message"},
           {"id", id},
@@ -169,10 +173,12 @@ json function_call_item(const ToolCall& call, const char* status) {
           {"status", status}};
 }
 
+std::string reasoning_id(const ResponseMeta& meta) { return "rs_" + meta.id.substr(meta.id.find('_') + 1); }
+
 // A reasoning model's thinking (server/reasoning.h), as the Responses API carries an open model's.
 json reasoning_item(const ResponseMeta& meta, const std::string& text) {
   return {{"type", "reasoning"},
-          {"id", "rs_" + meta.id.substr(meta.id.find('_') + 1)},
+          {"id", reasoning_id(meta)},
           {"summary", json::array()},
           {"content", json::array({{{"type", "reasoning_text"}, {"text", text}}})}};
 }
@@ -323,7 +329,6 @@ bool ResponsesStream::held() const { return req_.tools.offered() || req_.reasoni
 // span only opens an answer (server/reasoning.h), so thinking never follows text.
 void ResponsesStream::live_piece(const ReasoningPiece& piece, std::vector<std::string>& out) {
   if (!piece.reasoning.empty()) {
-    const std::string id = reasoning_item(meta_, "")["id"];
     if (!reasoning_open_) {
       json added = reasoning_item(meta_, "");
       added["content"] = json::array();
@@ -332,16 +337,18 @@ void ResponsesStream::live_piece(const ReasoningPiece& piece, std::vector<std::s
       reasoning_open_ = true;
     }
     reasoning_ += piece.reasoning;
-    out.push_back(frame({{"type", "response.reasoning_text.delta"}, {"item_id", id}, {"output_index", 0},
-                         {"content_index", 0}, {"delta", piece.reasoning}}));
+    out.push_back(frame({{"type", "response.reasoning_text.delta"}, {"item_id", reasoning_id(meta_)},
+                         {"output_index", 0}, {"content_index", 0}, {"delta", piece.reasoning}}));
   }
-  const std::string& text = piece.content;
-  if (text.empty()) return;
+  if (!piece.content.empty()) text_delta(piece.content, out);
+}
+
+void ResponsesStream::text_delta(const std::string& text, std::vector<std::string>& out) {
   open_message(out);
   content_ += text;
   out.push_back(frame({{"type", "response.output_text.delta"}, {"item_id", message_id(meta_)},
-                       {"output_index", reasoning_.empty() ? 0 : 1}, {"content_index", 0}, {"delta", text},
-                       {"logprobs", json::array()}}));
+                       {"output_index", message_index()}, {"content_index", 0}, {"delta", text},
+                       {"logprobs", std::exchange(pending_, json::array())}}));
 }
 
 void ResponsesStream::close_reasoning(std::vector<std::string>& out) {
@@ -357,28 +364,11 @@ void ResponsesStream::open_message(std::vector<std::string>& out) {
   if (message_open_) return;
   close_reasoning(out);
   message_open_ = true;
-  const int index = reasoning_.empty() ? 0 : 1;
   json added = output_message(message_id(meta_), "", "in_progress");
   added["content"] = json::array();
-  out.push_back(frame({{"type", "response.output_item.added"}, {"output_index", index}, {"item", added}}));
-  out.push_back(frame({{"type", "response.content_part.added"}, {"item_id", message_id(meta_)}, {"output_index", index},
-                       {"content_index", 0}, {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}}));
-}
-
-std::vector<std::string> ResponsesStream::live_end(const json& final_response) {
-  std::vector<std::string> out;
-  live_piece(thinking_->finish(), out);
-  open_message(out);  // the answer always has its message, empty when the thinking was cut
-  const json& message = final_response["output"].back();
-  const int index = reasoning_.empty() ? 0 : 1;
-  out.push_back(frame({{"type", "response.output_text.done"}, {"item_id", message["id"]}, {"output_index", index},
-                       {"content_index", 0}, {"text", content_}, {"logprobs", json::array()}}));
-  out.push_back(frame({{"type", "response.content_part.done"}, {"item_id", message["id"]}, {"output_index", index},
-                       {"content_index", 0}, {"part", message["content"][0]}}));
-  out.push_back(frame({{"type", "response.output_item.done"}, {"output_index", index}, {"item", message}}));
-  const bool cut = final_response["status"] == "incomplete";
-  out.push_back(frame({{"type", cut ? "response.incomplete" : "response.completed"}, {"response", final_response}}));
-  return out;
+  out.push_back(frame({{"type", "response.output_item.added"}, {"output_index", message_index()}, {"item", added}}));
+  out.push_back(frame({{"type", "response.content_part.added"}, {"item_id", message_id(meta_)},
+                       {"output_index", message_index()}, {"content_index", 0}, {"part", output_text_part("")}}));
 }
 
 std::string ResponsesStream::frame(json event) {
@@ -387,22 +377,13 @@ std::string ResponsesStream::frame(json event) {
 }
 
 std::vector<std::string> ResponsesStream::begin() {
-  const std::string item = message_id(meta_);
-  const json part = {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}};
-  json in_progress = envelope(req_, meta_, "in_progress", json::array(), nullptr);
-  if (held() || thinking_)  // held: the items are known when the text has ended; live thinking: as it comes
-    return {frame({{"type", "response.created"}, {"response", in_progress}}),
-            frame({{"type", "response.in_progress"}, {"response", in_progress}})};
-  json added = output_message(item, "", "in_progress");
-  added["content"] = json::array();
-  return {frame({{"type", "response.created"}, {"response", in_progress}}),
-          frame({{"type", "response.in_progress"}, {"response", in_progress}}),
-          frame({{"type", "response.output_item.added"}, {"output_index", 0}, {"item", added}}),
-          frame({{"type", "response.content_part.added"},
-                 {"item_id", item},
-                 {"output_index", 0},
-                 {"content_index", 0},
-                 {"part", part}})};
+  const json in_progress = envelope(req_, meta_, "in_progress", json::array(), nullptr);
+  std::vector<std::string> out = {frame({{"type", "response.created"}, {"response", in_progress}}),
+                                  frame({{"type", "response.in_progress"}, {"response", in_progress}})};
+  // Plain text: its message is open from the start. Held items are known when the text has ended;
+  // live thinking opens its items as they come.
+  if (!held() && !thinking_) open_message(out);
+  return out;
 }
 
 std::vector<std::string> ResponsesStream::delta(const std::string& text, const json& logprobs) {
@@ -413,40 +394,32 @@ std::vector<std::string> ResponsesStream::delta(const std::string& text, const j
   if (text.empty()) return {};  // its tokens' logprobs go with the next text
   text_ += text;
   if (held()) return {};  // see begin()
-  if (thinking_) {
-    std::vector<std::string> out;
-    live_piece(thinking_->push(text), out);
-    return out;
-  }
-  json tokens = std::exchange(pending_, json::array());
-  return {frame({{"type", "response.output_text.delta"},
-                 {"item_id", message_id(meta_)},
-                 {"output_index", 0},
-                 {"content_index", 0},
-                 {"delta", text},
-                 {"logprobs", std::move(tokens)}})};
+  std::vector<std::string> out;
+  if (thinking_) live_piece(thinking_->push(text), out);
+  else text_delta(text, out);
+  return out;
 }
 
 std::vector<std::string> ResponsesStream::end(FinishReason finish, const RequestUsage& usage, const std::string& error) {
-  const std::string item = message_id(meta_);
   if (finish == FinishReason::kError) {
     json failed = envelope(req_, meta_, "failed", json::array(), responses_usage(usage));
     failed["error"] = {{"code", "server_error"}, {"message", "generation failed: " + error}};
     return {frame({{"type", "response.failed"}, {"response", failed}})};
   }
   const json final_response = response_object(req_, meta_, text_, finish, usage, logprobs_);
-  const bool cut = finish == FinishReason::kLength;
   if (held()) return held_items(final_response);
-  if (thinking_) return live_end(final_response);
   std::vector<std::string> out;
-  if (!pending_.empty())  // tokens whose text never came out (a stop string's): their own delta, as chat sends them
-    out.push_back(frame({{"type", "response.output_text.delta"}, {"item_id", item}, {"output_index", 0},
-                         {"content_index", 0}, {"delta", ""}, {"logprobs", std::exchange(pending_, json::array())}}));
-  out.push_back(frame({{"type", "response.output_text.done"}, {"item_id", item}, {"output_index", 0},
-                       {"content_index", 0}, {"text", text_}, {"logprobs", logprobs_}}));
-  out.push_back(frame({{"type", "response.content_part.done"}, {"item_id", item}, {"output_index", 0},
-                       {"content_index", 0}, {"part", final_response["output"][0]["content"][0]}}));
-  out.push_back(frame({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", final_response["output"][0]}}));
+  if (thinking_) live_piece(thinking_->finish(), out);
+  open_message(out);  // the answer always has its message, empty when the thinking was cut
+  if (!pending_.empty()) text_delta("", out);  // tokens whose text never came out (a stop string's), as chat sends them
+  const json& message = final_response["output"].back();
+  const std::string id = message_id(meta_);
+  out.push_back(frame({{"type", "response.output_text.done"}, {"item_id", id}, {"output_index", message_index()},
+                       {"content_index", 0}, {"text", content_}, {"logprobs", logprobs_}}));
+  out.push_back(frame({{"type", "response.content_part.done"}, {"item_id", id}, {"output_index", message_index()},
+                       {"content_index", 0}, {"part", message["content"][0]}}));
+  out.push_back(frame({{"type", "response.output_item.done"}, {"output_index", message_index()}, {"item", message}}));
+  const bool cut = finish == FinishReason::kLength;
   out.push_back(frame({{"type", cut ? "response.incomplete" : "response.completed"}, {"response", final_response}}));
   return out;
 }

@@ -66,9 +66,11 @@ class ResponsesStream {
   std::vector<std::string> held_items(const nlohmann::json& final_response);
   // A <think> model's pieces as they come: the reasoning item, then the message (thinking_ set).
   void live_piece(const ReasoningPiece& piece, std::vector<std::string>& out);
+  // The message's text delta, with the logprobs pending; the message opened first if it is not.
+  void text_delta(const std::string& text, std::vector<std::string>& out);
   void open_message(std::vector<std::string>& out);
   void close_reasoning(std::vector<std::string>& out);
-  std::vector<std::string> live_end(const nlohmann::json& final_response);
+  int message_index() const { return reasoning_.empty() ? 0 : 1; }  // after the reasoning item, if any
   const ApiRequest& req_;
   const ResponseMeta& meta_;
   std::string text_;
@@ -76,7 +78,7 @@ class ResponsesStream {
   nlohmann::json pending_ = nlohmann::json::array();   // tokens whose text has not come out yet
   int64_t sequence_ = 0;
   std::optional<ReasoningSplit> thinking_;  // a <think> model without tools: streamed live
-  std::string reasoning_, content_;          // ... what it has streamed of each
+  std::string reasoning_, content_;          // what has streamed of the reasoning item and the message
   bool reasoning_open_ = false, message_open_ = false;
 };
 
