@@ -35,7 +35,7 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int32_t port = 8080;              // HTTP; 0 = pick a free port (printed at start)
   int32_t grpc_port = 0;            // 0 = gRPC off; -1 = pick a free port
-  int32_t grpc_max_threads = 0;     // gRPC calls served at once (server threads); 0 = request_workers()
+  int32_t grpc_max_threads = 0;     // gRPC server threads; 0 = http_workers() + 1 (one waits for calls)
   // gRPC server reflection (for grpcurl and the like): unauthenticated, and each open reflection
   // stream holds a server thread, so off unless asked for.
   bool grpc_reflection = false;
@@ -71,10 +71,12 @@ inline bool valid_embedding_pooling(const std::string& p) {
   return p.empty() || p == "mean" || p == "cls" || p == "last" || p == "none";
 }
 
-// Blocking request handlers at once, over HTTP (http.max_workers) or gRPC (grpc.max_threads), when
-// the config leaves it 0: every request the engine can hold (running + queued) plus room for
-// tokenizer, health and listing calls. One more is refused at once rather than parked.
-inline int32_t request_workers(const ServerConfig& config) {
+// HTTP's blocking request handlers at once (http.max_workers), which gRPC's calls at once follow
+// when grpc.max_threads is 0. The config's 0 means every request the engine can hold (running +
+// queued) plus room for tokenizer, health and listing calls. One more is refused at once rather
+// than parked.
+inline int32_t http_workers(const ServerConfig& config) {
+  if (config.http_limits.max_workers > 0) return config.http_limits.max_workers;
   const int64_t n = int64_t{config.scheduler.max_num_seqs} + config.scheduler.max_queue + 16;
   return static_cast<int32_t>(n < 16 ? 16 : n > 4096 ? 4096 : n);
 }

@@ -276,9 +276,7 @@ class FathomService final : public pb::Fathom::Service {
     return key_limiter_.acquire(api_key_index(authorization_of(ctx), config_.api_keys));
   }
   grpc::Status key_limit_status() const {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        "this API key has " + std::to_string(key_limiter_.per_key()) +
-                            " requests in progress (limits.max_requests_per_key); retry when one ends");
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, key_limiter_.refusal());
   }
 
   void log_request(const RequestHandle& handle, const RequestUsage& u, const std::string& finish,
@@ -323,8 +321,7 @@ class GrpcServerImpl final : public GrpcServer {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, config.http_limits.idle_timeout_ms);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxStreamsPerConnection);
     grpc::ResourceQuota quota("fathom-grpc");
-    const int32_t http_workers = config.http_limits.max_workers > 0 ? config.http_limits.max_workers : request_workers(config);
-    quota.SetMaxThreads(config.grpc_max_threads > 0 ? config.grpc_max_threads : http_workers + 1);
+    quota.SetMaxThreads(config.grpc_max_threads > 0 ? config.grpc_max_threads : http_workers(config) + 1);
     builder.SetResourceQuota(quota);
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
     interceptors.push_back(write_watch_.interceptor_factory());  // a send stalled past write_timeout_ms is cancelled

@@ -145,10 +145,7 @@ struct HttpServer::Impl {
 
 std::shared_ptr<KeyLimiter::Slot> HttpServer::Impl::key_slot(const HttpRequest& req) {
   std::optional<KeyLimiter::Slot> slot = key_limiter.acquire(api_key_index(req.header("authorization"), config.api_keys));
-  if (!slot)
-    throw ApiError(429, "this API key has " + std::to_string(key_limiter.per_key()) +
-                            " requests in progress (limits.max_requests_per_key); retry when one ends",
-                   "", "rate_limit_exceeded");
+  if (!slot) throw ApiError(429, key_limiter.refusal(), "", "rate_limit_exceeded");
   return std::make_shared<KeyLimiter::Slot>(std::move(*slot));
 }
 
@@ -366,7 +363,7 @@ int HttpServer::start() {
   Impl& s = *impl_;
   HttpLimits limits = s.config.http_limits;
   limits.max_body_bytes = s.config.max_body_bytes;
-  if (limits.max_workers <= 0) limits.max_workers = request_workers(s.config);
+  limits.max_workers = http_workers(s.config);
   s.transport = std::make_unique<HttpTransport>(limits, s.routes(), s.metrics);
   return s.transport->start(s.config.host, s.config.port);
 }

@@ -13,4 +13,9 @@ std::optional<KeyLimiter::Slot> KeyLimiter::acquire(std::optional<size_t> index)
   return std::nullopt;
 }
 
+std::string KeyLimiter::refusal() const {
+  return "this API key has " + std::to_string(per_key_) +
+         " requests in progress (limits.max_requests_per_key); retry when one ends";
+}
+
 }  // namespace fathom

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 namespace fathom {
 
@@ -36,7 +37,8 @@ class KeyLimiter {
   // A slot for the key at `index` (nullopt: no key, as when keys are off: an empty slot); nullopt
   // when that key already has per_key requests in flight.
   std::optional<Slot> acquire(std::optional<size_t> index);
-  int32_t per_key() const { return per_key_; }
+  // What a request refused by acquire() is told (HTTP 429, gRPC RESOURCE_EXHAUSTED).
+  std::string refusal() const;
 
  private:
   const size_t keys_;
